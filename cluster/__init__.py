@@ -1,0 +1,22 @@
+"""Dask: start or join a cluster, lease devices, run trials and carry their reports.
+
+The only package that imports ``distributed``. Nothing here imports optuna or
+search, and torch only inside a running trial.
+"""
+
+from .connect import ClusterError, ClusterOptions, detect_gpus, open_cluster, slot_resource
+from .executor import DaskExecutor, Finished, Report, Slots, TrialExecutor, TrialRequest
+
+__all__ = [
+    "ClusterError",
+    "ClusterOptions",
+    "DaskExecutor",
+    "Finished",
+    "Report",
+    "Slots",
+    "TrialExecutor",
+    "TrialRequest",
+    "detect_gpus",
+    "open_cluster",
+    "slot_resource",
+]

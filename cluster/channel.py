@@ -1,0 +1,77 @@
+"""The trial <-> controller channel: reports go up as Dask events, stop requests come down.
+
+A report is a fire-and-forget ``Worker.log_event`` (about a millisecond, never
+waits for the controller); a stop request is a named ``distributed.Event`` the
+trial checks when it reports. The controller side subscribes to the topic and
+queues what arrives, so the client's event loop only ever appends to a queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from distributed import Client, Event, get_worker
+
+__all__ = ["WorkerReporter", "stop_event_name", "request_stop", "subscribe_reports"]
+
+
+def stop_event_name(topic: str, number: int) -> str:
+    return f"{topic}-stop-{number}"
+
+
+def _plain_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {str(key): float(value) for key, value in metrics.items()}
+
+
+class WorkerReporter:
+    """Reporter used inside a Dask task; satisfies ``trainers.api.Reporter``.
+
+    Every report is also kept locally (``history``) and returned with the
+    outcome, so no report is lost if the event stream lags behind the result.
+    """
+
+    def __init__(self, topic: str, number: int) -> None:
+        self._topic = topic
+        self._number = number
+        self._worker = get_worker()
+        self._event: Event | None = None
+        self.history: list[tuple[int, dict[str, float], float]] = []
+        self._stop_seen = False
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        plain = _plain_metrics(metrics)
+        now = time.time()
+        self.history.append((int(step), plain, now))
+        self._worker.log_event(
+            self._topic, {"number": self._number, "step": int(step), "metrics": plain, "time": now}
+        )
+
+    @property
+    def stopped(self) -> bool:
+        """Whether this trial has seen a stop request."""
+        return self._stop_seen
+
+    def should_stop(self) -> bool:
+        if self._stop_seen:
+            return True
+        if self._event is None:
+            self._event = Event(stop_event_name(self._topic, self._number))
+        self._stop_seen = bool(self._event.is_set())
+        return self._stop_seen
+
+
+def request_stop(client: Client, topic: str, number: int) -> None:
+    """Ask trial ``number`` to stop at its next report (returns at once)."""
+    Event(stop_event_name(topic, number), client=client).set()
+
+
+def subscribe_reports(client: Client, topic: str, handler: Callable[[dict[str, Any], str], None]) -> None:
+    """Call ``handler(message, worker_address)`` for every report on ``topic`` (on the client's loop)."""
+
+    def on_event(event: tuple[float, dict[str, Any]]) -> None:
+        _, msg = event
+        handler(msg, str(msg.get("worker", "")))
+
+    client.subscribe_topic(topic, on_event)

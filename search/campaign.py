@@ -1,0 +1,372 @@
+"""The campaign loop: ask -> submit -> collect reports -> prune -> tell, as short named steps.
+
+The controller is the only writer of the study. It keeps every slot of the
+cluster busy: as soon as a trial ends, its slot is refilled. Reports stream in
+while trials run; each becomes an Optuna intermediate value, and the pruner may
+answer with a stop request that the trial sees at its next report. Nothing here
+blocks a worker: a trial only ever waits on its own training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from cluster.executor import Finished, Report, TrialExecutor, TrialRequest
+
+from .folder import CampaignFolder
+from .pruning import make_pruner, resource_of
+from .seeds import trial_seed
+from .spec import CampaignSpec
+
+__all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
+
+log = logging.getLogger(__name__)
+
+MAX_TRACEBACK = 20_000
+
+
+class CampaignError(RuntimeError):
+    """The campaign cannot go on (a message for the user, one line)."""
+
+
+@dataclasses.dataclass
+class RunningTrial:
+    """A trial the controller has sent out and not yet told."""
+
+    trial: optuna.Trial
+    config: dict[str, Any]
+    width: int
+    submitted: float
+    reports: list[tuple[int, dict[str, float], float]] = dataclasses.field(default_factory=list)
+    recorded_steps: set[int] = dataclasses.field(default_factory=set)
+    stop_reason: str = ""
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the progress display shows."""
+
+    complete: int
+    pruned: int
+    failed: int
+    running: int
+    budget: int
+    best: float | None
+    elapsed: float
+
+
+class Campaign:
+    """Drives one study to its trial budget (or time budget) on an executor."""
+
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        folder: CampaignFolder,
+        study: optuna.Study,
+        executor: TrialExecutor,
+        on_progress: Callable[[Snapshot], None] | None = None,
+        poll_interval: float = 0.25,
+    ) -> None:
+        self.spec = spec
+        self.folder = folder
+        self.study = study
+        self.executor = executor
+        self._on_progress = on_progress or (lambda _s: None)
+        self._poll = poll_interval
+        self._running: dict[int, RunningTrial] = {}
+        self._counts = {"complete": 0, "pruned": 0, "failed": 0}
+        self._started = time.monotonic()
+        self._pruner_ready = spec.study.pruner in ("none", "median", "percentile") or spec.pruning.min_resource > 0
+        self._resumable: list[optuna.trial.FrozenTrial] = []
+        self._best: float | None = None
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
+        self._count_existing()
+        self._check_capacity()
+        try:
+            while True:
+                self._fill_slots()
+                if not self._running:
+                    break
+                for event in self.executor.events(timeout=self._poll):
+                    self._handle(event)
+                self._enforce_time_budget()
+                self._on_progress(self.snapshot())
+        except BaseException:
+            self._mark_interrupted()
+            raise
+        finally:
+            self.executor.close()
+        self._on_progress(self.snapshot())
+
+    def _handle(self, event: Report | Finished) -> None:
+        if isinstance(event, Report):
+            self._on_report(event)
+        else:
+            self._on_finished(event)
+
+    # --- budget and capacity ---------------------------------------------------------------
+
+    def _count_existing(self) -> None:
+        for frozen in self.study.get_trials(deepcopy=False):
+            if frozen.state == TrialState.COMPLETE:
+                self._counts["complete"] += 1
+                self._track_best(frozen.values)
+            elif frozen.state == TrialState.PRUNED:
+                self._counts["pruned"] += 1
+            elif frozen.state == TrialState.FAIL:
+                self._counts["failed"] += 1
+            elif frozen.state == TrialState.RUNNING:
+                self._resumable.append(frozen)
+
+    def _finished_count(self) -> int:
+        return sum(self._counts.values())
+
+    def _budget_left(self) -> int:
+        left = self.spec.study.n_trials - self._finished_count() - len(self._running) - len(self._resumable)
+        return max(0, left)
+
+    def _time_left(self) -> bool:
+        budget = self.spec.study.time_budget
+        return budget <= 0 or time.monotonic() - self._started < budget
+
+    def _check_capacity(self) -> None:
+        slots = self.executor.slots()
+        if slots.total < 1:
+            raise CampaignError("the cluster has no worker with a free slot")
+        width = self._trial_width()
+        if width > slots.widest:
+            raise CampaignError(
+                f"a trial needs {width} {slots.resource} slot(s) but the widest worker has {slots.widest}"
+            )
+
+    def _trial_width(self) -> int:
+        return 1
+
+    def _busy_slots(self) -> int:
+        return sum(r.width for r in self._running.values())
+
+    # --- dispatch ------------------------------------------------------------------------------
+
+    def _fill_slots(self) -> None:
+        total = self.executor.slots().total
+        while self._busy_slots() + self._trial_width() <= total and self._time_left():
+            if self._resumable:
+                self._dispatch(self._reopen(self._resumable.pop(0)))
+            elif self._budget_left() > 0:
+                self._dispatch(self._ask())
+            else:
+                return
+
+    def _ask(self) -> optuna.Trial:
+        return self.study.ask(fixed_distributions=self.spec.space.distributions())
+
+    def _reopen(self, frozen: optuna.trial.FrozenTrial) -> optuna.Trial:
+        """A trial left RUNNING by a controller that died: run it again, same number and params."""
+        log.info("trial %d was left running; starting it again", frozen.number)
+        return optuna.Trial(self.study, frozen._trial_id)
+
+    def _trial_config(self, trial: optuna.Trial) -> dict[str, Any]:
+        trainer = self.spec.trainer
+        return {
+            "study": self.spec.study.name,
+            "number": trial.number,
+            "params": self.spec.space.complete(trial.params),
+            "seed": trial_seed(self.spec.study.seed, trial.number),
+            "epochs": trainer.epochs,
+            "dataset": trainer.dataset,
+            "device": trainer.device,
+            "checkpoint_dir": str(self.folder.trial(trial.number)),
+            "checkpoint_every": trainer.checkpoint_every,
+            "deterministic": self.spec.study.deterministic,
+            "options": dict(trainer.options),
+        }
+
+    def _dispatch(self, trial: optuna.Trial) -> None:
+        config = self._trial_config(trial)
+        self.folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
+        trial.set_user_attr("seed", config["seed"])
+        trial.set_user_attr("config", config)
+        width = self._trial_width()
+        self._running[trial.number] = RunningTrial(trial, config, width, time.time())
+        self.executor.submit(TrialRequest(trial.number, self.spec.trainer.entry, config, width))
+
+    # --- reports and pruning -------------------------------------------------------------------
+
+    def _on_report(self, report: Report) -> None:
+        running = self._running.get(report.number)
+        if running is None:
+            return  # a late report of a trial already told; its history came with the outcome
+        running.reports.append((report.step, dict(report.metrics), report.time))
+        self._append_metrics_file(report.number, report.step, report.metrics, report.time)
+        self._record_intermediate(running, report.step, report.metrics)
+        if running.stop_reason or self.spec.study.multi_objective:
+            return
+        if self._should_prune(running):
+            running.stop_reason = "pruned"
+            self.executor.stop(report.number)
+            log.info("trial %d pruned at step %d", report.number, report.step)
+
+    def _record_intermediate(self, running: RunningTrial, step: int, metrics: Mapping[str, float]) -> None:
+        if self.spec.study.multi_objective:
+            return
+        value = metrics.get(self.spec.study.metrics[0])
+        if value is None or not math.isfinite(value):
+            return
+        resource = resource_of(step, metrics, self.spec.pruning.resource)
+        if resource in running.recorded_steps:
+            return
+        running.recorded_steps.add(resource)
+        running.trial.report(float(value), resource)
+        self._ensure_pruner(resource)
+
+    def _ensure_pruner(self, first_resource: int) -> None:
+        if self._pruner_ready:
+            return
+        pruner = make_pruner(self.spec.study.pruner, self.spec.pruning, first_resource)
+        if pruner is not None:
+            self.study.pruner = pruner
+            self._pruner_ready = True
+            log.info("pruner %s: a rung is %d %s", self.spec.study.pruner, first_resource, self.spec.pruning.resource)
+
+    def _should_prune(self, running: RunningTrial) -> bool:
+        return self._pruner_ready and running.trial.should_prune()
+
+    def _append_metrics_file(self, number: int, step: int, metrics: Mapping[str, float], at: float) -> None:
+        with open(self.folder.trial(number) / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps({"step": step, "time": at, **{k: _json_num(v) for k, v in metrics.items()}}) + "\n")
+
+    # --- time budget ---------------------------------------------------------------------------
+
+    def _enforce_time_budget(self) -> None:
+        if self._time_left():
+            return
+        for running in self._running.values():
+            if not running.stop_reason:
+                running.stop_reason = "time budget"
+                self.executor.stop(running.number)
+
+    # --- results -------------------------------------------------------------------------------
+
+    def _on_finished(self, event: Finished) -> None:
+        running = self._running.pop(event.number, None)
+        if running is None:
+            return
+        outcome = dict(event.outcome)
+        self._replay_missed_reports(running, outcome.get("history") or [])
+        self._record_outcome_attrs(running, outcome)
+        state, values, reason = self._verdict(running, outcome)
+        if reason:
+            running.trial.set_user_attr("fail_reason" if state == TrialState.FAIL else "stop_reason", reason)
+        if state == TrialState.FAIL:
+            self._write_failure_log(running, outcome, reason)
+        self.study.tell(running.trial, values if state == TrialState.COMPLETE else None, state=state)
+        key = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}[state]
+        self._counts[key] += 1
+        if state == TrialState.COMPLETE:
+            self._track_best(values)
+        log.info("trial %d %s%s", event.number, state.name, f" ({reason})" if reason else "")
+
+    def _replay_missed_reports(self, running: RunningTrial, history: list) -> None:
+        """Record reports the event stream had not delivered when the result arrived."""
+        seen = {(step, t) for step, _m, t in running.reports}
+        for step, metrics, at in history:
+            if (int(step), float(at)) in seen:
+                continue
+            running.reports.append((int(step), dict(metrics), float(at)))
+            self._append_metrics_file(running.number, int(step), metrics, float(at))
+            self._record_intermediate(running, int(step), metrics)
+
+    def _record_outcome_attrs(self, running: RunningTrial, outcome: Mapping[str, Any]) -> None:
+        trial = running.trial
+        for key in ("worker", "host", "devices", "started", "finished"):
+            if key in outcome:
+                trial.set_user_attr(key, outcome[key])
+        if "started" in outcome and "finished" in outcome:
+            trial.set_user_attr("duration", float(outcome["finished"]) - float(outcome["started"]))
+        trial.set_user_attr("metrics", {k: _json_num(v) for k, v in dict(outcome.get("metrics") or {}).items()})
+        trial.set_user_attr("history", [[s, {k: _json_num(v) for k, v in m.items()}] for s, m, _t in running.reports])
+
+    def _verdict(self, running: RunningTrial, outcome: Mapping[str, Any]) -> tuple[TrialState, list[float], str]:
+        status = outcome.get("status")
+        if status != "ok":
+            return TrialState.FAIL, [], self._failure_reason(outcome)
+        if running.stop_reason:
+            return TrialState.PRUNED, [], running.stop_reason
+        metrics = dict(outcome.get("metrics") or {})
+        values: list[float] = []
+        for name in self.spec.study.metrics:
+            if name not in metrics:
+                return TrialState.FAIL, [], f"trainer did not return metric {name!r} (it returned {sorted(metrics)})"
+            if not math.isfinite(metrics[name]):
+                return TrialState.FAIL, [], f"metric {name!r} is {metrics[name]}"
+            values.append(float(metrics[name]))
+        return TrialState.COMPLETE, values, ""
+
+    @staticmethod
+    def _failure_reason(outcome: Mapping[str, Any]) -> str:
+        status = outcome.get("status")
+        error = str(outcome.get("error") or "unknown error")
+        if status == "lost":
+            return f"worker lost: {error}"
+        if status == "cancelled":
+            return f"cancelled: {error}"
+        return error
+
+    def _write_failure_log(self, running: RunningTrial, outcome: Mapping[str, Any], reason: str) -> None:
+        text = str(outcome.get("traceback") or reason)
+        running.trial.set_user_attr("traceback", text[-MAX_TRACEBACK:])
+        path = self.folder.trial(running.number) / "error.log"
+        path.write_text(f"trial {running.number} failed: {reason}\n\n{text}\n")
+
+    def _mark_interrupted(self) -> None:
+        """Leave running trials RUNNING (resumable, same number and params) and say so."""
+        for running in list(self._running.values()):
+            try:
+                running.trial.set_user_attr("interrupted", True)
+            except Exception as exc:  # noqa: BLE001 - storage may be gone too; resume still finds RUNNING
+                log.warning("could not mark trial %d interrupted: %s", running.number, exc)
+
+    # --- progress ------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            complete=self._counts["complete"],
+            pruned=self._counts["pruned"],
+            failed=self._counts["failed"],
+            running=len(self._running),
+            budget=self.spec.study.n_trials,
+            best=self._best_value(),
+            elapsed=time.monotonic() - self._started,
+        )
+
+    def _best_value(self) -> float | None:
+        return self._best
+
+    def _track_best(self, values: list[float] | None) -> None:
+        if self.spec.study.multi_objective or not values:
+            return
+        value = float(values[0])
+        better = max if self.spec.study.directions[0] == "maximize" else min
+        self._best = value if self._best is None else better(self._best, value)
+
+
+def _json_num(value: float) -> float | str:
+    value = float(value)
+    return value if math.isfinite(value) else str(value)

@@ -1,0 +1,126 @@
+"""The ``hypersweep`` command line.
+
+Exit status: 0 done, 1 an unexpected error, 2 bad input (spec, arguments,
+folder), 3 the cluster could not be reached, 130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_CLUSTER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hypersweep", description="Distributed hyperparameter search on Dask.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start a campaign from a spec file")
+    run.add_argument("spec", type=Path, help="study spec (TOML)")
+    _cluster_flags(run)
+    run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)")
+
+    resume = sub.add_parser("resume", help="continue a campaign from its folder")
+    resume.add_argument("folder", type=Path)
+    _cluster_flags(resume)
+
+    status = sub.add_parser("status", help="trials so far, best value, running trials")
+    status.add_argument("folder", type=Path)
+
+    check = sub.add_parser("check", help="validate a spec and exit")
+    check.add_argument("spec", type=Path)
+    return parser
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", default=None, help="join this Dask scheduler (tcp://host:port or a scheduler file)")
+    p.add_argument("--workers", type=int, default=None, help="local worker processes (default: spec, else per core/GPU)")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+def _options(args: argparse.Namespace):
+    from .runner import RunOptions
+
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers={args.workers}: must be >= 1")
+    return RunOptions(
+        runs_dir=getattr(args, "runs_dir", Path("runs")),
+        scheduler=args.scheduler,
+        n_workers=args.workers,
+        progress=not args.no_progress,
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .runner import load_study, run_campaign, summary_text
+    from .spec import load_spec
+
+    spec = load_spec(args.spec)
+    folder = run_campaign(spec, _options(args))
+    print(summary_text(spec, folder, load_study(spec, folder, create=False)))
+    return EXIT_OK
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from .runner import load_study, resume_campaign, summary_text
+    from .spec import load_spec
+
+    folder = resume_campaign(args.folder, _options(args))
+    spec = load_spec(folder.spec)
+    print(summary_text(spec, folder, load_study(spec, folder, create=False)))
+    return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .status import status_text
+
+    print(status_text(args.folder))
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .spec import load_spec
+
+    spec = load_spec(args.spec)
+    print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
+    return EXIT_OK
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"hypersweep: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("distributed", "dask"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)  # cluster start/stop chatter; errors still show
+    from cluster import ClusterError
+
+    from .campaign import CampaignError
+    from .folder import FolderLockedError
+    from .runner import CampaignExistsError
+    from .spec import SpecError
+
+    commands = {"run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check}
+    try:
+        return commands[args.command](args)
+    except (SpecError, CampaignExistsError, FolderLockedError, FileNotFoundError, ValueError) as exc:
+        return _fail(EXIT_INPUT, str(exc))
+    except ClusterError as exc:
+        return _fail(EXIT_CLUSTER, str(exc))
+    except CampaignError as exc:
+        return _fail(EXIT_ERROR, str(exc))
+    except KeyboardInterrupt:
+        return _fail(EXIT_INTERRUPTED, "interrupted; running trials are kept for 'hypersweep resume'")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The campaign folder: where every file of one campaign lives, and its controller lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+__all__ = ["CampaignFolder", "ControllerLock", "FolderLockedError"]
+
+
+class FolderLockedError(RuntimeError):
+    """Another controller holds this campaign folder."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignFolder:
+    """Paths inside ``runs/<study>/``; nothing outside ``root`` is ever written."""
+
+    root: Path
+
+    @classmethod
+    def for_study(cls, runs_dir: str | Path, name: str) -> CampaignFolder:
+        runs = Path(runs_dir).resolve()
+        root = (runs / name).resolve()
+        if root.parent != runs:
+            raise ValueError(f"study name {name!r} would leave the runs folder {runs}")
+        return cls(root)
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.toml"
+
+    @property
+    def sqlite(self) -> Path:
+        return self.root / "study.db"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "study.journal"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "controller.lock"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "campaign.log"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.csv"
+
+    @property
+    def trials(self) -> Path:
+        return self.root / "trials"
+
+    def trial(self, number: int) -> Path:
+        return self.trials / str(int(number))
+
+    def exists(self) -> bool:
+        return self.spec.exists()
+
+    def create(self, spec_text: str) -> None:
+        """Make the folder and freeze the spec in it (written atomically)."""
+        self.trials.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.spec, spec_text)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write then rename, so a crash never leaves a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class ControllerLock:
+    """An exclusive ``flock`` on ``controller.lock``; the kernel drops it if the process dies."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self._path, "a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown process"
+            fh.close()
+            raise FolderLockedError(
+                f"{self._path.parent} is in use by another controller ({holder}); "
+                "wait for it to finish or stop it first"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "cmd": " ".join(sys.argv)}))
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+    @staticmethod
+    def held(path: Path) -> bool:
+        """Whether a live process holds the lock at ``path``."""
+        if not path.exists():
+            return False
+        with open(path) as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return False
+
+    def __enter__(self) -> ControllerLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,177 @@
+"""Set a campaign up and tear it down: folder, lock, storage, study, cluster, then the loop.
+
+``run_campaign`` starts a new campaign from a spec; ``resume_campaign`` continues
+one from its folder (the frozen spec and the storage), re-running trials a dead
+controller left RUNNING under their own numbers and parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+
+from cluster import ClusterOptions, DaskExecutor, open_cluster
+
+from .campaign import Campaign
+from .folder import CampaignFolder, ControllerLock
+from .progress import Progress
+from .pruning import make_pruner
+from .samplers import make_sampler
+from .spec import CampaignSpec, load_spec
+from .storage import open_storage, storage_url
+from .summary import best_table, trials_frame
+
+__all__ = ["RunOptions", "run_campaign", "resume_campaign", "load_study", "CampaignExistsError"]
+
+log = logging.getLogger(__name__)
+
+
+class CampaignExistsError(RuntimeError):
+    """``run`` on a folder that already holds a campaign."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """Command-line overrides of the spec and display settings."""
+
+    runs_dir: Path = Path("runs")
+    scheduler: str | None = None
+    n_workers: int | None = None
+    progress: bool = True
+
+
+def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
+    c = spec.cluster
+    return ClusterOptions(
+        address=options.scheduler if options.scheduler is not None else c.scheduler,
+        n_workers=options.n_workers or c.n_workers or None,
+        slots_per_worker=c.slots_per_worker,
+        dashboard=c.dashboard,
+        connect_timeout=c.connect_timeout,
+    )
+
+
+def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool) -> optuna.Study:
+    """The campaign's study, with its seeded sampler and pruner."""
+    storage = open_storage(storage_url(spec.study.storage, folder))
+    sampler = make_sampler(spec.study.sampler, spec.space, spec.study.seed)
+    pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
+    if create:
+        study = optuna.create_study(
+            study_name=spec.study.name,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
+            directions=list(spec.study.directions),
+            load_if_exists=False,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(spec.study.metrics))
+        study.set_user_attr("spec_sha256", spec.sha256)
+        study.set_user_attr("seed", spec.study.seed)
+        return study
+    return optuna.load_study(study_name=spec.study.name, storage=storage, sampler=sampler, pruner=pruner)
+
+
+@contextlib.contextmanager
+def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
+    handler = logging.FileHandler(folder.log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(name) for name in ("search", "cluster")]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+        handler.close()
+
+
+def _execute(spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, create: bool) -> None:
+    study = load_study(spec, folder, create)
+    topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
+    progress = Progress(enabled=options.progress)
+    # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    try:
+        with open_cluster(_cluster_options(spec, options), env=env) as client:
+            executor = DaskExecutor(client, topic)
+            Campaign(spec, folder, study, executor, on_progress=progress).run()
+    finally:
+        progress.close()
+    _write_summary(spec, folder, study)
+
+
+def _write_summary(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> None:
+    trials_frame(study, spec.study.metrics).to_csv(folder.summary, index=False)
+
+
+def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
+    """Start a new campaign for ``spec`` in ``runs_dir/<study name>``."""
+    folder = CampaignFolder.for_study(options.runs_dir, spec.study.name)
+    if folder.root.exists() and any(folder.root.iterdir()):
+        raise CampaignExistsError(
+            f"{folder.root} already holds a campaign; continue it with 'hypersweep resume {folder.root}' "
+            "or pick another [study] name or --runs-dir"
+        )
+    folder.root.mkdir(parents=True, exist_ok=True)
+    lock = ControllerLock(folder.lock)
+    lock.acquire()
+    created = False
+    try:
+        folder.create(spec.text)
+        created = True
+        with _campaign_log(folder):
+            _execute(spec, folder, options, create=True)
+    except BaseException:
+        if created and not _has_trials(folder):
+            lock.release()
+            shutil.rmtree(folder.root, ignore_errors=True)  # nothing ran: leave nothing behind
+        raise
+    finally:
+        lock.release()
+    return folder
+
+
+def _has_trials(folder: CampaignFolder) -> bool:
+    return folder.trials.exists() and any(folder.trials.iterdir())
+
+
+def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
+    """Continue the campaign in ``path`` to its budget."""
+    folder = CampaignFolder(Path(path).resolve())
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    spec = load_spec(folder.spec)
+    with ControllerLock(folder.lock), _campaign_log(folder):
+        _execute(spec, folder, options, create=False)
+    return folder
+
+
+def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> str:
+    """The end-of-campaign table and where to find everything."""
+    import pandas as pd
+
+    table = best_table(study, spec.study.metrics, spec.study.directions)
+    title = "Pareto front" if spec.study.multi_objective else "Best trials"
+    with pd.option_context("display.max_columns", 30, "display.width", 200, "display.precision", 4):
+        body = table.drop(columns=["reason"], errors="ignore").to_string(index=False) if not table.empty else "(none)"
+    url = storage_url(spec.study.storage, folder)
+    return (
+        f"{title} of study {spec.study.name!r} ({spec.study.metrics[0]}, {spec.study.directions[0]}):\n{body}\n\n"
+        f"campaign folder: {os.path.relpath(folder.root)}\n"
+        f"storage: {url}\n"
+        f"trials table: {os.path.relpath(folder.summary)}"
+    )

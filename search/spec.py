@@ -1,0 +1,374 @@
+"""The study spec: a TOML file turned into frozen, validated dataclasses.
+
+Every mistake a user can make in a spec is one :class:`SpecError` line naming
+the file, the key and the rule (with the closest valid key for typos), raised
+before anything is created on disk or started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spaces.errors import SpaceError
+from spaces.params import SearchSpace, parse_space
+
+__all__ = [
+    "SpecError",
+    "StudySpec",
+    "TrainerSpec",
+    "ClusterSpec",
+    "PrunerSpec",
+    "CampaignSpec",
+    "load_spec",
+    "parse_spec",
+    "SAMPLERS",
+    "PRUNERS",
+    "PRUNING_RESOURCES",
+]
+
+SAMPLERS = ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
+PRUNERS = ("none", "median", "percentile", "asha", "hyperband")
+PRUNING_RESOURCES = ("examples", "steps", "epochs")
+DIRECTIONS = ("maximize", "minimize")
+DEVICES = ("auto", "cpu", "cuda")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class SpecError(ValueError):
+    """A spec mistake, as one line: ``file: key: problem``."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        super().__init__(f"{source}: {key}: {problem}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySpec:
+    name: str
+    directions: tuple[str, ...]
+    metrics: tuple[str, ...]
+    sampler: str = "tpe"
+    seed: int = 0
+    n_trials: int = 20
+    time_budget: float = 0.0
+    storage: str = ""
+    pruner: str = "none"
+    deterministic: bool = False
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.directions) > 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSpec:
+    entry: str = "trainers.classifier:fit"
+    dataset: str = "digits"
+    epochs: int = 10
+    device: str = "auto"
+    checkpoint_every: int = 1
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunerSpec:
+    """Controller-side early stopping; ``resource`` is what a rung counts."""
+
+    resource: str = "examples"
+    n_startup_trials: int = 4
+    n_warmup_steps: int = 0
+    percentile: float = 25.0
+    min_resource: int = 1
+    reduction_factor: int = 3
+    max_resource: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+    scheduler: str = ""
+    n_workers: int = 0
+    slots_per_worker: int = 1
+    connect_timeout: float = 10.0
+    dashboard: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignSpec:
+    study: StudySpec
+    trainer: TrainerSpec
+    space: SearchSpace
+    cluster: ClusterSpec
+    pruning: PrunerSpec
+    source: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+# --- small typed readers -------------------------------------------------------------------
+
+
+class _Table:
+    """A TOML table being read: typed getters, and a check for keys nobody read."""
+
+    def __init__(self, source: str, prefix: str, data: Any, allowed: tuple[str, ...]) -> None:
+        if not isinstance(data, Mapping):
+            raise SpecError(source, prefix, f"must be a table, got {type(data).__name__}")
+        self.source, self.prefix, self.data = source, prefix, data
+        for key in data:
+            if key not in allowed:
+                raise SpecError(source, self.key(key), f"unknown key{_closest(key, allowed)}")
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def error(self, name: str, problem: str) -> SpecError:
+        return SpecError(self.source, self.key(name), problem)
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def str(self, name: str, default: str | None = None) -> str:
+        value = self._get(name, default)
+        if not isinstance(value, str):
+            raise self.error(name, f"must be a string, got {_show(value)}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self._get(name, default)
+        if not isinstance(value, bool):
+            raise self.error(name, f"must be true or false, got {_show(value)}")
+        return value
+
+    def int(self, name: str, default: int | None = None, minimum: int | None = None) -> int:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(name, f"must be an integer, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise self.error(name, f"must be >= {minimum}, got {value}")
+        return value
+
+    def float(self, name: str, default: float | None = None, minimum: float | None = None) -> float:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.error(name, f"must be a finite number, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise self.error(name, f"must be >= {minimum:g}, got {value:g}")
+        return float(value)
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        value = self.str(name, default)
+        if value not in choices:
+            raise self.error(name, f"{value!r} is not one of {', '.join(choices)}{_closest(value, choices)}")
+        return value
+
+    def table(self, name: str) -> Mapping[str, Any]:
+        value = self.data.get(name, {})
+        if not isinstance(value, Mapping):
+            raise self.error(name, f"must be a table, got {_show(value)}")
+        return value
+
+    def _get(self, name: str, default: Any) -> Any:
+        if name in self.data:
+            return self.data[name]
+        if default is None:
+            raise self.error(name, "is required")
+        return default
+
+
+def _closest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    match = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else f" (valid: {', '.join(choices)})"
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+# --- sections --------------------------------------------------------------------------------
+
+_TOP = ("study", "trainer", "space", "cluster", "pruner")
+_STUDY = (
+    "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
+    "time_budget", "storage", "pruner", "deterministic",
+)  # fmt: skip
+_TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "options")
+_PRUNER = (
+    "resource", "n_startup_trials", "n_warmup_steps", "percentile", "min_resource",
+    "reduction_factor", "max_resource",
+)  # fmt: skip
+_CLUSTER = ("scheduler", "n_workers", "slots_per_worker", "connect_timeout", "dashboard")
+
+
+def _str_list(t: _Table, one: str, many: str, choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    if t.has(one) and t.has(many):
+        raise t.error(many, f"give either {one!r} or {many!r}, not both")
+    if t.has(many):
+        values = t.data[many]
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+            raise t.error(many, f"must be a non-empty list of strings, got {_show(values)}")
+        items = tuple(values)
+    else:
+        items = (t.choice(one, choices) if choices else t.str(one),)
+    for item in items:
+        if choices and item not in choices:
+            raise t.error(many, f"{item!r} is not one of {', '.join(choices)}{_closest(item, choices)}")
+    return items
+
+
+def _study(t: _Table) -> StudySpec:
+    name = t.str("name")
+    if not _NAME_RE.match(name) or ".." in name:
+        raise t.error("name", f"{name!r} must be 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit")
+    directions = _str_list(t, "direction", "directions", DIRECTIONS)
+    metrics = _str_list(t, "metric", "metrics")
+    if len(metrics) != len(directions):
+        raise t.error("metrics", f"{len(metrics)} metric(s) for {len(directions)} direction(s): give one per direction")
+    sampler = t.choice("sampler", SAMPLERS, "tpe")
+    pruner = t.choice("pruner", PRUNERS, "none")
+    if pruner != "none" and len(directions) > 1:
+        raise t.error("pruner", f"{pruner!r} prunes on one objective; a multi-objective study must use 'none'")
+    seed = t.int("seed", 0, minimum=0)
+    if seed >= 2**32:
+        raise t.error("seed", f"must be < 2**32, got {seed}")
+    return StudySpec(
+        name=name,
+        directions=directions,
+        metrics=metrics,
+        sampler=sampler,
+        seed=seed,
+        n_trials=t.int("n_trials", 20, minimum=1),
+        time_budget=t.float("time_budget", 0.0, minimum=0.0),
+        storage=t.str("storage", ""),
+        pruner=pruner,
+        deterministic=t.bool("deterministic", False),
+    )
+
+
+def _trainer(t: _Table) -> TrainerSpec:
+    options = t.table("options")
+    for key, value in options.items():
+        if not isinstance(value, (str, int, float, bool, list)):
+            raise t.error(f"options.{key}", f"must be a string, number, boolean or list, got {_show(value)}")
+    return TrainerSpec(
+        entry=t.str("entry", "trainers.classifier:fit"),
+        dataset=t.str("dataset", "digits"),
+        epochs=t.int("epochs", 10, minimum=1),
+        device=t.choice("device", DEVICES, "auto"),
+        checkpoint_every=t.int("checkpoint_every", 1, minimum=1),
+        options=dict(options),
+    )
+
+
+def _pruning(t: _Table) -> PrunerSpec:
+    spec = PrunerSpec(
+        resource=t.choice("resource", PRUNING_RESOURCES, "examples"),
+        n_startup_trials=t.int("n_startup_trials", 4, minimum=0),
+        n_warmup_steps=t.int("n_warmup_steps", 0, minimum=0),
+        percentile=t.float("percentile", 25.0, minimum=0.0),
+        min_resource=t.int("min_resource", 1, minimum=1),
+        reduction_factor=t.int("reduction_factor", 3),
+        max_resource=t.int("max_resource", 0, minimum=0),
+    )
+    if spec.reduction_factor < 2:
+        raise t.error("reduction_factor", f"must be >= 2, got {spec.reduction_factor}")
+    if not 0.0 < spec.percentile < 100.0:
+        raise t.error("percentile", f"must be in (0, 100), got {spec.percentile:g}")
+    return spec
+
+
+def _cluster(t: _Table) -> ClusterSpec:
+    return ClusterSpec(
+        scheduler=t.str("scheduler", ""),
+        n_workers=t.int("n_workers", 0, minimum=0),
+        slots_per_worker=t.int("slots_per_worker", 1, minimum=1),
+        connect_timeout=t.float("connect_timeout", 10.0, minimum=0.1),
+        dashboard=t.bool("dashboard", False),
+    )
+
+
+def _space(source: str, data: Any) -> SearchSpace:
+    if not isinstance(data, Mapping) or not data:
+        raise SpecError(source, "space", "must be a table with at least one parameter")
+    try:
+        return parse_space(data)
+    except SpaceError as exc:
+        raise SpecError(source, f"space.{exc.key}", exc.problem) from None
+
+
+def _check_trainer(source: str, trainer: TrainerSpec, space: SearchSpace, metrics: tuple[str, ...]) -> None:
+    from trainers.api import TrainerImportError, load_trainer  # by name: import only to validate the entry
+
+    try:
+        fit = load_trainer(trainer.entry)
+    except TrainerImportError as exc:
+        raise SpecError(source, "trainer.entry", str(exc)) from None
+    accepted = getattr(fit, "accepted_params", None)
+    if accepted is not None:
+        for name in space.names:
+            if name not in accepted:
+                raise SpecError(
+                    source, f"space.{name}",
+                    f"trainer {trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
+                )  # fmt: skip
+    reported = getattr(fit, "reported_metrics", None)
+    if reported is not None:
+        for metric in metrics:
+            if metric not in reported:
+                raise SpecError(
+                    source, "study.metric",
+                    f"trainer {trainer.entry} never reports {metric!r}{_closest(metric, sorted(reported))}",
+                )  # fmt: skip
+
+
+def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") -> CampaignSpec:
+    """Validate a parsed TOML document; raise :class:`SpecError` on the first mistake."""
+    top = _Table(source, "", data, _TOP)
+    if "study" not in data:
+        raise SpecError(source, "study", "section [study] is required")
+    study = _study(_Table(source, "study", top.table("study"), _STUDY))
+    trainer = _trainer(_Table(source, "trainer", top.table("trainer"), _TRAINER))
+    pruning = _pruning(_Table(source, "pruner", top.table("pruner"), _PRUNER))
+    cluster = _cluster(_Table(source, "cluster", top.table("cluster"), _CLUSTER))
+    space = _space(source, data.get("space"))
+    if study.sampler == "nsga2" and not study.multi_objective:
+        pass  # NSGA-II works on one objective too; allowed.
+    if study.sampler == "grid":
+        _check_grid(source, space)
+    _check_trainer(source, trainer, space, study.metrics)
+    return CampaignSpec(study, trainer, space, cluster, pruning, source, text)
+
+
+def _check_grid(source: str, space: SearchSpace) -> None:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    for name, dist in space.distributions().items():
+        if not isinstance(dist, (CategoricalDistribution, IntDistribution)):
+            raise SpecError(
+                source, f"space.{name}",
+                "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous",
+            )  # fmt: skip
+
+
+def load_spec(path: str | Path) -> CampaignSpec:
+    """Read and validate a spec file."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SpecError(source, "file", f"cannot read ({exc.strerror or exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, "toml", f"not valid TOML ({exc})") from None
+    return parse_spec(data, source, text)

@@ -1,0 +1,56 @@
+"""``hypersweep status``: what a campaign folder holds, read from its storage."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from .folder import CampaignFolder, ControllerLock
+from .spec import load_spec
+from .storage import open_storage, storage_url
+from .summary import state_counts
+
+__all__ = ["status_text"]
+
+
+def status_text(path: str | Path) -> str:
+    folder = CampaignFolder(Path(path).resolve())
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    spec = load_spec(folder.spec)
+    study = optuna.load_study(study_name=spec.study.name, storage=open_storage(storage_url(spec.study.storage, folder)))
+    alive = ControllerLock.held(folder.lock)
+    counts = state_counts(study)
+    trials = study.get_trials(deepcopy=False)
+    lines = [
+        f"study {spec.study.name!r}: {len(trials)} of {spec.study.n_trials} trials, controller "
+        + ("running" if alive else "not running"),
+        "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) if counts else "  no trials yet",
+    ]
+    lines += _best_lines(study, spec.study.metrics, spec.study.directions)
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    for trial in running:
+        label = "running" if alive else "interrupted (resume to finish it)"
+        since = trial.datetime_start.strftime("%H:%M:%S") if trial.datetime_start else "?"
+        steps = len(trial.intermediate_values)
+        lines.append(f"  trial {trial.number}: {label}, since {since}, {steps} report(s), params {trial.params}")
+    if running and not alive:
+        lines.append(f"  continue with: hypersweep resume {path}")
+    return "\n".join(lines)
+
+
+def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...]) -> list[str]:
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        return ["  best: none yet"]
+    if len(directions) > 1:
+        return [f"  Pareto front: {len(study.best_trials)} trial(s): {[t.number for t in study.best_trials]}"]
+    best = study.best_trial
+    return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), params {best.params}"]
+
+
+def _now() -> str:
+    return time.strftime("%H:%M:%S")

@@ -1,0 +1,53 @@
+"""Open the study storage: SQLite (WAL) in the campaign folder by default, any Optuna URL otherwise."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import optuna
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+from .folder import CampaignFolder
+
+__all__ = ["storage_url", "open_storage", "describe_storage"]
+
+JOURNAL = "journal"
+
+
+def storage_url(spec_storage: str, folder: CampaignFolder) -> str:
+    """The storage a campaign uses: the spec's URL, the folder's journal file, or its SQLite file."""
+    if spec_storage == JOURNAL:
+        return f"journal:{folder.journal}"
+    return spec_storage or f"sqlite:///{folder.sqlite}"
+
+
+def _enable_wal(path: Path) -> None:
+    # WAL survives a crash mid-write and lets readers (status, dashboard) read while we write.
+    con = sqlite3.connect(path, timeout=60)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+    finally:
+        con.close()
+
+
+def open_storage(url: str) -> BaseStorage:
+    """An Optuna storage for ``url`` (``journal:PATH`` for a journal file)."""
+    if url.startswith("journal:"):
+        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _enable_wal(path)
+        # The busy timeout makes SQLite retry, rather than fail, on 'database is locked'.
+        return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+    return optuna.storages.get_storage(url)
+
+
+def describe_storage(url: str) -> str:
+    """How a user opens this storage with plain Optuna."""
+    if url.startswith("journal:"):
+        path = url.removeprefix("journal:")
+        return f"JournalStorage(JournalFileBackend({path!r}))"
+    return repr(url)

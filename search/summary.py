@@ -1,0 +1,53 @@
+"""Tables of a study's trials (pandas): the best trials, the Pareto front, counts by state."""
+
+from __future__ import annotations
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+__all__ = ["trials_frame", "best_table", "state_counts"]
+
+
+def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
+    row: dict = {"number": trial.number, "state": _state_name(trial)}
+    values = trial.values or []
+    for i, name in enumerate(metrics):
+        row[name] = values[i] if i < len(values) else None
+    row["duration_s"] = trial.user_attrs.get("duration")
+    row.update({f"params.{k}": v for k, v in trial.params.items()})
+    row["reason"] = trial.user_attrs.get("fail_reason") or trial.user_attrs.get("stop_reason") or ""
+    return row
+
+
+def _state_name(trial: FrozenTrial) -> str:
+    if trial.state == TrialState.RUNNING and trial.user_attrs.get("interrupted"):
+        return "INTERRUPTED"
+    return trial.state.name
+
+
+def trials_frame(study: optuna.Study, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """One row per trial, with values named by the study's metrics."""
+    rows = [_row(t, metrics) for t in study.get_trials(deepcopy=False)]
+    return pd.DataFrame(rows)
+
+
+def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], k: int = 5) -> pd.DataFrame:
+    """The best ``k`` complete trials (single objective) or the Pareto front (several)."""
+    frame = trials_frame(study, metrics)
+    if frame.empty:
+        return frame
+    done = frame[frame["state"] == "COMPLETE"]
+    if len(directions) > 1:
+        front = {t.number for t in study.best_trials}
+        return done[done["number"].isin(front)].sort_values(metrics[0], ascending=directions[0] == "minimize")
+    ascending = directions[0] == "minimize"
+    return done.sort_values(metrics[0], ascending=ascending).head(k)
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for trial in study.get_trials(deepcopy=False):
+        name = _state_name(trial)
+        counts[name] = counts.get(name, 0) + 1
+    return counts

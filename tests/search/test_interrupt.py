@@ -1,0 +1,89 @@
+"""Ctrl-C during a campaign: no process left behind, and a storage `hypersweep status` reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from conftest import write_spec
+
+pytestmark = pytest.mark.slow
+
+SPEC = """
+[study]
+name = "slow"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 5
+n_trials = 20
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 50
+options = { sleep = 0.2 }
+
+[space]
+quality = { type = "float", low = 0.0, high = 1.0 }
+
+[cluster]
+n_workers = 2
+"""
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_leaves_no_process_and_a_readable_storage(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+    spec = write_spec(tmp_path / "slow.toml", SPEC)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
+        env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    pgid = proc.pid
+    try:
+        folder = runs / "slow"
+        wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 2, 120, "two trials to report")
+        os.killpg(pgid, signal.SIGINT)  # what a terminal sends to the whole foreground group
+        _out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 130, err
+        assert "interrupted" in err
+        wait_for(lambda: not group_alive(pgid), 30, "every process of the campaign to exit")
+    finally:
+        if group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    status = subprocess.run(
+        [sys.executable, "-m", "search", "status", str(folder)],
+        capture_output=True, text=True, env=subprocess_env, timeout=60,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert "controller not running" in status.stdout
+    assert "interrupted" in status.stdout
+    study = optuna.load_study(study_name="slow", storage=f"sqlite:///{folder / 'study.db'}")
+    running = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    assert running and all(t.user_attrs.get("interrupted") for t in running)

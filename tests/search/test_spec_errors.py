@@ -1,0 +1,99 @@
+"""Every spec mistake is one line naming the file, the key and the rule; exit 2; nothing on disk."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from search.spec import SpecError, load_spec
+
+from conftest import write_spec
+
+GOOD = """
+[study]
+name = "toy"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 1
+n_trials = 3
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 2
+
+[space]
+quality = { type = "float", low = 0.0, high = 1.0 }
+"""
+
+
+def spec_with(tmp_path: Path, old: str, new: str) -> Path:
+    assert old in GOOD, old
+    return write_spec(tmp_path / "spec.toml", GOOD.replace(old, new))
+
+
+def test_good_spec_loads(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path / "spec.toml", GOOD))
+    assert spec.study.name == "toy" and spec.study.directions == ("maximize",)
+    assert spec.space.names == ("quality",)
+    assert len(spec.sha256) == 64
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "fragment"),
+    [
+        ('sampler = "random"', 'sampeler = "random"', "study.sampeler", "did you mean 'sampler'"),
+        ('sampler = "random"', 'sampler = "tpee"', "study.sampler", "did you mean 'tpe'"),
+        ("seed = 1", 'seed = "one"', "study.seed", "must be an integer"),
+        ("n_trials = 3", "n_trials = 0", "study.n_trials", "must be >= 1"),
+        ("low = 0.0, high = 1.0", "low = 2.0, high = 1.0", "space.quality.low", "high"),
+        ('entry = "toy_trainers:fit"', 'entry = "no_such_module:fit"', "trainer.entry", "cannot import"),
+        ('entry = "toy_trainers:fit"', 'entry = "toy_trainers:nothing"', "trainer.entry", "no attribute"),
+        ('entry = "toy_trainers:fit"', 'entry = "toy_trainers"', "trainer.entry", "module:function"),
+        ('metric = "score"', 'metric = "accuracy"', "study.metric", "never reports"),
+        ('name = "toy"', 'name = "../escape"', "study.name", "letters, digits"),
+        ('direction = "maximize"', 'direction = "maximise"', "study.direction", "did you mean 'maximize'"),
+        ("epochs = 2", "epochs = 2\nepoks = 3", "trainer.epoks", "did you mean 'epochs'"),
+        ("quality = {", "qualty = {", "space.qualty", "does not accept"),
+    ],
+)
+def test_spec_error_names_key_and_rule(tmp_path: Path, old: str, new: str, key: str, fragment: str) -> None:
+    path = spec_with(tmp_path, old, new)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert info.value.key == key, message
+    assert message.startswith(f"{path}: {key}: "), message
+    assert fragment in message, message
+    assert "\n" not in message
+
+
+def test_unknown_section_and_bad_toml(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"clustr: unknown key \(did you mean 'cluster'"):
+        load_spec(write_spec(tmp_path / "a.toml", GOOD + "\n[clustr]\nn_workers = 1\n"))
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(write_spec(tmp_path / "b.toml", GOOD + "\n[study\n"))
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "missing.toml")
+
+
+def test_metrics_must_match_directions(tmp_path: Path) -> None:
+    path = spec_with(tmp_path, 'direction = "maximize"', 'directions = ["maximize", "minimize"]')
+    with pytest.raises(SpecError, match="1 metric\\(s\\) for 2 direction\\(s\\)"):
+        load_spec(path)
+
+
+def test_cli_exit_2_one_line_and_nothing_created(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+    path = spec_with(tmp_path, "low = 0.0, high = 1.0", "low = 2.0, high = 1.0")
+    runs = tmp_path / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "search", "run", str(path), "--runs-dir", str(runs)],
+        capture_output=True, text=True, env=subprocess_env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "space.quality.low" in lines[0], proc.stderr
+    assert not runs.exists()

@@ -1,0 +1,33 @@
+"""Tiny trainers for controller tests: real functions run on real Dask workers, no torch.
+
+``fit``: the value climbs towards ``quality`` over the epochs; ``quality < 0`` raises,
+``quality == 99`` returns NaN. ``options.sleep`` seconds per epoch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from trainers.api import Reporter, TrialConfig
+
+
+def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    quality = float(config.params["quality"])
+    if quality < 0:
+        raise ValueError(f"quality {quality} is negative: this trial fails on purpose")
+    sleep = float(config.options.get("sleep", 0.0))
+    metrics: dict[str, float] = {}
+    for epoch in range(1, config.epochs + 1):
+        time.sleep(sleep)
+        score = quality * epoch / config.epochs
+        metrics = {"score": score, "epoch": float(epoch), "examples": float(100 * epoch), "steps": float(epoch)}
+        reporter.report(epoch, metrics)
+        if reporter.should_stop():
+            break
+    if quality == 99:
+        metrics["score"] = float("nan")
+    return metrics
+
+
+fit.accepted_params = frozenset({"quality", "tag"})  # type: ignore[attr-defined]
+fit.reported_metrics = frozenset({"score", "epoch", "examples", "steps"})  # type: ignore[attr-defined]

@@ -1,0 +1,178 @@
+"""The contract between a trainer and whoever runs it.
+
+A trainer is a plain function ``fit(config: TrialConfig, reporter: Reporter) -> dict``.
+It depends on nothing but this module (and torch): no Dask, no Optuna. The same
+function runs under the campaign controller, alone from ``python -m trainers``, or
+in a test with :class:`RecordingReporter`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "TrialConfig",
+    "Reporter",
+    "RecordingReporter",
+    "PrintReporter",
+    "TrainerFn",
+    "load_trainer",
+    "TrainerImportError",
+]
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _check_builtin(value: Any, where: str) -> None:
+    """Raise unless ``value`` is made of builtin scalars, lists and str-keyed dicts."""
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_builtin(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: key {key!r} must be a str")
+            _check_builtin(item, f"{where}.{key}")
+        return
+    raise TypeError(
+        f"{where} = {value!r} has type {type(value).__name__}; "
+        "a trial config holds only builtin types (bool, int, float, str, list, dict)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialConfig:
+    """Everything one trial needs, as plain serialisable data.
+
+    ``params`` are the sampled (and fixed) hyperparameters; ``options`` are the
+    trainer's fixed settings from the spec's ``[trainer.options]`` table.
+    ``devices`` are the concrete accelerator ids leased to this trial (empty on CPU).
+    ``checkpoint_dir`` is where the trainer may write checkpoints (``None``: don't).
+    """
+
+    study: str
+    number: int
+    params: Mapping[str, Any]
+    seed: int
+    epochs: int
+    dataset: str = "digits"
+    device: str = "auto"
+    devices: tuple[int, ...] = ()
+    data_parallel: int = 1
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 1
+    deterministic: bool = False
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.number, int) or self.number < 0:
+            raise ValueError(f"number={self.number!r}: must be an int >= 0")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed={self.seed!r}: must be an int in [0, 2**63)")
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"epochs={self.epochs!r}: must be an int >= 1")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device={self.device!r}: must be one of 'auto', 'cpu', 'cuda'")
+        if not isinstance(self.data_parallel, int) or self.data_parallel < 1:
+            raise ValueError(f"data_parallel={self.data_parallel!r}: must be an int >= 1")
+        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every={self.checkpoint_every!r}: must be an int >= 1")
+        _check_builtin(dict(self.params), "params")
+        _check_builtin(dict(self.options), "options")
+        object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``from_dict`` inverts it)."""
+        data = dataclasses.asdict(self)
+        data["params"] = dict(self.params)
+        data["options"] = dict(self.options)
+        data["devices"] = list(self.devices)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown trial config keys {unknown}; known keys: {sorted(known)}")
+        return cls(**{**data, "devices": tuple(data.get("devices", ()))})
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> TrialConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    """What a trainer may call while it trains.
+
+    ``report`` never blocks on a decision; ``should_stop`` tells the trainer that the
+    controller asked it to stop (pruned, time limit); the trainer then returns its
+    last metrics promptly.
+    """
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None: ...
+
+    def should_stop(self) -> bool: ...
+
+
+class RecordingReporter:
+    """Keeps every report in memory; stops after ``stop_after`` reports if given."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.reports: list[tuple[int, dict[str, float]]] = []
+        self._stop_after = stop_after
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.reports.append((int(step), {k: float(v) for k, v in metrics.items()}))
+
+    def should_stop(self) -> bool:
+        return self._stop_after is not None and len(self.reports) >= self._stop_after
+
+
+class PrintReporter(RecordingReporter):
+    """Prints each report as one JSON line (used by ``python -m trainers``)."""
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        super().report(step, metrics)
+        print(json.dumps({"step": int(step), **{k: _json_float(v) for k, v in metrics.items()}}), flush=True)
+
+
+def _json_float(value: float) -> float | str:
+    value = float(value)
+    return value if math.isfinite(value) else repr(value)
+
+
+TrainerFn = Callable[[TrialConfig, Reporter], Mapping[str, float]]
+
+
+class TrainerImportError(ImportError):
+    """A trainer entry point ``module:function`` that cannot be loaded."""
+
+
+def load_trainer(entry: str) -> TrainerFn:
+    """Import ``"package.module:function"`` and return the function."""
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise TrainerImportError(f"trainer entry {entry!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TrainerImportError(f"trainer entry {entry!r}: cannot import module {module_name!r} ({exc})") from exc
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise TrainerImportError(f"trainer entry {entry!r}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise TrainerImportError(f"trainer entry {entry!r} is not callable")
+    return fn  # type: ignore[return-value]

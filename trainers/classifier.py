@@ -1,0 +1,206 @@
+"""The built-in trainer: an MLP or CNN classifier on "digits" or "synthetic".
+
+``fit(config, reporter)`` parses the params, builds data, model, optimizer and LR
+schedule from ``config.seed``, and hands them to :func:`trainers.loop.train`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from spaces.batch import LRScaling
+from spaces.schedules import make_schedule
+from trainers.api import Reporter, TrialConfig
+from trainers.data import load_dataset
+from trainers.loop import CHECKPOINT_NAME, LoopSettings, Schedule, make_rngs, train
+from trainers.models import MODELS, build_model, set_dropout_generator
+
+__all__ = ["ClassifierParams", "ACCEPTED_PARAMS", "parse_params", "resolve_device", "fit"]
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierParams:
+    """The classifier's hyperparameters; only ``lr`` is required."""
+
+    lr: float
+    model: str = "mlp"
+    batch_size: int = 32
+    optimizer: str = "sgd"
+    momentum: float = 0.9  # sgd only
+    weight_decay: float = 0.0
+    schedule: str = "constant"  # a spaces.schedules family
+    warmup: float = 0.0  # fraction of the total optimizer steps
+    hidden: int = 128  # mlp
+    depth: int = 2  # mlp: number of hidden layers
+    channels: int = 16  # cnn: channels of the first conv layer
+    dropout: float = 0.0
+    lr_scaling: str = "none"  # spaces.batch.LRScaling rule
+    base_batch_size: int = 32  # the batch size at which lr was tuned
+
+    def __post_init__(self) -> None:
+        _check_choice("model", self.model, MODELS)
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_range("lr", self.lr, 0.0, math.inf)
+        _check_range("momentum", self.momentum, 0.0, 1.0, high_open=True)
+        _check_range("weight_decay", self.weight_decay, 0.0, math.inf)
+        _check_range("warmup", self.warmup, 0.0, 1.0, high_open=True)
+        _check_range("dropout", self.dropout, 0.0, 1.0, high_open=True)
+        for name in ("batch_size", "hidden", "channels", "base_batch_size"):
+            _check_range(name, getattr(self, name), 1, math.inf)
+        _check_range("depth", self.depth, 0, math.inf)
+
+
+ACCEPTED_PARAMS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(ClassifierParams))
+_FIELD_KINDS: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(ClassifierParams)}
+
+
+def _check_choice(name: str, value: object, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise ValueError(f"params.{name}={value!r}: must be one of {list(options)}")
+
+
+def _check_range(name: str, value: float, low: float, high: float, high_open: bool = False) -> None:
+    if not (low <= value <= high) or (high_open and value == high):
+        bracket = ")" if high_open or high == math.inf else "]"
+        raise ValueError(f"params.{name}={value!r}: must be in [{low}, {high}{bracket}")
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Ints may stand for floats; integral floats (32.0) for ints; bools for neither."""
+    kind = _FIELD_KINDS[name]
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"params.{name}={value!r}: must be a string")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"params.{name}={value!r}: must be a number")
+    if not math.isfinite(value):
+        raise ValueError(f"params.{name}={value!r}: must be finite")
+    if kind == "int":
+        if value != int(value):
+            raise ValueError(f"params.{name}={value!r}: must be an integer")
+        return int(value)
+    return float(value)
+
+
+def parse_params(params: Mapping[str, Any]) -> ClassifierParams:
+    """Validate and type the trial's params; unknown or missing names raise ValueError."""
+    unknown = sorted(set(params) - ACCEPTED_PARAMS)
+    if unknown:
+        raise ValueError(f"unknown params {unknown}; the classifier accepts {sorted(ACCEPTED_PARAMS)}")
+    if "lr" not in params:
+        raise ValueError(f"params.lr is required; the classifier accepts {sorted(ACCEPTED_PARAMS)}")
+    return ClassifierParams(**{name: _coerce(name, value) for name, value in params.items()})
+
+
+def resolve_device(config: TrialConfig) -> torch.device:
+    """``cpu``; ``cuda:{devices[0]}`` for leased devices; "auto" picks CUDA when there is one."""
+    if config.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        if config.device == "cuda" or config.devices:
+            raise RuntimeError(
+                f"device={config.device!r}, devices={list(config.devices)}: CUDA is not available in this process"
+            )
+        return torch.device("cpu")
+    return torch.device(f"cuda:{config.devices[0]}" if config.devices else "cuda")
+
+
+@contextlib.contextmanager
+def torch_settings(threads: int, deterministic: bool, device: torch.device) -> Iterator[None]:
+    """Set torch's (process-wide) thread count and determinism for one trial, then restore them."""
+    old_threads, old_deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    if deterministic and device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic or old_deterministic)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_deterministic)
+
+
+def make_optimizer(p: ClassifierParams, model: nn.Module) -> torch.optim.Optimizer:
+    """SGD (with momentum), Adam or AdamW; the lr is set by the loop at every step."""
+    if p.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
+    if p.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Zero:
+    """lr = 0 at every step (the spaces schedules require a positive base lr)."""
+
+    def __call__(self, step: int) -> float:
+        return 0.0
+
+
+def make_lr_schedule(p: ClassifierParams, steps_per_epoch: int, epochs: int) -> Schedule:
+    """The ``p.schedule`` family at ``p.lr`` scaled to ``p.batch_size``, with ``p.warmup`` of the steps."""
+    if p.lr == 0.0:
+        return _Zero()
+    total_steps = steps_per_epoch * epochs
+    base_lr = LRScaling(p.lr_scaling, p.base_batch_size)(p.lr, p.batch_size)
+    return make_schedule(p.schedule, base_lr, total_steps, warmup_steps=int(p.warmup * total_steps))
+
+
+def _identity(config: TrialConfig) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed by this trial."""
+    return {
+        "params": dict(config.params),
+        "seed": config.seed,
+        "dataset": config.dataset,
+        "options": dict(config.options),
+    }
+
+
+def _threads(options: Mapping[str, Any]) -> int:
+    threads = options.get("torch_threads", 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"options.torch_threads={threads!r}: must be an int >= 1")
+    return threads
+
+
+def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """Train a classifier as ``config`` says, reporting once per epoch; return the last metrics."""
+    params = parse_params(config.params)
+    if config.data_parallel != 1:
+        raise ValueError(f"data_parallel={config.data_parallel}: the classifier trains in one process")
+    device = resolve_device(config)
+    with torch_settings(_threads(config.options), config.deterministic, device):
+        data = load_dataset(config.dataset, config.options).to(device)
+        init_generator, rngs = make_rngs(config.seed, device)
+        model = build_model(dataclasses.asdict(params), data.input_shape, data.n_classes, init_generator)
+        model = model.to(device)
+        set_dropout_generator(model, rngs.dropout)
+        optimizer = make_optimizer(params, model)
+        steps_per_epoch = math.ceil(len(data.y_train) / params.batch_size)
+        schedule = make_lr_schedule(params, steps_per_epoch, config.epochs)
+        settings = LoopSettings(
+            epochs=config.epochs,
+            batch_size=params.batch_size,
+            checkpoint_path=Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir else None,
+            checkpoint_every=config.checkpoint_every,
+            identity=_identity(config),
+        )
+        return train(model, optimizer, schedule, data, settings, rngs, reporter)
+
+
+fit.accepted_params = ACCEPTED_PARAMS  # type: ignore[attr-defined]
+fit.reported_metrics = frozenset(  # type: ignore[attr-defined]
+    {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds"}
+)

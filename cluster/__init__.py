@@ -4,7 +4,7 @@ The only package that imports ``distributed``. Nothing here imports optuna or
 search, and torch only inside a running trial.
 """
 
-from .connect import ClusterError, ClusterOptions, detect_gpus, open_cluster, slot_resource
+from .connect import ClusterError, ClusterOptions, detect_gpus, open_cluster, quiet_dask_logs, slot_resource
 from .executor import DaskExecutor, Finished, Report, Slots, TrialExecutor, TrialRequest
 
 __all__ = [
@@ -18,5 +18,6 @@ __all__ = [
     "TrialRequest",
     "detect_gpus",
     "open_cluster",
+    "quiet_dask_logs",
     "slot_resource",
 ]

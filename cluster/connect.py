@@ -18,7 +18,7 @@ from typing import Any
 
 from distributed import Client, LocalCluster
 
-__all__ = ["ClusterOptions", "ClusterError", "open_cluster", "detect_gpus", "slot_resource", "worker_slots"]
+__all__ = ["quiet_dask_logs", "ClusterOptions", "ClusterError", "open_cluster", "detect_gpus", "slot_resource", "worker_slots"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,15 @@ class ClusterOptions:
                 f"host={self.host!r}: the embedded cluster listens on loopback only "
                 "(127.0.0.1); to spread over machines start a scheduler yourself and pass its address"
             )
+
+
+def quiet_dask_logs(level: int = logging.ERROR) -> None:
+    """Hide Dask's start/stop chatter (INFO) in this process; errors still show."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in ("distributed", "dask", "tornado"):
+            logging.getLogger(name).setLevel(level)
+    for name in ("distributed", "dask", "tornado"):
+        logging.getLogger(name).setLevel(level)
 
 
 def _is_loopback(host: str) -> bool:
@@ -132,8 +141,9 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
         dashboard_address=f"{options.host}:0" if options.dashboard else None,
         resources=resources,
         memory_limit=options.memory_limit,
-        env=dict(env or {}),
-        silence_logs=logging.WARNING,
+        worker_dashboard_address=f"{options.host}:0" if options.dashboard else None,
+        env={"DASK_LOGGING__DISTRIBUTED": "error", **dict(env or {})},
+        silence_logs=False,  # keep the levels the caller chose (quiet_dask_logs)
     )
     try:
         client = Client(cluster, timeout=options.connect_timeout)

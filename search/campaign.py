@@ -79,6 +79,7 @@ class Campaign:
         executor: TrialExecutor,
         on_progress: Callable[[Snapshot], None] | None = None,
         poll_interval: float = 0.25,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.spec = spec
         self.folder = folder
@@ -86,9 +87,10 @@ class Campaign:
         self.executor = executor
         self._on_progress = on_progress or (lambda _s: None)
         self._poll = poll_interval
+        self._clock = clock  # wall-clock seconds; a simulated executor passes its virtual clock
         self._running: dict[int, RunningTrial] = {}
         self._counts = {"complete": 0, "pruned": 0, "failed": 0}
-        self._started = time.monotonic()
+        self._started = clock()
         self._pruner_ready = spec.study.pruner in ("none", "median", "percentile") or spec.pruning.min_resource > 0
         self._resumable: list[optuna.trial.FrozenTrial] = []
         self._best: float | None = None
@@ -144,7 +146,7 @@ class Campaign:
 
     def _time_left(self) -> bool:
         budget = self.spec.study.time_budget
-        return budget <= 0 or time.monotonic() - self._started < budget
+        return budget <= 0 or self._clock() - self._started < budget
 
     def _check_capacity(self) -> None:
         slots = self.executor.slots()
@@ -204,7 +206,7 @@ class Campaign:
         trial.set_user_attr("seed", config["seed"])
         trial.set_user_attr("config", config)
         width = self._trial_width()
-        self._running[trial.number] = RunningTrial(trial, config, width, time.time())
+        self._running[trial.number] = RunningTrial(trial, config, width, self._clock())
         self.executor.submit(TrialRequest(trial.number, self.spec.trainer.entry, config, width))
 
     # --- reports and pruning -------------------------------------------------------------------
@@ -353,7 +355,7 @@ class Campaign:
             running=len(self._running),
             budget=self.spec.study.n_trials,
             best=self._best_value(),
-            elapsed=time.monotonic() - self._started,
+            elapsed=self._clock() - self._started,
         )
 
     def _best_value(self) -> float | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,9 +101,14 @@ def _fail(code: int, message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("distributed", "dask"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)  # cluster start/stop chatter; errors still show
-    from cluster import ClusterError
+    # Worker processes read their log levels from the environment at start: keep them quiet too.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+    from cluster import ClusterError, quiet_dask_logs
+
+    quiet_dask_logs()
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     from .campaign import CampaignError
     from .folder import FolderLockedError

@@ -37,6 +37,7 @@ class Progress:
         self._enabled = enabled
         self._last_line = ""
         self._last_time = 0.0
+        self._last_done = -1
 
     def __call__(self, snapshot: Snapshot) -> None:
         if not self._enabled:
@@ -47,12 +48,13 @@ class Progress:
                 self._stream.write("\r\x1b[2K" + line)
                 self._stream.flush()
         else:
-            done_changed = line.split(" running")[0] != self._last_line.split(" running")[0]
-            if done_changed or time.monotonic() - self._last_time >= self._interval:
+            done = snapshot.complete + snapshot.pruned + snapshot.failed
+            if done != self._last_done or time.monotonic() - self._last_time >= self._interval:
                 self._stream.write(line + "\n")
                 self._stream.flush()
                 self._last_time = time.monotonic()
         self._last_line = line
+        self._last_done = snapshot.complete + snapshot.pruned + snapshot.failed
 
     def close(self) -> None:
         if self._enabled and self._tty and self._last_line:

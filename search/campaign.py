@@ -20,6 +20,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from spaces.errors import SpaceError
+
 from cluster.executor import Finished, Report, TrialExecutor, TrialRequest
 
 from .folder import CampaignFolder
@@ -201,13 +203,23 @@ class Campaign:
         }
 
     def _dispatch(self, trial: optuna.Trial) -> None:
-        config = self._trial_config(trial)
+        try:
+            config = self._trial_config(trial)
+        except SpaceError as exc:  # e.g. a genome over the parameter limit: no slot is spent on it
+            self._reject(trial, f"invalid parameters: {exc}")
+            return
         self.folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
         trial.set_user_attr("seed", config["seed"])
         trial.set_user_attr("config", config)
         width = self._trial_width()
         self._running[trial.number] = RunningTrial(trial, config, width, self._clock())
         self.executor.submit(TrialRequest(trial.number, self.spec.trainer.entry, config, width))
+
+    def _reject(self, trial: optuna.Trial, reason: str) -> None:
+        trial.set_user_attr("fail_reason", reason)
+        self.study.tell(trial, state=TrialState.FAIL)
+        self._counts["failed"] += 1
+        log.info("trial %d rejected before dispatch: %s", trial.number, reason)
 
     # --- reports and pruning -------------------------------------------------------------------
 
@@ -302,7 +314,11 @@ class Campaign:
                 trial.set_user_attr(key, outcome[key])
         if "started" in outcome and "finished" in outcome:
             trial.set_user_attr("duration", float(outcome["finished"]) - float(outcome["started"]))
-        trial.set_user_attr("metrics", {k: _json_num(v) for k, v in dict(outcome.get("metrics") or {}).items()})
+        metrics = {k: _json_num(v) for k, v in dict(outcome.get("metrics") or {}).items()}
+        trial.set_user_attr("metrics", metrics)
+        for size in ("n_params", "macs"):  # model size, where the trainer measures it
+            if size in metrics:
+                trial.set_user_attr(size, metrics[size])
         trial.set_user_attr("history", [[s, {k: _json_num(v) for k, v in m.items()}] for s, m, _t in running.reports])
 
     def _verdict(self, running: RunningTrial, outcome: Mapping[str, Any]) -> tuple[TrialState, list[float], str]:

@@ -46,10 +46,13 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from spaces.architecture import GenomeParam
+from spaces.params import SearchSpace
 from spaces.genomes import CellGenome, CellSpace, Genome, LayerGenome, LayerSpace, SupportsSuggest
 from spaces.mutations import mutate_with_kind
 
 __all__ = [
+    "evolution_sampler_for",
     "GENOME_ATTR",
     "MUTATION_ATTR",
     "PARENT_ATTR",
@@ -255,3 +258,16 @@ class RegularizedEvolutionSampler(BaseSampler):
         storage.set_trial_system_attr(trial._trial_id, GENOME_ATTR, lineage.genome)
         storage.set_trial_system_attr(trial._trial_id, PARENT_ATTR, lineage.parent)
         storage.set_trial_system_attr(trial._trial_id, MUTATION_ATTR, lineage.mutation)
+
+
+def evolution_sampler_for(space: SearchSpace, seed: int, population_size: int = 20, sample_size: int = 5) -> RegularizedEvolutionSampler:
+    """The evolution sampler for the one architecture parameter of ``space``; TPE for the rest."""
+    genomes = [p for p in space if isinstance(p, GenomeParam)]
+    if len(genomes) != 1:
+        raise ValueError(
+            f"sampler 'evolution' needs exactly one architecture parameter "
+            f"(type 'layers' or 'cell') in [space]; found {len(genomes)}"
+        )
+    return RegularizedEvolutionSampler(
+        genomes[0].space, prefix=genomes[0].name, population_size=population_size, sample_size=sample_size, seed=seed
+    )

@@ -86,7 +86,7 @@ class PrunerSpec:
     n_startup_trials: int = 4
     n_warmup_steps: int = 0
     percentile: float = 25.0
-    min_resource: int = 1
+    min_resource: int = 0
     reduction_factor: int = 3
     max_resource: int = 0
 
@@ -276,7 +276,7 @@ def _pruning(t: _Table) -> PrunerSpec:
         n_startup_trials=t.int("n_startup_trials", 4, minimum=0),
         n_warmup_steps=t.int("n_warmup_steps", 0, minimum=0),
         percentile=t.float("percentile", 25.0, minimum=0.0),
-        min_resource=t.int("min_resource", 1, minimum=1),
+        min_resource=t.int("min_resource", 0, minimum=0),
         reduction_factor=t.int("reduction_factor", 3),
         max_resource=t.int("max_resource", 0, minimum=0),
     )
@@ -345,6 +345,8 @@ def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") 
         pass  # NSGA-II works on one objective too; allowed.
     if study.sampler == "grid":
         _check_grid(source, space)
+    if study.sampler == "evolution":
+        _check_evolution(source, space, study)
     _check_trainer(source, trainer, space, study.metrics)
     return CampaignSpec(study, trainer, space, cluster, pruning, source, text)
 
@@ -358,6 +360,19 @@ def _check_grid(source: str, space: SearchSpace) -> None:
                 source, f"space.{name}",
                 "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous",
             )  # fmt: skip
+
+
+def _check_evolution(source: str, space: SearchSpace, study: StudySpec) -> None:
+    from spaces.architecture import GenomeParam
+
+    genomes = [p.name for p in space if isinstance(p, GenomeParam)]
+    if len(genomes) != 1:
+        raise SpecError(
+            source, "study.sampler",
+            f"'evolution' needs exactly one architecture parameter (type 'layers' or 'cell') in [space], found {len(genomes)}",
+        )  # fmt: skip
+    if study.multi_objective:
+        raise SpecError(source, "study.sampler", "'evolution' is single-objective; use 'nsga2' for several objectives")
 
 
 def load_spec(path: str | Path) -> CampaignSpec:

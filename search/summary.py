@@ -6,7 +6,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["trials_frame", "best_table", "state_counts"]
+__all__ = ["trials_frame", "best_table", "state_counts", "trial_params"]
 
 
 def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
@@ -15,9 +15,17 @@ def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
     for i, name in enumerate(metrics):
         row[name] = values[i] if i < len(values) else None
     row["duration_s"] = trial.user_attrs.get("duration")
-    row.update({f"params.{k}": v for k, v in trial.params.items()})
+    row.update({f"params.{k}": v for k, v in trial_params(trial).items()})
     row["reason"] = trial.user_attrs.get("fail_reason") or trial.user_attrs.get("stop_reason") or ""
     return row
+
+
+def trial_params(trial: FrozenTrial) -> dict:
+    """The parameters the trainer got (genomes as their strings), else Optuna's flat ones."""
+    config = trial.user_attrs.get("config")
+    if isinstance(config, dict) and isinstance(config.get("params"), dict):
+        return dict(config["params"])
+    return dict(trial.params)
 
 
 def _state_name(trial: FrozenTrial) -> str:

@@ -14,6 +14,7 @@ from spaces.params import (
     parse_space,
     register_param_type,
 )
+from spaces.architecture import GenomeParam, genome_from_string  # registers "layers" and "cell"
 from spaces.schedules import (
     SCHEDULE_FAMILIES,
     Constant,
@@ -38,6 +39,7 @@ __all__ = [
     "Exponential",
     "FixedParam",
     "FloatParam",
+    "GenomeParam",
     "IntParam",
     "LRScaling",
     "OneCycle",
@@ -48,6 +50,7 @@ __all__ = [
     "SpaceError",
     "StepDecay",
     "WarmupCosine",
+    "genome_from_string",
     "make_schedule",
     "parse_space",
     "power_of_two_sizes",

@@ -58,6 +58,21 @@ class Param(abc.ABC):
     def to_builtin(self, value: Any) -> Any:
         """A sampled value as a plain builtin (no numpy types)."""
 
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """The flat Optuna parameters this entry is searched through (one, or none if fixed).
+
+        Composite parameters (architecture genomes) return several and override
+        :meth:`value_from`.
+        """
+        dist = self.distribution()
+        return {} if dist is None else {self.name: dist}
+
+    def value_from(self, sampled: Mapping[str, Any]) -> Any:
+        """This parameter's value from the flat sampled values."""
+        if self.name not in sampled:
+            raise SpaceError(self.name, "missing from the sampled values")
+        return self.to_builtin(sampled[self.name])
+
 
 @dataclass(frozen=True)
 class FloatParam(Param):
@@ -261,8 +276,10 @@ class SearchSpace:
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """The searched parameters' Optuna distributions, by name."""
-        dists = {p.name: p.distribution() for p in self.params}
-        return {name: d for name, d in dists.items() if d is not None}
+        dists: dict[str, BaseDistribution] = {}
+        for param in self.params:
+            dists.update(param.distributions())
+        return dists
 
     def fixed(self) -> dict[str, Any]:
         """The constant parameters' values, by name."""
@@ -281,12 +298,7 @@ class SearchSpace:
                 raise SpaceError(str(name), f"{rule}; searched: {', '.join(searched) or '(none)'}")
         out: dict[str, Any] = {}
         for param in self.params:
-            if isinstance(param, FixedParam):
-                out[param.name] = param.value
-            elif param.name in sampled:
-                out[param.name] = param.to_builtin(sampled[param.name])
-            else:
-                raise SpaceError(param.name, "missing from the sampled values")
+            out[param.name] = param.value if isinstance(param, FixedParam) else param.value_from(sampled)
         return out
 
 

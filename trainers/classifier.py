@@ -17,10 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from spaces.architecture import genome_from_string
 from spaces.batch import LRScaling
 from spaces.schedules import make_schedule
 from trainers.api import Reporter, TrialConfig
 from trainers.data import load_dataset
+from trainers.genome_models import build_genome_model, count_params_and_macs
 from trainers.loop import CHECKPOINT_NAME, LoopSettings, Schedule, make_rngs, train
 from trainers.models import MODELS, build_model, set_dropout_generator
 
@@ -47,6 +49,7 @@ class ClassifierParams:
     dropout: float = 0.0
     lr_scaling: str = "none"  # spaces.batch.LRScaling rule
     base_batch_size: int = 32  # the batch size at which lr was tuned
+    arch: str = ""  # an architecture genome's canonical string; replaces ``model`` when set
 
     def __post_init__(self) -> None:
         _check_choice("model", self.model, MODELS)
@@ -59,6 +62,11 @@ class ClassifierParams:
         for name in ("batch_size", "hidden", "channels", "base_batch_size"):
             _check_range(name, getattr(self, name), 1, math.inf)
         _check_range("depth", self.depth, 0, math.inf)
+        if self.arch:
+            try:
+                genome_from_string(self.arch)
+            except ValueError as exc:
+                raise ValueError(f"params.arch={self.arch!r}: not a valid genome ({exc})") from None
 
 
 ACCEPTED_PARAMS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(ClassifierParams))
@@ -184,7 +192,8 @@ def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     with torch_settings(_threads(config.options), config.deterministic, device):
         data = load_dataset(config.dataset, config.options).to(device)
         init_generator, rngs = make_rngs(config.seed, device)
-        model = build_model(dataclasses.asdict(params), data.input_shape, data.n_classes, init_generator)
+        model = _build(params, data.input_shape, data.n_classes, init_generator)
+        size = _size_metrics(model, data.input_shape)
         model = model.to(device)
         set_dropout_generator(model, rngs.dropout)
         optimizer = make_optimizer(params, model)
@@ -197,10 +206,35 @@ def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
             checkpoint_every=config.checkpoint_every,
             identity=_identity(config),
         )
-        return train(model, optimizer, schedule, data, settings, rngs, reporter)
+        final = train(model, optimizer, schedule, data, settings, rngs, _WithStatic(reporter, size))
+        return {**final, **size}
+
+
+def _build(p: ClassifierParams, input_shape: tuple[int, ...], n_classes: int, g: torch.Generator) -> nn.Module:
+    if p.arch:
+        return build_genome_model(genome_from_string(p.arch), input_shape, n_classes, g)
+    return build_model(dataclasses.asdict(p), input_shape, n_classes, g)
+
+
+def _size_metrics(model: nn.Module, input_shape: tuple[int, ...]) -> dict[str, float]:
+    n_params, macs = count_params_and_macs(model, input_shape)
+    return {"n_params": float(n_params), "macs": float(macs)}
+
+
+class _WithStatic:
+    """A reporter that adds fixed metrics (model size) to every report."""
+
+    def __init__(self, inner: Reporter, static: Mapping[str, float]) -> None:
+        self._inner, self._static = inner, dict(static)
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._inner.report(step, {**metrics, **self._static})
+
+    def should_stop(self) -> bool:
+        return self._inner.should_stop()
 
 
 fit.accepted_params = ACCEPTED_PARAMS  # type: ignore[attr-defined]
 fit.reported_metrics = frozenset(  # type: ignore[attr-defined]
-    {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds"}
+    {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params", "macs"}
 )

@@ -87,3 +87,41 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(tmp_path: Path, subproc
     study = optuna.load_study(study_name="slow", storage=f"sqlite:///{folder / 'study.db'}")
     running = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
     assert running and all(t.user_attrs.get("interrupted") for t in running)
+
+
+@pytest.mark.timeout(300)
+def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+    body = SPEC.replace("n_trials = 20", "n_trials = 4").replace("epochs = 50", "epochs = 6")
+    spec = write_spec(tmp_path / "slow.toml", body)
+    runs = tmp_path / "runs"
+    folder = runs / "slow"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
+        env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 1, 120, "a trial to report")
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=90)
+        assert proc.returncode == 130
+    finally:
+        if group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    study = optuna.load_study(study_name="slow", storage=f"sqlite:///{folder / 'study.db'}")
+    before = {t.number: t.params for t in study.get_trials()}
+    interrupted = [t.number for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    assert interrupted
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
+        capture_output=True, text=True, env=subprocess_env, timeout=240,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    trials = optuna.load_study(study_name="slow", storage=f"sqlite:///{folder / 'study.db'}").get_trials()
+    assert len(trials) == 4
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for number, params in before.items():
+        assert trials[number].params == params  # same numbers, same parameters
+    for number in interrupted:
+        history_steps = [step for step, _m in trials[number].user_attrs["history"]]
+        assert history_steps == sorted(set(history_steps))

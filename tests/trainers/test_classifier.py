@@ -10,7 +10,7 @@ from trainers.api import RecordingReporter
 from trainers.classifier import ACCEPTED_PARAMS, fit, parse_params, resolve_device
 
 Strip = Callable[[dict[str, float]], dict[str, float]]
-METRIC_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds"}
+METRIC_KEYS = set(fit.reported_metrics)
 
 
 def test_reports_every_epoch_with_all_metrics(make_config) -> None:
@@ -128,3 +128,20 @@ def test_device_resolution(make_config) -> None:
         for fields in ({"device": "cuda"}, {"device": "auto", "devices": (0,)}):
             with pytest.raises(RuntimeError, match="CUDA is not available"):
                 resolve_device(make_config(**fields))
+
+
+def test_reported_metrics_declared_and_model_size_measured(make_config) -> None:
+    assert {"val_accuracy", "val_loss", "examples", "steps", "n_params", "macs"} <= set(fit.reported_metrics)
+    mlp = fit(make_config({"lr": 0.05, "hidden": 16, "depth": 1}, epochs=1), RecordingReporter())
+    # 64 -> 16 -> 10 with biases: 64*16 + 16 + 16*10 + 10 weights; MACs: 64*16 + 16*10
+    assert mlp["n_params"] == 64 * 16 + 16 + 16 * 10 + 10
+    assert mlp["macs"] == 64 * 16 + 16 * 10
+
+
+def test_architecture_genome_param_builds_the_genome_model(make_config) -> None:
+    cell = "|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|avg_pool_3x3~2|"
+    reporter = RecordingReporter()
+    final = fit(make_config({"lr": 0.01, "optimizer": "adam", "arch": cell}, epochs=1), reporter)
+    assert final["n_params"] > 0 and final["val_accuracy"] > 0.1
+    with pytest.raises(ValueError, match="params.arch"):
+        fit(make_config({"lr": 0.01, "arch": "|bogus~0|"}, epochs=1), RecordingReporter())

@@ -1,0 +1,202 @@
+"""PNG plots of a batch-size scaling sweep (matplotlib, no pyplot).
+
+Each function draws on its own :class:`matplotlib.figure.Figure` with an Agg
+canvas, writes one PNG and returns its path: no global pyplot state, no
+backend switch, safe in threads and in the controller process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from search.scaling import (
+    MAXIMAL_EFFICIENCY,
+    PERFECT_EFFICIENCY,
+    LRRuleFit,
+    Regime,
+    ScalingFit,
+    regime_boundaries,
+)
+
+__all__ = [
+    "plot_steps_to_target",
+    "plot_examples_to_target",
+    "plot_lr_rule",
+    "plot_noise_scale",
+]
+
+REGIME_COLOURS = {
+    Regime.PERFECT_SCALING: "#d9f0d3",
+    Regime.DIMINISHING_RETURNS: "#fee8c8",
+    Regime.MAXIMAL_DATA_PARALLELISM: "#f4cccc",
+}
+
+
+def _figure() -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(6.4, 4.4), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _batch_axis(ax: Axes, x: np.ndarray) -> None:
+    """Log2 x axis labelled with plain batch sizes (8, 16, ...)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlim(x[0], x[-1])
+    ax.set_xlabel("batch size B")
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _grid(batch_sizes: Sequence[float], not_reached: Sequence[float]) -> np.ndarray:
+    every = [float(b) for b in (*batch_sizes, *not_reached)]
+    low, high = min(every), max(every)
+    return np.geomspace(low / 1.5, high * 1.5, 200)
+
+
+def _shade_regimes(ax: Axes, fit: ScalingFit, x: np.ndarray, perfect: float, maximal: float) -> None:
+    b_perfect, b_maximal = regime_boundaries(fit, perfect, maximal)
+    spans = [
+        (Regime.PERFECT_SCALING, x[0], b_perfect),
+        (Regime.DIMINISHING_RETURNS, b_perfect, b_maximal),
+        (Regime.MAXIMAL_DATA_PARALLELISM, b_maximal, x[-1]),
+    ]
+    for regime, low, high in spans:
+        low, high = max(low, x[0]), min(high, x[-1])
+        if high > low:
+            ax.axvspan(low, high, color=REGIME_COLOURS[regime], zorder=0, label=regime.value)
+
+
+def _mark_not_reached(ax: Axes, not_reached: Sequence[float]) -> None:
+    if not not_reached:
+        return
+    ax.plot(
+        [float(b) for b in not_reached],
+        [1.0] * len(not_reached),
+        "x",
+        color="firebrick",
+        markersize=9,
+        transform=ax.get_xaxis_transform(),
+        clip_on=False,
+        label="target not reached",
+    )
+
+
+def plot_steps_to_target(
+    path: str | Path,
+    batch_sizes: Sequence[float],
+    steps: Sequence[float],
+    fit: ScalingFit | None = None,
+    *,
+    not_reached: Sequence[float] = (),
+    perfect: float = PERFECT_EFFICIENCY,
+    maximal: float = MAXIMAL_EFFICIENCY,
+) -> Path:
+    """Best steps-to-target per batch size (log-log), the fitted ``S(B)`` and the regimes shaded.
+
+    Batch sizes in ``not_reached`` are marked with a red x on the top edge.
+    """
+    fig, ax = _figure()
+    x = _grid(batch_sizes, not_reached)
+    if fit is not None and fit.b_noise > 0 and math.isfinite(fit.b_noise):
+        _shade_regimes(ax, fit, x, perfect, maximal)
+    ax.plot(batch_sizes, steps, "o", color="black", label="best steps to target", zorder=3)
+    if fit is not None:
+        ax.plot(
+            x,
+            fit.predict_steps(x),
+            "-",
+            color="tab:blue",
+            label=f"fit: S_min={fit.s_min:.3g}, B_noise={fit.b_noise:.3g}",
+            zorder=2,
+        )
+        if math.isfinite(fit.b_crit) and fit.b_crit > 0:
+            ax.axvline(fit.b_crit, color="tab:blue", linestyle=":", label=f"B_crit≈{fit.b_crit:.3g}")
+    _mark_not_reached(ax, not_reached)
+    _batch_axis(ax, x)
+    ax.set_yscale("log")
+    ax.set_ylabel("steps to target")
+    ax.set_title("Steps to target vs batch size")
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_examples_to_target(
+    path: str | Path,
+    batch_sizes: Sequence[float],
+    examples: Sequence[float],
+    fit: ScalingFit | None = None,
+    *,
+    not_reached: Sequence[float] = (),
+) -> Path:
+    """Best examples-to-target per batch size (log-log) and the fitted ``E(B) = E_min (1 + B/B_noise)``."""
+    fig, ax = _figure()
+    x = _grid(batch_sizes, not_reached)
+    ax.plot(batch_sizes, examples, "o", color="black", label="best examples to target", zorder=3)
+    if fit is not None:
+        ax.plot(x, fit.predict_examples(x), "-", color="tab:orange", label=f"fit: E_min={fit.e_min:.3g}")
+        if fit.e_min > 0:
+            ax.axhline(fit.e_min, color="tab:orange", linestyle=":", label="E_min")
+    _mark_not_reached(ax, not_reached)
+    _batch_axis(ax, x)
+    ax.set_yscale("log")
+    ax.set_ylabel("examples to target")
+    ax.set_title("Examples to target vs batch size")
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_lr_rule(path: str | Path, lr_fit: LRRuleFit) -> Path:
+    """Best LR per batch size (log-log) with the fitted power law, the linear and the square-root rules."""
+    fig, ax = _figure()
+    x = _grid(lr_fit.batch_sizes, ())
+    ax.plot(lr_fit.batch_sizes, lr_fit.best_lrs, "o", color="black", label="best learning rate", zorder=3)
+    ax.plot(x, lr_fit.predict(x), "-", color="tab:green", label=f"fit: lr ∝ B^{lr_fit.alpha:.2f}")
+    ax.plot(x, lr_fit.linear_rule(x), "--", color="tab:red", label="linear rule (lr ∝ B)")
+    ax.plot(x, lr_fit.sqrt_rule(x), "--", color="tab:purple", label="square-root rule (lr ∝ √B)")
+    _batch_axis(ax, x)
+    ax.set_yscale("log")
+    ax.set_ylabel("learning rate")
+    ax.set_title("Best learning rate vs batch size")
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_noise_scale(path: str | Path, histories: Mapping[int, Sequence[tuple[float, float]]]) -> Path:
+    """``B_simple`` over training, one line per batch size: ``{B: [(step, b_simple), ...]}``.
+
+    Non-finite values are left out; the y axis is logarithmic when every
+    value drawn is positive (early estimates can be negative).
+    """
+    fig, ax = _figure()
+    drawn: list[float] = []
+    for b in sorted(histories):
+        points = [(float(s), float(v)) for s, v in histories[b] if math.isfinite(float(v))]
+        if not points:
+            continue
+        steps, values = zip(*points, strict=True)
+        ax.plot(steps, values, "-", label=f"B={b}")
+        drawn.extend(values)
+    if drawn and min(drawn) > 0:
+        ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("B_simple = tr(Σ) / |G|²")
+    ax.set_title("Gradient noise scale over training")
+    if drawn:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no noise-scale measurements", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, path)

@@ -27,7 +27,7 @@ from cluster.executor import Finished, Report, TrialExecutor, TrialRequest
 from .folder import CampaignFolder
 from .pruning import make_pruner, resource_of
 from .seeds import trial_seed
-from .spec import CampaignSpec
+from .spec import DATA_PARALLEL, CampaignSpec
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
 
@@ -51,10 +51,21 @@ class RunningTrial:
     reports: list[tuple[int, dict[str, float], float]] = dataclasses.field(default_factory=list)
     recorded_steps: set[int] = dataclasses.field(default_factory=set)
     stop_reason: str = ""
+    stop_trigger_time: float = 0.0  # when the report that led to the stop was sent (worker clock)
+    stop_requested_at: float = 0.0
 
     @property
     def number(self) -> int:
         return self.trial.number
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A trial asked and configured, waiting for enough free slots."""
+
+    trial: optuna.Trial
+    config: dict[str, Any]
+    width: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +107,12 @@ class Campaign:
         self._pruner_ready = spec.study.pruner in ("none", "median", "percentile") or spec.pruning.min_resource > 0
         self._resumable: list[optuna.trial.FrozenTrial] = []
         self._best: float | None = None
+        self._pending: Prepared | None = None
+        self._dispatch_ahead = 0
+        self._next_number = 0  # the number the next ask gets
+        self._next_to_tell = 0  # deterministic campaigns tell in number order
+        self._told_early: dict[int, tuple[RunningTrial, dict[str, Any]]] = {}
+        self._told: set[int] = set()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -110,7 +127,7 @@ class Campaign:
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
-                self._enforce_time_budget()
+                self._enforce_time_limits()
                 self._on_progress(self.snapshot())
         except BaseException:
             self._mark_interrupted()
@@ -128,7 +145,11 @@ class Campaign:
     # --- budget and capacity ---------------------------------------------------------------
 
     def _count_existing(self) -> None:
-        for frozen in self.study.get_trials(deepcopy=False):
+        trials = self.study.get_trials(deepcopy=False)
+        self._next_number = len(trials)
+        for frozen in trials:
+            if frozen.state.is_finished():
+                self._mark_told(frozen.number)
             if frozen.state == TrialState.COMPLETE:
                 self._counts["complete"] += 1
                 self._track_best(frozen.values)
@@ -143,7 +164,9 @@ class Campaign:
         return sum(self._counts.values())
 
     def _budget_left(self) -> int:
-        left = self.spec.study.n_trials - self._finished_count() - len(self._running) - len(self._resumable)
+        pending = 1 if self._pending is not None else 0
+        in_hand = len(self._running) + len(self._resumable) + len(self._told_early) + pending
+        left = self.spec.study.n_trials - self._finished_count() - in_hand
         return max(0, left)
 
     def _time_left(self) -> bool:
@@ -154,14 +177,12 @@ class Campaign:
         slots = self.executor.slots()
         if slots.total < 1:
             raise CampaignError("the cluster has no worker with a free slot")
-        width = self._trial_width()
+        width = max(self.spec.widths())
         if width > slots.widest:
             raise CampaignError(
-                f"a trial needs {width} {slots.resource} slot(s) but the widest worker has {slots.widest}"
+                f"a trial may need {width} {slots.resource} slots (data_parallel) "
+                f"but the widest worker has {slots.widest}; give workers more slots or lower data_parallel"
             )
-
-    def _trial_width(self) -> int:
-        return 1
 
     def _busy_slots(self) -> int:
         return sum(r.width for r in self._running.values())
@@ -169,17 +190,48 @@ class Campaign:
     # --- dispatch ------------------------------------------------------------------------------
 
     def _fill_slots(self) -> None:
-        total = self.executor.slots().total
-        while self._busy_slots() + self._trial_width() <= total and self._time_left():
-            if self._resumable:
-                self._dispatch(self._reopen(self._resumable.pop(0)))
-            elif self._budget_left() > 0:
-                self._dispatch(self._ask())
-            else:
+        """Start trials while there are free slots (plus ``dispatch_ahead`` queued at the workers)."""
+        capacity = self.executor.slots().total + self._dispatch_ahead
+        while self._time_left():
+            prepared = self._pending or self._prepare_next()
+            if prepared is None:
+                if self.spec.study.deterministic:
+                    self._flush_in_order()  # the budget may be fully asked now
                 return
+            if self._running and self._busy_slots() + prepared.width > capacity:
+                self._pending = prepared  # asked already: it goes first when slots free up
+                return
+            self._pending = None
+            self._launch(prepared)
+
+    def _prepare_next(self) -> Prepared | None:
+        """The next trial to run, asked and configured; None when the budget is spent (or must wait)."""
+        while True:
+            if self._resumable:
+                trial = self._reopen(self._resumable.pop(0))
+            elif self._budget_left() > 0 and self._may_ask():
+                trial = self._ask()
+            else:
+                return None
+            try:
+                config = self._trial_config(trial)
+            except SpaceError as exc:  # e.g. a genome over the parameter limit: no slot is spent on it
+                self._reject(trial, f"invalid parameters: {exc}")
+                continue
+            return Prepared(trial, config, int(config["data_parallel"]))
+
+    def _may_ask(self) -> bool:
+        """Deterministic campaigns sample trial k from trials 0..k-P-1 only, once all of them are told."""
+        if not self.spec.study.deterministic:
+            return True
+        return self._next_to_tell >= self._next_number - self.spec.study.parallelism
 
     def _ask(self) -> optuna.Trial:
-        return self.study.ask(fixed_distributions=self.spec.space.distributions())
+        trial = self.study.ask(fixed_distributions=self.spec.space.distributions())
+        self._next_number = trial.number + 1
+        if self.spec.study.deterministic:
+            self._flush_in_order()
+        return trial
 
     def _reopen(self, frozen: optuna.trial.FrozenTrial) -> optuna.Trial:
         """A trial left RUNNING by a controller that died: run it again, same number and params."""
@@ -188,36 +240,36 @@ class Campaign:
 
     def _trial_config(self, trial: optuna.Trial) -> dict[str, Any]:
         trainer = self.spec.trainer
+        params = self.spec.space.complete(trial.params)
+        data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
         return {
             "study": self.spec.study.name,
             "number": trial.number,
-            "params": self.spec.space.complete(trial.params),
+            "params": params,
             "seed": trial_seed(self.spec.study.seed, trial.number),
             "epochs": trainer.epochs,
             "dataset": trainer.dataset,
             "device": trainer.device,
+            "data_parallel": data_parallel,
             "checkpoint_dir": str(self.folder.trial(trial.number)),
             "checkpoint_every": trainer.checkpoint_every,
             "deterministic": self.spec.study.deterministic,
             "options": dict(trainer.options),
         }
 
-    def _dispatch(self, trial: optuna.Trial) -> None:
-        try:
-            config = self._trial_config(trial)
-        except SpaceError as exc:  # e.g. a genome over the parameter limit: no slot is spent on it
-            self._reject(trial, f"invalid parameters: {exc}")
-            return
+    def _launch(self, prepared: Prepared) -> None:
+        trial, config = prepared.trial, prepared.config
         self.folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
         trial.set_user_attr("seed", config["seed"])
         trial.set_user_attr("config", config)
-        width = self._trial_width()
-        self._running[trial.number] = RunningTrial(trial, config, width, self._clock())
-        self.executor.submit(TrialRequest(trial.number, self.spec.trainer.entry, config, width))
+        trial.set_user_attr("width", prepared.width)
+        self._running[trial.number] = RunningTrial(trial, config, prepared.width, self._clock())
+        self.executor.submit(TrialRequest(trial.number, self.spec.trainer.entry, config, prepared.width))
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr("fail_reason", reason)
         self.study.tell(trial, state=TrialState.FAIL)
+        self._mark_told(trial.number)
         self._counts["failed"] += 1
         log.info("trial %d rejected before dispatch: %s", trial.number, reason)
 
@@ -233,8 +285,7 @@ class Campaign:
         if running.stop_reason or self.spec.study.multi_objective:
             return
         if self._should_prune(running):
-            running.stop_reason = "pruned"
-            self.executor.stop(report.number)
+            self._request_stop(running, "pruned", report.time)
             log.info("trial %d pruned at step %d", report.number, report.step)
 
     def _record_intermediate(self, running: RunningTrial, step: int, metrics: Mapping[str, float]) -> None:
@@ -266,15 +317,26 @@ class Campaign:
         with open(self.folder.trial(number) / "metrics.jsonl", "a") as fh:
             fh.write(json.dumps({"step": step, "time": at, **{k: _json_num(v) for k, v in metrics.items()}}) + "\n")
 
-    # --- time budget ---------------------------------------------------------------------------
+    # --- time limits ---------------------------------------------------------------------------
 
-    def _enforce_time_budget(self) -> None:
-        if self._time_left():
-            return
+    def _enforce_time_limits(self) -> None:
+        now = self._clock()
+        campaign_over = not self._time_left()
+        limit = self.spec.study.trial_timeout
         for running in self._running.values():
-            if not running.stop_reason:
-                running.stop_reason = "time budget"
-                self.executor.stop(running.number)
+            if running.stop_reason:
+                continue
+            if campaign_over:
+                self._request_stop(running, "time budget", now)
+            elif limit > 0 and now - running.submitted > limit:
+                self._request_stop(running, "trial timeout", now)
+
+    def _request_stop(self, running: RunningTrial, reason: str, trigger_time: float) -> None:
+        """Ask a trial to stop at its next report; it ends PRUNED with ``reason``."""
+        running.stop_reason = reason
+        running.stop_trigger_time = trigger_time
+        running.stop_requested_at = self._clock()
+        self.executor.stop(running.number)
 
     # --- results -------------------------------------------------------------------------------
 
@@ -282,7 +344,28 @@ class Campaign:
         running = self._running.pop(event.number, None)
         if running is None:
             return
-        outcome = dict(event.outcome)
+        if not self.spec.study.deterministic:
+            self._tell(running, dict(event.outcome))
+            return
+        self._told_early[event.number] = (running, dict(event.outcome))
+        self._flush_in_order()
+
+    def _flush_in_order(self) -> None:
+        """Deterministic campaigns tell trial j in number order, once trial j+P has been asked.
+
+        So trial k is sampled from exactly trials 0..k-P-1, whatever the timing or the worker count.
+        """
+        all_asked = self._budget_left() == 0 and self._pending is None
+        lag = self.spec.study.parallelism
+        while self._next_to_tell in self._told_early and (all_asked or self._next_to_tell + lag < self._next_number):
+            self._tell(*self._told_early.pop(self._next_to_tell))
+
+    def _mark_told(self, number: int) -> None:
+        self._told.add(number)
+        while self._next_to_tell in self._told:
+            self._next_to_tell += 1
+
+    def _tell(self, running: RunningTrial, outcome: dict[str, Any]) -> None:
         self._replay_missed_reports(running, outcome.get("history") or [])
         self._record_outcome_attrs(running, outcome)
         state, values, reason = self._verdict(running, outcome)
@@ -291,11 +374,12 @@ class Campaign:
         if state == TrialState.FAIL:
             self._write_failure_log(running, outcome, reason)
         self.study.tell(running.trial, values if state == TrialState.COMPLETE else None, state=state)
+        self._mark_told(running.number)
         key = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}[state]
         self._counts[key] += 1
         if state == TrialState.COMPLETE:
             self._track_best(values)
-        log.info("trial %d %s%s", event.number, state.name, f" ({reason})" if reason else "")
+        log.info("trial %d %s%s", running.number, state.name, f" ({reason})" if reason else "")
 
     def _replay_missed_reports(self, running: RunningTrial, history: list) -> None:
         """Record reports the event stream had not delivered when the result arrived."""
@@ -314,6 +398,10 @@ class Campaign:
                 trial.set_user_attr(key, outcome[key])
         if "started" in outcome and "finished" in outcome:
             trial.set_user_attr("duration", float(outcome["finished"]) - float(outcome["started"]))
+        if running.stop_reason and "finished" in outcome:
+            # report sent -> trial stopped: how long a stop decision takes to take effect
+            trial.set_user_attr("stop_latency", float(outcome["finished"]) - running.stop_trigger_time)
+            trial.set_user_attr("stop_requested_at", running.stop_requested_at)
         metrics = {k: _json_num(v) for k, v in dict(outcome.get("metrics") or {}).items()}
         trial.set_user_attr("metrics", metrics)
         for size in ("n_params", "macs"):  # model size, where the trainer measures it
@@ -354,12 +442,15 @@ class Campaign:
         path.write_text(f"trial {running.number} failed: {reason}\n\n{text}\n")
 
     def _mark_interrupted(self) -> None:
-        """Leave running trials RUNNING (resumable, same number and params) and say so."""
-        for running in list(self._running.values()):
+        """Leave unfinished trials RUNNING (resumable, same number and params) and say so."""
+        trials = [r.trial for r in self._running.values()] + [r.trial for r, _o in self._told_early.values()]
+        if self._pending is not None:
+            trials.append(self._pending.trial)
+        for trial in trials:
             try:
-                running.trial.set_user_attr("interrupted", True)
+                trial.set_user_attr("interrupted", True)
             except Exception as exc:  # noqa: BLE001 - storage may be gone too; resume still finds RUNNING
-                log.warning("could not mark trial %d interrupted: %s", running.number, exc)
+                log.warning("could not mark trial %d interrupted: %s", trial.number, exc)
 
     # --- progress ------------------------------------------------------------------------------
 

@@ -36,6 +36,15 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate a spec and exit")
     check.add_argument("spec", type=Path)
+
+    report = sub.add_parser("report", help="write report/index.html, report.md, trials.csv and trials.parquet")
+    report.add_argument("folder", type=Path)
+
+    reproduce = sub.add_parser("reproduce", help="re-run one trial alone and compare it with its record")
+    reproduce.add_argument("folder", type=Path)
+    reproduce.add_argument("trial", type=int, help="trial number")
+    reproduce.add_argument("--tolerance", type=float, default=None,
+                           help="relative tolerance when the trial is not deterministic on CPU (default 1e-6)")
     return parser
 
 
@@ -93,6 +102,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    files = write_report(args.folder)
+    print(f"report: {files.index}\nalso: {files.markdown}, {files.csv}, {files.parquet}")
+    return EXIT_OK
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from .reproduce import DEFAULT_TOLERANCE, comparison_text, reproduce_trial
+
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    result = reproduce_trial(args.folder, args.trial, tolerance)
+    print(comparison_text(result))
+    return EXIT_OK if result.matched else EXIT_ERROR
+
+
 def _fail(code: int, message: str) -> int:
     print(f"hypersweep: {message}", file=sys.stderr)
     return code
@@ -115,7 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .runner import CampaignExistsError
     from .spec import SpecError
 
-    commands = {"run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check}
+    commands = {
+        "run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check,
+        "report": _cmd_report, "reproduce": _cmd_reproduce,
+    }  # fmt: skip
     try:
         return commands[args.command](args)
     except (SpecError, CampaignExistsError, FolderLockedError, FileNotFoundError, ValueError) as exc:

@@ -61,6 +61,14 @@ class CampaignFolder:
     def trials(self) -> Path:
         return self.root / "trials"
 
+    @property
+    def environment(self) -> Path:
+        return self.root / "environment.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
     def trial(self, number: int) -> Path:
         return self.trials / str(int(number))
 

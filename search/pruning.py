@@ -13,11 +13,10 @@ from collections.abc import Mapping
 import optuna
 from optuna.pruners import BasePruner
 
-from .spec import PrunerSpec
+from .spec import RESOURCE_METRIC, PrunerSpec
 
 __all__ = ["make_pruner", "resource_of", "RESOURCE_METRIC"]
 
-RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}
 
 
 def resource_of(step: int, metrics: Mapping[str, float], resource: str) -> int:

@@ -22,6 +22,7 @@ import optuna
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 
 from .campaign import Campaign
+from .environment import capture_environment, record_environment, scheduler_info
 from .folder import CampaignFolder, ControllerLock
 from .progress import Progress
 from .pruning import make_pruner
@@ -88,14 +89,18 @@ def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
     handler = logging.FileHandler(folder.log)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     loggers = [logging.getLogger(name) for name in ("search", "cluster")]
+    saved = [(logger.level, logger.propagate) for logger in loggers]
     for logger in loggers:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+        logger.propagate = False  # INFO goes to campaign.log; the terminal shows progress
     try:
         yield
     finally:
-        for logger in loggers:
+        for logger, (level, propagate) in zip(loggers, saved):
             logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
         handler.close()
 
 
@@ -107,6 +112,7 @@ def _execute(spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, cr
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     try:
         with open_cluster(_cluster_options(spec, options), env=env) as client:
+            record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
             executor = DaskExecutor(client, topic)
             Campaign(spec, folder, study, executor, on_progress=progress).run()
     finally:
@@ -169,8 +175,9 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     with pd.option_context("display.max_columns", 30, "display.width", 200, "display.precision", 4):
         body = table.drop(columns=["reason"], errors="ignore").to_string(index=False) if not table.empty else "(none)"
     url = storage_url(spec.study.storage, folder)
+    objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.study.metrics, spec.study.directions))
     return (
-        f"{title} of study {spec.study.name!r} ({spec.study.metrics[0]}, {spec.study.directions[0]}):\n{body}\n\n"
+        f"{title} of study {spec.study.name!r} ({objectives}):\n{body}\n\n"
         f"campaign folder: {os.path.relpath(folder.root)}\n"
         f"storage: {url}\n"
         f"trials table: {os.path.relpath(folder.summary)}"

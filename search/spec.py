@@ -37,8 +37,11 @@ __all__ = [
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
 PRUNERS = ("none", "median", "percentile", "asha", "hyperband")
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
+RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts
 DIRECTIONS = ("maximize", "minimize")
 DEVICES = ("auto", "cpu", "cuda")
+DATA_PARALLEL = "data_parallel"  # a [space] name the controller consumes: the trial's width
+BATCH_SIZE = "batch_size"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -59,9 +62,11 @@ class StudySpec:
     seed: int = 0
     n_trials: int = 20
     time_budget: float = 0.0
+    trial_timeout: float = 0.0
     storage: str = ""
     pruner: str = "none"
     deterministic: bool = False
+    parallelism: int = 4
 
     @property
     def multi_objective(self) -> bool:
@@ -75,6 +80,7 @@ class TrainerSpec:
     epochs: int = 10
     device: str = "auto"
     checkpoint_every: int = 1
+    data_parallel: int = 1
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -109,6 +115,10 @@ class CampaignSpec:
     pruning: PrunerSpec
     source: str
     text: str
+
+    def widths(self) -> tuple[int, ...]:
+        """Every data-parallel width a trial of this campaign may have."""
+        return _values_of(self.space, DATA_PARALLEL) or (self.trainer.data_parallel,)
 
     @property
     def sha256(self) -> str:
@@ -200,9 +210,9 @@ def _show(value: Any) -> str:
 _TOP = ("study", "trainer", "space", "cluster", "pruner")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
-    "time_budget", "storage", "pruner", "deterministic",
+    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism",
 )  # fmt: skip
-_TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "options")
+_TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
     "resource", "n_startup_trials", "n_warmup_steps", "percentile", "min_resource",
     "reduction_factor", "max_resource",
@@ -238,6 +248,10 @@ def _study(t: _Table) -> StudySpec:
     pruner = t.choice("pruner", PRUNERS, "none")
     if pruner != "none" and len(directions) > 1:
         raise t.error("pruner", f"{pruner!r} prunes on one objective; a multi-objective study must use 'none'")
+    if t.data.get("deterministic") and pruner != "none":
+        raise t.error("pruner", "a deterministic campaign cannot prune: pruning decisions depend on timing")
+    if t.data.get("deterministic") and t.data.get("time_budget"):
+        raise t.error("time_budget", "a deterministic campaign cannot have a time budget: it depends on timing")
     seed = t.int("seed", 0, minimum=0)
     if seed >= 2**32:
         raise t.error("seed", f"must be < 2**32, got {seed}")
@@ -249,9 +263,11 @@ def _study(t: _Table) -> StudySpec:
         seed=seed,
         n_trials=t.int("n_trials", 20, minimum=1),
         time_budget=t.float("time_budget", 0.0, minimum=0.0),
+        trial_timeout=t.float("trial_timeout", 0.0, minimum=0.0),
         storage=t.str("storage", ""),
         pruner=pruner,
         deterministic=t.bool("deterministic", False),
+        parallelism=t.int("parallelism", 4, minimum=1),
     )
 
 
@@ -266,6 +282,7 @@ def _trainer(t: _Table) -> TrainerSpec:
         epochs=t.int("epochs", 10, minimum=1),
         device=t.choice("device", DEVICES, "auto"),
         checkpoint_every=t.int("checkpoint_every", 1, minimum=1),
+        data_parallel=t.int("data_parallel", 1, minimum=1),
         options=dict(options),
     )
 
@@ -306,7 +323,10 @@ def _space(source: str, data: Any) -> SearchSpace:
         raise SpecError(source, f"space.{exc.key}", exc.problem) from None
 
 
-def _check_trainer(source: str, trainer: TrainerSpec, space: SearchSpace, metrics: tuple[str, ...]) -> None:
+def _check_trainer(
+    source: str, trainer: TrainerSpec, space: SearchSpace, study: StudySpec, pruning: PrunerSpec
+) -> None:
+    metrics = study.metrics
     from trainers.api import TrainerImportError, load_trainer  # by name: import only to validate the entry
 
     try:
@@ -316,7 +336,7 @@ def _check_trainer(source: str, trainer: TrainerSpec, space: SearchSpace, metric
     accepted = getattr(fit, "accepted_params", None)
     if accepted is not None:
         for name in space.names:
-            if name not in accepted:
+            if name not in accepted and name != DATA_PARALLEL:
                 raise SpecError(
                     source, f"space.{name}",
                     f"trainer {trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
@@ -329,6 +349,12 @@ def _check_trainer(source: str, trainer: TrainerSpec, space: SearchSpace, metric
                     source, "study.metric",
                     f"trainer {trainer.entry} never reports {metric!r}{_closest(metric, sorted(reported))}",
                 )  # fmt: skip
+        counted = RESOURCE_METRIC[pruning.resource]
+        if study.pruner != "none" and counted not in reported:
+            raise SpecError(
+                source, "pruner.resource",
+                f"{pruning.resource!r} needs the trainer to report {counted!r}, and {trainer.entry} does not",
+            )  # fmt: skip
 
 
 def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") -> CampaignSpec:
@@ -347,8 +373,43 @@ def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") 
         _check_grid(source, space)
     if study.sampler == "evolution":
         _check_evolution(source, space, study)
-    _check_trainer(source, trainer, space, study.metrics)
+    _check_data_parallel(source, space, trainer)
+    _check_trainer(source, trainer, space, study, pruning)
     return CampaignSpec(study, trainer, space, cluster, pruning, source, text)
+
+
+def _values_of(space: SearchSpace, name: str) -> tuple[int, ...]:
+    """The integer values a parameter may take (empty if absent or a continuous range)."""
+    if name not in space:
+        return ()
+    param = space[name]
+    dists = param.distributions()
+    if not dists:
+        return (int(param.value),)  # type: ignore[attr-defined]
+    dist = dists[name]
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        return tuple(int(c) for c in dist.choices if isinstance(c, int) and not isinstance(c, bool))
+    if isinstance(dist, IntDistribution):
+        return tuple(range(dist.low, dist.high + 1, dist.step))
+    return ()
+
+
+def _check_data_parallel(source: str, space: SearchSpace, trainer: TrainerSpec) -> None:
+    if DATA_PARALLEL in space:
+        widths = _values_of(space, DATA_PARALLEL)
+        if not widths or min(widths) < 1:
+            raise SpecError(source, f"space.{DATA_PARALLEL}", "must be a positive integer, fixed or int/categorical")
+    else:
+        widths = (trainer.data_parallel,)
+    for batch in _values_of(space, BATCH_SIZE):
+        for k in widths:
+            if batch % k:
+                raise SpecError(
+                    source, f"space.{BATCH_SIZE}",
+                    f"global batch {batch} is not divisible by data_parallel = {k}: each of the k replicas takes B/k",
+                )  # fmt: skip
 
 
 def _check_grid(source: str, space: SearchSpace) -> None:

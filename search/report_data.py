@@ -1,0 +1,281 @@
+"""What a report shows, read from a campaign folder: no HTML, no plotting.
+
+Everything here is computed from the frozen spec, the study storage, the
+recorded ``environment.json`` and an optional ``scaling/`` folder, so a
+report rendered anywhere describes the run, not the machine that renders it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+from .environment import read_environment
+from .folder import CampaignFolder
+from .spec import CampaignSpec, load_spec
+from .storage import open_storage, storage_url
+from .summary import best_table, state_counts, trials_frame
+
+__all__ = [
+    "CampaignData",
+    "load_campaign",
+    "Span",
+    "timeline",
+    "utilization",
+    "epochs_spent",
+    "history_of",
+    "lr_schedule_points",
+    "importances",
+    "genome_of",
+    "report_frame",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignData:
+    """One campaign, loaded for reporting."""
+
+    folder: CampaignFolder
+    spec: CampaignSpec
+    study: optuna.Study
+    trials: tuple[FrozenTrial, ...]
+    environment: dict[str, Any] | None
+    scaling_dir: Path | None
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return self.spec.study.metrics
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return self.spec.study.directions
+
+    def complete(self) -> list[FrozenTrial]:
+        return [t for t in self.trials if t.state == TrialState.COMPLETE]
+
+    def failed(self) -> list[FrozenTrial]:
+        return [t for t in self.trials if t.state == TrialState.FAIL]
+
+    def best(self, k: int = 5) -> list[FrozenTrial]:
+        """The ``k`` best complete trials (single objective) or the whole Pareto front (several)."""
+        table = best_table(self.study, self.metrics, self.directions, k=k)
+        by_number = {t.number: t for t in self.trials}
+        return [by_number[int(n)] for n in table["number"]] if not table.empty else []
+
+    def counts(self) -> dict[str, int]:
+        return state_counts(self.study)
+
+
+def load_campaign(path: str | Path) -> CampaignData:
+    folder = CampaignFolder(Path(path).resolve())
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    spec = load_spec(folder.spec)
+    storage = open_storage(storage_url(spec.study.storage, folder))
+    try:
+        study = optuna.load_study(study_name=spec.study.name, storage=storage)
+    except KeyError:
+        raise FileNotFoundError(f"{folder.root}: the storage holds no study {spec.study.name!r}") from None
+    scaling = folder.root / "scaling"
+    return CampaignData(
+        folder=folder,
+        spec=spec,
+        study=study,
+        trials=tuple(study.get_trials(deepcopy=False)),
+        environment=read_environment(folder.environment),
+        scaling_dir=scaling if scaling.is_dir() else None,
+    )
+
+
+# --- per-trial facts -------------------------------------------------------------------------
+
+
+def history_of(trial: FrozenTrial) -> list[tuple[int, dict[str, float]]]:
+    """The trial's reports as (step, metrics) with numbers as floats ("nan" strings become NaN)."""
+    rows = []
+    for item in trial.user_attrs.get("history") or []:
+        try:
+            step, metrics = item
+        except (TypeError, ValueError):
+            continue
+        rows.append((int(step), {str(k): _float(v) for k, v in dict(metrics).items()}))
+    return rows
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def epochs_spent(trial: FrozenTrial) -> float:
+    """Epochs the trial trained: its last reported ``epoch`` metric, else its number of reports."""
+    history = history_of(trial)
+    if not history:
+        return 0.0
+    last = history[-1][1]
+    epoch = last.get("epoch")
+    return float(epoch) if epoch is not None and math.isfinite(epoch) else float(len(history))
+
+
+def genome_of(trial: FrozenTrial) -> str:
+    """An architecture genome: the ``genome`` user attribute, else params named like a genome."""
+    if "genome" in trial.user_attrs:
+        return str(trial.user_attrs["genome"])
+    parts = [f"{k}={v}" for k, v in trial.params.items() if "genome" in k or k.startswith("arch")]
+    return " ".join(parts)
+
+
+def lr_schedule_points(trial: FrozenTrial) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """The LR the trial followed: (schedule rebuilt per optimizer step, the ``lr`` it reported per epoch).
+
+    The rebuild follows the built-in classifier: ``params.schedule`` at ``params.lr``
+    (scaled by ``params.lr_scaling``), over the optimizer steps the trial reported,
+    with ``params.warmup`` of them as warmup. Either list may be empty.
+    """
+    history = history_of(trial)
+    config = dict(trial.user_attrs.get("config") or {})
+    params = dict(config.get("params") or trial.params)
+    reported = [
+        (int(m["steps"]) - 1 if "steps" in m and math.isfinite(m["steps"]) else step, m["lr"])
+        for step, m in history
+        if "lr" in m and math.isfinite(m["lr"])
+    ]
+    return _rebuild_schedule(params, history, int(config.get("epochs") or len(history))), reported
+
+
+def _rebuild_schedule(
+    params: Mapping[str, Any], history: list[tuple[int, dict[str, float]]], epochs: int
+) -> list[tuple[int, float]]:
+    from spaces.batch import LRScaling
+    from spaces.errors import SpaceError
+    from spaces.schedules import make_schedule
+
+    if "lr" not in params or not history:
+        return []
+    steps = [m.get("steps") for _s, m in history]
+    if not steps or steps[-1] is None or not math.isfinite(steps[-1]):
+        return []
+    per_epoch = steps[0] if steps[0] else steps[-1] / len(history)
+    total = int(round(per_epoch * epochs))
+    try:
+        lr = float(params["lr"])
+        if "batch_size" in params:
+            rule = LRScaling(str(params.get("lr_scaling", "none")), int(params.get("base_batch_size", 32)))
+            lr = rule(lr, int(params["batch_size"]))
+        schedule = make_schedule(str(params.get("schedule", "constant")), lr, total,
+                                 warmup_steps=int(float(params.get("warmup", 0.0)) * total))
+    except (SpaceError, ValueError, TypeError):
+        return []
+    stride = max(1, total // 400)
+    return [(s, float(schedule(s))) for s in range(0, total, stride)]
+
+
+# --- campaign-wide facts -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """One trial's time on one worker, in seconds since the campaign's first start."""
+
+    number: int
+    worker: str
+    devices: str
+    start: float
+    end: float
+    state: str
+
+
+def timeline(trials: tuple[FrozenTrial, ...] | list[FrozenTrial]) -> list[Span]:
+    timed = [t for t in trials if "started" in t.user_attrs and "finished" in t.user_attrs]
+    if not timed:
+        return []
+    origin = min(float(t.user_attrs["started"]) for t in timed)
+    spans = []
+    for t in timed:
+        devices = t.user_attrs.get("devices") or []
+        spans.append(Span(
+            number=t.number,
+            worker=str(t.user_attrs.get("worker", "?")),
+            devices=",".join(str(d) for d in devices) if devices else "",
+            start=float(t.user_attrs["started"]) - origin,
+            end=float(t.user_attrs["finished"]) - origin,
+            state=t.state.name,
+        ))  # fmt: skip
+    return sorted(spans, key=lambda s: (s.worker, s.start))
+
+
+def slot_count(environment: Mapping[str, Any] | None, spans: list[Span]) -> int:
+    """Trial slots of the cluster: its GPU (else CPU) resource total, else one per worker seen."""
+    cluster = (environment or {}).get("cluster") or {}
+    resources = cluster.get("resources") or {}
+    for key in ("GPU", "CPU"):
+        if resources.get(key):
+            return max(1, int(resources[key]))
+    return max(1, len({s.worker for s in spans}))
+
+
+def utilization(spans: list[Span], slots: int) -> dict[str, Any]:
+    """Busy time / (slots x span of the campaign), overall and per worker."""
+    if not spans:
+        return {"slots": slots, "span_s": 0.0, "busy_s": 0.0, "utilization": None, "per_worker": {}}
+    span = max(s.end for s in spans) - min(s.start for s in spans)
+    busy = sum(max(0.0, s.end - s.start) for s in spans)
+    per_worker: dict[str, float] = {}
+    for s in spans:
+        per_worker[s.worker] = per_worker.get(s.worker, 0.0) + max(0.0, s.end - s.start)
+    return {
+        "slots": slots,
+        "span_s": span,
+        "busy_s": busy,
+        "utilization": busy / (slots * span) if span > 0 else None,
+        "per_worker": {w: (b / span if span > 0 else None) for w, b in sorted(per_worker.items())},
+    }
+
+
+def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:
+    """Optuna's parameter importances per objective, and a note when they cannot be computed."""
+    complete = data.complete()
+    if len(complete) < 2:
+        return {}, f"needs at least 2 complete trials, the study has {len(complete)}"
+    result: dict[str, dict[str, float]] = {}
+    notes = []
+    for i, metric in enumerate(data.metrics):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                target = None if len(data.metrics) == 1 else (lambda t, i=i: t.values[i])
+                values = optuna.importance.get_param_importances(data.study, target=target)
+            result[metric] = {str(k): float(v) for k, v in values.items()}
+        except Exception as exc:  # noqa: BLE001 - any evaluator failure becomes a note in the report
+            notes.append(f"{metric}: {type(exc).__name__}: {exc}")
+    return result, "; ".join(notes)
+
+
+def report_frame(data: CampaignData) -> pd.DataFrame:
+    """The trials table of the report: summary columns plus seed, worker, times and epochs."""
+    frame = trials_frame(data.study, data.metrics)
+    if frame.empty:
+        return frame
+    by_number = {t.number: t for t in data.trials}
+    extra = {
+        "seed": lambda t: t.user_attrs.get("seed"),
+        "worker": lambda t: t.user_attrs.get("worker"),
+        "devices": lambda t: ",".join(map(str, t.user_attrs.get("devices") or [])),
+        "started": lambda t: t.user_attrs.get("started"),
+        "finished": lambda t: t.user_attrs.get("finished"),
+        "epochs": epochs_spent,
+        "genome": genome_of,
+    }
+    for column, get in extra.items():
+        frame[column] = [get(by_number[int(n)]) for n in frame["number"]]
+    return frame

@@ -1,0 +1,263 @@
+"""``hypersweep reproduce``: re-run one trial alone, in this process, and compare it with the record.
+
+The trial runs from the frozen spec's trainer and its recorded config (params,
+seed, epochs, dataset, options), with no checkpoint directory, so it starts
+from scratch and never resumes the campaign's checkpoint. Its final metrics
+and every reported step are compared with the study's record: exactly when the
+config is deterministic on the CPU, else within a relative tolerance. Timing
+metrics (``epoch_seconds``) and metrics the record lacks are shown but not
+compared; a changed trainer source (its sha256 in ``environment.json``) is noted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .folder import CampaignFolder
+from .spec import CampaignSpec, load_spec
+from .storage import open_storage, storage_url
+
+__all__ = ["Check", "Reproduction", "reproduce_trial", "compare", "comparison_text", "DEFAULT_TOLERANCE"]
+
+DEFAULT_TOLERANCE = 1e-6
+TIMING_METRICS = frozenset({"epoch_seconds", "seconds", "time", "duration"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One compared value: ``where`` is "final" or "step N"."""
+
+    where: str
+    metric: str
+    recorded: float | None
+    reproduced: float | None
+    skipped: str = ""  # why the value is shown but not compared ("timing", "not recorded")
+
+    @property
+    def compared(self) -> bool:
+        return not self.skipped
+
+    def ok(self, tolerance: float) -> bool:
+        if not self.compared:
+            return True
+        a, b = self.recorded, self.reproduced
+        if a is None or b is None:
+            return False
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        if tolerance == 0.0:
+            return a == b
+        return math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance * 1e-6)
+
+    def rel_diff(self) -> float | None:
+        a, b = self.recorded, self.reproduced
+        if a is None or b is None or math.isnan(a) or math.isnan(b):
+            return None
+        scale = max(abs(a), abs(b))
+        return abs(a - b) / scale if scale else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproduction:
+    study: str
+    number: int
+    entry: str
+    config: dict[str, Any]
+    exact: bool
+    tolerance: float  # 0.0 when exact
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...] = ()
+    error: str = ""
+
+    def mismatches(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok(self.tolerance)]
+
+    @property
+    def matched(self) -> bool:
+        return not self.error and not self.mismatches() and not any(n.startswith("MISMATCH") for n in self.notes)
+
+
+def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TOLERANCE) -> Reproduction:
+    """Run trial ``number`` of the campaign in ``path`` again and compare it with its record."""
+    if not (tolerance >= 0.0 and math.isfinite(tolerance)):
+        raise ValueError(f"--tolerance={tolerance}: must be a finite number >= 0")
+    folder = CampaignFolder(Path(path).resolve())
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    spec = load_spec(folder.spec)
+    study = optuna.load_study(study_name=spec.study.name, storage=open_storage(storage_url(spec.study.storage, folder)))
+    trial = _recorded_trial(study, number, folder)
+    config = _local_config(trial)
+    exact = bool(config.get("deterministic")) and _runs_on_cpu(config)
+    notes = _spec_notes(spec, study) + _trainer_notes(spec, folder)
+    reports, metrics, error = _run(spec.trainer.entry, config, stop_after=_stop_after(trial))
+    checks = compare(_recorded_history(trial), dict(trial.user_attrs.get("metrics") or {}), reports, metrics)
+    return Reproduction(spec.study.name, number, spec.trainer.entry, config, exact,
+                        0.0 if exact else tolerance, tuple(checks), tuple(notes), error)  # fmt: skip
+
+
+def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) -> FrozenTrial:
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    if number not in trials:
+        raise ValueError(f"{folder.root}: no trial {number} (trials are 0..{max(trials, default=-1)})")
+    trial = trials[number]
+    if trial.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+        reason = trial.user_attrs.get("fail_reason") or "it has no final result"
+        raise ValueError(f"trial {number} is {trial.state.name} ({reason}): only a finished trial can be reproduced")
+    if "config" not in trial.user_attrs or "metrics" not in trial.user_attrs:
+        raise ValueError(f"trial {number} has no recorded config or metrics (user attrs 'config', 'metrics')")
+    return trial
+
+
+def _local_config(trial: FrozenTrial) -> dict[str, Any]:
+    """The recorded config, run here: no checkpoint directory (never resume), no leased devices."""
+    config = dict(trial.user_attrs["config"])
+    config["checkpoint_dir"] = None
+    config.pop("devices", None)
+    return config
+
+
+def _runs_on_cpu(config: Mapping[str, Any]) -> bool:
+    if config.get("device") == "cpu":
+        return True
+    if config.get("device") == "cuda":
+        return False
+    import torch  # lazily: "auto" means CUDA when this process has it
+
+    return not torch.cuda.is_available()
+
+
+def _stop_after(trial: FrozenTrial) -> int | None:
+    """A pruned or stopped trial made as many reports as its record holds; stop it there again."""
+    if trial.state == TrialState.PRUNED or trial.user_attrs.get("stop_reason"):
+        return len(trial.user_attrs.get("history") or []) or None
+    return None
+
+
+def _spec_notes(spec: CampaignSpec, study: optuna.Study) -> list[str]:
+    recorded = study.user_attrs.get("spec_sha256")
+    if recorded is None:
+        return ["the study recorded no spec hash; the frozen spec is used as it is"]
+    if recorded != spec.sha256:
+        return [f"MISMATCH: spec.toml has sha256 {spec.sha256} but the study was run with {recorded}"]
+    return [f"spec.toml sha256 {spec.sha256} matches the study's record"]
+
+
+def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
+    from .environment import read_environment, trainer_source_sha256
+
+    recorded = ((read_environment(folder.environment) or {}).get("trainer") or {}).get("source_sha256")
+    now = trainer_source_sha256(spec.trainer.entry).get("source_sha256")
+    if recorded is None:
+        return ["the campaign recorded no trainer source hash (no environment.json)"]
+    if recorded != now:
+        return [f"note: the trainer's source changed since the campaign ran (sha256 {recorded[:12]}... then, "
+                f"{str(now)[:12]}... now)"]
+    return [f"trainer source sha256 {recorded[:12]}... matches the campaign's record"]
+
+
+def _run(
+    entry: str, config: dict[str, Any], stop_after: int | None
+) -> tuple[list[tuple[int, dict[str, float]]], dict[str, float], str]:
+    from trainers.api import RecordingReporter, TrialConfig, load_trainer  # by name, at run time
+
+    fit = load_trainer(entry)
+    reporter = RecordingReporter(stop_after=stop_after)
+    try:
+        metrics = fit(TrialConfig.from_dict(config), reporter)
+    except Exception as exc:  # noqa: BLE001 - a trial that now fails is a mismatch, shown as one line
+        return reporter.reports, {}, f"the trainer raised {type(exc).__name__}: {exc}"
+    return reporter.reports, {str(k): float(v) for k, v in dict(metrics).items()}, ""
+
+
+def _recorded_history(trial: FrozenTrial) -> list[tuple[int, dict[str, Any]]]:
+    return [(int(step), dict(metrics)) for step, metrics in trial.user_attrs.get("history") or []]
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)  # "nan"/"inf" strings as the campaign stores non-finite values
+    except (TypeError, ValueError):
+        return None
+
+
+def compare(
+    recorded_history: Sequence[tuple[int, Mapping[str, Any]]],
+    recorded_metrics: Mapping[str, Any],
+    history: Sequence[tuple[int, Mapping[str, float]]],
+    metrics: Mapping[str, float],
+) -> list[Check]:
+    """Every final metric, then every metric of every step, recorded against reproduced."""
+    checks = _compare_one("final", recorded_metrics, metrics)
+    recorded_steps = {step: m for step, m in recorded_history}
+    new_steps = {step: m for step, m in history}
+    for step in sorted(set(recorded_steps) | set(new_steps)):
+        checks += _compare_one(f"step {step}", recorded_steps.get(step, {}), new_steps.get(step, {}))
+    return checks
+
+
+def _compare_one(where: str, recorded: Mapping[str, Any], reproduced: Mapping[str, Any]) -> list[Check]:
+    """A metric the record lacks (a trainer that now reports more) is shown, not compared; one it holds must match."""
+    checks = []
+    for name in sorted(set(recorded) | set(reproduced)):
+        skipped = "timing" if name in TIMING_METRICS else ("not recorded" if name not in recorded else "")
+        checks.append(Check(where, name, _num(recorded.get(name)), _num(reproduced.get(name)), skipped))
+    return checks
+
+
+def comparison_text(result: Reproduction, max_rows: int = 40) -> str:
+    """The comparison table (final metrics, then the steps that differ) and one verdict line."""
+    mode = ("exact (deterministic config on CPU: values must be identical)" if result.exact
+            else f"within relative tolerance {result.tolerance:g}"
+                 + ("" if result.config.get("deterministic") else " (the config is not deterministic)")
+                 + ("" if _runs_on_cpu(result.config) else " (the trial runs on CUDA)"))  # fmt: skip
+    params = ", ".join(f"{k}={v}" for k, v in dict(result.config.get("params") or {}).items())
+    lines = [
+        f"reproducing trial {result.number} of study {result.study!r}: {result.entry}, "
+        f"seed {result.config.get('seed')}, "
+        f"{result.config.get('epochs')} epochs, {params}",
+        f"comparison: {mode}",
+        *result.notes,
+    ]
+    final = [c for c in result.checks if c.where == "final"]
+    steps = [c for c in result.checks if c.where != "final"]
+    bad_steps = [c for c in steps if not c.ok(result.tolerance)]
+    rows = final + bad_steps[: max(0, max_rows - len(final))]
+    lines.append(_format_rows(rows, result.tolerance))
+    compared_steps = sorted({c.where for c in steps})
+    lines.append(f"per-step history: {len(compared_steps)} step(s) x metrics compared, {len(bad_steps)} value(s) differ"
+                 + (f" (first {max_rows - len(final)} shown)" if len(bad_steps) > max_rows - len(final) else ""))
+    if result.error:
+        lines.append(f"error: {result.error}")
+    bad = result.mismatches()
+    if result.matched:
+        lines.append(f"MATCH: trial {result.number} reproduces its recorded metrics and history")
+    else:
+        what = f"{len(bad)} value(s) differ" if bad else (result.error or "see above")
+        lines.append(f"MISMATCH: trial {result.number} does not reproduce its record ({what})")
+    return "\n".join(lines)
+
+
+def _format_rows(rows: Sequence[Check], tolerance: float) -> str:
+    header = ("where", "metric", "recorded", "reproduced", "rel. diff", "")
+    table = [header]
+    for c in rows:
+        rel = c.rel_diff()
+        verdict = f"skipped ({c.skipped})" if c.skipped else ("ok" if c.ok(tolerance) else "DIFFERS")
+        table.append((c.where, c.metric, _show(c.recorded), _show(c.reproduced),
+                      "" if rel is None else f"{rel:.2e}", verdict))  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table)
+
+
+def _show(value: float | None) -> str:
+    return "missing" if value is None else repr(value)

@@ -1,0 +1,399 @@
+"""The study report: files, sections, escaping, and the page in a real headless Chromium.
+
+The browser part speaks the Chrome DevTools Protocol (over tornado's websocket
+client, installed with distributed): console errors come from the protocol itself
+(``Runtime.consoleAPICalled`` of type error, ``Runtime.exceptionThrown``,
+``Log.entryAdded`` at level error: failed resource loads), not from a hook in the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from search.cli import main
+from search.environment import capture_environment, cluster_shape, record_environment, trainer_source_sha256
+from search.folder import CampaignFolder
+from search.report import SECTION_IDS, write_report
+from search.runner import RunOptions, load_study, run_campaign
+from search.spec import load_spec
+
+from conftest import write_spec
+
+# --- a tiny DevTools client ---------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*",
+)  # fmt: skip
+
+
+@dataclasses.dataclass
+class PageResult:
+    errors: list[str]
+    section_ids: list[str]
+    title: str
+    images: int
+    broken_images: int
+    screenshot: Path | None
+
+
+def available() -> bool:
+    return Path(CHROMIUM).exists()
+
+
+def open_page(url: str, screenshot: Path | None = None, timeout: float = 45.0) -> PageResult:
+    """Load ``url`` in a fresh headless Chromium; return what the page showed and every error it logged."""
+    profile = tempfile.mkdtemp(prefix="hypersweep-chromium-")
+    proc = subprocess.Popen(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        port = _devtools_port(proc, timeout)
+        page_ws = _page_websocket(port, timeout)
+        return asyncio.run(asyncio.wait_for(_drive(page_ws, url, screenshot), timeout))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _devtools_port(proc: subprocess.Popen, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    assert proc.stderr is not None
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise RuntimeError(f"chromium exited with {proc.returncode}: {''.join(seen)[-2000:]}")
+            continue
+        seen.append(line)
+        match = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
+        if match:
+            return int(match.group(1))
+    raise TimeoutError(f"chromium printed no DevTools address: {''.join(seen)[-2000:]}")
+
+
+def _page_websocket(port: int, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as resp:
+            targets = json.load(resp)
+        pages = [t for t in targets if t.get("type") == "page" and t.get("webSocketDebuggerUrl")]
+        if pages:
+            return pages[0]["webSocketDebuggerUrl"]
+        time.sleep(0.1)
+    raise TimeoutError("chromium opened no page target")
+
+
+class _Session:
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        call_id = self.next_id
+        await self.ws.write_message(json.dumps({"id": call_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(await self._read())
+            if message.get("id") == call_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            self.events.append(message)
+
+    async def wait_event(self, method: str) -> dict[str, Any]:
+        for event in self.events:
+            if event.get("method") == method:
+                return event
+        while True:
+            message = json.loads(await self._read())
+            self.events.append(message)
+            if message.get("method") == method:
+                return message
+
+    async def _read(self) -> str:
+        message = await self.ws.read_message()
+        if message is None:
+            raise RuntimeError("the DevTools connection closed")
+        return message
+
+
+async def _drive(page_ws: str, url: str, screenshot: Path | None) -> PageResult:
+    from tornado.websocket import websocket_connect
+
+    ws = await websocket_connect(page_ws, max_message_size=256 * 1024 * 1024)
+    try:
+        s = _Session(ws)
+        for domain in ("Runtime", "Log", "Page"):
+            await s.call(f"{domain}.enable")
+        await s.call("Page.navigate", url=url)
+        await s.wait_event("Page.loadEventFired")
+        await asyncio.sleep(0.3)  # late console messages
+        probe = await s.call("Runtime.evaluate", returnByValue=True, expression=(
+            "({ids: Array.from(document.querySelectorAll('section[id]')).map(e => e.id), title: document.title,"
+            " images: document.images.length,"
+            " broken: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length})"
+        ))  # fmt: skip
+        value = probe["result"]["value"]
+        shot = None
+        if screenshot is not None:
+            metrics = await s.call("Page.getLayoutMetrics")
+            size = metrics.get("cssContentSize") or metrics["contentSize"]
+            clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+            data = await s.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)
+            screenshot.write_bytes(base64.b64decode(data["data"]))
+            shot = screenshot
+        await s.call("Runtime.evaluate", expression="0")  # drain events that arrived meanwhile
+        return PageResult(_errors(s.events), value["ids"], value["title"], value["images"], value["broken"], shot)
+    finally:
+        ws.close()
+
+
+def _errors(events: list[dict[str, Any]]) -> list[str]:
+    errors = []
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            args = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            errors.append(f"console.{params['type']}: {args}")
+        elif method == "Runtime.exceptionThrown":
+            details = params.get("exceptionDetails", {})
+            errors.append(f"exception: {details.get('exception', {}).get('description') or details.get('text')}")
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+            entry = params["entry"]
+            errors.append(f"log ({entry.get('source')}): {entry.get('text')} {entry.get('url', '')}".strip())
+    return errors
+
+
+
+
+# --- a real digits campaign ------------------------------------------------------------------
+
+DIGITS = """
+# Report test: 3 digits trials of 2 epochs.
+[study]
+name = "digits-report"
+direction = "maximize"
+metric = "val_accuracy"
+sampler = "random"
+seed = 11
+n_trials = 3
+
+[trainer]
+entry = "trainers.classifier:fit"
+dataset = "digits"
+epochs = 2
+device = "cpu"
+
+[space]
+model = "mlp"
+lr = { type = "float", low = 0.01, high = 0.1, log = true }
+batch_size = { type = "categorical", choices = [64, 128] }
+schedule = { type = "categorical", choices = ["cosine", "warmup_cosine"] }
+warmup = 0.1
+hidden = { type = "int", low = 32, high = 64, step = 32 }
+
+[cluster]
+n_workers = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def digits_report(tmp_path_factory: pytest.TempPathFactory) -> CampaignFolder:
+    tmp = tmp_path_factory.mktemp("digits-report")
+    spec = load_spec(write_spec(tmp / "digits.toml", DIGITS))
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp / "runs", progress=False))
+    assert main(["report", str(folder.root)]) == 0
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_campaign_records_its_environment_at_start(digits_report: CampaignFolder) -> None:
+    env = json.loads(digits_report.environment.read_text())
+    assert env["cluster"]["workers"] == 2 and env["cluster"]["resources"] == {"CPU": 2.0}
+    assert env["torch"]["version"] and env["packages"]["optuna"] == optuna.__version__
+    assert env["study"] == {"name": "digits-report", "seed": 11, "spec_sha256": load_spec(digits_report.spec).sha256,
+                            "deterministic": False}
+    assert env["trainer"]["source_sha256"] == trainer_source_sha256("trainers.classifier:fit")["source_sha256"]
+    assert env["trainer"]["source"].endswith("trainers/classifier.py")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_report_writes_every_file_and_section(digits_report: CampaignFolder) -> None:
+    out = digits_report.report
+    page = (out / "index.html").read_text()
+    for section in SECTION_IDS:
+        assert f'<section id="{section}">' in page
+    assert load_spec(digits_report.spec).sha256 in page
+    assert page.count("data:image/png;base64,") >= 5  # lr schedules, history, curves, importances, epochs, gantt
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page), "the report must not load anything"
+    assert "<script" not in page
+    assert f"hypersweep reproduce {digits_report.root}" in page
+    frame = pd.read_csv(out / "trials.csv")
+    assert len(frame) == 3 and set(frame["state"]) == {"COMPLETE"}
+    assert {"number", "val_accuracy", "seed", "worker", "epochs", "params.lr"} <= set(frame.columns)
+    assert list(frame["epochs"]) == [2.0, 2.0, 2.0]
+    parquet = pd.read_parquet(out / "trials.parquet")
+    assert list(parquet["number"]) == list(frame["number"])
+    md = (out / "report.md").read_text()
+    assert md.count("\n## ") == len(SECTION_IDS)
+    assert "utilization" in page and "importance (val_accuracy)" in page
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not available(), reason=f"{CHROMIUM} is not installed (.ci/run installs Debian's chromium)")
+def test_report_opens_in_headless_chromium_without_console_errors(
+    digits_report: CampaignFolder, tmp_path: Path
+) -> None:
+    shot = tmp_path / "report.png"
+    result = open_page((digits_report.report / "index.html").as_uri(), screenshot=shot)
+    assert result.errors == []
+    assert result.section_ids == list(SECTION_IDS)
+    assert result.title == "hypersweep report: digits-report"
+    assert result.images >= 5 and result.broken_images == 0
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    print(f"screenshot: {shot}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not available(), reason=f"{CHROMIUM} is not installed (.ci/run installs Debian's chromium)")
+def test_the_browser_check_sees_console_errors(tmp_path: Path) -> None:
+    page = tmp_path / "bad.html"
+    page.write_text('<section id="a"></section><img src="missing.png"><script>console.error("boom"); nope();</script>')
+    result = open_page(page.as_uri())
+    assert any("boom" in e for e in result.errors)
+    assert any("nope is not defined" in e for e in result.errors)
+    assert any("missing.png" in e for e in result.errors)
+
+
+# --- a hand-made campaign: multi-objective, failures, scaling, hostile text --------------------
+
+TOY_MO = """
+[study]
+name = "toy-mo"
+directions = ["maximize", "minimize"]
+metrics = ["score", "steps"]
+sampler = "random"
+seed = 1
+n_trials = 6
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 3
+
+[space]
+quality = { type = "float", low = 0.0, high = 1.0 }
+tag = { type = "categorical", choices = ["<b>bold</b>", "plain"] }
+"""
+HOSTILE = "<script>alert('x')</script>"
+
+
+def _hand_made_campaign(root: Path) -> CampaignFolder:
+    """A campaign folder written with Optuna's API, as the controller would (no cluster)."""
+    folder = CampaignFolder(root)
+    root.parent.mkdir(parents=True)
+    spec = load_spec(write_spec(root.parent / "toy-mo.toml", TOY_MO))
+    folder.create(spec.text)
+    study = load_study(spec, folder, create=True)
+    info = {"address": "tcp://127.0.0.1:1", "workers": {
+        f"tcp://127.0.0.1:{p}": {"name": i, "host": "127.0.0.1", "nthreads": 1, "resources": {"CPU": 1}}
+        for i, p in enumerate((2, 3))}}  # fmt: skip
+    record_environment(folder.environment, capture_environment(info, spec))
+    t0 = 1_700_000_000.0
+    for n in range(6):
+        trial = study.ask()
+        quality = trial.suggest_float("quality", 0.0, 1.0)
+        tag = trial.suggest_categorical("tag", ["<b>bold</b>", "plain"])
+        history = [[e, {"score": quality * e / 3, "steps": float(e), "epoch": float(e)}] for e in (1, 2, 3)]
+        attrs = {"seed": n, "worker": f"tcp://127.0.0.1:{2 + n % 2}", "started": t0 + n, "finished": t0 + n + 1.5,
+                 "history": history, "metrics": history[-1][1], "config": {"params": {"quality": quality, "tag": tag}}}
+        attrs["genome"] = f"conv3x3-{n} > pool > dense-64"
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        if n == 4:
+            trial.set_user_attr("fail_reason", f"ValueError: {HOSTILE}")
+            trial.set_user_attr("traceback", f"Traceback (most recent call last):\n  ...\nValueError: {HOSTILE}")
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, [quality, 3.0 - n % 2])
+    scaling = root / "scaling"
+    scaling.mkdir()
+    table = pd.DataFrame({"batch_size": [32, 64], "examples_per_s": [1000.0, 1800.0]})
+    table.to_csv(scaling / "scaling.csv", index=False)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot().plot([32, 64], [1000, 1800])
+    fig.savefig(scaling / "throughput.png")
+    return folder
+
+
+@pytest.mark.timeout(120)
+def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path: Path) -> None:
+    folder = _hand_made_campaign(tmp_path / "runs" / "toy-mo")
+    files = write_report(folder.root)
+    page = files.index.read_text()
+    for section in SECTION_IDS:
+        assert f'<section id="{section}">' in page
+    assert HOSTILE not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+    pareto = page.split('<section id="pareto">')[1].split("</section>")[0]
+    assert 'alt="Pareto front"' in pareto
+    scaling = page.split('<section id="scaling">')[1].split("</section>")[0]
+    assert "examples_per_s" in scaling and 'alt="scaling figure throughput.png"' in scaling
+    failures = page.split('<section id="failures">')[1].split("</section>")[0]
+    assert "Traceback" in failures and "ValueError" in failures
+    assert "&gt; pool &gt; dense-64" in page  # the genomes of the Pareto trials
+    environment = page.split('<section id="environment">')[1].split("</section>")[0]
+    assert "2 worker(s), 2 thread(s), resources CPU=2" in environment
+    timeline = page.split('<section id="timeline">')[1].split("</section>")[0]
+    assert "utilization" in timeline
+    frame = pd.read_parquet(files.parquet)
+    assert len(frame) == 6 and (frame["state"] == "FAIL").sum() == 1
+    assert HOSTILE in files.markdown.read_text()  # Markdown is plain text; only the HTML is escaped
+
+
+def test_cluster_shape_and_resumed_environment(tmp_path: Path) -> None:
+    shape = cluster_shape({"address": "tcp://s:1", "workers": {
+        "tcp://a:1": {"host": "a", "nthreads": 2, "resources": {"GPU": 2}},
+        "tcp://b:1": {"host": "b", "nthreads": 2, "resources": {"GPU": 1}}}})  # fmt: skip
+    assert (shape["workers"], shape["threads"], shape["resources"], shape["hosts"]) == (2, 4, {"GPU": 3.0}, ["a", "b"])
+    path = tmp_path / "environment.json"
+    record_environment(path, {"first": 1})
+    record_environment(path, {"second": 2})
+    assert json.loads(path.read_text()) == {"first": 1, "resumes": [{"second": 2}]}
+    assert capture_environment()["cluster"] is None
+
+
+def test_report_of_a_folder_without_a_campaign_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    assert "holds no campaign" in capsys.readouterr().err

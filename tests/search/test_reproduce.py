@@ -1,0 +1,129 @@
+"""``hypersweep reproduce``: a finished digits trial re-runs to the same numbers; a tampered record does not."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+
+from search.cli import main
+from search.folder import CampaignFolder
+from search.reproduce import Check, compare, reproduce_trial
+from search.runner import RunOptions, run_campaign
+from search.spec import load_spec
+
+from conftest import write_spec
+
+DIGITS = """
+[study]
+name = "digits-repro"
+direction = "maximize"
+metric = "val_accuracy"
+sampler = "random"
+seed = 5
+n_trials = 2
+deterministic = true
+
+[trainer]
+entry = "trainers.classifier:fit"
+dataset = "digits"
+epochs = 2
+device = "cpu"
+
+[space]
+model = "mlp"
+lr = { type = "float", low = 0.01, high = 0.1, log = true }
+batch_size = { type = "categorical", choices = [64, 128] }
+schedule = "warmup_cosine"
+warmup = 0.1
+hidden = { type = "int", low = 32, high = 64, step = 32 }
+
+[cluster]
+n_workers = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> CampaignFolder:
+    tmp = tmp_path_factory.mktemp("digits-repro")
+    spec = load_spec(write_spec(tmp / "digits.toml", DIGITS))
+    return run_campaign(spec, RunOptions(runs_dir=tmp / "runs", progress=False))
+
+
+def _tamper(folder: CampaignFolder, trial_id: int, key: str, value: object) -> None:
+    """Edit a finished trial's record in the SQLite file (Optuna's API refuses to touch a finished trial)."""
+    with sqlite3.connect(folder.sqlite) as db:
+        changed = db.execute(
+            "UPDATE trial_user_attributes SET value_json = ? WHERE trial_id = ? AND key = ?",
+            (json.dumps(value), trial_id, key),
+        ).rowcount
+    assert changed == 1
+
+
+def _study(folder: CampaignFolder) -> optuna.Study:
+    return optuna.load_study(study_name="digits-repro", storage=f"sqlite:///{folder.sqlite}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_reproduce_matches_a_finished_trial_exactly(campaign: CampaignFolder, capsys: pytest.CaptureFixture) -> None:
+    checkpoint = campaign.trial(0) / "checkpoint.pt"
+    before = checkpoint.stat().st_mtime_ns if checkpoint.exists() else None
+    assert main(["reproduce", str(campaign.root), "0"]) == 0
+    out = capsys.readouterr().out
+    assert "comparison: exact (deterministic config on CPU" in out
+    assert "MATCH: trial 0 reproduces" in out and "DIFFERS" not in out
+    assert "spec.toml sha256" in out and "matches the campaign's record" in out
+    # It ran from scratch, in memory: the campaign's checkpoint was neither read for a resume nor rewritten.
+    result = reproduce_trial(campaign.root, 0)
+    assert {c.where for c in result.checks} == {"final", "step 1", "step 2"}
+    assert all(c.reproduced is not None for c in result.checks if c.compared)
+    assert result.config["checkpoint_dir"] is None
+    assert (checkpoint.stat().st_mtime_ns if checkpoint.exists() else None) == before
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_reproduce_reports_a_tampered_result_and_exits_non_zero(
+    campaign: CampaignFolder, capsys: pytest.CaptureFixture
+) -> None:
+    study = _study(campaign)
+    trial = study.trials[1]
+    metrics = dict(trial.user_attrs["metrics"])
+    metrics["val_accuracy"] = metrics["val_accuracy"] + 1e-9  # the smallest visible edit still counts
+    history = [[step, dict(m)] for step, m in trial.user_attrs["history"]]
+    history[0][1]["val_loss"] = history[0][1]["val_loss"] * 1.5
+    _tamper(campaign, trial._trial_id, "metrics", metrics)
+    _tamper(campaign, trial._trial_id, "history", history)
+    assert _study(campaign).trials[1].user_attrs["metrics"] == metrics
+
+    assert main(["reproduce", str(campaign.root), "1"]) == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH: trial 1 does not reproduce its record (2 value(s) differ)" in out
+    assert any(line.startswith("final") and "val_accuracy" in line and "DIFFERS" in line for line in out.splitlines())
+    assert any(line.startswith("step 1") and "val_loss" in line and "DIFFERS" in line for line in out.splitlines())
+
+
+@pytest.mark.timeout(60)
+def test_reproduce_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["reproduce", str(tmp_path), "0"]) == 2
+    assert "holds no campaign" in capsys.readouterr().err
+    assert main(["reproduce", str(tmp_path), "0", "--tolerance", "-1"]) == 2
+
+
+def test_tolerance_applies_to_every_compared_value() -> None:
+    recorded = [(1, {"loss": 1.0, "acc": 0.5, "epoch_seconds": 0.2})]
+    rerun = [(1, {"loss": 1.0 + 5e-7, "acc": 0.5, "epoch_seconds": 0.9, "macs": 10.0})]
+    checks = compare(recorded, recorded[0][1], rerun, rerun[0][1])
+    by = {(c.where, c.metric): c for c in checks}
+    assert by[("final", "loss")].ok(1e-6) and not by[("final", "loss")].ok(1e-7)
+    assert not by[("final", "loss")].ok(0.0)  # exact mode
+    assert by[("step 1", "epoch_seconds")].skipped == "timing" and by[("step 1", "epoch_seconds")].ok(0.0)
+    assert by[("step 1", "macs")].skipped == "not recorded"
+    missing = compare([(1, {"loss": 1.0}), (2, {"loss": 0.5})], {}, [(1, {"loss": 1.0})], {})
+    assert [c.where for c in missing if not c.ok(1e-6)] == ["step 2"]
+    assert Check("final", "x", math.nan, math.nan).ok(0.0) and not Check("final", "x", math.nan, 1.0).ok(1.0)

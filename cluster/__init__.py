@@ -4,7 +4,7 @@ The only package that imports ``distributed``. Nothing here imports optuna or
 search, and torch only inside a running trial.
 """
 
-from .connect import ClusterError, ClusterOptions, detect_gpus, open_cluster, quiet_dask_logs, slot_resource
+from .connect import ClusterError, ClusterOptions, TLSFiles, detect_gpus, open_cluster, quiet_dask_logs, slot_resource
 from .executor import DaskExecutor, Finished, Report, Slots, TrialExecutor, TrialRequest
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Finished",
     "Report",
     "Slots",
+    "TLSFiles",
     "TrialExecutor",
     "TrialRequest",
     "detect_gpus",

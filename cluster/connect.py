@@ -17,8 +17,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from distributed import Client, LocalCluster
+from distributed.security import Security
 
-__all__ = ["quiet_dask_logs", "ClusterOptions", "ClusterError", "open_cluster", "detect_gpus", "slot_resource", "worker_slots"]
+__all__ = ["TLSFiles", "quiet_dask_logs", "ClusterOptions", "ClusterError", "open_cluster", "detect_gpus", "slot_resource", "worker_slots"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ class ClusterOptions:
     dashboard: bool = False
     connect_timeout: float = 10.0
     memory_limit: str = "auto"
+    tls: TLSFiles | None = None
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         if self.n_workers is not None and (not isinstance(self.n_workers, int) or self.n_workers < 1):
@@ -54,11 +57,48 @@ class ClusterOptions:
             raise ValueError(f"slots_per_worker={self.slots_per_worker!r}: must be an int >= 1")
         if self.connect_timeout <= 0:
             raise ValueError(f"connect_timeout={self.connect_timeout!r}: must be > 0")
-        if not _is_loopback(self.host):
+        if not _is_loopback(self.host) and self.tls is None and not self.insecure:
             raise ValueError(
-                f"host={self.host!r}: the embedded cluster listens on loopback only "
-                "(127.0.0.1); to spread over machines start a scheduler yourself and pass its address"
+                f"listening on {self.host!r} without TLS is refused: anyone who reaches that address could "
+                "run code on the workers; give TLS files (tls_ca_file, tls_cert_file, tls_key_file) "
+                "or pass --insecure to accept the risk"
             )
+        if self.address.startswith("tls://") and self.tls is None:
+            raise ValueError(f"scheduler {self.address!r} uses TLS: give tls_ca_file, tls_cert_file and tls_key_file")
+
+    @property
+    def protocol(self) -> str:
+        return "tls://" if self.tls is not None else "tcp://"
+
+    def security(self) -> Security | None:
+        return self.tls.security() if self.tls is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for mutual TLS: a CA and one certificate/key pair used by every party."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+    def __post_init__(self) -> None:
+        for name in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, name)
+            if not path or not os.path.isfile(path):
+                raise ValueError(f"tls {name}={path!r}: must be an existing PEM file")
+
+    def security(self) -> Security:
+        return Security(
+            tls_ca_file=self.ca_file,
+            tls_client_cert=self.cert_file,
+            tls_client_key=self.key_file,
+            tls_scheduler_cert=self.cert_file,
+            tls_scheduler_key=self.key_file,
+            tls_worker_cert=self.cert_file,
+            tls_worker_key=self.key_file,
+            require_encryption=True,
+        )
 
 
 def quiet_dask_logs(level: int = logging.ERROR) -> None:
@@ -138,6 +178,8 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
         threads_per_worker=max(1, threads),
         processes=True,
         host=options.host,
+        protocol=options.protocol,
+        security=options.security(),
         dashboard_address=f"{options.host}:0" if options.dashboard else None,
         resources=resources,
         memory_limit=options.memory_limit,
@@ -146,7 +188,7 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
         silence_logs=False,  # keep the levels the caller chose (quiet_dask_logs)
     )
     try:
-        client = Client(cluster, timeout=options.connect_timeout)
+        client = Client(cluster, timeout=options.connect_timeout, security=options.security())
         try:
             yield client
         finally:
@@ -156,7 +198,7 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
 
 
 def _connect(options: ClusterOptions) -> Client:
-    kwargs: dict[str, Any] = {"timeout": options.connect_timeout}
+    kwargs: dict[str, Any] = {"timeout": options.connect_timeout, "security": options.security()}
     target = options.address
     if not target.startswith(("tcp://", "tls://", "inproc://", "ucx://")) and os.path.exists(target):
         kwargs["scheduler_file"] = target

@@ -52,6 +52,10 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", default=None, help="join this Dask scheduler (tcp://host:port or a scheduler file)")
     p.add_argument("--workers", type=int, default=None, help="local worker processes (default: spec, else per core/GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow plain TCP on a non-loopback listen address (anyone reaching it can run code)")
+    p.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None,
+                   help="PEM files for mutual TLS (overrides the spec's tls_* keys)")
 
 
 def _options(args: argparse.Namespace):
@@ -64,6 +68,8 @@ def _options(args: argparse.Namespace):
         scheduler=args.scheduler,
         n_workers=args.workers,
         progress=not args.no_progress,
+        insecure=args.insecure,
+        tls=tuple(args.tls) if args.tls else None,
     )
 
 

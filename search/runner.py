@@ -19,7 +19,7 @@ from pathlib import Path
 
 import optuna
 
-from cluster import ClusterOptions, DaskExecutor, open_cluster
+from cluster import ClusterOptions, DaskExecutor, TLSFiles, open_cluster
 
 from .campaign import Campaign
 from .environment import capture_environment, record_environment, scheduler_info
@@ -48,16 +48,22 @@ class RunOptions:
     scheduler: str | None = None
     n_workers: int | None = None
     progress: bool = True
+    insecure: bool = False
+    tls: tuple[str, str, str] | None = None  # (ca, cert, key) from the command line
 
 
 def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     c = spec.cluster
+    files = options.tls or ((c.tls_ca_file, c.tls_cert_file, c.tls_key_file) if c.tls else None)
     return ClusterOptions(
         address=options.scheduler if options.scheduler is not None else c.scheduler,
         n_workers=options.n_workers or c.n_workers or None,
         slots_per_worker=c.slots_per_worker,
+        host=c.listen,
         dashboard=c.dashboard,
         connect_timeout=c.connect_timeout,
+        tls=TLSFiles(*files) if files else None,
+        insecure=options.insecure,
     )
 
 
@@ -104,14 +110,16 @@ def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
         handler.close()
 
 
-def _execute(spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, create: bool) -> None:
+def _execute(
+    spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, cluster: ClusterOptions, create: bool
+) -> None:
     study = load_study(spec, folder, create)
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     try:
-        with open_cluster(_cluster_options(spec, options), env=env) as client:
+        with open_cluster(cluster, env=env) as client:
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
             executor = DaskExecutor(client, topic)
             Campaign(spec, folder, study, executor, on_progress=progress).run()
@@ -127,6 +135,7 @@ def _write_summary(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Stu
 def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     """Start a new campaign for ``spec`` in ``runs_dir/<study name>``."""
     folder = CampaignFolder.for_study(options.runs_dir, spec.study.name)
+    cluster = _cluster_options(spec, options)  # bad cluster settings fail before anything is created
     if folder.root.exists() and any(folder.root.iterdir()):
         raise CampaignExistsError(
             f"{folder.root} already holds a campaign; continue it with 'hypersweep resume {folder.root}' "
@@ -140,7 +149,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
         folder.create(spec.text)
         created = True
         with _campaign_log(folder):
-            _execute(spec, folder, options, create=True)
+            _execute(spec, folder, options, cluster, create=True)
     except BaseException:
         if created and not _has_trials(folder):
             lock.release()
@@ -161,8 +170,9 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
     spec = load_spec(folder.spec)
+    cluster = _cluster_options(spec, options)
     with ControllerLock(folder.lock), _campaign_log(folder):
-        _execute(spec, folder, options, create=False)
+        _execute(spec, folder, options, cluster, create=False)
     return folder
 
 

@@ -8,7 +8,6 @@ before anything is created on disk or started.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import math
 import re
@@ -19,6 +18,9 @@ from typing import Any
 
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
+
+from .cluster_spec import CLUSTER_KEYS, ClusterSpec, parse_cluster
+from .spec_table import SpecError, _closest, _show, SpecTable
 
 __all__ = [
     "SpecError",
@@ -43,14 +45,6 @@ DEVICES = ("auto", "cpu", "cuda")
 DATA_PARALLEL = "data_parallel"  # a [space] name the controller consumes: the trial's width
 BATCH_SIZE = "batch_size"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
-
-class SpecError(ValueError):
-    """A spec mistake, as one line: ``file: key: problem``."""
-
-    def __init__(self, source: str, key: str, problem: str) -> None:
-        self.source, self.key, self.problem = source, key, problem
-        super().__init__(f"{source}: {key}: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,15 +92,6 @@ class PrunerSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusterSpec:
-    scheduler: str = ""
-    n_workers: int = 0
-    slots_per_worker: int = 1
-    connect_timeout: float = 10.0
-    dashboard: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
 class CampaignSpec:
     study: StudySpec
     trainer: TrainerSpec
@@ -125,86 +110,6 @@ class CampaignSpec:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
-# --- small typed readers -------------------------------------------------------------------
-
-
-class _Table:
-    """A TOML table being read: typed getters, and a check for keys nobody read."""
-
-    def __init__(self, source: str, prefix: str, data: Any, allowed: tuple[str, ...]) -> None:
-        if not isinstance(data, Mapping):
-            raise SpecError(source, prefix, f"must be a table, got {type(data).__name__}")
-        self.source, self.prefix, self.data = source, prefix, data
-        for key in data:
-            if key not in allowed:
-                raise SpecError(source, self.key(key), f"unknown key{_closest(key, allowed)}")
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
-    def error(self, name: str, problem: str) -> SpecError:
-        return SpecError(self.source, self.key(name), problem)
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def str(self, name: str, default: str | None = None) -> str:
-        value = self._get(name, default)
-        if not isinstance(value, str):
-            raise self.error(name, f"must be a string, got {_show(value)}")
-        return value
-
-    def bool(self, name: str, default: bool) -> bool:
-        value = self._get(name, default)
-        if not isinstance(value, bool):
-            raise self.error(name, f"must be true or false, got {_show(value)}")
-        return value
-
-    def int(self, name: str, default: int | None = None, minimum: int | None = None) -> int:
-        value = self._get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(name, f"must be an integer, got {_show(value)}")
-        if minimum is not None and value < minimum:
-            raise self.error(name, f"must be >= {minimum}, got {value}")
-        return value
-
-    def float(self, name: str, default: float | None = None, minimum: float | None = None) -> float:
-        value = self._get(name, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.error(name, f"must be a finite number, got {_show(value)}")
-        if minimum is not None and value < minimum:
-            raise self.error(name, f"must be >= {minimum:g}, got {value:g}")
-        return float(value)
-
-    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
-        value = self.str(name, default)
-        if value not in choices:
-            raise self.error(name, f"{value!r} is not one of {', '.join(choices)}{_closest(value, choices)}")
-        return value
-
-    def table(self, name: str) -> Mapping[str, Any]:
-        value = self.data.get(name, {})
-        if not isinstance(value, Mapping):
-            raise self.error(name, f"must be a table, got {_show(value)}")
-        return value
-
-    def _get(self, name: str, default: Any) -> Any:
-        if name in self.data:
-            return self.data[name]
-        if default is None:
-            raise self.error(name, "is required")
-        return default
-
-
-def _closest(word: str, choices: tuple[str, ...] | list[str]) -> str:
-    match = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
-    return f" (did you mean {match[0]!r}?)" if match else f" (valid: {', '.join(choices)})"
-
-
-def _show(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
-
-
 # --- sections --------------------------------------------------------------------------------
 
 _TOP = ("study", "trainer", "space", "cluster", "pruner")
@@ -217,10 +122,9 @@ _PRUNER = (
     "resource", "n_startup_trials", "n_warmup_steps", "percentile", "min_resource",
     "reduction_factor", "max_resource",
 )  # fmt: skip
-_CLUSTER = ("scheduler", "n_workers", "slots_per_worker", "connect_timeout", "dashboard")
 
 
-def _str_list(t: _Table, one: str, many: str, choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
+def _str_list(t: SpecTable, one: str, many: str, choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
     if t.has(one) and t.has(many):
         raise t.error(many, f"give either {one!r} or {many!r}, not both")
     if t.has(many):
@@ -236,7 +140,7 @@ def _str_list(t: _Table, one: str, many: str, choices: tuple[str, ...] | None = 
     return items
 
 
-def _study(t: _Table) -> StudySpec:
+def _study(t: SpecTable) -> StudySpec:
     name = t.str("name")
     if not _NAME_RE.match(name) or ".." in name:
         raise t.error("name", f"{name!r} must be 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit")
@@ -271,7 +175,7 @@ def _study(t: _Table) -> StudySpec:
     )
 
 
-def _trainer(t: _Table) -> TrainerSpec:
+def _trainer(t: SpecTable) -> TrainerSpec:
     options = t.table("options")
     for key, value in options.items():
         if not isinstance(value, (str, int, float, bool, list)):
@@ -287,7 +191,7 @@ def _trainer(t: _Table) -> TrainerSpec:
     )
 
 
-def _pruning(t: _Table) -> PrunerSpec:
+def _pruning(t: SpecTable) -> PrunerSpec:
     spec = PrunerSpec(
         resource=t.choice("resource", PRUNING_RESOURCES, "examples"),
         n_startup_trials=t.int("n_startup_trials", 4, minimum=0),
@@ -302,16 +206,6 @@ def _pruning(t: _Table) -> PrunerSpec:
     if not 0.0 < spec.percentile < 100.0:
         raise t.error("percentile", f"must be in (0, 100), got {spec.percentile:g}")
     return spec
-
-
-def _cluster(t: _Table) -> ClusterSpec:
-    return ClusterSpec(
-        scheduler=t.str("scheduler", ""),
-        n_workers=t.int("n_workers", 0, minimum=0),
-        slots_per_worker=t.int("slots_per_worker", 1, minimum=1),
-        connect_timeout=t.float("connect_timeout", 10.0, minimum=0.1),
-        dashboard=t.bool("dashboard", False),
-    )
 
 
 def _space(source: str, data: Any) -> SearchSpace:
@@ -359,13 +253,13 @@ def _check_trainer(
 
 def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") -> CampaignSpec:
     """Validate a parsed TOML document; raise :class:`SpecError` on the first mistake."""
-    top = _Table(source, "", data, _TOP)
+    top = SpecTable(source, "", data, _TOP)
     if "study" not in data:
         raise SpecError(source, "study", "section [study] is required")
-    study = _study(_Table(source, "study", top.table("study"), _STUDY))
-    trainer = _trainer(_Table(source, "trainer", top.table("trainer"), _TRAINER))
-    pruning = _pruning(_Table(source, "pruner", top.table("pruner"), _PRUNER))
-    cluster = _cluster(_Table(source, "cluster", top.table("cluster"), _CLUSTER))
+    study = _study(SpecTable(source, "study", top.table("study"), _STUDY))
+    trainer = _trainer(SpecTable(source, "trainer", top.table("trainer"), _TRAINER))
+    pruning = _pruning(SpecTable(source, "pruner", top.table("pruner"), _PRUNER))
+    cluster = parse_cluster(SpecTable(source, "cluster", top.table("cluster"), CLUSTER_KEYS))
     space = _space(source, data.get("space"))
     if study.sampler == "nsga2" and not study.multi_objective:
         pass  # NSGA-II works on one objective too; allowed.

@@ -1,0 +1,95 @@
+"""Reading TOML tables for the spec: typed getters and one-line errors naming file and key."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SpecError", "SpecTable"]
+
+
+class SpecError(ValueError):
+    """A spec mistake, as one line: ``file: key: problem``."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        super().__init__(f"{source}: {key}: {problem}")
+
+
+class SpecTable:
+    """A TOML table being read: typed getters, and a check for keys nobody read."""
+
+    def __init__(self, source: str, prefix: str, data: Any, allowed: tuple[str, ...]) -> None:
+        if not isinstance(data, Mapping):
+            raise SpecError(source, prefix, f"must be a table, got {type(data).__name__}")
+        self.source, self.prefix, self.data = source, prefix, data
+        for key in data:
+            if key not in allowed:
+                raise SpecError(source, self.key(key), f"unknown key{_closest(key, allowed)}")
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def error(self, name: str, problem: str) -> SpecError:
+        return SpecError(self.source, self.key(name), problem)
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def str(self, name: str, default: str | None = None) -> str:
+        value = self._get(name, default)
+        if not isinstance(value, str):
+            raise self.error(name, f"must be a string, got {_show(value)}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self._get(name, default)
+        if not isinstance(value, bool):
+            raise self.error(name, f"must be true or false, got {_show(value)}")
+        return value
+
+    def int(self, name: str, default: int | None = None, minimum: int | None = None) -> int:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(name, f"must be an integer, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise self.error(name, f"must be >= {minimum}, got {value}")
+        return value
+
+    def float(self, name: str, default: float | None = None, minimum: float | None = None) -> float:
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.error(name, f"must be a finite number, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise self.error(name, f"must be >= {minimum:g}, got {value:g}")
+        return float(value)
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        value = self.str(name, default)
+        if value not in choices:
+            raise self.error(name, f"{value!r} is not one of {', '.join(choices)}{_closest(value, choices)}")
+        return value
+
+    def table(self, name: str) -> Mapping[str, Any]:
+        value = self.data.get(name, {})
+        if not isinstance(value, Mapping):
+            raise self.error(name, f"must be a table, got {_show(value)}")
+        return value
+
+    def _get(self, name: str, default: Any) -> Any:
+        if name in self.data:
+            return self.data[name]
+        if default is None:
+            raise self.error(name, "is required")
+        return default
+
+
+def _closest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    match = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else f" (valid: {', '.join(choices)})"
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import dask
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
@@ -49,8 +50,12 @@ class ClusterOptions:
     memory_limit: str = "auto"
     tls: TLSFiles | None = None
     insecure: bool = False
+    # A SLURM/PBS/Kubernetes backend (cluster.backends); None: the embedded cluster or ``address``.
+    backend: Any = None
 
     def __post_init__(self) -> None:
+        if self.backend is not None and self.address:
+            raise ValueError(f"address={self.address!r}: a {type(self.backend).__name__} starts its own scheduler")
         if self.n_workers is not None and (not isinstance(self.n_workers, int) or self.n_workers < 1):
             raise ValueError(f"n_workers={self.n_workers!r}: must be an int >= 1")
         if not isinstance(self.slots_per_worker, int) or self.slots_per_worker < 1:
@@ -164,6 +169,12 @@ def _accepts_n_workers(client: Client) -> bool:
 @contextlib.contextmanager
 def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
     """Yield a connected ``Client``; close whatever was started on exit, errors and Ctrl-C included."""
+    if options.backend is not None:
+        from .backends import open_backend
+
+        with open_backend(options) as client:
+            yield client
+        return
     if options.address:
         client = _connect(options)
         try:
@@ -173,7 +184,24 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
         return
     n_workers, resources = _local_shape(options)
     threads = int(sum(resources.values()))
-    cluster = LocalCluster(
+    # A worker that dies mid-trial fails the task at once: the controller retries it
+    # (max_retries) from its checkpoint, rather than Dask retrying it silently.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = _local_cluster(options, n_workers, threads, resources, env)
+    try:
+        client = Client(cluster, timeout=options.connect_timeout, security=options.security())
+        try:
+            yield client
+        finally:
+            client.close(timeout=10)
+    finally:
+        cluster.close(timeout=20)
+
+
+def _local_cluster(
+    options: ClusterOptions, n_workers: int, threads: int, resources: dict[str, float], env: Mapping[str, str] | None
+) -> LocalCluster:
+    return LocalCluster(
         n_workers=n_workers,
         threads_per_worker=max(1, threads),
         processes=True,
@@ -187,14 +215,6 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
         env={"DASK_LOGGING__DISTRIBUTED": "error", **dict(env or {})},
         silence_logs=False,  # keep the levels the caller chose (quiet_dask_logs)
     )
-    try:
-        client = Client(cluster, timeout=options.connect_timeout, security=options.security())
-        try:
-            yield client
-        finally:
-            client.close(timeout=10)
-    finally:
-        cluster.close(timeout=20)
 
 
 def _connect(options: ClusterOptions) -> Client:

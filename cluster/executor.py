@@ -21,7 +21,7 @@ from distributed import CancelledError, Client, Future
 from distributed.client import FutureCancelledError
 
 from .channel import request_stop, subscribe_reports
-from .connect import worker_slots
+from .connect import ClusterError, worker_slots
 from .entrypoint import run_trial
 
 __all__ = ["TrialRequest", "Report", "Finished", "TrialExecutor", "DaskExecutor", "Slots"]
@@ -92,8 +92,10 @@ class TrialExecutor(Protocol):
 class DaskExecutor:
     """Trials as Dask tasks with resource restrictions; reports via the worker event stream."""
 
-    def __init__(self, client: Client, topic: str, resource: str | None = None) -> None:
+    def __init__(self, client: Client, topic: str, resource: str | None = None, lost_after: float = 30.0) -> None:
         self._client = client
+        self._lost_after = lost_after
+        self._disconnected_since: float | None = None
         self._topic = topic
         self._resource = resource or self._infer_resource()
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -141,7 +143,11 @@ class DaskExecutor:
             return tuple(sorted(self._futures))
 
     def events(self, timeout: float) -> list[Event]:
-        """Whatever happened since the last call; waits up to ``timeout`` s for the first event."""
+        """Whatever happened since the last call; waits up to ``timeout`` s for the first event.
+
+        Raises :class:`ClusterError` once the scheduler has been unreachable for ``lost_after`` s.
+        """
+        self._check_scheduler()
         items: list[tuple[str, Any]] = []
         try:
             items.append(self._queue.get(timeout=max(0.0, timeout)))
@@ -150,6 +156,17 @@ class DaskExecutor:
         except queue.Empty:
             pass
         return [self._to_event(kind, payload) for kind, payload in items]
+
+    def _check_scheduler(self) -> None:
+        status = self._client.status
+        if status == "running":
+            self._disconnected_since = None
+            return
+        now = time.monotonic()
+        if self._disconnected_since is None:
+            self._disconnected_since = now
+        if status in ("closed", "closing") or now - self._disconnected_since > self._lost_after:
+            raise ClusterError(f"lost the Dask scheduler at {self._client.scheduler.address} (client {status})")
 
     def close(self) -> None:
         """Cancel what is still running and stop listening."""

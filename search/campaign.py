@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import math
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,7 +25,7 @@ from spaces.errors import SpaceError
 
 from cluster.executor import Finished, Report, TrialExecutor, TrialRequest
 
-from .folder import CampaignFolder
+from .folder import CampaignFolder, write_atomic_bytes
 from .pruning import make_pruner, resource_of
 from .seeds import trial_seed
 from .spec import DATA_PARALLEL, CampaignSpec
@@ -34,6 +35,7 @@ __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
 log = logging.getLogger(__name__)
 
 MAX_TRACEBACK = 20_000
+SAMPLER_SAVE_INTERVAL = 2.0  # seconds between sampler pickles
 
 
 class CampaignError(RuntimeError):
@@ -53,6 +55,7 @@ class RunningTrial:
     stop_reason: str = ""
     stop_trigger_time: float = 0.0  # when the report that led to the stop was sent (worker clock)
     stop_requested_at: float = 0.0
+    attempts: int = 0  # re-runs after its worker was lost
 
     @property
     def number(self) -> int:
@@ -113,6 +116,7 @@ class Campaign:
         self._next_to_tell = 0  # deterministic campaigns tell in number order
         self._told_early: dict[int, tuple[RunningTrial, dict[str, Any]]] = {}
         self._told: set[int] = set()
+        self._sampler_saved = float("-inf")
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -133,6 +137,7 @@ class Campaign:
             self._mark_interrupted()
             raise
         finally:
+            self._save_sampler(force=True)
             self.executor.close()
         self._on_progress(self.snapshot())
 
@@ -280,7 +285,7 @@ class Campaign:
         if running is None:
             return  # a late report of a trial already told; its history came with the outcome
         running.reports.append((report.step, dict(report.metrics), report.time))
-        self._append_metrics_file(report.number, report.step, report.metrics, report.time)
+        self._append_metrics_file(report.number, report.step, report.metrics, report.time, report.worker)
         self._record_intermediate(running, report.step, report.metrics)
         if running.stop_reason or self.spec.study.multi_objective:
             return
@@ -313,9 +318,12 @@ class Campaign:
     def _should_prune(self, running: RunningTrial) -> bool:
         return self._pruner_ready and running.trial.should_prune()
 
-    def _append_metrics_file(self, number: int, step: int, metrics: Mapping[str, float], at: float) -> None:
+    def _append_metrics_file(
+        self, number: int, step: int, metrics: Mapping[str, float], at: float, worker: str = ""
+    ) -> None:
+        record = {"step": step, "time": at, "worker": worker, **{k: _json_num(v) for k, v in metrics.items()}}
         with open(self.folder.trial(number) / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps({"step": step, "time": at, **{k: _json_num(v) for k, v in metrics.items()}}) + "\n")
+            fh.write(json.dumps(record) + "\n")
 
     # --- time limits ---------------------------------------------------------------------------
 
@@ -341,9 +349,13 @@ class Campaign:
     # --- results -------------------------------------------------------------------------------
 
     def _on_finished(self, event: Finished) -> None:
-        running = self._running.pop(event.number, None)
+        running = self._running.get(event.number)
         if running is None:
             return
+        if self._should_retry(running, event.outcome):
+            self._retry(running, event.outcome)
+            return
+        del self._running[event.number]
         if not self.spec.study.deterministic:
             self._tell(running, dict(event.outcome))
             return
@@ -360,6 +372,32 @@ class Campaign:
         while self._next_to_tell in self._told_early and (all_asked or self._next_to_tell + lag < self._next_number):
             self._tell(*self._told_early.pop(self._next_to_tell))
 
+    def _save_sampler(self, force: bool = False) -> None:
+        """Pickle the sampler (RNG state included) now and then, so ``resume`` continues its stream."""
+        now = time.monotonic()
+        if not force and now - self._sampler_saved < SAMPLER_SAVE_INTERVAL:
+            return
+        self._sampler_saved = now
+        try:
+            write_atomic_bytes(self.folder.sampler_state, pickle.dumps(self.study.sampler))
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            log.warning("sampler state not saved (%s); resume will start a fresh sampler", exc)
+
+    def _should_retry(self, running: RunningTrial, outcome: Mapping[str, Any]) -> bool:
+        return (
+            outcome.get("status") == "lost"
+            and running.attempts < self.spec.study.max_retries
+            and not running.stop_reason
+        )
+
+    def _retry(self, running: RunningTrial, outcome: Mapping[str, Any]) -> None:
+        """Its worker died: run the same trial again elsewhere; it resumes from its last checkpoint."""
+        running.attempts += 1
+        running.trial.set_user_attr("retries", running.attempts)
+        log.warning("trial %d lost its worker (%s); retry %d of %d",
+                    running.number, outcome.get("error"), running.attempts, self.spec.study.max_retries)
+        self.executor.submit(TrialRequest(running.number, self.spec.trainer.entry, running.config, running.width))
+
     def _mark_told(self, number: int) -> None:
         self._told.add(number)
         while self._next_to_tell in self._told:
@@ -375,6 +413,7 @@ class Campaign:
             self._write_failure_log(running, outcome, reason)
         self.study.tell(running.trial, values if state == TrialState.COMPLETE else None, state=state)
         self._mark_told(running.number)
+        self._save_sampler()
         key = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}[state]
         self._counts[key] += 1
         if state == TrialState.COMPLETE:
@@ -430,7 +469,7 @@ class Campaign:
         status = outcome.get("status")
         error = str(outcome.get("error") or "unknown error")
         if status == "lost":
-            return f"worker lost: {error}"
+            return f"worker lost ({error}); retries spent"
         if status == "cancelled":
             return f"cancelled: {error}"
         return error

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-__all__ = ["CampaignFolder", "ControllerLock", "FolderLockedError"]
+__all__ = ["CampaignFolder", "ControllerLock", "FolderLockedError", "write_atomic", "write_atomic_bytes"]
 
 
 class FolderLockedError(RuntimeError):
@@ -44,6 +44,10 @@ class CampaignFolder:
     @property
     def journal(self) -> Path:
         return self.root / "study.journal"
+
+    @property
+    def sampler_state(self) -> Path:
+        return self.root / "sampler.pkl"
 
     @property
     def lock(self) -> Path:
@@ -83,9 +87,14 @@ class CampaignFolder:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write then rename, so a crash never leaves a half-written file."""
+    write_atomic_bytes(path, text.encode())
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write then rename, so a crash never leaves a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
+    with open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

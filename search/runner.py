@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import pickle
 import shutil
 import uuid
 import warnings
@@ -53,10 +54,22 @@ class RunOptions:
 
 
 def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
+    from cluster.backends import require_extra
+
+    from .spec_table import SpecError
+
     c = spec.cluster
     files = options.tls or ((c.tls_ca_file, c.tls_cert_file, c.tls_key_file) if c.tls else None)
+    address = options.scheduler if options.scheduler is not None else c.scheduler
+    backend = None if options.scheduler else c.deploy  # --scheduler joins that scheduler, whatever the backend
+    if c.backend == "address" and not address:
+        raise SpecError(spec.source, "cluster.scheduler", "backend 'address' needs a scheduler address "
+                        "(tcp://host:port, tls://host:port or a scheduler file), or pass --scheduler")  # fmt: skip
+    if backend is not None:
+        require_extra(c.backend)  # a missing optional extra fails here, before anything is created
     return ClusterOptions(
-        address=options.scheduler if options.scheduler is not None else c.scheduler,
+        address=address,
+        backend=backend,
         n_workers=options.n_workers or c.n_workers or None,
         slots_per_worker=c.slots_per_worker,
         host=c.listen,
@@ -87,7 +100,21 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool) -> optu
         study.set_user_attr("spec_sha256", spec.sha256)
         study.set_user_attr("seed", spec.study.seed)
         return study
-    return optuna.load_study(study_name=spec.study.name, storage=storage, sampler=sampler, pruner=pruner)
+    return optuna.load_study(
+        study_name=spec.study.name, storage=storage, sampler=_saved_sampler(folder) or sampler, pruner=pruner
+    )
+
+
+def _saved_sampler(folder: CampaignFolder) -> optuna.samplers.BaseSampler | None:
+    """The sampler a previous controller pickled (its RNG stream continues), if any."""
+    if not folder.sampler_state.exists():
+        return None
+    try:
+        with open(folder.sampler_state, "rb") as fh:
+            return pickle.load(fh)  # our own campaign folder: trusted
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        log.warning("could not restore the sampler from %s (%s); starting a fresh one", folder.sampler_state, exc)
+        return None
 
 
 @contextlib.contextmanager

@@ -61,6 +61,7 @@ class StudySpec:
     pruner: str = "none"
     deterministic: bool = False
     parallelism: int = 4
+    max_retries: int = 2
 
     @property
     def multi_objective(self) -> bool:
@@ -115,7 +116,7 @@ class CampaignSpec:
 _TOP = ("study", "trainer", "space", "cluster", "pruner")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
-    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism",
+    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
 )  # fmt: skip
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
@@ -172,6 +173,7 @@ def _study(t: SpecTable) -> StudySpec:
         pruner=pruner,
         deterministic=t.bool("deterministic", False),
         parallelism=t.int("parallelism", 4, minimum=1),
+        max_retries=t.int("max_retries", 2, minimum=0),
     )
 
 

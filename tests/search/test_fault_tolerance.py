@@ -1,0 +1,134 @@
+"""Lose a worker or the controller, lose no result (real `dask scheduler` / `dask worker` processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from conftest import write_spec
+from dask_processes import external_cluster, wait_for
+
+pytestmark = pytest.mark.slow
+
+SPEC = """
+[study]
+name = "ft"
+direction = "maximize"
+metric = "val_accuracy"
+sampler = "random"
+seed = 4
+n_trials = {trials}
+max_retries = 2
+
+[trainer]
+entry = "trainers.classifier:fit"
+dataset = "synthetic"
+epochs = {epochs}
+options = {{ n_samples = {samples}, n_features = 40 }}
+
+[space]
+optimizer = "adam"
+lr = {{ type = "float", low = 1e-3, high = 1e-2, log = true }}
+batch_size = 64
+hidden = 64
+"""
+
+
+def reports(folder: Path, number: int) -> list[dict]:
+    path = folder / "trials" / str(number) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def load(folder: Path) -> optuna.Study:
+    return optuna.load_study(study_name="ft", storage=f"sqlite:///{folder / 'study.db'}")
+
+
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "search", *args, "--no-progress"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_killed_mid_trial_its_trial_resumes_elsewhere_from_its_checkpoint(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    spec = write_spec(tmp_path / "ft.toml", SPEC.format(trials=3, epochs=8, samples=12000))
+    runs = tmp_path / "runs"
+    folder = runs / "ft"
+    # allowed-failures 0: a lost worker fails the task at once, and the controller's retry takes over.
+    with external_cluster(tmp_path, 2, {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}) as cluster:
+        proc = start(["run", str(spec), "--runs-dir", str(runs), "--scheduler", cluster.address], subprocess_env)
+        try:
+            wait_for(lambda: len(reports(folder, 0)) >= 3, 150, "trial 0 to report 3 epochs")
+            victim = cluster.worker_names()[reports(folder, 0)[-1]["worker"]]
+            cluster.kill_worker(victim)
+            _out, err = proc.communicate(timeout=200)
+            assert proc.returncode == 0, err
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    trials = load(folder).get_trials()
+    assert len(trials) == 3
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    killed = trials[0]
+    assert killed.user_attrs["retries"] == 1
+    steps = [step for step, _m in killed.user_attrs["history"]]
+    assert steps.count(1) == 1, f"epoch 1 ran again after the worker loss: {steps}"
+    assert max(steps) == 8
+    workers = {r["worker"] for r in reports(folder, 0)}
+    assert len(workers) == 2  # it finished on the other worker
+
+
+@pytest.mark.timeout(400)
+def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    spec = write_spec(tmp_path / "ft.toml", SPEC.format(trials=6, epochs=6, samples=40000))
+    runs = tmp_path / "runs"
+    folder = runs / "ft"
+    with external_cluster(tmp_path, 2) as cluster:
+        proc = start(["run", str(spec), "--runs-dir", str(runs), "--scheduler", cluster.address], subprocess_env)
+        try:
+            def complete() -> int:
+                try:
+                    return sum(t.state == optuna.trial.TrialState.COMPLETE for t in load(folder).get_trials())
+                except Exception:  # noqa: BLE001 - the study may not exist yet
+                    return 0
+
+            wait_for(lambda: complete() >= 2, 200, "two complete trials")
+            # A second controller on the same folder is refused while the first one runs.
+            second = subprocess.run(
+                [sys.executable, "-m", "search", "resume", str(folder)],
+                capture_output=True, text=True, env=subprocess_env, timeout=60,
+            )  # fmt: skip
+            assert second.returncode == 2 and "in use by another controller" in second.stderr
+            assert f'"pid": {proc.pid}' in second.stderr
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        before = {t.number: t.value for t in load(folder).get_trials() if t.state == optuna.trial.TrialState.COMPLETE}
+        assert (folder / "sampler.pkl").exists()
+
+        resumed = subprocess.run(
+            [sys.executable, "-m", "search", "resume", str(folder), "--scheduler", cluster.address, "--no-progress"],
+            capture_output=True, text=True, env=subprocess_env, timeout=300,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+
+    trials = load(folder).get_trials()
+    assert [t.number for t in trials] == list(range(6))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for number, value in before.items():
+        assert trials[number].value == value  # earlier results unchanged

@@ -157,7 +157,7 @@ def _local_shape(options: ClusterOptions) -> tuple[int, dict[str, float]]:
 def worker_slots(client: Client) -> dict[str, dict[str, float]]:
     """Each worker's declared resources, by worker address."""
     info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
-    return {addr: dict(w.get("resources") or {}) for addr, w in info["workers"].items()}
+    return {addr: dict(w.get("resources") or {}) for addr, w in info.get("workers", {}).items()}
 
 
 def _accepts_n_workers(client: Client) -> bool:

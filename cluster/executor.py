@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from distributed import CancelledError, Client, Future
-from distributed.client import FutureCancelledError
+from distributed.client import ClosedClientError, FutureCancelledError
 
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_slots
@@ -96,6 +96,7 @@ class DaskExecutor:
         self._client = client
         self._lost_after = lost_after
         self._disconnected_since: float | None = None
+        self._address = str(getattr(client.scheduler, "address", "") or "the scheduler")
         self._topic = topic
         self._resource = resource or self._infer_resource()
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -112,6 +113,7 @@ class DaskExecutor:
         return self._resource
 
     def slots(self) -> Slots:
+        self._check_scheduler()
         per_worker = [int(res.get(self._resource, 0)) for res in worker_slots(self._client).values()]
         return Slots(self._resource, sum(per_worker), max(per_worker, default=0), len(per_worker))
 
@@ -119,7 +121,16 @@ class DaskExecutor:
         self._client.wait_for_workers(n, timeout=timeout)
 
     def submit(self, request: TrialRequest) -> None:
-        future = self._client.submit(
+        try:
+            future = self._submit(request)
+        except ClosedClientError as exc:
+            raise ClusterError(f"lost the Dask scheduler at {self._address} ({exc})") from exc
+        with self._lock:
+            self._futures[request.number] = future
+        future.add_done_callback(lambda _f, n=request.number: self._queue.put(("done", n)))
+
+    def _submit(self, request: TrialRequest) -> Future:
+        return self._client.submit(
             run_trial,
             request.trainer,
             dict(request.config),
@@ -130,9 +141,6 @@ class DaskExecutor:
             resources={self._resource: request.width},
             pure=False,
         )
-        with self._lock:
-            self._futures[request.number] = future
-        future.add_done_callback(lambda _f, n=request.number: self._queue.put(("done", n)))
 
     def stop(self, number: int) -> None:
         if number in self._futures:
@@ -166,7 +174,7 @@ class DaskExecutor:
         if self._disconnected_since is None:
             self._disconnected_since = now
         if status in ("closed", "closing") or now - self._disconnected_since > self._lost_after:
-            raise ClusterError(f"lost the Dask scheduler at {self._client.scheduler.address} (client {status})")
+            raise ClusterError(f"lost the Dask scheduler at {self._address} (client {status})")
 
     def close(self) -> None:
         """Cancel what is still running and stop listening."""
@@ -193,7 +201,11 @@ class DaskExecutor:
         number = int(payload)
         with self._lock:
             future = self._futures.pop(number, None)
-        return Finished(number, self._outcome(future))
+        outcome = self._outcome(future)
+        if outcome["status"] in ("lost", "cancelled") and self._client.status != "running":
+            # The scheduler went away, not the trial: leave it to `resume`, do not record a failure.
+            raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
+        return Finished(number, outcome)
 
     @staticmethod
     def _outcome(future: Future | None) -> dict[str, Any]:

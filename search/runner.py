@@ -20,7 +20,7 @@ from pathlib import Path
 
 import optuna
 
-from cluster import ClusterOptions, DaskExecutor, TLSFiles, open_cluster
+from cluster import ClusterError, ClusterOptions, DaskExecutor, TLSFiles, open_cluster
 
 from .campaign import Campaign
 from .environment import capture_environment, record_environment, scheduler_info
@@ -150,6 +150,10 @@ def _execute(
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
             executor = DaskExecutor(client, topic)
             Campaign(spec, folder, study, executor, on_progress=progress).run()
+    except ClusterError as exc:
+        if create and not _has_trials(folder):
+            raise
+        raise ClusterError(f"{exc}; the campaign state is saved: continue with 'hypersweep resume {folder.root}'") from exc
     finally:
         progress.close()
     _write_summary(spec, folder, study)

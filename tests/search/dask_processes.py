@@ -52,6 +52,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 @contextlib.contextmanager
 def external_cluster(tmp: Path, n_workers: int = 2, scheduler_env: dict[str, str] | None = None) -> Iterator[ExternalCluster]:
     """Start a scheduler and ``n_workers`` workers (1 thread, CPU=1 each, no nanny) on 127.0.0.1."""
+    tmp.mkdir(parents=True, exist_ok=True)
     file = tmp / "scheduler.json"
     procs: list[subprocess.Popen] = []
     try:

@@ -132,3 +132,31 @@ def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     for number, value in before.items():
         assert trials[number].value == value  # earlier results unchanged
+
+
+@pytest.mark.timeout(300)
+def test_scheduler_lost_the_controller_exits_3_and_resume_continues_on_a_new_cluster(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    spec = write_spec(tmp_path / "ft.toml", SPEC.format(trials=4, epochs=6, samples=30000))
+    runs = tmp_path / "runs"
+    folder = runs / "ft"
+    with external_cluster(tmp_path / "a", 2) as cluster:
+        proc = start(["run", str(spec), "--runs-dir", str(runs), "--scheduler", cluster.address], subprocess_env)
+        try:
+            wait_for(lambda: len(reports(folder, 0)) >= 1, 150, "a first report")
+            cluster.scheduler.send_signal(signal.SIGKILL)
+            _out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 3, err
+    assert "lost the Dask scheduler" in err and "hypersweep resume" in err
+    with external_cluster(tmp_path / "b", 2) as cluster:
+        resumed = subprocess.run(
+            [sys.executable, "-m", "search", "resume", str(folder), "--scheduler", cluster.address, "--no-progress"],
+            capture_output=True, text=True, env=subprocess_env, timeout=240,
+        )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    trials = load(folder).get_trials()
+    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)

@@ -1,0 +1,142 @@
+"""``hypersweep worker``: start one Dask worker by hand, shaped the way campaigns expect.
+
+For clusters no Dask deploy project covers: on each machine (with the project
+installed) run ``hypersweep worker tls://scheduler:8786 --tls ca.pem cert.pem key.pem``.
+The worker owns the machine's GPUs as ``GPU=n`` with ``n`` threads, or, without
+GPUs, ``CPU=slots`` with one thread per slot. It is ``dask worker`` (with a nanny)
+underneath: this process checks the settings and that the scheduler answers, then
+becomes that command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import os
+import socket
+import sys
+from urllib.parse import urlsplit
+
+from .backends import worker_args
+from .connect import ClusterError, TLSFiles, detect_gpus
+
+__all__ = ["WorkerOptions", "worker_command", "check_reachable", "start_worker"]
+
+WORKER_MODULE = "distributed.cli.dask_worker"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    """One worker process: where its scheduler is, what it owns, how it listens."""
+
+    scheduler: str
+    gpus: int | None = None  # None: the GPUs this machine has
+    slots: int | None = None  # CPU slots when there are no GPUs; None: one per core
+    tls: TLSFiles | None = None
+    host: str = ""  # listen address; "" : 127.0.0.1 for a loopback scheduler, else Dask's choice
+    name: str = ""
+    insecure: bool = False
+    connect_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None and self.slots is not None:
+            raise ValueError("--gpus and --slots: give one (GPUs are the slots where there are any)")
+        if self.gpus is not None and self.gpus < 0:
+            raise ValueError(f"--gpus={self.gpus}: must be >= 0")
+        if self.slots is not None and self.slots < 1:
+            raise ValueError(f"--slots={self.slots}: must be >= 1")
+        if self.connect_timeout <= 0:
+            raise ValueError(f"--timeout={self.connect_timeout:g}: must be > 0")
+        address = self.address
+        if not address.startswith(("tcp://", "tls://")):
+            raise ValueError(f"scheduler {address!r}: must be tcp://host:port, tls://host:port or a scheduler file")
+        if address.startswith("tls://") and self.tls is None:
+            raise ValueError(f"scheduler {address!r} uses TLS: give --tls CA CERT KEY")
+        if address.startswith("tcp://") and self.tls is not None:
+            raise ValueError(f"--tls given but the scheduler {address!r} is plain tcp://; use its tls:// address")
+        exposed = [h for h in (self.scheduler_host, self.host) if h and not _is_loopback(h)]
+        if exposed and self.tls is None and not self.insecure:
+            raise ValueError(
+                f"a worker talking plain TCP over {exposed[0]!r} is refused: anyone who reaches it could run code "
+                "on it; use a tls:// scheduler with --tls CA CERT KEY, or pass --insecure to accept the risk"
+            )
+
+    @property
+    def address(self) -> str:
+        """The scheduler's address (read from the scheduler file when one was given)."""
+        return _resolve(self.scheduler)
+
+    @property
+    def scheduler_host(self) -> str:
+        return urlsplit(self.address).hostname or ""
+
+    def shape(self) -> tuple[int, int]:
+        """(gpus, slots) this worker will own."""
+        gpus = detect_gpus() if self.gpus is None and self.slots is None else (self.gpus or 0)
+        return gpus, (self.slots or os.cpu_count() or 1)
+
+
+def _resolve(scheduler: str) -> str:
+    if scheduler.startswith(("tcp://", "tls://")) or not os.path.isfile(scheduler):
+        return scheduler
+    try:
+        with open(scheduler) as fh:
+            return str(json.load(fh)["address"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"scheduler file {scheduler!r}: no scheduler address in it ({exc})") from exc
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def worker_command(options: WorkerOptions) -> list[str]:
+    """The ``dask worker`` command line this worker runs."""
+    gpus, slots = options.shape()
+    argv = [sys.executable, "-m", WORKER_MODULE, options.address, *worker_args(gpus, slots)]
+    argv += ["--nworkers", "1", "--nanny", "--no-dashboard"]
+    host = options.host or (options.scheduler_host if _is_loopback(options.scheduler_host) else "")
+    if host:
+        argv += ["--host", host]
+    if options.name:
+        argv += ["--name", options.name]
+    if options.tls is not None:
+        argv += ["--tls-ca-file", options.tls.ca_file, "--tls-cert", options.tls.cert_file,
+                 "--tls-key", options.tls.key_file]  # fmt: skip
+    return argv
+
+
+def worker_env(options: WorkerOptions) -> dict[str, str]:
+    """The worker's environment: with CPU slots, one BLAS/OpenMP thread per trial unless already set."""
+    env = dict(os.environ)
+    if options.shape()[0] == 0:
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("MKL_NUM_THREADS", "1")
+    return env
+
+
+def check_reachable(address: str, timeout: float) -> None:
+    """Raise ``ClusterError`` unless something accepts TCP connections at ``address`` within ``timeout`` s."""
+    parts = urlsplit(address)
+    if not parts.hostname or not parts.port:
+        raise ValueError(f"scheduler {address!r}: needs a host and a port")
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address!r} within {timeout:g}s ({exc})") from exc
+
+
+def start_worker(options: WorkerOptions) -> None:
+    """Check the scheduler answers, then replace this process with ``dask worker`` (does not return)."""
+    check_reachable(options.address, options.connect_timeout)
+    argv = worker_command(options)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], argv, worker_env(options))

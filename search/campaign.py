@@ -27,6 +27,7 @@ from cluster.executor import Finished, Report, TrialExecutor, TrialRequest
 
 from .folder import CampaignFolder, write_atomic_bytes
 from .pruning import make_pruner, resource_of
+from .scaling_sweep import TargetGoal
 from .seeds import trial_seed
 from .spec import DATA_PARALLEL, CampaignSpec
 
@@ -35,6 +36,7 @@ __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
 log = logging.getLogger(__name__)
 
 MAX_TRACEBACK = 20_000
+TARGET_REACHED = "target reached"
 SAMPLER_SAVE_INTERVAL = 2.0  # seconds between sampler pickles
 
 
@@ -117,6 +119,7 @@ class Campaign:
         self._told_early: dict[int, tuple[RunningTrial, dict[str, Any]]] = {}
         self._told: set[int] = set()
         self._sampler_saved = float("-inf")
+        self._goal = _goal_of(spec)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -287,6 +290,8 @@ class Campaign:
         running.reports.append((report.step, dict(report.metrics), report.time))
         self._append_metrics_file(report.number, report.step, report.metrics, report.time, report.worker)
         self._record_intermediate(running, report.step, report.metrics)
+        if self._goal is not None and not running.stop_reason and self._goal.reached(report.metrics):
+            self._request_stop(running, TARGET_REACHED, report.time)
         if running.stop_reason or self.spec.study.multi_objective:
             return
         if self._should_prune(running):
@@ -452,10 +457,12 @@ class Campaign:
         status = outcome.get("status")
         if status != "ok":
             return TrialState.FAIL, [], self._failure_reason(outcome)
-        if running.stop_reason:
+        if running.stop_reason and running.stop_reason != TARGET_REACHED:
             return TrialState.PRUNED, [], running.stop_reason
         metrics = dict(outcome.get("metrics") or {})
         values: list[float] = []
+        if self._goal is not None:
+            return TrialState.COMPLETE, [self._goal.value([(st, m) for st, m, _t in running.reports])], ""
         for name in self.spec.study.metrics:
             if name not in metrics:
                 return TrialState.FAIL, [], f"trainer did not return metric {name!r} (it returned {sorted(metrics)})"
@@ -511,8 +518,15 @@ class Campaign:
         if self.spec.study.multi_objective or not values:
             return
         value = float(values[0])
-        better = max if self.spec.study.directions[0] == "maximize" else min
+        better = max if self.spec.objective_directions[0] == "maximize" else min
         self._best = value if self._best is None else better(self._best, value)
+
+
+def _goal_of(spec: CampaignSpec) -> TargetGoal | None:
+    if spec.scaling is None:
+        return None
+    mode = "max" if spec.study.directions[0] == "maximize" else "min"
+    return TargetGoal(spec.study.metrics[0], spec.scaling.target, mode, spec.scaling.interpolate)
 
 
 def _json_num(value: float) -> float | str:

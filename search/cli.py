@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", type=Path, help="study spec (TOML)")
     _cluster_flags(run)
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)")
+
+    scaling = sub.add_parser("scaling", help="run a batch-size scaling sweep (a spec with a [scaling] section)")
+    scaling.add_argument("spec", type=Path, help="study spec (TOML) with a [scaling] section")
+    _cluster_flags(scaling)
+    scaling.add_argument("--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)")
 
     resume = sub.add_parser("resume", help="continue a campaign from its folder")
     resume.add_argument("folder", type=Path)
@@ -45,6 +51,25 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("trial", type=int, help="trial number")
     reproduce.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance when the trial is not deterministic on CPU (default 1e-6)")
+
+    worker = sub.add_parser("worker", help="start a Dask worker for campaigns on this machine (GPU=n or CPU slots)")
+    worker.add_argument("scheduler", help="scheduler address (tcp://host:port, tls://host:port) or scheduler file")
+    shape = worker.add_mutually_exclusive_group()
+    shape.add_argument("--gpus", type=int, default=None, help="GPUs this worker owns (default: all it can see)")
+    shape.add_argument("--slots", type=int, default=None, help="CPU slots when there are no GPUs (default: cores)")
+    worker.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None, help="PEM files for mutual TLS")
+    worker.add_argument("--host", default="", help="address the worker listens on (default: chosen by Dask)")
+    worker.add_argument("--name", default="", help="worker name (default: chosen by Dask)")
+    worker.add_argument("--insecure", action="store_true", help="allow plain TCP to a non-loopback scheduler")
+    worker.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the scheduler to answer")
+    worker.add_argument("--print", action="store_true", help="print the dask worker command and exit")
+
+    script = sub.add_parser("cluster-script",
+                            help="print what the spec's slurm/pbs/kubernetes backend would submit; submit nothing")
+    script.add_argument("spec", type=Path)
+    script.add_argument("--insecure", action="store_true", help="as for run: plain TCP on a non-loopback address")
+    script.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None,
+                        help="PEM files for mutual TLS (overrides the spec's tls_* keys)")
     return parser
 
 
@@ -81,6 +106,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     folder = run_campaign(spec, _options(args))
     print(summary_text(spec, folder, load_study(spec, folder, create=False)))
     return EXIT_OK
+
+
+def _cmd_scaling(args: argparse.Namespace) -> int:
+    from .spec import SpecError, load_spec
+
+    spec = load_spec(args.spec)
+    if spec.scaling is None:
+        raise SpecError(str(args.spec), "scaling", "section [scaling] is required by 'hypersweep scaling'")
+    return _cmd_run(args)
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
@@ -125,17 +159,63 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return EXIT_OK if result.matched else EXIT_ERROR
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    import shlex
+
+    from cluster import TLSFiles
+    from cluster.worker_cli import WorkerOptions, start_worker, worker_command
+
+    options = WorkerOptions(
+        scheduler=args.scheduler,
+        gpus=args.gpus,
+        slots=args.slots,
+        tls=TLSFiles(*args.tls) if args.tls else None,
+        host=args.host,
+        name=args.name,
+        insecure=args.insecure,
+        connect_timeout=args.timeout,
+    )
+    if args.print:
+        print(shlex.join(worker_command(options)))
+        return EXIT_OK
+    start_worker(options)  # becomes `dask worker`; returns only by raising
+    return EXIT_ERROR
+
+
+def _cmd_cluster_script(args: argparse.Namespace) -> int:
+    from cluster.backends import submission_text
+
+    from .runner import RunOptions, _cluster_options
+    from .spec import load_spec
+
+    spec = load_spec(args.spec)
+    options = _cluster_options(spec, RunOptions(insecure=args.insecure, tls=tuple(args.tls) if args.tls else None))
+    print(submission_text(options), end="")
+    return EXIT_OK
+
+
 def _fail(code: int, message: str) -> int:
     print(f"hypersweep: {message}", file=sys.stderr)
     return code
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a batch system's cancel, `kill`) stops the campaign like Ctrl-C: cleanly, resumable."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _interrupt_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Worker processes read their log levels from the environment at start: keep them quiet too.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     from cluster import ClusterError, quiet_dask_logs
+    from cluster.backends import MissingExtraError
 
     quiet_dask_logs()
     import optuna
@@ -148,12 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .spec import SpecError
 
     commands = {
-        "run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check,
-        "report": _cmd_report, "reproduce": _cmd_reproduce,
+        "run": _cmd_run, "scaling": _cmd_scaling, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check,
+        "report": _cmd_report, "reproduce": _cmd_reproduce, "worker": _cmd_worker,
+        "cluster-script": _cmd_cluster_script,
     }  # fmt: skip
     try:
         return commands[args.command](args)
-    except (SpecError, CampaignExistsError, FolderLockedError, FileNotFoundError, ValueError) as exc:
+    except (SpecError, CampaignExistsError, FolderLockedError, FileNotFoundError, ValueError, MissingExtraError) as exc:
         return _fail(EXIT_INPUT, str(exc))
     except ClusterError as exc:
         return _fail(EXIT_CLUSTER, str(exc))

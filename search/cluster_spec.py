@@ -1,18 +1,41 @@
-"""The spec's ``[cluster]`` section: where trials run and how the cluster is secured."""
+"""The spec's ``[cluster]`` section: where trials run and how the cluster is secured.
+
+``backend`` picks where workers come from: ``local`` (an embedded cluster, the default),
+``address`` (join a running scheduler; the default when ``scheduler`` is set), ``slurm``
+and ``pbs`` (batch jobs through dask-jobqueue, ``[cluster.slurm]`` / ``[cluster.pbs]``) or
+``kubernetes`` (the dask-kubernetes operator, ``[cluster.kubernetes]``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import re
+from typing import Any
 
-from .spec_table import SpecTable
+from cluster.backends import JobQueueBackend, KubernetesBackend
 
-__all__ = ["ClusterSpec", "CLUSTER_KEYS", "parse_cluster"]
+from .spec_table import SpecError, SpecTable
 
+__all__ = ["BACKENDS", "ClusterSpec", "CLUSTER_KEYS", "parse_cluster"]
+
+BACKENDS = ("local", "address", "slurm", "pbs", "kubernetes")
 CLUSTER_KEYS = (
     "scheduler", "n_workers", "slots_per_worker", "connect_timeout", "dashboard",
-    "listen", "tls_ca_file", "tls_cert_file", "tls_key_file",
+    "listen", "tls_ca_file", "tls_cert_file", "tls_key_file", "backend", "slurm", "pbs", "kubernetes",
 )  # fmt: skip
 _TLS_KEYS = ("tls_ca_file", "tls_cert_file", "tls_key_file")
+_JOBQUEUE_KEYS = (
+    "account", "walltime", "cores", "memory", "gpus_per_job", "processes", "minimum_jobs", "maximum_jobs",
+    "job_extra_directives", "job_script_prologue", "start_timeout",
+)  # fmt: skip
+SLURM_KEYS = ("partition", "queue", *_JOBQUEUE_KEYS)
+PBS_KEYS = ("queue", "resource_spec", *_JOBQUEUE_KEYS)
+KUBERNETES_KEYS = (
+    "image", "name", "namespace", "n_workers", "gpus_per_worker", "slots_per_worker", "resources", "start_timeout",
+)  # fmt: skip
+_K8S_RESOURCES = ("cpu", "memory")
+_FIELD = re.compile(r"^(\w+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,15 +49,29 @@ class ClusterSpec:
     tls_ca_file: str = ""
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    backend: str = "local"
+    slurm: JobQueueBackend | None = None
+    pbs: JobQueueBackend | None = None
+    kubernetes: KubernetesBackend | None = None
 
     @property
     def tls(self) -> bool:
         return bool(self.tls_ca_file)
 
+    @property
+    def deploy(self) -> JobQueueBackend | KubernetesBackend | None:
+        """The deploy project's settings for the chosen backend (None for local and address)."""
+        return {"slurm": self.slurm, "pbs": self.pbs, "kubernetes": self.kubernetes}.get(self.backend)
+
 
 def parse_cluster(t: SpecTable) -> ClusterSpec:
+    scheduler = t.str("scheduler", "")
+    backend = t.choice("backend", BACKENDS, "address" if scheduler else "local")
+    if backend in ("slurm", "pbs", "kubernetes") and scheduler:
+        raise t.error("scheduler", f"backend {backend!r} starts its own scheduler; remove scheduler or use "
+                      "backend = 'address'")  # fmt: skip
     spec = ClusterSpec(
-        scheduler=t.str("scheduler", ""),
+        scheduler=scheduler,
         n_workers=t.int("n_workers", 0, minimum=0),
         slots_per_worker=t.int("slots_per_worker", 1, minimum=1),
         connect_timeout=t.float("connect_timeout", 10.0, minimum=0.1),
@@ -43,9 +80,104 @@ def parse_cluster(t: SpecTable) -> ClusterSpec:
         tls_ca_file=t.str("tls_ca_file", ""),
         tls_cert_file=t.str("tls_cert_file", ""),
         tls_key_file=t.str("tls_key_file", ""),
-    )
+        backend=backend,
+        # Every sub-table given is checked, so a typo is caught even in the backend not chosen now.
+        slurm=_jobqueue(t, "slurm", backend) if t.has("slurm") or backend == "slurm" else None,
+        pbs=_jobqueue(t, "pbs", backend) if t.has("pbs") or backend == "pbs" else None,
+        kubernetes=_kubernetes(t, t.int("slots_per_worker", 1)) if t.has("kubernetes") or backend == "kubernetes"
+        else None,
+    )  # fmt: skip
     given = [k for k in _TLS_KEYS if getattr(spec, k)]
     if given and len(given) != len(_TLS_KEYS):
         missing = sorted(set(_TLS_KEYS) - set(given))
         raise t.error(missing[0], f"TLS needs all of {', '.join(_TLS_KEYS)}; {missing[0]} is missing")
+    _check_backend(t, spec)
     return spec
+
+
+def _check_backend(t: SpecTable, spec: ClusterSpec) -> None:
+    if spec.backend in ("slurm", "pbs") and _is_loopback(spec.listen):
+        raise t.error("listen", f"{spec.listen!r} is loopback, but {spec.backend} workers run on other nodes: "
+                      "listen on this host's address they can reach (with TLS files, or --insecure)")  # fmt: skip
+    if spec.backend == "kubernetes" and spec.tls:
+        raise t.error("tls_ca_file", "the kubernetes backend reaches its scheduler through the operator's "
+                      "port-forward; TLS files are not used there (remove the tls_* keys)")  # fmt: skip
+
+
+def _jobqueue(parent: SpecTable, system: str, backend: str) -> JobQueueBackend:
+    allowed = SLURM_KEYS if system == "slurm" else PBS_KEYS
+    t = SpecTable(parent.source, parent.key(system), parent.table(system), allowed)
+    queue = t.str("queue", "")
+    if system == "slurm" and t.has("partition"):
+        if t.has("queue"):
+            raise t.error("partition", "give partition or queue (the same thing in SLURM), not both")
+        queue = t.str("partition")
+    minimum = t.int("minimum_jobs", 1, minimum=0)
+    fields: dict[str, Any] = {
+        "system": system,
+        "walltime": t.str("walltime"),
+        "cores": t.int("cores", minimum=1),
+        "memory": t.str("memory"),
+        "queue": queue,
+        "account": t.str("account", ""),
+        "gpus_per_job": t.int("gpus_per_job", 0, minimum=0),
+        "processes": t.int("processes", 1, minimum=1),
+        "minimum_jobs": minimum,
+        "maximum_jobs": t.int("maximum_jobs", max(1, minimum), minimum=max(1, minimum)),
+        "job_extra_directives": _strings(t, "job_extra_directives"),
+        "job_script_prologue": _strings(t, "job_script_prologue"),
+        "start_timeout": t.float("start_timeout", 3600.0, minimum=1.0),
+    }
+    if system == "pbs":
+        fields["resource_spec"] = t.str("resource_spec", "")
+    return _build(t, JobQueueBackend, fields)
+
+
+def _kubernetes(parent: SpecTable, default_slots: int) -> KubernetesBackend:
+    t = SpecTable(parent.source, parent.key("kubernetes"), parent.table("kubernetes"), KUBERNETES_KEYS)
+    resources = SpecTable(t.source, t.key("resources"), t.table("resources"), _K8S_RESOURCES)
+    fields = {
+        "image": t.str("image"),
+        "name": t.str("name", "hypersweep"),
+        "namespace": t.str("namespace", ""),
+        "n_workers": t.int("n_workers", 1, minimum=1),
+        "gpus_per_worker": t.int("gpus_per_worker", 0, minimum=0),
+        "slots_per_worker": t.int("slots_per_worker", default_slots, minimum=1),
+        "cpu": _quantity(resources, "cpu"),
+        "memory": _quantity(resources, "memory"),
+        "start_timeout": t.float("start_timeout", 600.0, minimum=1.0),
+    }
+    return _build(t, KubernetesBackend, fields)
+
+
+def _build(t: SpecTable, cls: type, fields: dict[str, Any]) -> Any:
+    """The dataclass, its own checks turned into a spec error naming the key."""
+    try:
+        return cls(**fields)
+    except ValueError as exc:
+        match = _FIELD.match(str(exc))
+        key = match.group(1) if match and match.group(1) in fields else ""
+        raise SpecError(t.source, t.key(key) if key else t.prefix, str(exc)) from exc
+
+
+def _strings(t: SpecTable, name: str) -> tuple[str, ...]:
+    value = t.data.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise t.error(name, f"must be a list of strings, got {type(value).__name__} {value!r}")
+    return tuple(value)
+
+
+def _quantity(t: SpecTable, name: str) -> str:
+    value = t.data.get(name, "")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise t.error(name, f"must be a Kubernetes quantity such as '4' or '16Gi', got {type(value).__name__}")
+    return str(value)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

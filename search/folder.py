@@ -50,6 +50,10 @@ class CampaignFolder:
         return self.root / "sampler.pkl"
 
     @property
+    def scaling(self) -> Path:
+        return self.root / "scaling"
+
+    @property
     def lock(self) -> Path:
         return self.root / "controller.lock"
 

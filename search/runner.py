@@ -28,6 +28,7 @@ from .folder import CampaignFolder, ControllerLock
 from .progress import Progress
 from .pruning import make_pruner
 from .samplers import make_sampler
+from .scaling_sweep import SweepResult, TargetGoal, analyze_sweep, scaling_sampler
 from .spec import CampaignSpec, load_spec
 from .storage import open_storage, storage_url
 from .summary import best_table, trials_frame
@@ -83,7 +84,7 @@ def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
 def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool) -> optuna.Study:
     """The campaign's study, with its seeded sampler and pruner."""
     storage = open_storage(storage_url(spec.study.storage, folder))
-    sampler = make_sampler(spec.study.sampler, spec.space, spec.study.seed)
+    sampler = _sampler(spec)
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
         study = optuna.create_study(
@@ -91,12 +92,12 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool) -> optu
             storage=storage,
             sampler=sampler,
             pruner=pruner,
-            directions=list(spec.study.directions),
+            directions=list(spec.objective_directions),
             load_if_exists=False,
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(list(spec.study.metrics))
+            study.set_metric_names(list(spec.objective_metrics))
         study.set_user_attr("spec_sha256", spec.sha256)
         study.set_user_attr("seed", spec.study.seed)
         return study
@@ -115,6 +116,14 @@ def _saved_sampler(folder: CampaignFolder) -> optuna.samplers.BaseSampler | None
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
         log.warning("could not restore the sampler from %s (%s); starting a fresh one", folder.sampler_state, exc)
         return None
+
+
+def _sampler(spec: CampaignSpec) -> optuna.samplers.BaseSampler:
+    if spec.scaling is None:
+        return make_sampler(spec.study.sampler, spec.space, spec.study.seed)
+    return scaling_sampler(
+        spec.scaling.batch_sizes, spec.study.seed, lambda seed: make_sampler(spec.study.sampler, spec.space, seed)
+    )
 
 
 @contextlib.contextmanager
@@ -160,7 +169,17 @@ def _execute(
 
 
 def _write_summary(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> None:
-    trials_frame(study, spec.study.metrics).to_csv(folder.summary, index=False)
+    if spec.scaling is not None:
+        analyze_scaling(spec, folder, study)
+    trials_frame(study, spec.objective_metrics).to_csv(folder.summary, index=False)
+
+
+def analyze_scaling(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> SweepResult:
+    """The sweep's fit, table, plots and conclusion, in ``scaling/``."""
+    assert spec.scaling is not None
+    mode = "max" if spec.study.directions[0] == "maximize" else "min"
+    goal = TargetGoal(spec.study.metrics[0], spec.scaling.target, mode, spec.scaling.interpolate)
+    return analyze_sweep(study, spec.scaling, goal, folder.scaling, spec.study.seed)
 
 
 def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
@@ -211,13 +230,20 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     """The end-of-campaign table and where to find everything."""
     import pandas as pd
 
-    table = best_table(study, spec.study.metrics, spec.study.directions)
+    table = best_table(study, spec.objective_metrics, spec.objective_directions)
     title = "Pareto front" if spec.study.multi_objective else "Best trials"
     with pd.option_context("display.max_columns", 30, "display.width", 200, "display.precision", 4):
         body = table.drop(columns=["reason"], errors="ignore").to_string(index=False) if not table.empty else "(none)"
     url = storage_url(spec.study.storage, folder)
-    objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.study.metrics, spec.study.directions))
-    return (
+    objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.objective_metrics, spec.objective_directions))
+    sweep = ""
+    if spec.scaling is not None and (folder.scaling / "conclusion.txt").exists():
+        sweep = (
+            f"Batch-size scaling ({spec.study.metrics[0]} target {spec.scaling.target:g}):\n"
+            f"{(folder.scaling / 'conclusion.txt').read_text().strip()}\n"
+            f"table and plots: {os.path.relpath(folder.scaling)}\n\n"
+        )
+    return sweep + (
         f"{title} of study {spec.study.name!r} ({objectives}):\n{body}\n\n"
         f"campaign folder: {os.path.relpath(folder.root)}\n"
         f"storage: {url}\n"

@@ -20,6 +20,7 @@ from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
 
 from .cluster_spec import CLUSTER_KEYS, ClusterSpec, parse_cluster
+from .scaling_sweep import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from .spec_table import SpecError, _closest, _show, SpecTable
 
 __all__ = [
@@ -101,6 +102,16 @@ class CampaignSpec:
     pruning: PrunerSpec
     source: str
     text: str
+    scaling: ScalingSpec | None = None
+
+    @property
+    def objective_metrics(self) -> tuple[str, ...]:
+        """What the study optimises: the spec's metrics, or steps to target in a scaling sweep."""
+        return (OBJECTIVE,) if self.scaling else self.study.metrics
+
+    @property
+    def objective_directions(self) -> tuple[str, ...]:
+        return ("minimize",) if self.scaling else self.study.directions
 
     def widths(self) -> tuple[int, ...]:
         """Every data-parallel width a trial of this campaign may have."""
@@ -113,7 +124,7 @@ class CampaignSpec:
 
 # --- sections --------------------------------------------------------------------------------
 
-_TOP = ("study", "trainer", "space", "cluster", "pruner")
+_TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
     "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
@@ -263,6 +274,10 @@ def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") 
     pruning = _pruning(SpecTable(source, "pruner", top.table("pruner"), _PRUNER))
     cluster = parse_cluster(SpecTable(source, "cluster", top.table("cluster"), CLUSTER_KEYS))
     space = _space(source, data.get("space"))
+    scaling = None
+    if "scaling" in data:
+        scaling = parse_scaling(SpecTable(source, "scaling", top.table("scaling"), SCALING_KEYS))
+        study, space = _scaling_study(source, top, study, space, scaling)
     if study.sampler == "nsga2" and not study.multi_objective:
         pass  # NSGA-II works on one objective too; allowed.
     if study.sampler == "grid":
@@ -271,7 +286,7 @@ def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") 
         _check_evolution(source, space, study)
     _check_data_parallel(source, space, trainer)
     _check_trainer(source, trainer, space, study, pruning)
-    return CampaignSpec(study, trainer, space, cluster, pruning, source, text)
+    return CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling)
 
 
 def _values_of(space: SearchSpace, name: str) -> tuple[int, ...]:
@@ -317,6 +332,25 @@ def _check_grid(source: str, space: SearchSpace) -> None:
                 source, f"space.{name}",
                 "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous",
             )  # fmt: skip
+
+
+def _scaling_study(
+    source: str, top: SpecTable, study: StudySpec, space: SearchSpace, scaling: ScalingSpec
+) -> tuple[StudySpec, SearchSpace]:
+    """A sweep owns the batch size and the trial budget, and optimises steps to target."""
+    if BATCH_SIZE in space:
+        raise SpecError(source, f"space.{BATCH_SIZE}", "the [scaling] sweep sets the batch size; remove it from [space]")
+    if study.multi_objective:
+        raise SpecError(source, "study.directions", "a scaling sweep has one target metric")
+    if study.pruner != "none":
+        raise SpecError(source, "study.pruner", "a scaling sweep runs each trial to its target; use 'none'")
+    given = top.table("study").get("n_trials")
+    if given is not None and given != scaling.n_trials:
+        raise SpecError(
+            source, "study.n_trials",
+            f"{given} does not match [scaling]: trials_per_batch x batch sizes = {scaling.n_trials}; leave it out",
+        )  # fmt: skip
+    return dataclasses.replace(study, n_trials=scaling.n_trials), with_batch_sizes(space, scaling.batch_sizes)
 
 
 def _check_evolution(source: str, space: SearchSpace, study: StudySpec) -> None:

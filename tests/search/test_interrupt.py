@@ -56,7 +56,10 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_ctrl_c_leaves_no_process_and_a_readable_storage(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the controller"])
+def test_ctrl_c_leaves_no_process_and_a_readable_storage(
+    tmp_path: Path, subprocess_env: dict[str, str], how: str
+) -> None:
     spec = write_spec(tmp_path / "slow.toml", SPEC)
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
@@ -67,7 +70,10 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(tmp_path: Path, subproc
     try:
         folder = runs / "slow"
         wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 2, 120, "two trials to report")
-        os.killpg(pgid, signal.SIGINT)  # what a terminal sends to the whole foreground group
+        if how == "ctrl-c to the group":
+            os.killpg(pgid, signal.SIGINT)  # what a terminal sends to the whole foreground group
+        else:
+            os.kill(proc.pid, signal.SIGTERM)  # what `kill` or a batch system sends
         _out, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err
         assert "interrupted" in err

@@ -1,0 +1,285 @@
+"""Batch-size scaling sweeps: one inner search per batch size, all sharing the cluster.
+
+A spec with a ``[scaling]`` section runs one Optuna study whose trials take the
+batch sizes in turn (trial n gets ``batch_sizes[n % len]``). A
+:class:`ScalingSampler` gives every batch size its own seeded inner sampler
+that only sees the trials of that batch size, so each is an independent search
+over the learning rate (and warmup, momentum...) with its own budget, while all
+of them share the slots. The objective is the number of optimizer steps to reach
+the target; a trial stops as soon as it reaches it. At the end
+:func:`analyze_sweep` fits McCandlish et al. (2018), classifies the regimes of
+Shallue et al. (2018), fits the learning-rate rule, and writes the table, plots
+and a plain-language conclusion into ``runs/<study>/scaling/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from spaces.params import CategoricalParam, SearchSpace
+
+from .scaling import (
+    ScalingError,
+    TrialOutcome,
+    bootstrap_b_crit,
+    classify_regimes,
+    conclusion,
+    fit_mccandlish,
+    lr_rule_fit,
+    reached_points,
+    scaling_table,
+    steps_to_target,
+    validate_batch_sizes,
+    write_scaling_table,
+)
+from .seeds import component_seed
+from .spec_table import SpecTable
+
+__all__ = [
+    "ScalingSpec",
+    "SCALING_KEYS",
+    "parse_scaling",
+    "ScalingSampler",
+    "TargetGoal",
+    "OBJECTIVE",
+    "with_batch_sizes",
+    "analyze_sweep",
+    "SweepResult",
+]
+
+SCALING_KEYS = ("batch_sizes", "target", "trials_per_batch", "bootstrap", "interpolate")
+OBJECTIVE = "steps_to_target"
+BATCH = "batch_size"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingSpec:
+    """The sweep: which global batch sizes, which target on the study's metric, how many trials each."""
+
+    batch_sizes: tuple[int, ...]
+    target: float
+    trials_per_batch: int = 6
+    bootstrap: int = 1000
+    interpolate: bool = False
+
+    @property
+    def n_trials(self) -> int:
+        return self.trials_per_batch * len(self.batch_sizes)
+
+
+def parse_scaling(t: SpecTable) -> ScalingSpec:
+    if "batch_sizes" not in t.data:
+        raise t.error("batch_sizes", "is required: the global batch sizes to sweep, e.g. [16, 32, 64, 128]")
+    try:
+        sizes = validate_batch_sizes(t.data["batch_sizes"], key="batch_sizes")
+    except ScalingError as exc:
+        raise t.error(exc.key, exc.problem) from None
+    return ScalingSpec(
+        batch_sizes=sizes,
+        target=t.float("target"),
+        trials_per_batch=t.int("trials_per_batch", 6, minimum=1),
+        bootstrap=t.int("bootstrap", 1000, minimum=10),
+        interpolate=t.bool("interpolate", False),
+    )
+
+
+def with_batch_sizes(space: SearchSpace, sizes: Sequence[int]) -> SearchSpace:
+    """The spec's space plus ``batch_size`` over the sweep's sizes (the sampler assigns it)."""
+    return SearchSpace((*space.params, CategoricalParam(BATCH, tuple(int(b) for b in sizes))))
+
+
+# --- the sampler ----------------------------------------------------------------------------
+
+
+class _BatchView:
+    """A study as one batch size's inner sampler sees it: only that batch size's trials."""
+
+    def __init__(self, study: Study, batch_size: int) -> None:
+        self._study = study
+        self._batch_size = batch_size
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _keep(self, trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+        return [t for t in trials if t.params.get(BATCH) == self._batch_size]
+
+    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
+        return self._keep(self._study.get_trials(deepcopy=deepcopy, states=states))
+
+    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[FrozenTrial]:
+        return self._keep(self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache))
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self.get_trials()
+
+
+class ScalingSampler(BaseSampler):
+    """Round-robin batch sizes; an independent seeded inner sampler per batch size."""
+
+    def __init__(self, batch_sizes: Sequence[int], make_inner: Callable[[int], BaseSampler]) -> None:
+        if not batch_sizes:
+            raise ValueError("batch_sizes must not be empty")
+        self._sizes = tuple(int(b) for b in batch_sizes)
+        self._inner = {b: make_inner(b) for b in self._sizes}
+
+    def batch_size_of(self, number: int) -> int:
+        return self._sizes[number % len(self._sizes)]
+
+    def _pick(self, study: Study, trial: FrozenTrial) -> tuple[BaseSampler, _BatchView]:
+        b = self.batch_size_of(trial.number)
+        return self._inner[b], _BatchView(study, b)
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        inner, view = self._pick(study, trial)
+        space = inner.infer_relative_search_space(view, trial)  # type: ignore[arg-type]
+        return {k: v for k, v in space.items() if k != BATCH}
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        inner, view = self._pick(study, trial)
+        return inner.sample_relative(view, trial, search_space)  # type: ignore[arg-type]
+
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        if param_name == BATCH:
+            return self.batch_size_of(trial.number)
+        inner, view = self._pick(study, trial)
+        return inner.sample_independent(view, trial, param_name, param_distribution)  # type: ignore[arg-type]
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        inner, view = self._pick(study, trial)
+        inner.before_trial(view, trial)  # type: ignore[arg-type]
+
+    def after_trial(
+        self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        inner, view = self._pick(study, trial)
+        inner.after_trial(view, trial, state, values)  # type: ignore[arg-type]
+
+    def reseed_rng(self) -> None:
+        for inner in self._inner.values():
+            inner.reseed_rng()
+
+
+def scaling_sampler(sizes: Sequence[int], study_seed: int, inner: Callable[[int], BaseSampler]) -> ScalingSampler:
+    """The sweep's sampler; ``inner(seed)`` builds one batch size's sampler from its own seed."""
+    return ScalingSampler(sizes, lambda b: inner(component_seed(study_seed, f"scaling-{b}")))
+
+
+# --- the per-trial goal ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetGoal:
+    """Stop a trial once ``metric`` reaches ``target``; its value is the steps it took.
+
+    A trial that never reaches the target gets twice the steps it ran, so the
+    inner searches learn that it was worse than any trial that did.
+    """
+
+    metric: str
+    target: float
+    mode: str  # "max" or "min"
+    interpolate: bool = False
+
+    def reached(self, metrics: Mapping[str, float]) -> bool:
+        value = metrics.get(self.metric)
+        if value is None or not math.isfinite(value):
+            return False
+        return value >= self.target if self.mode == "max" else value <= self.target
+
+    def value(self, history: Sequence[tuple[int, Mapping[str, float]]]) -> float:
+        hit = steps_to_target(history, self.metric, self.target, self.mode, interpolate=self.interpolate)  # type: ignore[arg-type]
+        if hit is not None:
+            return float(hit.steps)
+        last = history[-1][1] if history else {}
+        return 2.0 * float(last.get("steps", 1.0))
+
+
+# --- the analysis ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    folder: Path
+    table_path: Path
+    plots: tuple[Path, ...]
+    conclusion: str
+
+
+def _history(trial: FrozenTrial) -> list[tuple[int, dict[str, float]]]:
+    return [(int(step), {k: float(v) for k, v in m.items()}) for step, m in trial.user_attrs.get("history", [])]
+
+
+def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
+    outcomes = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        history = _history(trial)
+        hit = steps_to_target(
+            history, goal.metric, goal.target, goal.mode, time_key="epoch_seconds", interpolate=goal.interpolate  # type: ignore[arg-type]
+        ) if history else None  # fmt: skip
+        lr = trial.params.get("lr")
+        outcomes.append(TrialOutcome(int(trial.params[BATCH]), float(lr) if lr is not None else None, hit, trial.number))
+    return outcomes
+
+
+def _noise_histories(study: optuna.Study, best_trials: Mapping[int, int]) -> dict[int, list[tuple[float, float]]]:
+    histories: dict[int, list[tuple[float, float]]] = {}
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for b, number in best_trials.items():
+        points = [(m.get("steps", s), m["b_simple"]) for s, m in _history(by_number[number]) if "b_simple" in m]
+        points = [(float(x), float(y)) for x, y in points if math.isfinite(y)]
+        if points:
+            histories[b] = points
+    return histories
+
+
+def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out: Path, seed: int) -> SweepResult:
+    """Fit, classify and plot the sweep's results into ``out`` (table, PNGs, conclusion.txt)."""
+    from .scaling_plots import plot_examples_to_target, plot_lr_rule, plot_noise_scale, plot_steps_to_target
+
+    out.mkdir(parents=True, exist_ok=True)
+    outcomes = _outcomes(study, goal)
+    table = scaling_table(outcomes, spec.batch_sizes)
+    sizes, steps = reached_points(table)
+    not_reached = [int(b) for b in table[table["status"] != "reached"]["batch_size"]]
+    plots: list[Path] = []
+    if len(set(sizes)) < 3:
+        text = (
+            f"Only {len(sizes)} batch size(s) reached {goal.metric} {'>=' if goal.mode == 'max' else '<='} "
+            f"{goal.target:g} ({sizes}); a fit needs 3. Not reached: {not_reached}."
+        )
+    else:
+        fit = fit_mccandlish(sizes, steps)
+        regimes = classify_regimes(fit, sizes)
+        table = scaling_table(outcomes, spec.batch_sizes, fit=fit, regimes=regimes)
+        interval = bootstrap_b_crit(sizes, steps, n_boot=spec.bootstrap, seed=component_seed(seed, "bootstrap"))
+        lrs = table[table["status"] == "reached"]["best_lr"].astype(float).tolist()
+        lr_fit = lr_rule_fit(sizes, lrs) if all(math.isfinite(x) and x > 0 for x in lrs) else None
+        text = conclusion(fit, regimes, lr_fit, b_crit_interval=interval, not_reached=not_reached)
+        _, examples = reached_points(table, "examples_to_target")
+        plots.append(plot_steps_to_target(out / "steps_to_target.png", sizes, steps, fit, not_reached=not_reached))
+        plots.append(plot_examples_to_target(out / "examples_to_target.png", sizes, examples, fit, not_reached=not_reached))
+        if lr_fit is not None:
+            plots.append(plot_lr_rule(out / "lr_rule.png", lr_fit))
+    best = {int(r.batch_size): int(r.best_trial) for r in table.itertuples() if r.status == "reached"}
+    noise = _noise_histories(study, best)
+    if noise:
+        plots.append(plot_noise_scale(out / "noise_scale.png", noise))
+    table_path = write_scaling_table(table, out / "scaling.csv")
+    (out / "conclusion.txt").write_text(text + "\n")
+    return SweepResult(out, table_path, tuple(plots), text)

@@ -1,0 +1,105 @@
+"""Batch-size scaling sweeps: per-batch-size inner searches sharing one campaign, then the fit."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from search.runner import RunOptions, run_campaign
+from search.scaling_sweep import BATCH, ScalingSampler
+from search.spec import SpecError, parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Recording(optuna.samplers.RandomSampler):
+    """A random sampler that remembers which trials it was shown."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed=seed)
+        self.seen: list[set[int]] = []
+
+    def sample_independent(self, study, trial, name, dist):  # type: ignore[no-untyped-def]
+        self.seen.append({t.params.get(BATCH) for t in study.get_trials(deepcopy=False) if t.params})
+        return super().sample_independent(study, trial, name, dist)
+
+
+def test_each_batch_size_gets_its_own_inner_search_over_only_its_trials() -> None:
+    inners: dict[int, Recording] = {}
+
+    def make(b: int) -> Recording:
+        inners[b] = Recording(seed=b)
+        return inners[b]
+
+    sampler = ScalingSampler([16, 32, 64], make)
+    study = optuna.create_study(sampler=sampler)
+    dists = {BATCH: optuna.distributions.CategoricalDistribution((16, 32, 64)),
+             "lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True)}  # fmt: skip
+    for _ in range(9):
+        trial = study.ask(dists)
+        study.tell(trial, trial.params["lr"])
+    assert [t.params[BATCH] for t in study.trials] == [16, 32, 64] * 3  # equal budgets, round robin
+    for b, inner in inners.items():
+        assert all(seen <= {b} for seen in inner.seen), f"inner sampler of B={b} saw other batch sizes"
+    # An inner search's draws do not depend on the other batch sizes being there.
+    alone = ScalingSampler([16], lambda b: Recording(seed=b))
+    solo = optuna.create_study(sampler=alone)
+    for _ in range(3):
+        t = solo.ask(dists)
+        solo.tell(t, t.params["lr"])
+    assert [t.params["lr"] for t in solo.trials] == [t.params["lr"] for t in study.trials if t.params[BATCH] == 16]
+
+
+def small_spec(tmp_path: Path) -> Path:
+    text = (ROOT / "examples" / "digits-scaling.toml").read_text()
+    text = text.replace("batch_sizes = [8, 16, 32, 64, 128, 256]", "batch_sizes = [16, 32, 64, 128]")
+    text = text.replace("trials_per_batch = 8", "trials_per_batch = 2").replace("epochs = 40", "epochs = 12")
+    path = tmp_path / "scaling.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_small_digits_sweep_writes_the_table_plots_and_conclusion(tmp_path: Path) -> None:
+    from search.spec import load_spec
+
+    spec = load_spec(small_spec(tmp_path))
+    assert spec.study.n_trials == 8 and spec.objective_metrics == ("steps_to_target",)
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path / "runs", n_workers=2, progress=False))
+    out = folder.scaling
+    table = pd.read_csv(out / "scaling.csv")
+    assert list(table["batch_size"]) == [16, 32, 64, 128]  # every batch size shown, reached or not
+    assert set(table["status"]) <= {"reached", "not reached"}
+    assert (out / "conclusion.txt").read_text().strip()
+    reached = table[table["status"] == "reached"]
+    if len(reached) >= 3:
+        assert (out / "steps_to_target.png").stat().st_size > 1000
+        assert "B_crit" in (out / "conclusion.txt").read_text()
+    study = optuna.load_study(study_name="digits-scaling", storage=f"sqlite:///{folder.sqlite}")
+    stopped = [t for t in study.trials if t.user_attrs.get("stop_reason") == "target reached"]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in stopped)
+    assert all(len(t.user_attrs["history"]) < 12 for t in stopped)  # stopped once the target was reached
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("batch_sizes = [8, 16, 32, 64, 128, 256]", "batch_sizes = [8, 16]", "scaling.batch_sizes"),
+        ("batch_sizes = [8, 16, 32, 64, 128, 256]", "batch_sizes = [8, 0, 16]", "scaling.batch_sizes[1]"),
+        ("batch_sizes = [8, 16, 32, 64, 128, 256]", "batch_sizes = [8, 16.5, 32]", "scaling.batch_sizes[1]"),
+        ('metric = "val_accuracy"', 'metric = "val_acc"', "study.metric"),
+        ('model = "mlp"', 'model = "mlp"\nbatch_size = 32', "space.batch_size"),
+        ("seed = 3", "seed = 3\nn_trials = 5", "study.n_trials"),
+    ],
+)
+def test_scaling_spec_errors(old: str, new: str, key: str) -> None:
+    text = (ROOT / "examples" / "digits-scaling.toml").read_text()
+    assert old in text
+    with pytest.raises(SpecError) as info:
+        parse_spec(tomllib.loads(text.replace(old, new)), "s.toml")
+    assert info.value.key == key, str(info.value)

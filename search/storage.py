@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import optuna
+from sqlalchemy import event
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -32,6 +33,21 @@ def _enable_wal(path: Path) -> None:
         con.close()
 
 
+def _sync_normal(storage: RDBStorage) -> None:
+    """WAL with ``synchronous=NORMAL``: a commit no longer waits for an fsync (1.5 ms here).
+
+    The database still survives the controller being killed at any point (the WAL is
+    written before a commit returns); only an OS crash or power cut may lose the
+    last commits, never corrupt the file.
+    """
+
+    def on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+    event.listen(storage.engine, "connect", on_connect)
+    storage.engine.dispose()  # connections made before the listener reconnect with it
+
+
 def open_storage(url: str) -> BaseStorage:
     """An Optuna storage for ``url`` (``journal:PATH`` for a journal file)."""
     if url.startswith("journal:"):
@@ -41,7 +57,9 @@ def open_storage(url: str) -> BaseStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         _enable_wal(path)
         # The busy timeout makes SQLite retry, rather than fail, on 'database is locked'.
-        return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        _sync_normal(storage)
+        return storage
     return optuna.storages.get_storage(url)
 
 

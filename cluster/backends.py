@@ -235,6 +235,8 @@ def _jobqueue_cluster(options: ClusterOptions) -> Any:
 
 def _scale(cluster: Any, backend: JobQueueBackend) -> None:
     if backend.adaptive:
+        # Dask's Adaptive: keeps minimum_jobs, releases idle jobs. It grows only when tasks wait at the
+        # scheduler, and the controller submits no more trials than there are free slots: see the README.
         cluster.adapt(minimum_jobs=backend.minimum_jobs, maximum_jobs=backend.maximum_jobs)
     else:
         cluster.scale(jobs=backend.maximum_jobs)

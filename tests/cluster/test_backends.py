@@ -1,0 +1,471 @@
+"""SLURM/PBS/Kubernetes backends: the [cluster] spec, the generated job scripts and cluster specs, bad input.
+
+No real SLURM or Kubernetes here: the generated artefacts are checked field by field, a
+jobqueue cluster object is started (nothing submitted) to show ``cluster-script`` prints what
+it would submit, and a stand-in ``sbatch`` that runs the job script locally shows the
+submitted worker joins with the right resources.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster import ClusterOptions, open_cluster
+from cluster.backends import JobQueueBackend, KubernetesBackend, cluster_spec_dict, job_script, worker_args
+from search.spec import load_spec
+from search.spec_table import SpecError
+from tls_certs import make_certs
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = ROOT / "tests" / "search"
+
+needs_jobqueue = pytest.mark.skipif(
+    importlib.util.find_spec("dask_jobqueue") is None, reason="pip install 'hypersweep[slurm]' to test SLURM/PBS"
+)
+needs_kubernetes = pytest.mark.skipif(
+    importlib.util.find_spec("dask_kubernetes") is None, reason="pip install 'hypersweep[kubernetes]' to test it"
+)
+
+HEAD = """
+[study]
+name = "{name}"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+n_trials = {n_trials}
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 2
+
+[space]
+quality = {{ type = "float", low = 0.0, high = 1.0 }}
+"""
+
+SLURM = """
+[cluster]
+backend = "slurm"
+listen = "10.1.2.3"
+
+[cluster.slurm]
+partition = "gpu"
+account = "proj42"
+walltime = "02:00:00"
+cores = 16
+memory = "64GB"
+gpus_per_job = 4
+minimum_jobs = 1
+maximum_jobs = 8
+job_extra_directives = ["--constraint=a100"]
+job_script_prologue = ["module load cuda/12.4", "source /shared/venv/bin/activate"]
+"""
+
+PBS = """
+[cluster]
+backend = "pbs"
+listen = "10.1.2.3"
+
+[cluster.pbs]
+queue = "gpuq"
+account = "proj42"
+walltime = "04:00:00"
+cores = 8
+memory = "32GB"
+gpus_per_job = 2
+maximum_jobs = 4
+"""
+
+KUBERNETES = """
+[cluster]
+backend = "kubernetes"
+
+[cluster.kubernetes]
+image = "registry.example.org/team/hypersweep:0.1"
+name = "sweep-a"
+namespace = "research"
+n_workers = 3
+gpus_per_worker = 2
+resources = { cpu = "8", memory = "32Gi" }
+"""
+
+
+@pytest.fixture(autouse=True)
+def toy_trainers_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(TOY))  # load_spec imports the trainer entry to check it
+
+
+def write(tmp_path: Path, cluster: str, name: str = "demo", n_trials: int = 4) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(textwrap.dedent(HEAD.format(name=name, n_trials=n_trials)) + textwrap.dedent(cluster))
+    return path
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TOY), str(ROOT)])}
+
+
+def hypersweep(*args: str, timeout: float = 120, extra_env: dict[str, str] | None = None,
+               python: str = "") -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``python -m search ...``; ``python`` is code run first in the same interpreter (to hide a module)."""
+    head = [sys.executable, "-c", f"{python}\nimport sys; from search.cli import main; sys.exit(main(sys.argv[1:]))"]
+    return subprocess.run([*head, *args], capture_output=True, text=True, env={**env(), **(extra_env or {})},
+                          timeout=timeout)  # fmt: skip
+
+
+def directives(script: str, prefix: str) -> list[str]:
+    return [line[len(prefix) + 1:].strip() for line in script.splitlines() if line.startswith(prefix + " ")]
+
+
+def worker_line(script: str) -> list[str]:
+    (line,) = [line for line in script.splitlines() if "distributed.cli.dask_worker" in line]
+    return shlex.split(line.replace("<port>", "PORT"))
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+# --- the spec ------------------------------------------------------------------------------------
+
+
+def test_backend_defaults_stay_backward_compatible(tmp_path: Path) -> None:
+    assert load_spec(write(tmp_path, "")).cluster.backend == "local"
+    spec = load_spec(write(tmp_path, '[cluster]\nscheduler = "tcp://127.0.0.1:8786"\n', name="joined"))
+    assert spec.cluster.backend == "address" and spec.cluster.scheduler == "tcp://127.0.0.1:8786"
+    assert spec.cluster.deploy is None
+
+
+def test_a_slurm_spec_becomes_a_jobqueue_backend(tmp_path: Path) -> None:
+    c = load_spec(write(tmp_path, SLURM)).cluster
+    assert c.deploy == JobQueueBackend(
+        system="slurm", walltime="02:00:00", cores=16, memory="64GB", queue="gpu", account="proj42",
+        gpus_per_job=4, processes=1, minimum_jobs=1, maximum_jobs=8, job_extra_directives=("--constraint=a100",),
+        job_script_prologue=("module load cuda/12.4", "source /shared/venv/bin/activate"),
+    )  # fmt: skip
+    assert c.deploy.adaptive and c.deploy.slots == 4
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ('[cluster]\nbackend = "slurn"\n', r"cluster\.backend: 'slurn' is not one of .*\(did you mean 'slurm'\?\)"),
+        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\ncores = 4\nmemory = "8GB"\n',
+         r"cluster\.slurm\.walltime: is required"),
+        ('[cluster]\nbackend = "pbs"\nlisten = "10.1.2.3"\n[cluster.pbs]\nwalltime = "1:00:00"\ncores = 4\n',
+         r"cluster\.pbs\.memory: is required"),
+        ('[cluster]\nbackend = "kubernetes"\n[cluster.kubernetes]\nn_workers = 2\n',
+         r"cluster\.kubernetes\.image: is required"),
+        ('[cluster]\nbackend = "slurm"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\nmemory = "8GB"\n',
+         r"cluster\.listen: '127\.0\.0\.1' is loopback, but slurm workers run on other nodes"),
+        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\n'
+         'memory = "8GB"\nwaltime = "2:00:00"\n',
+         r"cluster\.slurm\.waltime: unknown key \(did you mean 'walltime'\?\)"),
+        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "two hours"\ncores = 4\n'
+         'memory = "8GB"\n', r"cluster\.slurm\.walltime: walltime='two hours': must look like HH:MM:SS"),
+        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 8\n'
+         'memory = "8GB"\ngpus_per_job = 2\nprocesses = 2\n',
+         r"cluster\.slurm\.processes: .*must be 1 with gpus_per_job"),
+        ('[cluster]\nbackend = "pbs"\nlisten = "10.1.2.3"\n[cluster.pbs]\nwalltime = "1:00:00"\ncores = 8\n'
+         'memory = "8GB"\nminimum_jobs = 3\nmaximum_jobs = 2\n', r"cluster\.pbs\.maximum_jobs: must be >= 3, got 2"),
+        ('[cluster]\nbackend = "slurm"\nscheduler = "tcp://10.0.0.1:8786"\n',
+         r"cluster\.scheduler: backend 'slurm' starts"),
+        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\n'
+         'memory = "8GB"\njob_extra_directives = "--exclusive"\n',
+         r"cluster\.slurm\.job_extra_directives: must be a list"),
+    ],
+)  # fmt: skip
+def test_bad_backend_settings_are_one_spec_error(tmp_path: Path, cluster: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message) as info:
+        load_spec(write(tmp_path, cluster))
+    assert str(info.value).startswith(str(tmp_path / "demo.toml") + ": ")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.timeout(120)
+def test_the_command_line_gives_one_line_and_exit_2_and_starts_nothing(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for cluster in ('[cluster]\nbackend = "slurn"\n', '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n'
+                    '[cluster.slurm]\ncores = 4\nmemory = "8GB"\n', '[cluster]\nbackend = "address"\n'):  # fmt: skip
+        proc = hypersweep("run", str(write(tmp_path, cluster)), "--runs-dir", str(runs), "--no-progress")
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("hypersweep: "), proc.stderr
+    assert "did you mean 'slurm'" in hypersweep("check", str(write(tmp_path, '[cluster]\nbackend = "slurn"\n'))).stderr
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_an_unreachable_scheduler_is_exit_3_and_leaves_no_campaign(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    spec = write(tmp_path, f'[cluster]\nbackend = "address"\nscheduler = "tcp://127.0.0.1:{port}"\n'
+                 "connect_timeout = 2\n")  # fmt: skip
+    runs = tmp_path / "runs"
+    proc = hypersweep("run", str(spec), "--runs-dir", str(runs), "--no-progress")
+    assert proc.returncode == 3, proc.stderr
+    assert "cannot reach the Dask scheduler" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (runs / "demo").exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("backend", "cluster", "module"), [("slurm", SLURM, "dask_jobqueue"),
+                                                            ("kubernetes", KUBERNETES, "dask_kubernetes")])
+def test_a_missing_extra_names_the_pip_extra(tmp_path: Path, backend: str, cluster: str, module: str) -> None:
+    hide = f"import sys; sys.modules[{module!r}] = None"  # import fails as if not installed
+    runs = tmp_path / "runs"
+    proc = hypersweep("run", str(write(tmp_path, cluster)), "--runs-dir", str(runs), "--insecure", python=hide)
+    assert proc.returncode == 2, proc.stderr
+    assert f"pip install 'hypersweep[{backend}]'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not runs.exists() or not any(runs.iterdir())
+    proc = hypersweep("cluster-script", str(write(tmp_path, cluster)), "--insecure", python=hide)
+    assert proc.returncode == 2 and f"hypersweep[{backend}]" in proc.stderr, proc.stderr
+
+
+# --- generated job scripts -----------------------------------------------------------------------
+
+
+@needs_jobqueue
+def test_slurm_job_script_field_by_field(tmp_path: Path) -> None:
+    proc = hypersweep("cluster-script", str(write(tmp_path, SLURM)), "--insecure")
+    assert proc.returncode == 0, proc.stderr
+    script = proc.stdout
+    assert script.startswith("#!/usr/bin/env bash\n")
+    assert directives(script, "#SBATCH") == [
+        "-J hypersweep-worker", "-p gpu", "-A proj42", "-n 1", "--cpus-per-task=16", "--mem=60G", "-t 02:00:00",
+        "--constraint=a100", "--gres=gpu:4",
+    ]  # fmt: skip
+    lines = script.splitlines()
+    prologue = lines.index("module load cuda/12.4")
+    assert lines[prologue + 1] == "source /shared/venv/bin/activate"
+    argv = worker_line(script)
+    assert argv[1:4] == ["-m", "distributed.cli.dask_worker", "tcp://10.1.2.3:PORT"]
+    assert flag(argv, "--nthreads") == "4" and flag(argv, "--resources") == "GPU=4"  # one worker owns the 4 GPUs
+    assert "--nanny" in argv and "--nworkers" not in argv and "--protocol" not in argv
+    assert lines.index(" ".join(argv).replace("PORT", "<port>")) > prologue
+
+
+@needs_jobqueue
+def test_cpu_only_jobs_split_cores_into_cpu_slots() -> None:
+    backend = JobQueueBackend("slurm", walltime="1:00:00", cores=8, memory="16GB", processes=2)
+    script = job_script(ClusterOptions(backend=backend))
+    assert not any("gres" in d for d in directives(script, "#SBATCH"))
+    argv = worker_line(script)
+    assert flag(argv, "--nthreads") == "4" and flag(argv, "--resources") == "CPU=4" and flag(argv, "--nworkers") == "2"
+    assert worker_args(0, 3) == ["--nthreads", "3", "--resources", "CPU=3"]
+    assert worker_args(2, 3) == ["--nthreads", "2", "--resources", "GPU=2"]
+
+
+@needs_jobqueue
+def test_an_explicit_gpu_directive_is_not_doubled() -> None:
+    backend = JobQueueBackend("slurm", walltime="1:00:00", cores=8, memory="16GB", gpus_per_job=2,
+                              job_extra_directives=("--gpus-per-node=a100:2",))  # fmt: skip
+    found = directives(job_script(ClusterOptions(backend=backend)), "#SBATCH")
+    assert "--gpus-per-node=a100:2" in found and not any("gres" in d for d in found)
+
+
+@needs_jobqueue
+def test_pbs_job_script_field_by_field(tmp_path: Path) -> None:
+    proc = hypersweep("cluster-script", str(write(tmp_path, PBS)), "--insecure")
+    assert proc.returncode == 0, proc.stderr
+    assert directives(proc.stdout, "#PBS") == [
+        "-N hypersweep-worker", "-q gpuq", "-A proj42", "-l select=1:ncpus=8:ngpus=2:mem=30GB", "-l walltime=04:00:00",
+    ]  # fmt: skip
+    argv = worker_line(proc.stdout)
+    assert flag(argv, "--nthreads") == "2" and flag(argv, "--resources") == "GPU=2"
+    assert flag(argv, "--memory-limit") == "29.80GiB"
+
+
+@needs_jobqueue
+def test_tls_files_reach_the_workers_command_line(tmp_path: Path) -> None:
+    ca, cert, key = (tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    for path in (ca, cert, key):
+        path.write_text("placeholder: only the file names matter for the script\n")
+    tls = f'tls_ca_file = "{ca}"\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"\n'
+    proc = hypersweep("cluster-script", str(write(tmp_path, SLURM.replace('listen = "10.1.2.3"\n',
+                                                                          f'listen = "10.1.2.3"\n{tls}'))))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    argv = worker_line(proc.stdout)
+    assert argv[3] == "tls://10.1.2.3:PORT" and flag(argv, "--protocol") == "tls://"
+    assert (flag(argv, "--tls-ca-file"), flag(argv, "--tls-cert"), flag(argv, "--tls-key")) == (str(ca), str(cert),
+                                                                                                  str(key))  # fmt: skip
+
+
+@needs_jobqueue
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("system", ["slurm", "pbs"])
+def test_the_printed_script_is_what_jobqueue_submits(system: str) -> None:
+    """jobqueue's own ``cluster.job_script()`` of the started cluster object equals ours, address aside."""
+    from cluster.backends import _jobqueue_cluster
+
+    backend = JobQueueBackend(system, walltime="1:00:00", cores=4, memory="8GB", gpus_per_job=2,
+                              job_script_prologue=("export A=1",), job_extra_directives=("-m abe",))  # fmt: skip
+    options = ClusterOptions(backend=backend)
+    cluster = _jobqueue_cluster(options)
+    try:
+        address = cluster.scheduler.address
+        assert address.startswith("tcp://127.0.0.1:")
+        assert cluster.job_script() == job_script(options, address)
+        assert job_script(options) == cluster.job_script().replace(address, "tcp://127.0.0.1:<port>")
+        assert cluster.workers == {}  # nothing submitted
+    finally:
+        cluster.close(timeout=10)
+
+
+# --- Kubernetes ----------------------------------------------------------------------------------
+
+
+@needs_kubernetes
+def test_kubernetes_cluster_spec_field_by_field(tmp_path: Path) -> None:
+    proc = hypersweep("cluster-script", str(write(tmp_path, KUBERNETES)))
+    assert proc.returncode == 0, proc.stderr
+    spec = yaml.safe_load(proc.stdout)
+    assert spec == cluster_spec_dict(load_spec(write(tmp_path, KUBERNETES)).cluster.deploy)
+    assert (spec["apiVersion"], spec["kind"]) == ("kubernetes.dask.org/v1", "DaskCluster")
+    assert spec["metadata"] == {"name": "sweep-a", "namespace": "research"}
+    worker = spec["spec"]["worker"]
+    assert worker["replicas"] == 3
+    (container,) = worker["spec"]["containers"]
+    assert container["image"] == "registry.example.org/team/hypersweep:0.1"
+    args = container["args"]
+    assert args[:2] == ["dask", "worker"] and flag(args, "--nthreads") == "2" and flag(args, "--resources") == "GPU=2"
+    assert container["resources"] == {
+        "requests": {"cpu": "8", "memory": "32Gi"},
+        "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"},
+    }
+    (scheduler,) = spec["spec"]["scheduler"]["spec"]["containers"]
+    assert scheduler["image"] == container["image"] and scheduler["resources"] is None  # the scheduler needs no GPU
+    assert spec["spec"]["scheduler"]["service"]["selector"]["dask.org/cluster-name"] == "sweep-a"
+
+
+@needs_kubernetes
+def test_cpu_only_pods_own_cpu_slots() -> None:
+    spec = cluster_spec_dict(KubernetesBackend(image="img:1", n_workers=2, slots_per_worker=4))
+    (container,) = spec["spec"]["worker"]["spec"]["containers"]
+    assert flag(container["args"], "--resources") == "CPU=4" and flag(container["args"], "--nthreads") == "4"
+    assert container["resources"] is None and "namespace" not in spec["metadata"]
+
+
+@pytest.mark.timeout(60)
+@needs_kubernetes
+def test_kubernetes_without_credentials_is_exit_3(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    empty = tmp_path / "kubeconfig"
+    empty.write_text("")
+    proc = hypersweep("run", str(write(tmp_path, KUBERNETES)), "--runs-dir", str(runs), "--no-progress",
+                      extra_env={"KUBECONFIG": str(empty), "HOME": str(tmp_path)})  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith("hypersweep: cannot reach Kubernetes") and len(proc.stderr.strip().splitlines()) == 1
+    assert not (runs / "demo").exists()
+
+
+def test_local_and_address_backends_have_no_script(tmp_path: Path) -> None:
+    proc = hypersweep("cluster-script", str(write(tmp_path, "")))
+    assert proc.returncode == 2 and "submits nothing" in proc.stderr
+
+
+# --- a submitted job, for real: a stand-in sbatch runs the script here --------------------------
+
+FAKE_SBATCH = """#!/bin/bash
+# Stand-in for SLURM's sbatch: run the job script here, in its own process group.
+dir="$(dirname "$0")"
+job="$dir/job-$(date +%s%N).sh"
+cp "$1" "$job"
+setsid bash "$job" > "$job.log" 2>&1 < /dev/null &
+echo "$!" >> "$dir/pids"
+echo "Submitted batch job $!"
+"""
+FAKE_SCANCEL = """#!/bin/bash
+kill -TERM -- "-$1" 2>/dev/null
+exit 0
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", FAKE_SBATCH), ("scancel", FAKE_SCANCEL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TOY), str(ROOT)]))
+    try:
+        yield bin_dir
+    finally:
+        pids = bin_dir / "pids"
+        for pid in pids.read_text().split() if pids.exists() else []:
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@needs_jobqueue
+def test_a_submitted_job_joins_as_one_worker_owning_its_slots(fake_slurm: Path) -> None:
+    backend = JobQueueBackend("slurm", walltime="0:10:00", cores=2, memory="2GB", start_timeout=60)
+    with open_cluster(ClusterOptions(backend=backend)) as client:
+        (worker,) = client.scheduler_info()["workers"].values()
+        assert worker["resources"] == {"CPU": 2.0} and worker["nthreads"] == 2
+        assert client.submit(lambda: os.getpid(), resources={"CPU": 2}).result(timeout=30) != os.getpid()
+    assert len((fake_slurm / "pids").read_text().split()) == 1  # one job, then scancel on close
+
+
+def _host_address() -> str:
+    try:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True,
+                             timeout=10).stdout  # fmt: skip
+    except OSError:
+        return ""
+    addresses = [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
+    return addresses[0] if addresses else ""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@needs_jobqueue
+def test_a_campaign_runs_on_slurm_jobs_over_tls(tmp_path: Path, fake_slurm: Path) -> None:
+    """``hypersweep run`` with backend = "slurm": the scheduler listens on this host's address with TLS."""
+    import optuna
+
+    host = _host_address()
+    if not host or shutil.which("openssl") is None:
+        pytest.skip("needs a non-loopback IPv4 address and openssl")
+    ca, cert, key = make_certs(tmp_path / "certs", (host,))
+    cluster = f"""
+    [cluster]
+    backend = "slurm"
+    listen = "{host}"
+    tls_ca_file = "{ca}"
+    tls_cert_file = "{cert}"
+    tls_key_file = "{key}"
+
+    [cluster.slurm]
+    walltime = "0:10:00"
+    cores = 2
+    memory = "2GB"
+    start_timeout = 60
+    """
+    spec = write(tmp_path, cluster, name="slurmrun", n_trials=4)
+    runs = tmp_path / "runs"
+    proc = hypersweep("run", str(spec), "--runs-dir", str(runs), "--no-progress", timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    study = optuna.load_study(study_name="slurmrun", storage=f"sqlite:///{runs / 'slurmrun' / 'study.db'}")
+    trials = study.get_trials()
+    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert {t.user_attrs["worker"].rsplit(":", 1)[0] for t in trials} == {f"tls://{host}"}
+    (job,) = fake_slurm.glob("job-*.sh")
+    assert "--tls-ca-file" in job.read_text() and "--resources CPU=2" in job.read_text()

@@ -2,6 +2,15 @@
 
 ``fit(config, reporter)`` parses the params, builds data, model, optimizer and LR
 schedule from ``config.seed``, and hands them to :func:`trainers.loop.train`.
+
+Data parallel (``config.data_parallel = k > 1``): called as usual, ``fit`` checks
+the config and launches k ranks (:func:`trainers.ddp.launch`), each running this
+same ``fit``; a rank (``RANK``/``WORLD_SIZE`` set) wraps the model in
+``DistributedDataParallel`` and trains its shard of every global batch of
+``batch_size`` examples (``batch_size / k`` per replica; ``batch_size`` must be a
+multiple of k). ``options.max_micro_batch`` caps the examples per forward/backward
+pass of a replica (gradient accumulation keeps the global batch), also with k = 1.
+The learning rate and its scaling rules apply to the global batch.
 """
 
 from __future__ import annotations
@@ -16,17 +25,20 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from spaces.architecture import genome_from_string
 from spaces.batch import LRScaling
 from spaces.schedules import make_schedule
 from trainers.api import Reporter, TrialConfig
 from trainers.data import load_dataset
+from trainers.ddp import launch
+from trainers.ddp_rank import current_rank, process_group, rank_device
 from trainers.genome_models import build_genome_model, count_params_and_macs
-from trainers.loop import CHECKPOINT_NAME, LoopSettings, Schedule, make_rngs, train
+from trainers.loop import CHECKPOINT_NAME, LoopSettings, Replica, Schedule, make_rngs, train
 from trainers.models import MODELS, build_model, set_dropout_generator
 
-__all__ = ["ClassifierParams", "ACCEPTED_PARAMS", "parse_params", "resolve_device", "fit"]
+__all__ = ["ClassifierParams", "ACCEPTED_PARAMS", "parse_params", "resolve_device", "check_data_parallel", "fit"]
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
@@ -183,31 +195,74 @@ def _threads(options: Mapping[str, Any]) -> int:
     return threads
 
 
+def _max_micro_batch(options: Mapping[str, Any]) -> int | None:
+    value = options.get("max_micro_batch")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"options.max_micro_batch={value!r}: must be an int >= 1 (examples per replica pass)")
+    return value
+
+
+def check_data_parallel(p: ClassifierParams, config: TrialConfig) -> None:
+    """Raise ValueError unless the global batch splits evenly over the ``data_parallel`` replicas."""
+    k = config.data_parallel
+    if p.batch_size % k:
+        raise ValueError(
+            f"params.batch_size={p.batch_size} with data_parallel={k}: the global batch is split evenly "
+            f"over the replicas, so batch_size must be a multiple of data_parallel "
+            f"(e.g. {max(k, p.batch_size // k * k)} or {(p.batch_size // k + 1) * k})"
+        )
+
+
 def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     """Train a classifier as ``config`` says, reporting once per epoch; return the last metrics."""
     params = parse_params(config.params)
-    if config.data_parallel != 1:
-        raise ValueError(f"data_parallel={config.data_parallel}: the classifier trains in one process")
-    device = resolve_device(config)
-    with torch_settings(_threads(config.options), config.deterministic, device):
-        data = load_dataset(config.dataset, config.options).to(device)
-        init_generator, rngs = make_rngs(config.seed, device)
-        model = _build(params, data.input_shape, data.n_classes, init_generator)
-        size = _size_metrics(model, data.input_shape)
-        model = model.to(device)
-        set_dropout_generator(model, rngs.dropout)
-        optimizer = make_optimizer(params, model)
-        steps_per_epoch = math.ceil(len(data.y_train) / params.batch_size)
-        schedule = make_lr_schedule(params, steps_per_epoch, config.epochs)
-        settings = LoopSettings(
-            epochs=config.epochs,
-            batch_size=params.batch_size,
-            checkpoint_path=Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir else None,
-            checkpoint_every=config.checkpoint_every,
-            identity=_identity(config),
-        )
-        final = train(model, optimizer, schedule, data, settings, rngs, _WithStatic(reporter, size))
-        return {**final, **size}
+    check_data_parallel(params, config)
+    max_micro_batch = _max_micro_batch(config.options)
+    rank = current_rank()
+    if rank is None and config.data_parallel > 1:
+        make_lr_schedule(params, 1, config.epochs)  # a bad schedule fails here, not in k processes
+        return launch(f"{__name__}:fit", config, reporter)
+    if rank is not None and rank.world_size != config.data_parallel:
+        raise ValueError(f"data_parallel={config.data_parallel} but this rank's WORLD_SIZE={rank.world_size}")
+    replica = Replica(rank.rank, rank.world_size) if rank is not None else Replica()
+    device = rank_device(config) if rank is not None else resolve_device(config)
+    group = process_group(device) if rank is not None else contextlib.nullcontext()
+    with torch_settings(_threads(config.options), config.deterministic, device), group:
+        # The model (and its DDP reducer) is freed when _train returns, before the process group goes.
+        return _train(config, reporter, params, max_micro_batch, replica, device)
+
+
+def _train(
+    config: TrialConfig,
+    reporter: Reporter,
+    params: ClassifierParams,
+    max_micro_batch: int | None,
+    replica: Replica,
+    device: torch.device,
+) -> dict[str, float]:
+    data = load_dataset(config.dataset, config.options).to(device)
+    init_generator, rngs = make_rngs(config.seed, device, replica.rank)
+    model = _build(params, data.input_shape, data.n_classes, init_generator)
+    size = _size_metrics(model, data.input_shape)
+    model = model.to(device)
+    set_dropout_generator(model, rngs.dropout)
+    if replica.parallel:
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = make_optimizer(params, model)
+    steps_per_epoch = math.ceil(len(data.y_train) / params.batch_size)
+    schedule = make_lr_schedule(params, steps_per_epoch, config.epochs)
+    settings = LoopSettings(
+        epochs=config.epochs,
+        batch_size=params.batch_size,
+        checkpoint_path=Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir else None,
+        checkpoint_every=config.checkpoint_every,
+        identity=_identity(config),
+        max_micro_batch=max_micro_batch,
+    )
+    final = train(model, optimizer, schedule, data, settings, rngs, _WithStatic(reporter, size), replica)
+    return {**final, **size}
 
 
 def _build(p: ClassifierParams, input_shape: tuple[int, ...], n_classes: int, g: torch.Generator) -> nn.Module:

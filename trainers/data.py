@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Dataset", "DATASETS", "load_dataset"]
+__all__ = ["Dataset", "DATASETS", "load_dataset", "shard", "micro_batches"]
 
 DIGITS_PATH = Path(__file__).with_name("data") / "digits.csv.gz"
 VALIDATION_FRACTION = 0.2
@@ -114,3 +114,30 @@ def load_dataset(name: str, options: Mapping[str, Any] | None = None) -> Dataset
     if name not in DATASETS:
         raise ValueError(f"dataset={name!r}: unknown; valid datasets: {sorted(DATASETS)}")
     return DATASETS[name](options or {})
+
+
+def shard(indices: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Replica ``rank``'s part of one global batch: every ``world_size``-th index from ``rank`` on.
+
+    Every replica holds the same global batch (drawn from the same shuffle
+    generator), so the shards of one step are disjoint and together are exactly
+    the batch a single process would train on. A short last batch gives shards
+    that differ by at most one example (some may be empty); nothing is padded
+    or dropped, unlike ``torch.utils.data.DistributedSampler``.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank!r}: must be in [0, world_size={world_size})")
+    return indices[rank::world_size]
+
+
+def micro_batches(indices: torch.Tensor, max_size: int | None) -> list[torch.Tensor]:
+    """``indices`` cut into consecutive chunks of at most ``max_size`` (``None``: one chunk).
+
+    Always at least one chunk, possibly empty, so that every replica takes part
+    in the step's gradient all-reduce.
+    """
+    if max_size is None or len(indices) <= max_size:
+        return [indices]
+    if max_size < 1:
+        raise ValueError(f"max_size={max_size!r}: must be >= 1")
+    return list(torch.split(indices, max_size))

@@ -3,10 +3,25 @@
 Everything random comes from :class:`Rngs`, whose state is checkpointed with the
 model and optimizer, so a run resumed from a checkpoint ends with bit-for-bit the
 same metrics (on CPU) as one that was never interrupted.
+
+The same loop runs in each replica of a data-parallel trial (:class:`Replica`,
+the model wrapped in ``DistributedDataParallel``). Every replica draws the same
+permutation from the shared shuffle generator, so all agree on each global
+batch of ``batch_size`` examples; replica ``r`` trains on every ``k``-th example
+of it from ``r`` on (:func:`trainers.data.shard`), in micro-batches of at most
+``max_micro_batch`` (gradients accumulated under ``no_sync``, all-reduced once
+per step). Each replica's loss is scaled so that the all-reduced gradient is the
+gradient of the mean loss over the whole global batch, as in one process.
+``steps`` and ``examples`` count optimizer steps and global examples, the same
+whatever the width. Validation: each replica evaluates its shard of the
+validation set and the sums (loss, correct) are all-reduced. Only rank 0 writes
+checkpoints (with every replica's dropout generator state); every rank resumes
+from the same file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -16,14 +31,25 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from trainers.api import Reporter
 from trainers.checkpoint import load_checkpoint, save_checkpoint
-from trainers.data import Dataset
+from trainers.data import Dataset, micro_batches, shard
 
-__all__ = ["LoopSettings", "Rngs", "Progress", "Schedule", "make_rngs", "train", "evaluate", "CHECKPOINT_NAME"]
+__all__ = [
+    "LoopSettings",
+    "Replica",
+    "Rngs",
+    "Progress",
+    "Schedule",
+    "make_rngs",
+    "train",
+    "evaluate",
+    "CHECKPOINT_NAME",
+]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
@@ -43,11 +69,34 @@ class LoopSettings:
     checkpoint_every: int = 1
     eval_batch_size: int = 1024
     identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    max_micro_batch: int | None = None  # per replica; None: one forward/backward per step
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "checkpoint_every", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 1")
+        if self.max_micro_batch is not None and self.max_micro_batch < 1:
+            raise ValueError(f"max_micro_batch={self.max_micro_batch!r}: must be >= 1 (or None)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Replica:
+    """This process's place in a data-parallel trial; ``Replica()`` is a single process.
+
+    With ``world_size > 1`` the default process group must be initialised and the
+    model wrapped in ``DistributedDataParallel``.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank={self.rank!r}, world_size={self.world_size!r}: need 0 <= rank < world_size")
+
+    @property
+    def parallel(self) -> bool:
+        return self.world_size > 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +120,15 @@ class Rngs:
         self.numpy.bit_generator.state = state["numpy"]
 
 
-def make_rngs(seed: int, device: torch.device) -> tuple[torch.Generator, Rngs]:
-    """A CPU generator for weight init, and the loop's streams, all derived from ``seed``."""
+def make_rngs(seed: int, device: torch.device, rank: int = 0) -> tuple[torch.Generator, Rngs]:
+    """A CPU generator for weight init, and the loop's streams, all derived from ``seed``.
+
+    Replica ``rank > 0`` of a data-parallel trial gets its own dropout stream (a child
+    of rank 0's); init, shuffle and numpy streams are the same on every replica.
+    """
     init, shuffle, dropout, numpy_seq = np.random.SeedSequence(seed).spawn(4)
+    if rank > 0:
+        dropout = dropout.spawn(rank)[rank - 1]
 
     def torch_generator(seq: np.random.SeedSequence, on: torch.device | str) -> torch.Generator:
         return torch.Generator(device=on).manual_seed(int(seq.generate_state(1, np.uint64)[0]))
@@ -106,13 +161,19 @@ def train(
     settings: LoopSettings,
     rngs: Rngs,
     reporter: Reporter,
+    replica: Replica = Replica(),
 ) -> dict[str, float]:
-    """Train from the checkpoint if there is one, else from scratch; return the last metrics."""
-    progress = _resume(settings, model, optimizer, rngs)
+    """Train from the checkpoint if there is one, else from scratch; return the last metrics.
+
+    In a data-parallel trial every replica calls this with the same arguments (but
+    its own ``replica``), and ``reporter.should_stop()`` must give the same answer on
+    every replica (the rank reporter of :mod:`trainers.ddp_rank` broadcasts rank 0's).
+    """
+    progress = _resume(settings, model, optimizer, rngs, replica)
     for epoch in range(progress.epoch, settings.epochs):
         started = time.perf_counter()
-        train_loss, lr = _train_epoch(model, optimizer, schedule, data, settings.batch_size, rngs, progress)
-        val_loss, val_accuracy = evaluate(model, data.x_val, data.y_val, settings.eval_batch_size)
+        train_loss, lr = _train_epoch(model, optimizer, schedule, data, settings, rngs, progress, replica)
+        val_loss, val_accuracy = _validate(model, data, settings.eval_batch_size, replica)
         metrics = {
             "epoch": float(epoch + 1),
             "train_loss": train_loss,
@@ -127,7 +188,7 @@ def train(
         progress.history.append(metrics)
         reporter.report(epoch + 1, metrics)
         if settings.checkpoint_path is not None and progress.epoch % settings.checkpoint_every == 0:
-            _save(settings.checkpoint_path, settings.identity, model, optimizer, rngs, progress)
+            _save(settings.checkpoint_path, settings.identity, model, optimizer, rngs, progress, replica)
         if reporter.should_stop():
             break
     return dict(progress.history[-1])
@@ -138,38 +199,105 @@ def _train_epoch(
     optimizer: torch.optim.Optimizer,
     schedule: Schedule,
     data: Dataset,
-    batch_size: int,
+    settings: LoopSettings,
     rngs: Rngs,
     progress: Progress,
+    replica: Replica,
 ) -> tuple[float, float]:
-    """One pass over the shuffled training set; returns (mean training loss, last lr)."""
+    """One pass over the shuffled training set; returns (mean training loss over all replicas, last lr)."""
     model.train()
     n = len(data.y_train)
     order = torch.randperm(n, generator=rngs.shuffle).to(data.x_train.device)
     loss_sum, lr = 0.0, float("nan")
-    for start in range(0, n, batch_size):
-        idx = order[start : start + batch_size]
+    for start in range(0, n, settings.batch_size):
+        idx = order[start : start + settings.batch_size]
         lr = float(schedule(progress.step))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
-        loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(
-                f"training loss is {loss_value} at epoch {progress.epoch + 1}, step {progress.step} (lr={lr:g})"
-            )
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum += _accumulate_gradients(model, data, idx, settings.max_micro_batch, replica, progress, lr)
         optimizer.step()
         progress.step += 1
         progress.examples += len(idx)
-        loss_sum += loss_value * len(idx)
+    if replica.parallel:
+        (loss_sum,) = _all_reduce_sum([loss_sum], data.x_train.device)
     return loss_sum / n, lr
+
+
+def _accumulate_gradients(
+    model: nn.Module,
+    data: Dataset,
+    idx: torch.Tensor,
+    max_micro_batch: int | None,
+    replica: Replica,
+    progress: Progress,
+    lr: float,
+) -> float:
+    """Backward passes over this replica's part of the global batch ``idx``; returns its summed loss.
+
+    The gradients left in ``.grad`` (all-reduced and averaged by DDP over the
+    replicas) are those of the mean loss over ``idx``.
+    """
+    local = shard(idx, replica.rank, replica.world_size)
+    parts = micro_batches(local, max_micro_batch)
+    loss_sum = 0.0
+    for i, part in enumerate(parts):
+        sync = i == len(parts) - 1
+        with contextlib.nullcontext() if sync or not replica.parallel else model.no_sync():  # type: ignore[operator]
+            logits = model(data.x_train[part])
+            if len(parts) == 1 and not replica.parallel:
+                loss = F.cross_entropy(logits, data.y_train[part])  # the single-process path, unchanged
+                part_sum = loss.item() * len(part)
+            else:  # sum / |global batch|, times k because DDP averages the replicas' gradients
+                summed = F.cross_entropy(logits, data.y_train[part], reduction="sum")
+                loss = summed * (replica.world_size / len(idx))
+                part_sum = summed.item()
+            if not math.isfinite(part_sum):
+                raise FloatingPointError(
+                    f"training loss is {part_sum} at epoch {progress.epoch + 1}, step {progress.step} (lr={lr:g})"
+                )
+            loss.backward()
+        loss_sum += part_sum
+    return loss_sum
+
+
+def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Element-wise sums of ``values`` over all replicas (float64; on ``device`` for NCCL)."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return [float(v) for v in tensor.tolist()]
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a ``DistributedDataParallel`` wrapper (or ``model`` itself)."""
+    inner = getattr(model, "module", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
+@torch.no_grad()
+def _validate(model: nn.Module, data: Dataset, batch_size: int, replica: Replica) -> tuple[float, float]:
+    """(loss, accuracy) on the whole validation set; replicas evaluate shards and all-reduce the sums."""
+    module = _unwrap(model)
+    if not replica.parallel:
+        return evaluate(module, data.x_val, data.y_val, batch_size)
+    for buffer in module.buffers():  # batch-norm statistics as in rank 0's checkpoint
+        dist.broadcast(buffer, src=0)
+    part = shard(torch.arange(len(data.y_val), device=data.y_val.device), replica.rank, replica.world_size)
+    loss_sum, correct = _evaluation_sums(module, data.x_val[part], data.y_val[part], batch_size)
+    loss_sum, correct = _all_reduce_sum([loss_sum, float(correct)], data.x_val.device)
+    return loss_sum / len(data.y_val), correct / len(data.y_val)
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> tuple[float, float]:
     """(mean cross-entropy, accuracy) of ``model`` on ``x, y``, in eval mode."""
+    loss_sum, correct = _evaluation_sums(model, x, y, batch_size)
+    return loss_sum / len(y), correct / len(y)
+
+
+@torch.no_grad()
+def _evaluation_sums(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> tuple[float, int]:
+    """(summed cross-entropy, number correct) of ``model`` on ``x, y``, in eval mode."""
     model.eval()
     loss_sum, correct = 0.0, 0
     for start in range(0, len(y), batch_size):
@@ -177,7 +305,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
         target = y[start : start + batch_size]
         loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
         correct += int((logits.argmax(dim=1) == target).sum().item())
-    return loss_sum / len(y), correct / len(y)
+    return loss_sum, correct
 
 
 def _save(
@@ -187,25 +315,39 @@ def _save(
     optimizer: torch.optim.Optimizer,
     rngs: Rngs,
     progress: Progress,
+    replica: Replica,
 ) -> None:
-    save_checkpoint(
-        path,
-        {
-            "format": CHECKPOINT_FORMAT,
-            "identity": dict(identity),
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "epoch": progress.epoch,
-            "step": progress.step,
-            "examples": progress.examples,
-            "history": progress.history,
-            "rng": rngs.state(),
-        },
-    )
+    """Rank 0 writes the checkpoint (a collective: every replica must call it)."""
+    dropout_by_rank: list[Any] = []
+    if replica.parallel:
+        dropout_by_rank = [None] * replica.world_size
+        dist.all_gather_object(dropout_by_rank, rngs.dropout.get_state())
+    if replica.rank != 0:
+        return
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "identity": dict(identity),
+        "model": _unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": progress.epoch,
+        "step": progress.step,
+        "examples": progress.examples,
+        "history": progress.history,
+        "rng": rngs.state(),
+    }
+    if replica.parallel:
+        state["dropout_by_rank"] = dropout_by_rank
+    save_checkpoint(path, state)
 
 
-def _resume(settings: LoopSettings, model: nn.Module, optimizer: torch.optim.Optimizer, rngs: Rngs) -> Progress:
-    """Restore model, optimizer, RNGs and counters from the checkpoint, if there is one."""
+def _resume(
+    settings: LoopSettings, model: nn.Module, optimizer: torch.optim.Optimizer, rngs: Rngs, replica: Replica
+) -> Progress:
+    """Restore model, optimizer, RNGs and counters from the checkpoint, if there is one.
+
+    Every replica reads the same file. A replica ``r > 0`` takes its own dropout state
+    when the checkpoint was written by as many replicas, else keeps its fresh stream.
+    """
     state = load_checkpoint(settings.checkpoint_path) if settings.checkpoint_path is not None else None
     if state is None:
         return Progress()
@@ -218,9 +360,13 @@ def _resume(settings: LoopSettings, model: nn.Module, optimizer: torch.optim.Opt
             f"{settings.checkpoint_path}: written by another trial ({state['identity']}), not this one "
             f"({dict(settings.identity)}); remove it or use another checkpoint_dir"
         )
-    model.load_state_dict(state["model"])
+    _unwrap(model).load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    own_dropout = rngs.dropout.get_state()
     rngs.restore(state["rng"])
+    if replica.rank > 0:
+        by_rank = state.get("dropout_by_rank") or []
+        rngs.dropout.set_state(by_rank[replica.rank] if len(by_rank) == replica.world_size else own_dropout)
     return Progress(
         epoch=int(state["epoch"]),
         step=int(state["step"]),

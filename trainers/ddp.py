@@ -1,0 +1,291 @@
+"""Launch one data-parallel trial as k rank processes on this machine.
+
+``launch(entry, config, reporter)`` is called where a single-process trial would
+run (a Dask worker thread, ``python -m trainers``, a test). It starts
+``config.data_parallel`` processes ``python -m trainers.ddp_rank ENTRY CONFIG``
+(``subprocess``, not ``multiprocessing``: Dask worker processes are daemonic and
+may not have multiprocessing children), each running the trainer ``ENTRY`` as
+one rank (see :mod:`trainers.ddp_rank` for what a rank sees).
+
+How they talk:
+
+- rendezvous: the launcher hosts the ``torch.distributed`` TCP store on a free
+  port of 127.0.0.1 (the OS picks it, so there is no race for the port); the
+  ranks join it as clients. Backend: NCCL when the trial has CUDA devices, else
+  gloo.
+- devices: rank r runs with ``CUDA_VISIBLE_DEVICES`` set to the r-th id of
+  ``config.devices`` (translated through the launcher's own
+  ``CUDA_VISIBLE_DEVICES`` when it has one, since leased ids index the visible
+  set), so inside every rank its device is ``cuda:0``.
+- reports: rank 0 holds one end of a socket pair (an inherited fd, nothing on
+  the network, nothing on stdout); each report is a JSON message, the launcher
+  calls ``reporter.report`` and then ``reporter.should_stop()`` and answers with
+  the stop flag, which rank 0 broadcasts to every rank at the epoch end.
+- output: each rank's stdout and stderr go to files in a private temporary
+  folder, removed when the trial ends.
+
+Failures: when any rank exits non-zero, the launcher kills the others (SIGTERM
+to each rank's process group, SIGKILL after ``grace`` seconds) and raises
+:class:`RankError` naming the rank that failed first, with its traceback. The
+same clean-up runs on every way out (success, stop, timeout, an exception or
+KeyboardInterrupt in the launching thread), so no rank outlives ``launch``; a
+rank whose launcher is killed outright kills itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+import torch.distributed as dist
+
+from trainers.api import Reporter, TrialConfig
+from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT
+
+__all__ = ["launch", "rank_devices", "RankError"]
+
+POLL_SECONDS = 0.05
+EXIT_SECONDS = 30.0  # after rank 0's result, how long the ranks may take to exit before they are killed
+STDERR_TAIL = 4000
+
+
+class RankError(RuntimeError):
+    """A rank of a data-parallel trial failed; ``rank`` and its ``traceback`` (or stderr tail)."""
+
+    def __init__(self, message: str, rank: int, traceback: str) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+
+
+def rank_devices(config: TrialConfig) -> tuple[int, ...]:
+    """The CUDA ids the k ranks run on, one each; ``()`` for gloo on the CPU.
+
+    ``device="cpu"``: none. Leased ``devices``: the first k (fewer than k is an
+    error). No lease, ``device`` "auto" or "cuda", and CUDA present: ``0..k-1``.
+    """
+    k = config.data_parallel
+    if config.device == "cpu":
+        return ()
+    if config.devices:
+        if len(config.devices) < k:
+            raise ValueError(
+                f"devices={list(config.devices)}: data_parallel={k} needs one device per rank ({k} devices)"
+            )
+        return tuple(config.devices[:k])
+    if not torch.cuda.is_available():
+        if config.device == "cuda":
+            raise RuntimeError(f"device='cuda', data_parallel={k}: CUDA is not available in this process")
+        return ()
+    if torch.cuda.device_count() < k:
+        raise ValueError(f"data_parallel={k}: needs {k} CUDA devices, {torch.cuda.device_count()} visible")
+    return tuple(range(k))
+
+
+def launch(
+    entry: str,
+    config: TrialConfig,
+    reporter: Reporter,
+    timeout: float | None = None,
+    *,
+    grace: float = 5.0,
+    on_start: Callable[[Sequence[int]], None] | None = None,
+) -> dict[str, float]:
+    """Run trainer ``entry`` ("module:function") as ``config.data_parallel`` ranks; return rank 0's metrics.
+
+    Reports from rank 0 reach ``reporter`` as they happen. ``timeout`` (seconds) bounds
+    the whole trial (``TimeoutError``); ``on_start`` gets the ranks' pids once started.
+    """
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout={timeout!r}: must be > 0 seconds (or None)")
+    devices = rank_devices(config)
+    rank_config = TrialConfig.from_dict({**config.to_dict(), "devices": list(devices)})
+    with tempfile.TemporaryDirectory(prefix=f"hypersweep-ddp-{config.study}-{config.number}-") as folder:
+        ranks = _Ranks(Path(folder), config.data_parallel, devices)
+        try:
+            ranks.start(entry, rank_config)
+            if on_start is not None:
+                on_start(ranks.pids)
+            return ranks.serve(reporter, None if timeout is None else time.monotonic() + timeout)
+        finally:
+            ranks.stop(grace)
+
+
+class _Ranks:
+    """The k processes of one launch, their channel to rank 0, and their clean-up."""
+
+    def __init__(self, folder: Path, world_size: int, devices: tuple[int, ...]) -> None:
+        self.folder, self.world_size, self.devices = folder, world_size, devices
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.connection: Connection | None = None
+        self.store: dist.TCPStore | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def start(self, entry: str, config: TrialConfig) -> None:
+        config_path = self.folder / "config.json"
+        config_path.write_text(json.dumps(config.to_dict()))
+        self.store = dist.TCPStore(
+            "127.0.0.1", 0, self.world_size, is_master=True, wait_for_workers=False,
+            timeout=datetime.timedelta(minutes=10),
+        )  # fmt: skip
+        ours, theirs = socket.socketpair()
+        try:
+            self.connection = Connection(ours.detach())
+            for rank in range(self.world_size):
+                command = [sys.executable, "-m", "trainers.ddp_rank", entry, str(config_path)]
+                fds = (theirs.fileno(),) if rank == 0 else ()
+                self.procs.append(self._popen(command, self._env(rank, theirs.fileno()), rank, fds))
+        finally:
+            theirs.close()
+
+    def _popen(self, command: list[str], env: dict[str, str], rank: int, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+        with open(self.folder / f"rank{rank}.out", "wb") as out, open(self.folder / f"rank{rank}.err", "wb") as err:
+            return subprocess.Popen(
+                command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                pass_fds=fds, start_new_session=True,
+            )  # fmt: skip
+
+    def _env(self, rank: int, fd: int) -> dict[str, str]:
+        assert self.store is not None
+        env = dict(os.environ)
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(self.world_size),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(self.store.port),
+            TORCHELASTIC_USE_AGENT_STORE="True",
+            PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path),  # what the launcher can import
+            PYTHONUNBUFFERED="1",
+            **{ENV_DIR: str(self.folder), ENV_PARENT: str(os.getpid())},
+        )
+        if rank == 0:
+            env[ENV_FD] = str(fd)
+        if self.devices:
+            env["CUDA_VISIBLE_DEVICES"] = _visible_id(self.devices[rank], os.environ.get("CUDA_VISIBLE_DEVICES"))
+        elif sys.platform == "linux" and "GLOO_SOCKET_IFNAME" not in env and Path("/sys/class/net/lo").exists():
+            env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks are on this machine
+        return env
+
+    def serve(self, reporter: Reporter, deadline: float | None) -> dict[str, float]:
+        """Forward rank 0's reports until every rank has exited; raise on the first failure."""
+        result: dict[str, float] | None = None
+        exit_deadline = math.inf
+        while True:
+            codes = [p.poll() for p in self.procs]
+            if any(code not in (None, 0) for code in codes):
+                raise self._failure(codes)
+            if all(code == 0 for code in codes) and (self.connection is None or self.connection.closed):
+                break  # every rank is done and rank 0's messages are all read (its end reads EOF)
+            if time.monotonic() > exit_deadline:
+                break  # trained, but a rank hangs in its teardown: stop() kills it
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"data-parallel trial ({self.world_size} ranks) still running at its timeout")
+            message = self._receive()
+            if message is None:
+                continue
+            metrics = {str(k): float(v) for k, v in message["metrics"].items()}
+            if message["kind"] == "result":
+                result, exit_deadline = metrics, time.monotonic() + EXIT_SECONDS
+                continue
+            reporter.report(int(message["step"]), metrics)
+            self._send({"stop": bool(reporter.should_stop())})
+        if result is None:
+            raise RankError("data-parallel trial: rank 0 exited without returning metrics", 0, self._stderr_tail(0))
+        return result
+
+    def _receive(self) -> dict[str, Any] | None:
+        if self.connection is None or self.connection.closed:
+            time.sleep(POLL_SECONDS)
+            return None
+        try:
+            if not self.connection.poll(POLL_SECONDS):
+                return None
+            return json.loads(self.connection.recv_bytes())
+        except (EOFError, OSError):  # rank 0 closed its end (finished or died): watch the exit codes
+            self.connection.close()
+            return None
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        assert self.connection is not None
+        with contextlib.suppress(OSError):  # rank 0 is gone; its exit code tells why
+            self.connection.send_bytes(json.dumps(dict(message)).encode())
+
+    def _failure(self, codes: list[int | None]) -> RankError:
+        """The error for the rank that failed first (earliest error file, else the first non-zero exit)."""
+        errors = []
+        for path in self.folder.glob("rank*.error"):
+            with contextlib.suppress(OSError, ValueError):
+                errors.append((json.loads(path.read_text()), int(path.name[4:].split(".")[0])))
+        k = self.world_size
+        if errors:
+            record, rank = min(errors, key=lambda item: item[0]["time"])
+            return RankError(
+                f"data-parallel trial: rank {rank} of {k} failed: {record['error']}\n{record['traceback']}",
+                rank,
+                record["traceback"],
+            )
+        rank = next(r for r, code in enumerate(codes) if code not in (None, 0))
+        code = codes[rank]
+        assert code is not None
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        tail = self._stderr_tail(rank)
+        return RankError(f"data-parallel trial: rank {rank} of {k} {how}; its stderr ends:\n{tail}", rank, tail)
+
+    def _stderr_tail(self, rank: int) -> str:
+        try:
+            return (self.folder / f"rank{rank}.err").read_bytes()[-STDERR_TAIL:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, grace: float) -> None:
+        """Terminate every rank still running (SIGTERM, then SIGKILL after ``grace``) and reap them all."""
+        try:
+            running = [p for p in self.procs if p.poll() is None]
+            _signal_groups(running, signal.SIGTERM)
+            end = time.monotonic() + grace
+            while running and time.monotonic() < end:
+                time.sleep(POLL_SECONDS)
+                running = [p for p in running if p.poll() is None]
+            _signal_groups(running, signal.SIGKILL)
+            for p in self.procs:
+                p.wait()
+        finally:
+            if self.connection is not None:
+                self.connection.close()
+            self.store = None
+
+
+def _signal_groups(procs: list[subprocess.Popen[bytes]], sig: signal.Signals) -> None:
+    """Send ``sig`` to each (unreaped) rank's process group: the rank and anything it started."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, sig)
+
+
+def _visible_id(device: int, parent_visible: str | None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry for leased id ``device`` (an index into the launcher's visible set)."""
+    if not parent_visible:
+        return str(device)
+    visible = [d.strip() for d in parent_visible.split(",") if d.strip()]
+    if device >= len(visible):
+        raise ValueError(f"device {device}: not in CUDA_VISIBLE_DEVICES={parent_visible!r}")
+    return visible[device]

@@ -1,0 +1,194 @@
+"""One rank of a data-parallel trial: ``python -m trainers.ddp_rank ENTRY CONFIG.json``.
+
+:func:`trainers.ddp.launch` starts one of these per rank; nobody else should. The
+rank runs the same trainer function ``ENTRY`` as a single-process trial would,
+with these environment variables (the ``torchrun`` ones, so a trainer written for
+``torchrun`` works unchanged):
+
+- ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``: this rank, of k,
+  all on one machine;
+- ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``: the rendezvous store, hosted by the
+  launching process (``TORCHELASTIC_USE_AGENT_STORE=True``: every rank is a client),
+  so ``dist.init_process_group(backend)`` just works;
+- ``CUDA_VISIBLE_DEVICES``: on GPUs, rank r sees exactly one device, the r-th id
+  of ``config.devices``; inside the rank that device is ``cuda:0``.
+
+The trainer detects that it is a rank with :func:`current_rank`, and sets up the
+process group with :func:`process_group`. It gets a :class:`RankReporter`: on
+rank 0 ``report`` goes to the launcher over a private socket (inherited fd, JSON
+messages; never stdout) and waits for its answer, which carries the controller's
+stop request; on other ranks ``report`` does nothing. ``should_stop`` is a
+collective: rank 0's answer is broadcast, so every rank must call it at the same
+points (the epoch loop does, at every epoch end) and all stop together.
+
+A rank that raises writes its traceback (with the time) to ``rank<r>.error`` in
+the launch folder, so the launcher can blame the rank that failed first. A rank
+whose launcher dies kills itself (a watchdog thread watches the parent pid).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import datetime
+import faulthandler
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainers.api import TrialConfig, _json_float, load_trainer
+
+__all__ = ["RankInfo", "RankReporter", "current_rank", "process_group", "rank_device", "main"]
+
+ENV_DIR = "HYPERSWEEP_DDP_DIR"  # the launch folder (error files)
+ENV_FD = "HYPERSWEEP_DDP_FD"  # rank 0: the fd of its socket to the launcher
+ENV_PARENT = "HYPERSWEEP_DDP_PARENT"  # the launcher's pid, for the watchdog
+DEFAULT_PG_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankInfo:
+    """Where this process stands in a data-parallel trial (from the environment)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def current_rank() -> RankInfo | None:
+    """This process's rank, or ``None`` when it is not a rank (no ``RANK``/``WORLD_SIZE``/``MASTER_*``)."""
+    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    if not all(os.environ.get(name) for name in names):
+        return None
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return RankInfo(rank, world_size, int(os.environ.get("LOCAL_RANK", rank)))
+
+
+def rank_device(config: TrialConfig) -> torch.device:
+    """``cuda:0`` (the one device this rank sees) when the trial has devices, else the CPU."""
+    if config.device == "cpu" or not config.devices:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"devices={list(config.devices)}: CUDA is not available in this rank "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
+    return torch.device("cuda", 0)
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device, timeout: datetime.timedelta = DEFAULT_PG_TIMEOUT) -> Iterator[None]:
+    """The default process group for this rank: NCCL on CUDA, gloo on the CPU; destroyed on exit."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=timeout)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+class RankReporter:
+    """The reporter a rank's trainer gets (see the module docstring); rank 0 holds ``connection``."""
+
+    def __init__(self, connection: Connection | None) -> None:
+        self._connection = connection
+        self._stop = False
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        if self._connection is None:
+            return
+        plain = {str(k): _json_float(v) for k, v in metrics.items()}
+        self._connection.send_bytes(json.dumps({"kind": "report", "step": int(step), "metrics": plain}).encode())
+        answer = json.loads(self._connection.recv_bytes())
+        self._stop = self._stop or bool(answer["stop"])
+
+    def should_stop(self) -> bool:
+        """Rank 0's stop flag, broadcast to every rank (a collective once the process group is up)."""
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return self._stop
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        flag = torch.tensor([int(self._stop)], dtype=torch.int32, device=device)
+        dist.broadcast(flag, src=0)
+        self._stop = bool(flag.item())
+        return self._stop
+
+    def send_result(self, metrics: Mapping[str, float]) -> None:
+        if self._connection is not None:
+            plain = {str(k): _json_float(v) for k, v in metrics.items()}
+            self._connection.send_bytes(json.dumps({"kind": "result", "metrics": plain}).encode())
+
+
+def _watch_parent(parent: int) -> None:
+    """Die with the launcher: the kernel's parent-death signal (Linux), and a watchdog thread.
+
+    The death signal fires when the launching *thread* ends; that thread waits in
+    ``launch`` for as long as the ranks live, so it ends only with its process. The
+    watchdog (any POSIX) kills the rank's process group once the rank is orphaned,
+    unless C++ code holds the GIL.
+    """
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:  # the launcher died before the death signal was armed
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="ddp-parent-watchdog", daemon=True).start()
+
+
+def _write_error(folder: Path, rank: int, exc: BaseException) -> None:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    record = {"time": time.time(), "error": text.splitlines()[0], "traceback": traceback.format_exc()}
+    tmp = folder / f".rank{rank}.error.tmp"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, folder / f"rank{rank}.error")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or current_rank() is None or ENV_DIR not in os.environ:
+        print("python -m trainers.ddp_rank ENTRY CONFIG.json: started by trainers.ddp.launch only", file=sys.stderr)
+        return 2
+    entry, config_path = args
+    info = current_rank()
+    assert info is not None
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: stacks to the rank's stderr
+    if ENV_PARENT in os.environ:
+        _watch_parent(int(os.environ[ENV_PARENT]))
+    connection = Connection(int(os.environ[ENV_FD])) if info.rank == 0 and ENV_FD in os.environ else None
+    reporter = RankReporter(connection)
+    try:
+        config = TrialConfig.from_json_file(config_path)
+        metrics: Any = load_trainer(entry)(config, reporter)
+        reporter.send_result(metrics)
+    except BaseException as exc:  # noqa: BLE001 - reported to the launcher, then the rank exits 1
+        _write_error(Path(os.environ[ENV_DIR]), info.rank, exc)
+        traceback.print_exc()
+        return 1
+    finally:
+        if connection is not None:
+            connection.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,7 +28,9 @@ from cluster.executor import Finished, Report, TrialExecutor, TrialRequest
 from .folder import CampaignFolder, write_atomic_bytes
 from .pruning import make_pruner, resource_of
 from .scaling_sweep import TargetGoal
-from .seeds import trial_seed
+from .pbt import PBTPolicy
+from .pbt_segments import Population
+from .seeds import component_seed, trial_seed
 from .spec import DATA_PARALLEL, CampaignSpec
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
@@ -120,6 +122,7 @@ class Campaign:
         self._told: set[int] = set()
         self._sampler_saved = float("-inf")
         self._goal = _goal_of(spec)
+        self._population = _population_of(spec, folder)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -250,7 +253,7 @@ class Campaign:
         trainer = self.spec.trainer
         params = self.spec.space.complete(trial.params)
         data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
-        return {
+        config = {
             "study": self.spec.study.name,
             "number": trial.number,
             "params": params,
@@ -264,6 +267,7 @@ class Campaign:
             "deterministic": self.spec.study.deterministic,
             "options": dict(trainer.options),
         }
+        return self._population.first_segment(config) if self._population else config
 
     def _launch(self, prepared: Prepared) -> None:
         trial, config = prepared.trial, prepared.config
@@ -360,6 +364,8 @@ class Campaign:
         if self._should_retry(running, event.outcome):
             self._retry(running, event.outcome)
             return
+        if self._next_segment(running, event.outcome):
+            return
         del self._running[event.number]
         if not self.spec.study.deterministic:
             self._tell(running, dict(event.outcome))
@@ -387,6 +393,21 @@ class Campaign:
             write_atomic_bytes(self.folder.sampler_state, pickle.dumps(self.study.sampler))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             log.warning("sampler state not saved (%s); resume will start a fresh sampler", exc)
+
+    def _next_segment(self, running: RunningTrial, outcome: Mapping[str, Any]) -> bool:
+        """Population-based training: submit the member's next segment; False when it is done."""
+        if self._population is None or outcome.get("status") != "ok" or running.stop_reason:
+            return False
+        self._replay_missed_reports(running, outcome.get("history") or [])
+        config = self._population.next_segment(running.config, dict(outcome.get("metrics") or {}))
+        if config is None:
+            history = [(step, m) for step, m, _t in running.reports]
+            for key, value in self._population.attributes(running.number, history).items():
+                running.trial.set_user_attr(key, value)
+            return False
+        running.config = config
+        self.executor.submit(TrialRequest(running.number, self.spec.trainer.entry, config, running.width))
+        return True
 
     def _should_retry(self, running: RunningTrial, outcome: Mapping[str, Any]) -> bool:
         return (
@@ -520,6 +541,14 @@ class Campaign:
         value = float(values[0])
         better = max if self.spec.objective_directions[0] == "maximize" else min
         self._best = value if self._best is None else better(self._best, value)
+
+
+def _population_of(spec: CampaignSpec, folder: CampaignFolder) -> Population | None:
+    if spec.pbt is None:
+        return None
+    dists = spec.space.distributions()
+    policy = PBTPolicy(spec.pbt, spec.study.directions[0] == "maximize", dists, component_seed(spec.study.seed, "pbt"))
+    return Population(policy, folder, spec.study.metrics[0], spec.trainer.epochs)
 
 
 def _goal_of(spec: CampaignSpec) -> TargetGoal | None:

@@ -20,6 +20,7 @@ from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
 
 from .cluster_spec import CLUSTER_KEYS, ClusterSpec, parse_cluster
+from .pbt import PBT_KEYS, PBTSpec, parse_pbt
 from .scaling_sweep import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from .spec_table import SpecError, _closest, _show, SpecTable
 
@@ -39,6 +40,7 @@ __all__ = [
 
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
 PRUNERS = ("none", "median", "percentile", "asha", "hyperband")
+SCHEDULERS = ("none", "pbt")
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
 RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts
 DIRECTIONS = ("maximize", "minimize")
@@ -61,6 +63,7 @@ class StudySpec:
     storage: str = ""
     pruner: str = "none"
     deterministic: bool = False
+    scheduler: str = "none"
     parallelism: int = 4
     max_retries: int = 2
 
@@ -103,6 +106,7 @@ class CampaignSpec:
     source: str
     text: str
     scaling: ScalingSpec | None = None
+    pbt: PBTSpec | None = None
 
     @property
     def objective_metrics(self) -> tuple[str, ...]:
@@ -124,10 +128,10 @@ class CampaignSpec:
 
 # --- sections --------------------------------------------------------------------------------
 
-_TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling")
+_TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
-    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
+    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries", "scheduler",
 )  # fmt: skip
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
@@ -184,6 +188,7 @@ def _study(t: SpecTable) -> StudySpec:
         pruner=pruner,
         deterministic=t.bool("deterministic", False),
         parallelism=t.int("parallelism", 4, minimum=1),
+        scheduler=t.choice("scheduler", SCHEDULERS, "none"),
         max_retries=t.int("max_retries", 2, minimum=0),
     )
 
@@ -286,7 +291,8 @@ def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") 
         _check_evolution(source, space, study)
     _check_data_parallel(source, space, trainer)
     _check_trainer(source, trainer, space, study, pruning)
-    return CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling)
+    pbt = _pbt(source, top, study, trainer, space)
+    return CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt)
 
 
 def _values_of(space: SearchSpace, name: str) -> tuple[int, ...]:
@@ -351,6 +357,32 @@ def _scaling_study(
             f"{given} does not match [scaling]: trials_per_batch x batch sizes = {scaling.n_trials}; leave it out",
         )  # fmt: skip
     return dataclasses.replace(study, n_trials=scaling.n_trials), with_batch_sizes(space, scaling.batch_sizes)
+
+
+def _pbt(source: str, top: SpecTable, study: StudySpec, trainer: TrainerSpec, space: SearchSpace) -> PBTSpec | None:
+    if study.scheduler != "pbt":
+        if "pbt" in top.data:
+            raise SpecError(source, "pbt", "a [pbt] section needs [study] scheduler = 'pbt'")
+        return None
+    if "pbt" not in top.data:
+        raise SpecError(source, "pbt", "scheduler 'pbt' needs a [pbt] section with at least interval = N (epochs)")
+    for key, rule in (("pruner", "none"), ("deterministic", False)):
+        if getattr(study, key) != rule:
+            raise SpecError(source, f"study.{key}", f"population-based training needs {key} = {rule!r}")
+    if study.multi_objective:
+        raise SpecError(source, "study.directions", "population-based training ranks members on one metric")
+    spec = parse_pbt(
+        SpecTable(source, "pbt", top.table("pbt"), PBT_KEYS), trainer.epochs, trainer.checkpoint_every,
+        space.distributions(),
+    )  # fmt: skip
+    from trainers.api import load_trainer  # by name, to check it can train in segments
+
+    if not getattr(load_trainer(trainer.entry), "supports_pbt", False):
+        raise SpecError(
+            source, "study.scheduler",
+            f"trainer {trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
+        )  # fmt: skip
+    return spec
 
 
 def _check_evolution(source: str, space: SearchSpace, study: StudySpec) -> None:

@@ -57,6 +57,10 @@ class TrialConfig:
     trainer's fixed settings from the spec's ``[trainer.options]`` table.
     ``devices`` are the concrete accelerator ids leased to this trial (empty on CPU).
     ``checkpoint_dir`` is where the trainer may write checkpoints (``None``: don't).
+    Population-based training runs a trial in segments: ``epochs`` is where this
+    segment ends, ``schedule_epochs`` the whole run the LR schedule spans, and
+    ``inherit_checkpoint`` lets the trial continue from a checkpoint another trial
+    wrote (copied in by the controller) with this trial's own hyperparameters.
     """
 
     study: str
@@ -72,6 +76,8 @@ class TrialConfig:
     checkpoint_every: int = 1
     deterministic: bool = False
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    schedule_epochs: int | None = None
+    inherit_checkpoint: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.number, int) or self.number < 0:
@@ -84,6 +90,10 @@ class TrialConfig:
             raise ValueError(f"device={self.device!r}: must be one of 'auto', 'cpu', 'cuda'")
         if not isinstance(self.data_parallel, int) or self.data_parallel < 1:
             raise ValueError(f"data_parallel={self.data_parallel!r}: must be an int >= 1")
+        if self.schedule_epochs is not None and (
+            not isinstance(self.schedule_epochs, int) or self.schedule_epochs < self.epochs
+        ):
+            raise ValueError(f"schedule_epochs={self.schedule_epochs!r}: must be an int >= epochs ({self.epochs})")
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every={self.checkpoint_every!r}: must be an int >= 1")
         _check_builtin(dict(self.params), "params")

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from spaces.architecture import genome_from_string
 from spaces.batch import LRScaling
-from spaces.schedules import make_schedule
+from spaces.schedules import Piecewise, make_schedule
 from trainers.api import Reporter, TrialConfig
 from trainers.data import load_dataset
 from trainers.ddp import launch
@@ -41,6 +41,7 @@ from trainers.models import MODELS, build_model, set_dropout_generator
 __all__ = ["ClassifierParams", "ACCEPTED_PARAMS", "parse_params", "resolve_device", "check_data_parallel", "fit"]
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
+PIECEWISE = "piecewise"  # a recorded schedule: lr_points instead of a family
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +63,13 @@ class ClassifierParams:
     lr_scaling: str = "none"  # spaces.batch.LRScaling rule
     base_batch_size: int = 32  # the batch size at which lr was tuned
     arch: str = ""  # an architecture genome's canonical string; replaces ``model`` when set
+    lr_points: tuple = ()  # schedule = "piecewise": ((step, lr), ...), e.g. a PBT member's recorded schedule
 
     def __post_init__(self) -> None:
         _check_choice("model", self.model, MODELS)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if (self.schedule == PIECEWISE) != bool(self.lr_points):
+            raise ValueError(f"params.lr_points: give them with schedule = {PIECEWISE!r}, and only then")
         _check_range("lr", self.lr, 0.0, math.inf)
         _check_range("momentum", self.momentum, 0.0, 1.0, high_open=True)
         _check_range("weight_decay", self.weight_decay, 0.0, math.inf)
@@ -99,6 +103,10 @@ def _check_range(name: str, value: float, low: float, high: float, high_open: bo
 def _coerce(name: str, value: Any) -> Any:
     """Ints may stand for floats; integral floats (32.0) for ints; bools for neither."""
     kind = _FIELD_KINDS[name]
+    if kind == "tuple":
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"params.{name}={value!r}: must be a list of [step, lr] pairs")
+        return tuple(tuple(point) if isinstance(point, (list, tuple)) else point for point in value)
     if kind == "str":
         if not isinstance(value, str):
             raise ValueError(f"params.{name}={value!r}: must be a string")
@@ -171,6 +179,8 @@ class _Zero:
 
 def make_lr_schedule(p: ClassifierParams, steps_per_epoch: int, epochs: int) -> Schedule:
     """The ``p.schedule`` family at ``p.lr`` scaled to ``p.batch_size``, with ``p.warmup`` of the steps."""
+    if p.schedule == PIECEWISE:
+        return Piecewise.from_list([list(point) for point in p.lr_points])
     if p.lr == 0.0:
         return _Zero()
     total_steps = steps_per_epoch * epochs
@@ -222,7 +232,7 @@ def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     max_micro_batch = _max_micro_batch(config.options)
     rank = current_rank()
     if rank is None and config.data_parallel > 1:
-        make_lr_schedule(params, 1, config.epochs)  # a bad schedule fails here, not in k processes
+        make_lr_schedule(params, 1, config.schedule_epochs or config.epochs)  # fails here, not in k processes
         return launch(f"{__name__}:fit", config, reporter)
     if rank is not None and rank.world_size != config.data_parallel:
         raise ValueError(f"data_parallel={config.data_parallel} but this rank's WORLD_SIZE={rank.world_size}")
@@ -252,7 +262,7 @@ def _train(
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = make_optimizer(params, model)
     steps_per_epoch = math.ceil(len(data.y_train) / params.batch_size)
-    schedule = make_lr_schedule(params, steps_per_epoch, config.epochs)
+    schedule = make_lr_schedule(params, steps_per_epoch, config.schedule_epochs or config.epochs)
     settings = LoopSettings(
         epochs=config.epochs,
         batch_size=params.batch_size,
@@ -260,6 +270,7 @@ def _train(
         checkpoint_every=config.checkpoint_every,
         identity=_identity(config),
         max_micro_batch=max_micro_batch,
+        inherit=config.inherit_checkpoint,
     )
     final = train(model, optimizer, schedule, data, settings, rngs, _WithStatic(reporter, size), replica)
     return {**final, **size}
@@ -290,6 +301,7 @@ class _WithStatic:
 
 
 fit.accepted_params = ACCEPTED_PARAMS  # type: ignore[attr-defined]
+fit.supports_pbt = True  # type: ignore[attr-defined]  # honours schedule_epochs and inherit_checkpoint
 fit.reported_metrics = frozenset(  # type: ignore[attr-defined]
     {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params", "macs"}
 )

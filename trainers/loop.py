@@ -69,6 +69,7 @@ class LoopSettings:
     checkpoint_every: int = 1
     eval_batch_size: int = 1024
     identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    inherit: bool = False  # PBT: resume another trial's checkpoint with this trial's hyperparameters
     max_micro_batch: int | None = None  # per replica; None: one forward/backward per step
 
     def __post_init__(self) -> None:
@@ -355,13 +356,17 @@ def _resume(
         raise ValueError(
             f"{settings.checkpoint_path}: checkpoint format {state.get('format')!r}, expected {CHECKPOINT_FORMAT}"
         )
-    if state["identity"] != dict(settings.identity):
+    if state["identity"] != dict(settings.identity) and not settings.inherit:
         raise ValueError(
             f"{settings.checkpoint_path}: written by another trial ({state['identity']}), not this one "
             f"({dict(settings.identity)}); remove it or use another checkpoint_dir"
         )
     _unwrap(model).load_state_dict(state["model"])
+    own = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     optimizer.load_state_dict(state["optimizer"])
+    if settings.inherit:  # keep this trial's hyperparameters (weight decay...), the state is the checkpoint's
+        for group, mine in zip(optimizer.param_groups, own):
+            group.update(mine)
     own_dropout = rngs.dropout.get_state()
     rngs.restore(state["rng"])
     if replica.rank > 0:

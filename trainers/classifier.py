@@ -198,6 +198,13 @@ def _identity(config: TrialConfig) -> dict[str, Any]:
     }
 
 
+def _option_int(options: Mapping[str, Any], name: str, default: int, minimum: int) -> int:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"options.{name}={value!r}: must be an int >= {minimum}")
+    return value
+
+
 def _threads(options: Mapping[str, Any]) -> int:
     threads = options.get("torch_threads", 1)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -271,6 +278,8 @@ def _train(
         identity=_identity(config),
         max_micro_batch=max_micro_batch,
         inherit=config.inherit_checkpoint,
+        noise_scale_every=_option_int(config.options, "noise_scale_every", 0, minimum=0),
+        noise_scale_micro=_option_int(config.options, "noise_scale_micro", 4, minimum=2),
     )
     final = train(model, optimizer, schedule, data, settings, rngs, _WithStatic(reporter, size), replica)
     return {**final, **size}
@@ -303,5 +312,6 @@ class _WithStatic:
 fit.accepted_params = ACCEPTED_PARAMS  # type: ignore[attr-defined]
 fit.supports_pbt = True  # type: ignore[attr-defined]  # honours schedule_epochs and inherit_checkpoint
 fit.reported_metrics = frozenset(  # type: ignore[attr-defined]
-    {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params", "macs"}
+    {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params", "macs",
+     "b_simple"}
 )

@@ -38,6 +38,7 @@ from torch import nn
 from trainers.api import Reporter
 from trainers.checkpoint import load_checkpoint, save_checkpoint
 from trainers.data import Dataset, micro_batches, shard
+from trainers.noise_scale import NoiseScaleEstimator, grad_sq_norms_two_batch_sizes
 
 __all__ = [
     "LoopSettings",
@@ -71,6 +72,8 @@ class LoopSettings:
     identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     inherit: bool = False  # PBT: resume another trial's checkpoint with this trial's hyperparameters
     max_micro_batch: int | None = None  # per replica; None: one forward/backward per step
+    noise_scale_every: int = 0  # measure the gradient noise scale every k steps (0: never)
+    noise_scale_micro: int = 4  # micro-batches per measurement (the small batch is B / this)
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "checkpoint_every", "eval_batch_size"):
@@ -149,6 +152,7 @@ class Progress:
     step: int = 0  # optimizer steps taken
     examples: int = 0  # training examples seen
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    noise: NoiseScaleEstimator = dataclasses.field(default_factory=NoiseScaleEstimator)
 
 
 Schedule = Callable[[int], float]
@@ -185,6 +189,8 @@ def train(
             "examples": float(progress.examples),
             "epoch_seconds": time.perf_counter() - started,
         }
+        if settings.noise_scale_every and math.isfinite(progress.noise.b_simple):
+            metrics["b_simple"] = float(progress.noise.b_simple)  # McCandlish et al. 2018, smoothed
         progress.epoch = epoch + 1
         progress.history.append(metrics)
         reporter.report(epoch + 1, metrics)
@@ -215,6 +221,7 @@ def _train_epoch(
         lr = float(schedule(progress.step))
         for group in optimizer.param_groups:
             group["lr"] = lr
+        _measure_noise(model, data, idx, settings, progress, replica)
         optimizer.zero_grad(set_to_none=True)
         loss_sum += _accumulate_gradients(model, data, idx, settings.max_micro_batch, replica, progress, lr)
         optimizer.step()
@@ -223,6 +230,21 @@ def _train_epoch(
     if replica.parallel:
         (loss_sum,) = _all_reduce_sum([loss_sum], data.x_train.device)
     return loss_sum / n, lr
+
+
+def _measure_noise(
+    model: nn.Module, data: Dataset, idx: torch.Tensor, settings: LoopSettings, progress: Progress, replica: Replica
+) -> None:
+    """Every ``noise_scale_every`` steps, feed |G|² at two batch sizes (micro-batches of this batch) to the estimator.
+
+    One process only: under DDP the per-replica and all-reduced gradients would be
+    the natural pair, which is not wired yet, so data-parallel trials skip it.
+    """
+    every = settings.noise_scale_every
+    if not every or replica.parallel or progress.step % every or len(idx) < 2 * settings.noise_scale_micro:
+        return
+    x, y = data.x_train[idx], data.y_train[idx]
+    progress.noise.update(*grad_sq_norms_two_batch_sizes(model, F.cross_entropy, x, y, settings.noise_scale_micro))
 
 
 def _accumulate_gradients(
@@ -335,6 +357,7 @@ def _save(
         "examples": progress.examples,
         "history": progress.history,
         "rng": rngs.state(),
+        "noise": progress.noise.state_dict(),
     }
     if replica.parallel:
         state["dropout_by_rank"] = dropout_by_rank
@@ -372,9 +395,12 @@ def _resume(
     if replica.rank > 0:
         by_rank = state.get("dropout_by_rank") or []
         rngs.dropout.set_state(by_rank[replica.rank] if len(by_rank) == replica.world_size else own_dropout)
-    return Progress(
+    progress = Progress(
         epoch=int(state["epoch"]),
         step=int(state["step"]),
         examples=int(state["examples"]),
         history=[dict(m) for m in state["history"]],
     )
+    if state.get("noise"):
+        progress.noise.load_state_dict(state["noise"])
+    return progress

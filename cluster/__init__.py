@@ -5,7 +5,7 @@ search, and torch only inside a running trial.
 """
 
 from .connect import ClusterError, ClusterOptions, TLSFiles, detect_gpus, open_cluster, quiet_dask_logs, slot_resource
-from .executor import DaskExecutor, Finished, Report, Slots, TrialExecutor, TrialRequest
+from .executor import DaskExecutor, Finished, Report, Slots, Started, TrialExecutor, TrialRequest
 
 __all__ = [
     "ClusterError",
@@ -14,6 +14,7 @@ __all__ = [
     "Finished",
     "Report",
     "Slots",
+    "Started",
     "TLSFiles",
     "TrialExecutor",
     "TrialRequest",

@@ -40,6 +40,10 @@ class WorkerReporter:
         self.history: list[tuple[int, dict[str, float], float]] = []
         self._stop_seen = False
 
+    def started(self) -> None:
+        """Tell the controller the trial began on this worker (queued trials wait for a slot first)."""
+        self._worker.log_event(self._topic, {"number": self._number, "started": time.time()})
+
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         plain = _plain_metrics(metrics)
         now = time.time()

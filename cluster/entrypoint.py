@@ -55,6 +55,7 @@ def run_trial(trainer: str, config: dict[str, Any], topic: str, resource: str, w
     started = time.time()
     worker = get_worker()
     reporter = WorkerReporter(topic, int(config["number"]))
+    reporter.started()
     devices, pool = _lease_devices(resource, width)
     outcome: dict[str, Any] = {
         "status": "ok",

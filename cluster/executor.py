@@ -24,7 +24,7 @@ from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_slots
 from .entrypoint import run_trial
 
-__all__ = ["TrialRequest", "Report", "Finished", "TrialExecutor", "DaskExecutor", "Slots"]
+__all__ = ["TrialRequest", "Started", "Report", "Finished", "TrialExecutor", "DaskExecutor", "Slots"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,15 @@ class Report:
 
 
 @dataclasses.dataclass(frozen=True)
+class Started:
+    """A trial began running on a worker (it may have waited in the queue for a slot)."""
+
+    number: int
+    time: float
+    worker: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Finished:
     """A trial ended; ``outcome['status']`` is ok, error, lost (worker died) or cancelled."""
 
@@ -62,7 +71,7 @@ class Finished:
     outcome: Mapping[str, Any]
 
 
-Event = Report | Finished
+Event = Started | Report | Finished
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +206,8 @@ class DaskExecutor:
     def _to_event(self, kind: str, payload: Any) -> Event:
         if kind == "report":
             msg, worker = payload
+            if "started" in msg:
+                return Started(int(msg["number"]), float(msg["started"]), worker)
             return Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)
         number = int(payload)
         with self._lock:

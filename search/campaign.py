@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from spaces.errors import SpaceError
 
-from cluster.executor import Finished, Report, TrialExecutor, TrialRequest
+from cluster.executor import Finished, Report, Started, TrialExecutor, TrialRequest
 
 from .folder import CampaignFolder, write_atomic_bytes
 from .pruning import make_pruner, resource_of
@@ -60,6 +60,7 @@ class RunningTrial:
     stop_trigger_time: float = 0.0  # when the report that led to the stop was sent (worker clock)
     stop_requested_at: float = 0.0
     attempts: int = 0  # re-runs after its worker was lost
+    started_at: float | None = None  # when a worker began it (it may wait queued before)
 
     @property
     def number(self) -> int:
@@ -73,6 +74,7 @@ class Prepared:
     trial: optuna.Trial
     config: dict[str, Any]
     width: int
+    sampler_saw: int = 0  # finished trials when it was sampled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +117,7 @@ class Campaign:
         self._resumable: list[optuna.trial.FrozenTrial] = []
         self._best: float | None = None
         self._pending: Prepared | None = None
-        self._dispatch_ahead = 0
+        self._durations: list[float] = []
         self._next_number = 0  # the number the next ask gets
         self._next_to_tell = 0  # deterministic campaigns tell in number order
         self._told_early: dict[int, tuple[RunningTrial, dict[str, Any]]] = {}
@@ -147,9 +149,12 @@ class Campaign:
             self.executor.close()
         self._on_progress(self.snapshot())
 
-    def _handle(self, event: Report | Finished) -> None:
+    def _handle(self, event: Started | Report | Finished) -> None:
         if isinstance(event, Report):
             self._on_report(event)
+        elif isinstance(event, Started):
+            if event.number in self._running:
+                self._running[event.number].started_at = event.time
         else:
             self._on_finished(event)
 
@@ -202,7 +207,8 @@ class Campaign:
 
     def _fill_slots(self) -> None:
         """Start trials while there are free slots (plus ``dispatch_ahead`` queued at the workers)."""
-        capacity = self.executor.slots().total + self._dispatch_ahead
+        slots = self.executor.slots().total
+        capacity = slots + self._ahead(slots)
         while self._time_left():
             prepared = self._pending or self._prepare_next()
             if prepared is None:
@@ -214,6 +220,24 @@ class Campaign:
                 return
             self._pending = None
             self._launch(prepared)
+
+    def _ahead(self, slots: int) -> int:
+        """Trials queued at the workers beyond the free slots, so a freed slot restarts at once.
+
+        ``dispatch_ahead = "auto"``: none until trial durations are known, then
+        enough to cover a controller round trip on short trials (one per slot for
+        trials under ~2 s) and one for the whole cluster on long ones, so the
+        sampler still sees fresh results. Deterministic campaigns queue none.
+        """
+        setting = self.spec.study.dispatch_ahead
+        if self.spec.study.deterministic or self._population is not None:
+            return 0
+        if setting >= 0:
+            return setting
+        if not self._durations:
+            return 0
+        median = sorted(self._durations)[len(self._durations) // 2]
+        return int(min(slots, max(1, round(2.0 * slots / max(median, 1e-3)))))
 
     def _prepare_next(self) -> Prepared | None:
         """The next trial to run, asked and configured; None when the budget is spent (or must wait)."""
@@ -229,7 +253,7 @@ class Campaign:
             except SpaceError as exc:  # e.g. a genome over the parameter limit: no slot is spent on it
                 self._reject(trial, f"invalid parameters: {exc}")
                 continue
-            return Prepared(trial, config, int(config["data_parallel"]))
+            return Prepared(trial, config, int(config["data_parallel"]), self._finished_count())
 
     def _may_ask(self) -> bool:
         """Deterministic campaigns sample trial k from trials 0..k-P-1 only, once all of them are told."""
@@ -275,6 +299,7 @@ class Campaign:
         trial.set_user_attr("seed", config["seed"])
         trial.set_user_attr("config", config)
         trial.set_user_attr("width", prepared.width)
+        trial.set_user_attr("sampler_saw", prepared.sampler_saw)
         self._running[trial.number] = RunningTrial(trial, config, prepared.width, self._clock())
         self.executor.submit(TrialRequest(trial.number, self.spec.trainer.entry, config, prepared.width))
 
@@ -345,7 +370,7 @@ class Campaign:
                 continue
             if campaign_over:
                 self._request_stop(running, "time budget", now)
-            elif limit > 0 and now - running.submitted > limit:
+            elif limit > 0 and running.started_at is not None and now - running.started_at > limit:
                 self._request_stop(running, "trial timeout", now)
 
     def _request_stop(self, running: RunningTrial, reason: str, trigger_time: float) -> None:
@@ -462,7 +487,9 @@ class Campaign:
             if key in outcome:
                 trial.set_user_attr(key, outcome[key])
         if "started" in outcome and "finished" in outcome:
-            trial.set_user_attr("duration", float(outcome["finished"]) - float(outcome["started"]))
+            duration = float(outcome["finished"]) - float(outcome["started"])
+            trial.set_user_attr("duration", duration)
+            self._durations.append(duration)
         if running.stop_reason and "finished" in outcome:
             # report sent -> trial stopped: how long a stop decision takes to take effect
             trial.set_user_attr("stop_latency", float(outcome["finished"]) - running.stop_trigger_time)

@@ -64,6 +64,7 @@ class StudySpec:
     pruner: str = "none"
     deterministic: bool = False
     scheduler: str = "none"
+    dispatch_ahead: int = -1  # -1: automatic
     parallelism: int = 4
     max_retries: int = 2
 
@@ -131,7 +132,8 @@ class CampaignSpec:
 _TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
-    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries", "scheduler",
+    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
+    "scheduler", "dispatch_ahead",
 )  # fmt: skip
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
@@ -189,8 +191,18 @@ def _study(t: SpecTable) -> StudySpec:
         deterministic=t.bool("deterministic", False),
         parallelism=t.int("parallelism", 4, minimum=1),
         scheduler=t.choice("scheduler", SCHEDULERS, "none"),
+        dispatch_ahead=_dispatch_ahead(t),
         max_retries=t.int("max_retries", 2, minimum=0),
     )
+
+
+def _dispatch_ahead(t: SpecTable) -> int:
+    value = t.data.get("dispatch_ahead", "auto")
+    if value == "auto":
+        return -1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise t.error("dispatch_ahead", f"must be \"auto\" or an integer >= 0, got {_show(value)}")
+    return value
 
 
 def _trainer(t: SpecTable) -> TrainerSpec:

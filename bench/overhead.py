@@ -1,0 +1,533 @@
+"""hypersweep against the tools users would pick instead, measured in one run, 4 slots.
+
+    python -m bench.overhead [--quick] [--reps 3] [--peers ...] [--profile]
+
+(a) slot utilization on N x 100 ms and N x 1 s trials, random and TPE;
+(b) trials/s on N trivial (0 s) trials, random and TPE;
+(c) controller memory (RSS growth) and per-trial overhead at 10,000 trials.
+
+Definitions (printed with the table):
+- utilization = sum of trial durations measured inside the trials (t1 - t0, by the
+  trial function itself) / (4 slots x (last t1 - first t0)). The window starts at the
+  first trial's start, so cluster start-up and study creation are not counted.
+- trials/s = trials / wall seconds of the optimize call (campaign run, optimize,
+  submit loop), study creation and cluster start excluded.
+- ``tpe-bound`` / ``random-bound``: serial ask + tell on an in-memory study with no
+  trial at all: the sampler's own ceiling.
+
+Peers: ``hypersweep`` (the real Campaign + DaskExecutor on a LocalCluster of 4
+single-slot worker processes, SQLite storage in the campaign folder, the default),
+``hypersweep-journal`` (the same on JournalStorage), ``optuna-threads``
+(``study.optimize(n_jobs=4)``, in-memory), ``daskstorage-1``/``daskstorage-250``
+(optuna-integration ``DaskStorage`` recipe, one ``study.optimize`` task per 1 or
+250 trials), ``naive-mem``/``naive-sqlite`` (ask -> ``client.submit`` ->
+``as_completed`` -> tell, 4 in flight), ``ray`` (Ray Tune, reuse_actors, 4
+concurrent; skipped with a message unless ``pip install hypersweep[bench]``).
+All Dask peers share one LocalCluster, started once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import functools
+import io
+import json
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+SLOTS = 4
+SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 1.0}}
+
+DASK_PEERS = ("hypersweep", "hypersweep-journal", "optuna-threads", "daskstorage-1", "daskstorage-250",
+              "naive-mem", "naive-sqlite")  # fmt: skip
+ALL_PEERS = (*DASK_PEERS, "ray")
+BATCHED = {"daskstorage-250"}  # batching many sleeping trials into one task would serialize them: (b) only
+
+log = logging.getLogger("bench.overhead")
+
+
+# --- what every trial does -------------------------------------------------------------------------
+
+
+def _score(x: float, y: float) -> float:
+    return -((x - 0.3) ** 2) - (y - 0.3) ** 2
+
+
+def timed_sleep(timing_dir: str, sleep: float) -> tuple[float, float]:
+    """The trial body: sleep, then append (t0, t1) to this process's timing file."""
+    t0 = time.time()
+    if sleep:
+        time.sleep(sleep)
+    t1 = time.time()
+    with open(os.path.join(timing_dir, f"{os.getpid()}-{threading.get_ident()}.txt"), "a") as fh:
+        fh.write(f"{t0!r} {t1!r}\n")
+    return t0, t1
+
+
+def optuna_objective(trial: optuna.Trial, timing_dir: str, sleep: float) -> float:
+    x, y = trial.suggest_float("x", 0.0, 1.0), trial.suggest_float("y", 0.0, 1.0)
+    timed_sleep(timing_dir, sleep)
+    return _score(x, y)
+
+
+def naive_task(x: float, y: float, timing_dir: str, sleep: float) -> float:
+    timed_sleep(timing_dir, sleep)
+    return _score(x, y)
+
+
+def read_timings(timing_dir: str) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for path in Path(timing_dir).glob("*.txt"):
+        for line in path.read_text().splitlines():
+            a, b = line.split()
+            out.append((float(a), float(b)))
+    return out
+
+
+def utilization(spans: Sequence[tuple[float, float]], slots: int = SLOTS) -> float:
+    """Sum of trial durations / (slots x (last end - first start))."""
+    if not spans:
+        return float("nan")
+    window = max(e for _, e in spans) - min(s for s, _ in spans)
+    return sum(e - s for s, e in spans) / (slots * window) if window > 0 else float("nan")
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"sampler {name!r}: must be random or tpe")
+
+
+# --- the peers --------------------------------------------------------------------------------------
+
+
+class Ctx:
+    """What a peer run gets: the shared Dask client (or None), a scratch folder, the seed."""
+
+    def __init__(self, client: Any, workdir: Path, seed: int) -> None:
+        self.client, self.workdir, self.seed = client, workdir, seed
+
+    def scratch(self) -> Path:
+        path = self.workdir / uuid.uuid4().hex[:10]
+        path.mkdir(parents=True)
+        return path
+
+
+def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = "") -> dict[str, Any]:
+    from bench.simulate import bench_spec
+    from cluster import DaskExecutor
+    from search.campaign import Campaign
+    from search.folder import CampaignFolder
+    from search.runner import load_study
+
+    spec = bench_spec(f"hs-{uuid.uuid4().hex[:6]}", SPACE, sampler, n, seed=ctx.seed, epochs=1, metric="score",
+                      storage=storage, options={"sleep": sleep})  # fmt: skip
+    folder = CampaignFolder(ctx.scratch() / spec.study.name)
+    folder.create(spec.text)
+    study = load_study(spec, folder, create=True)
+    start = time.perf_counter()
+    executor = DaskExecutor(ctx.client, f"bench-{spec.study.name}")
+    Campaign(spec, folder, study, executor).run()
+    wall = time.perf_counter() - start
+    spans = []
+    for t in study.get_trials(deepcopy=False):
+        m = t.user_attrs.get("metrics") or {}
+        if "t0" in m:
+            spans.append((float(m["t0"]), float(m["t1"])))
+    return {"wall": wall, "spans": spans, "done": len(spans)}
+
+
+def run_optuna_threads(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
+    timing = str(ctx.scratch())
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, ctx.seed))
+    start = time.perf_counter()
+    study.optimize(functools.partial(optuna_objective, timing_dir=timing, sleep=sleep), n_trials=n, n_jobs=SLOTS)
+    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+
+
+def run_daskstorage(ctx: Ctx, n: int, sleep: float, sampler: str, per_task: int) -> dict[str, Any]:
+    from distributed import wait
+    from optuna_integration import DaskStorage
+
+    timing = str(ctx.scratch())
+    storage = DaskStorage(optuna.storages.InMemoryStorage(), name=f"bench-{uuid.uuid4().hex[:8]}", client=ctx.client)
+    study = optuna.create_study(direction="maximize", storage=storage, sampler=make_sampler(sampler, ctx.seed))
+    objective = functools.partial(optuna_objective, timing_dir=timing, sleep=sleep)
+    start = time.perf_counter()
+    per_task = max(1, min(per_task, n // SLOTS))  # never fewer tasks than slots (small --quick sizes)
+    sizes = [per_task] * (n // per_task) + ([n % per_task] if n % per_task else [])
+    futures = [ctx.client.submit(study.optimize, objective, n_trials=k, pure=False) for k in sizes]
+    wait(futures)
+    for f in futures:
+        f.result()
+    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+
+
+def run_naive(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str) -> dict[str, Any]:
+    from distributed import as_completed
+
+    timing = str(ctx.scratch())
+    url = None if storage == "memory" else f"sqlite:///{ctx.scratch() / 'study.db'}"
+    study = optuna.create_study(direction="maximize", storage=url, sampler=make_sampler(sampler, ctx.seed))
+    start = time.perf_counter()
+
+    def launch() -> Any:
+        trial = study.ask()
+        x, y = trial.suggest_float("x", 0.0, 1.0), trial.suggest_float("y", 0.0, 1.0)
+        future = ctx.client.submit(naive_task, x, y, timing, sleep, pure=False)
+        numbers[future.key] = trial.number
+        return future
+
+    numbers: dict[str, int] = {}
+    asked = min(SLOTS, n)
+    pending = as_completed([launch() for _ in range(asked)])
+    for future in pending:
+        study.tell(numbers.pop(future.key), future.result())
+        if asked < n:
+            pending.add(launch())
+            asked += 1
+    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+
+
+def ray_trainable(config: dict[str, Any]) -> None:
+    from ray import tune
+
+    timed_sleep(config["timing_dir"], config["sleep"])
+    tune.report({"score": _score(config["x"], config["y"])})
+
+
+def run_ray(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    timing = str(ctx.scratch())
+    search_alg = OptunaSearch(sampler=make_sampler(sampler, ctx.seed), metric="score", mode="max")
+    space = {"x": tune.uniform(0.0, 1.0), "y": tune.uniform(0.0, 1.0), "timing_dir": timing, "sleep": sleep}
+    tuner = tune.Tuner(
+        tune.with_resources(ray_trainable, {"cpu": 1}),
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=n, max_concurrent_trials=SLOTS,
+                                    search_alg=search_alg, reuse_actors=True),  # fmt: skip
+        run_config=tune.RunConfig(storage_path=str(ctx.scratch()), verbose=0),
+    )
+    start = time.perf_counter()
+    tuner.fit()
+    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+
+
+PEERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "hypersweep": run_hypersweep,
+    "hypersweep-journal": functools.partial(run_hypersweep, storage="journal"),
+    "optuna-threads": run_optuna_threads,
+    "daskstorage-1": functools.partial(run_daskstorage, per_task=1),
+    "daskstorage-250": functools.partial(run_daskstorage, per_task=250),
+    "naive-mem": functools.partial(run_naive, storage="memory"),
+    "naive-sqlite": functools.partial(run_naive, storage="sqlite"),
+    "ray": run_ray,
+}
+
+
+def sampler_bound(n: int, sampler: str, seed: int) -> float:
+    """Serial ask + tell on an in-memory study, nothing else: the sampler's own trials/s."""
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed))
+    start = time.perf_counter()
+    for _ in range(n):
+        trial = study.ask()
+        study.tell(trial, _score(trial.suggest_float("x", 0.0, 1.0), trial.suggest_float("y", 0.0, 1.0)))
+    return n / (time.perf_counter() - start)
+
+
+# --- (c) controller memory and per-trial overhead at 10,000 trials -----------------------------------
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
+    """Run in a fresh process: RSS growth and per-trial real time over ``n`` trials."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import bench.simulate  # noqa: F401 - import cost before the baseline
+    import search.campaign  # noqa: F401
+
+    before = _rss_mb()
+    with tempfile.TemporaryDirectory() as tmp:
+        if kind.startswith("hypersweep"):
+            from bench.simulate import bench_spec, open_study
+            from cluster.simulated import CurveModel, SimulatedExecutor
+            from search.campaign import Campaign
+            from search.folder import CampaignFolder
+
+            storage = kind.removeprefix("hypersweep-") if "-" in kind else "journal"
+            spec = bench_spec("mem", SPACE, "random", n, seed=seed, epochs=10, metric="accuracy",
+                              storage={"memory": "", "journal": "journal", "sqlite": ""}[storage])  # fmt: skip
+            folder = CampaignFolder(Path(tmp) / "mem")
+            folder.create(spec.text)
+            study = open_study(spec, folder, storage)
+            ex = SimulatedExecutor(SLOTS, CurveModel(seed=seed, epoch_seconds=0.1, jitter=0.0),
+                                   controller_time_scale=0.0)  # fmt: skip
+            start = time.perf_counter()
+            Campaign(spec, folder, study, ex, clock=ex.clock).run()
+            wall = time.perf_counter() - start
+        elif kind == "optuna-threads":
+            study = optuna.create_study(direction="maximize", sampler=make_sampler("random", seed))
+            start = time.perf_counter()
+            study.optimize(functools.partial(optuna_objective, timing_dir=tmp, sleep=0.0), n_trials=n, n_jobs=SLOTS)
+            wall = time.perf_counter() - start
+        else:
+            raise ValueError(f"memory probe {kind!r}: must be hypersweep-journal, hypersweep-memory or optuna-threads")
+        after = _rss_mb()
+    return {"rss_before_mb": before, "rss_after_mb": after, "rss_growth_mb": after - before,
+            "ms_per_trial": 1e3 * wall / n}  # fmt: skip
+
+
+def run_memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "bench.overhead", "--_probe", kind, "--_probe-n", str(n), "--seed", str(seed)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, timeout=1800, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"memory probe {kind} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the runner -----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def dask_cluster() -> Iterator[Any]:
+    from cluster import ClusterOptions, open_cluster
+
+    options = ClusterOptions(n_workers=SLOTS, slots_per_worker=1)
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore:DaskStorage is experimental"}
+    with open_cluster(options, env=env) as client:
+        client.wait_for_workers(SLOTS, timeout=60)
+        yield client
+
+
+@contextlib.contextmanager
+def ray_session() -> Iterator[bool]:
+    try:
+        import ray
+        from ray import tune  # noqa: F401
+    except ImportError:
+        print("# ray: not installed, skipped (pip install 'hypersweep[bench]' to include Ray Tune)")
+        yield False
+        return
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    ray.init(num_cpus=SLOTS, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        yield True
+    finally:
+        ray.shutdown()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, measure: str, sampler: str, peer: str, rep: int, value: float, unit: str) -> None:
+        self.rows.append({"measure": measure, "sampler": sampler, "peer": peer, "rep": rep, "value": value,
+                          "unit": unit})  # fmt: skip
+        print(f"  {measure:14s} {sampler:6s} {peer:19s} rep {rep}: {value:.4g} {unit}", flush=True)
+
+    def medians(self) -> dict[tuple[str, str, str], float]:
+        groups: dict[tuple[str, str, str], list[float]] = {}
+        for r in self.rows:
+            groups.setdefault((r["measure"], r["sampler"], r["peer"]), []).append(r["value"])
+        return {k: statistics.median(v) for k, v in groups.items()}
+
+
+def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, int], samplers: Sequence[str]) -> None:
+    fn = PEERS[peer]
+    for sampler in samplers:
+        for measure, n, sleep in (("util_100ms", sizes["n100ms"], 0.1), ("util_1s", sizes["n1s"], 1.0)):
+            if peer in BATCHED or n == 0:
+                continue
+            try:
+                result = fn(ctx, n, sleep, sampler)
+            except Exception as exc:  # noqa: BLE001 - one peer failing must not end the comparison
+                print(f"  {measure} {sampler} {peer}: FAILED {type(exc).__name__}: {exc}", flush=True)
+                continue
+            rec.add(measure, sampler, peer, rep, utilization(result["spans"]), "fraction")
+        n = sizes["ntrivial_ray"] if peer == "ray" else sizes["ntrivial"]
+        try:
+            result = fn(ctx, n, 0.0, sampler)
+        except Exception as exc:  # noqa: BLE001
+            print(f"  trials_per_s {sampler} {peer}: FAILED {type(exc).__name__}: {exc}", flush=True)
+            continue
+        rec.add("trials_per_s", sampler, peer, rep, len(result["spans"]) / result["wall"], "trials/s")
+
+
+def _warm_up(ctx: Ctx) -> None:
+    """Import the trial code on every worker and run one tiny campaign, so no peer pays for first imports."""
+    run_hypersweep(ctx, 8, 0.0, "random")
+    run_naive(ctx, 8, 0.0, "random", "memory")
+
+
+def print_table(rec: Recorder, peers: Sequence[str]) -> list[str]:
+    med = rec.medians()
+    keys = sorted({(m, s) for m, s, _p in med}, key=lambda k: (k[0], k[1]))
+    cols = list(dict.fromkeys(r["peer"] for r in rec.rows))
+    lines = []
+    head = f"{'measure':14s} {'sampler':7s} " + " ".join(f"{p:>18s}" for p in cols)
+    lines.append(head)
+    for m, s in keys:
+        vals = [med.get((m, s, p)) for p in cols]
+        lines.append(f"{m:14s} {s:7s} " + " ".join(f"{v:18.4g}" if v is not None else f"{'-':>18s}" for v in vals))
+    lines.append("")
+    lines.append("ratio hypersweep / peer (util, trials/s: > 1 = hypersweep better; ms, MB: > 1 = hypersweep costs more)")
+    lines.append(head)
+    for m, s in keys:
+        ours = med.get((m, s, "hypersweep"))
+        vals = [ours / med[(m, s, p)] if ours is not None and med.get((m, s, p)) else None for p in cols]
+        lines.append(f"{m:14s} {s:7s} " + " ".join(f"{v:18.3f}" if v is not None else f"{'-':>18s}" for v in vals))
+    for line in lines:
+        print(line)
+    return lines
+
+
+def write_csv(rec: Recorder, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    med = rec.medians()
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["measure", "sampler", "peer", "median", "reps", "ratio_hypersweep_over_peer"])
+        counts: dict[tuple[str, str, str], int] = {}
+        for r in rec.rows:
+            key = (r["measure"], r["sampler"], r["peer"])
+            counts[key] = counts.get(key, 0) + 1
+        for key, value in sorted(med.items()):
+            ours = med.get((key[0], key[1], "hypersweep"))
+            ratio = ours / value if ours is not None and value else ""
+            writer.writerow([*key, value, counts[key], ratio])
+
+
+def profile_campaign(ctx: Ctx, n: int, sleep: float, sampler: str, out: Path) -> None:
+    """cProfile the controller's thread over one hypersweep campaign."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    result = run_hypersweep(ctx, n, sleep, sampler)
+    profiler.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(profiler, stream=buf)
+    stats.sort_stats("cumulative").print_stats(45)
+    stats.sort_stats("tottime").print_stats(25)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"# hypersweep {n} x {sleep * 1e3:g} ms, {sampler}: wall {result['wall']:.2f} s, "
+                   f"utilization {utilization(result['spans']):.3f}\n" + buf.getvalue())  # fmt: skip
+    print(f"profile written to {out} (wall {result['wall']:.2f} s, utilization {utilization(result['spans']):.3f})")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition, a smoke run (< 2 min)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--peers", nargs="+", default=list(ALL_PEERS), choices=ALL_PEERS)
+    parser.add_argument("--samplers", nargs="+", default=["random", "tpe"], choices=["random", "tpe"])
+    parser.add_argument("--memory-trials", type=int, default=10_000)
+    parser.add_argument("--no-memory", action="store_true", help="skip (c)")
+    parser.add_argument("--profile", action="store_true", help="only cProfile hypersweep on 200 x 100 ms trials")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS / "overhead.csv")
+    parser.add_argument("--_probe", help=argparse.SUPPRESS)
+    parser.add_argument("--_probe-n", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")  # read by dask at import, here and in workers
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    for name in ("distributed", "search", "cluster", "optuna_integration"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if args._probe:
+        print(json.dumps(memory_probe(args._probe, args._probe_n, args.seed)))
+        return 0
+
+    if args.quick:
+        sizes = {"n100ms": 20, "n1s": 4, "ntrivial": 60, "ntrivial_ray": 20}
+        reps, memory_n = 1, 300
+    else:
+        sizes = {"n100ms": 200, "n1s": 100, "ntrivial": 1000, "ntrivial_ray": 200}
+        reps, memory_n = args.reps, args.memory_trials
+    print(f"# bench.overhead  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {os.cpu_count()} cpus  "
+          f"python {sys.version.split()[0]}  optuna {optuna.__version__}  slots {SLOTS}  reps {reps}  "
+          f"sizes {sizes}")  # fmt: skip
+    rec = Recorder()
+    with tempfile.TemporaryDirectory() as tmp:
+        dask_peers = [p for p in args.peers if p != "ray"]
+        if dask_peers or args.profile:
+            with dask_cluster() as client:
+                ctx = Ctx(client, Path(tmp), args.seed)
+                _warm_up(ctx)
+                if args.profile:
+                    profile_campaign(ctx, 200, 0.1, "random", RESULTS / "profile-random.txt")
+                    profile_campaign(ctx, 200, 0.1, "tpe", RESULTS / "profile-tpe.txt")
+                    return 0
+                for rep in range(reps):
+                    for peer in dask_peers:
+                        measure_peer(rec, ctx, peer, rep, sizes, args.samplers)
+        if "ray" in args.peers:
+            with ray_session() as have_ray:
+                if have_ray:
+                    ctx = Ctx(None, Path(tmp), args.seed)
+                    for rep in range(reps):
+                        measure_peer(rec, ctx, "ray", rep, sizes, args.samplers)
+    for rep in range(reps):
+        for sampler in args.samplers:
+            bound = sampler_bound(sizes["ntrivial"], sampler, args.seed)
+            rec.add("trials_per_s", sampler, f"{sampler}-bound", rep, bound, "trials/s")
+    if not args.no_memory:
+        for kind in ("hypersweep-journal", "hypersweep-memory", "optuna-threads"):
+            try:
+                probe = run_memory_probe(kind, memory_n, args.seed)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"  memory {kind}: FAILED {exc}")
+                continue
+            peer = "hypersweep" if kind == "hypersweep-journal" else kind
+            rec.add(f"rss_mb@{memory_n}", "random", peer, 0, probe["rss_growth_mb"], "MB")
+            rec.add(f"ms_per_trial@{memory_n}", "random", peer, 0, probe["ms_per_trial"], "ms")
+    print()
+    print("utilization = sum of in-trial durations / (4 slots x (last trial end - first trial start))")
+    print("trials_per_s = trials / wall of the optimize call; rss = controller RSS growth over the run;")
+    print("ms_per_trial (c) = controller real time per trial, 10 reports each (hypersweep on the simulated executor,")
+    print("  journal storage; hypersweep-memory = in-memory storage; optuna-threads: 0 reports, in-memory)")
+    print()
+    print_table(rec, args.peers)
+    write_csv(rec, args.out)
+    raw = args.out.with_name(args.out.stem + "-raw.csv")
+    with open(raw, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["measure", "sampler", "peer", "rep", "value", "unit"])
+        writer.writeheader()
+        writer.writerows(rec.rows)
+    print(f"\nwrote {args.out} and {raw}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

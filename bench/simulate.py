@@ -1,0 +1,301 @@
+"""The real controller against a simulated cluster: utilization, controller rate, time-to-best.
+
+    python -m bench.simulate [--quick] [--workers 16 64 256 1024] [--samplers random tpe]
+
+Each run is a real ``search.campaign.Campaign`` with a real Optuna study, on a
+:class:`cluster.simulated.SimulatedExecutor` whose trials take 60 virtual seconds
+(12 epochs of 5 s, NAS-Bench-201 accuracies). The controller's real time is
+charged to the virtual clock, so a slow controller shows up as idle workers.
+
+Columns of ``bench/results/simulate.csv``:
+- ``util``: busy slot-seconds / (slots x window), window = first trial start to the
+  last trial start (while the budget lasts; the drain at the end is not counted);
+  ``util_all``: the same up to the last trial end.
+- ``ctrl_ms_per_trial``: real controller seconds per trial (everything the campaign
+  does between two ``events()`` calls: ask, config, folder, reports, tell).
+- ``ctrl_trials_per_s``: 1000 / ctrl_ms_per_trial, the controller's sustainable rate;
+  ``needed_trials_per_s`` = workers / 60 s is what the cluster asks of it.
+- ``best``, ``regret`` (table optimum - best, accuracy points), ``t_best`` (virtual s
+  at which the final best was first found), ``t_regret1`` (virtual s until regret <= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import logging
+import math
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from cluster.simulated import NB201_OPS, CurveModel, SimulatedExecutor, TableModel, TrialModel
+from search.campaign import Campaign
+from search.folder import CampaignFolder
+from search.pruning import make_pruner
+from search.runner import load_study
+from search.samplers import make_sampler
+from search.spec import CampaignSpec, parse_spec
+
+HERE = Path(__file__).resolve().parent
+NB201_CSV = HERE / "data" / "nb201_12epoch.csv"
+RESULTS = HERE / "results"
+TRAINER = "bench.trivial:fit"
+TRIAL_SECONDS = 60.0
+EPOCHS = 12
+
+__all__ = ["nb201_space", "curve_space", "bench_spec", "open_study", "simulate", "SimResult", "main"]
+
+
+# --- specs and studies -------------------------------------------------------------------------
+
+
+def nb201_space() -> dict[str, Any]:
+    """Six categorical edge ops e0..e5: the NAS-Bench-201 cell space (15,625 cells)."""
+    return {f"e{i}": {"type": "categorical", "choices": list(NB201_OPS)} for i in range(6)}
+
+
+def curve_space() -> dict[str, Any]:
+    return {
+        "lr": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},
+        "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-1, "log": True},
+        "width": {"type": "int", "low": 16, "high": 512, "log": True},
+        "act": {"type": "categorical", "choices": ["relu", "gelu", "tanh"]},
+    }
+
+
+def bench_spec(
+    name: str,
+    space: Mapping[str, Any],
+    sampler: str,
+    n_trials: int,
+    *,
+    seed: int = 0,
+    epochs: int = EPOCHS,
+    metric: str = "accuracy",
+    dataset: str = "cifar10",
+    storage: str = "",
+    options: Mapping[str, Any] | None = None,
+) -> CampaignSpec:
+    """A validated spec for the trivial bench trainer."""
+    data = {
+        "study": {"name": name, "direction": "maximize", "metric": metric, "sampler": sampler, "seed": seed,
+                  "n_trials": n_trials, "storage": storage},
+        "trainer": {"entry": TRAINER, "dataset": dataset, "epochs": epochs, "checkpoint_every": 1,
+                    "options": dict(options or {})},
+        "space": dict(space),
+    }  # fmt: skip
+    return parse_spec(data, source=f"<bench {name}>", text=json.dumps(data, indent=1))
+
+
+def open_study(spec: CampaignSpec, folder: CampaignFolder, storage: str) -> optuna.Study:
+    """``memory``: an in-memory study; ``journal``/``sqlite``: the campaign's own storage."""
+    if storage == "memory":
+        return optuna.create_study(
+            study_name=spec.study.name,
+            sampler=make_sampler(spec.study.sampler, spec.space, spec.study.seed),
+            pruner=make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner(),
+            directions=list(spec.study.directions),
+        )
+    return load_study(spec, folder, create=True)
+
+
+def storage_setting(storage: str) -> str:
+    if storage not in ("memory", "journal", "sqlite"):
+        raise ValueError(f"storage={storage!r}: must be memory, journal or sqlite")
+    return {"memory": "", "journal": "journal", "sqlite": ""}[storage]
+
+
+# --- one simulated campaign ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SimResult:
+    bench: str
+    workers: int
+    sampler: str
+    storage: str
+    trials: int
+    failure_rate: float
+    real_s: float
+    ctrl_ms_per_trial: float
+    ctrl_trials_per_s: float
+    needed_trials_per_s: float
+    util: float
+    util_all: float
+    makespan_s: float
+    lost: int
+    best: float
+    regret: float
+    t_best: float
+    t_regret1: float
+
+
+def best_over_time(study: optuna.Study) -> list[tuple[float, float]]:
+    """(virtual finish time, best value so far) for every completed trial, in finish order."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+    done.sort(key=lambda t: float(t.user_attrs.get("finished", math.inf)))
+    out: list[tuple[float, float]] = []
+    best = -math.inf
+    for t in done:
+        best = max(best, float(t.value))
+        out.append((float(t.user_attrs["finished"]), best))
+    return out
+
+
+def _first_time(curve: Sequence[tuple[float, float]], target: float) -> float:
+    return next((at for at, best in curve if best >= target), math.nan)
+
+
+def simulate(
+    n_workers: int,
+    sampler: str,
+    n_trials: int,
+    *,
+    bench: str = "nb201",
+    storage: str = "memory",
+    seed: int = 0,
+    failure_rate: float = 0.0,
+    controller_time_scale: float = 1.0,
+    dataset: str = "cifar10",
+    workdir: Path | None = None,
+) -> tuple[SimResult, SimulatedExecutor, optuna.Study]:
+    """Run one campaign against ``n_workers`` simulated workers; return its figures."""
+    model: TrialModel
+    if bench == "nb201":
+        table = TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=0.1)
+        model, space, optimum = table, nb201_space(), table.best(dataset)
+    elif bench == "curve":
+        optimum_params = {"lr": 3e-3, "weight_decay": 1e-4, "width": 128}
+        model = CurveModel(seed=seed, optimum=optimum_params, epoch_seconds=TRIAL_SECONDS / EPOCHS)
+        space = curve_space()
+        optimum = 100.0 * 0.95  # the model's ceiling, in the same % units as the table
+    else:
+        raise ValueError(f"bench={bench!r}: must be nb201 or curve")
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        spec = bench_spec(f"sim-{bench}-{sampler}-{n_workers}", space, sampler, n_trials, seed=seed,
+                          dataset=dataset, storage=storage_setting(storage))  # fmt: skip
+        folder = CampaignFolder(Path(tmp) / spec.study.name)
+        folder.create(spec.text)
+        study = open_study(spec, folder, storage)
+        executor = SimulatedExecutor(n_workers, model, seed=seed, failure_rate=failure_rate,
+                                     controller_time_scale=controller_time_scale)  # fmt: skip
+        started = time.perf_counter()
+        Campaign(spec, folder, study, executor, clock=executor.clock).run()
+        real = time.perf_counter() - started
+        curve = best_over_time(study)
+        if bench == "curve":
+            curve = [(at, 100.0 * best) for at, best in curve]
+    intervals = [iv for ivs in executor.busy_intervals().values() for iv in ivs]
+    first = min(s for s, _ in intervals)
+    last_start = max(s for s, _ in intervals)
+    finished = executor.counts["ok"] + executor.counts["lost"]
+    ctrl = executor.controller_seconds / max(1, finished)
+    best = curve[-1][1] if curve else math.nan
+    result = SimResult(
+        bench=bench,
+        workers=n_workers,
+        sampler=sampler,
+        storage=storage,
+        trials=finished,
+        failure_rate=failure_rate,
+        real_s=round(real, 2),
+        ctrl_ms_per_trial=round(1e3 * ctrl, 3),
+        ctrl_trials_per_s=round(1.0 / ctrl, 1) if ctrl > 0 else math.inf,
+        needed_trials_per_s=round(n_workers / TRIAL_SECONDS, 1),
+        util=round(executor.utilization(first, last_start) if last_start > first else executor.utilization(), 4),
+        util_all=round(executor.utilization(), 4),
+        makespan_s=round(executor.makespan(), 1),
+        lost=executor.counts["lost"],
+        best=round(best, 3),
+        regret=round(optimum - best, 3),
+        t_best=round(_first_time(curve, best), 1),
+        t_regret1=round(_first_time(curve, optimum - 1.0), 1),
+    )
+    return result, executor, study
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def _print_table(rows: Sequence[SimResult]) -> None:
+    cols = ["bench", "workers", "sampler", "storage", "trials", "util", "util_all", "ctrl_ms_per_trial",
+            "ctrl_trials_per_s", "needed_trials_per_s", "real_s", "best", "regret", "t_best", "t_regret1",
+            "lost"]  # fmt: skip
+    data = [[str(getattr(r, c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(d[i]) for d in data)) for i, c in enumerate(cols)]
+    print("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
+    for d in data:
+        print("  ".join(v.rjust(w) for v, w in zip(d, widths)))
+
+
+def _write_csv(rows: Sequence[SimResult], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[f.name for f in dataclasses.fields(SimResult)])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(dataclasses.asdict(row))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="16 and 64 workers, fewer trials (< 1 min)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64, 256, 1024])
+    parser.add_argument("--samplers", nargs="+", default=["random", "tpe"])
+    parser.add_argument("--waves", type=float, default=4.0, help="trials per worker (default 4)")
+    parser.add_argument("--min-trials", type=int, default=256)
+    parser.add_argument("--storages", nargs="+", default=["sqlite", "journal"],
+                        help="durable storages measured with random sampling (memory is the default)")  # fmt: skip
+    parser.add_argument("--storage-workers", type=int, default=256, help="cluster size for the storage runs")
+    parser.add_argument("--failure-rate", type=float, default=0.02,
+                        help="injected worker failures for one extra run (0 = none)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS / "simulate.csv")
+    args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("search").setLevel(logging.WARNING)
+    workers = [16, 64] if args.quick else args.workers
+    waves = 2.0 if args.quick else args.waves
+    min_trials = 64 if args.quick else args.min_trials
+
+    def n_trials(w: int) -> int:
+        return max(min_trials, int(waves * w))
+
+    print(f"# bench.simulate  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
+          f"  optuna {optuna.__version__}  trials of {TRIAL_SECONDS:g} virtual s, {EPOCHS} reports each")  # fmt: skip
+    rows: list[SimResult] = []
+
+    def run(*a: Any, **kw: Any) -> None:
+        result, _ex, _study = simulate(*a, seed=args.seed, **kw)
+        rows.append(result)
+        print(f"  {result.bench} {result.workers:5d} workers {result.sampler:6s} {result.storage:7s} "
+              f"util {result.util:.4f}  ctrl {result.ctrl_ms_per_trial:.2f} ms/trial  real {result.real_s:.1f} s",
+              flush=True)  # fmt: skip
+
+    for w in workers:
+        for sampler in args.samplers:
+            run(w, sampler, n_trials(w))
+    mid = min(args.storage_workers, max(workers))
+    for storage in args.storages:
+        run(mid, "random", n_trials(mid), storage=storage)
+    run(min(workers), "tpe", n_trials(min(workers)), bench="curve")
+    if args.failure_rate > 0:
+        run(min(workers), "random", n_trials(min(workers)), failure_rate=args.failure_rate)
+    print()
+    _print_table(rows)
+    _write_csv(rows, args.out)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

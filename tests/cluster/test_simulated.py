@@ -1,0 +1,241 @@
+"""The simulated executor: virtual time, utilization, injected failures, and the real Campaign on top."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from cluster.executor import Finished, Report, Started, TrialRequest
+from cluster.simulated import CurveModel, SimulatedExecutor, TableModel, TrialPlan, nb201_cell
+from search.campaign import Campaign
+from search.folder import CampaignFolder
+
+ROOT = Path(__file__).resolve().parents[2]
+NB201 = ROOT / "bench" / "data" / "nb201_12epoch.csv"
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FixedModel:
+    """Every trial: ``epochs`` epochs of ``seconds`` each; the metric is the trial number."""
+
+    def __init__(self, seconds: float = 10.0, epochs: int = 1) -> None:
+        self.seconds, self.epochs = seconds, epochs
+
+    def plan(self, config, rng):
+        n = float(config["number"])
+        metrics = tuple({"score": n, "epoch": e + 1.0} for e in range(self.epochs))
+        return TrialPlan((self.seconds,) * self.epochs, metrics)
+
+
+def request(number: int, width: int = 1) -> TrialRequest:
+    return TrialRequest(number, "bench.trivial:fit", {"number": number, "params": {}, "epochs": 1}, width)
+
+
+def drain(executor: SimulatedExecutor) -> list:
+    out = []
+    for _ in range(10_000):
+        batch = executor.events(timeout=0.25)
+        if not batch:
+            return out
+        out.extend(batch)
+    raise AssertionError("the simulation did not run dry")
+
+
+# --- the executor alone ----------------------------------------------------------------------
+
+
+def test_two_workers_four_fixed_trials_are_fully_busy() -> None:
+    ex = SimulatedExecutor(2, FixedModel(10.0), controller_time_scale=0)
+    for n in range(4):
+        ex.submit(request(n))
+    events = drain(ex)
+    finished = {e.number: e.outcome for e in events if isinstance(e, Finished)}
+    assert sorted(finished) == [0, 1, 2, 3]
+    assert {n: (o["started"], o["finished"]) for n, o in finished.items()} == {
+        0: (0.0, 10.0), 1: (0.0, 10.0), 2: (10.0, 20.0), 3: (10.0, 20.0)
+    }
+    assert ex.utilization() == pytest.approx(1.0)
+    assert ex.makespan() == pytest.approx(20.0)
+    assert ex.clock() == pytest.approx(20.0)
+
+
+def test_three_trials_on_two_workers_leave_a_quarter_idle() -> None:
+    ex = SimulatedExecutor(2, FixedModel(10.0), controller_time_scale=0)
+    for n in range(3):
+        ex.submit(request(n))
+    drain(ex)
+    assert ex.utilization() == pytest.approx(30.0 / (2 * 20.0))
+    busy = ex.busy_intervals()
+    assert sorted(busy) == ["sim-worker-0", "sim-worker-1"]
+    assert sum(e - s for ivs in busy.values() for s, e in ivs) == pytest.approx(30.0)
+
+
+def test_reports_then_finished_at_each_epoch_end_batched_by_time() -> None:
+    ex = SimulatedExecutor(2, FixedModel(5.0, epochs=3), controller_time_scale=0)
+    ex.submit(request(0))
+    ex.submit(request(1))
+    assert [(type(e).__name__, e.number, e.time) for e in ex.events(timeout=1.0)] == [
+        ("Started", 0, 0.0), ("Started", 1, 0.0)
+    ]
+    first = ex.events(timeout=1.0)
+    assert ex.clock() == 5.0
+    assert [(type(e).__name__, e.number, e.step) for e in first] == [("Report", 0, 1), ("Report", 1, 1)]
+    rest = drain(ex)
+    assert [type(e).__name__ for e in rest[-2:]] == ["Report", "Finished"]
+    outcome = rest[-1].outcome
+    assert outcome["status"] == "ok" and outcome["metrics"]["epoch"] == 3.0
+    assert [step for step, _m, _t in outcome["history"]] == [1, 2, 3]
+
+
+def test_stop_ends_the_trial_at_its_next_report() -> None:
+    ex = SimulatedExecutor(1, FixedModel(5.0, epochs=10), controller_time_scale=0)
+    ex.submit(request(0))
+    assert [type(e) for e in ex.events(1.0)] == [Started]
+    assert [e.step for e in ex.events(1.0)] == [1]
+    ex.stop(0)
+    batch = ex.events(1.0)
+    assert [type(e) for e in batch] == [Report, Finished]
+    assert batch[1].outcome["stopped"] is True and batch[1].outcome["finished"] == 10.0
+    assert ex.events(1.0) == []
+
+
+def test_requests_queue_until_a_slot_frees() -> None:
+    ex = SimulatedExecutor(1, FixedModel(10.0), slots_per_worker=2, controller_time_scale=0)
+    ex.submit(request(0, width=2))
+    ex.submit(request(1))
+    events = drain(ex)
+    starts = {e.number: e.outcome["started"] for e in events if isinstance(e, Finished)}
+    assert starts == {0: 0.0, 1: 10.0}
+    with pytest.raises(ValueError, match="needs 3 slots"):
+        ex.submit(request(2, width=3))
+
+
+def test_controller_time_is_charged_to_the_virtual_clock() -> None:
+    now = [0.0]
+    ex = SimulatedExecutor(1, FixedModel(10.0), timer=lambda: now[0])
+    ex.submit(request(0))
+    now[0] = 2.0  # the controller spent 2 real seconds after its first submit
+    assert ex.clock() == 2.0
+    assert [(type(e), e.time) for e in ex.events(1.0)] == [(Started, 0.0)]  # due while the controller worked
+    assert ex.clock() == 2.0
+    assert [e.number for e in ex.events(1.0) if isinstance(e, Finished)] == [0]
+    assert ex.clock() == 10.0  # the trial started at 0 and ended at 10: no charge beyond it
+    now[0] = 5.0  # 3 s to handle the result and ask the next trial
+    ex.submit(request(1))
+    drain(ex)
+    assert ex.busy_intervals()["sim-worker-0"] == [(0.0, 10.0), (13.0, 23.0)]
+    assert ex.utilization() == pytest.approx(20.0 / 23.0)
+
+
+def test_worker_failure_loses_its_trials_and_the_worker_comes_back() -> None:
+    ex = SimulatedExecutor(2, FixedModel(10.0), slots_per_worker=2, failure_rate=0.999,
+                           recovery_seconds=7.0, controller_time_scale=0)  # fmt: skip
+    for n in range(4):
+        ex.submit(request(n))
+    events = drain(ex)
+    lost = [e for e in events if isinstance(e, Finished) and e.outcome["status"] == "lost"]
+    assert lost and all("died" in e.outcome["error"] for e in lost)
+    down = ex.down_intervals()
+    for name, intervals in down.items():
+        for died, back in intervals:
+            assert back == pytest.approx(died + 7.0), name
+    ex.submit(request(9))  # a worker is back: the next request runs
+    assert any(isinstance(e, Finished) and e.number == 9 for e in drain(ex))
+
+
+def test_bad_settings_are_rejected_with_the_value() -> None:
+    with pytest.raises(ValueError, match="n_workers=0"):
+        SimulatedExecutor(0, FixedModel())
+    with pytest.raises(ValueError, match="failure_rate=1.5"):
+        SimulatedExecutor(1, FixedModel(), failure_rate=1.5)
+    with pytest.raises(ValueError, match="epoch_seconds"):
+        TrialPlan((-1.0,), ({},))
+
+
+# --- the models ------------------------------------------------------------------------------------
+
+
+def test_table_model_ends_at_the_table_value() -> None:
+    table = TableModel(NB201, trial_seconds=60.0, jitter=0.0)
+    assert len(table) == 15_625
+    ops = ["nor_conv_3x3", "nor_conv_3x3", "avg_pool_3x3", "skip_connect", "nor_conv_3x3", "skip_connect"]
+    params = {f"e{i}": op for i, op in enumerate(ops)}
+    assert table.cell_of(params) == nb201_cell(ops)
+    row = table.lookup(params)
+    assert row["cifar10-val"] == pytest.approx(82.834)  # row 1 of the CSV
+    plan = table.plan({"params": params, "epochs": 12, "dataset": "cifar10"}, np.random.default_rng(0))
+    accs = [m["accuracy"] for m in plan.metrics]
+    assert accs[-1] == pytest.approx(82.834) and accs == sorted(accs)
+    assert plan.duration == pytest.approx(60.0)
+    assert table.best("cifar10") >= accs[-1]
+    with pytest.raises(ValueError, match="not a NAS-Bench-201 op"):
+        nb201_cell(["conv"] * 6)
+
+
+def test_curve_model_is_a_seeded_function_of_params() -> None:
+    model = CurveModel(seed=3, optimum={"lr": 1e-2}, jitter=0.2)
+    near = model.asymptote({"lr": 1e-2})
+    far = model.asymptote({"lr": 1.0})
+    assert near > far
+    a = model.plan({"params": {"lr": 1e-3}, "epochs": 8}, np.random.default_rng([0, 1]))
+    b = model.plan({"params": {"lr": 1e-3}, "epochs": 8}, np.random.default_rng([0, 1]))
+    assert a == b and len(a.epoch_seconds) == 8
+
+
+# --- the real controller on top ----------------------------------------------------------------
+
+
+def _campaign(tmp_path: Path, n_workers: int, n_trials: int, sampler: str = "random", **executor_kw):
+    from bench.simulate import bench_spec, nb201_space, open_study
+
+    spec = bench_spec(f"sim-{n_workers}", nb201_space(), sampler, n_trials, seed=7)
+    folder = CampaignFolder(tmp_path / spec.study.name)
+    folder.create(spec.text)
+    study = open_study(spec, folder, "memory")
+    executor_kw.setdefault("controller_time_scale", 0.0)
+    ex = SimulatedExecutor(n_workers, TableModel(NB201, trial_seconds=60.0, jitter=0.1), seed=7, **executor_kw)
+    Campaign(spec, folder, study, ex, clock=ex.clock).run()
+    return study, ex
+
+
+def test_real_campaign_on_64_simulated_workers(tmp_path: Path) -> None:
+    study, ex = _campaign(tmp_path, 64, 256)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 256
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert all(len(t.intermediate_values) == 12 for t in trials)
+    starts = [s for ivs in ex.busy_intervals().values() for s, _e in ivs]
+    assert ex.utilization(min(starts), max(starts)) == pytest.approx(1.0)  # a free controller refills at once
+    assert 3 * 60.0 < ex.makespan() < 5 * 60.0 * 1.5  # about 4 waves of 60 s trials
+    metrics = (tmp_path / "sim-64" / "trials" / "0" / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 12 and json.loads(metrics[-1])["step"] == 12
+
+
+def test_injected_failures_are_lost_trials_and_the_campaign_finishes(tmp_path: Path) -> None:
+    study, ex = _campaign(tmp_path, 16, 96, failure_rate=0.2, recovery_seconds=30.0)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 96
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert ex.counts["lost"] > 0 and len(failed) <= ex.counts["lost"]  # the campaign may retry a lost trial
+    assert all(t.user_attrs["fail_reason"].startswith("worker lost") for t in failed)
+    assert ex.counts["lost"] == len(failed) + sum(int(t.user_attrs.get("retries", 0)) for t in trials)
+    assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL) for t in trials)
+
+
+def test_same_seed_same_campaign(tmp_path: Path) -> None:
+    def fingerprint(study: optuna.Study) -> list:
+        return [(t.number, t.params, t.value, t.user_attrs["started"], t.user_attrs["finished"])
+                for t in study.get_trials(deepcopy=False)]  # fmt: skip
+
+    runs = [_campaign(tmp_path / str(i), 16, 48, sampler="tpe", failure_rate=0.1) for i in range(2)]
+    assert fingerprint(runs[0][0]) == fingerprint(runs[1][0])
+    assert runs[0][1].busy_intervals() == runs[1][1].busy_intervals()
+    assert not any(math.isnan(v) for v in itertools.chain.from_iterable(
+        (t.value,) for t in runs[0][0].get_trials(deepcopy=False) if t.value is not None))  # fmt: skip

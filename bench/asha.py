@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 
 import optuna
+from optuna.storages.journal import JournalFileBackend, JournalStorage
 import pandas as pd
 
 from search.runner import RunOptions, run_campaign
@@ -62,7 +63,7 @@ def run_one(pruner: str, seed: int, args: argparse.Namespace, root: Path) -> dic
     started = time.perf_counter()
     folder = run_campaign(spec, RunOptions(runs_dir=root, progress=False))
     wall = time.perf_counter() - started
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{folder.sqlite}")
+    study = optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(folder.journal))))
     trials = study.get_trials()
     latencies = [t.user_attrs["stop_latency"] for t in trials if "stop_latency" in t.user_attrs]
     return {

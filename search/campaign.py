@@ -31,6 +31,7 @@ from .scaling_sweep import TargetGoal
 from .pbt import PBTPolicy
 from .pbt_segments import Population
 from .seeds import component_seed, trial_seed
+from .storage import flusher
 from .spec import DATA_PARALLEL, CampaignSpec
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
@@ -102,6 +103,7 @@ class Campaign:
         on_progress: Callable[[Snapshot], None] | None = None,
         poll_interval: float = 0.25,
         clock: Callable[[], float] = time.time,
+        flush: Callable[[], object] | None = None,
     ) -> None:
         self.spec = spec
         self.folder = folder
@@ -110,6 +112,7 @@ class Campaign:
         self._on_progress = on_progress or (lambda _s: None)
         self._poll = poll_interval
         self._clock = clock  # wall-clock seconds; a simulated executor passes its virtual clock
+        self._flush = flush or flusher(study._storage)  # group commit: this iteration's writes, durable
         self._running: dict[int, RunningTrial] = {}
         self._counts = {"complete": 0, "pruned": 0, "failed": 0}
         self._started = clock()
@@ -135,6 +138,7 @@ class Campaign:
         try:
             while True:
                 self._fill_slots()
+                self._flush()
                 if not self._running:
                     break
                 for event in self.executor.events(timeout=self._poll):
@@ -145,6 +149,7 @@ class Campaign:
             self._mark_interrupted()
             raise
         finally:
+            self._flush()
             self._save_sampler(force=True)
             self.executor.close()
         self._on_progress(self.snapshot())

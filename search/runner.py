@@ -81,9 +81,9 @@ def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     )
 
 
-def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool) -> optuna.Study:
-    """The campaign's study, with its seeded sampler and pruner."""
-    storage = open_storage(storage_url(spec.study.storage, folder))
+def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer: bool | None = None) -> optuna.Study:
+    """The campaign's study, with its seeded sampler and pruner (``writer``: the controller's own)."""
+    storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer)
     sampler = _sampler(spec)
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
@@ -149,7 +149,7 @@ def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
 def _execute(
     spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, cluster: ClusterOptions, create: bool
 ) -> None:
-    study = load_study(spec, folder, create)
+    study = load_study(spec, folder, create, writer=True)
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -11,17 +12,21 @@ from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from .folder import CampaignFolder
+from .journal import GroupCommitJournal
 
-__all__ = ["storage_url", "open_storage", "describe_storage"]
+__all__ = ["storage_url", "open_storage", "describe_storage", "flusher"]
 
 JOURNAL = "journal"
+SQLITE = "sqlite"
 
 
 def storage_url(spec_storage: str, folder: CampaignFolder) -> str:
-    """The storage a campaign uses: the spec's URL, the folder's journal file, or its SQLite file."""
-    if spec_storage == JOURNAL:
+    """The storage a campaign uses: the folder's journal file (default), its SQLite file, or any URL."""
+    if spec_storage in ("", JOURNAL):
         return f"journal:{folder.journal}"
-    return spec_storage or f"sqlite:///{folder.sqlite}"
+    if spec_storage == SQLITE:
+        return f"sqlite:///{folder.sqlite}"
+    return spec_storage
 
 
 def _enable_wal(path: Path) -> None:
@@ -48,10 +53,16 @@ def _sync_normal(storage: RDBStorage) -> None:
     storage.engine.dispose()  # connections made before the listener reconnect with it
 
 
-def open_storage(url: str) -> BaseStorage:
-    """An Optuna storage for ``url`` (``journal:PATH`` for a journal file)."""
+def open_storage(url: str, writer: bool = False) -> BaseStorage:
+    """An Optuna storage for ``url`` (``journal:PATH`` for a journal file).
+
+    The controller opens the journal as its ``writer`` (group commit, repairs a torn
+    last line); everyone else (status, report, reproduce) reads it with Optuna's own
+    backend and never modifies the file.
+    """
     if url.startswith("journal:"):
-        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+        path = url.removeprefix("journal:")
+        return JournalStorage(GroupCommitJournal(path) if writer else JournalFileBackend(path))
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,6 +72,12 @@ def open_storage(url: str) -> BaseStorage:
         _sync_normal(storage)
         return storage
     return optuna.storages.get_storage(url)
+
+
+def flusher(storage: BaseStorage) -> Callable[[], object]:
+    """What the campaign calls once per loop iteration to make its writes durable."""
+    backend = getattr(storage, "_backend", None)
+    return backend.flush if isinstance(backend, GroupCommitJournal) else (lambda: None)
 
 
 def describe_storage(url: str) -> str:

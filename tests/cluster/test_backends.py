@@ -27,6 +27,7 @@ from cluster.backends import JobQueueBackend, KubernetesBackend, cluster_spec_di
 from search.spec import load_spec
 from search.spec_table import SpecError
 from tls_certs import make_certs
+from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "search"
@@ -463,7 +464,7 @@ def test_a_campaign_runs_on_slurm_jobs_over_tls(tmp_path: Path, fake_slurm: Path
     runs = tmp_path / "runs"
     proc = hypersweep("run", str(spec), "--runs-dir", str(runs), "--no-progress", timeout=100)
     assert proc.returncode == 0, proc.stderr
-    study = optuna.load_study(study_name="slurmrun", storage=f"sqlite:///{runs / 'slurmrun' / 'study.db'}")
+    study = load(runs / "slurmrun", "slurmrun")
     trials = study.get_trials()
     assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert {t.user_attrs["worker"].rsplit(":", 1)[0] for t in trials} == {f"tls://{host}"}

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tls_certs import make_certs
+from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -224,7 +225,7 @@ def test_a_campaign_across_three_hosts_survives_a_cut_link(tmp_path: Path) -> No
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
 
-    study = optuna.load_study(study_name="netns", storage=f"sqlite:///{runs / 'netns' / 'study.db'}")
+    study = load(runs / "netns", "netns")
     trials = study.get_trials()
     assert sorted(t.number for t in trials) == list(range(N_TRIALS))  # nothing counted twice, nothing lost
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [t.state for t in trials]

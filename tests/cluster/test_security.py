@@ -14,6 +14,7 @@ import pytest
 
 from cluster import ClusterOptions, TLSFiles, open_cluster
 from tls_certs import make_certs
+from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "search"
@@ -82,7 +83,7 @@ def test_a_campaign_runs_over_tls_on_a_non_loopback_listen_address(tmp_path: Pat
     runs = tmp_path / "runs"
     proc = hypersweep("run", str(spec), "--runs-dir", str(runs), "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    study = optuna.load_study(study_name="tls", storage=f"sqlite:///{runs / 'tls' / 'study.db'}")
+    study = load(runs / "tls", "tls")
     trials = study.get_trials()
     assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert all(t.user_attrs["worker"].startswith("tls://") for t in trials)

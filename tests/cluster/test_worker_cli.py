@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "search"
@@ -167,7 +168,7 @@ def test_workers_started_by_hand_run_a_campaign(tmp_path: Path) -> None:
         runs = tmp_path / "runs"
         proc = hypersweep("run", str(spec), "--scheduler", address, "--runs-dir", str(runs), "--no-progress")
         assert proc.returncode == 0, proc.stderr
-        study = optuna.load_study(study_name="byhand", storage=f"sqlite:///{runs / 'byhand' / 'study.db'}")
+        study = load(runs / "byhand", "byhand")
         trials = study.get_trials()
         assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
         assert {t.user_attrs["worker"] for t in trials} <= {w["address"] for w in found.values()}

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-
-
-def write_spec(path: Path, body: str) -> Path:
-    path.write_text(textwrap.dedent(body))
-    return path
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import pytest
 from search.runner import CampaignExistsError, RunOptions, run_campaign
 from search.spec import load_spec
 
-from conftest import write_spec
+from tests.spec_files import write_spec
+from tests.campaign_storage import load as load_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ def toy_spec(tmp_path: Path, sleep: float = 0.0, study_extra: str = "") -> Path:
 
 
 def load(folder: Path, name: str = "toy") -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{folder / 'study.db'}")
+    return load_campaign(folder, name)
 
 
 @pytest.mark.timeout(180)

@@ -11,6 +11,7 @@ import pytest
 from search.campaign import CampaignError
 from search.runner import RunOptions, run_campaign
 from search.spec import SpecError, parse_spec
+from tests.campaign_storage import load
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ slots_per_worker = 2
 def test_mixed_widths_never_oversubscribe_the_declared_slots(tmp_path: Path) -> None:
     spec = parse_spec(tomllib.loads(SPEC), "dp.toml", SPEC)
     folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
-    trials = optuna.load_study(study_name="dp", storage=f"sqlite:///{folder.sqlite}").get_trials()
+    trials = load(folder.root, "dp").get_trials()
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [t.user_attrs.get("fail_reason") for t in trials]
     widths = {t.user_attrs["width"] for t in trials}
     assert widths == {1, 2}, "the seed should draw both widths"

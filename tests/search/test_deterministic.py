@@ -11,6 +11,7 @@ import pytest
 
 from search.runner import RunOptions, run_campaign
 from search.spec import SpecError, parse_spec
+from tests.campaign_storage import load
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ TIMING = ("epoch_seconds",)
 def table(runs: Path, workers: int) -> pd.DataFrame:
     spec = parse_spec(tomllib.loads(SPEC), "det.toml", SPEC)
     folder = run_campaign(spec, RunOptions(runs_dir=runs, n_workers=workers, progress=False))
-    study = optuna.load_study(study_name="det", storage=f"sqlite:///{folder.sqlite}")
+    study = load(folder.root, "det")
     rows = []
     for t in study.get_trials():
         metrics = {k: v for k, v in t.user_attrs["metrics"].items() if k not in TIMING}

@@ -12,8 +12,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import write_spec
+from tests.spec_files import write_spec
 from dask_processes import external_cluster, wait_for
+from tests.campaign_storage import load as load_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,7 @@ def reports(folder: Path, number: int) -> list[dict]:
 
 
 def load(folder: Path) -> optuna.Study:
-    return optuna.load_study(study_name="ft", storage=f"sqlite:///{folder / 'study.db'}")
+    return load_campaign(folder, "ft")
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:

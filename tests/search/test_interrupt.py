@@ -12,7 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import write_spec
+from tests.spec_files import write_spec
+from tests.campaign_storage import load
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +91,7 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(
     assert status.returncode == 0, status.stderr
     assert "controller not running" in status.stdout
     assert "interrupted" in status.stdout
-    study = optuna.load_study(study_name="slow", storage=f"sqlite:///{folder / 'study.db'}")
+    study = load(folder, "slow")
     running = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
     assert running and all(t.user_attrs.get("interrupted") for t in running)
 
@@ -113,7 +114,7 @@ def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(tmp_path: Pa
     finally:
         if group_alive(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
-    study = optuna.load_study(study_name="slow", storage=f"sqlite:///{folder / 'study.db'}")
+    study = load(folder, "slow")
     before = {t.number: t.params for t in study.get_trials()}
     interrupted = [t.number for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
     assert interrupted
@@ -123,7 +124,7 @@ def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(tmp_path: Pa
         capture_output=True, text=True, env=subprocess_env, timeout=240,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
-    trials = optuna.load_study(study_name="slow", storage=f"sqlite:///{folder / 'study.db'}").get_trials()
+    trials = load(folder, "slow").get_trials()
     assert len(trials) == 4
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     for number, params in before.items():

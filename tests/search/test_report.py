@@ -31,9 +31,10 @@ from search.environment import capture_environment, cluster_shape, record_enviro
 from search.folder import CampaignFolder
 from search.report import SECTION_IDS, write_report
 from search.runner import RunOptions, load_study, run_campaign
+from search.storage import flusher
 from search.spec import load_spec
 
-from conftest import write_spec
+from tests.spec_files import write_spec
 
 # --- a tiny DevTools client ---------------------------------------------------------------------
 
@@ -345,6 +346,7 @@ def _hand_made_campaign(root: Path) -> CampaignFolder:
             study.tell(trial, state=TrialState.FAIL)
         else:
             study.tell(trial, [quality, 3.0 - n % 2])
+    flusher(study._storage)()  # the controller's group commit: write the journal out
     scaling = root / "scaling"
     scaling.mkdir()
     table = pd.DataFrame({"batch_size": [32, 64], "examples_per_s": [1000.0, 1800.0]})

@@ -16,7 +16,7 @@ from search.reproduce import Check, compare, reproduce_trial
 from search.runner import RunOptions, run_campaign
 from search.spec import load_spec
 
-from conftest import write_spec
+from tests.spec_files import write_spec
 
 DIGITS = """
 [study]
@@ -27,6 +27,7 @@ sampler = "random"
 seed = 5
 n_trials = 2
 deterministic = true
+storage = "sqlite"    # the tamper test edits the SQLite file directly
 
 [trainer]
 entry = "trainers.classifier:fit"

@@ -12,6 +12,7 @@ import pytest
 from search.runner import RunOptions, run_campaign
 from search.scaling_sweep import BATCH, ScalingSampler
 from search.spec import SpecError, parse_spec
+from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +81,7 @@ def test_a_small_digits_sweep_writes_the_table_plots_and_conclusion(tmp_path: Pa
     if len(reached) >= 3:
         assert (out / "steps_to_target.png").stat().st_size > 1000
         assert "B_crit" in (out / "conclusion.txt").read_text()
-    study = optuna.load_study(study_name="digits-scaling", storage=f"sqlite:///{folder.sqlite}")
+    study = load(folder.root, "digits-scaling")
     stopped = [t for t in study.trials if t.user_attrs.get("stop_reason") == "target reached"]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in stopped)
     assert all(len(t.user_attrs["history"]) < 12 for t in stopped)  # stopped once the target was reached

@@ -10,7 +10,7 @@ import pytest
 
 from search.spec import SpecError, load_spec
 
-from conftest import write_spec
+from tests.spec_files import write_spec
 
 GOOD = """
 [study]

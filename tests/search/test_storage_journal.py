@@ -1,0 +1,110 @@
+"""The default storage: Optuna's journal file, written by the controller with group commit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+from search.journal import GroupCommitJournal, repair_journal
+from search.storage import flusher, open_storage
+
+DIST = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+
+
+def lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_writes_wait_for_flush_and_reads_see_them_before(tmp_path: Path) -> None:
+    path = tmp_path / "study.journal"
+    storage = open_storage(f"journal:{path}", writer=True)
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial = study.ask(DIST)
+    trial.report(0.5, 1)
+    study.tell(trial, 0.25)
+    assert study.trials[0].value == 0.25  # the controller sees its own writes at once
+    assert lines(path) == 0  # nothing written yet: one group per loop iteration
+    assert flusher(storage)() > 0
+    assert lines(path) > 0
+    plain = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(path))))
+    assert plain.trials[0].value == 0.25 and plain.trials[0].intermediate_values == {1: 0.5}
+
+
+def test_a_torn_last_line_is_cut_when_the_controller_opens_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "study.journal"
+    study = optuna.create_study(study_name="s", storage=JournalStorage(GroupCommitJournal(path)))
+    for value in (0.1, 0.2):
+        trial = study.ask(DIST)
+        study.tell(trial, value)
+    study._storage._backend.flush()
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"op_code": 6, "trial_id": 1, "sta')  # killed mid-write
+    assert repair_journal(path) == whole.count(b"\n")
+    assert path.read_bytes() == whole
+    reopened = optuna.load_study(study_name="s", storage=open_storage(f"journal:{path}", writer=True))
+    trial = reopened.ask(DIST)
+    reopened.tell(trial, 0.3)
+    reopened._storage._backend.flush()
+    plain = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(path))))
+    assert [t.value for t in plain.trials] == [0.1, 0.2, 0.3]
+
+
+def test_readers_never_modify_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "study.journal"
+    writer = open_storage(f"journal:{path}", writer=True)
+    study = optuna.create_study(study_name="s", storage=writer)
+    study.tell(study.ask(DIST), 0.5)
+    flusher(writer)()
+    path.write_bytes(path.read_bytes() + b'{"partial')  # the writer is mid-append
+    before = path.read_bytes()
+    reader = open_storage(f"journal:{path}")
+    assert len(optuna.load_study(study_name="s", storage=reader).trials) == 1
+    assert path.read_bytes() == before
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("optuna-dashboard") is None, reason="optuna-dashboard is not installed")
+@pytest.mark.timeout(60)
+def test_optuna_dashboard_opens_the_campaign_journal(tmp_path: Path) -> None:
+    path = tmp_path / "study.journal"
+    storage = open_storage(f"journal:{path}", writer=True)
+    study = optuna.create_study(study_name="dash", storage=storage)
+    for i in range(3):
+        trial = study.ask(DIST)
+        trial.report(0.1 * i, 1)
+        study.tell(trial, trial.params["x"])
+    flusher(storage)()
+    port = free_port()
+    proc = subprocess.Popen(
+        [shutil.which("optuna-dashboard") or "optuna-dashboard", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 40
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as response:
+                    body = json.load(response)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        assert [s["study_name"] for s in body["study_summaries"]] == ["dash"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -11,6 +11,7 @@ Medians over the seeds; the table is also written to bench/results/asha.csv.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -21,6 +22,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 import pandas as pd
 
+from cluster import quiet_dask_logs
 from search.runner import RunOptions, run_campaign
 from search.spec import parse_spec
 
@@ -86,6 +88,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")  # worker processes inherit it
+    quiet_dask_logs()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.seeds):

@@ -1,0 +1,145 @@
+"""Every sampler and pruner name works; time limits stop trials cleanly; oversized genomes never reach a worker."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import optuna
+import pytest
+
+from search.pruning import make_pruner
+from search.runner import RunOptions, run_campaign
+from search.samplers import make_sampler
+from search.spec import PRUNERS, SAMPLERS, PrunerSpec, parse_spec
+from spaces import parse_space
+from tests.campaign_storage import load
+
+SPACE = {
+    "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    "width": {"type": "int", "low": 8, "high": 64, "step": 8},
+    "act": {"type": "categorical", "choices": ["relu", "tanh"]},
+}
+GRID = {"width": {"type": "int", "low": 8, "high": 32, "step": 8}, "act": {"type": "categorical", "choices": ["a", "b"]}}
+
+
+@pytest.mark.parametrize("name", [s for s in SAMPLERS if s != "evolution"])
+def test_every_sampler_name_asks_and_tells_seeded(name: str) -> None:
+    space = parse_space(GRID if name == "grid" else SPACE)
+    directions = ["maximize", "minimize"] if name == "nsga2" else ["maximize"]
+
+    def run() -> list[dict]:
+        study = optuna.create_study(sampler=make_sampler(name, space, 7), directions=directions)
+        for _ in range(12):
+            trial = study.ask(space.distributions())
+            values = [len(str(trial.params))] * len(directions)
+            study.tell(trial, values if len(values) > 1 else values[0])
+        return [t.params for t in study.trials]
+
+    first = run()
+    assert len(first) == 12 and all(set(p) == set(space.distributions()) for p in first)
+    if name != "gp":  # GP's acquisition optimiser is seeded too, but spends most of a test's time
+        assert run() == first  # the same study seed gives the same trials
+
+
+@pytest.mark.parametrize("name", PRUNERS)
+def test_every_pruner_name_builds(name: str) -> None:
+    pruner = make_pruner(name, PrunerSpec(min_resource=100), first_resource=100)
+    assert isinstance(pruner, optuna.pruners.BasePruner)
+
+
+TOY = """
+[study]
+name = "limits"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+n_trials = 2
+{limit}
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 40
+options = {{ sleep = 0.2 }}
+
+[space]
+quality = {{ type = "float", low = 0.1, high = 1.0 }}
+
+[cluster]
+n_workers = 2
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("limit", "reason"), [("trial_timeout = 1.5", "trial timeout"), ("time_budget = 2", "time budget")])
+def test_time_limits_stop_trials_cleanly_as_pruned(tmp_path: Path, limit: str, reason: str) -> None:
+    text = TOY.format(limit=limit)
+    spec = parse_spec(tomllib.loads(text), "limits.toml", text)
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
+    trials = load(folder.root, "limits").get_trials()
+    assert trials and all(t.state == optuna.trial.TrialState.PRUNED for t in trials)
+    assert all(t.user_attrs["stop_reason"] == reason for t in trials)
+    assert all(len(t.user_attrs["history"]) < 40 for t in trials)  # stopped long before their 40 epochs
+
+
+EVOLUTION = """
+[study]
+name = "evo"
+direction = "maximize"
+metric = "val_accuracy"
+sampler = "evolution"
+seed = 1
+n_trials = 4
+
+[trainer]
+entry = "trainers.classifier:fit"
+epochs = 1
+
+[space]
+arch = {{ type = "layers", max_depth = 3, widths = [8, 16], max_params = {max_params} }}
+optimizer = "adam"
+lr = 0.01
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_evolution_campaign_runs_with_real_training_and_records_genomes(tmp_path: Path) -> None:
+    text = EVOLUTION.format(max_params=100000)
+    spec = parse_spec(tomllib.loads(text), "evo.toml", text)
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, n_workers=2, progress=False))
+    trials = load(folder.root, "evo").get_trials()
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert all(t.user_attrs["config"]["params"]["arch"].count(":") >= 4 for t in trials)  # the genome string
+    assert all(t.user_attrs["n_params"] > 0 and t.user_attrs["macs"] > 0 for t in trials)
+    assert all("evolution:genome" in t.system_attrs for t in trials)
+
+
+def test_a_genome_over_its_parameter_limit_fails_before_it_reaches_a_worker(tmp_path: Path) -> None:
+    from search.campaign import Campaign
+    from search.folder import CampaignFolder
+    from search.runner import load_study
+
+    text = EVOLUTION.format(max_params=200).replace('sampler = "evolution"', 'sampler = "random"')
+    spec = parse_spec(tomllib.loads(text), "evo.toml", text)
+    folder = CampaignFolder(tmp_path / "evo")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    big = {"arch.depth": 3, **{f"arch.b{i}.{k}": v for i in range(3) for k, v in
+           (("op", "conv"), ("width", 16), ("kernel", 5), ("activation", "relu"), ("skip", False))}}  # fmt: skip
+    study.enqueue_trial(big)
+
+    class NoWorkers:
+        submitted: list[int] = []
+
+        def submit(self, request) -> None:  # type: ignore[no-untyped-def]
+            self.submitted.append(request.number)
+
+    campaign = Campaign(spec, folder, study, NoWorkers())  # type: ignore[arg-type]
+    prepared = campaign._prepare_next()
+    assert NoWorkers.submitted == []
+    rejected = study.trials[0]
+    assert rejected.state == optuna.trial.TrialState.FAIL
+    assert "max_params=200" in rejected.user_attrs["fail_reason"]
+    assert prepared is None or prepared.trial.number != rejected.number

@@ -16,8 +16,8 @@ Definitions (printed with the table):
   trial at all: the sampler's own ceiling.
 
 Peers: ``hypersweep`` (the real Campaign + DaskExecutor on a LocalCluster of 4
-single-slot worker processes, SQLite storage in the campaign folder, the default),
-``hypersweep-journal`` (the same on JournalStorage), ``optuna-threads``
+single-slot worker processes, the default storage: the group-commit journal file),
+``hypersweep-sqlite`` (the same on the SQLite file), ``optuna-threads``
 (``study.optimize(n_jobs=4)``, in-memory), ``daskstorage-1``/``daskstorage-250``
 (optuna-integration ``DaskStorage`` recipe, one ``study.optimize`` task per 1 or
 250 trials), ``naive-mem``/``naive-sqlite`` (ask -> ``client.submit`` ->
@@ -56,7 +56,7 @@ RESULTS = HERE / "results"
 SLOTS = 4
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 1.0}}
 
-DASK_PEERS = ("hypersweep", "hypersweep-journal", "optuna-threads", "daskstorage-1", "daskstorage-250",
+DASK_PEERS = ("hypersweep", "hypersweep-sqlite", "optuna-threads", "daskstorage-1", "daskstorage-250",
               "naive-mem", "naive-sqlite")  # fmt: skip
 ALL_PEERS = (*DASK_PEERS, "ray")
 BATCHED = {"daskstorage-250"}  # batching many sleeping trials into one task would serialize them: (b) only
@@ -237,7 +237,7 @@ def run_ray(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
 
 PEERS: dict[str, Callable[..., dict[str, Any]]] = {
     "hypersweep": run_hypersweep,
-    "hypersweep-journal": functools.partial(run_hypersweep, storage="journal"),
+    "hypersweep-sqlite": functools.partial(run_hypersweep, storage="sqlite"),
     "optuna-threads": run_optuna_threads,
     "daskstorage-1": functools.partial(run_daskstorage, per_task=1),
     "daskstorage-250": functools.partial(run_daskstorage, per_task=250),

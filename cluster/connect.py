@@ -20,7 +20,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
-__all__ = ["TLSFiles", "quiet_dask_logs", "ClusterOptions", "ClusterError", "open_cluster", "detect_gpus", "slot_resource", "worker_slots"]
+__all__ = ["is_loopback", "TLSFiles", "quiet_dask_logs", "ClusterOptions", "ClusterError", "open_cluster", "detect_gpus", "slot_resource", "worker_slots"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class ClusterOptions:
             raise ValueError(f"slots_per_worker={self.slots_per_worker!r}: must be an int >= 1")
         if self.connect_timeout <= 0:
             raise ValueError(f"connect_timeout={self.connect_timeout!r}: must be > 0")
-        if not _is_loopback(self.host) and self.tls is None and not self.insecure:
+        if not is_loopback(self.host) and self.tls is None and not self.insecure:
             raise ValueError(
                 f"listening on {self.host!r} without TLS is refused: anyone who reaches that address could "
                 "run code on the workers; give TLS files (tls_ca_file, tls_cert_file, tls_key_file) "
@@ -115,7 +115,8 @@ def quiet_dask_logs(level: int = logging.ERROR) -> None:
         logging.getLogger(name).setLevel(level)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only."""
     if host == "localhost":
         return True
     try:

@@ -11,7 +11,6 @@ becomes that command.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import os
 import socket
@@ -19,7 +18,7 @@ import sys
 from urllib.parse import urlsplit
 
 from .backends import worker_args
-from .connect import ClusterError, TLSFiles, detect_gpus
+from .connect import ClusterError, TLSFiles, detect_gpus, is_loopback
 
 __all__ = ["WorkerOptions", "worker_command", "check_reachable", "start_worker"]
 
@@ -55,7 +54,7 @@ class WorkerOptions:
             raise ValueError(f"scheduler {address!r} uses TLS: give --tls CA CERT KEY")
         if address.startswith("tcp://") and self.tls is not None:
             raise ValueError(f"--tls given but the scheduler {address!r} is plain tcp://; use its tls:// address")
-        exposed = [h for h in (self.scheduler_host, self.host) if h and not _is_loopback(h)]
+        exposed = [h for h in (self.scheduler_host, self.host) if h and not is_loopback(h)]
         if exposed and self.tls is None and not self.insecure:
             raise ValueError(
                 f"a worker talking plain TCP over {exposed[0]!r} is refused: anyone who reaches it could run code "
@@ -87,21 +86,12 @@ def _resolve(scheduler: str) -> str:
         raise ValueError(f"scheduler file {scheduler!r}: no scheduler address in it ({exc})") from exc
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def worker_command(options: WorkerOptions) -> list[str]:
     """The ``dask worker`` command line this worker runs."""
     gpus, slots = options.shape()
     argv = [sys.executable, "-m", WORKER_MODULE, options.address, *worker_args(gpus, slots)]
     argv += ["--nworkers", "1", "--nanny", "--no-dashboard"]
-    host = options.host or (options.scheduler_host if _is_loopback(options.scheduler_host) else "")
+    host = options.host or (options.scheduler_host if is_loopback(options.scheduler_host) else "")
     if host:
         argv += ["--host", host]
     if options.name:

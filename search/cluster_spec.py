@@ -9,13 +9,13 @@ and ``pbs`` (batch jobs through dask-jobqueue, ``[cluster.slurm]`` / ``[cluster.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import re
 from typing import Any
 
 from cluster.backends import JobQueueBackend, KubernetesBackend
 
 from .spec_table import SpecError, SpecTable
+from cluster.connect import is_loopback
 
 __all__ = ["BACKENDS", "ClusterSpec", "CLUSTER_KEYS", "parse_cluster"]
 
@@ -96,7 +96,7 @@ def parse_cluster(t: SpecTable) -> ClusterSpec:
 
 
 def _check_backend(t: SpecTable, spec: ClusterSpec) -> None:
-    if spec.backend in ("slurm", "pbs") and _is_loopback(spec.listen):
+    if spec.backend in ("slurm", "pbs") and is_loopback(spec.listen):
         raise t.error("listen", f"{spec.listen!r} is loopback, but {spec.backend} workers run on other nodes: "
                       "listen on this host's address they can reach (with TLS files, or --insecure)")  # fmt: skip
     if spec.backend == "kubernetes" and spec.tls:
@@ -172,12 +172,3 @@ def _quantity(t: SpecTable, name: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise t.error(name, f"must be a Kubernetes quantity such as '4' or '16Gi', got {type(value).__name__}")
     return str(value)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

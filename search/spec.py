@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import re
 import tomllib
 from collections.abc import Mapping

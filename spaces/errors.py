@@ -6,7 +6,6 @@ import difflib
 import math
 import numbers
 from collections.abc import Iterable
-from typing import Any
 
 
 class SpaceError(ValueError):

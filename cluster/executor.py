@@ -28,6 +28,8 @@ __all__ = ["TrialRequest", "Started", "Report", "Finished", "TrialExecutor", "Da
 
 log = logging.getLogger(__name__)
 
+SLOTS_TTL = 1.0  # seconds between fresh looks at the cluster's workers
+
 
 @dataclasses.dataclass(frozen=True)
 class TrialRequest:
@@ -106,6 +108,8 @@ class DaskExecutor:
         self._lost_after = lost_after
         self._disconnected_since: float | None = None
         self._address = str(getattr(client.scheduler, "address", "") or "the scheduler")
+        self._slots: Slots | None = None
+        self._slots_at = 0.0
         self._topic = topic
         self._resource = resource or self._infer_resource()
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -122,9 +126,18 @@ class DaskExecutor:
         return self._resource
 
     def slots(self) -> Slots:
+        """The cluster's slots; asked from the scheduler at most once per ``SLOTS_TTL`` seconds.
+
+        ``Client.scheduler_info`` is a round trip carrying every worker's record, so
+        asking it on every loop iteration would cost the controller more than a trial.
+        """
         self._check_scheduler()
-        per_worker = [int(res.get(self._resource, 0)) for res in worker_slots(self._client).values()]
-        return Slots(self._resource, sum(per_worker), max(per_worker, default=0), len(per_worker))
+        now = time.monotonic()
+        if self._slots is None or now - self._slots_at > SLOTS_TTL:
+            per_worker = [int(res.get(self._resource, 0)) for res in worker_slots(self._client).values()]
+            self._slots = Slots(self._resource, sum(per_worker), max(per_worker, default=0), len(per_worker))
+            self._slots_at = now
+        return self._slots
 
     def wait_for_workers(self, n: int, timeout: float) -> None:
         self._client.wait_for_workers(n, timeout=timeout)

@@ -24,13 +24,13 @@ it was).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from spaces.genomes import Block, CellGenome, CELL_EDGES, LayerGenome
+from trainers.models import init_weights
 
 __all__ = [
     "CellNet",
@@ -207,23 +207,8 @@ def build_genome_model(
             model = CellNet(genome, input_shape, n_classes, cell_channels, n_cells)
         else:
             raise ValueError(f"genome {genome!r} is neither a LayerGenome nor a CellGenome")
-    _init_weights(model, generator)
+    init_weights(model, generator)
     return model
-
-
-@torch.no_grad()
-def _init_weights(model: nn.Module, generator: torch.Generator) -> None:
-    """PyTorch's default init (kaiming-uniform, a=sqrt(5)), drawn from ``generator``."""
-    for module in model.modules():
-        if isinstance(module, (nn.Conv2d, nn.Linear)):
-            nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)
-            if module.bias is not None:
-                fan_in = module.weight[0].numel()
-                bound = 1.0 / math.sqrt(fan_in)
-                nn.init.uniform_(module.bias, -bound, bound, generator=generator)
-        elif isinstance(module, nn.BatchNorm2d):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
 
 
 @torch.no_grad()

@@ -88,7 +88,7 @@ class CNN(nn.Sequential):
 
 
 def init_weights(model: nn.Module, generator: torch.Generator) -> None:
-    """PyTorch's default init for Linear/Conv layers, drawn from ``generator``."""
+    """PyTorch's default init for Linear/Conv layers (BatchNorm: ones and zeros), drawn from ``generator``."""
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Conv2d)):
             nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)
@@ -96,6 +96,9 @@ def init_weights(model: nn.Module, generator: torch.Generator) -> None:
                 fan_in = module.weight[0].numel()
                 bound = 1.0 / math.sqrt(fan_in)
                 nn.init.uniform_(module.bias, -bound, bound, generator=generator)
+        elif isinstance(module, nn.BatchNorm2d):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
         elif any(True for _ in module.parameters(recurse=False)):
             raise TypeError(f"init_weights: no initialiser for {type(module).__name__}")
 

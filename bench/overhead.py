@@ -56,9 +56,11 @@ RESULTS = HERE / "results"
 SLOTS = 4
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 1.0}}
 
-DASK_PEERS = ("hypersweep", "hypersweep-sqlite", "optuna-threads", "daskstorage-1", "daskstorage-250",
-              "naive-mem", "naive-sqlite")  # fmt: skip
+DASK_PEERS = ("hypersweep", "hypersweep-sqlite", "hypersweep-inline", "optuna-threads", "daskstorage-1",
+              "daskstorage-250", "naive-mem", "naive-sqlite")  # fmt: skip
+SLOW_PEERS = ("hypersweep", "hypersweep-inline", "optuna-threads", "daskstorage-1", "naive-mem")
 ALL_PEERS = (*DASK_PEERS, "ray")
+SLOW_ASK, SLOW_TRIAL = 1.0, 6.0  # (d): seconds per ask and per trial: 4 slots need an ask every 1.5 s
 BATCHED = {"daskstorage-250"}  # batching many sleeping trials into one task would serialize them: (b) only
 
 log = logging.getLogger("bench.overhead")
@@ -110,12 +112,58 @@ def utilization(spans: Sequence[tuple[float, float]], slots: int = SLOTS) -> flo
     return sum(e - s for s, e in spans) / (slots * window) if window > 0 else float("nan")
 
 
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+def steady_utilization(spans: Sequence[tuple[float, float]], slots: int = SLOTS) -> float:
+    """Busy fraction of the slots between the start of the ``slots``-th trial and the start of the last.
+
+    The ramp-up (the first wave, sampled one after another by any design) and the
+    drain (nothing left to start) are left out: what remains is whether a freed
+    slot got its next trial while the sampler was busy with others.
+    """
+    starts = sorted(s for s, _ in spans)
+    if len(starts) <= slots:
+        return float("nan")
+    lo, hi = starts[slots - 1], starts[-1]
+    if hi <= lo:
+        return float("nan")
+    busy = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in spans)
+    return busy / (slots * (hi - lo))
+
+
+class DelayedSampler(optuna.samplers.BaseSampler):
+    """A sampler that takes ``delay`` seconds per ask (in ``before_trial``), then samples like ``inner``.
+
+    It stands in for GP or TPE on a large study (seconds per ask) without the CPU
+    load, so the measurement shows scheduling, not a fight over two cores.
+    """
+
+    def __init__(self, inner: optuna.samplers.BaseSampler, delay: float) -> None:
+        self.inner, self.delay = inner, float(delay)
+
+    def before_trial(self, study, trial):  # type: ignore[no-untyped-def]
+        time.sleep(self.delay)
+        self.inner.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
+        return self.inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
+        return self.inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):  # type: ignore[no-untyped-def]
+        return self.inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study, trial, state, values):  # type: ignore[no-untyped-def]
+        self.inner.after_trial(study, trial, state, values)
+
+
+def make_sampler(name: str, seed: int, delay: float = 0.0) -> optuna.samplers.BaseSampler:
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ValueError(f"sampler {name!r}: must be random or tpe")
+        inner: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(seed=seed)
+    elif name == "random":
+        inner = optuna.samplers.RandomSampler(seed=seed)
+    else:
+        raise ValueError(f"sampler {name!r}: must be random or tpe")
+    return DelayedSampler(inner, delay) if delay > 0 else inner
 
 
 # --- the peers --------------------------------------------------------------------------------------
@@ -133,7 +181,8 @@ class Ctx:
         return path
 
 
-def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = "") -> dict[str, Any]:
+def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = "", delay: float = 0.0,
+                   threaded: bool | None = None) -> dict[str, Any]:
     from bench.simulate import bench_spec
     from cluster import DaskExecutor
     from search.campaign import Campaign
@@ -145,9 +194,11 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
     folder = CampaignFolder(ctx.scratch() / spec.study.name)
     folder.create(spec.text)
     study = load_study(spec, folder, create=True)
+    if delay:
+        study.sampler = DelayedSampler(study.sampler, delay)
     start = time.perf_counter()
     executor = DaskExecutor(ctx.client, f"bench-{spec.study.name}")
-    Campaign(spec, folder, study, executor).run()
+    Campaign(spec, folder, study, executor, threaded_sampling=threaded).run()
     wall = time.perf_counter() - start
     spans = []
     for t in study.get_trials(deepcopy=False):
@@ -157,21 +208,21 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
     return {"wall": wall, "spans": spans, "done": len(spans)}
 
 
-def run_optuna_threads(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
+def run_optuna_threads(ctx: Ctx, n: int, sleep: float, sampler: str, delay: float = 0.0) -> dict[str, Any]:
     timing = str(ctx.scratch())
-    study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, ctx.seed))
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, ctx.seed, delay))
     start = time.perf_counter()
     study.optimize(functools.partial(optuna_objective, timing_dir=timing, sleep=sleep), n_trials=n, n_jobs=SLOTS)
     return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
 
 
-def run_daskstorage(ctx: Ctx, n: int, sleep: float, sampler: str, per_task: int) -> dict[str, Any]:
+def run_daskstorage(ctx: Ctx, n: int, sleep: float, sampler: str, per_task: int, delay: float = 0.0) -> dict[str, Any]:
     from distributed import wait
     from optuna_integration import DaskStorage
 
     timing = str(ctx.scratch())
     storage = DaskStorage(optuna.storages.InMemoryStorage(), name=f"bench-{uuid.uuid4().hex[:8]}", client=ctx.client)
-    study = optuna.create_study(direction="maximize", storage=storage, sampler=make_sampler(sampler, ctx.seed))
+    study = optuna.create_study(direction="maximize", storage=storage, sampler=make_sampler(sampler, ctx.seed, delay))
     objective = functools.partial(optuna_objective, timing_dir=timing, sleep=sleep)
     start = time.perf_counter()
     per_task = max(1, min(per_task, n // SLOTS))  # never fewer tasks than slots (small --quick sizes)
@@ -183,12 +234,12 @@ def run_daskstorage(ctx: Ctx, n: int, sleep: float, sampler: str, per_task: int)
     return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
 
 
-def run_naive(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str) -> dict[str, Any]:
+def run_naive(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str, delay: float = 0.0) -> dict[str, Any]:
     from distributed import as_completed
 
     timing = str(ctx.scratch())
     url = None if storage == "memory" else f"sqlite:///{ctx.scratch() / 'study.db'}"
-    study = optuna.create_study(direction="maximize", storage=url, sampler=make_sampler(sampler, ctx.seed))
+    study = optuna.create_study(direction="maximize", storage=url, sampler=make_sampler(sampler, ctx.seed, delay))
     start = time.perf_counter()
 
     def launch() -> Any:
@@ -238,6 +289,7 @@ def run_ray(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
 PEERS: dict[str, Callable[..., dict[str, Any]]] = {
     "hypersweep": run_hypersweep,
     "hypersweep-sqlite": functools.partial(run_hypersweep, storage="sqlite"),
+    "hypersweep-inline": functools.partial(run_hypersweep, threaded=False),
     "optuna-threads": run_optuna_threads,
     "daskstorage-1": functools.partial(run_daskstorage, per_task=1),
     "daskstorage-250": functools.partial(run_daskstorage, per_task=250),
@@ -380,6 +432,19 @@ def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, 
             print(f"  trials_per_s {sampler} {peer}: FAILED {type(exc).__name__}: {exc}", flush=True)
             continue
         rec.add("trials_per_s", sampler, peer, rep, len(result["spans"]) / result["wall"], "trials/s")
+    measure_slow_sampler(rec, ctx, peer, rep, sizes)
+
+
+def measure_slow_sampler(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, int]) -> None:
+    """(d) a sampler taking SLOW_ASK s per ask, trials of SLOW_TRIAL s: do the other slots stay busy?"""
+    if peer not in SLOW_PEERS or not sizes.get("nslow"):
+        return
+    try:
+        result = PEERS[peer](ctx, sizes["nslow"], SLOW_TRIAL, "random", delay=SLOW_ASK)
+    except Exception as exc:  # noqa: BLE001
+        print(f"  util_slow_ask {peer}: FAILED {type(exc).__name__}: {exc}", flush=True)
+        return
+    rec.add("util_slow_ask", f"{SLOW_ASK:g}s", peer, rep, steady_utilization(result["spans"]), "fraction")
 
 
 def _warm_up(ctx: Ctx) -> None:
@@ -470,10 +535,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     if args.quick:
-        sizes = {"n100ms": 20, "n1s": 4, "ntrivial": 60, "ntrivial_ray": 20}
+        sizes = {"n100ms": 20, "n1s": 4, "ntrivial": 60, "ntrivial_ray": 20, "nslow": 8}
         reps, memory_n = 1, 300
     else:
-        sizes = {"n100ms": 200, "n1s": 100, "ntrivial": 1000, "ntrivial_ray": 200}
+        sizes = {"n100ms": 200, "n1s": 100, "ntrivial": 1000, "ntrivial_ray": 200, "nslow": 20}
         reps, memory_n = args.reps, args.memory_trials
     print(f"# bench.overhead  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {os.cpu_count()} cpus  "
           f"python {sys.version.split()[0]}  optuna {optuna.__version__}  slots {SLOTS}  reps {reps}  "

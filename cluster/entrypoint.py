@@ -21,7 +21,7 @@ from distributed import get_worker
 from .channel import WorkerReporter
 from .resources import worker_device_pool
 
-__all__ = ["run_trial"]
+__all__ = ["run_trial", "run_trials"]
 
 
 def _lease_devices(resource: str, width: int) -> tuple[tuple[int, ...], Any]:
@@ -85,3 +85,8 @@ def run_trial(trainer: str, config: dict[str, Any], topic: str, resource: str, w
         bad = {k: v for k, v in outcome["metrics"].items() if not math.isfinite(v)}
         outcome["error"] = f"trainer returned non-finite metrics {bad}"
     return outcome
+
+
+def run_trials(batch: list[tuple[str, dict[str, Any]]], topic: str, resource: str, width: int) -> list[dict[str, Any]]:
+    """Run several (trainer, config) trials one after another in this task; their outcomes in order."""
+    return [run_trial(trainer, config, topic, resource, width) for trainer, config in batch]

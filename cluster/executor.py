@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from distributed import CancelledError, Client, Future
@@ -22,9 +22,11 @@ from distributed.client import ClosedClientError, FutureCancelledError
 
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_slots
-from .entrypoint import run_trial
+from .entrypoint import run_trial, run_trials
 
-__all__ = ["TrialRequest", "Started", "Report", "Finished", "TrialExecutor", "DaskExecutor", "Slots"]
+__all__ = [
+    "TrialRequest", "Started", "Report", "Finished", "TrialExecutor", "BatchingExecutor", "DaskExecutor", "Slots",
+]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,17 @@ class TrialExecutor(Protocol):
 
     def events(self, timeout: float) -> list[Event]: ...
 
+    def wake(self) -> None:
+        """Make a waiting ``events`` call return now (callable from any thread)."""
+        ...
+
     def close(self) -> None: ...
+
+
+class BatchingExecutor(TrialExecutor, Protocol):
+    """An executor that can run several trials, one after another, as one task on ``width`` slots."""
+
+    def submit_batch(self, requests: Sequence[TrialRequest]) -> None: ...
 
 
 class DaskExecutor:
@@ -143,26 +155,42 @@ class DaskExecutor:
         self._client.wait_for_workers(n, timeout=timeout)
 
     def submit(self, request: TrialRequest) -> None:
+        self.submit_batch([request])
+
+    def submit_batch(self, requests: Sequence[TrialRequest]) -> None:
+        """Run ``requests`` one after another in one Dask task on ``width`` slots (all the same width).
+
+        Each trial still reports, can be stopped and ends in its own ``Finished``;
+        a batch only saves the task round trips of trials shorter than one.
+        """
+        if not requests:
+            return
+        width = requests[0].width
+        if any(r.width != width for r in requests):
+            raise ValueError(f"a batch holds trials of one width; got widths {sorted({r.width for r in requests})}")
         try:
-            future = self._submit(request)
+            future = self._submit(requests)
         except ClosedClientError as exc:
             raise ClusterError(f"lost the Dask scheduler at {self._address} ({exc})") from exc
+        numbers = tuple(r.number for r in requests)
         with self._lock:
-            self._futures[request.number] = future
-        future.add_done_callback(lambda _f, n=request.number: self._queue.put(("done", n)))
+            for number in numbers:
+                self._futures[number] = future
+        future.add_done_callback(lambda _f, ns=numbers: self._queue.put(("done", ns)))
 
-    def _submit(self, request: TrialRequest) -> Future:
-        return self._client.submit(
-            run_trial,
-            request.trainer,
-            dict(request.config),
-            self._topic,
-            self._resource,
-            request.width,
-            key=f"{self._topic}-trial-{request.number}-{time.monotonic_ns()}",
-            resources={self._resource: request.width},
-            pure=False,
-        )
+    def _submit(self, requests: Sequence[TrialRequest]) -> Future:
+        first = requests[0]
+        key = f"{self._topic}-trial-{first.number}-{time.monotonic_ns()}"
+        where = {"key": key, "resources": {self._resource: first.width}, "pure": False}
+        if len(requests) == 1:
+            return self._client.submit(
+                run_trial, first.trainer, dict(first.config), self._topic, self._resource, first.width, **where
+            )
+        batch = [(r.trainer, dict(r.config)) for r in requests]
+        return self._client.submit(run_trials, batch, self._topic, self._resource, first.width, **where)
+
+    def wake(self) -> None:
+        self._queue.put(("wake", None))
 
     def stop(self, number: int) -> None:
         if number in self._futures:
@@ -185,7 +213,7 @@ class DaskExecutor:
                 items.append(self._queue.get_nowait())
         except queue.Empty:
             pass
-        return [self._to_event(kind, payload) for kind, payload in items]
+        return [event for kind, payload in items for event in self._to_events(kind, payload)]
 
     def _check_scheduler(self) -> None:
         status = self._client.status
@@ -201,7 +229,7 @@ class DaskExecutor:
     def close(self) -> None:
         """Cancel what is still running and stop listening."""
         with self._lock:
-            futures = list(self._futures.values())
+            futures = list({id(f): f for f in self._futures.values()}.values())
             self._futures.clear()
         if futures:
             try:
@@ -216,27 +244,38 @@ class DaskExecutor:
     def _on_report(self, msg: dict[str, Any], worker: str) -> None:
         self._queue.put(("report", (msg, worker)))
 
-    def _to_event(self, kind: str, payload: Any) -> Event:
+    def _to_events(self, kind: str, payload: Any) -> list[Event]:
+        if kind == "wake":
+            return []
         if kind == "report":
             msg, worker = payload
             if "started" in msg:
-                return Started(int(msg["number"]), float(msg["started"]), worker)
-            return Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)
-        number = int(payload)
+                return [Started(int(msg["number"]), float(msg["started"]), worker)]
+            return [Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)]
+        numbers: tuple[int, ...] = payload
         with self._lock:
-            future = self._futures.pop(number, None)
-        outcome = self._outcome(future)
-        if outcome["status"] in ("lost", "cancelled") and self._client.status != "running":
+            futures = [self._futures.pop(number, None) for number in numbers]
+        outcomes = self._outcomes(futures[0], len(numbers))
+        if any(o["status"] in ("lost", "cancelled") for o in outcomes) and self._client.status != "running":
             # The scheduler went away, not the trial: leave it to `resume`, do not record a failure.
             raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
-        return Finished(number, outcome)
+        return [Finished(number, outcome) for number, outcome in zip(numbers, outcomes)]
+
+    @classmethod
+    def _outcomes(cls, future: Future | None, n: int) -> list[dict[str, Any]]:
+        """One outcome per trial of the task (a batch returns a list of them)."""
+        outcome = cls._outcome(future)
+        if isinstance(outcome, list):
+            return [dict(o) for o in outcome]
+        return [dict(outcome) for _ in range(n)]
 
     @staticmethod
-    def _outcome(future: Future | None) -> dict[str, Any]:
+    def _outcome(future: Future | None) -> dict[str, Any] | list[dict[str, Any]]:
         if future is None:
             return {"status": "cancelled", "error": "cancelled", "metrics": {}}
         try:
-            return dict(future.result(timeout=30))
+            result = future.result(timeout=30)
+            return list(result) if isinstance(result, list) else dict(result)
         except (CancelledError, FutureCancelledError) as exc:
             return {"status": "cancelled", "error": f"cancelled: {exc}", "metrics": {}}
         except Exception as exc:  # noqa: BLE001 - KilledWorker, comm errors: the trial's worker is gone

@@ -403,6 +403,11 @@ class SimulatedExecutor:
         return Slots(self.resource, len(self._workers) * self._slots_per_worker, self._slots_per_worker,
                      len(self._workers))  # fmt: skip
 
+    virtual_time = True  # the controller must not sample on a thread: virtual time would not wait for it
+
+    def wake(self) -> None:
+        """Nothing to wake: ``events`` never waits in real time."""
+
     def submit(self, request: TrialRequest) -> None:
         if request.width > self._slots_per_worker:
             raise ValueError(

@@ -14,7 +14,9 @@ import json
 import logging
 import math
 import pickle
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,7 +27,9 @@ from spaces.errors import SpaceError
 
 from cluster.executor import Finished, Report, Started, TrialExecutor, TrialRequest
 
+from .asker import BackgroundAsker
 from .folder import CampaignFolder, write_atomic_bytes
+from .pipeline import Pipeline
 from .pruning import make_pruner, resource_of
 from .scaling_sweep import TargetGoal
 from .pbt import PBTPolicy
@@ -41,6 +45,8 @@ log = logging.getLogger(__name__)
 MAX_TRACEBACK = 20_000
 TARGET_REACHED = "target reached"
 SAMPLER_SAVE_INTERVAL = 2.0  # seconds between sampler pickles
+DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
+NEVER_STARTED = "time budget: never started"
 
 
 class CampaignError(RuntimeError):
@@ -62,6 +68,7 @@ class RunningTrial:
     stop_requested_at: float = 0.0
     attempts: int = 0  # re-runs after its worker was lost
     started_at: float | None = None  # when a worker began it (it may wait queued before)
+    task: int = 0  # the executor task it runs in (a batch holds several trials)
 
     @property
     def number(self) -> int:
@@ -76,6 +83,7 @@ class Prepared:
     config: dict[str, Any]
     width: int
     sampler_saw: int = 0  # finished trials when it was sampled
+    invalid: str = ""  # why its parameters cannot run (it is told FAIL without a slot)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +112,7 @@ class Campaign:
         poll_interval: float = 0.25,
         clock: Callable[[], float] = time.time,
         flush: Callable[[], object] | None = None,
+        threaded_sampling: bool | None = None,
     ) -> None:
         self.spec = spec
         self.folder = folder
@@ -119,8 +128,8 @@ class Campaign:
         self._pruner_ready = spec.study.pruner in ("none", "median", "percentile") or spec.pruning.min_resource > 0
         self._resumable: list[optuna.trial.FrozenTrial] = []
         self._best: float | None = None
-        self._pending: Prepared | None = None
-        self._durations: list[float] = []
+        self._pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
+        self._durations: deque[float] = deque(maxlen=DURATION_WINDOW)
         self._next_number = 0  # the number the next ask gets
         self._next_to_tell = 0  # deterministic campaigns tell in number order
         self._told_early: dict[int, tuple[RunningTrial, dict[str, Any]]] = {}
@@ -128,6 +137,15 @@ class Campaign:
         self._sampler_saved = float("-inf")
         self._goal = _goal_of(spec)
         self._population = _population_of(spec, folder)
+        fixed = spec.study.deterministic or self._population is not None
+        self._pipeline = Pipeline(spec.study.dispatch_ahead, spec.study.batch_trials, fixed=fixed)
+        self._threaded = _sampling_threaded(threaded_sampling, fixed, executor)
+        self._asker: BackgroundAsker[Prepared] | None = None
+        self._inline_ask_seconds = 0.0
+        self._min_width = min(spec.widths())
+        self._busy = 0  # slots held by launched tasks
+        self._task_seq = 0
+        self._tasks: dict[int, list[int]] = {}  # task -> [width, trials still in it]
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -135,24 +153,59 @@ class Campaign:
         """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
         self._count_existing()
         self._check_capacity()
+        self._start_asker()
         try:
             while True:
                 self._fill_slots()
                 self._flush()
-                if not self._running:
+                if not self._running and not self._more_coming():
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
                 self._enforce_time_limits()
                 self._on_progress(self.snapshot())
         except BaseException:
+            self._stop_asker()
             self._mark_interrupted()
             raise
+        else:
+            self._stop_asker()
+            self._release_unstarted()
         finally:
             self._flush()
             self._save_sampler(force=True)
             self.executor.close()
         self._on_progress(self.snapshot())
+
+    # --- sampling off the loop's thread ---------------------------------------------------------
+
+    def _start_asker(self) -> None:
+        if self._threaded and self._asker is None:
+            self._asker = BackgroundAsker(self._ask_and_configure, self.executor.wake, f"asker-{self.spec.study.name}")
+
+    def _stop_asker(self) -> None:
+        """Stop sampling; trials asked and not taken join the pending ones."""
+        if self._asker is not None:
+            self._pending.extend(self._asker.close())
+
+    def _more_coming(self) -> bool:
+        """Whether the asking thread still owes trials (nothing runs while it samples the first ones)."""
+        if self._asker is None or not self._time_left():
+            return False
+        return self._asker.in_hand() > 0 or self._budget_left() > 0
+
+    def _ask_and_configure(self) -> Prepared:
+        """The asking thread's job: one new trial with its config (or why it cannot run)."""
+        saw = self._finished_count()
+        trial = self.study.ask(fixed_distributions=self.spec.space.distributions())
+        try:
+            config = self._trial_config(trial)
+        except SpaceError as exc:
+            return Prepared(trial, {}, 1, saw, invalid=f"invalid parameters: {exc}")
+        return Prepared(trial, config, int(config["data_parallel"]), saw)
+
+    def _ask_seconds(self) -> float:
+        return self._asker.ask_seconds if self._asker is not None else self._inline_ask_seconds
 
     def _handle(self, event: Started | Report | Finished) -> None:
         if isinstance(event, Report):
@@ -185,8 +238,9 @@ class Campaign:
         return sum(self._counts.values())
 
     def _budget_left(self) -> int:
-        pending = 1 if self._pending is not None else 0
-        in_hand = len(self._running) + len(self._resumable) + len(self._told_early) + pending
+        """Trials not asked yet (asked ones in hand, queued, running or waiting to be told count as spent)."""
+        asking = self._asker.in_hand() if self._asker is not None else 0
+        in_hand = len(self._running) + len(self._resumable) + len(self._told_early) + len(self._pending) + asking
         left = self.spec.study.n_trials - self._finished_count() - in_hand
         return max(0, left)
 
@@ -206,43 +260,93 @@ class Campaign:
             )
 
     def _busy_slots(self) -> int:
-        return sum(r.width for r in self._running.values())
+        return self._busy
+
+    def _new_task(self, members: list[RunningTrial]) -> None:
+        """The trials (one width) the executor runs as one task; it holds its slots until all are done."""
+        self._task_seq += 1
+        self._tasks[self._task_seq] = [members[0].width, len(members)]
+        self._busy += members[0].width
+        for running in members:
+            running.task = self._task_seq
+
+    def _leave_task(self, running: RunningTrial) -> None:
+        task = self._tasks.get(running.task)
+        if task is None:
+            return
+        task[1] -= 1
+        if task[1] <= 0:
+            self._busy -= task[0]
+            del self._tasks[running.task]
+        running.task = 0
 
     # --- dispatch ------------------------------------------------------------------------------
 
     def _fill_slots(self) -> None:
-        """Start trials while there are free slots (plus ``dispatch_ahead`` queued at the workers)."""
+        """Launch tasks while there are free slots, plus ``ahead`` tasks queued at the workers.
+
+        A free slot gets whatever is asked (a partial batch); the queue beyond the
+        free slots gets full batches only.
+        """
         slots = self.executor.slots().total
-        capacity = slots + self._ahead(slots)
+        batch = self._batch_size()
+        capacity = slots + self._ahead(slots, batch) * self._min_width
         while self._time_left():
-            prepared = self._pending or self._prepare_next()
-            if prepared is None:
+            self._want_asked(capacity, batch)
+            group = self._next_group(batch)
+            if not group:
                 if self.spec.study.deterministic:
                     self._flush_in_order()  # the budget may be fully asked now
                 return
-            if self._running and self._busy_slots() + prepared.width > capacity:
-                self._pending = prepared  # asked already: it goes first when slots free up
+            width = group[0].width
+            fits = self._busy + width <= slots or (self._busy + width <= capacity and len(group) == batch)
+            if self._running and not fits:
+                self._pending.extendleft(reversed(group))  # asked already: they go first when slots free up
                 return
-            self._pending = None
-            self._launch(prepared)
+            self._launch(group)
+        self._want_asked(0, batch)
 
-    def _ahead(self, slots: int) -> int:
-        """Trials queued at the workers beyond the free slots, so a freed slot restarts at once.
+    def _batch_size(self) -> int:
+        if not hasattr(self.executor, "submit_batch"):
+            return 1
+        return self._pipeline.batch(self._median_duration(), self._ask_seconds())
 
-        ``dispatch_ahead = "auto"``: none until trial durations are known, then
-        enough to cover a controller round trip on short trials (one per slot for
-        trials under ~2 s) and one for the whole cluster on long ones, so the
-        sampler still sees fresh results. Deterministic campaigns queue none.
+    def _ahead(self, slots: int, batch: int = 1) -> int:
+        """Tasks queued at the workers beyond the free slots, so a freed slot restarts at once (see pipeline)."""
+        return self._pipeline.ahead(slots, self._median_duration(), self._ask_seconds(), batch)
+
+    def _median_duration(self) -> float | None:
+        return statistics.median(self._durations) if self._durations else None
+
+    def _want_asked(self, capacity: int, batch: int) -> None:
+        """Tell the asking thread how many trials to have ready: enough to fill what is free, within budget."""
+        if self._asker is None:
+            return
+        free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
+        wanted = max(0, batch * free_tasks - len(self._pending))
+        self._asker.want(min(wanted, self._asker.in_hand() + self._budget_left()) if self._time_left() else 0)
+
+    def _next_group(self, batch: int) -> list[Prepared]:
+        """Up to ``batch`` prepared trials of one width, the pending ones first.
+
+        Fetched trials wait in ``_pending`` (which the budget counts) until they are grouped.
         """
-        setting = self.spec.study.dispatch_ahead
-        if self.spec.study.deterministic or self._population is not None:
-            return 0
-        if setting >= 0:
-            return setting
-        if not self._durations:
-            return 0
-        median = sorted(self._durations)[len(self._durations) // 2]
-        return int(min(slots, max(1, round(2.0 * slots / max(median, 1e-3)))))
+        while len(self._pending) < batch and (item := self._fetch()) is not None:
+            self._pending.append(item)
+        group: list[Prepared] = []
+        while self._pending and len(group) < batch and (not group or self._pending[0].width == group[0].width):
+            group.append(self._pending.popleft())
+        return group
+
+    def _fetch(self) -> Prepared | None:
+        """The next trial to launch: resumed first, then asked (by the asking thread, or here)."""
+        if self._asker is None or self._resumable:
+            return self._prepare_next()
+        while (item := self._asker.take()) is not None:
+            if not item.invalid:
+                return item
+            self._reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit: no slot spent
+        return None
 
     def _prepare_next(self) -> Prepared | None:
         """The next trial to run, asked and configured; None when the budget is spent (or must wait)."""
@@ -250,7 +354,9 @@ class Campaign:
             if self._resumable:
                 trial = self._reopen(self._resumable.pop(0))
             elif self._budget_left() > 0 and self._may_ask():
+                started = time.perf_counter()
                 trial = self._ask()
+                self._inline_ask_seconds += 0.2 * (time.perf_counter() - started - self._inline_ask_seconds)
             else:
                 return None
             try:
@@ -298,15 +404,32 @@ class Campaign:
         }
         return self._population.first_segment(config) if self._population else config
 
-    def _launch(self, prepared: Prepared) -> None:
-        trial, config = prepared.trial, prepared.config
-        self.folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
-        trial.set_user_attr("seed", config["seed"])
-        trial.set_user_attr("config", config)
-        trial.set_user_attr("width", prepared.width)
-        trial.set_user_attr("sampler_saw", prepared.sampler_saw)
-        self._running[trial.number] = RunningTrial(trial, config, prepared.width, self._clock())
-        self.executor.submit(TrialRequest(trial.number, self.spec.trainer.entry, config, prepared.width))
+    def _launch(self, group: list[Prepared]) -> None:
+        """Send trials of one width to the executor as one task (a batch when there are several)."""
+        members = []
+        for prepared in group:
+            trial, config = prepared.trial, prepared.config
+            self.folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
+            trial.set_user_attr("seed", config["seed"])
+            trial.set_user_attr("config", config)
+            trial.set_user_attr("width", prepared.width)
+            trial.set_user_attr("sampler_saw", prepared.sampler_saw)
+            if len(group) > 1:
+                trial.set_user_attr("batch", len(group))
+            running = RunningTrial(trial, config, prepared.width, self._clock())
+            self._running[trial.number] = running
+            members.append(running)
+        self._new_task(members)
+        requests = [TrialRequest(r.number, self.spec.trainer.entry, r.config, r.width) for r in members]
+        if len(requests) == 1:
+            self.executor.submit(requests[0])
+        else:
+            self.executor.submit_batch(requests)  # type: ignore[attr-defined] - only when it has one
+
+    def _resubmit(self, running: RunningTrial) -> None:
+        """The same trial again, on its own (a retry, or a population member's next segment)."""
+        self._new_task([running])
+        self.executor.submit(TrialRequest(running.number, self.spec.trainer.entry, running.config, running.width))
 
     def _reject(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr("fail_reason", reason)
@@ -391,6 +514,7 @@ class Campaign:
         running = self._running.get(event.number)
         if running is None:
             return
+        self._leave_task(running)
         if self._should_retry(running, event.outcome):
             self._retry(running, event.outcome)
             return
@@ -408,21 +532,30 @@ class Campaign:
 
         So trial k is sampled from exactly trials 0..k-P-1, whatever the timing or the worker count.
         """
-        all_asked = self._budget_left() == 0 and self._pending is None
+        all_asked = self._budget_left() == 0 and not self._pending
         lag = self.spec.study.parallelism
         while self._next_to_tell in self._told_early and (all_asked or self._next_to_tell + lag < self._next_number):
             self._tell(*self._told_early.pop(self._next_to_tell))
 
     def _save_sampler(self, force: bool = False) -> None:
-        """Pickle the sampler (RNG state included) now and then, so ``resume`` continues its stream."""
+        """Pickle the sampler (RNG state included) now and then, so ``resume`` continues its stream.
+
+        Never while the asking thread samples: a busy sampler is saved on a later turn.
+        """
         now = time.monotonic()
         if not force and now - self._sampler_saved < SAMPLER_SAVE_INTERVAL:
             return
-        self._sampler_saved = now
+        lock = self._asker.sampler_lock if self._asker is not None else None
+        if lock is not None and not lock.acquire(blocking=force, timeout=30.0 if force else -1):
+            return
         try:
+            self._sampler_saved = now
             write_atomic_bytes(self.folder.sampler_state, pickle.dumps(self.study.sampler))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             log.warning("sampler state not saved (%s); resume will start a fresh sampler", exc)
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _next_segment(self, running: RunningTrial, outcome: Mapping[str, Any]) -> bool:
         """Population-based training: submit the member's next segment; False when it is done."""
@@ -436,7 +569,7 @@ class Campaign:
                 running.trial.set_user_attr(key, value)
             return False
         running.config = config
-        self.executor.submit(TrialRequest(running.number, self.spec.trainer.entry, config, running.width))
+        self._resubmit(running)
         return True
 
     def _should_retry(self, running: RunningTrial, outcome: Mapping[str, Any]) -> bool:
@@ -452,7 +585,7 @@ class Campaign:
         running.trial.set_user_attr("retries", running.attempts)
         log.warning("trial %d lost its worker (%s); retry %d of %d",
                     running.number, outcome.get("error"), running.attempts, self.spec.study.max_retries)
-        self.executor.submit(TrialRequest(running.number, self.spec.trainer.entry, running.config, running.width))
+        self._resubmit(running)
 
     def _mark_told(self, number: int) -> None:
         self._told.add(number)
@@ -543,13 +676,24 @@ class Campaign:
     def _mark_interrupted(self) -> None:
         """Leave unfinished trials RUNNING (resumable, same number and params) and say so."""
         trials = [r.trial for r in self._running.values()] + [r.trial for r, _o in self._told_early.values()]
-        if self._pending is not None:
-            trials.append(self._pending.trial)
+        trials += [p.trial for p in self._pending]
         for trial in trials:
             try:
                 trial.set_user_attr("interrupted", True)
             except Exception as exc:  # noqa: BLE001 - storage may be gone too; resume still finds RUNNING
                 log.warning("could not mark trial %d interrupted: %s", trial.number, exc)
+
+    def _release_unstarted(self) -> None:
+        """Trials asked but never launched (the time budget ran out first) end PRUNED, so none stays RUNNING."""
+        while self._pending:
+            prepared = self._pending.popleft()
+            if prepared.invalid:
+                self._reject(prepared.trial, prepared.invalid)
+                continue
+            prepared.trial.set_user_attr("stop_reason", NEVER_STARTED)
+            self.study.tell(prepared.trial, state=TrialState.PRUNED)
+            self._mark_told(prepared.trial.number)
+            self._counts["pruned"] += 1
 
     # --- progress ------------------------------------------------------------------------------
 
@@ -573,6 +717,16 @@ class Campaign:
         value = float(values[0])
         better = max if self.spec.objective_directions[0] == "maximize" else min
         self._best = value if self._best is None else better(self._best, value)
+
+
+def _sampling_threaded(requested: bool | None, fixed: bool, executor: TrialExecutor) -> bool:
+    """Sample on a thread unless the order of asks matters (deterministic, PBT) or time is virtual."""
+    if fixed or getattr(executor, "virtual_time", False):
+        if requested:
+            raise ValueError("threaded sampling needs a real-time executor and a campaign that is not "
+                             "deterministic or population-based")  # fmt: skip
+        return False
+    return True if requested is None else bool(requested)
 
 
 def _population_of(spec: CampaignSpec, folder: CampaignFolder) -> Population | None:

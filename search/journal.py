@@ -11,11 +11,17 @@ The file stays Optuna's own format: ``optuna.load_study`` with
 A controller killed between flushes loses at most that iteration's entries: the
 trials they concerned are still RUNNING in the file, and ``resume`` re-runs them
 from their checkpoints. A torn last line from a crash mid-write is cut off when
-the file is opened again.
+the file is opened again; a write interrupted in this process (Ctrl-C lands in
+the middle of it) is cut back and written again by the next flush.
+
+The controller is the only writer (its folder lock guarantees it), so the flush
+appends without Optuna's lock file: no symlink, rename and unlink per flush, and
+no lock left half-released by an interrupt.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Generator
@@ -47,6 +53,7 @@ class GroupCommitJournal(BaseJournalBackend):
     def __init__(self, path: str | Path) -> None:
         self._path = Path(path)
         self._persisted = repair_journal(self._path)
+        self._size = self._path.stat().st_size if self._path.exists() else 0  # bytes of whole, flushed lines
         self._inner = JournalFileBackend(str(self._path))
         self._buffer: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -66,10 +73,30 @@ class GroupCommitJournal(BaseJournalBackend):
         yield from buffered[max(0, log_number_from - persisted) :]
 
     def flush(self) -> int:
-        """Write the buffered entries with one lock and one fsync; return how many."""
+        """Write the buffered entries with one write and one fsync; return how many.
+
+        If the write is interrupted (an exception, Ctrl-C included), the entries stay
+        buffered and the next flush first cuts the file back to its last whole flush.
+        """
         with self._lock:
-            logs, self._buffer = self._buffer, []
-            if logs:
-                self._inner.append_logs(logs)
-                self._persisted += len(logs)
+            logs = self._buffer
+            if not logs:
+                return 0
+            data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+            self._append(data)
+            self._buffer = []
+            self._persisted += len(logs)
+            self._size += len(data)
         return len(logs)
+
+    def _append(self, data: bytes) -> None:
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, self._size)  # undo a write cut short earlier in this process
+            os.lseek(fd, self._size, os.SEEK_SET)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -64,6 +64,7 @@ class StudySpec:
     deterministic: bool = False
     scheduler: str = "none"
     dispatch_ahead: int = -1  # -1: automatic
+    batch_trials: int = -1  # trials per task; -1: automatic
     parallelism: int = 4
     max_retries: int = 2
 
@@ -132,7 +133,7 @@ _TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
     "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
-    "scheduler", "dispatch_ahead",
+    "scheduler", "dispatch_ahead", "batch_trials",
 )  # fmt: skip
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
@@ -190,17 +191,19 @@ def _study(t: SpecTable) -> StudySpec:
         deterministic=t.bool("deterministic", False),
         parallelism=t.int("parallelism", 4, minimum=1),
         scheduler=t.choice("scheduler", SCHEDULERS, "none"),
-        dispatch_ahead=_dispatch_ahead(t),
+        dispatch_ahead=_auto_int(t, "dispatch_ahead", 0),
+        batch_trials=_auto_int(t, "batch_trials", 1),
         max_retries=t.int("max_retries", 2, minimum=0),
     )
 
 
-def _dispatch_ahead(t: SpecTable) -> int:
-    value = t.data.get("dispatch_ahead", "auto")
+def _auto_int(t: SpecTable, key: str, minimum: int) -> int:
+    """``"auto"`` (-1) or an integer >= ``minimum``."""
+    value = t.data.get(key, "auto")
     if value == "auto":
         return -1
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise t.error("dispatch_ahead", f"must be \"auto\" or an integer >= 0, got {_show(value)}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise t.error(key, f"must be \"auto\" or an integer >= {minimum}, got {_show(value)}")
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,32 @@ def test_writes_wait_for_flush_and_reads_see_them_before(tmp_path: Path) -> None
     assert lines(path) > 0
     plain = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(path))))
     assert plain.trials[0].value == 0.25 and plain.trials[0].intermediate_values == {1: 0.5}
+
+
+def test_a_flush_interrupted_mid_write_is_cut_back_and_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "study.journal"
+    backend = GroupCommitJournal(path)
+    study = optuna.create_study(study_name="s", storage=JournalStorage(backend))
+    study.tell(study.ask(DIST), 0.1)
+    backend.flush()
+    study.tell(study.ask(DIST), 0.2)
+    real_write = os.write
+
+    def half_then_ctrl_c(fd: int, data: bytes) -> int:
+        monkeypatch.setattr(os, "write", real_write)
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise KeyboardInterrupt  # Ctrl-C lands in the middle of the write
+
+    monkeypatch.setattr(os, "write", half_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        backend.flush()
+    assert not path.read_bytes().endswith(b"\n")  # torn on disk for now
+    study.tell(study.ask(DIST), 0.3)
+    assert backend.flush() > 0  # the controller's final flush
+    plain = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(path))))
+    assert [t.value for t in plain.trials] == [0.1, 0.2, 0.3]
 
 
 def test_a_torn_last_line_is_cut_when_the_controller_opens_the_file(tmp_path: Path) -> None:

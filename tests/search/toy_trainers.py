@@ -1,18 +1,25 @@
 """Tiny trainers for controller tests: real functions run on real Dask workers, no torch.
 
 ``fit``: the value climbs towards ``quality`` over the epochs; ``quality < 0`` raises,
-``quality == 99`` returns NaN. ``options.sleep`` seconds per epoch.
+``quality == 99`` returns NaN. ``options.sleep`` seconds per epoch. ``options.die_once = "<path>"``: the first trial to
+start creates that file and kills its worker process (a lost worker, once).
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from trainers.api import Reporter, TrialConfig
 
 
 def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     quality = float(config.params["quality"])
+    marker = config.options.get("die_once")
+    if marker and not Path(marker).exists():
+        Path(marker).write_text(str(config.number))
+        os._exit(3)  # the worker process dies mid-task
     if quality < 0:
         raise ValueError(f"quality {quality} is negative: this trial fails on purpose")
     sleep = float(config.options.get("sleep", 0.0))

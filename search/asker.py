@@ -1,0 +1,130 @@
+"""Sampling off the dispatch path: a thread that asks trials ahead of need.
+
+The controller's loop sets how many asked trials it wants in hand
+(:meth:`BackgroundAsker.want`) and takes them without waiting
+(:meth:`BackgroundAsker.take`). A sampler that needs seconds per ask then
+delays only the trial it is sampling: finished trials are still told, and
+trials already asked are still dispatched, while it works.
+
+Thread safety rests on two facts: Optuna's storages lock their own state, and
+every named sampler's ``after_trial`` (called by ``tell`` on the loop's
+thread) reads the storage only; it never touches state that ``ask`` uses.
+Whatever must not overlap an ask (pickling the sampler for ``resume``) takes
+:attr:`BackgroundAsker.sampler_lock`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["BackgroundAsker", "AskFailed"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+EWMA_WEIGHT = 0.2  # weight of the newest ask in the running mean of ask times
+
+
+class AskFailed(RuntimeError):
+    """The sampler raised on the asking thread; the original is the ``__cause__``."""
+
+
+class BackgroundAsker(Generic[T]):
+    """Calls ``produce()`` on its own thread until ``want(n)`` items are in hand."""
+
+    def __init__(self, produce: Callable[[], T], wake: Callable[[], None], name: str = "hypersweep-asker") -> None:
+        self._produce = produce
+        self._wake = wake
+        self._cond = threading.Condition()
+        self._ready: deque[T] = deque()
+        self._target = 0
+        self._asking = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self.sampler_lock = threading.Lock()
+        self.ask_seconds = 0.0  # running mean of one produce() call
+        self.asked = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # --- the loop's side -------------------------------------------------------------------
+
+    def want(self, n: int) -> None:
+        """Keep ``n`` items in hand (asked and not taken, the one being asked included)."""
+        with self._cond:
+            self._target = max(0, int(n))
+            self._cond.notify()
+
+    def in_hand(self) -> int:
+        with self._cond:
+            return len(self._ready) + (1 if self._asking else 0)
+
+    @property
+    def busy(self) -> bool:
+        """Whether an ask is in progress."""
+        with self._cond:
+            return self._asking
+
+    def take(self) -> T | None:
+        """An asked item, or None if none is ready; raises :class:`AskFailed` if the sampler raised.
+
+        Taking one also lowers the wanted count by one: the thread asks again only when told to.
+        """
+        with self._cond:
+            if self._error is not None:
+                raise AskFailed(f"the sampler failed: {type(self._error).__name__}: {self._error}") from self._error
+            if not self._ready:
+                return None
+            self._target = max(0, self._target - 1)
+            return self._ready.popleft()
+
+    def close(self, timeout: float = 30.0) -> list[T]:
+        """Stop asking; wait up to ``timeout`` s for an ask in progress; return what was not taken."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("the sampler was still asking after %.0f s; that trial stays RUNNING for resume", timeout)
+        with self._cond:
+            left, self._ready = list(self._ready), deque()
+        return left
+
+    # --- the asking thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while self._next_turn():
+            started = time.perf_counter()
+            try:
+                with self.sampler_lock:
+                    item = self._produce()
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop's thread, raised there
+                with self._cond:
+                    self._error, self._asking = exc, False
+                self._wake()
+                return
+            self._record(time.perf_counter() - started)
+            with self._cond:
+                self._ready.append(item)
+                self._asking = False
+            self._wake()
+
+    def _next_turn(self) -> bool:
+        """Wait until another item is wanted; False once closed."""
+        with self._cond:
+            while not self._closed and len(self._ready) >= self._target:
+                self._cond.wait()
+            if self._closed:
+                return False
+            self._asking = True
+            return True
+
+    def _record(self, seconds: float) -> None:
+        self.asked += 1
+        weight = 1.0 if self.asked == 1 else EWMA_WEIGHT
+        self.ask_seconds += weight * (seconds - self.ask_seconds)

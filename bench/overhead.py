@@ -4,7 +4,8 @@
 
 (a) slot utilization on N x 100 ms and N x 1 s trials, random and TPE;
 (b) trials/s on N trivial (0 s) trials, random and TPE;
-(c) controller memory (RSS growth) and per-trial overhead at 10,000 trials.
+(c) controller memory (RSS growth) and per-trial overhead at 10,000 trials;
+(d) a slow sampler (1 s per ask, 6 s trials): the slots' busy fraction in steady state.
 
 Definitions (printed with the table):
 - utilization = sum of trial durations measured inside the trials (t1 - t0, by the
@@ -14,6 +15,11 @@ Definitions (printed with the table):
   submit loop), study creation and cluster start excluded.
 - ``tpe-bound`` / ``random-bound``: serial ask + tell on an in-memory study with no
   trial at all: the sampler's own ceiling.
+- ``sampler_busy`` (hypersweep, trivial trials): the fraction of the run its sampling
+  thread spent asking; near 1 means sampling is what limits the rate.
+- ``util_slow_ask``: busy fraction of the slots from the start of the 4th trial to the
+  start of the last (ramp-up and drain left out), with a sampler that sleeps 1 s per
+  ask (a stand-in for GP or TPE on a large study) and 6 s trials.
 
 Peers: ``hypersweep`` (the real Campaign + DaskExecutor on a LocalCluster of 4
 single-slot worker processes, the default storage: the group-commit journal file),
@@ -198,14 +204,17 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
         study.sampler = DelayedSampler(study.sampler, delay)
     start = time.perf_counter()
     executor = DaskExecutor(ctx.client, f"bench-{spec.study.name}")
-    Campaign(spec, folder, study, executor, threaded_sampling=threaded).run()
+    campaign = Campaign(spec, folder, study, executor, threaded_sampling=threaded)
+    campaign.run()
     wall = time.perf_counter() - start
+    asker = campaign._asker  # noqa: SLF001 - how busy the sampling thread was
     spans = []
     for t in study.get_trials(deepcopy=False):
         m = t.user_attrs.get("metrics") or {}
         if "t0" in m:
             spans.append((float(m["t0"]), float(m["t1"])))
-    return {"wall": wall, "spans": spans, "done": len(spans)}
+    busy = asker.busy_seconds / wall if asker is not None and wall > 0 else float("nan")
+    return {"wall": wall, "spans": spans, "done": len(spans), "sampler_busy": busy}
 
 
 def run_optuna_threads(ctx: Ctx, n: int, sleep: float, sampler: str, delay: float = 0.0) -> dict[str, Any]:
@@ -432,6 +441,8 @@ def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, 
             print(f"  trials_per_s {sampler} {peer}: FAILED {type(exc).__name__}: {exc}", flush=True)
             continue
         rec.add("trials_per_s", sampler, peer, rep, len(result["spans"]) / result["wall"], "trials/s")
+        if peer == "hypersweep":
+            rec.add("sampler_busy", sampler, peer, rep, result["sampler_busy"], "fraction")
     measure_slow_sampler(rec, ctx, peer, rep, sizes)
 
 
@@ -580,6 +591,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("utilization = sum of in-trial durations / (4 slots x (last trial end - first trial start))")
     print("trials_per_s = trials / wall of the optimize call; rss = controller RSS growth over the run;")
+    print("sampler_busy = share of the run hypersweep's sampling thread spent asking (1 = sampling is the limit)")
+    print("util_slow_ask = steady-state busy slots (4th trial start .. last trial start), 1 s asks, 6 s trials")
     print("ms_per_trial (c) = controller real time per trial, 10 reports each (hypersweep on the simulated executor,")
     print("  journal storage; hypersweep-memory = in-memory storage; optuna-threads: 0 reports, in-memory)")
     print()

@@ -35,12 +35,17 @@ SLOTS_TTL = 1.0  # seconds between fresh looks at the cluster's workers
 
 @dataclasses.dataclass(frozen=True)
 class TrialRequest:
-    """One trial to run: the trainer by name, its config as builtins, its width in slots."""
+    """One trial to run: the trainer by name, its config as builtins, its width in slots.
+
+    ``prefer``: a worker address to queue it at (the one expected to free a slot
+    first); a hint only, any worker may still run it.
+    """
 
     number: int
     trainer: str
     config: Mapping[str, Any]
     width: int = 1
+    prefer: str = ""
 
     def __post_init__(self) -> None:
         if self.width < 1:
@@ -181,7 +186,9 @@ class DaskExecutor:
     def _submit(self, requests: Sequence[TrialRequest]) -> Future:
         first = requests[0]
         key = f"{self._topic}-trial-{first.number}-{time.monotonic_ns()}"
-        where = {"key": key, "resources": {self._resource: first.width}, "pure": False}
+        where: dict[str, Any] = {"key": key, "resources": {self._resource: first.width}, "pure": False}
+        if first.prefer:
+            where.update(workers=[first.prefer], allow_other_workers=True)
         if len(requests) == 1:
             return self._client.submit(
                 run_trial, first.trainer, dict(first.config), self._topic, self._resource, first.width, **where

@@ -48,6 +48,7 @@ class BackgroundAsker(Generic[T]):
         self._error: BaseException | None = None
         self.sampler_lock = threading.Lock()
         self.ask_seconds = 0.0  # running mean of one produce() call
+        self.busy_seconds = 0.0  # all produce() calls together
         self.asked = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -126,5 +127,6 @@ class BackgroundAsker(Generic[T]):
 
     def _record(self, seconds: float) -> None:
         self.asked += 1
+        self.busy_seconds += seconds
         weight = 1.0 if self.asked == 1 else EWMA_WEIGHT
         self.ask_seconds += weight * (seconds - self.ask_seconds)

@@ -69,6 +69,7 @@ class RunningTrial:
     attempts: int = 0  # re-runs after its worker was lost
     started_at: float | None = None  # when a worker began it (it may wait queued before)
     task: int = 0  # the executor task it runs in (a batch holds several trials)
+    worker: str = ""  # where it started
 
     @property
     def number(self) -> int:
@@ -146,6 +147,8 @@ class Campaign:
         self._busy = 0  # slots held by launched tasks
         self._task_seq = 0
         self._tasks: dict[int, list[int]] = {}  # task -> [width, trials still in it]
+        self._claimed: set[int] = set()  # running tasks a queued task waits to follow on their worker
+        self._place = not getattr(executor, "virtual_time", False)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -212,7 +215,8 @@ class Campaign:
             self._on_report(event)
         elif isinstance(event, Started):
             if event.number in self._running:
-                self._running[event.number].started_at = event.time
+                running = self._running[event.number]
+                running.started_at, running.worker = event.time, event.worker
         else:
             self._on_finished(event)
 
@@ -278,7 +282,29 @@ class Campaign:
         if task[1] <= 0:
             self._busy -= task[0]
             del self._tasks[running.task]
+            self._claimed.discard(running.task)
         running.task = 0
+
+    def _preferred_worker(self, width: int) -> str:
+        """For a task that will queue: the worker of the oldest running task no queued task follows yet.
+
+        Used when fewer tasks are queued than there are slots. Left to itself Dask
+        may queue one behind a trial that ends later, and an idle worker then waits
+        for work stealing (about a second). With a task queued per slot, Dask's own
+        balancing does better.
+        """
+        if width != 1 or not self._place:
+            return ""
+        oldest: RunningTrial | None = None
+        for r in self._running.values():
+            if r.started_at is None or not r.worker or r.task in self._claimed or r.width != 1:
+                continue
+            if oldest is None or r.started_at < oldest.started_at:  # type: ignore[operator]
+                oldest = r
+        if oldest is None:
+            return ""
+        self._claimed.add(oldest.task)
+        return oldest.worker
 
     # --- dispatch ------------------------------------------------------------------------------
 
@@ -290,9 +316,12 @@ class Campaign:
         """
         slots = self.executor.slots().total
         batch = self._batch_size()
-        capacity = slots + self._ahead(slots, batch) * self._min_width
+        ahead = self._ahead(slots, batch)
+        capacity = slots + ahead * self._min_width
+        place = ahead < slots  # a short queue: which worker a queued task waits at matters
+        spare = self._pipeline.spare(slots, self._median_duration(), self._ask_seconds())
         while self._time_left():
-            self._want_asked(capacity, batch)
+            self._want_asked(capacity, batch, spare)
             group = self._next_group(batch)
             if not group:
                 if self.spec.study.deterministic:
@@ -303,8 +332,8 @@ class Campaign:
             if self._running and not fits:
                 self._pending.extendleft(reversed(group))  # asked already: they go first when slots free up
                 return
-            self._launch(group)
-        self._want_asked(0, batch)
+            self._launch(group, self._preferred_worker(width) if place and self._busy + width > slots else "")
+        self._want_asked(0, batch, 0)
 
     def _batch_size(self) -> int:
         if not hasattr(self.executor, "submit_batch"):
@@ -313,17 +342,17 @@ class Campaign:
 
     def _ahead(self, slots: int, batch: int = 1) -> int:
         """Tasks queued at the workers beyond the free slots, so a freed slot restarts at once (see pipeline)."""
-        return self._pipeline.ahead(slots, self._median_duration(), self._ask_seconds(), batch)
+        return self._pipeline.ahead(slots, self._median_duration(), batch)
 
     def _median_duration(self) -> float | None:
         return statistics.median(self._durations) if self._durations else None
 
-    def _want_asked(self, capacity: int, batch: int) -> None:
-        """Tell the asking thread how many trials to have ready: enough to fill what is free, within budget."""
+    def _want_asked(self, capacity: int, batch: int, spare: int) -> None:
+        """Tell the asking thread how many trials to have ready: what is free plus spares, within budget."""
         if self._asker is None:
             return
         free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
-        wanted = max(0, batch * free_tasks - len(self._pending))
+        wanted = max(0, batch * free_tasks + spare - len(self._pending))
         self._asker.want(min(wanted, self._asker.in_hand() + self._budget_left()) if self._time_left() else 0)
 
     def _next_group(self, batch: int) -> list[Prepared]:
@@ -404,7 +433,7 @@ class Campaign:
         }
         return self._population.first_segment(config) if self._population else config
 
-    def _launch(self, group: list[Prepared]) -> None:
+    def _launch(self, group: list[Prepared], prefer: str = "") -> None:
         """Send trials of one width to the executor as one task (a batch when there are several)."""
         members = []
         for prepared in group:
@@ -420,7 +449,7 @@ class Campaign:
             self._running[trial.number] = running
             members.append(running)
         self._new_task(members)
-        requests = [TrialRequest(r.number, self.spec.trainer.entry, r.config, r.width) for r in members]
+        requests = [TrialRequest(r.number, self.spec.trainer.entry, r.config, r.width, prefer) for r in members]
         if len(requests) == 1:
             self.executor.submit(requests[0])
         else:

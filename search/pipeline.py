@@ -1,12 +1,14 @@
 """How far the controller runs ahead of the workers: queued tasks and trials per task.
 
-Two numbers decide whether a freed slot restarts at once:
+Three numbers decide whether a freed slot restarts at once:
 
 - **ahead**: tasks queued at the workers beyond the free slots. Dask starts a
   queued task the moment a slot frees, without a controller round trip. The
-  queue must cover the slots that free up while the controller answers one
-  finish (a round trip plus sampling the replacement), and no more, so the
-  sampler still sees fresh results.
+  queue covers the slots that free up during one controller round trip, and
+  no more, so the sampler still sees fresh results.
+- **spare**: trials asked ahead and held by the controller, for a slow sampler
+  only (an ask of ``SLOW_ASK_SECONDS`` or more): enough to cover the finishes
+  expected while it samples, so a freed slot never waits for a sample.
 - **batch**: trials per Dask task. A task round trip costs the cluster about
   10-20 ms of slot time and the controller a few ms of CPU; a trial much
   shorter than that is run with others in one task, about ``TASK_SECONDS`` of
@@ -21,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["Pipeline", "ROUND_TRIP_SECONDS", "TASK_SECONDS", "MAX_AUTO_BATCH"]
+__all__ = ["Pipeline", "ROUND_TRIP_SECONDS", "TASK_SECONDS", "MAX_AUTO_BATCH", "SLOW_ASK_SECONDS"]
 
 ROUND_TRIP_SECONDS = 2.0  # what one controller round trip may take on a loaded machine, with slack
 TASK_SECONDS = 0.05  # trial time a batched task aims to hold
 MAX_AUTO_BATCH = 32  # trials per task at most, when automatic
+SLOW_ASK_SECONDS = 0.05  # a sampler this slow per ask gets spare trials asked ahead
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,12 +63,11 @@ class Pipeline:
         per_trial = max(median_duration, ask_seconds, 1e-4)
         return int(min(MAX_AUTO_BATCH, max(1, math.floor(TASK_SECONDS / per_trial))))
 
-    def ahead(self, slots: int, median_duration: float | None, ask_seconds: float, batch: int = 1) -> int:
+    def ahead(self, slots: int, median_duration: float | None, batch: int = 1) -> int:
         """Tasks queued at the workers beyond the free slots.
 
         Automatic: none until durations are known; then enough to cover the
-        finishes expected during one round trip plus twice the sampling of a
-        task's trials, at least one, at most one per slot.
+        finishes expected during one round trip, at least one, at most one per slot.
         """
         if self.fixed:
             return 0
@@ -74,5 +76,17 @@ class Pipeline:
         if median_duration is None or slots < 1:
             return 0
         task_seconds = max(median_duration * batch, 1e-3)
-        cover = (ROUND_TRIP_SECONDS + 2.0 * ask_seconds * batch) * slots / task_seconds
-        return int(min(slots, max(1, math.ceil(cover))))
+        return int(min(slots, max(1, math.ceil(ROUND_TRIP_SECONDS * slots / task_seconds))))
+
+    def spare(self, slots: int, median_duration: float | None, ask_seconds: float) -> int:
+        """Trials the controller keeps asked in hand beyond what it can launch now.
+
+        None for a fast sampler; for a slow one, one before durations are known,
+        then twice the finishes expected during one ask, at most one per slot.
+        """
+        if self.fixed or ask_seconds < SLOW_ASK_SECONDS or slots < 1:
+            return 0
+        if median_duration is None:
+            return 1
+        expected = 2.0 * ask_seconds * slots / max(median_duration, 1e-3)
+        return int(min(slots, max(1, math.ceil(expected))))

@@ -21,20 +21,28 @@ def test_auto_batch_is_one_until_durations_are_known_then_about_a_task_of_short_
     assert auto.batch(0.0, 0.005) == 10  # a trial counts at least its sampling time
 
 
-def test_auto_ahead_covers_a_round_trip_and_the_sampling_of_the_replacements() -> None:
+def test_auto_ahead_covers_the_finishes_during_one_round_trip() -> None:
     auto = Pipeline()
-    assert auto.ahead(4, None, 0.0) == 0  # nothing known: nothing queued
-    assert auto.ahead(4, 0.1, 0.0) == 4  # short trials: one per slot
-    assert auto.ahead(4, 60.0, 0.0) == 1  # long trials: one for the cluster
-    assert auto.ahead(1024, 60.0, 0.0) == 35  # 1024 slots end ~17 trials/s: 2 s of them
-    assert auto.ahead(4, 8.0, 1.0) == 2  # a sampler taking 1 s per ask needs a deeper queue
-    assert auto.ahead(4, 0.001, 0.0, batch=32) == 4  # in tasks, at most one per slot
+    assert auto.ahead(4, None) == 0  # nothing known: nothing queued
+    assert auto.ahead(4, 0.1) == 4  # short trials: one per slot
+    assert auto.ahead(4, 60.0) == 1  # long trials: one for the cluster
+    assert auto.ahead(1024, 60.0) == 35  # 1024 slots end ~17 trials/s: 2 s of them
+    assert auto.ahead(4, 0.001, batch=32) == 4  # in tasks, at most one per slot
+
+
+def test_a_slow_sampler_gets_spare_trials_asked_ahead_a_fast_one_none() -> None:
+    auto = Pipeline()
+    assert auto.spare(4, 6.0, 0.001) == 0  # fast sampler: every sample sees the latest results
+    assert auto.spare(4, None, 1.0) == 1  # slow, durations unknown: one in hand
+    assert auto.spare(4, 6.0, 1.0) == 2  # 4 slots end 0.67 trials/s: twice that per 1 s ask
+    assert auto.spare(4, 0.1, 1.0) == 4  # at most one per slot
+    assert Pipeline(fixed=True).spare(4, 6.0, 1.0) == 0
 
 
 def test_fixed_pipelines_and_settings_win_over_the_automatic_rules() -> None:
-    assert Pipeline(fixed=True).ahead(4, 0.1, 0.0) == 0
+    assert Pipeline(fixed=True).ahead(4, 0.1) == 0
     assert Pipeline(fixed=True).batch(0.0, 0.0) == 1
-    assert Pipeline(ahead_setting=3).ahead(4, None, 0.0) == 3
+    assert Pipeline(ahead_setting=3).ahead(4, None) == 3
     assert Pipeline(batch_setting=7).batch(None, 0.0) == 7
 
 

@@ -12,7 +12,8 @@ import pytest
 from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
-from search.campaign import NEVER_STARTED, Campaign
+from cluster.executor import Finished, TrialRequest
+from search.campaign import NEVER_STARTED, Campaign, RunningTrial
 from search.folder import CampaignFolder
 from search.runner import load_study
 from search.spec import SpecError, parse_spec
@@ -128,3 +129,58 @@ def test_batch_trials_must_be_auto_or_a_positive_integer(tmp_path: Path, value: 
     text = SPEC.format(n_trials=2, sleep=0, study_extra=f"batch_trials = {value}", options="", choices="0.5")
     with pytest.raises(SpecError, match=r"batch_trials.*\"auto\" or an integer >= 1"):
         parse_spec(tomllib.loads(text), "pipe.toml", text)
+
+
+def _collect_finished(executor: DaskExecutor, numbers: set[int], timeout: float = 60.0) -> dict[int, Any]:
+    done: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    while set(done) != numbers:
+        assert time.monotonic() < deadline, f"finished {sorted(done)} of {sorted(numbers)}"
+        for event in executor.events(timeout=0.5):
+            if isinstance(event, Finished):
+                done[event.number] = event.outcome
+    return done
+
+
+def _config(number: int, quality: float = 0.5) -> dict[str, Any]:
+    return {"study": "x", "number": number, "params": {"quality": quality}, "seed": number, "epochs": 1,
+            "options": {"sleep": 0.0}}  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_the_dask_executor_runs_a_batch_as_one_task_and_honours_a_preferred_worker() -> None:
+    with open_cluster(ClusterOptions(n_workers=2)) as client:
+        executor = DaskExecutor(client, "test-pipe-exec")
+        workers = sorted(client.scheduler_info()["workers"])
+        with pytest.raises(ValueError, match="one width"):
+            executor.submit_batch([TrialRequest(0, "toy_trainers:fit", _config(0)),
+                                   TrialRequest(1, "toy_trainers:fit", _config(1), width=2)])  # fmt: skip
+        batch = [TrialRequest(n, "toy_trainers:fit", _config(n, -1.0 if n == 11 else 0.5), prefer=workers[1])
+                 for n in (10, 11, 12)]  # fmt: skip
+        executor.submit_batch(batch)
+        outcomes = _collect_finished(executor, {10, 11, 12})
+        placed = []
+        for number, prefer in zip(range(20, 24), [workers[0], workers[1], workers[0], workers[1]]):
+            executor.submit(TrialRequest(number, "toy_trainers:fit", _config(number), prefer=prefer))
+            placed.append((_collect_finished(executor, {number})[number]["worker"], prefer))
+        executor.close()
+    assert all(worker == prefer for worker, prefer in placed)
+    assert [outcomes[n]["status"] for n in (10, 11, 12)] == ["ok", "error", "ok"]
+    assert {outcomes[n]["worker"] for n in (10, 11, 12)} == {workers[1]}  # one task, where it was asked to go
+    assert outcomes[10]["finished"] <= outcomes[11]["started"] <= outcomes[12]["started"]
+
+
+def test_a_queued_task_is_sent_after_the_oldest_running_task_not_yet_followed(tmp_path: Path) -> None:
+    spec, folder, study = make(tmp_path, n_trials=4)
+
+    class Idle:
+        virtual_time = False
+
+    campaign = Campaign(spec, folder, study, Idle())  # type: ignore[arg-type]
+    for number, (worker, started) in enumerate([("w-a", 5.0), ("w-b", 2.0), ("w-c", 9.0)]):
+        running = RunningTrial(study.ask(), {}, 1, 0.0, started_at=started, worker=worker)
+        campaign._running[number] = running  # noqa: SLF001
+        campaign._new_task([running])  # noqa: SLF001
+    picks = [campaign._preferred_worker(1) for _ in range(4)]  # noqa: SLF001
+    assert picks == ["w-b", "w-a", "w-c", ""]  # oldest first; each running task followed once
+    assert campaign._preferred_worker(2) == ""  # noqa: SLF001 - wide trials are left to Dask

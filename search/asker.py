@@ -4,7 +4,10 @@ The controller's loop sets how many asked trials it wants in hand
 (:meth:`BackgroundAsker.want`) and takes them without waiting
 (:meth:`BackgroundAsker.take`). A sampler that needs seconds per ask then
 delays only the trial it is sampling: finished trials are still told, and
-trials already asked are still dispatched, while it works.
+trials already asked are still dispatched, while it works. A fast sampler is
+asked on the loop's own thread instead (:meth:`BackgroundAsker.ask_here`):
+a thread competing for the interpreter lock with Dask's IO thread costs a
+fast sampler more than the ask itself.
 
 Thread safety rests on two facts: Optuna's storages lock their own state, and
 every named sampler's ``after_trial`` (called by ``tell`` on the loop's
@@ -43,6 +46,7 @@ class BackgroundAsker(Generic[T]):
         self._cond = threading.Condition()
         self._ready: deque[T] = deque()
         self._target = 0
+        self._wake_at = 1
         self._asking = False
         self._closed = False
         self._error: BaseException | None = None
@@ -55,10 +59,15 @@ class BackgroundAsker(Generic[T]):
 
     # --- the loop's side -------------------------------------------------------------------
 
-    def want(self, n: int) -> None:
-        """Keep ``n`` items in hand (asked and not taken, the one being asked included)."""
+    def want(self, n: int, wake_at: int = 1) -> None:
+        """Keep ``n`` items in hand (asked and not taken, the one being asked included).
+
+        The loop is woken once ``wake_at`` items (or all ``n``) are ready, not after
+        every ask: each wake is a loop iteration that competes with the sampler.
+        """
         with self._cond:
             self._target = max(0, int(n))
+            self._wake_at = max(1, int(wake_at))
             self._cond.notify()
 
     def in_hand(self) -> int:
@@ -83,6 +92,22 @@ class BackgroundAsker(Generic[T]):
                 return None
             self._target = max(0, self._target - 1)
             return self._ready.popleft()
+
+    def ask_here(self) -> T | None:
+        """Ask on the caller's thread (a fast sampler); None if the thread is asking right now."""
+        with self._cond:
+            if self._asking or self._closed:
+                return None
+            self._asking = True
+        try:
+            started = time.perf_counter()
+            with self.sampler_lock:
+                item = self._produce()
+            self._record(time.perf_counter() - started)
+            return item
+        finally:
+            with self._cond:
+                self._asking = False
 
     def close(self, timeout: float = 30.0) -> list[T]:
         """Stop asking; wait up to ``timeout`` s for an ask in progress; return what was not taken."""
@@ -113,7 +138,10 @@ class BackgroundAsker(Generic[T]):
             with self._cond:
                 self._ready.append(item)
                 self._asking = False
-            self._wake()
+                ready = len(self._ready)
+                wake = ready >= min(self._wake_at, max(1, self._target))
+            if wake:
+                self._wake()
 
     def _next_turn(self) -> bool:
         """Wait until another item is wanted; False once closed."""

@@ -29,7 +29,7 @@ from cluster.executor import Finished, Report, Started, TrialExecutor, TrialRequ
 
 from .asker import BackgroundAsker
 from .folder import CampaignFolder, write_atomic_bytes
-from .pipeline import Pipeline
+from .pipeline import SLOW_ASK_SECONDS, Pipeline
 from .pruning import make_pruner, resource_of
 from .scaling_sweep import TargetGoal
 from .pbt import PBTPolicy
@@ -329,7 +329,7 @@ class Campaign:
                 return
             width = group[0].width
             fits = self._busy + width <= slots or (self._busy + width <= capacity and len(group) == batch)
-            if self._running and not fits:
+            if not self._time_left() or (self._running and not fits):  # sampling may outlast the time budget
                 self._pending.extendleft(reversed(group))  # asked already: they go first when slots free up
                 return
             self._launch(group, self._preferred_worker(width) if place and self._busy + width > slots else "")
@@ -353,7 +353,11 @@ class Campaign:
             return
         free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
         wanted = max(0, batch * free_tasks + spare - len(self._pending))
-        self._asker.want(min(wanted, self._asker.in_hand() + self._budget_left()) if self._time_left() else 0)
+        starved = not self._pending and self._busy < self.executor.slots().total  # a slot waits for a trial
+        wanted = min(wanted, self._asker.in_hand() + self._budget_left()) if self._time_left() else 0
+        if not self._sampler_is_slow():
+            wanted = 0  # a fast sampler is asked on the loop's thread, when needed
+        self._asker.want(wanted, wake_at=1 if starved else batch)
 
     def _next_group(self, batch: int) -> list[Prepared]:
         """Up to ``batch`` prepared trials of one width, the pending ones first.
@@ -371,11 +375,20 @@ class Campaign:
         """The next trial to launch: resumed first, then asked (by the asking thread, or here)."""
         if self._asker is None or self._resumable:
             return self._prepare_next()
-        while (item := self._asker.take()) is not None:
+        while (item := self._asker.take() or self._ask_here()) is not None:
             if not item.invalid:
                 return item
             self._reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit: no slot spent
         return None
+
+    def _sampler_is_slow(self) -> bool:
+        return self._asker is not None and self._asker.asked > 0 and self._ask_seconds() >= SLOW_ASK_SECONDS
+
+    def _ask_here(self) -> Prepared | None:
+        """A fast sampler is asked on this thread (cheaper than a hand-over); a slow one only on its own."""
+        if self._asker is None or self._sampler_is_slow() or self._budget_left() <= 0:
+            return None
+        return self._asker.ask_here()
 
     def _prepare_next(self) -> Prepared | None:
         """The next trial to run, asked and configured; None when the budget is spent (or must wait)."""

@@ -23,7 +23,8 @@ Definitions (printed with the table):
 
 Peers: ``hypersweep`` (the real Campaign + DaskExecutor on a LocalCluster of 4
 single-slot worker processes, the default storage: the group-commit journal file),
-``hypersweep-sqlite`` (the same on the SQLite file), ``optuna-threads``
+``hypersweep-sqlite`` (the same on the SQLite file), ``hypersweep-inline`` (the
+sampler always on the loop's thread, never on its own), ``optuna-threads``
 (``study.optimize(n_jobs=4)``, in-memory), ``daskstorage-1``/``daskstorage-250``
 (optuna-integration ``DaskStorage`` recipe, one ``study.optimize`` task per 1 or
 250 trials), ``naive-mem``/``naive-sqlite`` (ask -> ``client.submit`` ->

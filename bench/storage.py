@@ -23,7 +23,6 @@ import pandas as pd
 from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-from search.journal import GroupCommitJournal
 from search.storage import flusher, open_storage
 
 DIST = {"x": optuna.distributions.FloatDistribution(0.0, 1.0), "y": optuna.distributions.IntDistribution(1, 64)}
@@ -33,7 +32,7 @@ def storages(folder: Path) -> dict[str, Callable[[], BaseStorage]]:
     return {
         "sqlite (default)": lambda: open_storage(f"sqlite:///{folder / 'study.db'}"),
         "optuna journal": lambda: JournalStorage(JournalFileBackend(str(folder / "plain.journal"))),
-        "group-commit journal": lambda: JournalStorage(GroupCommitJournal(folder / "group.journal")),
+        "group-commit journal": lambda: open_storage(f"journal:{folder / 'group.journal'}", writer=True),
         "in-memory (not durable)": InMemoryStorage,
     }
 

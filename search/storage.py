@@ -12,7 +12,7 @@ from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from .folder import CampaignFolder
-from .journal import GroupCommitJournal
+from .journal import ControllerJournalStorage, GroupCommitJournal
 
 __all__ = ["storage_url", "open_storage", "describe_storage", "flusher"]
 
@@ -62,7 +62,7 @@ def open_storage(url: str, writer: bool = False) -> BaseStorage:
     """
     if url.startswith("journal:"):
         path = url.removeprefix("journal:")
-        return JournalStorage(GroupCommitJournal(path) if writer else JournalFileBackend(path))
+        return ControllerJournalStorage(GroupCommitJournal(path)) if writer else JournalStorage(JournalFileBackend(path))
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -135,3 +135,23 @@ def test_optuna_dashboard_opens_the_campaign_journal(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_the_controller_storage_asks_without_scanning_yet_still_pops_enqueued_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optuna.storages.journal._storage import JournalStorageReplayResult
+
+    storage = open_storage(f"journal:{tmp_path / 'study.journal'}", writer=True)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.tell(study.ask(DIST), 0.1)  # the first ask scans once: no WAITING trial
+    scans = []
+    real = JournalStorageReplayResult.get_all_trials
+    monkeypatch.setattr(JournalStorageReplayResult, "get_all_trials",
+                        lambda self, study_id, states: scans.append(states) or real(self, study_id, states))  # fmt: skip
+    for _ in range(5):
+        study.tell(study.ask(DIST), 0.2)
+    assert not any(states == (optuna.trial.TrialState.WAITING,) for states in scans)
+    study.enqueue_trial({"x": 0.75})
+    assert study.ask(DIST).params == {"x": 0.75}  # an enqueued trial is still found
+    assert study.ask(DIST).params != {"x": 0.75}

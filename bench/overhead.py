@@ -214,7 +214,7 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
         m = t.user_attrs.get("metrics") or {}
         if "t0" in m:
             spans.append((float(m["t0"]), float(m["t1"])))
-    busy = asker.busy_seconds / wall if asker is not None and wall > 0 else float("nan")
+    busy = asker.times.busy_seconds / wall if asker is not None and wall > 0 else float("nan")
     return {"wall": wall, "spans": spans, "done": len(spans), "sampler_busy": busy}
 
 

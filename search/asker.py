@@ -25,12 +25,27 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["BackgroundAsker", "AskFailed"]
+__all__ = ["BackgroundAsker", "AskFailed", "AskTimes"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 EWMA_WEIGHT = 0.2  # weight of the newest ask in the running mean of ask times
+
+
+class AskTimes:
+    """How long asks take: a running mean (the newest weighted ``EWMA_WEIGHT``), the total, the count."""
+
+    def __init__(self) -> None:
+        self.ask_seconds = 0.0
+        self.busy_seconds = 0.0
+        self.asked = 0
+
+    def record(self, seconds: float) -> None:
+        self.asked += 1
+        self.busy_seconds += seconds
+        weight = 1.0 if self.asked == 1 else EWMA_WEIGHT
+        self.ask_seconds += weight * (seconds - self.ask_seconds)
 
 
 class AskFailed(RuntimeError):
@@ -51,9 +66,7 @@ class BackgroundAsker(Generic[T]):
         self._closed = False
         self._error: BaseException | None = None
         self.sampler_lock = threading.Lock()
-        self.ask_seconds = 0.0  # running mean of one produce() call
-        self.busy_seconds = 0.0  # all produce() calls together
-        self.asked = 0
+        self.times = AskTimes()  # of produce(), on either thread
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -103,7 +116,7 @@ class BackgroundAsker(Generic[T]):
             started = time.perf_counter()
             with self.sampler_lock:
                 item = self._produce()
-            self._record(time.perf_counter() - started)
+            self.times.record(time.perf_counter() - started)
             return item
         finally:
             with self._cond:
@@ -134,7 +147,7 @@ class BackgroundAsker(Generic[T]):
                     self._error, self._asking = exc, False
                 self._wake()
                 return
-            self._record(time.perf_counter() - started)
+            self.times.record(time.perf_counter() - started)
             with self._cond:
                 self._ready.append(item)
                 self._asking = False
@@ -152,9 +165,3 @@ class BackgroundAsker(Generic[T]):
                 return False
             self._asking = True
             return True
-
-    def _record(self, seconds: float) -> None:
-        self.asked += 1
-        self.busy_seconds += seconds
-        weight = 1.0 if self.asked == 1 else EWMA_WEIGHT
-        self.ask_seconds += weight * (seconds - self.ask_seconds)

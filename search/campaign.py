@@ -27,7 +27,7 @@ from spaces.errors import SpaceError
 
 from cluster.executor import Finished, Report, Started, TrialExecutor, TrialRequest
 
-from .asker import BackgroundAsker
+from .asker import AskTimes, BackgroundAsker
 from .folder import CampaignFolder, write_atomic_bytes
 from .pipeline import SLOW_ASK_SECONDS, Pipeline
 from .pruning import make_pruner, resource_of
@@ -142,7 +142,7 @@ class Campaign:
         self._pipeline = Pipeline(spec.study.dispatch_ahead, spec.study.batch_trials, fixed=fixed)
         self._threaded = _sampling_threaded(threaded_sampling, fixed, executor)
         self._asker: BackgroundAsker[Prepared] | None = None
-        self._inline_ask_seconds = 0.0
+        self._inline_times = AskTimes()  # asks on this thread when there is no asker
         self._min_width = min(spec.widths())
         self._busy = 0  # slots held by launched tasks
         self._task_seq = 0
@@ -198,17 +198,19 @@ class Campaign:
         return self._asker.in_hand() > 0 or self._budget_left() > 0
 
     def _ask_and_configure(self) -> Prepared:
-        """The asking thread's job: one new trial with its config (or why it cannot run)."""
+        """The asker's job: one new trial with its config (or why it cannot run)."""
         saw = self._finished_count()
-        trial = self.study.ask(fixed_distributions=self.spec.space.distributions())
+        return self._configure(self.study.ask(fixed_distributions=self.spec.space.distributions()), saw)
+
+    def _configure(self, trial: optuna.Trial, saw: int) -> Prepared:
         try:
             config = self._trial_config(trial)
-        except SpaceError as exc:
+        except SpaceError as exc:  # e.g. a genome over the parameter limit: no slot is spent on it
             return Prepared(trial, {}, 1, saw, invalid=f"invalid parameters: {exc}")
         return Prepared(trial, config, int(config["data_parallel"]), saw)
 
     def _ask_seconds(self) -> float:
-        return self._asker.ask_seconds if self._asker is not None else self._inline_ask_seconds
+        return (self._asker.times if self._asker is not None else self._inline_times).ask_seconds
 
     def _handle(self, event: Started | Report | Finished) -> None:
         if isinstance(event, Report):
@@ -262,9 +264,6 @@ class Campaign:
                 f"a trial may need {width} {slots.resource} slots (data_parallel) "
                 f"but the widest worker has {slots.widest}; give workers more slots or lower data_parallel"
             )
-
-    def _busy_slots(self) -> int:
-        return self._busy
 
     def _new_task(self, members: list[RunningTrial]) -> None:
         """The trials (one width) the executor runs as one task; it holds its slots until all are done."""
@@ -321,7 +320,7 @@ class Campaign:
         place = ahead < slots  # a short queue: which worker a queued task waits at matters
         spare = self._pipeline.spare(slots, self._median_duration(), self._ask_seconds())
         while self._time_left():
-            self._want_asked(capacity, batch, spare)
+            self._want_asked(slots, capacity, batch, spare)
             group = self._next_group(batch)
             if not group:
                 if self.spec.study.deterministic:
@@ -333,7 +332,7 @@ class Campaign:
                 self._pending.extendleft(reversed(group))  # asked already: they go first when slots free up
                 return
             self._launch(group, self._preferred_worker(width) if place and self._busy + width > slots else "")
-        self._want_asked(0, batch, 0)
+        self._want_asked(slots, 0, batch, 0)
 
     def _batch_size(self) -> int:
         if not hasattr(self.executor, "submit_batch"):
@@ -347,16 +346,19 @@ class Campaign:
     def _median_duration(self) -> float | None:
         return statistics.median(self._durations) if self._durations else None
 
-    def _want_asked(self, capacity: int, batch: int, spare: int) -> None:
-        """Tell the asking thread how many trials to have ready: what is free plus spares, within budget."""
+    def _want_asked(self, slots: int, capacity: int, batch: int, spare: int) -> None:
+        """Tell the asking thread how many trials to have ready: what is free plus spares, within budget.
+
+        None for a fast sampler: it is asked on the loop's thread, when needed.
+        """
         if self._asker is None:
             return
-        free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
-        wanted = max(0, batch * free_tasks + spare - len(self._pending))
-        starved = not self._pending and self._busy < self.executor.slots().total  # a slot waits for a trial
-        wanted = min(wanted, self._asker.in_hand() + self._budget_left()) if self._time_left() else 0
-        if not self._sampler_is_slow():
-            wanted = 0  # a fast sampler is asked on the loop's thread, when needed
+        wanted = 0
+        if self._sampler_is_slow() and self._time_left():
+            free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
+            wanted = max(0, batch * free_tasks + spare - len(self._pending))
+            wanted = min(wanted, self._asker.in_hand() + self._budget_left())
+        starved = not self._pending and self._busy < slots  # a slot waits for a trial
         self._asker.want(wanted, wake_at=1 if starved else batch)
 
     def _next_group(self, batch: int) -> list[Prepared]:
@@ -382,7 +384,7 @@ class Campaign:
         return None
 
     def _sampler_is_slow(self) -> bool:
-        return self._asker is not None and self._asker.asked > 0 and self._ask_seconds() >= SLOW_ASK_SECONDS
+        return self._asker is not None and self._asker.times.asked > 0 and self._ask_seconds() >= SLOW_ASK_SECONDS
 
     def _ask_here(self) -> Prepared | None:
         """A fast sampler is asked on this thread (cheaper than a hand-over); a slow one only on its own."""
@@ -398,15 +400,13 @@ class Campaign:
             elif self._budget_left() > 0 and self._may_ask():
                 started = time.perf_counter()
                 trial = self._ask()
-                self._inline_ask_seconds += 0.2 * (time.perf_counter() - started - self._inline_ask_seconds)
+                self._inline_times.record(time.perf_counter() - started)
             else:
                 return None
-            try:
-                config = self._trial_config(trial)
-            except SpaceError as exc:  # e.g. a genome over the parameter limit: no slot is spent on it
-                self._reject(trial, f"invalid parameters: {exc}")
-                continue
-            return Prepared(trial, config, int(config["data_parallel"]), self._finished_count())
+            prepared = self._configure(trial, self._finished_count())
+            if not prepared.invalid:
+                return prepared
+            self._reject(trial, prepared.invalid)
 
     def _may_ask(self) -> bool:
         """Deterministic campaigns sample trial k from trials 0..k-P-1 only, once all of them are told."""

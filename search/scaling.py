@@ -240,19 +240,24 @@ class ScalingFit:
         return float(result) if np.ndim(result) == 0 else result
 
 
-def _check_points(batch_sizes: Sequence[float], steps: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def _positive_pairs(
+    batch_sizes: Sequence[float], values: Sequence[float], name: str, hint: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
+    """One finite value > 0 per batch size (itself finite and > 0), as float arrays."""
     b = np.asarray(batch_sizes, dtype=float)
-    s = np.asarray(steps, dtype=float)
-    if b.ndim != 1 or s.shape != b.shape:
-        raise ScalingError("steps", f"need one value per batch size, got {len(s)} for {len(b)} batch sizes")
-    for name, values in (("batch_sizes", b), ("steps", s)):
-        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+    v = np.asarray(values, dtype=float)
+    if b.ndim != 1 or v.shape != b.shape:
+        raise ScalingError(name, f"need one value per batch size, got {len(v)} for {len(b)} batch sizes")
+    for label, column in (("batch_sizes", b), (name, v)):
+        bad = np.flatnonzero(~(np.isfinite(column) & (column > 0)))
         if len(bad):
             i = int(bad[0])
-            raise ScalingError(
-                f"{name}[{i}]",
-                f"must be a finite number > 0, got {values[i]!r} (leave out batch sizes that did not reach the target)",
-            )
+            raise ScalingError(f"{label}[{i}]", f"must be a finite number > 0, got {column[i]!r}{hint}")
+    return b, v
+
+
+def _check_points(batch_sizes: Sequence[float], steps: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    b, s = _positive_pairs(batch_sizes, steps, "steps", " (leave out batch sizes that did not reach the target)")
     distinct = np.unique(b)
     if len(distinct) < 3:
         raise ScalingError(
@@ -504,14 +509,7 @@ def lr_rule_fit(batch_sizes: Sequence[float], best_lrs: Sequence[float]) -> LRRu
 
     Needs positive, finite values and at least 2 distinct batch sizes.
     """
-    b = np.asarray(batch_sizes, dtype=float)
-    lr = np.asarray(best_lrs, dtype=float)
-    if b.ndim != 1 or lr.shape != b.shape:
-        raise ScalingError("best_lrs", f"need one value per batch size, got {len(lr)} for {len(b)} batch sizes")
-    for name, values in (("batch_sizes", b), ("best_lrs", lr)):
-        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
-        if len(bad):
-            raise ScalingError(f"{name}[{int(bad[0])}]", f"must be a finite number > 0, got {values[bad[0]]!r}")
+    b, lr = _positive_pairs(batch_sizes, best_lrs, "best_lrs")
     distinct = np.unique(b)
     if len(distinct) < 2:
         raise ScalingError("batch_sizes", f"an LR rule fit needs at least 2 distinct batch sizes, got {len(distinct)}")

@@ -84,7 +84,7 @@ def test_the_asker_asks_exactly_what_is_wanted_in_order_and_wakes_the_loop() -> 
         assert asker.in_hand() == 1  # taking lowers the wanted count: no refill until asked again
         asker.want(2)
         _wait(lambda: asker.in_hand() == 2)
-        assert len(wakes) >= 4 and asker.asked == 4 and asker.ask_seconds >= 0.0
+        assert len(wakes) >= 4 and asker.times.asked == 4 and asker.times.ask_seconds >= 0.0
     finally:
         assert asker.close() == [2, 3]
 
@@ -96,7 +96,7 @@ def test_a_sampler_error_reaches_the_loop_as_ask_failed() -> None:
 
     asker: BackgroundAsker[int] = BackgroundAsker(produce, lambda: None)
     asker.want(1)
-    _wait(lambda: not asker.busy and asker.asked == 0 and asker._error is not None)  # noqa: SLF001
+    _wait(lambda: not asker.busy and asker.times.asked == 0 and asker._error is not None)  # noqa: SLF001
     with pytest.raises(AskFailed, match="sampler broke"):
         asker.take()
     asker.close()

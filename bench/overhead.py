@@ -24,7 +24,8 @@ Definitions (printed with the table):
 Peers: ``hypersweep`` (the real Campaign + DaskExecutor on a LocalCluster of 4
 single-slot worker processes, the default storage: the group-commit journal file),
 ``hypersweep-sqlite`` (the same on the SQLite file), ``hypersweep-inline`` (the
-sampler always on the loop's thread, never on its own), ``optuna-threads``
+sampler always on the loop's thread, never on its own), ``hypersweep-thread`` (the
+sampler on a thread of the controller's process, not in a child process), ``optuna-threads``
 (``study.optimize(n_jobs=4)``, in-memory), ``daskstorage-1``/``daskstorage-250``
 (optuna-integration ``DaskStorage`` recipe, one ``study.optimize`` task per 1 or
 250 trials), ``naive-mem``/``naive-sqlite`` (ask -> ``client.submit`` ->
@@ -63,9 +64,9 @@ RESULTS = HERE / "results"
 SLOTS = 4
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 1.0}}
 
-DASK_PEERS = ("hypersweep", "hypersweep-sqlite", "hypersweep-inline", "optuna-threads", "daskstorage-1",
-              "daskstorage-250", "naive-mem", "naive-sqlite")  # fmt: skip
-SLOW_PEERS = ("hypersweep", "hypersweep-inline", "optuna-threads", "daskstorage-1", "naive-mem")
+DASK_PEERS = ("hypersweep", "hypersweep-sqlite", "hypersweep-inline", "hypersweep-thread", "optuna-threads",
+              "daskstorage-1", "daskstorage-250", "naive-mem", "naive-sqlite")  # fmt: skip
+SLOW_PEERS = ("hypersweep", "hypersweep-inline", "hypersweep-thread", "optuna-threads", "daskstorage-1", "naive-mem")
 ALL_PEERS = (*DASK_PEERS, "ray")
 SLOW_ASK, SLOW_TRIAL = 1.0, 6.0  # (d): seconds per ask and per trial: 4 slots need an ask every 1.5 s
 BATCHED = {"daskstorage-250"}  # batching many sleeping trials into one task would serialize them: (b) only
@@ -189,7 +190,7 @@ class Ctx:
 
 
 def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = "", delay: float = 0.0,
-                   threaded: bool | None = None) -> dict[str, Any]:
+                   sampling: str | None = None) -> dict[str, Any]:
     from bench.simulate import bench_spec
     from cluster import DaskExecutor
     from search.campaign import Campaign
@@ -205,7 +206,7 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
         study.sampler = DelayedSampler(study.sampler, delay)
     start = time.perf_counter()
     executor = DaskExecutor(ctx.client, f"bench-{spec.study.name}")
-    campaign = Campaign(spec, folder, study, executor, threaded_sampling=threaded)
+    campaign = Campaign(spec, folder, study, executor, sampling=sampling)
     campaign.run()
     wall = time.perf_counter() - start
     asker = campaign._asker  # noqa: SLF001 - how busy the sampling thread was
@@ -299,7 +300,8 @@ def run_ray(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
 PEERS: dict[str, Callable[..., dict[str, Any]]] = {
     "hypersweep": run_hypersweep,
     "hypersweep-sqlite": functools.partial(run_hypersweep, storage="sqlite"),
-    "hypersweep-inline": functools.partial(run_hypersweep, threaded=False),
+    "hypersweep-inline": functools.partial(run_hypersweep, sampling="inline"),
+    "hypersweep-thread": functools.partial(run_hypersweep, sampling="thread"),
     "optuna-threads": run_optuna_threads,
     "daskstorage-1": functools.partial(run_daskstorage, per_task=1),
     "daskstorage-250": functools.partial(run_daskstorage, per_task=250),
@@ -592,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("utilization = sum of in-trial durations / (4 slots x (last trial end - first trial start))")
     print("trials_per_s = trials / wall of the optimize call; rss = controller RSS growth over the run;")
-    print("sampler_busy = share of the run hypersweep's sampling thread spent asking (1 = sampling is the limit)")
+    print("sampler_busy = share of the run hypersweep's sampler (thread or child process) spent asking (1 = sampling is the limit)")
     print("util_slow_ask = steady-state busy slots (4th trial start .. last trial start), 1 s asks, 6 s trials")
     print("ms_per_trial (c) = controller real time per trial, 10 reports each (hypersweep on the simulated executor,")
     print("  journal storage; hypersweep-memory = in-memory storage; optuna-threads: 0 reports, in-memory)")

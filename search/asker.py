@@ -55,6 +55,8 @@ class AskFailed(RuntimeError):
 class BackgroundAsker(Generic[T]):
     """Calls ``produce()`` on its own thread until ``want(n)`` items are in hand."""
 
+    asks_here = True  # a fast sampler is asked on the loop's thread (``ask_here``)
+
     def __init__(self, produce: Callable[[], T], wake: Callable[[], None], name: str = "hypersweep-asker") -> None:
         self._produce = produce
         self._wake = wake

@@ -30,13 +30,14 @@ from cluster.executor import Finished, Report, Started, TrialExecutor, TrialRequ
 from .asker import AskTimes, BackgroundAsker
 from .folder import CampaignFolder, write_atomic_bytes
 from .pipeline import SLOW_ASK_SECONDS, Pipeline
+from .sampler_process import ProcessAsker, ReplaySampler
 from .pruning import make_pruner, resource_of
 from .scaling_sweep import TargetGoal
 from .pbt import PBTPolicy
 from .pbt_segments import Population
 from .seeds import component_seed, trial_seed
 from .storage import flusher
-from .spec import DATA_PARALLEL, CampaignSpec
+from .spec import DATA_PARALLEL, REPLICA_SAFE, CampaignSpec
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
 
@@ -113,7 +114,7 @@ class Campaign:
         poll_interval: float = 0.25,
         clock: Callable[[], float] = time.time,
         flush: Callable[[], object] | None = None,
-        threaded_sampling: bool | None = None,
+        sampling: str | None = None,
     ) -> None:
         self.spec = spec
         self.folder = folder
@@ -140,8 +141,8 @@ class Campaign:
         self._population = _population_of(spec, folder)
         fixed = spec.study.deterministic or self._population is not None
         self._pipeline = Pipeline(spec.study.dispatch_ahead, spec.study.batch_trials, fixed=fixed)
-        self._threaded = _sampling_threaded(threaded_sampling, fixed, executor)
-        self._asker: BackgroundAsker[Prepared] | None = None
+        self._sampling = _sampling_mode(sampling or spec.study.sampling, spec.study.sampler, fixed, executor)
+        self._asker: BackgroundAsker[Prepared] | ProcessAsker[Prepared] | None = None
         self._inline_times = AskTimes()  # asks on this thread when there is no asker
         self._min_width = min(spec.widths())
         self._busy = 0  # slots held by launched tasks
@@ -183,8 +184,14 @@ class Campaign:
     # --- sampling off the loop's thread ---------------------------------------------------------
 
     def _start_asker(self) -> None:
-        if self._threaded and self._asker is None:
-            self._asker = BackgroundAsker(self._ask_and_configure, self.executor.wake, f"asker-{self.spec.study.name}")
+        if self._asker is not None or self._sampling == "inline":
+            return
+        name = f"sampler-{self.spec.study.name}"
+        if self._sampling == "process":
+            self._asker = ProcessAsker(self.study, self.spec.space.distributions(), self._ask_and_configure,
+                                       self.executor.wake, name)  # fmt: skip
+        else:
+            self._asker = BackgroundAsker(self._ask_and_configure, self.executor.wake, name)
 
     def _stop_asker(self) -> None:
         """Stop sampling; trials asked and not taken join the pending ones."""
@@ -197,9 +204,9 @@ class Campaign:
             return False
         return self._asker.in_hand() > 0 or self._budget_left() > 0
 
-    def _ask_and_configure(self) -> Prepared:
-        """The asker's job: one new trial with its config (or why it cannot run)."""
-        saw = self._finished_count()
+    def _ask_and_configure(self, saw: int | None = None) -> Prepared:
+        """The asker's job: one new trial with its config (or why it cannot run); ``saw``: known to the sampler."""
+        saw = self._finished_count() if saw is None else saw
         return self._configure(self.study.ask(fixed_distributions=self.spec.space.distributions()), saw)
 
     def _configure(self, trial: optuna.Trial, saw: int) -> Prepared:
@@ -349,12 +356,12 @@ class Campaign:
     def _want_asked(self, slots: int, capacity: int, batch: int, spare: int) -> None:
         """Tell the asking thread how many trials to have ready: what is free plus spares, within budget.
 
-        None for a fast sampler: it is asked on the loop's thread, when needed.
+        None for a fast sampler on this process: it is asked on the loop's thread, when needed.
         """
         if self._asker is None:
             return
         wanted = 0
-        if self._sampler_is_slow() and self._time_left():
+        if (self._sampler_is_slow() or not self._asker.asks_here) and self._time_left():
             free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
             wanted = max(0, batch * free_tasks + spare - len(self._pending))
             wanted = min(wanted, self._asker.in_hand() + self._budget_left())
@@ -592,12 +599,20 @@ class Campaign:
             return
         try:
             self._sampler_saved = now
-            write_atomic_bytes(self.folder.sampler_state, pickle.dumps(self.study.sampler))
+            state = self._sampler_bytes(force)
+            if state is not None:
+                write_atomic_bytes(self.folder.sampler_state, state)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             log.warning("sampler state not saved (%s); resume will start a fresh sampler", exc)
         finally:
             if lock is not None:
                 lock.release()
+
+    def _sampler_bytes(self, force: bool) -> bytes | None:
+        """The sampler pickled; while a child process samples, its copy (None until it has sent one)."""
+        if isinstance(self.study.sampler, ReplaySampler) and isinstance(self._asker, ProcessAsker):
+            return self._asker.sampler_state(wait=30.0 if force else 0.0)
+        return pickle.dumps(self.study.sampler)
 
     def _next_segment(self, running: RunningTrial, outcome: Mapping[str, Any]) -> bool:
         """Population-based training: submit the member's next segment; False when it is done."""
@@ -761,14 +776,22 @@ class Campaign:
         self._best = value if self._best is None else better(self._best, value)
 
 
-def _sampling_threaded(requested: bool | None, fixed: bool, executor: TrialExecutor) -> bool:
-    """Sample on a thread unless the order of asks matters (deterministic, PBT) or time is virtual."""
+def _sampling_mode(requested: str, sampler: str, fixed: bool, executor: TrialExecutor) -> str:
+    """Where the sampler runs: ``inline`` when the order of asks matters (deterministic, PBT) or time
+    is virtual; otherwise, on ``auto``, in a child ``process`` for the samplers that allow it, else on a ``thread``.
+    """
+    if requested not in ("auto", "process", "thread", "inline"):
+        raise ValueError(f"sampling={requested!r}: must be 'auto', 'process', 'thread' or 'inline'")
     if fixed or getattr(executor, "virtual_time", False):
-        if requested:
-            raise ValueError("threaded sampling needs a real-time executor and a campaign that is not "
+        if requested in ("process", "thread"):
+            raise ValueError(f"sampling={requested!r} needs a real-time executor and a campaign that is not "
                              "deterministic or population-based")  # fmt: skip
-        return False
-    return True if requested is None else bool(requested)
+        return "inline"
+    if requested == "process" and sampler not in REPLICA_SAFE:
+        raise ValueError(f"sampling='process' runs only {', '.join(REPLICA_SAFE)}; {sampler!r} keeps state in the study")
+    if requested == "auto":
+        return "process" if sampler in REPLICA_SAFE else "thread"
+    return requested
 
 
 def _population_of(spec: CampaignSpec, folder: CampaignFolder) -> Population | None:

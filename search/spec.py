@@ -40,6 +40,8 @@ __all__ = [
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
 PRUNERS = ("none", "median", "percentile", "asha", "hyperband")
 SCHEDULERS = ("none", "pbt")
+SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (see search.sampler_process)
+REPLICA_SAFE = ("tpe", "gp")  # samplers that can sample on a replica study in a child process
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
 RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts
 DIRECTIONS = ("maximize", "minimize")
@@ -65,6 +67,7 @@ class StudySpec:
     scheduler: str = "none"
     dispatch_ahead: int = -1  # -1: automatic
     batch_trials: int = -1  # trials per task; -1: automatic
+    sampling: str = "auto"
     parallelism: int = 4
     max_retries: int = 2
 
@@ -133,7 +136,7 @@ _TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
     "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
-    "scheduler", "dispatch_ahead", "batch_trials",
+    "scheduler", "dispatch_ahead", "batch_trials", "sampling",
 )  # fmt: skip
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
@@ -174,6 +177,7 @@ def _study(t: SpecTable) -> StudySpec:
         raise t.error("pruner", "a deterministic campaign cannot prune: pruning decisions depend on timing")
     if t.data.get("deterministic") and t.data.get("time_budget"):
         raise t.error("time_budget", "a deterministic campaign cannot have a time budget: it depends on timing")
+    sampling = _sampling(t, sampler)
     seed = t.int("seed", 0, minimum=0)
     if seed >= 2**32:
         raise t.error("seed", f"must be < 2**32, got {seed}")
@@ -193,8 +197,22 @@ def _study(t: SpecTable) -> StudySpec:
         scheduler=t.choice("scheduler", SCHEDULERS, "none"),
         dispatch_ahead=_auto_int(t, "dispatch_ahead", 0),
         batch_trials=_auto_int(t, "batch_trials", 1),
+        sampling=sampling,
         max_retries=t.int("max_retries", 2, minimum=0),
     )
+
+
+def _sampling(t: SpecTable, sampler: str) -> str:
+    """Where the sampler runs; only an ordered campaign (deterministic, PBT) must sample on the loop."""
+    sampling = t.choice("sampling", SAMPLING, "auto")
+    ordered = t.data.get("deterministic") or t.data.get("scheduler") == "pbt"
+    if ordered and sampling in ("process", "thread"):
+        raise t.error("sampling", f"{sampling!r}: a deterministic or population-based campaign samples in order "
+                      "on the loop; use 'auto' or 'inline'")  # fmt: skip
+    if sampling == "process" and sampler not in REPLICA_SAFE:
+        raise t.error("sampling", f"'process' runs only {', '.join(REPLICA_SAFE)} on a replica study; "
+                      f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
+    return sampling
 
 
 def _auto_int(t: SpecTable, key: str, minimum: int) -> int:

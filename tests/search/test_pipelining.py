@@ -84,7 +84,7 @@ def test_batched_trials_each_report_fail_or_complete_on_their_own(tmp_path: Path
     spec, folder, study = make(tmp_path, n_trials=7, study_extra="batch_trials = 3", choices="-1.0, 0.5, 0.75")
     with open_cluster(ClusterOptions(n_workers=1)) as client:
         # sampling inline makes the batches deterministic: 3, 3 and the last 1
-        Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-batch"), threaded_sampling=False).run()
+        Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-batch"), sampling="inline").run()
     trials = study.get_trials()
     assert [t.user_attrs.get("batch", 1) for t in trials] == [3, 3, 3, 3, 3, 3, 1]
     for t in trials:
@@ -104,7 +104,7 @@ def test_a_batch_whose_worker_dies_is_retried_trial_by_trial(tmp_path: Path) -> 
     spec, folder, study = make(tmp_path, n_trials=3, study_extra="batch_trials = 3",
                                options=f', die_once = "{marker}"')  # fmt: skip
     with open_cluster(ClusterOptions(n_workers=1)) as client:
-        Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-lost"), threaded_sampling=False).run()
+        Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-lost"), sampling="inline").run()
     trials = study.get_trials()
     assert marker.exists()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3

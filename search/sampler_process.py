@@ -1,0 +1,384 @@
+"""Sampling in a child process, on a replica of the study: the sampler gets its own interpreter lock.
+
+On one interpreter, a sampler's asks run in series with everything else the
+controller does (Dask's IO thread, the loop, the storage), whichever thread
+asks: with TPE on short trials the campaign ran at about half of TPE's own
+rate. Here the sampler lives in a child process with an in-memory *replica*
+study:
+
+- the child asks the replica (``study.ask`` over the campaign's fixed
+  distributions) whenever the controller has credit outstanding, and sends
+  back the parameters;
+- the controller creates its own trial with those parameters
+  (:class:`ReplaySampler` hands them to ``Study.ask``), runs and tells it;
+- every tell on the controller reaches the replica (``ReplaySampler.after_trial``),
+  state, values, parameters and intermediate values (TPE reads those of pruned
+  trials), before the child's next ask.
+
+Only samplers whose state lives in their object and in the trials' values and
+parameters can run this way: they must not write attributes the campaign's
+study needs (``search.spec.REPLICA_SAFE``). The child's sampler is the campaign's own,
+pickled with its RNG; its state is fetched back for ``resume``
+(:meth:`ProcessAsker.sampler_state`).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from .asker import AskFailed, AskTimes
+
+__all__ = ["ProcessAsker", "ReplaySampler", "Asked"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+START_SECONDS = 120.0  # the child must import Optuna and unpickle the sampler within this
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One trial the child sampled: its replica number, parameters, finished trials seen, ask seconds."""
+
+    replica: int
+    params: dict[str, Any]
+    saw: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Done:
+    """A trial the controller told, as the replica records it (``replica`` None: not asked by the child)."""
+
+    replica: int | None
+    state: TrialState
+    values: list[float] | None
+    params: dict[str, Any]
+    distributions: dict[str, BaseDistribution]
+    intermediate: dict[int, float]
+
+
+# --- the child --------------------------------------------------------------------------------
+
+
+class _Inbox:
+    """The child's receiving thread: messages land here while the child samples."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._cond = threading.Condition()
+        self._messages: deque[tuple] = deque()
+        threading.Thread(target=self._read, name="replica-inbox", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                message = ("close",)  # the controller is gone
+            with self._cond:
+                self._messages.append(message)
+                self._cond.notify()
+            if message[0] == "close":
+                return
+
+    def next(self, block: bool) -> tuple | None:
+        with self._cond:
+            while block and not self._messages:
+                self._cond.wait()
+            return self._messages.popleft() if self._messages else None
+
+
+class _Replica:
+    """The child's study: asks on credit, records what the controller told."""
+
+    def __init__(self, sampler: optuna.samplers.BaseSampler, directions: Sequence[str],
+                 distributions: dict[str, BaseDistribution], finished: list[FrozenTrial]) -> None:  # fmt: skip
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(directions=list(directions), sampler=sampler)
+        self.study.add_trials(finished)
+        self.distributions = distributions
+        self.seen = len(finished)
+        self.credit = 0
+
+    def ask(self) -> Asked:
+        started = time.perf_counter()
+        trial = self.study.ask(fixed_distributions=self.distributions)
+        return Asked(trial.number, dict(trial.params), self.seen, time.perf_counter() - started)
+
+    def record(self, done: Done) -> None:
+        self.seen += 1
+        if done.replica is not None:
+            frozen = self.study._storage.get_trial(self.study._storage.get_trial_id_from_study_id_trial_number(
+                self.study._study_id, done.replica))  # fmt: skip
+            if frozen.params == done.params:
+                self._finish(frozen, done)
+                return
+            self._finish(frozen, Done(done.replica, TrialState.FAIL, None, {}, {}, {}))  # run with other params
+        self.study.add_trial(optuna.trial.create_trial(
+            state=done.state, values=done.values, params=done.params, distributions=done.distributions,
+            intermediate_values=done.intermediate))  # fmt: skip
+
+    def _finish(self, frozen: FrozenTrial, done: Done) -> None:
+        """What ``Study.tell`` does, as the controller already validated it: intermediate values, then state."""
+        storage = self.study._storage
+        for step, value in done.intermediate.items():
+            storage.set_trial_intermediate_value(frozen._trial_id, step, value)
+        frozen = storage.get_trial(frozen._trial_id)
+        try:
+            self.study.sampler.after_trial(self.study, frozen, done.state, done.values)
+        finally:
+            storage.set_trial_state_values(frozen._trial_id, done.state, done.values)
+
+
+def serve(conn: Any, sampler_bytes: bytes, directions: Sequence[str],
+          distributions: dict[str, BaseDistribution], finished: list[FrozenTrial]) -> None:  # fmt: skip
+    """The child's main: tell what arrives, ask while there is credit, answer state requests."""
+    try:
+        replica = _Replica(pickle.loads(sampler_bytes), directions, distributions, finished)
+    except BaseException:  # noqa: BLE001 - reported to the controller, which raises it
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ready",))
+    inbox = _Inbox(conn)
+    while True:
+        message = inbox.next(block=replica.credit == 0)
+        if message is None:  # credit left and nothing to tell first: ask
+            replica.credit -= 1
+            try:
+                conn.send(("asked", replica.ask()))
+            except Exception:  # noqa: BLE001 - the controller raises it as AskFailed
+                conn.send(("error", traceback.format_exc()))
+                replica.credit = 0
+            continue
+        kind = message[0]
+        if kind == "ask":
+            replica.credit += message[1]
+        elif kind == "done":
+            replica.record(message[1])
+        elif kind == "state":
+            conn.send(("state", pickle.dumps(replica.study.sampler)))
+        elif kind == "close":
+            conn.close()
+            return
+
+
+# --- the controller's side ---------------------------------------------------------------------
+
+
+class ReplaySampler(optuna.samplers.BaseSampler):
+    """The controller study's sampler while the child samples: it replays the child's parameters.
+
+    :meth:`stage` sets what the next ``Study.ask`` gets; ``after_trial`` forwards
+    each tell to the child. It never samples: a parameter that was not staged
+    is an error.
+    """
+
+    def __init__(self, distributions: dict[str, BaseDistribution], forward: Callable[[Done], None]) -> None:
+        self._distributions = distributions
+        self._forward = forward
+        self._staged: Asked | None = None
+        self._replica_of: dict[int, int] = {}  # controller trial number -> replica trial number
+
+    def stage(self, asked: Asked) -> None:
+        self._staged = asked
+
+    def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
+        return dict(self._distributions) if self._staged is not None else {}
+
+    def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
+        if self._staged is None:
+            return {}
+        staged, self._staged = self._staged, None
+        self._replica_of[trial.number] = staged.replica
+        return {name: value for name, value in staged.params.items() if name in search_space}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):  # type: ignore[no-untyped-def]
+        raise RuntimeError(f"parameter {param_name!r} was not sampled by the sampler process "
+                           "(only the campaign's fixed search space is sampled there)")  # fmt: skip
+
+    def after_trial(self, study, trial, state, values) -> None:  # type: ignore[no-untyped-def]
+        self._forward(Done(self._replica_of.pop(trial.number, None), state, None if values is None else list(values),
+                           dict(trial.params), dict(trial.distributions), dict(trial.intermediate_values)))  # fmt: skip
+
+
+class ProcessAsker(Generic[T]):
+    """The campaign's asker when the sampler runs in a child process (same protocol as ``BackgroundAsker``).
+
+    Credit-based: :meth:`want` asks the child for more trials when fewer are in
+    hand (received, or owed by the child) than wanted; each trial the child
+    sends waits here until :meth:`take` turns it into a controller trial with
+    ``produce(saw)``. Trials received and never taken exist in the replica only.
+    """
+
+    asks_here = False  # the loop never samples itself: ``ask_here`` always answers None
+
+    def __init__(self, study: optuna.Study, distributions: dict[str, BaseDistribution], produce: Callable[[int], T],
+                 wake: Callable[[], None], name: str = "hypersweep-sampler") -> None:  # fmt: skip
+        self._study = study
+        self._produce = produce
+        self._wake = wake
+        self._cond = threading.Condition()
+        self._ready: deque[Asked] = deque()
+        self._owed = 0
+        self._wake_at = 1
+        self._error: str | None = None
+        self._state: bytes | None = None
+        self._state_asked = 0
+        self._state_got = 0
+        self._closing = False
+        self.times = AskTimes()  # of the child's asks
+        self.sampler_lock = threading.Lock()  # nothing here needs it; kept for the asker protocol
+        self.original = study.sampler
+        finished = [t for t in study.get_trials(deepcopy=False, states=FINISHED)]
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=serve, name=name, daemon=True,
+            args=(child, pickle.dumps(self.original), list(_directions(study)), distributions, finished),
+        )  # fmt: skip
+        self._process.start()
+        child.close()
+        self._await_ready()
+        self._replay = ReplaySampler(distributions, self._send_done)
+        study.sampler = self._replay
+        self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self._reader.start()
+
+    def _await_ready(self) -> None:
+        if not self._conn.poll(START_SECONDS):
+            self._process.kill()
+            raise AskFailed(f"the sampler process did not start within {START_SECONDS:.0f} s")
+        try:
+            message = self._conn.recv()
+        except EOFError as exc:
+            raise AskFailed(f"the sampler process exited at start (exit code {self._process.exitcode})") from exc
+        if message[0] == "error":
+            self._process.join(5.0)
+            raise AskFailed(f"the sampler process could not start:\n{message[1]}")
+
+    # --- the loop's side -------------------------------------------------------------------
+
+    def want(self, n: int, wake_at: int = 1) -> None:
+        """Have ``n`` trials in hand: ask the child for the difference (credit is never taken back)."""
+        with self._cond:
+            self._wake_at = max(1, int(wake_at))
+            more = int(n) - len(self._ready) - self._owed
+            if more <= 0 or self._error is not None:
+                return
+            self._owed += more
+        self._send(("ask", more))
+
+    def in_hand(self) -> int:
+        with self._cond:
+            return len(self._ready) + self._owed
+
+    @property
+    def busy(self) -> bool:
+        """Whether the child owes trials (it is sampling)."""
+        with self._cond:
+            return self._owed > 0
+
+    def take(self) -> T | None:
+        """A trial from the child's parameters, or None if none has arrived; raises AskFailed if it failed."""
+        with self._cond:
+            if self._error is not None:
+                raise AskFailed(f"the sampler process failed:\n{self._error}")
+            if not self._ready:
+                return None
+            asked = self._ready.popleft()
+        self._replay.stage(asked)
+        return self._produce(asked.saw)
+
+    def ask_here(self) -> T | None:
+        return None
+
+    def sampler_state(self, wait: float = 0.0) -> bytes | None:
+        """The child's sampler, pickled: the latest copy received, after asking for a newer one.
+
+        ``wait`` > 0 waits that long for the newer copy (the child answers between asks).
+        """
+        with self._cond:
+            asked = self._state_asked = self._state_asked + 1
+        self._send(("state",))
+        with self._cond:
+            self._cond.wait_for(lambda: self._state_got >= asked or self._error is not None, timeout=wait)
+            return self._state
+
+    def close(self, timeout: float = 30.0) -> list[T]:
+        """Fetch the sampler's final state, stop the child, give the campaign's study its sampler back."""
+        state = self.sampler_state(wait=timeout) if self._process.is_alive() else self._state
+        with self._cond:
+            self._closing = True
+        self._send(("close",))
+        self._process.join(timeout)
+        if self._process.is_alive():
+            log.warning("the sampler process did not exit within %.0f s; killing it", timeout)
+            self._process.kill()
+            self._process.join(5.0)
+        self._reader.join(5.0)
+        self._conn.close()
+        self._study.sampler = pickle.loads(state) if state is not None else self.original
+        return []
+
+    # --- the reading thread -----------------------------------------------------------------
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError) as exc:  # the child is gone: the reader reports why
+            log.debug("sampler process unreachable: %s", exc)
+
+    def _send_done(self, done: Done) -> None:
+        self._send(("done", done))
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                self._process.join(5.0)
+                with self._cond:
+                    if not self._closing and self._error is None:
+                        self._error = f"the sampler process exited unexpectedly (exit code {self._process.exitcode})"
+                    self._owed = 0
+                    self._cond.notify_all()
+                self._wake()
+                return
+            self._receive(message)
+
+    def _receive(self, message: tuple) -> None:
+        kind = message[0]
+        wake = False
+        with self._cond:
+            if kind == "asked":
+                self._ready.append(message[1])
+                self._owed = max(0, self._owed - 1)
+                self.times.record(message[1].seconds)
+                wake = len(self._ready) >= self._wake_at or self._owed == 0
+            elif kind == "state":
+                self._state, self._state_got = message[1], self._state_got + 1
+                self._cond.notify_all()
+            elif kind == "error":
+                self._error, self._owed, wake = message[1], 0, True
+                self._cond.notify_all()
+        if wake:
+            self._wake()
+
+
+def _directions(study: optuna.Study) -> list[str]:
+    return ["maximize" if d == optuna.study.StudyDirection.MAXIMIZE else "minimize" for d in study.directions]

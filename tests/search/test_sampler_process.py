@@ -1,0 +1,203 @@
+"""Sampling in a child process on a replica study: real child processes, real Optuna samplers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from cluster import ClusterOptions, DaskExecutor, open_cluster
+from search.asker import AskFailed
+from search.campaign import Campaign
+from search.folder import CampaignFolder
+from search.runner import load_study
+from search.sampler_process import ProcessAsker, ReplaySampler
+from search.spec import SpecError, parse_spec
+
+DISTS = {"x": FloatDistribution(0.0, 1.0), "k": IntDistribution(1, 8)}
+
+
+class RecordingTPE(optuna.samplers.TPESampler):
+    """TPE that keeps what ``after_trial`` saw: its copy travels back from the child with its state."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed=seed)
+        self.seen: list[tuple[int, TrialState, Any, dict[int, float]]] = []
+
+    def after_trial(self, study, trial, state, values):  # type: ignore[no-untyped-def]
+        self.seen.append((trial.number, state, values, dict(trial.intermediate_values)))
+        super().after_trial(study, trial, state, values)
+
+
+class Broken(optuna.samplers.RandomSampler):
+    def sample_independent(self, study, trial, param_name, param_distribution):  # type: ignore[no-untyped-def]
+        raise ValueError("boom in the child")
+
+
+def _asker(study: optuna.Study) -> ProcessAsker[tuple[optuna.Trial, int]]:
+    return ProcessAsker(study, DISTS, lambda saw: (study.ask(fixed_distributions=DISTS), saw), lambda: None)
+
+
+def _take(asker: ProcessAsker, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while (item := asker.take()) is None:
+        assert time.monotonic() < deadline, "the sampler process sent nothing"
+        time.sleep(0.005)
+    return item
+
+
+@pytest.mark.timeout(120)
+def test_every_tell_reaches_the_child_before_its_next_ask_and_its_state_comes_back() -> None:
+    study = optuna.create_study(direction="maximize", sampler=RecordingTPE(seed=3))
+    asker = _asker(study)
+    try:
+        assert isinstance(study.sampler, ReplaySampler)
+        asker.want(3)
+        taken = [_take(asker) for _ in range(3)]
+        assert [saw for _, saw in taken] == [0, 0, 0]
+        for trial, _ in taken:
+            assert 0.0 <= trial.params["x"] <= 1.0 and 1 <= trial.params["k"] <= 8
+        study.tell(taken[0][0], 0.3)
+        study.tell(taken[1][0], 0.9)
+        taken[2][0].report(0.5, step=1)
+        study.tell(taken[2][0], state=TrialState.PRUNED)
+        asker.want(1)
+        assert _take(asker)[1] == 3  # all three were recorded before the fourth ask
+        child_copy = pickle.loads(asker.sampler_state(wait=30.0))
+        assert [(n, s, v, i) for n, s, v, i in child_copy.seen] == [
+            (0, TrialState.COMPLETE, [0.3], {}),
+            (1, TrialState.COMPLETE, [0.9], {}),
+            (2, TrialState.PRUNED, [0.5], {1: 0.5}),  # Optuna tells a pruned trial its last report
+        ]
+    finally:
+        asker.close()
+    assert isinstance(study.sampler, RecordingTPE) and len(study.sampler.seen) == 3  # the child's copy, returned
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(120)
+def test_the_child_samples_with_the_campaigns_own_seeded_sampler() -> None:
+    here = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=11))
+    expected = [here.ask(fixed_distributions=DISTS).params for _ in range(3)]
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=11))
+    asker = _asker(study)
+    try:
+        asker.want(3)
+        assert [_take(asker)[0].params for _ in range(3)] == expected
+    finally:
+        asker.close()
+
+
+@pytest.mark.timeout(120)
+def test_finished_trials_seed_the_replica_and_foreign_ones_reach_it() -> None:
+    study = optuna.create_study(sampler=RecordingTPE(seed=2))
+    for value in (0.1, 0.2, 0.4, 0.8):
+        study.add_trial(optuna.trial.create_trial(params={"x": value, "k": 2}, distributions=DISTS, value=value))
+    asker = _asker(study)
+    try:
+        asker.want(1)
+        trial, saw = _take(asker)
+        assert saw == 4
+        study.enqueue_trial({"x": 0.6, "k": 3})  # not sampled by the child, like a trial resumed after a crash
+        foreign = study.ask(fixed_distributions=DISTS)
+        study.tell(foreign, 0.7)
+        study.tell(trial, 0.5)
+        asker.want(1)
+        assert _take(asker)[1] == 6
+    finally:
+        asker.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_sampler_that_raises_in_the_child_fails_take_with_its_traceback() -> None:
+    study = optuna.create_study(sampler=Broken(seed=0))
+    asker = _asker(study)
+    try:
+        asker.want(1)
+        with pytest.raises(AskFailed, match="(?s)Traceback.*boom in the child"):
+            _take(asker, timeout=30.0)
+    finally:
+        asker.close()
+    assert isinstance(study.sampler, Broken)
+
+
+@pytest.mark.timeout(120)
+def test_a_child_that_dies_fails_take_instead_of_waiting_forever() -> None:
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    asker = _asker(study)
+    try:
+        asker._process.kill()  # noqa: SLF001 - e.g. the OOM killer
+        asker.want(2)
+        with pytest.raises(AskFailed, match="exited unexpectedly"):
+            _take(asker, timeout=30.0)
+    finally:
+        asker.close(timeout=5.0)
+    assert isinstance(study.sampler, optuna.samplers.TPESampler)  # the original, as none came back
+    assert multiprocessing.active_children() == []
+
+
+SPEC = """
+[study]
+name = "proc"
+direction = "maximize"
+metric = "score"
+sampler = "{sampler}"
+seed = 4
+n_trials = 16
+{extra}
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 1
+
+[space]
+quality = {{ type = "float", low = 0.0, high = 1.0 }}
+"""
+
+
+def _spec(sampler: str = "tpe", extra: str = "") -> Any:
+    text = SPEC.format(sampler=sampler, extra=extra)
+    return parse_spec(tomllib.loads(text), "proc.toml", text), text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_tpe_campaign_samples_in_a_child_and_saves_the_childs_sampler(tmp_path: Path) -> None:
+    spec, text = _spec()
+    assert spec.study.sampling == "auto"
+    folder = CampaignFolder(tmp_path / "proc")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    with open_cluster(ClusterOptions(n_workers=2)) as client:
+        campaign = Campaign(spec, folder, study, DaskExecutor(client, "test-proc"))
+        campaign.run()
+    assert isinstance(campaign._asker, ProcessAsker)  # noqa: SLF001 - auto chose the child process for TPE
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 16
+    saw = [t.user_attrs["sampler_saw"] for t in trials]
+    assert saw == sorted(saw) and all(s <= n for n, s in enumerate(saw)) and saw[-1] > 0  # tells reached the child
+    assert type(study.sampler) is optuna.samplers.TPESampler
+    with open(folder.sampler_state, "rb") as fh:
+        assert type(pickle.load(fh)) is optuna.samplers.TPESampler
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize(
+    ("sampler", "extra", "message"),
+    [
+        ("random", 'sampling = "process"', "'process' runs only tpe, gp"),
+        ("tpe", 'sampling = "thread"\ndeterministic = true', "samples in order"),
+        ("tpe", 'sampling = "fork"', "is not one of auto, process, thread, inline"),
+    ],
+)
+def test_sampling_setting_errors_name_the_value_and_the_rule(sampler: str, extra: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        _spec(sampler, extra)

@@ -30,7 +30,7 @@ from cluster.executor import Finished, Report, Started, TrialExecutor, TrialRequ
 from .asker import AskTimes, BackgroundAsker
 from .folder import CampaignFolder, write_atomic_bytes
 from .pipeline import SLOW_ASK_SECONDS, Pipeline
-from .sampler_process import ProcessAsker, ReplaySampler
+from .sampler_process import NotPortable, ProcessAsker, ReplaySampler
 from .pruning import make_pruner, resource_of
 from .scaling_sweep import TargetGoal
 from .pbt import PBTPolicy
@@ -141,7 +141,8 @@ class Campaign:
         self._population = _population_of(spec, folder)
         fixed = spec.study.deterministic or self._population is not None
         self._pipeline = Pipeline(spec.study.dispatch_ahead, spec.study.batch_trials, fixed=fixed)
-        self._sampling = _sampling_mode(sampling or spec.study.sampling, spec.study.sampler, fixed, executor)
+        self._sampling_asked = sampling or spec.study.sampling
+        self._sampling = _sampling_mode(self._sampling_asked, spec.study.sampler, fixed, executor)
         self._asker: BackgroundAsker[Prepared] | ProcessAsker[Prepared] | None = None
         self._inline_times = AskTimes()  # asks on this thread when there is no asker
         self._min_width = min(spec.widths())
@@ -157,8 +158,8 @@ class Campaign:
         """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
         self._count_existing()
         self._check_capacity()
-        self._start_asker()
         try:
+            self._start_asker()
             while True:
                 self._fill_slots()
                 self._flush()
@@ -188,10 +189,16 @@ class Campaign:
             return
         name = f"sampler-{self.spec.study.name}"
         if self._sampling == "process":
-            self._asker = ProcessAsker(self.study, self.spec.space.distributions(), self._ask_and_configure,
-                                       self.executor.wake, name)  # fmt: skip
-        else:
-            self._asker = BackgroundAsker(self._ask_and_configure, self.executor.wake, name)
+            try:
+                self._asker = ProcessAsker(self.study, self.spec.space.distributions(), self._ask_and_configure,
+                                           self.executor.wake, name)  # fmt: skip
+                return
+            except NotPortable as exc:
+                if self._sampling_asked == "process":
+                    raise ValueError(f"sampling='process': {exc}") from exc
+                log.warning("sampling on a thread instead of a child process: %s", exc)
+                self._sampling = "thread"
+        self._asker = BackgroundAsker(self._ask_and_configure, self.executor.wake, name)
 
     def _stop_asker(self) -> None:
         """Stop sampling; trials asked and not taken join the pending ones."""
@@ -335,11 +342,20 @@ class Campaign:
                 return
             width = group[0].width
             fits = self._busy + width <= slots or (self._busy + width <= capacity and len(group) == batch)
-            if not self._time_left() or (self._running and not fits):  # sampling may outlast the time budget
+            if not self._time_left() or (self._running and not fits) or self._batch_on_its_way(group, batch):  # sampling may outlast the time budget
                 self._pending.extendleft(reversed(group))  # asked already: they go first when slots free up
                 return
             self._launch(group, self._preferred_worker(width) if place and self._busy + width > slots else "")
         self._want_asked(slots, 0, batch, 0)
+
+    def _batch_on_its_way(self, group: list[Prepared], batch: int) -> bool:
+        """A child process sends trials one at a time: wait for the batch it owes rather than launch each.
+
+        A batch is at most ``TASK_SECONDS`` of asks, so a slot waits no longer than that;
+        launching a task per trial would cost the controller, scheduler and workers the
+        CPU the sampler needs.
+        """
+        return isinstance(self._asker, ProcessAsker) and len(group) < batch and self._asker.in_hand() > 0
 
     def _batch_size(self) -> int:
         if not hasattr(self.executor, "submit_batch"):
@@ -365,7 +381,7 @@ class Campaign:
             free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
             wanted = max(0, batch * free_tasks + spare - len(self._pending))
             wanted = min(wanted, self._asker.in_hand() + self._budget_left())
-        starved = not self._pending and self._busy < slots  # a slot waits for a trial
+        starved = not self._pending and self._busy < slots and self._asker.asks_here  # a slot waits for a trial
         self._asker.want(wanted, wake_at=1 if starved else batch)
 
     def _next_group(self, batch: int) -> list[Prepared]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import pickle
+import signal
 import threading
 import time
 import traceback
@@ -41,13 +42,17 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .asker import AskFailed, AskTimes
 
-__all__ = ["ProcessAsker", "ReplaySampler", "Asked"]
+__all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 START_SECONDS = 120.0  # the child must import Optuna and unpickle the sampler within this
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+class NotPortable(RuntimeError):
+    """The sampler cannot move to a child process (it does not pickle, or this process may not have children)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,7 @@ class _Replica:
 def serve(conn: Any, sampler_bytes: bytes, directions: Sequence[str],
           distributions: dict[str, BaseDistribution], finished: list[FrozenTrial]) -> None:  # fmt: skip
     """The child's main: tell what arrives, ask while there is credit, answer state requests."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's: it closes the child
     try:
         replica = _Replica(pickle.loads(sampler_bytes), directions, distributions, finished)
     except BaseException:  # noqa: BLE001 - reported to the controller, which raises it
@@ -244,12 +250,13 @@ class ProcessAsker(Generic[T]):
         self.times = AskTimes()  # of the child's asks
         self.sampler_lock = threading.Lock()  # nothing here needs it; kept for the asker protocol
         self.original = study.sampler
-        finished = [t for t in study.get_trials(deepcopy=False, states=FINISHED)]
+        sampler_bytes = _portable(self.original)
+        finished = [_bare(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=serve, name=name, daemon=True,
-            args=(child, pickle.dumps(self.original), list(_directions(study)), distributions, finished),
+            args=(child, sampler_bytes, list(_directions(study)), distributions, finished),
         )  # fmt: skip
         self._process.start()
         child.close()
@@ -378,6 +385,24 @@ class ProcessAsker(Generic[T]):
                 self._cond.notify_all()
         if wake:
             self._wake()
+
+
+def _portable(sampler: optuna.samplers.BaseSampler) -> bytes:
+    """The sampler pickled for the child; :class:`NotPortable` if it cannot go there."""
+    if multiprocessing.current_process().daemon:
+        raise NotPortable("this process is a daemon (e.g. a multiprocessing pool worker) and may not start a child")
+    try:
+        return pickle.dumps(sampler)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise NotPortable(f"the sampler {type(sampler).__name__} does not pickle: {exc}") from exc
+
+
+def _bare(trial: FrozenTrial) -> FrozenTrial:
+    """A finished trial as the replica needs it: no user attributes (histories, configs)."""
+    return optuna.trial.create_trial(
+        state=trial.state, values=trial.values, params=trial.params, distributions=trial.distributions,
+        intermediate_values=trial.intermediate_values, system_attrs=trial.system_attrs,
+    )  # fmt: skip
 
 
 def _directions(study: optuna.Study) -> list[str]:

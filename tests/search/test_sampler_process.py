@@ -15,7 +15,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
-from search.asker import AskFailed
+from search.asker import AskFailed, BackgroundAsker
 from search.campaign import Campaign
 from search.folder import CampaignFolder
 from search.runner import load_study
@@ -35,6 +35,14 @@ class RecordingTPE(optuna.samplers.TPESampler):
     def after_trial(self, study, trial, state, values):  # type: ignore[no-untyped-def]
         self.seen.append((trial.number, state, values, dict(trial.intermediate_values)))
         super().after_trial(study, trial, state, values)
+
+
+class SlowTPE(optuna.samplers.TPESampler):
+    """TPE taking 50 ms more per ask: the child's trials arrive one by one, well apart."""
+
+    def before_trial(self, study, trial):  # type: ignore[no-untyped-def]
+        time.sleep(0.05)
+        super().before_trial(study, trial)
 
 
 class Broken(optuna.samplers.RandomSampler):
@@ -151,7 +159,7 @@ direction = "maximize"
 metric = "score"
 sampler = "{sampler}"
 seed = 4
-n_trials = 16
+n_trials = {n_trials}
 {extra}
 
 [trainer]
@@ -163,8 +171,8 @@ quality = {{ type = "float", low = 0.0, high = 1.0 }}
 """
 
 
-def _spec(sampler: str = "tpe", extra: str = "") -> Any:
-    text = SPEC.format(sampler=sampler, extra=extra)
+def _spec(sampler: str = "tpe", extra: str = "", n_trials: int = 16) -> Any:
+    text = SPEC.format(sampler=sampler, extra=extra, n_trials=n_trials)
     return parse_spec(tomllib.loads(text), "proc.toml", text), text
 
 
@@ -190,6 +198,22 @@ def test_a_tpe_campaign_samples_in_a_child_and_saves_the_childs_sampler(tmp_path
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_trials_from_the_child_launch_in_full_batches_not_one_task_each(tmp_path: Path) -> None:
+    spec, text = _spec(extra="batch_trials = 4", n_trials=18)
+    folder = CampaignFolder(tmp_path / "proc")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    study.sampler = SlowTPE(seed=4)
+    with open_cluster(ClusterOptions(n_workers=2)) as client:
+        Campaign(spec, folder, study, DaskExecutor(client, "test-proc-batch")).run()
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 18
+    sizes = sorted(t.user_attrs.get("batch", 1) for t in trials)
+    assert sizes == [2] * 2 + [4] * 16  # the child sends one trial at a time; only the budget's tail is short
+
+
 @pytest.mark.parametrize(
     ("sampler", "extra", "message"),
     [
@@ -201,3 +225,35 @@ def test_a_tpe_campaign_samples_in_a_child_and_saves_the_childs_sampler(tmp_path
 def test_sampling_setting_errors_name_the_value_and_the_rule(sampler: str, extra: str, message: str) -> None:
     with pytest.raises(SpecError, match=message):
         _spec(sampler, extra)
+
+
+class Unpicklable(optuna.samplers.TPESampler):
+    def __init__(self) -> None:
+        super().__init__(seed=0)
+        self.hook = lambda: None  # a lambda does not pickle
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_sampler_that_does_not_pickle_samples_on_a_thread_unless_process_was_asked_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs = []
+    with open_cluster(ClusterOptions(n_workers=1)) as client:
+        for sampling in ("auto", "process"):
+            spec, text = _spec(extra=f'sampling = "{sampling}"')
+            folder = CampaignFolder(tmp_path / sampling / "proc")
+            folder.create(text)
+            study = load_study(spec, folder, create=True)
+            study.sampler = Unpicklable()
+            campaign = Campaign(spec, folder, study, DaskExecutor(client, f"test-proc-{sampling}"))
+            if sampling == "process":
+                with pytest.raises(ValueError, match="sampling='process': the sampler Unpicklable does not pickle"):
+                    campaign.run()
+            else:
+                campaign.run()
+            runs.append((campaign, study))
+    auto_campaign, auto_study = runs[0]
+    assert isinstance(auto_campaign._asker, BackgroundAsker)  # noqa: SLF001
+    assert len(auto_study.get_trials(states=(TrialState.COMPLETE,))) == 16
+    assert "sampling on a thread instead of a child process" in caplog.text

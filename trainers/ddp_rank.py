@@ -22,8 +22,9 @@ collective: rank 0's answer is broadcast, so every rank must call it at the same
 points (the epoch loop does, at every epoch end) and all stop together.
 
 A rank that raises writes its traceback (with the time) to ``rank<r>.error`` in
-the launch folder, so the launcher can blame the rank that failed first. A rank
-whose launcher dies kills itself (a watchdog thread watches the parent pid).
+the launch folder, so the launcher can blame the rank that failed first, then exits
+at once with status 1, without tearing down its trainer (see :func:`_exit_failed`).
+A rank whose launcher dies kills itself (a watchdog thread watches the parent pid).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -163,6 +164,23 @@ def _write_error(folder: Path, rank: int, exc: BaseException) -> None:
     os.replace(tmp, folder / f"rank{rank}.error")
 
 
+def _exit_failed() -> NoReturn:
+    """End a failed rank now (status 1), its error already on record, without tearing down its trainer.
+
+    The traceback keeps the trainer's frames alive, so leaving ``main`` normally would
+    free the model there, and freeing a DDP model can block for good: its reducer holds
+    the last reference to the gloo group (``process_group`` destroyed the default one
+    already), whose destructor joins the group's worker threads while holding the GIL,
+    and a worker still freeing a finished collective's tensors waits for the GIL. The
+    rank would then never exit, and the launcher never see the failure. Nothing of a
+    failed rank's state needs a clean teardown; the kernel closes its sockets and files.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or current_rank() is None or ENV_DIR not in os.environ:
@@ -183,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, then the rank exits 1
         _write_error(Path(os.environ[ENV_DIR]), info.rank, exc)
         traceback.print_exc()
-        return 1
+        _exit_failed()
     finally:
         if connection is not None:
             connection.close()

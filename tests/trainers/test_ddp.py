@@ -108,6 +108,21 @@ def fit_failing_on_rank_1(config: TrialConfig, reporter: Reporter) -> dict[str, 
     return fit(config, Failing())
 
 
+class _BlocksWhenFreed:
+    """An object whose teardown never ends, like a DDP model whose gloo group waits for the GIL to be freed."""
+
+    def __del__(self) -> None:
+        time.sleep(600)
+
+
+def fit_failing_with_a_teardown_that_blocks(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """Rank 1 raises while its frame (kept by the traceback) holds an object that blocks when freed."""
+    if os.environ["RANK"] == "1":
+        held = _BlocksWhenFreed()  # noqa: F841 - freed only with the traceback
+        raise RuntimeError("rank 1 fails holding a teardown that blocks")
+    return fit(config, reporter)  # waits for rank 1 at the rendezvous
+
+
 def fit_killed_on_rank_1(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     """Rank 1 dies by SIGKILL (no traceback); rank 0 waits for it at the rendezvous."""
     if os.environ["RANK"] == "1":
@@ -126,7 +141,21 @@ def test_a_failing_rank_fails_the_trial_with_its_traceback(make_config) -> None:
     assert info.value.rank == 1
     assert "Traceback (most recent call last)" in str(info.value) and ", in report" in str(info.value)
     assert 'raise RuntimeError("rank 1 fails on purpose")' in str(info.value)
-    assert len(reporter.reports) <= 1  # rank 0 may have reported epoch 1 before rank 1 failed
+    # Whether rank 0's epoch-1 report reached the launcher before rank 1's exit did is timing;
+    # no later report can: rank 0's epoch 2 needs rank 1's gradients.
+    assert [step for step, _ in reporter.reports] in ([], [1])
+    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.timeout(30)
+def test_a_failing_rank_exits_without_tearing_down_its_trainer(make_config) -> None:
+    # A failed rank that ran its trainer's teardown could hang there (see trainers.ddp_rank._exit_failed)
+    # and the trial would not fail; here the teardown blocks for sure, so only exiting at once passes.
+    pids: list[int] = []
+    with pytest.raises(RankError, match=r"rank 1 of 2 failed: RuntimeError: rank 1 fails holding") as info:
+        launch(f"{__name__}:fit_failing_with_a_teardown_that_blocks", make_config(PARAMS, data_parallel=2),
+               RecordingReporter(), timeout=20, on_start=pids.extend)  # fmt: skip
+    assert info.value.rank == 1 and 'raise RuntimeError("rank 1 fails holding' in info.value.traceback
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 

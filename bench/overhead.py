@@ -14,7 +14,8 @@ Definitions (printed with the table):
 - trials/s = trials / wall seconds of the optimize call (campaign run, optimize,
   submit loop), study creation and cluster start excluded.
 - ``tpe-bound`` / ``random-bound``: serial ask + tell on an in-memory study with no
-  trial at all: the sampler's own ceiling.
+  trial at all: the sampler's own ceiling, measured right after each hypersweep run
+  of (b); ``share_of_bound`` = hypersweep's trials/s / that bound, per repetition.
 - ``sampler_busy`` (hypersweep, trivial trials): the fraction of the run its sampling
   thread spent asking; near 1 means sampling is what limits the rate.
 - ``util_slow_ask``: busy fraction of the slots from the start of the 4th trial to the
@@ -443,9 +444,13 @@ def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, 
         except Exception as exc:  # noqa: BLE001
             print(f"  trials_per_s {sampler} {peer}: FAILED {type(exc).__name__}: {exc}", flush=True)
             continue
-        rec.add("trials_per_s", sampler, peer, rep, len(result["spans"]) / result["wall"], "trials/s")
+        rate = len(result["spans"]) / result["wall"]
+        rec.add("trials_per_s", sampler, peer, rep, rate, "trials/s")
         if peer == "hypersweep":
             rec.add("sampler_busy", sampler, peer, rep, result["sampler_busy"], "fraction")
+            bound = sampler_bound(n, sampler, ctx.seed)  # right after, so both see the same machine load
+            rec.add("trials_per_s", sampler, f"{sampler}-bound", rep, bound, "trials/s")
+            rec.add("share_of_bound", sampler, peer, rep, rate / bound, "fraction")
     measure_slow_sampler(rec, ctx, peer, rep, sizes)
 
 
@@ -577,10 +582,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ctx = Ctx(None, Path(tmp), args.seed)
                     for rep in range(reps):
                         measure_peer(rec, ctx, "ray", rep, sizes, args.samplers)
-    for rep in range(reps):
-        for sampler in args.samplers:
-            bound = sampler_bound(sizes["ntrivial"], sampler, args.seed)
-            rec.add("trials_per_s", sampler, f"{sampler}-bound", rep, bound, "trials/s")
+    if "hypersweep" not in args.peers:  # else measured beside each hypersweep run
+        for rep in range(reps):
+            for sampler in args.samplers:
+                bound = sampler_bound(sizes["ntrivial"], sampler, args.seed)
+                rec.add("trials_per_s", sampler, f"{sampler}-bound", rep, bound, "trials/s")
     if not args.no_memory:
         for kind in ("hypersweep-journal", "hypersweep-memory", "optuna-threads"):
             try:
@@ -595,6 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("utilization = sum of in-trial durations / (4 slots x (last trial end - first trial start))")
     print("trials_per_s = trials / wall of the optimize call; rss = controller RSS growth over the run;")
     print("sampler_busy = share of the run hypersweep's sampler (thread or child process) spent asking (1 = sampling is the limit)")
+    print("share_of_bound = hypersweep trials/s / the sampler's serial ask+tell rate measured right after it (1 = the sampler is the limit)")
     print("util_slow_ask = steady-state busy slots (4th trial start .. last trial start), 1 s asks, 6 s trials")
     print("ms_per_trial (c) = controller real time per trial, 10 reports each (hypersweep on the simulated executor,")
     print("  journal storage; hypersweep-memory = in-memory storage; optuna-threads: 0 reports, in-memory)")

@@ -163,24 +163,31 @@ def serve(conn: Any, sampler_bytes: bytes, directions: Sequence[str],
     inbox = _Inbox(conn)
     while True:
         message = inbox.next(block=replica.credit == 0)
-        if message is None:  # credit left and nothing to tell first: ask
-            replica.credit -= 1
-            try:
-                conn.send(("asked", replica.ask()))
-            except Exception:  # noqa: BLE001 - the controller raises it as AskFailed
-                conn.send(("error", traceback.format_exc()))
-                replica.credit = 0
-            continue
-        kind = message[0]
-        if kind == "ask":
-            replica.credit += message[1]
-        elif kind == "done":
-            replica.record(message[1])
-        elif kind == "state":
-            conn.send(("state", pickle.dumps(replica.study.sampler)))
-        elif kind == "close":
-            conn.close()
-            return
+        try:
+            if not _handle(conn, replica, message):
+                return
+        except Exception:  # noqa: BLE001 - the controller raises it as AskFailed
+            conn.send(("error", traceback.format_exc()))
+            replica.credit = 0
+
+
+def _handle(conn: Any, replica: _Replica, message: tuple | None) -> bool:
+    """One step of the child: an ask (``message`` None: credit left, nothing to record first) or a message."""
+    if message is None:
+        replica.credit -= 1
+        conn.send(("asked", replica.ask()))
+        return True
+    kind = message[0]
+    if kind == "ask":
+        replica.credit += message[1]
+    elif kind == "done":
+        replica.record(message[1])
+    elif kind == "state":
+        conn.send(("state", pickle.dumps(replica.study.sampler)))
+    elif kind == "close":
+        conn.close()
+        return False
+    return True
 
 
 # --- the controller's side ---------------------------------------------------------------------

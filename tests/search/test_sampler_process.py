@@ -20,7 +20,9 @@ from search.campaign import Campaign
 from search.folder import CampaignFolder
 from search.runner import load_study
 from search.sampler_process import ProcessAsker, ReplaySampler
-from search.spec import SpecError, parse_spec
+from search.samplers import make_sampler
+from search.spec import REPLICA_SAFE, SpecError, parse_spec
+from spaces.params import parse_space
 
 DISTS = {"x": FloatDistribution(0.0, 1.0), "k": IntDistribution(1, 8)}
 
@@ -37,7 +39,7 @@ class RecordingTPE(optuna.samplers.TPESampler):
         super().after_trial(study, trial, state, values)
 
 
-class SlowTPE(optuna.samplers.TPESampler):
+class SlowTPE(RecordingTPE):
     """TPE taking 50 ms more per ask: the child's trials arrive one by one, well apart."""
 
     def before_trial(self, study, trial):  # type: ignore[no-untyped-def]
@@ -89,6 +91,23 @@ def test_every_tell_reaches_the_child_before_its_next_ask_and_its_state_comes_ba
         asker.close()
     assert isinstance(study.sampler, RecordingTPE) and len(study.sampler.seen) == 3  # the child's copy, returned
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", REPLICA_SAFE)
+def test_each_sampler_allowed_in_a_child_asks_tells_and_comes_back(name: str) -> None:
+    space = parse_space({"x": {"type": "float", "low": 0.0, "high": 1.0}, "k": {"type": "int", "low": 1, "high": 8}})
+    study = optuna.create_study(sampler=make_sampler(name, space, 9))
+    asker = _asker(study)
+    try:
+        for value in range(4):
+            asker.want(1)
+            trial, saw = _take(asker)
+            assert saw == value and set(trial.params) == {"x", "k"}
+            study.tell(trial, float(value))
+    finally:
+        asker.close()
+    assert type(study.sampler) is type(make_sampler(name, space, 9))
 
 
 @pytest.mark.timeout(120)
@@ -212,6 +231,9 @@ def test_trials_from_the_child_launch_in_full_batches_not_one_task_each(tmp_path
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 18
     sizes = sorted(t.user_attrs.get("batch", 1) for t in trials)
     assert sizes == [2] * 2 + [4] * 16  # the child sends one trial at a time; only the budget's tail is short
+    assert isinstance(study.sampler, SlowTPE)  # the child's copy came back; it recorded every tell
+    assert sorted(number for number, *_ in study.sampler.seen) == list(range(18))  # each on its own replica trial
+    assert {state for _, state, _, _ in study.sampler.seen} == {TrialState.COMPLETE}
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ from .pbt import PBTPolicy
 from .pbt_segments import Population
 from .seeds import component_seed, trial_seed
 from .storage import flusher
-from .spec import DATA_PARALLEL, REPLICA_SAFE, CampaignSpec
+from .spec import DATA_PARALLEL, REPLICA_SAFE, CampaignSpec, sampling_problem
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
 
@@ -342,7 +342,8 @@ class Campaign:
                 return
             width = group[0].width
             fits = self._busy + width <= slots or (self._busy + width <= capacity and len(group) == batch)
-            if not self._time_left() or (self._running and not fits) or self._batch_on_its_way(group, batch):  # sampling may outlast the time budget
+            # sampling may outlast the time budget; a child process may still be sending this batch
+            if not self._time_left() or (self._running and not fits) or self._batch_on_its_way(group, batch):
                 self._pending.extendleft(reversed(group))  # asked already: they go first when slots free up
                 return
             self._launch(group, self._preferred_worker(width) if place and self._busy + width > slots else "")
@@ -796,15 +797,12 @@ def _sampling_mode(requested: str, sampler: str, fixed: bool, executor: TrialExe
     """Where the sampler runs: ``inline`` when the order of asks matters (deterministic, PBT) or time
     is virtual; otherwise, on ``auto``, in a child ``process`` for the samplers that allow it, else on a ``thread``.
     """
-    if requested not in ("auto", "process", "thread", "inline"):
-        raise ValueError(f"sampling={requested!r}: must be 'auto', 'process', 'thread' or 'inline'")
-    if fixed or getattr(executor, "virtual_time", False):
-        if requested in ("process", "thread"):
-            raise ValueError(f"sampling={requested!r} needs a real-time executor and a campaign that is not "
-                             "deterministic or population-based")  # fmt: skip
+    ordered = fixed or bool(getattr(executor, "virtual_time", False))
+    problem = sampling_problem(requested, sampler, ordered)
+    if problem:
+        raise ValueError(f"sampling: {problem}")
+    if ordered:
         return "inline"
-    if requested == "process" and sampler not in REPLICA_SAFE:
-        raise ValueError(f"sampling='process' runs only {', '.join(REPLICA_SAFE)}; {sampler!r} keeps state in the study")
     if requested == "auto":
         return "process" if sampler in REPLICA_SAFE else "thread"
     return requested

@@ -203,16 +203,27 @@ def _study(t: SpecTable) -> StudySpec:
 
 
 def _sampling(t: SpecTable, sampler: str) -> str:
-    """Where the sampler runs; only an ordered campaign (deterministic, PBT) must sample on the loop."""
+    """Where the sampler runs (see :func:`sampling_problem`)."""
     sampling = t.choice("sampling", SAMPLING, "auto")
-    ordered = t.data.get("deterministic") or t.data.get("scheduler") == "pbt"
-    if ordered and sampling in ("process", "thread"):
-        raise t.error("sampling", f"{sampling!r}: a deterministic or population-based campaign samples in order "
-                      "on the loop; use 'auto' or 'inline'")  # fmt: skip
-    if sampling == "process" and sampler not in REPLICA_SAFE:
-        raise t.error("sampling", f"'process' runs only {', '.join(REPLICA_SAFE)} on a replica study; "
-                      f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
+    ordered = bool(t.data.get("deterministic")) or t.data.get("scheduler") == "pbt"
+    problem = sampling_problem(sampling, sampler, ordered)
+    if problem:
+        raise t.error("sampling", problem)
     return sampling
+
+
+def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
+    """Why ``sampling`` cannot be used ("" if it can): an ordered campaign (deterministic, PBT, virtual
+    time) samples in order on the loop, and only ``REPLICA_SAFE`` samplers run on a replica study."""
+    if sampling not in SAMPLING:
+        return f"{sampling!r} is not one of {', '.join(SAMPLING)}"
+    if ordered and sampling in ("process", "thread"):
+        return (f"{sampling!r}: a deterministic, population-based or simulated campaign samples in order "
+                "on the loop; use 'auto' or 'inline'")  # fmt: skip
+    if sampling == "process" and sampler not in REPLICA_SAFE:
+        return (f"'process' runs only {', '.join(REPLICA_SAFE)} on a replica study; "
+                f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
+    return ""
 
 
 def _auto_int(t: SpecTable, key: str, minimum: int) -> int:

@@ -15,6 +15,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
+from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.asker import AskFailed, BackgroundAsker
 from search.campaign import Campaign
 from search.folder import CampaignFolder
@@ -279,3 +280,29 @@ def test_a_sampler_that_does_not_pickle_samples_on_a_thread_unless_process_was_a
     assert isinstance(auto_campaign._asker, BackgroundAsker)  # noqa: SLF001
     assert len(auto_study.get_trials(states=(TrialState.COMPLETE,))) == 16
     assert "sampling on a thread instead of a child process" in caplog.text
+
+
+class _OneSecond:
+    def plan(self, config, rng):  # type: ignore[no-untyped-def]
+        return TrialPlan((1.0,), ({"score": 0.5, "epoch": 1.0},))
+
+
+@pytest.mark.parametrize(
+    ("sampler", "sampling", "message"),
+    [
+        ("tpe", "process", "simulated campaign samples in order"),  # virtual time cannot wait for a child
+        ("tpe", "thread", "simulated campaign samples in order"),
+        ("tpe", "spawn", "'spawn' is not one of auto, process, thread, inline"),
+    ],
+)
+def test_the_campaigns_sampling_override_is_checked_like_the_spec(
+    tmp_path: Path, sampler: str, sampling: str, message: str
+) -> None:
+    spec, text = _spec(sampler)
+    folder = CampaignFolder(tmp_path / "proc")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    with pytest.raises(ValueError, match=message):
+        Campaign(spec, folder, study, SimulatedExecutor(2, _OneSecond(), controller_time_scale=0), sampling=sampling)
+    simulated = Campaign(spec, folder, study, SimulatedExecutor(2, _OneSecond(), controller_time_scale=0))
+    assert simulated._sampling == "inline"  # noqa: SLF001 - auto on virtual time

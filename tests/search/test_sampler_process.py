@@ -306,3 +306,20 @@ def test_the_campaigns_sampling_override_is_checked_like_the_spec(
         Campaign(spec, folder, study, SimulatedExecutor(2, _OneSecond(), controller_time_scale=0), sampling=sampling)
     simulated = Campaign(spec, folder, study, SimulatedExecutor(2, _OneSecond(), controller_time_scale=0))
     assert simulated._sampling == "inline"  # noqa: SLF001 - auto on virtual time
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_resumed_campaign_seeds_the_child_with_the_trials_already_finished(tmp_path: Path) -> None:
+    spec, text = _spec(n_trials=10)
+    folder = CampaignFolder(tmp_path / "proc")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    dist = spec.space.distributions()
+    for value in (0.2, 0.4, 0.6, 0.8):  # what a previous controller finished before it stopped
+        study.add_trial(optuna.trial.create_trial(params={"quality": value}, distributions=dist, value=value))
+    with open_cluster(ClusterOptions(n_workers=1)) as client:
+        Campaign(spec, folder, study, DaskExecutor(client, "test-proc-resume")).run()
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 10
+    assert min(t.user_attrs["sampler_saw"] for t in trials[4:]) >= 4  # the child knew the first four

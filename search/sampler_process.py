@@ -274,16 +274,24 @@ class ProcessAsker(Generic[T]):
         self._reader.start()
 
     def _await_ready(self) -> None:
+        """Wait for the child's "ready"; :class:`NotPortable` if it cannot start (e.g. the sampler's class
+        lives in a ``__main__`` the child cannot import)."""
+        problem = ""
         if not self._conn.poll(START_SECONDS):
-            self._process.kill()
-            raise AskFailed(f"the sampler process did not start within {START_SECONDS:.0f} s")
-        try:
-            message = self._conn.recv()
-        except EOFError as exc:
-            raise AskFailed(f"the sampler process exited at start (exit code {self._process.exitcode})") from exc
-        if message[0] == "error":
+            problem = f"the sampler process did not start within {START_SECONDS:.0f} s"
+        else:
+            try:
+                message = self._conn.recv()
+                problem = f"the sampler process could not start:\n{message[1]}" if message[0] == "error" else ""
+            except EOFError:
+                problem = "the sampler process exited at start"
+        if problem:
             self._process.join(5.0)
-            raise AskFailed(f"the sampler process could not start:\n{message[1]}")
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(5.0)
+            self._conn.close()
+            raise NotPortable(problem)
 
     # --- the loop's side -------------------------------------------------------------------
 

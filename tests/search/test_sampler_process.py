@@ -20,7 +20,7 @@ from search.asker import AskFailed, BackgroundAsker
 from search.campaign import Campaign
 from search.folder import CampaignFolder
 from search.runner import load_study
-from search.sampler_process import ProcessAsker, ReplaySampler
+from search.sampler_process import NotPortable, ProcessAsker, ReplaySampler
 from search.samplers import make_sampler
 from search.spec import REPLICA_SAFE, SpecError, parse_spec
 from spaces.params import parse_space
@@ -155,6 +155,29 @@ def test_a_sampler_that_raises_in_the_child_fails_take_with_its_traceback() -> N
     finally:
         asker.close()
     assert isinstance(study.sampler, Broken)
+
+
+def _refuse_in_child() -> optuna.samplers.BaseSampler:
+    if multiprocessing.parent_process() is not None:
+        raise RuntimeError("this sampler cannot live in a child")
+    return optuna.samplers.TPESampler(seed=0)
+
+
+class StaysHome(optuna.samplers.TPESampler):
+    """Pickles here, fails to unpickle in the child (like a class defined in a script's ``__main__``)."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_refuse_in_child, ())
+
+
+@pytest.mark.timeout(120)
+def test_a_sampler_the_child_cannot_load_is_not_portable_and_leaves_nothing_behind() -> None:
+    sampler = StaysHome(seed=0)
+    study = optuna.create_study(sampler=sampler)
+    with pytest.raises(NotPortable, match="(?s)could not start.*this sampler cannot live in a child"):
+        _asker(study)
+    assert study.sampler is sampler
+    assert multiprocessing.active_children() == []
 
 
 @pytest.mark.timeout(120)

@@ -256,8 +256,8 @@ class ProcessAsker(Generic[T]):
         self._closing = False
         self.times = AskTimes()  # of the child's asks
         self.sampler_lock = threading.Lock()  # nothing here needs it; kept for the asker protocol
-        self.original = study.sampler
-        sampler_bytes = _portable(self.original)
+        self._original = study.sampler
+        sampler_bytes = _portable(self._original)
         finished = [_bare(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
@@ -309,12 +309,6 @@ class ProcessAsker(Generic[T]):
         with self._cond:
             return len(self._ready) + self._owed
 
-    @property
-    def busy(self) -> bool:
-        """Whether the child owes trials (it is sampling)."""
-        with self._cond:
-            return self._owed > 0
-
     def take(self) -> T | None:
         """A trial from the child's parameters, or None if none has arrived; raises AskFailed if it failed."""
         with self._cond:
@@ -354,7 +348,7 @@ class ProcessAsker(Generic[T]):
             self._process.join(5.0)
         self._reader.join(5.0)
         self._conn.close()
-        self._study.sampler = pickle.loads(state) if state is not None else self.original
+        self._study.sampler = pickle.loads(state) if state is not None else self._original
         return []
 
     # --- the reading thread -----------------------------------------------------------------

@@ -24,7 +24,7 @@ import pandas as pd
 
 from cluster import quiet_dask_logs
 from search.runner import RunOptions, run_campaign
-from search.spec import parse_spec
+from search.spec.campaign_spec import parse_spec
 
 SPEC = """
 [study]

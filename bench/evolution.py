@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from search.evolution import RegularizedEvolutionSampler
+from search.sampling.evolution import RegularizedEvolutionSampler
 from spaces.genomes import CELL_EDGES, CELL_OPS, CellGenome, CellSpace
 
 PREFIX = "arch"

@@ -195,7 +195,7 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
     from bench.simulate import bench_spec
     from cluster import DaskExecutor
     from search.campaign import Campaign
-    from search.folder import CampaignFolder
+    from search.store.folder import CampaignFolder
     from search.runner import load_study
 
     spec = bench_spec(f"hs-{uuid.uuid4().hex[:6]}", SPACE, sampler, n, seed=ctx.seed, epochs=1, metric="score",
@@ -345,7 +345,7 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
             from bench.simulate import bench_spec, open_study
             from cluster.simulated import CurveModel, SimulatedExecutor
             from search.campaign import Campaign
-            from search.folder import CampaignFolder
+            from search.store.folder import CampaignFolder
 
             storage = kind.removeprefix("hypersweep-") if "-" in kind else "journal"
             spec = bench_spec("mem", SPACE, "random", n, seed=seed, epochs=10, metric="accuracy",

@@ -39,11 +39,11 @@ import optuna
 
 from cluster.simulated import NB201_OPS, CurveModel, SimulatedExecutor, TableModel, TrialModel
 from search.campaign import Campaign
-from search.folder import CampaignFolder
-from search.pruning import make_pruner
+from search.store.folder import CampaignFolder
+from search.sampling.pruning import make_pruner
 from search.runner import load_study
-from search.samplers import make_sampler
-from search.spec import CampaignSpec, parse_spec
+from search.sampling.samplers import make_sampler
+from search.spec.campaign_spec import CampaignSpec, parse_spec
 
 HERE = Path(__file__).resolve().parent
 NB201_CSV = HERE / "data" / "nb201_12epoch.csv"

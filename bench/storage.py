@@ -23,7 +23,7 @@ import pandas as pd
 from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-from search.storage import flusher, open_storage
+from search.store.storage import flusher, open_storage
 
 DIST = {"x": optuna.distributions.FloatDistribution(0.0, 1.0), "y": optuna.distributions.IntDistribution(1, 64)}
 

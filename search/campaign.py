@@ -27,17 +27,17 @@ from spaces.errors import SpaceError
 
 from cluster.executor import Finished, Report, Started, TrialExecutor, TrialRequest
 
-from .asker import AskTimes, BackgroundAsker
-from .folder import CampaignFolder, write_atomic_bytes
-from .pipeline import SLOW_ASK_SECONDS, Pipeline
-from .sampler_process import NotPortable, ProcessAsker, ReplaySampler
-from .pruning import make_pruner, resource_of
-from .scaling_sweep import TargetGoal
-from .pbt import PBTPolicy
-from .pbt_segments import Population
-from .seeds import component_seed, trial_seed
-from .storage import flusher
-from .spec import DATA_PARALLEL, REPLICA_SAFE, CampaignSpec, sampling_problem
+from search.sampling.asker import AskTimes, BackgroundAsker
+from search.store.folder import CampaignFolder, write_atomic_bytes
+from search.pipeline import SLOW_ASK_SECONDS, Pipeline
+from search.sampling.process import NotPortable, ProcessAsker, ReplaySampler
+from search.sampling.pruning import make_pruner, resource_of
+from search.scaling.sweep import TargetGoal
+from search.pbt.policy import PBTPolicy
+from search.pbt.population import Population
+from search.seeds import component_seed, trial_seed
+from search.store.storage import flusher
+from search.spec.campaign_spec import DATA_PARALLEL, REPLICA_SAFE, CampaignSpec, sampling_problem
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial"]
 

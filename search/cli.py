@@ -84,7 +84,7 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace):
-    from .runner import RunOptions
+    from search.runner import RunOptions
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers={args.workers}: must be >= 1")
@@ -99,8 +99,8 @@ def _options(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runner import load_study, run_campaign, summary_text
-    from .spec import load_spec
+    from search.runner import load_study, run_campaign, summary_text
+    from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec)
     folder = run_campaign(spec, _options(args))
@@ -109,7 +109,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:
-    from .spec import SpecError, load_spec
+    from search.spec.campaign_spec import SpecError, load_spec
 
     spec = load_spec(args.spec)
     if spec.scaling is None:
@@ -118,8 +118,8 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from .runner import load_study, resume_campaign, summary_text
-    from .spec import load_spec
+    from search.runner import load_study, resume_campaign, summary_text
+    from search.spec.campaign_spec import load_spec
 
     folder = resume_campaign(args.folder, _options(args))
     spec = load_spec(folder.spec)
@@ -128,14 +128,14 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from .status import status_text
+    from search.reports.status import status_text
 
     print(status_text(args.folder))
     return EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from .spec import load_spec
+    from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec)
     print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
@@ -143,7 +143,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from search.reports.report import write_report
 
     files = write_report(args.folder)
     print(f"report: {files.index}\nalso: {files.markdown}, {files.csv}, {files.parquet}")
@@ -151,7 +151,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from .reproduce import DEFAULT_TOLERANCE, comparison_text, reproduce_trial
+    from search.reports.reproduce import DEFAULT_TOLERANCE, comparison_text, reproduce_trial
 
     tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     result = reproduce_trial(args.folder, args.trial, tolerance)
@@ -185,8 +185,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 def _cmd_cluster_script(args: argparse.Namespace) -> int:
     from cluster.backends import submission_text
 
-    from .runner import RunOptions, _cluster_options
-    from .spec import load_spec
+    from search.runner import RunOptions, _cluster_options
+    from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec)
     options = _cluster_options(spec, RunOptions(insecure=args.insecure, tls=tuple(args.tls) if args.tls else None))
@@ -222,10 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-    from .campaign import CampaignError
-    from .folder import FolderLockedError
-    from .runner import CampaignExistsError
-    from .spec import SpecError
+    from search.campaign import CampaignError
+    from search.store.folder import FolderLockedError
+    from search.runner import CampaignExistsError
+    from search.spec.campaign_spec import SpecError
 
     commands = {
         "run": _cmd_run, "scaling": _cmd_scaling, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check,

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TextIO
 
-from .campaign import Snapshot
+from search.campaign import Snapshot
 
 __all__ = ["Progress"]
 

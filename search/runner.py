@@ -22,16 +22,16 @@ import optuna
 
 from cluster import ClusterError, ClusterOptions, DaskExecutor, TLSFiles, open_cluster
 
-from .campaign import Campaign
-from .environment import capture_environment, record_environment, scheduler_info
-from .folder import CampaignFolder, ControllerLock
-from .progress import Progress
-from .pruning import make_pruner
-from .samplers import make_sampler
-from .scaling_sweep import SweepResult, TargetGoal, analyze_sweep, scaling_sampler
-from .spec import CampaignSpec, load_spec
-from .storage import open_storage, storage_url
-from .summary import best_table, trials_frame
+from search.campaign import Campaign
+from search.store.environment import capture_environment, record_environment, scheduler_info
+from search.store.folder import CampaignFolder, ControllerLock
+from search.progress import Progress
+from search.sampling.pruning import make_pruner
+from search.sampling.samplers import make_sampler
+from search.scaling.sweep import SweepResult, TargetGoal, analyze_sweep, scaling_sampler
+from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.store.storage import open_storage, storage_url
+from search.reports.summary import best_table, trials_frame
 
 __all__ = ["RunOptions", "run_campaign", "resume_campaign", "load_study", "CampaignExistsError"]
 
@@ -57,7 +57,7 @@ class RunOptions:
 def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     from cluster.backends import require_extra
 
-    from .spec_table import SpecError
+    from search.spec.table import SpecError
 
     c = spec.cluster
     files = options.tls or ((c.tls_ca_file, c.tls_cert_file, c.tls_key_file) if c.tls else None)

@@ -24,8 +24,8 @@ import yaml
 
 from cluster import ClusterOptions, open_cluster
 from cluster.backends import JobQueueBackend, KubernetesBackend, cluster_spec_dict, job_script, worker_args
-from search.spec import load_spec
-from search.spec_table import SpecError
+from search.spec.campaign_spec import load_spec
+from search.spec.table import SpecError
 from tls_certs import make_certs
 from tests.campaign_storage import load
 

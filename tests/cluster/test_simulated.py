@@ -14,7 +14,7 @@ import pytest
 from cluster.executor import Finished, Report, Started, TrialRequest
 from cluster.simulated import CurveModel, SimulatedExecutor, TableModel, TrialPlan, nb201_cell
 from search.campaign import Campaign
-from search.folder import CampaignFolder
+from search.store.folder import CampaignFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 NB201 = ROOT / "bench" / "data" / "nb201_12epoch.csv"

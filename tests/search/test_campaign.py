@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from search.runner import CampaignExistsError, RunOptions, run_campaign
-from search.spec import load_spec
+from search.spec.campaign_spec import load_spec
 
 from tests.spec_files import write_spec
 from tests.campaign_storage import load as load_campaign

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from search.runner import RunOptions, run_campaign
-from search.spec import SpecError, parse_spec
+from search.spec.campaign_spec import SpecError, parse_spec
 from tests.campaign_storage import load
 
 pytestmark = pytest.mark.slow

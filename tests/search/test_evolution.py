@@ -16,7 +16,7 @@ from optuna.testing.pytest_samplers import (
 )
 from optuna.trial import TrialState
 
-from search.evolution import (
+from search.sampling.evolution import (
     GENOME_ATTR,
     MUTATION_ATTR,
     PARENT_ATTR,

@@ -10,10 +10,10 @@ import pytest
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from search.campaign import Campaign
-from search.folder import CampaignFolder
-from search.pbt import Action, Member, PBTPolicy, PBTSpec, recorded_schedule
+from search.store.folder import CampaignFolder
+from search.pbt.policy import Action, Member, PBTPolicy, PBTSpec, recorded_schedule
 from search.runner import load_study
-from search.spec import SpecError, parse_spec
+from search.spec.campaign_spec import SpecError, parse_spec
 from trainers.api import RecordingReporter, TrialConfig
 from trainers.classifier import fit
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from search.asker import AskFailed, BackgroundAsker
+from search.sampling.asker import AskFailed, BackgroundAsker
 from search.pipeline import MAX_AUTO_BATCH, Pipeline
 
 

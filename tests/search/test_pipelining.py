@@ -14,9 +14,9 @@ from optuna.trial import TrialState
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.executor import Finished, TrialRequest
 from search.campaign import NEVER_STARTED, Campaign, RunningTrial
-from search.folder import CampaignFolder
+from search.store.folder import CampaignFolder
 from search.runner import load_study
-from search.spec import SpecError, parse_spec
+from search.spec.campaign_spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ import pytest
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from search.campaign import Campaign
-from search.folder import CampaignFolder
+from search.store.folder import CampaignFolder
 from search.runner import load_study
-from search.spec import SpecError, parse_spec
+from search.spec.campaign_spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.slow
 

@@ -27,12 +27,12 @@ import pytest
 from optuna.trial import TrialState
 
 from search.cli import main
-from search.environment import capture_environment, cluster_shape, record_environment, trainer_source_sha256
-from search.folder import CampaignFolder
-from search.report import SECTION_IDS, write_report
+from search.store.environment import capture_environment, cluster_shape, record_environment, trainer_source_sha256
+from search.store.folder import CampaignFolder
+from search.reports.report import SECTION_IDS, write_report
 from search.runner import RunOptions, load_study, run_campaign
-from search.storage import flusher
-from search.spec import load_spec
+from search.store.storage import flusher
+from search.spec.campaign_spec import load_spec
 
 from tests.spec_files import write_spec
 

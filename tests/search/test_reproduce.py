@@ -11,10 +11,10 @@ import optuna
 import pytest
 
 from search.cli import main
-from search.folder import CampaignFolder
-from search.reproduce import Check, compare, reproduce_trial
+from search.store.folder import CampaignFolder
+from search.reports.reproduce import Check, compare, reproduce_trial
 from search.runner import RunOptions, run_campaign
-from search.spec import load_spec
+from search.spec.campaign_spec import load_spec
 
 from tests.spec_files import write_spec
 

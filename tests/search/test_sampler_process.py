@@ -16,13 +16,13 @@ from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.simulated import SimulatedExecutor, TrialPlan
-from search.asker import AskFailed, BackgroundAsker
+from search.sampling.asker import AskFailed, BackgroundAsker
 from search.campaign import Campaign
-from search.folder import CampaignFolder
+from search.store.folder import CampaignFolder
 from search.runner import load_study
-from search.sampler_process import NotPortable, ProcessAsker, ReplaySampler
-from search.samplers import make_sampler
-from search.spec import REPLICA_SAFE, SpecError, parse_spec
+from search.sampling.process import NotPortable, ProcessAsker, ReplaySampler
+from search.sampling.samplers import make_sampler
+from search.spec.campaign_spec import REPLICA_SAFE, SpecError, parse_spec
 from spaces.params import parse_space
 
 DISTS = {"x": FloatDistribution(0.0, 1.0), "k": IntDistribution(1, 8)}

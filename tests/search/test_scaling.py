@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from search.scaling import (
+from search.scaling.fit import (
     LRRuleFit,
     Regime,
     ScalingError,

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from search.scaling import ScalingFit, fit_mccandlish, lr_rule_fit
-from search.scaling_plots import plot_examples_to_target, plot_lr_rule, plot_noise_scale, plot_steps_to_target
+from search.scaling.fit import ScalingFit, fit_mccandlish, lr_rule_fit
+from search.scaling.plots import plot_examples_to_target, plot_lr_rule, plot_noise_scale, plot_steps_to_target
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIZES = [8, 16, 32, 64, 128, 256]
@@ -52,8 +52,8 @@ def test_lr_and_noise_scale_plots_are_written(tmp_path: Path) -> None:
 def test_plots_do_not_touch_pyplot(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from search.scaling import lr_rule_fit\n"
-        "from search.scaling_plots import plot_lr_rule\n"
+        "from search.scaling.fit import lr_rule_fit\n"
+        "from search.scaling.plots import plot_lr_rule\n"
         f"plot_lr_rule({str(tmp_path / 'lr.png')!r}, lr_rule_fit([8, 16, 32], [0.1, 0.2, 0.4]))\n"
         "print('matplotlib.pyplot' in sys.modules)\n"
     )

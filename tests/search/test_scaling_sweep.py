@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from search.runner import RunOptions, run_campaign
-from search.scaling_sweep import BATCH, ScalingSampler
-from search.spec import SpecError, parse_spec
+from search.scaling.sweep import BATCH, ScalingSampler
+from search.spec.campaign_spec import SpecError, parse_spec
 from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def small_spec(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_small_digits_sweep_writes_the_table_plots_and_conclusion(tmp_path: Path) -> None:
-    from search.spec import load_spec
+    from search.spec.campaign_spec import load_spec
 
     spec = load_spec(small_spec(tmp_path))
     assert spec.study.n_trials == 8 and spec.objective_metrics == ("steps_to_target",)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from search.spec import SpecError, load_spec
+from search.spec.campaign_spec import SpecError, load_spec
 
 from tests.spec_files import write_spec
 

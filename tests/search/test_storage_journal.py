@@ -15,8 +15,8 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-from search.journal import GroupCommitJournal, repair_journal
-from search.storage import flusher, open_storage
+from search.store.journal import GroupCommitJournal, repair_journal
+from search.store.storage import flusher, open_storage
 
 DIST = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
 

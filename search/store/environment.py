@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .folder import write_atomic
+from search.store.folder import write_atomic
 
 if TYPE_CHECKING:
-    from .spec import CampaignSpec
+    from search.spec.campaign_spec import CampaignSpec
 
 __all__ = [
     "PACKAGES",

@@ -14,7 +14,7 @@ from typing import Any
 
 from cluster.backends import JobQueueBackend, KubernetesBackend
 
-from .spec_table import SpecError, SpecTable
+from search.spec.table import SpecError, SpecTable
 from cluster.connect import is_loopback
 
 __all__ = ["BACKENDS", "ClusterSpec", "CLUSTER_KEYS", "parse_cluster"]

@@ -17,7 +17,7 @@ study:
 
 Only samplers whose state lives in their object and in the trials' values and
 parameters can run this way: they must not write attributes the campaign's
-study needs (``search.spec.REPLICA_SAFE``). The child's sampler is the campaign's own,
+study needs (``search.spec.campaign_spec.REPLICA_SAFE``). The child's sampler is the campaign's own,
 pickled with its RNG; its state is fetched back for ``resume``
 (:meth:`ProcessAsker.sampler_state`).
 """
@@ -40,7 +40,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from .asker import AskFailed, AskTimes
+from search.sampling.asker import AskFailed, AskTimes
 
 __all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable"]
 

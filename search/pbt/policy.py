@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from optuna.distributions import BaseDistribution, FloatDistribution
 
-from .spec_table import SpecTable
+from search.spec.table import SpecTable
 
 __all__ = ["PBTSpec", "PBT_KEYS", "parse_pbt", "PBTPolicy", "Member", "Decision", "Action", "recorded_schedule"]
 

@@ -11,8 +11,8 @@ from sqlalchemy import event
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-from .folder import CampaignFolder
-from .journal import ControllerJournalStorage, GroupCommitJournal
+from search.store.folder import CampaignFolder
+from search.store.journal import ControllerJournalStorage, GroupCommitJournal
 
 __all__ = ["storage_url", "open_storage", "describe_storage", "flusher"]
 

@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from search.scaling import (
+from search.scaling.fit import (
     MAXIMAL_EFFICIENCY,
     PERFECT_EFFICIENCY,
     LRRuleFit,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import optuna
 from optuna.pruners import BasePruner
 
-from .spec import RESOURCE_METRIC, PrunerSpec
+from search.spec.campaign_spec import RESOURCE_METRIC, PrunerSpec
 
 __all__ = ["make_pruner", "resource_of", "RESOURCE_METRIC"]
 

@@ -18,11 +18,11 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from .environment import read_environment
-from .folder import CampaignFolder
-from .spec import CampaignSpec, load_spec
-from .storage import open_storage, storage_url
-from .summary import best_table, state_counts, trials_frame
+from search.store.environment import read_environment
+from search.store.folder import CampaignFolder
+from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.store.storage import open_storage, storage_url
+from search.reports.summary import best_table, state_counts, trials_frame
 
 __all__ = [
     "CampaignData",

@@ -8,10 +8,10 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from .folder import CampaignFolder, ControllerLock
-from .spec import load_spec
-from .storage import open_storage, storage_url
-from .summary import state_counts
+from search.store.folder import CampaignFolder, ControllerLock
+from search.spec.campaign_spec import load_spec
+from search.store.storage import open_storage, storage_url
+from search.reports.summary import state_counts
 
 __all__ = ["status_text"]
 

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .report_data import Span
+from search.reports.data import Span
 
 __all__ = [
     "STATE_COLORS",

@@ -18,10 +18,10 @@ from typing import Any
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
 
-from .cluster_spec import CLUSTER_KEYS, ClusterSpec, parse_cluster
-from .pbt import PBT_KEYS, PBTSpec, parse_pbt
-from .scaling_sweep import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
-from .spec_table import SpecError, _closest, _show, SpecTable
+from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, parse_cluster
+from search.pbt.policy import PBT_KEYS, PBTSpec, parse_pbt
+from search.scaling.sweep import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.spec.table import SpecError, _closest, _show, SpecTable
 
 __all__ = [
     "SpecError",
@@ -40,7 +40,7 @@ __all__ = [
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
 PRUNERS = ("none", "median", "percentile", "asha", "hyperband")
 SCHEDULERS = ("none", "pbt")
-SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (see search.sampler_process)
+SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (see search.sampling.process)
 REPLICA_SAFE = ("tpe", "gp")  # samplers that can sample on a replica study in a child process
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
 RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .folder import CampaignFolder
-from .pbt import Action, Member, PBTPolicy, recorded_schedule
+from search.store.folder import CampaignFolder
+from search.pbt.policy import Action, Member, PBTPolicy, recorded_schedule
 
 __all__ = ["Population", "SNAPSHOT"]
 

@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from spaces.params import CategoricalParam, SearchSpace
 
-from .scaling import (
+from search.scaling.fit import (
     ScalingError,
     TrialOutcome,
     bootstrap_b_crit,
@@ -42,8 +42,8 @@ from .scaling import (
     validate_batch_sizes,
     write_scaling_table,
 )
-from .seeds import component_seed
-from .spec_table import SpecTable
+from search.seeds import component_seed
+from search.spec.table import SpecTable
 
 __all__ = [
     "ScalingSpec",
@@ -250,7 +250,7 @@ def _noise_histories(study: optuna.Study, best_trials: Mapping[int, int]) -> dic
 
 def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out: Path, seed: int) -> SweepResult:
     """Fit, classify and plot the sweep's results into ``out`` (table, PNGs, conclusion.txt)."""
-    from .scaling_plots import plot_examples_to_target, plot_lr_rule, plot_noise_scale, plot_steps_to_target
+    from search.scaling.plots import plot_examples_to_target, plot_lr_rule, plot_noise_scale, plot_steps_to_target
 
     out.mkdir(parents=True, exist_ok=True)
     outcomes = _outcomes(study, goal)

@@ -10,7 +10,7 @@ from optuna.samplers import BaseSampler
 
 from spaces.params import SearchSpace
 
-from .seeds import component_seed
+from search.seeds import component_seed
 
 __all__ = ["make_sampler", "grid_of", "AskTellGridSampler"]
 
@@ -40,7 +40,7 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
 
 
 def _evolution(space: SearchSpace, seed: int) -> BaseSampler:
-    from .evolution import evolution_sampler_for
+    from search.sampling.evolution import evolution_sampler_for
 
     return evolution_sampler_for(space, seed)
 

@@ -20,9 +20,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .folder import CampaignFolder
-from .spec import CampaignSpec, load_spec
-from .storage import open_storage, storage_url
+from search.store.folder import CampaignFolder
+from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.store.storage import open_storage, storage_url
 
 __all__ = ["Check", "Reproduction", "reproduce_trial", "compare", "comparison_text", "DEFAULT_TOLERANCE"]
 
@@ -151,7 +151,7 @@ def _spec_notes(spec: CampaignSpec, study: optuna.Study) -> list[str]:
 
 
 def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
-    from .environment import read_environment, trainer_source_sha256
+    from search.store.environment import read_environment, trainer_source_sha256
 
     recorded = ((read_environment(folder.environment) or {}).get("trainer") or {}).get("source_sha256")
     now = trainer_source_sha256(spec.trainer.entry).get("source_sha256")

@@ -22,9 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from . import report_plots as plots
-from .folder import write_atomic
-from .report_data import (
+from search.reports import plots
+from search.store.folder import write_atomic
+from search.reports.data import (
     CampaignData,
     epochs_spent,
     genome_of,

@@ -1,0 +1,1 @@
+"""Population-based training: the exploit/explore policy and the population's segments."""

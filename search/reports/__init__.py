@@ -1,0 +1,1 @@
+"""Reading a finished (or running) campaign: the HTML report, tables, status and reproduce checks."""

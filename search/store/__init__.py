@@ -1,0 +1,1 @@
+"""What a campaign keeps on disk: its folder, the Optuna storage and journal, the environment record."""

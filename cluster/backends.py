@@ -1,66 +1,66 @@
-"""Clusters users already run: SLURM and PBS through dask-jobqueue, Kubernetes through dask-kubernetes.
+"""Where the workers come from: one ``Backend`` class per ``[cluster] backend`` name, chosen from ``REGISTRY``.
 
+``local``       ``LocalBackend``: an embedded ``LocalCluster`` of worker processes, sized to this machine.
+``address``     ``AddressBackend``: join a running scheduler (``tcp://``, ``tls://`` or a scheduler file).
+``slurm/pbs``   ``JobQueueBackend``: workers as batch jobs, through dask-jobqueue.
+``kubernetes``  ``KubernetesBackend``: a DaskCluster resource for the dask-kubernetes operator.
+
+Each backend opens itself (``open(options)`` yields a connected ``Client`` and closes what it
+started), says in one line what it starts (``describe``) and shows what it would submit
+(``submission``: a job script, or the DaskCluster resource) without starting anything.
 Policy stays here and in plain frozen dataclasses; the mechanism is Dask's own
-deploy projects, imported only when a backend is used (they are optional extras).
+``LocalCluster``/``Client`` and deploy projects, the latter imported only when their backend
+is used (they are optional extras).
 
-One Dask worker per node owns that node's GPUs as the resource ``GPU=n`` and runs
-``n`` threads (one per GPU it can lease); without GPUs it owns ``CPU=slots`` with
-one thread per slot. ``submission_text`` shows what would be submitted (a job
-script, or the DaskCluster resource) without starting or submitting anything.
+One Dask worker per node owns that node's GPUs as the resource ``GPU=n`` and runs ``n``
+threads (one per GPU it can lease); without GPUs it owns ``CPU=slots`` with one thread per slot.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import functools
 import importlib
+import logging
+import os
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
 
-from .connect import ClusterError
+import dask
+from distributed import Client, LocalCluster
 
-if TYPE_CHECKING:
-    from distributed import Client
-
-    from .connect import ClusterOptions
+from .errors import ClusterError, InvalidSetting, MissingExtraError, one_line
+from .options import Backend, ClusterOptions
+from .resources import detect_gpus
 
 __all__ = [
+    "AddressBackend",
+    "Backend",
     "JobQueueBackend",
     "KubernetesBackend",
+    "LocalBackend",
     "MissingExtraError",
+    "REGISTRY",
     "SCHEDULER_PLACEHOLDER",
+    "backend_named",
+    "backend_of",
     "cluster_spec_dict",
     "job_script",
-    "open_backend",
     "require_extra",
     "submission_text",
     "worker_args",
 ]
 
 JOBQUEUE_SYSTEMS = ("slurm", "pbs")
-_EXTRAS = {"slurm": "dask_jobqueue", "pbs": "dask_jobqueue", "kubernetes": "dask_kubernetes"}
 # In a printed job script the scheduler's port is only known once it has started.
 SCHEDULER_PLACEHOLDER = "<port>"
 _MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*([kKmMgGtTpP]i?)?[bB]?\s*$")
 _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-class MissingExtraError(ImportError):
-    """A backend's optional dependency is not installed; the message names the pip extra."""
-
-
-def require_extra(backend: str) -> Any:
-    """Import the deploy project ``backend`` needs, or raise one line naming the extra to install."""
-    module = _EXTRAS[backend]
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"backend {backend!r} needs {module.replace('_', '-')}: pip install 'hypersweep[{backend}]' ({exc})"
-        ) from exc
 
 
 def worker_args(gpus: int, slots: int) -> list[str]:
@@ -71,16 +71,196 @@ def worker_args(gpus: int, slots: int) -> list[str]:
     return ["--nthreads", str(n), "--resources", f"{'GPU' if gpus > 0 else 'CPU'}={n}"]
 
 
+def _import_extra(kind: str, module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"backend {kind!r} needs {module.replace('_', '-')}: pip install 'hypersweep[{kind}]' ({exc})"
+        ) from exc
+
+
+def _silence_logs(options: ClusterOptions) -> int | bool:
+    """Dask's ``silence_logs`` for a cluster started here: while it runs, Dask's own log handlers (this process's
+    and its worker processes') show warnings and errors only, unless ``options.verbose``. False keeps them as they are.
+    """
+    return False if options.verbose else logging.WARNING
+
+
+# --- the embedded cluster ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalBackend(Backend):
+    """An embedded ``LocalCluster`` of worker processes on this machine: the default.
+
+    ``options.n_workers`` workers (default: one owning all GPUs if there are any, else one per CPU
+    core), each owning ``GPU`` (its share of the GPUs) or ``options.slots_per_worker`` ``CPU`` slots.
+    No dashboard unless ``options.dashboard``.
+    """
+
+    kind: ClassVar[str] = "local"
+
+    def describe(self, options: ClusterOptions) -> str:
+        n_workers, resources = _local_shape(options)
+        owned = ", ".join(f"{name}={amount:g}" for name, amount in resources.items())
+        return f"an embedded LocalCluster on {options.host}: {n_workers} worker process(es), each owning {owned}"
+
+    @contextlib.contextmanager
+    def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
+        n_workers, resources = _local_shape(options)
+        threads = int(sum(resources.values()))
+        # A worker that dies mid-trial fails the task at once: the controller retries it
+        # (max_retries) from its checkpoint, rather than Dask retrying it silently.
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            cluster = _local_cluster(options, n_workers, threads, resources, env)
+        try:
+            client = Client(cluster, timeout=options.connect_timeout, security=options.security())
+            try:
+                yield client
+            finally:
+                client.close(timeout=10)
+        finally:
+            cluster.close(timeout=20)
+
+
+def _local_shape(options: ClusterOptions) -> tuple[int, dict[str, float]]:
+    gpus = detect_gpus()
+    if gpus:
+        # One worker owns all of this node's GPUs and leases them to trials.
+        n_workers = options.n_workers or 1
+        return n_workers, {"GPU": float(max(1, gpus // n_workers))}
+    n_workers = options.n_workers or (os.cpu_count() or 1)
+    return n_workers, {"CPU": float(options.slots_per_worker)}
+
+
+def _local_cluster(
+    options: ClusterOptions, n_workers: int, threads: int, resources: dict[str, float], env: Mapping[str, str] | None
+) -> LocalCluster:
+    dashboard = f"{options.host}:0" if options.dashboard else None
+    # The workers' Dask config says so too (their log handlers are quieted by silence_logs below).
+    quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "error"}
+    return LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=max(1, threads),
+        processes=True,
+        host=options.host,
+        protocol=options.protocol,
+        security=options.security(),
+        dashboard_address=dashboard,
+        # The scheduler serves its HTTP routes (health, metrics) even without the dashboard, on port 8787
+        # by default, and warns "Port 8787 is already in use" when another cluster has it: any free port.
+        scheduler_kwargs={"dashboard_address": f"{options.host}:0"},
+        resources=resources,
+        memory_limit=options.memory_limit,
+        worker_dashboard_address=dashboard,
+        env={**quiet_workers, **dict(env or {})},
+        silence_logs=_silence_logs(options),  # quiet_dask_logs' lower levels still hold
+    )
+
+
+# --- a running scheduler -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class AddressBackend(Backend):
+    """Join the scheduler at ``options.address`` (``tcp://``, ``tls://`` or a scheduler JSON file); start nothing."""
+
+    kind: ClassVar[str] = "address"
+    joins_scheduler: ClassVar[bool] = True
+
+    def describe(self, options: ClusterOptions) -> str:
+        return f"the running Dask scheduler at {options.address}"
+
+    @contextlib.contextmanager
+    def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
+        client = _connect(options)
+        try:
+            yield client
+        finally:
+            client.close(timeout=10)
+
+
+def _connect(options: ClusterOptions) -> Client:
+    kwargs: dict[str, Any] = {"timeout": options.connect_timeout, "security": options.security()}
+    target = options.address
+    if not target.startswith(("tcp://", "tls://", "inproc://", "ucx://")) and os.path.exists(target):
+        kwargs["scheduler_file"] = target
+        target = None  # type: ignore[assignment]
+    try:
+        return Client(target, **kwargs) if target else Client(**kwargs)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at {options.address!r} within {options.connect_timeout:g}s ({exc})"
+        ) from exc
+
+
+# --- deploy projects: the scheduler starts here, the workers elsewhere ----------------------------
+
+
+class _Deployed(Backend):
+    """A backend whose optional deploy project starts the scheduler and asks a resource manager for workers.
+
+    ``open``: start the deploy project's cluster object, ask for workers, wait up to ``start_timeout``
+    for the first one to join, yield a ``Client``; close it all on exit.
+    """
+
+    start_timeout: float
+
+    @classmethod
+    def from_settings(cls, kind: str, settings: Backend | None) -> Backend:
+        if not isinstance(settings, cls) or settings.kind != kind:
+            raise ValueError(f"backend {kind!r} needs its [cluster.{kind}] settings, got {settings!r}")
+        return settings
+
+    def require(self) -> Any:
+        return _import_extra(self.kind, self.extra)
+
+    @abc.abstractmethod
+    def _start(self, options: ClusterOptions) -> Any:
+        """The deploy project's cluster object (its scheduler runs here)."""
+
+    def _grow(self, cluster: Any) -> None:
+        """Ask for workers, where starting the cluster object did not already."""
+
+    @contextlib.contextmanager
+    def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
+        self.require()
+        cluster = self._start(options)
+        try:
+            self._grow(cluster)
+            client = Client(cluster, timeout=options.connect_timeout, security=options.security())
+            try:
+                _wait_for_first_worker(client, self.start_timeout)
+                yield client
+            finally:
+                client.close(timeout=10)
+        finally:
+            cluster.close(timeout=30)
+
+
+def _wait_for_first_worker(client: Client, timeout: float) -> None:
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError as exc:
+        raise ClusterError(
+            f"no worker joined within {timeout:g}s (start_timeout): check the queue (squeue/qstat/kubectl) and the "
+            "job logs"
+        ) from exc
+
+
 # --- SLURM and PBS -------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class JobQueueBackend:
+class JobQueueBackend(_Deployed):
     """Workers as SLURM or PBS batch jobs, one job per node, scaled between a minimum and a maximum.
 
     ``gpus_per_job`` > 0: the job asks for that many GPUs and its single worker owns them as
     ``GPU``; otherwise each of the job's ``processes`` workers owns ``cores // processes`` CPU slots.
     """
+
+    extra: ClassVar[str] = "dask_jobqueue"
 
     system: str
     walltime: str
@@ -99,28 +279,40 @@ class JobQueueBackend:
 
     def __post_init__(self) -> None:
         if self.system not in JOBQUEUE_SYSTEMS:
-            raise ValueError(f"system={self.system!r}: must be one of {', '.join(JOBQUEUE_SYSTEMS)}")
+            raise InvalidSetting("system", f"system={self.system!r}: must be one of {', '.join(JOBQUEUE_SYSTEMS)}")
         if not _WALLTIME.match(self.walltime):
-            raise ValueError(f"walltime={self.walltime!r}: must look like HH:MM:SS (or D-HH:MM:SS)")
+            raise InvalidSetting(
+                "walltime", f"walltime={self.walltime!r}: must look like HH:MM:SS (or D-HH:MM:SS)"
+            )
         if not _MEMORY.match(self.memory):
-            raise ValueError(f"memory={self.memory!r}: must be a size such as '64GB' or '32GiB'")
+            raise InvalidSetting("memory", f"memory={self.memory!r}: must be a size such as '64GB' or '32GiB'")
         for name in ("cores", "processes", "maximum_jobs"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 1")
+                raise InvalidSetting(name, f"{name}={getattr(self, name)!r}: must be >= 1")
         if self.gpus_per_job < 0 or self.minimum_jobs < 0:
-            raise ValueError(f"gpus_per_job={self.gpus_per_job!r}, minimum_jobs={self.minimum_jobs!r}: must be >= 0")
+            raise InvalidSetting(
+                "gpus_per_job" if self.gpus_per_job < 0 else "minimum_jobs",
+                f"gpus_per_job={self.gpus_per_job!r}, minimum_jobs={self.minimum_jobs!r}: must be >= 0",
+            )
         if self.maximum_jobs < self.minimum_jobs:
-            raise ValueError(f"maximum_jobs={self.maximum_jobs!r}: must be >= minimum_jobs={self.minimum_jobs!r}")
+            raise InvalidSetting(
+                "maximum_jobs", f"maximum_jobs={self.maximum_jobs!r}: must be >= minimum_jobs={self.minimum_jobs!r}"
+            )
         if self.processes > self.cores:
-            raise ValueError(f"processes={self.processes!r}: must be <= cores={self.cores!r}")
+            raise InvalidSetting("processes", f"processes={self.processes!r}: must be <= cores={self.cores!r}")
         if self.gpus_per_job and self.processes != 1:
-            raise ValueError(
-                f"processes={self.processes!r}: must be 1 with gpus_per_job > 0 (one worker owns the node's GPUs)"
+            raise InvalidSetting(
+                "processes",
+                f"processes={self.processes!r}: must be 1 with gpus_per_job > 0 (one worker owns the node's GPUs)",
             )
         if self.resource_spec and self.system != "pbs":
-            raise ValueError("resource_spec: PBS only")
+            raise InvalidSetting("resource_spec", "resource_spec: PBS only")
         if self.start_timeout <= 0:
-            raise ValueError(f"start_timeout={self.start_timeout!r}: must be > 0")
+            raise InvalidSetting("start_timeout", f"start_timeout={self.start_timeout!r}: must be > 0")
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return self.system
 
     @property
     def slots(self) -> int:
@@ -131,48 +323,45 @@ class JobQueueBackend:
     def adaptive(self) -> bool:
         return self.maximum_jobs > self.minimum_jobs
 
+    def describe(self, options: ClusterOptions) -> str:
+        jobs = f"{self.minimum_jobs}..{self.maximum_jobs} (adaptive)" if self.adaptive else str(self.maximum_jobs)
+        queue = f" on queue {self.queue!r}" if self.queue else ""
+        owns = worker_args(self.gpus_per_job, self.slots)[3]
+        return (
+            f"{self.system.upper()} jobs{queue}: {jobs} x ({self.cores} cores, {self.memory}, walltime "
+            f"{self.walltime}), {self.processes} worker(s) per job owning {owns}; scheduler on {options.host}"
+        )
 
-@functools.cache
-def _job_class(system: str) -> type:
-    """jobqueue's job class with threads = the worker's slots (jobqueue's own default is cores / processes)."""
-    jobqueue = require_extra(system)
-    base = {"slurm": jobqueue.SLURMCluster, "pbs": jobqueue.PBSCluster}[system].job_cls
+    def submission(self, options: ClusterOptions) -> str:
+        """The batch script one job runs, exactly as jobqueue would submit it (the port a placeholder)."""
+        self.require()
+        return job_script(options)
 
-    def __init__(self: Any, *args: Any, worker_threads: int, **kwargs: Any) -> None:
-        self._worker_threads = worker_threads
-        base.__init__(self, *args, **kwargs)
+    def _start(self, options: ClusterOptions) -> Any:
+        return _jobqueue_cluster(options)
 
-    threads = property(lambda self: self._worker_threads, doc="One thread per slot this worker owns.")
-    return type(f"OneWorkerPerNode{base.__name__}", (base,), {"__init__": __init__, "worker_process_threads": threads})
-
-
-def _cluster_class(system: str) -> type:
-    jobqueue = require_extra(system)
-    return {"slurm": jobqueue.SLURMCluster, "pbs": jobqueue.PBSCluster}[system]
+    def _grow(self, cluster: Any) -> None:
+        if self.adaptive:
+            # Dask's Adaptive: keeps minimum_jobs, releases idle jobs. It grows only when tasks wait at the
+            # scheduler, and the controller submits no more trials than there are free slots: see the README.
+            cluster.adapt(minimum_jobs=self.minimum_jobs, maximum_jobs=self.maximum_jobs)
+        else:
+            cluster.scale(jobs=self.maximum_jobs)
 
 
-def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
-    """Keyword arguments for jobqueue's cluster (and job) classes; nothing from the spec passes through raw."""
-    gpus = backend.gpus_per_job
+def _slurm_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
     directives = list(backend.job_extra_directives)
-    kwargs: dict[str, Any] = {
-        "cores": backend.cores,
-        "memory": backend.memory,
-        "processes": backend.processes,
-        "walltime": backend.walltime,
-        "queue": backend.queue or None,
-        "account": backend.account or None,
-        "worker_threads": backend.slots,
-        "worker_extra_args": worker_args(gpus, backend.slots)[2:],  # --nthreads comes from worker_threads
-        "job_script_prologue": list(backend.job_script_prologue),
-        "job_name": "hypersweep-worker",
-    }
-    if backend.system == "slurm" and gpus and not any(re.search(r"--(gres|gpus)", d) for d in directives):
+    gpus = backend.gpus_per_job
+    if gpus and not any(re.search(r"--(gres|gpus)", d) for d in directives):
         directives.append(f"--gres=gpu:{gpus}")
-    if backend.system == "pbs":
-        kwargs["resource_spec"] = backend.resource_spec or _pbs_select(backend)
-    kwargs["job_extra_directives"] = directives
-    return kwargs
+    return {"job_extra_directives": directives}
+
+
+def _pbs_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
+    return {
+        "resource_spec": backend.resource_spec or _pbs_select(backend),
+        "job_extra_directives": list(backend.job_extra_directives),
+    }
 
 
 def _pbs_select(backend: JobQueueBackend) -> str:
@@ -183,9 +372,55 @@ def _pbs_select(backend: JobQueueBackend) -> str:
     return f"select=1:ncpus={backend.cores}{gpus}:mem={pbs_format_bytes_ceil(parse_bytes(backend.memory))}"
 
 
+# system -> (dask_jobqueue's cluster class, the keyword arguments only that system takes)
+_JOB_SYSTEMS = {"slurm": ("SLURMCluster", _slurm_kwargs), "pbs": ("PBSCluster", _pbs_kwargs)}
+
+
+def _cluster_class(system: str) -> type:
+    jobqueue = _import_extra(system, JobQueueBackend.extra)
+    return getattr(jobqueue, _JOB_SYSTEMS[system][0])
+
+
+@functools.cache
+def _job_class(system: str) -> type:
+    """jobqueue's job class with threads = the worker's slots (jobqueue's own default is cores / processes)."""
+    base = _cluster_class(system).job_cls
+
+    def __init__(self: Any, *args: Any, worker_threads: int, **kwargs: Any) -> None:
+        self._worker_threads = worker_threads
+        base.__init__(self, *args, **kwargs)
+
+    threads = property(lambda self: self._worker_threads, doc="One thread per slot this worker owns.")
+    return type(f"OneWorkerPerNode{base.__name__}", (base,), {"__init__": __init__, "worker_process_threads": threads})
+
+
+def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
+    """Keyword arguments for jobqueue's cluster (and job) classes; nothing from the spec passes through raw."""
+    kwargs: dict[str, Any] = {
+        "cores": backend.cores,
+        "memory": backend.memory,
+        "processes": backend.processes,
+        "walltime": backend.walltime,
+        "queue": backend.queue or None,
+        "account": backend.account or None,
+        "worker_threads": backend.slots,
+        "worker_extra_args": worker_args(backend.gpus_per_job, backend.slots)[2:],  # --nthreads: worker_threads
+        "job_script_prologue": list(backend.job_script_prologue),
+        "job_name": "hypersweep-worker",
+    }
+    return {**kwargs, **_JOB_SYSTEMS[backend.system][1](backend)}
+
+
 def _network_kwargs(options: ClusterOptions) -> dict[str, Any]:
     """What jobqueue adds to every job: protocol and the workers' TLS files."""
     return {"protocol": options.protocol if options.tls else None, "security": options.security()}
+
+
+def _jobqueue_backend(options: ClusterOptions) -> JobQueueBackend:
+    backend = options.backend
+    if not isinstance(backend, JobQueueBackend):
+        raise ValueError(f"backend={backend!r}: not a SLURM/PBS backend")
+    return backend
 
 
 def job_script(options: ClusterOptions, scheduler_address: str | None = None) -> str:
@@ -201,19 +436,9 @@ def job_script(options: ClusterOptions, scheduler_address: str | None = None) ->
     return job(address, name="dummy-name", config_name=backend.system, **kwargs).job_script()
 
 
-def _jobqueue_backend(options: ClusterOptions) -> JobQueueBackend:
-    backend = getattr(options, "backend", None)
-    if not isinstance(backend, JobQueueBackend):
-        raise ValueError(f"backend={backend!r}: not a SLURM/PBS backend")
-    return backend
-
-
 def _jobqueue_cluster(options: ClusterOptions) -> Any:
     """Start jobqueue's cluster object: a scheduler here on ``options.host``; no job is submitted yet."""
-    import dask
-
     backend = _jobqueue_backend(options)
-    network = _network_kwargs(options)
     scheduler_options = {
         "host": options.host,
         "port": 0,
@@ -227,32 +452,26 @@ def _jobqueue_cluster(options: ClusterOptions) -> Any:
             n_workers=0,
             job_cls=_job_class(backend.system),
             scheduler_options=scheduler_options,
-            silence_logs=False,
-            **network,
+            silence_logs=_silence_logs(options),
+            **_network_kwargs(options),
             **_job_kwargs(backend),
         )
-
-
-def _scale(cluster: Any, backend: JobQueueBackend) -> None:
-    if backend.adaptive:
-        # Dask's Adaptive: keeps minimum_jobs, releases idle jobs. It grows only when tasks wait at the
-        # scheduler, and the controller submits no more trials than there are free slots: see the README.
-        cluster.adapt(minimum_jobs=backend.minimum_jobs, maximum_jobs=backend.maximum_jobs)
-    else:
-        cluster.scale(jobs=backend.maximum_jobs)
 
 
 # --- Kubernetes ----------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class KubernetesBackend:
+class KubernetesBackend(_Deployed):
     """A DaskCluster resource for the dask-kubernetes operator: ``n_workers`` pods, one worker each.
 
     ``gpus_per_worker`` > 0: each pod asks for that many ``nvidia.com/gpu`` and its worker owns them
     as ``GPU``; otherwise the worker owns ``slots_per_worker`` CPU slots. ``cpu``/``memory`` are
     Kubernetes quantities used as the worker pods' requests and limits.
     """
+
+    kind: ClassVar[str] = "kubernetes"
+    extra: ClassVar[str] = "dask_kubernetes"
 
     image: str
     name: str = "hypersweep"
@@ -266,16 +485,19 @@ class KubernetesBackend:
 
     def __post_init__(self) -> None:
         if not self.image:
-            raise ValueError("image='': give the container image that has hypersweep installed")
+            raise InvalidSetting("image", "image='': give the container image that has hypersweep installed")
         if not _K8S_NAME.match(self.name):
-            raise ValueError(f"name={self.name!r}: must be a lowercase DNS label (a-z, 0-9, '-')")
+            raise InvalidSetting("name", f"name={self.name!r}: must be a lowercase DNS label (a-z, 0-9, '-')")
         if self.n_workers < 1 or self.slots_per_worker < 1 or self.gpus_per_worker < 0:
-            raise ValueError(
+            bad = "n_workers" if self.n_workers < 1 else "slots_per_worker" if self.slots_per_worker < 1 else (
+                "gpus_per_worker")  # fmt: skip
+            raise InvalidSetting(
+                bad,
                 f"n_workers={self.n_workers!r}, slots_per_worker={self.slots_per_worker!r}, "
-                f"gpus_per_worker={self.gpus_per_worker!r}: need n_workers, slots_per_worker >= 1, gpus >= 0"
+                f"gpus_per_worker={self.gpus_per_worker!r}: need n_workers, slots_per_worker >= 1, gpus >= 0",
             )
         if self.start_timeout <= 0:
-            raise ValueError(f"start_timeout={self.start_timeout!r}: must be > 0")
+            raise InvalidSetting("start_timeout", f"start_timeout={self.start_timeout!r}: must be > 0")
 
     def worker_resources(self) -> dict[str, dict[str, str]] | None:
         quantities = {k: v for k, v in (("cpu", self.cpu), ("memory", self.memory)) if v}
@@ -286,10 +508,25 @@ class KubernetesBackend:
             return None
         return {"requests": quantities, "limits": limits} if quantities else {"limits": limits}
 
+    def describe(self, options: ClusterOptions) -> str:
+        where = f" in namespace {self.namespace!r}" if self.namespace else ""
+        owns = worker_args(self.gpus_per_worker, self.slots_per_worker)[3]
+        return (f"Kubernetes DaskCluster {self.name!r}{where}: {self.n_workers} worker pod(s) of {self.image}, "
+                f"each owning {owns}")  # fmt: skip
+
+    def submission(self, options: ClusterOptions) -> str:
+        """The DaskCluster resource as YAML."""
+        import yaml
+
+        return yaml.safe_dump(cluster_spec_dict(self), sort_keys=False)
+
+    def _start(self, options: ClusterOptions) -> Any:
+        return _kube_cluster(self)
+
 
 def cluster_spec_dict(backend: KubernetesBackend) -> dict[str, Any]:
     """The DaskCluster resource, built by dask-kubernetes' ``make_cluster_spec`` (offline: nothing is created)."""
-    require_extra("kubernetes")
+    backend.require()
     from dask_kubernetes.operator import make_cluster_spec
 
     command = ["dask", "worker", *worker_args(backend.gpus_per_worker, backend.slots_per_worker)]
@@ -308,17 +545,25 @@ def cluster_spec_dict(backend: KubernetesBackend) -> dict[str, Any]:
     return spec
 
 
-def _kube_cluster(options: ClusterOptions) -> Any:
-    backend = options.backend
-    assert isinstance(backend, KubernetesBackend)
+def _kube_cluster(backend: KubernetesBackend) -> Any:
     spec = cluster_spec_dict(backend)
+    import httpx  # kr8s' HTTP client
     import kr8s  # dask-kubernetes' Kubernetes client
+    import yaml
+    from dask_kubernetes.exceptions import CrashLoopBackOffError, SchedulerStartupError, ValidationError
     from dask_kubernetes.operator import KubeCluster
 
+    # No kubeconfig, an unreadable or empty one (kr8s then raises TypeError), no credentials.
+    no_credentials = (OSError, ValueError, KeyError, TypeError, yaml.YAMLError)
+    # No operator (RuntimeError), API refused or unreachable, pods that never start.
+    refused = (
+        OSError, TimeoutError, ValueError, RuntimeError, httpx.HTTPError, kr8s.ServerError, kr8s.NotFoundError,
+        kr8s.APITimeoutError, kr8s.ConnectionClosedError, SchedulerStartupError, CrashLoopBackOffError, ValidationError,
+    )  # fmt: skip
     try:
-        kr8s.api()  # no kubeconfig or credentials: fail here, before a KubeCluster registers for cleanup at exit
-    except Exception as exc:  # noqa: BLE001 - kr8s raises plain ValueError/OSError subclasses
-        raise ClusterError(f"cannot reach Kubernetes (kubeconfig, credentials): {_one_line(exc)}") from exc
+        kr8s.api()  # fail here, before a KubeCluster registers for cleanup at exit
+    except no_credentials as exc:
+        raise ClusterError(f"cannot reach Kubernetes (kubeconfig, credentials): {one_line(exc)}") from exc
     try:
         return KubeCluster(
             custom_cluster_spec=spec,
@@ -327,65 +572,46 @@ def _kube_cluster(options: ClusterOptions) -> Any:
             resource_timeout=int(backend.start_timeout),
             quiet=True,
         )
-    except Exception as exc:  # noqa: BLE001 - no kubeconfig, no operator, API refused: one line for the user
-        raise ClusterError(f"cannot create the Kubernetes DaskCluster {backend.name!r}: {_one_line(exc)}") from exc
+    except refused as exc:
+        raise ClusterError(f"cannot create the Kubernetes DaskCluster {backend.name!r}: {one_line(exc)}") from exc
 
 
-# --- both ----------------------------------------------------------------------------------------
+# --- the registry --------------------------------------------------------------------------------
+
+#: ``[cluster] backend`` name -> the class that implements it.
+REGISTRY: Mapping[str, type[Backend]] = MappingProxyType({
+    "local": LocalBackend,
+    "address": AddressBackend,
+    "slurm": JobQueueBackend,
+    "pbs": JobQueueBackend,
+    "kubernetes": KubernetesBackend,
+})  # fmt: skip
+
+
+def backend_named(kind: str, settings: Backend | None = None) -> Backend:
+    """The backend ``[cluster] backend = kind`` names; ``settings``: its parsed ``[cluster.<kind>]`` table, if any."""
+    try:
+        cls = REGISTRY[kind]
+    except KeyError:
+        raise ValueError(f"backend={kind!r}: must be one of {', '.join(REGISTRY)}") from None
+    return cls.from_settings(kind, settings)
+
+
+def backend_of(options: ClusterOptions) -> Backend:
+    """The backend ``options`` asks for: its own, else the scheduler at ``address``, else the embedded cluster."""
+    if options.backend is not None:
+        return options.backend
+    return AddressBackend() if options.address else LocalBackend()
+
+
+def require_extra(kind: str) -> Any:
+    """Import the deploy project the backend ``kind`` needs, or raise one line naming the extra to install."""
+    module = REGISTRY[kind].extra
+    if not module:
+        raise ValueError(f"backend {kind!r} needs no optional extra")
+    return _import_extra(kind, module)
 
 
 def submission_text(options: ClusterOptions) -> str:
     """What the backend would submit: a SLURM/PBS job script, or the DaskCluster resource as YAML."""
-    backend = getattr(options, "backend", None)
-    if isinstance(backend, JobQueueBackend):
-        require_extra(backend.system)
-        return job_script(options)
-    if isinstance(backend, KubernetesBackend):
-        import yaml
-
-        return yaml.safe_dump(cluster_spec_dict(backend), sort_keys=False)
-    raise ValueError("cluster-script: this backend submits nothing (only slurm, pbs and kubernetes do)")
-
-
-@contextlib.contextmanager
-def open_backend(options: ClusterOptions) -> Iterator[Client]:
-    """Start the backend's cluster, wait for its first worker, yield a ``Client``; close it all on exit."""
-    from distributed import Client
-
-    backend = options.backend
-    if isinstance(backend, JobQueueBackend):
-        require_extra(backend.system)
-        cluster = _jobqueue_cluster(options)
-        timeout = backend.start_timeout
-    elif isinstance(backend, KubernetesBackend):
-        require_extra("kubernetes")
-        cluster = _kube_cluster(options)
-        timeout = backend.start_timeout
-    else:
-        raise ValueError(f"backend={backend!r}: not a SLURM, PBS or Kubernetes backend")
-    try:
-        if isinstance(backend, JobQueueBackend):
-            _scale(cluster, backend)
-        client = Client(cluster, timeout=options.connect_timeout, security=options.security())
-        try:
-            _wait_for_first_worker(client, timeout)
-            yield client
-        finally:
-            client.close(timeout=10)
-    finally:
-        cluster.close(timeout=30)
-
-
-def _wait_for_first_worker(client: Client, timeout: float) -> None:
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-    except TimeoutError as exc:
-        raise ClusterError(
-            f"no worker joined within {timeout:g}s (start_timeout): check the queue (squeue/qstat/kubectl) and the "
-            "job logs"
-        ) from exc
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    return backend_of(options).submission(options)

@@ -1,18 +1,41 @@
-"""Concrete device leases on one worker.
+"""This machine's devices, and concrete device leases on one worker.
 
-A worker that owns ``GPU=n`` holds a pool of device ids; each trial leases the
-ids it runs on and gives them back when it ends. The scheduler's resource
-counters decide *whether* a trial may start on a worker; the pool decides
-*which* devices it gets, so two trials never share a GPU.
+``detect_gpus`` counts the GPUs a worker here would own. A worker that owns
+``GPU=n`` holds a pool of device ids; each trial leases the ids it runs on and
+gives them back when it ends. The scheduler's resource counters decide
+*whether* a trial may start on a worker; the pool decides *which* devices it
+gets, so two trials never share a GPU.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Sequence
 
-__all__ = ["DevicePool", "LeaseError", "worker_device_pool"]
+__all__ = ["DevicePool", "LeaseError", "detect_gpus", "slot_resource", "worker_device_pool"]
+
+
+def detect_gpus() -> int:
+    """Number of visible NVIDIA GPUs, without importing torch (``nvidia-smi -L``)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def slot_resource(n_gpus: int) -> str:
+    """The resource name trials ask for: ``GPU`` where there are GPUs, else ``CPU`` slots."""
+    return "GPU" if n_gpus > 0 else "CPU"
 
 
 class LeaseError(RuntimeError):

@@ -18,7 +18,9 @@ import sys
 from urllib.parse import urlsplit
 
 from .backends import worker_args
-from .connect import ClusterError, TLSFiles, detect_gpus, is_loopback
+from .errors import ClusterError
+from .options import TLSFiles, is_loopback
+from .resources import detect_gpus
 
 __all__ = ["WorkerOptions", "worker_command", "check_reachable", "start_worker"]
 

@@ -23,7 +23,20 @@ import pytest
 import yaml
 
 from cluster import ClusterOptions, open_cluster
-from cluster.backends import JobQueueBackend, KubernetesBackend, cluster_spec_dict, job_script, worker_args
+from cluster.backends import (
+    REGISTRY,
+    AddressBackend,
+    JobQueueBackend,
+    KubernetesBackend,
+    LocalBackend,
+    backend_named,
+    backend_of,
+    cluster_spec_dict,
+    job_script,
+    submission_text,
+    worker_args,
+)
+from cluster.errors import InvalidSetting
 from search.spec.campaign_spec import load_spec
 from search.spec.table import SpecError
 from tls_certs import make_certs
@@ -232,6 +245,62 @@ def test_a_missing_extra_names_the_pip_extra(tmp_path: Path, backend: str, clust
     assert not runs.exists() or not any(runs.iterdir())
     proc = hypersweep("cluster-script", str(write(tmp_path, cluster)), "--insecure", python=hide)
     assert proc.returncode == 2 and f"hypersweep[{backend}]" in proc.stderr, proc.stderr
+
+
+# --- one registry of backend classes -------------------------------------------------------------
+
+
+def test_the_registry_names_every_spec_backend_and_each_opens_itself() -> None:
+    from search.spec.cluster import BACKENDS
+
+    assert set(REGISTRY) == set(BACKENDS)
+    slurm = JobQueueBackend("slurm", walltime="1:00:00", cores=8, memory="16GB", gpus_per_job=2)
+    pbs = JobQueueBackend("pbs", walltime="1:00:00", cores=8, memory="16GB")
+    kube = KubernetesBackend(image="img:1", n_workers=2)
+    chosen = {kind: backend_named(kind, settings) for kind, settings in
+              (("local", None), ("address", None), ("slurm", slurm), ("pbs", pbs), ("kubernetes", kube))}  # fmt: skip
+    assert chosen == {"local": LocalBackend(), "address": AddressBackend(), "slurm": slurm, "pbs": pbs,
+                      "kubernetes": kube}  # fmt: skip
+    for kind, backend in chosen.items():
+        assert backend.kind == kind and isinstance(backend, REGISTRY[kind])
+        options = ClusterOptions(backend=backend, address="tcp://127.0.0.1:8786" if backend.joins_scheduler else "")
+        line = backend.describe(options)
+        assert line and "\n" not in line
+    assert "GPU=2" in chosen["slurm"].describe(ClusterOptions()) and "2 worker pod(s)" in kube.describe(ClusterOptions())
+    with pytest.raises(ValueError, match="must be one of local, address, slurm, pbs, kubernetes"):
+        backend_named("slurn")
+    with pytest.raises(ValueError, match=r"needs its \[cluster.slurm\] settings"):
+        backend_named("slurm")
+    with pytest.raises(ValueError, match=r"needs its \[cluster.pbs\] settings"):
+        backend_named("pbs", slurm)
+
+
+def test_options_pick_the_backend_and_refuse_what_it_cannot_use() -> None:
+    assert backend_of(ClusterOptions()) == LocalBackend()
+    assert backend_of(ClusterOptions(address="tcp://127.0.0.1:8786")) == AddressBackend()
+    with pytest.raises(ValueError, match="backend 'address' needs a scheduler address"):
+        ClusterOptions(backend=AddressBackend())
+    with pytest.raises(ValueError, match="a LocalBackend starts its own scheduler"):
+        ClusterOptions(backend=LocalBackend(), address="tcp://127.0.0.1:8786")
+    for options in (ClusterOptions(), ClusterOptions(address="tcp://127.0.0.1:8786")):
+        with pytest.raises(ValueError, match="submits nothing"):
+            submission_text(options)
+
+
+def test_a_bad_setting_names_its_field_without_parsing_the_message() -> None:
+    with pytest.raises(InvalidSetting, match="walltime='soon'") as info:
+        JobQueueBackend("slurm", walltime="soon", cores=4, memory="8GB")
+    assert info.value.field == "walltime" and isinstance(info.value, ValueError)
+    with pytest.raises(InvalidSetting) as info:
+        KubernetesBackend(image="img:1", slots_per_worker=0)
+    assert info.value.field == "slots_per_worker"
+
+
+@needs_jobqueue
+def test_a_jobqueue_backend_submits_its_job_script() -> None:
+    backend = JobQueueBackend("pbs", walltime="1:00:00", cores=4, memory="8GB")
+    options = ClusterOptions(backend=backend)
+    assert backend.submission(options) == submission_text(options) == job_script(options)
 
 
 # --- generated job scripts -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ import pandas as pd
 from cluster import quiet_dask_logs
 from search.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import parse_spec
+from search.store.records import TrialRecord
 
 SPEC = """
 [study]
@@ -67,11 +68,12 @@ def run_one(pruner: str, seed: int, args: argparse.Namespace, root: Path) -> dic
     wall = time.perf_counter() - started
     study = optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(folder.journal))))
     trials = study.get_trials()
-    latencies = [t.user_attrs["stop_latency"] for t in trials if "stop_latency" in t.user_attrs]
+    records = [TrialRecord.of(t) for t in trials]
+    latencies = [r.stop_latency for r in records if r.stop_latency is not None]
     return {
         "pruner": pruner,
         "seed": seed,
-        "epochs_trained": sum(len(t.user_attrs.get("history", [])) for t in trials),
+        "epochs_trained": sum(len(r.recorded_history) for r in records),
         "wall_s": wall,
         "best_val_accuracy": study.best_value,
         "pruned": sum(t.state == optuna.trial.TrialState.PRUNED for t in trials),

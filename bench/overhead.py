@@ -196,6 +196,7 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
     from cluster import DaskExecutor
     from search.campaign import Campaign
     from search.store.folder import CampaignFolder
+    from search.store.records import TrialRecord
     from search.runner import load_study
 
     spec = bench_spec(f"hs-{uuid.uuid4().hex[:6]}", SPACE, sampler, n, seed=ctx.seed, epochs=1, metric="score",
@@ -213,7 +214,7 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
     asker = campaign._asker  # noqa: SLF001 - how busy the sampling thread was
     spans = []
     for t in study.get_trials(deepcopy=False):
-        m = t.user_attrs.get("metrics") or {}
+        m = TrialRecord.of(t).metrics or {}
         if "t0" in m:
             spans.append((float(m["t0"]), float(m["t1"])))
     busy = asker.times.busy_seconds / wall if asker is not None and wall > 0 else float("nan")

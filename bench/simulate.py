@@ -44,6 +44,7 @@ from search.sampling.pruning import make_pruner
 from search.runner import load_study
 from search.sampling.samplers import make_sampler
 from search.spec.campaign_spec import CampaignSpec, parse_spec
+from search.store.records import TrialRecord
 
 HERE = Path(__file__).resolve().parent
 NB201_CSV = HERE / "data" / "nb201_12epoch.csv"
@@ -141,13 +142,14 @@ class SimResult:
 
 def best_over_time(study: optuna.Study) -> list[tuple[float, float]]:
     """(virtual finish time, best value so far) for every completed trial, in finish order."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
-    done.sort(key=lambda t: float(t.user_attrs.get("finished", math.inf)))
+    done = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+    done.sort(key=lambda r: math.inf if r.finished is None else r.finished)
     out: list[tuple[float, float]] = []
     best = -math.inf
-    for t in done:
-        best = max(best, float(t.value))
-        out.append((float(t.user_attrs["finished"]), best))
+    for r in done:
+        assert r.finished is not None and r.values, f"trial {r.number} recorded no finish time or value"
+        best = max(best, float(r.values[0]))
+        out.append((r.finished, best))
     return out
 
 

@@ -8,9 +8,10 @@ report rendered anywhere describes the run, not the machine that renders it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.store.environment import read_environment
 from search.store.folder import CampaignFolder
+from search.store.records import TrialRecord
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.store.storage import open_storage, storage_url
 from search.reports.summary import best_table, state_counts, trials_frame
@@ -73,18 +75,35 @@ class CampaignData:
     def counts(self) -> dict[str, int]:
         return state_counts(self.study)
 
+    def records(self) -> tuple[TrialRecord, ...]:
+        """Every trial's record, in ``trials`` order (built once)."""
+        return self._records
+
+    @functools.cached_property
+    def _records(self) -> tuple[TrialRecord, ...]:
+        return tuple(TrialRecord.of(t) for t in self.trials)
+
+    def record(self, trial: FrozenTrial | int) -> TrialRecord:
+        """The record of one trial (a trial of this campaign, or its number)."""
+        number = trial if isinstance(trial, int) else trial.number
+        return self._by_number[number]
+
+    @functools.cached_property
+    def _by_number(self) -> dict[int, TrialRecord]:
+        return {r.number: r for r in self._records}
+
 
 def load_campaign(path: str | Path) -> CampaignData:
     folder = CampaignFolder(Path(path).resolve())
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
-    spec = load_spec(folder.spec)
+    spec = load_spec(folder.spec, check_trainer=False)  # a report needs no trainer (nor torch)
     storage = open_storage(storage_url(spec.study.storage, folder))
     try:
         study = optuna.load_study(study_name=spec.study.name, storage=storage)
     except KeyError:
         raise FileNotFoundError(f"{folder.root}: the storage holds no study {spec.study.name!r}") from None
-    scaling = folder.root / "scaling"
+    scaling = folder.scaling
     return CampaignData(
         folder=folder,
         spec=spec,
@@ -95,31 +114,19 @@ def load_campaign(path: str | Path) -> CampaignData:
     )
 
 
-# --- per-trial facts -------------------------------------------------------------------------
+# --- per-trial facts (each takes an Optuna trial or its TrialRecord) ---------------------------
+
+Trial = FrozenTrial | TrialRecord
 
 
-def history_of(trial: FrozenTrial) -> list[tuple[int, dict[str, float]]]:
+def history_of(trial: Trial) -> list[tuple[int, dict[str, float]]]:
     """The trial's reports as (step, metrics) with numbers as floats ("nan" strings become NaN)."""
-    rows = []
-    for item in trial.user_attrs.get("history") or []:
-        try:
-            step, metrics = item
-        except (TypeError, ValueError):
-            continue
-        rows.append((int(step), {str(k): _float(v) for k, v in dict(metrics).items()}))
-    return rows
+    return [(step, dict(metrics)) for step, metrics in TrialRecord.of(trial).history]
 
 
-def _float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def epochs_spent(trial: FrozenTrial) -> float:
+def epochs_spent(trial: Trial) -> float:
     """Epochs the trial trained: its last reported ``epoch`` metric, else its number of reports."""
-    history = history_of(trial)
+    history = TrialRecord.of(trial).history
     if not history:
         return 0.0
     last = history[-1][1]
@@ -127,24 +134,26 @@ def epochs_spent(trial: FrozenTrial) -> float:
     return float(epoch) if epoch is not None and math.isfinite(epoch) else float(len(history))
 
 
-def genome_of(trial: FrozenTrial) -> str:
+def genome_of(trial: Trial) -> str:
     """An architecture genome: the ``genome`` user attribute, else params named like a genome."""
-    if "genome" in trial.user_attrs:
-        return str(trial.user_attrs["genome"])
-    parts = [f"{k}={v}" for k, v in trial.params.items() if "genome" in k or k.startswith("arch")]
+    record = TrialRecord.of(trial)
+    if record.genome is not None:
+        return record.genome
+    parts = [f"{k}={v}" for k, v in record.params.items() if "genome" in k or k.startswith("arch")]
     return " ".join(parts)
 
 
-def lr_schedule_points(trial: FrozenTrial) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+def lr_schedule_points(trial: Trial) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """The LR the trial followed: (schedule rebuilt per optimizer step, the ``lr`` it reported per epoch).
 
     The rebuild follows the built-in classifier: ``params.schedule`` at ``params.lr``
     (scaled by ``params.lr_scaling``), over the optimizer steps the trial reported,
     with ``params.warmup`` of them as warmup. Either list may be empty.
     """
-    history = history_of(trial)
-    config = dict(trial.user_attrs.get("config") or {})
-    params = dict(config.get("params") or trial.params)
+    record = TrialRecord.of(trial)
+    history = history_of(record)
+    config = record.config or {}
+    params = dict(config.get("params") or record.params)
     reported = [
         (int(m["steps"]) - 1 if "steps" in m and math.isfinite(m["steps"]) else step, m["lr"])
         for step, m in history
@@ -195,21 +204,20 @@ class Span:
     state: str
 
 
-def timeline(trials: tuple[FrozenTrial, ...] | list[FrozenTrial]) -> list[Span]:
-    timed = [t for t in trials if "started" in t.user_attrs and "finished" in t.user_attrs]
+def timeline(trials: Sequence[Trial]) -> list[Span]:
+    timed = [r for r in map(TrialRecord.of, trials) if r.timed]
     if not timed:
         return []
-    origin = min(float(t.user_attrs["started"]) for t in timed)
+    origin = min(r.started for r in timed)  # type: ignore[type-var] - timed: both are set
     spans = []
-    for t in timed:
-        devices = t.user_attrs.get("devices") or []
+    for r in timed:
         spans.append(Span(
-            number=t.number,
-            worker=str(t.user_attrs.get("worker", "?")),
-            devices=",".join(str(d) for d in devices) if devices else "",
-            start=float(t.user_attrs["started"]) - origin,
-            end=float(t.user_attrs["finished"]) - origin,
-            state=t.state.name,
+            number=r.number,
+            worker="?" if r.worker is None else r.worker,
+            devices=",".join(str(d) for d in r.devices),
+            start=r.started - origin,  # type: ignore[operator]
+            end=r.finished - origin,  # type: ignore[operator]
+            state=r.state.name,
         ))  # fmt: skip
     return sorted(spans, key=lambda s: (s.worker, s.start))
 
@@ -266,13 +274,13 @@ def report_frame(data: CampaignData) -> pd.DataFrame:
     frame = trials_frame(data.study, data.metrics)
     if frame.empty:
         return frame
-    by_number = {t.number: t for t in data.trials}
-    extra = {
-        "seed": lambda t: t.user_attrs.get("seed"),
-        "worker": lambda t: t.user_attrs.get("worker"),
-        "devices": lambda t: ",".join(map(str, t.user_attrs.get("devices") or [])),
-        "started": lambda t: t.user_attrs.get("started"),
-        "finished": lambda t: t.user_attrs.get("finished"),
+    by_number = {r.number: r for r in data.records()}
+    extra: dict[str, Callable[[TrialRecord], Any]] = {
+        "seed": lambda r: r.seed,
+        "worker": lambda r: r.worker,
+        "devices": lambda r: ",".join(map(str, r.devices)),
+        "started": lambda r: r.started,
+        "finished": lambda r: r.finished,
         "epochs": epochs_spent,
         "genome": genome_of,
     }

@@ -24,6 +24,7 @@ import pandas as pd
 
 from search.reports import plots
 from search.store.folder import write_atomic
+from search.store.records import Files, spec_sha256_of
 from search.reports.data import (
     CampaignData,
     epochs_spent,
@@ -72,7 +73,8 @@ def write_report(path: str | Path) -> ReportFiles:
     out = data.folder.report
     out.mkdir(parents=True, exist_ok=True)
     sections = build_sections(data)
-    files = ReportFiles(out / "index.html", out / "report.md", out / "trials.csv", out / "trials.parquet")
+    files = ReportFiles(out / Files.REPORT_HTML, out / Files.REPORT_MARKDOWN, out / Files.REPORT_CSV,
+                        out / Files.REPORT_PARQUET)
     frame = report_frame(data)
     _write_frame(frame, files.csv, lambda f, p: f.to_csv(p, index=False))
     _write_frame(_parquet_safe(frame), files.parquet, lambda f, p: f.to_parquet(p, index=False))
@@ -189,7 +191,7 @@ def _spec_comment(text: str) -> str:
 
 def _spec(data: CampaignData) -> Section:
     s = data.spec
-    recorded = data.study.user_attrs.get("spec_sha256")
+    recorded = spec_sha256_of(data.study)
     check = "matches the study's record" if recorded == s.sha256 else f"DIFFERS from the study's record {recorded}"
     pairs = [
         ("study", s.study.name), ("spec sha256", f"{s.sha256} ({check})"),
@@ -228,9 +230,10 @@ def _best(data: CampaignData) -> Section:
         columns += ["genome"] if has_genome else []
         rows = []
         for rank, t in enumerate(best, 1):
-            row = [rank, t.number, *(t.values or []), t.user_attrs.get("seed"), epochs_spent(t),
-                   t.user_attrs.get("duration"), *(t.params.get(n) for n in names)]
-            rows.append(row + ([genome_of(t)] if has_genome else []))
+            r = data.record(t)
+            row = [rank, r.number, *(r.values or []), r.seed, epochs_spent(r), r.duration,
+                   *(r.params.get(n) for n in names)]
+            rows.append(row + ([genome_of(r)] if has_genome else []))
         label = "Pareto front" if data.spec.study.multi_objective else f"the {len(best)} best complete trials"
         body = f"<p>{_e(label)}</p>" + _table(columns, rows)
         curves = {t.number: lr_schedule_points(t) for t in best[:5]}
@@ -248,10 +251,11 @@ def _history(data: CampaignData) -> Section:
         done = data.complete()
         if not done:
             return _note("no complete trial yet"), "No complete trial yet."
-        origin = min((float(t.user_attrs["started"]) for t in data.trials if "started" in t.user_attrs), default=0.0)
+        origin = min((r.started for r in data.records() if r.started is not None), default=0.0)
+        ends = [data.record(t).finished for t in done]
         body, md = "", ""
         for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
-            finished = [float(t.user_attrs.get("finished", origin)) - origin for t in done]
+            finished = [(origin if end is None else end) - origin for end in ends]
             uri = plots.optimization_history([t.number for t in done], [t.values[i] for t in done], finished,
                                              direction == "maximize", metric)
             body += _figure(uri, f"optimization history of {metric}")
@@ -268,7 +272,7 @@ def _best_value(trials: Sequence[Any], i: int, direction: str) -> float:
 
 def _curves(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
-        curves = {t.number: (t.state.name, history_of(t)) for t in data.trials if history_of(t)}
+        curves = {r.number: (r.state.name, history_of(r)) for r in data.records() if r.history}
         if not curves:
             return _note("no trial reported yet"), "No trial reported yet."
         shown = dict(sorted(curves.items())[:MAX_CURVE_TRIALS])
@@ -307,10 +311,10 @@ def _pruning(data: CampaignData) -> Section:
         counts = data.counts()
         per_state: dict[str, list[float]] = {}
         reasons: dict[str, int] = {}
-        for t in data.trials:
-            per_state.setdefault(t.state.name, []).append(epochs_spent(t))
-            if t.user_attrs.get("stop_reason"):
-                reasons[str(t.user_attrs["stop_reason"])] = reasons.get(str(t.user_attrs["stop_reason"]), 0) + 1
+        for r in data.records():
+            per_state.setdefault(r.state.name, []).append(epochs_spent(r))
+            if r.stop_reason:
+                reasons[r.stop_reason] = reasons.get(r.stop_reason, 0) + 1
         total = sum(sum(v) for v in per_state.values())
         budget = data.spec.trainer.epochs * len(data.trials)
         rows = [(state, counts.get(state, len(e)), sum(e)) for state, e in sorted(per_state.items())]
@@ -320,7 +324,7 @@ def _pruning(data: CampaignData) -> Section:
         body = _note(text) + _table(("state", "trials", "epochs trained"), rows)
         if reasons:
             body += "<h3>Stop reasons</h3>" + _table(("reason", "trials"), sorted(reasons.items()))
-        bars = [(t.number, epochs_spent(t), t.state.name) for t in data.trials]
+        bars = [(r.number, epochs_spent(r), r.state.name) for r in data.records()]
         if bars:
             body += _figure(plots.epochs_bars(bars, data.spec.trainer.epochs), "epochs trained per trial")
         return body, text + "\n\n" + _md_table(("state", "trials", "epochs trained"), rows)
@@ -330,7 +334,7 @@ def _pruning(data: CampaignData) -> Section:
 
 def _timeline(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
-        spans = timeline(data.trials)
+        spans = timeline(data.records())
         if not spans:
             return _note("no trial recorded its start and end times"), "No timing recorded."
         use = utilization(spans, slot_count(data.environment, spans))
@@ -371,14 +375,14 @@ def _scaling(data: CampaignData) -> Section:
             text = "this campaign has no batch-size scaling results (no scaling/ folder)"
             return _note(text), text + "."
         body, md = "", ""
-        csv = data.scaling_dir / "scaling.csv"
+        csv = data.scaling_dir / Files.SCALING_TABLE
         if csv.exists():
             frame = pd.read_csv(csv)
             rows = frame.itertuples(index=False, name=None)
             body += _table(list(frame.columns), rows)
             md += _md_table(list(frame.columns), frame.itertuples(index=False, name=None)) + "\n"
         else:
-            body += _note("scaling/ holds no scaling.csv")
+            body += _note(f"{Files.SCALING}/ holds no {Files.SCALING_TABLE}")
         for png in sorted(data.scaling_dir.glob("*.png")):
             uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
             body += _figure(uri, f"scaling figure {png.name}")
@@ -389,18 +393,17 @@ def _scaling(data: CampaignData) -> Section:
 
 
 def _failures(data: CampaignData) -> Section:
-    failed = data.failed()
-    interrupted = [t for t in data.trials if t.user_attrs.get("interrupted") and t.state.name == "RUNNING"]
+    failed = [data.record(t) for t in data.failed()]
+    interrupted = [r for r in data.records() if r.state_name == "INTERRUPTED"]
     if not failed and not interrupted:
         return Section("failures", "Failures", _note("no trial failed"), "No trial failed.")
-    rows = [(t.number, t.user_attrs.get("fail_reason", "unknown"), json.dumps(t.params, default=str))
-            for t in failed]  # fmt: skip
-    rows += [(t.number, "interrupted (resume to finish)", json.dumps(t.params, default=str)) for t in interrupted]
+    rows = [(r.number, r.fail_reason or "unknown", json.dumps(r.params, default=str)) for r in failed]
+    rows += [(r.number, "interrupted (resume to finish)", json.dumps(r.params, default=str)) for r in interrupted]
     body = _table(("trial", "reason", "params"), rows)
-    for t in failed:
-        tb = str(t.user_attrs.get("traceback") or "")[-MAX_TRACEBACK:]
+    for r in failed:
+        tb = r.traceback[-MAX_TRACEBACK:]
         if tb:
-            body += f"<details><summary>trial {t.number}: traceback</summary><pre>{_e(tb)}</pre></details>"
+            body += f"<details><summary>trial {r.number}: traceback</summary><pre>{_e(tb)}</pre></details>"
     return Section("failures", "Failures", body, _md_table(("trial", "reason", "params"), rows))
 
 
@@ -447,8 +450,8 @@ def _reproduce(data: CampaignData) -> Section:
     root = str(data.folder.root)
     best = data.best(k=1)
     commands = [
-        ("check the frozen spec", f"sha256sum {shlex.quote(root + '/spec.toml')}   # expect {data.spec.sha256}"),
-        ("run the whole campaign again", f"hypersweep run {shlex.quote(root + '/spec.toml')} --runs-dir rerun"),
+        ("check the frozen spec", f"sha256sum {shlex.quote(str(data.folder.spec))}   # expect {data.spec.sha256}"),
+        ("run the whole campaign again", f"hypersweep run {shlex.quote(str(data.folder.spec))} --runs-dir rerun"),
     ]
     if best:
         commands.append((f"re-run the best trial ({best[0].number}) alone and compare",

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from search.store.folder import CampaignFolder
-from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
+from search.spec.campaign_spec import CampaignSpec, check_trainer, load_spec
 from search.store.storage import open_storage, storage_url
 
 __all__ = ["Check", "Reproduction", "reproduce_trial", "compare", "comparison_text", "DEFAULT_TOLERANCE"]
@@ -91,34 +92,36 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     folder = CampaignFolder(Path(path).resolve())
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
-    spec = load_spec(folder.spec)
+    spec = load_spec(folder.spec, check_trainer=False)
     study = optuna.load_study(study_name=spec.study.name, storage=open_storage(storage_url(spec.study.storage, folder)))
     trial = _recorded_trial(study, number, folder)
+    check_trainer(spec)  # only now, to re-run it: the trainer is imported and checked against the spec
     config = _local_config(trial)
     exact = bool(config.get("deterministic")) and _runs_on_cpu(config)
     notes = _spec_notes(spec, study) + _trainer_notes(spec, folder)
     reports, metrics, error = _run(spec.trainer.entry, config, stop_after=_stop_after(trial))
-    checks = compare(_recorded_history(trial), dict(trial.user_attrs.get("metrics") or {}), reports, metrics)
+    checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
     return Reproduction(spec.study.name, number, spec.trainer.entry, config, exact,
                         0.0 if exact else tolerance, tuple(checks), tuple(notes), error)  # fmt: skip
 
 
-def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) -> FrozenTrial:
+def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) -> TrialRecord:
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     if number not in trials:
         raise ValueError(f"{folder.root}: no trial {number} (trials are 0..{max(trials, default=-1)})")
-    trial = trials[number]
+    trial = TrialRecord.of(trials[number])
     if trial.state not in (TrialState.COMPLETE, TrialState.PRUNED):
-        reason = trial.user_attrs.get("fail_reason") or "it has no final result"
+        reason = trial.fail_reason or "it has no final result"
         raise ValueError(f"trial {number} is {trial.state.name} ({reason}): only a finished trial can be reproduced")
-    if "config" not in trial.user_attrs or "metrics" not in trial.user_attrs:
-        raise ValueError(f"trial {number} has no recorded config or metrics (user attrs 'config', 'metrics')")
+    if trial.config is None or trial.metrics is None:
+        raise ValueError(f"trial {number} has no recorded config or metrics "
+                         f"(user attrs {Attr.CONFIG!r}, {Attr.METRICS!r})")  # fmt: skip
     return trial
 
 
-def _local_config(trial: FrozenTrial) -> dict[str, Any]:
+def _local_config(trial: TrialRecord) -> dict[str, Any]:
     """The recorded config, run here: no checkpoint directory (never resume), no leased devices."""
-    config = dict(trial.user_attrs["config"])
+    config = dict(trial.config or {})
     config["checkpoint_dir"] = None
     config.pop("devices", None)
     return config
@@ -134,15 +137,15 @@ def _runs_on_cpu(config: Mapping[str, Any]) -> bool:
     return not torch.cuda.is_available()
 
 
-def _stop_after(trial: FrozenTrial) -> int | None:
+def _stop_after(trial: TrialRecord) -> int | None:
     """A pruned or stopped trial made as many reports as its record holds; stop it there again."""
-    if trial.state == TrialState.PRUNED or trial.user_attrs.get("stop_reason"):
-        return len(trial.user_attrs.get("history") or []) or None
+    if trial.state == TrialState.PRUNED or trial.stop_reason:
+        return len(trial.recorded_history) or None
     return None
 
 
 def _spec_notes(spec: CampaignSpec, study: optuna.Study) -> list[str]:
-    recorded = study.user_attrs.get("spec_sha256")
+    recorded = spec_sha256_of(study)
     if recorded is None:
         return ["the study recorded no spec hash; the frozen spec is used as it is"]
     if recorded != spec.sha256:
@@ -156,7 +159,7 @@ def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
     recorded = ((read_environment(folder.environment) or {}).get("trainer") or {}).get("source_sha256")
     now = trainer_source_sha256(spec.trainer.entry).get("source_sha256")
     if recorded is None:
-        return ["the campaign recorded no trainer source hash (no environment.json)"]
+        return [f"the campaign recorded no trainer source hash (no {Files.ENVIRONMENT})"]
     if recorded != now:
         return [f"note: the trainer's source changed since the campaign ran (sha256 {recorded[:12]}... then, "
                 f"{str(now)[:12]}... now)"]
@@ -175,10 +178,6 @@ def _run(
     except Exception as exc:  # noqa: BLE001 - a trial that now fails is a mismatch, shown as one line
         return reporter.reports, {}, f"the trainer raised {type(exc).__name__}: {exc}"
     return reporter.reports, {str(k): float(v) for k, v in dict(metrics).items()}, ""
-
-
-def _recorded_history(trial: FrozenTrial) -> list[tuple[int, dict[str, Any]]]:
-    return [(int(step), dict(metrics)) for step, metrics in trial.user_attrs.get("history") or []]
 
 
 def _num(value: Any) -> float | None:

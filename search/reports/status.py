@@ -20,7 +20,7 @@ def status_text(path: str | Path) -> str:
     folder = CampaignFolder(Path(path).resolve())
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
-    spec = load_spec(folder.spec)
+    spec = load_spec(folder.spec, check_trainer=False)  # reading a campaign needs no trainer
     study = optuna.load_study(study_name=spec.study.name, storage=open_storage(storage_url(spec.study.storage, folder)))
     alive = ControllerLock.held(folder.lock)
     counts = state_counts(study)

@@ -4,34 +4,28 @@ from __future__ import annotations
 
 import optuna
 import pandas as pd
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
+
+from search.store.records import TrialRecord
 
 __all__ = ["trials_frame", "best_table", "state_counts", "trial_params"]
 
 
 def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
-    row: dict = {"number": trial.number, "state": _state_name(trial)}
-    values = trial.values or []
+    record = TrialRecord.of(trial)
+    row: dict = {"number": record.number, "state": record.state_name}
+    values = record.values or ()
     for i, name in enumerate(metrics):
         row[name] = values[i] if i < len(values) else None
-    row["duration_s"] = trial.user_attrs.get("duration")
-    row.update({f"params.{k}": v for k, v in trial_params(trial).items()})
-    row["reason"] = trial.user_attrs.get("fail_reason") or trial.user_attrs.get("stop_reason") or ""
+    row["duration_s"] = record.duration
+    row.update({f"params.{k}": v for k, v in record.trainer_params.items()})
+    row["reason"] = record.reason
     return row
 
 
-def trial_params(trial: FrozenTrial) -> dict:
+def trial_params(trial: FrozenTrial | TrialRecord) -> dict:
     """The parameters the trainer got (genomes as their strings), else Optuna's flat ones."""
-    config = trial.user_attrs.get("config")
-    if isinstance(config, dict) and isinstance(config.get("params"), dict):
-        return dict(config["params"])
-    return dict(trial.params)
-
-
-def _state_name(trial: FrozenTrial) -> str:
-    if trial.state == TrialState.RUNNING and trial.user_attrs.get("interrupted"):
-        return "INTERRUPTED"
-    return trial.state.name
+    return TrialRecord.of(trial).trainer_params
 
 
 def trials_frame(study: optuna.Study, metrics: tuple[str, ...]) -> pd.DataFrame:
@@ -56,6 +50,6 @@ def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[
 def state_counts(study: optuna.Study) -> dict[str, int]:
     counts: dict[str, int] = {}
     for trial in study.get_trials(deepcopy=False):
-        name = _state_name(trial)
+        name = TrialRecord.of(trial).state_name
         counts[name] = counts.get(name, 0) + 1
     return counts

@@ -17,14 +17,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from search.scaling.fit import (
-    MAXIMAL_EFFICIENCY,
-    PERFECT_EFFICIENCY,
-    LRRuleFit,
-    Regime,
-    ScalingFit,
-    regime_boundaries,
-)
+from search.scaling.lr_rule import LRRuleFit
+from search.scaling.mccandlish import ScalingFit
+from search.scaling.regimes import MAXIMAL_EFFICIENCY, PERFECT_EFFICIENCY, Regime, regime_boundaries
 
 __all__ = [
     "plot_steps_to_target",

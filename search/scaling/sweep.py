@@ -26,10 +26,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from spaces.params import CategoricalParam, SearchSpace
-
 from search.scaling.fit import (
-    ScalingError,
     TrialOutcome,
     bootstrap_b_crit,
     classify_regimes,
@@ -39,11 +36,12 @@ from search.scaling.fit import (
     reached_points,
     scaling_table,
     steps_to_target,
-    validate_batch_sizes,
     write_scaling_table,
 )
 from search.seeds import component_seed
-from search.spec.table import SpecTable
+
+# Re-exported: the [scaling] section is parsed in search.spec.
+from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 
 __all__ = [
     "ScalingSpec",
@@ -56,47 +54,6 @@ __all__ = [
     "analyze_sweep",
     "SweepResult",
 ]
-
-SCALING_KEYS = ("batch_sizes", "target", "trials_per_batch", "bootstrap", "interpolate")
-OBJECTIVE = "steps_to_target"
-BATCH = "batch_size"
-
-
-@dataclasses.dataclass(frozen=True)
-class ScalingSpec:
-    """The sweep: which global batch sizes, which target on the study's metric, how many trials each."""
-
-    batch_sizes: tuple[int, ...]
-    target: float
-    trials_per_batch: int = 6
-    bootstrap: int = 1000
-    interpolate: bool = False
-
-    @property
-    def n_trials(self) -> int:
-        return self.trials_per_batch * len(self.batch_sizes)
-
-
-def parse_scaling(t: SpecTable) -> ScalingSpec:
-    if "batch_sizes" not in t.data:
-        raise t.error("batch_sizes", "is required: the global batch sizes to sweep, e.g. [16, 32, 64, 128]")
-    try:
-        sizes = validate_batch_sizes(t.data["batch_sizes"], key="batch_sizes")
-    except ScalingError as exc:
-        raise t.error(exc.key, exc.problem) from None
-    return ScalingSpec(
-        batch_sizes=sizes,
-        target=t.float("target"),
-        trials_per_batch=t.int("trials_per_batch", 6, minimum=1),
-        bootstrap=t.int("bootstrap", 1000, minimum=10),
-        interpolate=t.bool("interpolate", False),
-    )
-
-
-def with_batch_sizes(space: SearchSpace, sizes: Sequence[int]) -> SearchSpace:
-    """The spec's space plus ``batch_size`` over the sweep's sizes (the sampler assigns it)."""
-    return SearchSpace((*space.params, CategoricalParam(BATCH, tuple(int(b) for b in sizes))))
-
 
 # --- the sampler ----------------------------------------------------------------------------
 

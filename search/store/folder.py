@@ -1,4 +1,4 @@
-"""The campaign folder: where every file of one campaign lives, and its controller lock."""
+"""The campaign folder: where every file of one campaign lives (names: ``records.Files``), and its controller lock."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 from typing import IO
+
+from search.store.records import Files
 
 __all__ = ["CampaignFolder", "ControllerLock", "FolderLockedError", "write_atomic", "write_atomic_bytes"]
 
@@ -35,50 +37,67 @@ class CampaignFolder:
 
     @property
     def spec(self) -> Path:
-        return self.root / "spec.toml"
+        return self.root / Files.SPEC
 
     @property
     def sqlite(self) -> Path:
-        return self.root / "study.db"
+        return self.root / Files.SQLITE
 
     @property
     def journal(self) -> Path:
-        return self.root / "study.journal"
+        return self.root / Files.JOURNAL
 
     @property
     def sampler_state(self) -> Path:
-        return self.root / "sampler.pkl"
+        return self.root / Files.SAMPLER_STATE
 
     @property
     def scaling(self) -> Path:
-        return self.root / "scaling"
+        return self.root / Files.SCALING
 
     @property
     def lock(self) -> Path:
-        return self.root / "controller.lock"
+        return self.root / Files.LOCK
 
     @property
     def log(self) -> Path:
-        return self.root / "campaign.log"
+        return self.root / Files.LOG
 
     @property
     def summary(self) -> Path:
-        return self.root / "summary.csv"
+        return self.root / Files.SUMMARY
 
     @property
     def trials(self) -> Path:
-        return self.root / "trials"
+        return self.root / Files.TRIALS
 
     @property
     def environment(self) -> Path:
-        return self.root / "environment.json"
+        return self.root / Files.ENVIRONMENT
 
     @property
     def report(self) -> Path:
-        return self.root / "report"
+        return self.root / Files.REPORT
+
+    @property
+    def scaling_table(self) -> Path:
+        return self.scaling / Files.SCALING_TABLE
+
+    @property
+    def scaling_conclusion(self) -> Path:
+        return self.scaling / Files.SCALING_CONCLUSION
 
     def trial(self, number: int) -> Path:
+        """``trials/<number>/``: the trial's checkpoints and the controller's records of it."""
         return self.trials / str(int(number))
+
+    def trial_metrics(self, number: int) -> Path:
+        """``trials/<number>/metrics.jsonl``: one line per report (see ``records.append_metrics_line``)."""
+        return self.trial(number) / Files.TRIAL_METRICS
+
+    def trial_error_log(self, number: int) -> Path:
+        """``trials/<number>/error.log``: a failed trial's reason and traceback."""
+        return self.trial(number) / Files.TRIAL_ERROR_LOG
 
     def exists(self) -> bool:
         return self.spec.exists()

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -29,6 +30,16 @@ from optuna.trial import TrialState
 from search.cli import main
 from search.store.environment import capture_environment, cluster_shape, record_environment, trainer_source_sha256
 from search.store.folder import CampaignFolder
+from search.store.records import (
+    CONTROLLER_FILES,
+    TRIAL_ATTRS,
+    Attr,
+    Files,
+    TrialRecord,
+    append_metrics_line,
+    encode_history,
+    write_attrs,
+)
 from search.reports.report import SECTION_IDS, write_report
 from search.runner import RunOptions, load_study, run_campaign
 from search.store.storage import flusher
@@ -338,11 +349,10 @@ def _hand_made_campaign(root: Path) -> CampaignFolder:
         attrs = {"seed": n, "worker": f"tcp://127.0.0.1:{2 + n % 2}", "started": t0 + n, "finished": t0 + n + 1.5,
                  "history": history, "metrics": history[-1][1], "config": {"params": {"quality": quality, "tag": tag}}}
         attrs["genome"] = f"conv3x3-{n} > pool > dense-64"
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
+        write_attrs(trial, **attrs)
         if n == 4:
-            trial.set_user_attr("fail_reason", f"ValueError: {HOSTILE}")
-            trial.set_user_attr("traceback", f"Traceback (most recent call last):\n  ...\nValueError: {HOSTILE}")
+            write_attrs(trial, fail_reason=f"ValueError: {HOSTILE}",
+                        traceback=f"Traceback (most recent call last):\n  ...\nValueError: {HOSTILE}")
             study.tell(trial, state=TrialState.FAIL)
         else:
             study.tell(trial, [quality, 3.0 - n % 2])
@@ -399,3 +409,55 @@ def test_cluster_shape_and_resumed_environment(tmp_path: Path) -> None:
 def test_report_of_a_folder_without_a_campaign_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["report", str(tmp_path)]) == 2
     assert "holds no campaign" in capsys.readouterr().err
+
+
+# --- the record schema (search.store.records) ----------------------------------------------------
+
+
+def test_a_trial_record_reads_back_what_the_controller_wrote() -> None:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    trial = study.ask()
+    trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+    history = encode_history([(1, {"loss": 0.5, "lr": 0.1}, 11.0), (2, {"loss": float("nan"), "lr": 0.05}, 12.0)])
+    assert history == [[1, {"loss": 0.5, "lr": 0.1}], [2, {"loss": "nan", "lr": 0.05}]]  # JSON-safe as stored
+    write_attrs(trial, seed=7, config={"params": {"lr": 0.1, "genome": "a>b"}, "seed": 7}, width=2, worker="w1",
+                devices=[0, 1], started=10.0, finished=12.5, duration=2.5, history=history,
+                metrics={"loss": "nan", "n_params": 10.0}, stop_reason="pruned at step 2", retries=1,
+                pbt_schedule=[[0, 0.1], [100, 0.05]])
+    study.tell(trial, state=TrialState.PRUNED)
+    record = TrialRecord.of(study.trials[0])
+    assert (record.number, record.state, record.seed, record.width, record.worker) == (0, TrialState.PRUNED, 7, 2, "w1")
+    assert (record.devices, record.started, record.finished, record.duration) == ((0, 1), 10.0, 12.5, 2.5)
+    assert record.history[0] == (1, {"loss": 0.5, "lr": 0.1}) and math.isnan(record.history[1][1]["loss"])
+    assert len(record.recorded_history) == 2 and math.isnan(record.metrics["loss"])
+    assert record.trainer_params == {"lr": 0.1, "genome": "a>b"} and record.params.keys() == {"lr"}
+    assert (record.reason, record.fail_reason, record.retries) == ("pruned at step 2", "", 1)
+    assert record.pbt_schedule == ((0, 0.1), (100, 0.05)) and record.state_name == "PRUNED"
+    assert TrialRecord.of(record) is record
+
+
+def test_a_bare_trial_reads_as_defaults_and_unknown_names_are_refused() -> None:
+    study = optuna.create_study()
+    trial = study.ask()
+    with pytest.raises(TypeError, match="unknown trial attribute.*sed"):
+        write_attrs(trial, seed=1, sed=2)
+    assert "seed" not in study.trials[0].user_attrs  # nothing written when one name is wrong
+    write_attrs(trial, interrupted=True, history=[[1, {"x": 1}], "garbage", [2]])
+    record = TrialRecord.of(study.trials[0])
+    assert record.state_name == "INTERRUPTED" and record.history == ((1, {"x": 1.0}),)
+    assert (record.seed, record.config, record.metrics, record.worker, record.started, record.genome) == (None,) * 6
+    assert (record.fail_reason, record.traceback, record.retries, record.devices, record.timed) == ("", "", 0, (), False)
+    assert {Attr.SEED, Attr.HISTORY, Attr.PBT_LINEAGE, Attr.FAIL_REASON} <= TRIAL_ATTRS
+
+
+def test_the_folder_paths_use_the_record_file_names(tmp_path: Path) -> None:
+    folder = CampaignFolder(tmp_path)
+    assert folder.trial_metrics(3) == tmp_path / Files.TRIALS / "3" / Files.TRIAL_METRICS
+    assert folder.trial_error_log(3).name == Files.TRIAL_ERROR_LOG == "error.log"
+    assert (folder.spec.name, folder.environment.name, folder.sampler_state.name) == (
+        "spec.toml", "environment.json", "sampler.pkl")  # fmt: skip
+    assert folder.scaling_table == tmp_path / "scaling" / "scaling.csv"
+    assert CONTROLLER_FILES == {"metrics.jsonl", "error.log"}
+    folder.trial(3).mkdir(parents=True)
+    append_metrics_line(folder.trial_metrics(3), 1, {"loss": float("inf")}, at=5.0, worker="w")
+    assert json.loads(folder.trial_metrics(3).read_text()) == {"step": 1, "time": 5.0, "worker": "w", "loss": "inf"}

@@ -1,7 +1,9 @@
 """The ``hypersweep`` command line.
 
 Exit status: 0 done, 1 an unexpected error, 2 bad input (spec, arguments,
-folder), 3 the cluster could not be reached, 130 interrupted (Ctrl-C).
+folder), 3 the cluster could not be reached, 4 every trial of the campaign
+failed, 130 interrupted (Ctrl-C). Any :class:`spaces.errors.HypersweepError`
+becomes its one-line message on stderr and its ``exit_code``.
 """
 
 from __future__ import annotations
@@ -9,14 +11,30 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["main"]
+from spaces.errors import EXIT_ALL_FAILED, EXIT_CLUSTER, EXIT_ERROR, EXIT_INPUT, EXIT_INTERRUPTED, HypersweepError
 
-EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_CLUSTER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+if TYPE_CHECKING:
+    import optuna
+
+    from search.spec.campaign_spec import CampaignSpec
+    from search.store.folder import CampaignFolder
+
+__all__ = ["main", "AllTrialsFailedError", "failure_summary"]
+
+EXIT_OK = 0
+
+
+class AllTrialsFailedError(HypersweepError):
+    """The campaign ran to its end and every one of its trials failed."""
+
+    exit_code = EXIT_ALL_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,13 +117,57 @@ def _options(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from search.runner import load_study, run_campaign, summary_text
+    from search.runner import run_campaign
     from search.spec.campaign_spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec)  # checks the spec against its trainer, before anything starts
     folder = run_campaign(spec, _options(args))
-    print(summary_text(spec, folder, load_study(spec, folder, create=False)))
+    return _finished(spec, folder)
+
+
+def _finished(spec: CampaignSpec, folder: CampaignFolder) -> int:
+    """Print the final table; every trial failed: raise that, summarised, for exit status 4."""
+    from search.runner import load_study, summary_text
+
+    study = load_study(spec, folder, create=False)
+    print(summary_text(spec, folder, study))
+    failed = failure_summary(study)
+    if failed:
+        raise AllTrialsFailedError(f"{failed}; see {_shown(folder.root / 'trials')}/<n>/error.log")
     return EXIT_OK
+
+
+def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
+    """One line when the study has trials and every one failed (``all 12 trials failed: 12x ValueError: ...``,
+    the commonest kinds first, one example message each), else the empty string."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    if not trials or any(t.state != TrialState.FAIL for t in trials):
+        return ""
+    groups: dict[str, list[str]] = {}
+    for trial in trials:
+        reason = " ".join(str(trial.user_attrs.get("fail_reason") or "no reason recorded").split())
+        kind = reason.split(": ", 1)[0] if _EXCEPTION_NAME.match(reason.split(": ", 1)[0]) else reason
+        groups.setdefault(kind, []).append(reason)
+    ranked = sorted(groups.values(), key=len, reverse=True)
+    parts = [f"{len(reasons)}x {_clip(reasons[0])}" for reasons in ranked[:kinds]]
+    if len(ranked) > kinds:
+        parts.append(f"{sum(map(len, ranked[kinds:]))}x other reasons")
+    return f"all {len(trials)} trial{'s' if len(trials) != 1 else ''} failed: {'; '.join(parts)}"
+
+
+_EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Exit|Interrupt)$")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to here when it is below here, else as it is."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def _clip(text: str, width: int = 120) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:
@@ -118,13 +180,11 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from search.runner import load_study, resume_campaign, summary_text
+    from search.runner import resume_campaign
     from search.spec.campaign_spec import load_spec
 
-    folder = resume_campaign(args.folder, _options(args))
-    spec = load_spec(folder.spec)
-    print(summary_text(spec, folder, load_study(spec, folder, create=False)))
-    return EXIT_OK
+    folder = resume_campaign(args.folder, _options(args))  # checks the frozen spec against its trainer
+    return _finished(load_spec(folder.spec, check_trainer=False), folder)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -137,7 +197,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from search.spec.campaign_spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
     print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
     return EXIT_OK
 
@@ -188,7 +248,7 @@ def _cmd_cluster_script(args: argparse.Namespace) -> int:
     from search.runner import RunOptions, _cluster_options
     from search.spec.campaign_spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, check_trainer=False)  # a job script needs no trainer
     options = _cluster_options(spec, RunOptions(insecure=args.insecure, tls=tuple(args.tls) if args.tls else None))
     print(submission_text(options), end="")
     return EXIT_OK
@@ -197,6 +257,33 @@ def _cmd_cluster_script(args: argparse.Namespace) -> int:
 def _fail(code: int, message: str) -> int:
     print(f"hypersweep: {message}", file=sys.stderr)
     return code
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    """The exit status for ``exc`` (None: not a user-facing error; let it show its traceback)."""
+    if isinstance(exc, HypersweepError):
+        return exc.exit_code
+    for types, code in _other_errors():
+        if isinstance(exc, types):
+            return code
+    return None
+
+
+def _other_errors() -> list[tuple[tuple[type[BaseException], ...], int]]:
+    """Errors that are not (yet) HypersweepErrors: those of packages that cannot import ``spaces``
+    (``cluster`` must not load optuna), classes defined before the base existed, and builtins."""
+    from cluster import ClusterError
+    from cluster.backends import MissingExtraError
+
+    from search.campaign import CampaignError
+    from search.runner import CampaignExistsError
+    from search.store.folder import FolderLockedError
+
+    return [
+        ((ClusterError,), EXIT_CLUSTER),
+        ((CampaignExistsError, FolderLockedError, MissingExtraError, FileNotFoundError, ValueError), EXIT_INPUT),
+        ((CampaignError,), EXIT_ERROR),
+    ]
 
 
 def _interrupt_on_sigterm() -> None:
@@ -214,18 +301,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Worker processes read their log levels from the environment at start: keep them quiet too.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
-    from cluster import ClusterError, quiet_dask_logs
-    from cluster.backends import MissingExtraError
+    from cluster import quiet_dask_logs
 
     quiet_dask_logs()
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    from search.campaign import CampaignError
-    from search.store.folder import FolderLockedError
-    from search.runner import CampaignExistsError
-    from search.spec.campaign_spec import SpecError
 
     commands = {
         "run": _cmd_run, "scaling": _cmd_scaling, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check,
@@ -234,14 +315,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     }  # fmt: skip
     try:
         return commands[args.command](args)
-    except (SpecError, CampaignExistsError, FolderLockedError, FileNotFoundError, ValueError, MissingExtraError) as exc:
-        return _fail(EXIT_INPUT, str(exc))
-    except ClusterError as exc:
-        return _fail(EXIT_CLUSTER, str(exc))
-    except CampaignError as exc:
-        return _fail(EXIT_ERROR, str(exc))
     except KeyboardInterrupt:
         return _fail(EXIT_INTERRUPTED, "interrupted; running trials are kept for 'hypersweep resume'")
+    except Exception as exc:
+        code = _exit_code(exc)
+        if code is None:
+            raise
+        return _fail(code, str(exc))
 
 
 if __name__ == "__main__":

@@ -55,19 +55,21 @@ class RunOptions:
 
 
 def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
-    from cluster.backends import require_extra
+    from cluster.backends import backend_named
 
     from search.spec.table import SpecError
 
     c = spec.cluster
     files = options.tls or ((c.tls_ca_file, c.tls_cert_file, c.tls_key_file) if c.tls else None)
     address = options.scheduler if options.scheduler is not None else c.scheduler
-    backend = None if options.scheduler else c.deploy  # --scheduler joins that scheduler, whatever the backend
-    if c.backend == "address" and not address:
-        raise SpecError(spec.source, "cluster.scheduler", "backend 'address' needs a scheduler address "
+    # A scheduler address joins that scheduler: --scheduler whatever the spec's backend, and the spec's own
+    # scheduler unless its backend has deploy settings (the spec refuses a scheduler for those).
+    joined = bool(options.scheduler) or bool(address and c.deploy is None)
+    backend = backend_named("address") if joined else backend_named(c.backend, c.deploy)
+    if backend.joins_scheduler and not address:
+        raise SpecError(spec.source, "cluster.scheduler", f"backend {backend.kind!r} needs a scheduler address "
                         "(tcp://host:port, tls://host:port or a scheduler file), or pass --scheduler")  # fmt: skip
-    if backend is not None:
-        require_extra(c.backend)  # a missing optional extra fails here, before anything is created
+    backend.require()  # a missing optional extra fails here, before anything is created
     return ClusterOptions(
         address=address,
         backend=backend,
@@ -227,8 +229,10 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
 
 
 def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> str:
-    """The end-of-campaign table and where to find everything."""
+    """The end-of-campaign table, the trials by state (COMPLETE, PRUNED and FAIL always) and where to find everything."""
     import pandas as pd
+
+    from search.reports.summary import state_counts
 
     table = best_table(study, spec.objective_metrics, spec.objective_directions)
     title = "Pareto front" if spec.study.multi_objective else "Best trials"
@@ -243,8 +247,12 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
             f"{(folder.scaling / 'conclusion.txt').read_text().strip()}\n"
             f"table and plots: {os.path.relpath(folder.scaling)}\n\n"
         )
+    counts = state_counts(study)
+    states = ["COMPLETE", "PRUNED", "FAIL", *sorted(set(counts) - {"COMPLETE", "PRUNED", "FAIL"})]
+    tally = ", ".join(f"{counts.get(state, 0)} {state}" for state in states)
     return sweep + (
         f"{title} of study {spec.study.name!r} ({objectives}):\n{body}\n\n"
+        f"trials: {tally}\n"
         f"campaign folder: {os.path.relpath(folder.root)}\n"
         f"storage: {url}\n"
         f"trials table: {os.path.relpath(folder.summary)}"

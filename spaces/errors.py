@@ -1,4 +1,9 @@
-"""The one error type of ``spaces`` and the small checks that raise it."""
+"""The error base of the whole project, the one error type of ``spaces``, and the small checks that raise it.
+
+:class:`HypersweepError` sits here, at the bottom of the dependency graph, so every
+package can subclass it; the ``hypersweep`` command line turns any of them into its
+one-line message on stderr and its ``exit_code``.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,35 @@ import difflib
 import math
 import numbers
 from collections.abc import Iterable
+from typing import ClassVar
+
+__all__ = [
+    "EXIT_ERROR", "EXIT_INPUT", "EXIT_CLUSTER", "EXIT_ALL_FAILED", "EXIT_INTERRUPTED",
+    "HypersweepError", "InputError", "SpaceError",
+    "shown", "did_you_mean", "check_number", "check_positive", "check_int", "check_name", "check_choice",
+]  # fmt: skip
+
+# The exit statuses of ``hypersweep`` (README, "Commands"); 0 is success.
+EXIT_ERROR = 1  # an unexpected error, or a failure that is not the user's input
+EXIT_INPUT = 2  # bad input: a spec mistake, a bad argument, a folder that is missing or in use
+EXIT_CLUSTER = 3  # the cluster could not be started or reached
+EXIT_ALL_FAILED = 4  # the campaign ran, and every one of its trials failed
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
 
 
-class SpaceError(ValueError):
+class HypersweepError(Exception):
+    """Any error meant for the user as one line; ``exit_code`` is the command line's exit status."""
+
+    exit_code: ClassVar[int] = EXIT_ERROR
+
+
+class InputError(HypersweepError, ValueError):
+    """Bad input from the user (a value, an argument, a file): exit status 2."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
+
+
+class SpaceError(InputError):
     """A search-space or schedule value broke a rule.
 
     ``key`` is the dotted path of the offending value inside the spec

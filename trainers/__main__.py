@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from trainers.api import PrintReporter, TrainerImportError, TrialConfig, _json_float, load_trainer
+from trainers.api import PrintReporter, TrainerImportError, TrialConfig, _json_float, capabilities_of, load_trainer
 
 DEFAULT_TRAINER = "trainers.classifier:fit"
 
@@ -41,10 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer = load_trainer(args.trainer)
     except TrainerImportError as exc:
         return _fail(str(exc), 2)
-    accepted = getattr(trainer, "accepted_params", None)
-    unknown = sorted(set(config.params) - set(accepted)) if accepted is not None else []
+    info = capabilities_of(trainer)
+    unknown = info.unknown_params(config.params)
     if unknown:
-        return _fail(f"{args.config}: unknown params {unknown}; {args.trainer} accepts {sorted(accepted)}", 2)
+        accepted = sorted(info.accepted_params or ())
+        return _fail(f"{args.config}: unknown params {unknown}; {args.trainer} accepts {accepted}", 2)
     try:
         metrics = trainer(config, PrintReporter())
     except FloatingPointError as exc:

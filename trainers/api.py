@@ -4,6 +4,12 @@ A trainer is a plain function ``fit(config: TrialConfig, reporter: Reporter) -> 
 It depends on nothing but this module (and torch): no Dask, no Optuna. The same
 function runs under the campaign controller, alone from ``python -m trainers``, or
 in a test with :class:`RecordingReporter`.
+
+A trainer may declare what it can do (:class:`TrainerInfo`: the params it accepts, the
+metrics it reports, whether it trains in PBT segments) with :func:`declare` or the
+:func:`trainer` decorator; :func:`capabilities_of` reads it back, and a spec is checked
+against it before a campaign starts. Undeclared trainers work too: anything goes.
+This module stays free of torch, so the controller can read declarations cheaply.
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ import dataclasses
 import importlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "TrialConfig",
@@ -24,6 +30,10 @@ __all__ = [
     "TrainerFn",
     "load_trainer",
     "TrainerImportError",
+    "TrainerInfo",
+    "declare",
+    "trainer",
+    "capabilities_of",
 ]
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -186,3 +196,85 @@ def load_trainer(entry: str) -> TrainerFn:
     if not callable(fn):
         raise TrainerImportError(f"trainer entry {entry!r} is not callable")
     return fn  # type: ignore[return-value]
+
+
+# --- what a trainer declares ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerInfo:
+    """What a trainer can do, as far as it says. ``None`` means unknown: any param, any metric.
+
+    ``accepted_params``: the ``config.params`` names it understands (a spec searching
+    another one is refused up front). ``reported_metrics``: the metric names it may
+    report (a spec optimising or pruning on another one is refused). ``supports_pbt``:
+    it honours ``schedule_epochs`` and ``inherit_checkpoint``, so population-based
+    training can run it in segments.
+    """
+
+    accepted_params: frozenset[str] | None = None
+    reported_metrics: frozenset[str] | None = None
+    supports_pbt: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("accepted_params", "reported_metrics"):
+            value = getattr(self, name)
+            if value is not None:
+                if isinstance(value, str) or not isinstance(value, Iterable):
+                    raise TypeError(f"{name}={value!r}: must be a collection of names, or None")
+                object.__setattr__(self, name, frozenset(str(v) for v in value))
+        if not isinstance(self.supports_pbt, bool):
+            raise TypeError(f"supports_pbt={self.supports_pbt!r}: must be True or False")
+
+    def unknown_params(self, names: Iterable[str]) -> list[str]:
+        """The ``names`` this trainer does not accept (none when it declares nothing)."""
+        if self.accepted_params is None:
+            return []
+        return sorted(set(names) - self.accepted_params)
+
+
+_INFO_ATTR = "__trainer_info__"
+_LEGACY_ATTRS = ("accepted_params", "reported_metrics", "supports_pbt")  # attributes older trainers set on fit
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def declare(fn: F, info: TrainerInfo) -> F:
+    """Record ``info`` as what ``fn`` can do, and return ``fn``.
+
+    The older attributes (``fn.accepted_params``...) are set from it too, for code that still reads them.
+    """
+    setattr(fn, _INFO_ATTR, info)
+    for name in _LEGACY_ATTRS:
+        value = getattr(info, name)
+        if value is not None:
+            setattr(fn, name, value)
+    return fn
+
+
+def trainer(
+    *,
+    accepted_params: Iterable[str] | None = None,
+    reported_metrics: Iterable[str] | None = None,
+    supports_pbt: bool = False,
+) -> Callable[[F], F]:
+    """Decorator form of :func:`declare`: ``@trainer(accepted_params={"lr"}, reported_metrics={"val_loss"})``."""
+    info = TrainerInfo(
+        frozenset(accepted_params) if accepted_params is not None else None,
+        frozenset(reported_metrics) if reported_metrics is not None else None,
+        supports_pbt,
+    )
+    return lambda fn: declare(fn, info)
+
+
+def capabilities_of(fn: Callable[..., Any]) -> TrainerInfo:
+    """What ``fn`` declared; else what its older ``fn.accepted_params``-style attributes say; else unknown."""
+    info = getattr(fn, _INFO_ATTR, None)
+    if isinstance(info, TrainerInfo):
+        return info
+    accepted = getattr(fn, "accepted_params", None)
+    reported = getattr(fn, "reported_metrics", None)
+    return TrainerInfo(
+        frozenset(accepted) if accepted is not None else None,
+        frozenset(reported) if reported is not None else None,
+        getattr(fn, "supports_pbt", False) is True,
+    )

@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from spaces.architecture import genome_from_string
 from spaces.batch import LRScaling
 from spaces.schedules import Piecewise, make_schedule
-from trainers.api import Reporter, TrialConfig
+from trainers.api import Reporter, TrainerInfo, TrialConfig, declare
 from trainers.data import load_dataset
 from trainers.ddp import launch
 from trainers.ddp_rank import current_rank, process_group, rank_device
@@ -309,9 +309,14 @@ class _WithStatic:
         return self._inner.should_stop()
 
 
-fit.accepted_params = ACCEPTED_PARAMS  # type: ignore[attr-defined]
-fit.supports_pbt = True  # type: ignore[attr-defined]  # honours schedule_epochs and inherit_checkpoint
-fit.reported_metrics = frozenset(  # type: ignore[attr-defined]
-    {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params", "macs",
-     "b_simple"}
+declare(
+    fit,
+    TrainerInfo(
+        accepted_params=ACCEPTED_PARAMS,
+        reported_metrics=frozenset(
+            {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params",
+             "macs", "b_simple"}
+        ),
+        supports_pbt=True,  # honours schedule_epochs and inherit_checkpoint
+    ),
 )

@@ -21,47 +21,9 @@ from typing import Any
 import numpy as np
 from optuna.distributions import BaseDistribution, FloatDistribution
 
-from search.spec.table import SpecTable
+from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt  # re-exported: the [pbt] section is parsed in search.spec
 
 __all__ = ["PBTSpec", "PBT_KEYS", "parse_pbt", "PBTPolicy", "Member", "Decision", "Action", "recorded_schedule"]
-
-PBT_KEYS = ("interval", "quantile", "perturb", "resample_probability", "hyperparams")
-
-
-@dataclasses.dataclass(frozen=True)
-class PBTSpec:
-    interval: int
-    quantile: float = 0.25
-    perturb: tuple[float, ...] = (0.8, 1.25)
-    resample_probability: float = 0.25
-    hyperparams: tuple[str, ...] = ("lr", "weight_decay")
-
-
-def parse_pbt(t: SpecTable, epochs: int, checkpoint_every: int, space_dists: Mapping[str, BaseDistribution]) -> PBTSpec:
-    interval = t.int("interval", minimum=1)
-    if interval >= epochs:
-        raise t.error("interval", f"must be below [trainer] epochs ({epochs}): a member needs at least two segments")
-    if interval % checkpoint_every:
-        raise t.error("interval", f"must be a multiple of [trainer] checkpoint_every ({checkpoint_every})")
-    quantile = t.float("quantile", 0.25)
-    if not 0.0 < quantile <= 0.5:
-        raise t.error("quantile", f"must be in (0, 0.5], got {quantile:g}")
-    perturb = t.data.get("perturb", [0.8, 1.25])
-    if not isinstance(perturb, list) or not perturb or not all(
-        isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in perturb
-    ):
-        raise t.error("perturb", f"must be a non-empty list of positive factors, got {perturb!r}")
-    resample = t.float("resample_probability", 0.25)
-    if not 0.0 <= resample <= 1.0:
-        raise t.error("resample_probability", f"must be in [0, 1], got {resample:g}")
-    default = [h for h in ("lr", "weight_decay") if h in space_dists]
-    names = t.data.get("hyperparams", default)
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise t.error("hyperparams", f"must be a non-empty list of [space] names, got {names!r}")
-    for name in names:
-        if not isinstance(space_dists.get(name), FloatDistribution):
-            raise t.error("hyperparams", f"{name!r} must be a searched float parameter in [space] to be explored")
-    return PBTSpec(interval, quantile, tuple(float(f) for f in perturb), resample, tuple(names))
 
 
 class Action(enum.Enum):

@@ -1,7 +1,15 @@
-"""Sampler names from the spec -> seeded Optuna samplers."""
+"""The sampler registry: every sampler name a spec may give, and what the rest of the code needs to know of it.
+
+One :class:`SamplerInfo` per name says how to build the sampler (seeded from the
+study seed), whether it can sample on a replica study in a child process
+(``replica_safe``, see :mod:`search.sampling.process`) and what it needs of the
+search space (``check_space``). Spec validation, :func:`make_sampler` and the
+campaign's choice of where to sample all read :data:`SAMPLER_REGISTRY`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import optuna
@@ -12,7 +20,33 @@ from spaces.params import SearchSpace
 
 from search.seeds import component_seed
 
-__all__ = ["make_sampler", "grid_of", "AskTellGridSampler"]
+__all__ = [
+    "SamplerInfo",
+    "SAMPLER_REGISTRY",
+    "SAMPLERS",
+    "REPLICA_SAFE",
+    "SAMPLING",
+    "sampler_info",
+    "space_problem",
+    "sampling_problem",
+    "make_sampler",
+    "grid_of",
+    "AskTellGridSampler",
+]
+
+# (search space, number of objectives) -> (the spec key at fault, the problem) or None when the space suits it
+SpaceCheck = Callable[[SearchSpace, int], "tuple[str, str] | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerInfo:
+    """A sampler a spec may name: ``build(space, seed)``, whether it may run on a replica study in a
+    child process, and ``check_space(space, n_objectives)``, which names what it cannot work with."""
+
+    name: str
+    build: Callable[[SearchSpace, int], BaseSampler]
+    replica_safe: bool = False
+    check_space: SpaceCheck | None = None
 
 
 def grid_of(distributions: dict[str, BaseDistribution]) -> dict[str, list]:
@@ -45,20 +79,78 @@ def _evolution(space: SearchSpace, seed: int) -> BaseSampler:
     return evolution_sampler_for(space, seed)
 
 
-_FACTORIES: dict[str, Callable[[SearchSpace, int], BaseSampler]] = {
-    "tpe": lambda space, seed: optuna.samplers.TPESampler(seed=seed),
-    "random": lambda space, seed: optuna.samplers.RandomSampler(seed=seed),
-    "cmaes": lambda space, seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
-    "gp": lambda space, seed: optuna.samplers.GPSampler(seed=seed),
-    "qmc": lambda space, seed: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
-    "grid": lambda space, seed: AskTellGridSampler(grid_of(space.distributions()), seed=seed),
-    "nsga2": lambda space, seed: optuna.samplers.NSGAIISampler(seed=seed),
-    "evolution": _evolution,
+def _grid_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
+    for name, dist in space.distributions().items():
+        if not isinstance(dist, (CategoricalDistribution, IntDistribution)):
+            return (f"space.{name}",
+                    "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous")
+    return None
+
+
+def _evolution_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
+    from spaces.architecture import GenomeParam
+
+    genomes = [p.name for p in space if isinstance(p, GenomeParam)]
+    if len(genomes) != 1:
+        return ("study.sampler", "'evolution' needs exactly one architecture parameter (type 'layers' or 'cell') "
+                f"in [space], found {len(genomes)}")  # fmt: skip
+    if n_objectives > 1:
+        return ("study.sampler", "'evolution' is single-objective; use 'nsga2' for several objectives")
+    return None
+
+
+SAMPLER_REGISTRY: dict[str, SamplerInfo] = {
+    info.name: info
+    for info in (
+        SamplerInfo("tpe", lambda space, seed: optuna.samplers.TPESampler(seed=seed), replica_safe=True),
+        SamplerInfo("random", lambda space, seed: optuna.samplers.RandomSampler(seed=seed)),
+        SamplerInfo(
+            "cmaes", lambda space, seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+        ),
+        SamplerInfo("gp", lambda space, seed: optuna.samplers.GPSampler(seed=seed), replica_safe=True),
+        SamplerInfo(
+            "qmc", lambda space, seed: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
+        ),
+        SamplerInfo(
+            "grid", lambda space, seed: AskTellGridSampler(grid_of(space.distributions()), seed=seed),
+            check_space=_grid_space,
+        ),  # fmt: skip
+        SamplerInfo("nsga2", lambda space, seed: optuna.samplers.NSGAIISampler(seed=seed)),  # one objective works too
+        SamplerInfo("evolution", _evolution, check_space=_evolution_space),
+    )
 }
+SAMPLERS = tuple(SAMPLER_REGISTRY)  # every name a spec may give, in the order the docs list them
+REPLICA_SAFE = tuple(name for name, info in SAMPLER_REGISTRY.items() if info.replica_safe)
+SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (see search.sampling.process)
+
+
+def sampler_info(name: str) -> SamplerInfo:
+    """The registry entry of ``name``; ``ValueError`` naming the valid ones otherwise."""
+    if name not in SAMPLER_REGISTRY:
+        raise ValueError(f"sampler {name!r} is not one of {', '.join(SAMPLERS)}")
+    return SAMPLER_REGISTRY[name]
+
+
+def space_problem(name: str, space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
+    """What sampler ``name`` cannot work with in ``space``, as (spec key, problem); None if nothing."""
+    check = sampler_info(name).check_space
+    return check(space, n_objectives) if check else None
+
+
+def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
+    """Why ``sampling`` cannot be used ("" if it can): an ordered campaign (deterministic, PBT, virtual
+    time) samples in order on the loop, and only ``REPLICA_SAFE`` samplers run on a replica study."""
+    if sampling not in SAMPLING:
+        return f"{sampling!r} is not one of {', '.join(SAMPLING)}"
+    if ordered and sampling in ("process", "thread"):
+        return (f"{sampling!r}: a deterministic, population-based or simulated campaign samples in order "
+                "on the loop; use 'auto' or 'inline'")  # fmt: skip
+    if sampling == "process" and not (sampler in SAMPLER_REGISTRY and SAMPLER_REGISTRY[sampler].replica_safe):
+        return (f"'process' runs only {', '.join(REPLICA_SAFE)} on a replica study; "
+                f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
+    return ""
 
 
 def make_sampler(name: str, space: SearchSpace, study_seed: int) -> BaseSampler:
     """The sampler ``name``, seeded from the study seed."""
-    if name not in _FACTORIES:
-        raise ValueError(f"sampler {name!r} is not one of {', '.join(_FACTORIES)}")
-    return _FACTORIES[name](space, component_seed(study_seed, "sampler"))
+    return sampler_info(name).build(space, component_seed(study_seed, "sampler"))

@@ -3,6 +3,15 @@
 Every mistake a user can make in a spec is one :class:`SpecError` line naming
 the file, the key and the rule (with the closest valid key for typos), raised
 before anything is created on disk or started.
+
+The trainer is imported (by name, with torch and whatever else it needs) only to
+check the spec against what it declares: ``load_spec(path)`` does, for ``run``,
+``resume`` and ``check``; ``load_spec(path, check_trainer=False)`` reads the spec
+alone, for commands that only look at a campaign (``status``, ``report``), and
+:func:`check_trainer` runs the trainer checks later (``reproduce``). The sections have their own modules: ``[cluster]``
+(:mod:`search.spec.cluster`), ``[pbt]`` (:mod:`search.spec.pbt`), ``[scaling]``
+(:mod:`search.spec.scaling`); the sampler names and their rules are the registry
+in :mod:`search.sampling.samplers`.
 """
 
 from __future__ import annotations
@@ -18,10 +27,11 @@ from typing import Any
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
 
+from search.sampling.samplers import REPLICA_SAFE, SAMPLERS, SAMPLING, sampling_problem, space_problem
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, parse_cluster
-from search.pbt.policy import PBT_KEYS, PBTSpec, parse_pbt
-from search.scaling.sweep import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
-from search.spec.table import SpecError, _closest, _show, SpecTable
+from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
+from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.spec.table import SpecError, SpecTable, _closest, _show
 
 __all__ = [
     "SpecError",
@@ -32,16 +42,20 @@ __all__ = [
     "CampaignSpec",
     "load_spec",
     "parse_spec",
+    "check_trainer",
     "SAMPLERS",
     "PRUNERS",
     "PRUNING_RESOURCES",
+    "DATA_PARALLEL",
+    "RESOURCE_METRIC",
+    # re-exported from search.sampling.samplers, where they are defined:
+    "REPLICA_SAFE",
+    "SAMPLING",
+    "sampling_problem",
 ]
 
-SAMPLERS = ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
 PRUNERS = ("none", "median", "percentile", "asha", "hyperband")
 SCHEDULERS = ("none", "pbt")
-SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (see search.sampling.process)
-REPLICA_SAFE = ("tpe", "gp")  # samplers that can sample on a replica study in a child process
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
 RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts
 DIRECTIONS = ("maximize", "minimize")
@@ -212,20 +226,6 @@ def _sampling(t: SpecTable, sampler: str) -> str:
     return sampling
 
 
-def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
-    """Why ``sampling`` cannot be used ("" if it can): an ordered campaign (deterministic, PBT, virtual
-    time) samples in order on the loop, and only ``REPLICA_SAFE`` samplers run on a replica study."""
-    if sampling not in SAMPLING:
-        return f"{sampling!r} is not one of {', '.join(SAMPLING)}"
-    if ordered and sampling in ("process", "thread"):
-        return (f"{sampling!r}: a deterministic, population-based or simulated campaign samples in order "
-                "on the loop; use 'auto' or 'inline'")  # fmt: skip
-    if sampling == "process" and sampler not in REPLICA_SAFE:
-        return (f"'process' runs only {', '.join(REPLICA_SAFE)} on a replica study; "
-                f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
-    return ""
-
-
 def _auto_int(t: SpecTable, key: str, minimum: int) -> int:
     """``"auto"`` (-1) or an integer >= ``minimum``."""
     value = t.data.get(key, "auto")
@@ -278,42 +278,57 @@ def _space(source: str, data: Any) -> SearchSpace:
         raise SpecError(source, f"space.{exc.key}", exc.problem) from None
 
 
-def _check_trainer(
-    source: str, trainer: TrainerSpec, space: SearchSpace, study: StudySpec, pruning: PrunerSpec
-) -> None:
-    metrics = study.metrics
-    from trainers.api import TrainerImportError, load_trainer  # by name: import only to validate the entry
+def _check_trainer(spec: CampaignSpec) -> CampaignSpec:
+    """Import the spec's trainer (by name) and check the spec against what it declares; return the spec.
 
+    ``run``, ``resume``, ``check`` and ``reproduce`` need this; reading a finished campaign does not.
+    """
+    from trainers.api import TrainerImportError, capabilities_of, load_trainer  # by name, only to validate
+
+    source, trainer, study = spec.source, spec.trainer, spec.study
     try:
-        fit = load_trainer(trainer.entry)
+        info = capabilities_of(load_trainer(trainer.entry))
     except TrainerImportError as exc:
         raise SpecError(source, "trainer.entry", str(exc)) from None
-    accepted = getattr(fit, "accepted_params", None)
+    accepted, reported = info.accepted_params, info.reported_metrics
     if accepted is not None:
-        for name in space.names:
+        for name in spec.space.names:
             if name not in accepted and name != DATA_PARALLEL:
                 raise SpecError(
                     source, f"space.{name}",
                     f"trainer {trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
                 )  # fmt: skip
-    reported = getattr(fit, "reported_metrics", None)
     if reported is not None:
-        for metric in metrics:
+        for metric in study.metrics:
             if metric not in reported:
                 raise SpecError(
                     source, "study.metric",
                     f"trainer {trainer.entry} never reports {metric!r}{_closest(metric, sorted(reported))}",
                 )  # fmt: skip
-        counted = RESOURCE_METRIC[pruning.resource]
+        counted = RESOURCE_METRIC[spec.pruning.resource]
         if study.pruner != "none" and counted not in reported:
             raise SpecError(
                 source, "pruner.resource",
-                f"{pruning.resource!r} needs the trainer to report {counted!r}, and {trainer.entry} does not",
+                f"{spec.pruning.resource!r} needs the trainer to report {counted!r}, and {trainer.entry} does not",
             )  # fmt: skip
+    if spec.pbt is not None and not info.supports_pbt:
+        raise SpecError(
+            source, "study.scheduler",
+            f"trainer {trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
+        )  # fmt: skip
+    return spec
 
 
-def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") -> CampaignSpec:
-    """Validate a parsed TOML document; raise :class:`SpecError` on the first mistake."""
+check_trainer = _check_trainer  # the public name; parse_spec and load_spec have a parameter of that name
+
+
+def parse_spec(
+    data: Mapping[str, Any], source: str = "<spec>", text: str = "", check_trainer: bool = True
+) -> CampaignSpec:
+    """Validate a parsed TOML document; raise :class:`SpecError` on the first mistake.
+
+    ``check_trainer=False``: do not import the trainer; see :func:`check_trainer`.
+    """
     top = SpecTable(source, "", data, _TOP)
     if "study" not in data:
         raise SpecError(source, "study", "section [study] is required")
@@ -326,16 +341,13 @@ def parse_spec(data: Mapping[str, Any], source: str = "<spec>", text: str = "") 
     if "scaling" in data:
         scaling = parse_scaling(SpecTable(source, "scaling", top.table("scaling"), SCALING_KEYS))
         study, space = _scaling_study(source, top, study, space, scaling)
-    if study.sampler == "nsga2" and not study.multi_objective:
-        pass  # NSGA-II works on one objective too; allowed.
-    if study.sampler == "grid":
-        _check_grid(source, space)
-    if study.sampler == "evolution":
-        _check_evolution(source, space, study)
+    problem = space_problem(study.sampler, space, len(study.directions))
+    if problem:
+        raise SpecError(source, *problem)
     _check_data_parallel(source, space, trainer)
-    _check_trainer(source, trainer, space, study, pruning)
     pbt = _pbt(source, top, study, trainer, space)
-    return CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt)
+    spec = CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt)
+    return _check_trainer(spec) if check_trainer else spec
 
 
 def _values_of(space: SearchSpace, name: str) -> tuple[int, ...]:
@@ -372,17 +384,6 @@ def _check_data_parallel(source: str, space: SearchSpace, trainer: TrainerSpec) 
                 )  # fmt: skip
 
 
-def _check_grid(source: str, space: SearchSpace) -> None:
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    for name, dist in space.distributions().items():
-        if not isinstance(dist, (CategoricalDistribution, IntDistribution)):
-            raise SpecError(
-                source, f"space.{name}",
-                "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous",
-            )  # fmt: skip
-
-
 def _scaling_study(
     source: str, top: SpecTable, study: StudySpec, space: SearchSpace, scaling: ScalingSpec
 ) -> tuple[StudySpec, SearchSpace]:
@@ -414,35 +415,14 @@ def _pbt(source: str, top: SpecTable, study: StudySpec, trainer: TrainerSpec, sp
             raise SpecError(source, f"study.{key}", f"population-based training needs {key} = {rule!r}")
     if study.multi_objective:
         raise SpecError(source, "study.directions", "population-based training ranks members on one metric")
-    spec = parse_pbt(
+    return parse_pbt(
         SpecTable(source, "pbt", top.table("pbt"), PBT_KEYS), trainer.epochs, trainer.checkpoint_every,
         space.distributions(),
     )  # fmt: skip
-    from trainers.api import load_trainer  # by name, to check it can train in segments
-
-    if not getattr(load_trainer(trainer.entry), "supports_pbt", False):
-        raise SpecError(
-            source, "study.scheduler",
-            f"trainer {trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
-        )  # fmt: skip
-    return spec
 
 
-def _check_evolution(source: str, space: SearchSpace, study: StudySpec) -> None:
-    from spaces.architecture import GenomeParam
-
-    genomes = [p.name for p in space if isinstance(p, GenomeParam)]
-    if len(genomes) != 1:
-        raise SpecError(
-            source, "study.sampler",
-            f"'evolution' needs exactly one architecture parameter (type 'layers' or 'cell') in [space], found {len(genomes)}",
-        )  # fmt: skip
-    if study.multi_objective:
-        raise SpecError(source, "study.sampler", "'evolution' is single-objective; use 'nsga2' for several objectives")
-
-
-def load_spec(path: str | Path) -> CampaignSpec:
-    """Read and validate a spec file."""
+def load_spec(path: str | Path, check_trainer: bool = True) -> CampaignSpec:
+    """Read and validate a spec file; ``check_trainer=False``: without importing the trainer."""
     source = str(path)
     try:
         text = Path(path).read_text()
@@ -452,4 +432,4 @@ def load_spec(path: str | Path) -> CampaignSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(source, "toml", f"not valid TOML ({exc})") from None
-    return parse_spec(data, source, text)
+    return parse_spec(data, source, text, check_trainer)

@@ -7,15 +7,20 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from spaces.errors import InputError
+
 __all__ = ["SpecError", "SpecTable"]
 
 
-class SpecError(ValueError):
-    """A spec mistake, as one line: ``file: key: problem``."""
+class SpecError(InputError):
+    """A spec mistake, as one line: ``file: key: problem`` (a ``ValueError``; exit status 2)."""
 
     def __init__(self, source: str, key: str, problem: str) -> None:
         self.source, self.key, self.problem = source, key, problem
         super().__init__(f"{source}: {key}: {problem}")
+
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str, str, str]]:
+        return (type(self), (self.source, self.key, self.problem))
 
 
 class SpecTable:

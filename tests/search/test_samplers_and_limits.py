@@ -143,3 +143,41 @@ def test_a_genome_over_its_parameter_limit_fails_before_it_reaches_a_worker(tmp_
     assert rejected.state == optuna.trial.TrialState.FAIL
     assert "max_params=200" in rejected.user_attrs["fail_reason"]
     assert prepared is None or prepared.trial.number != rejected.number
+
+
+# --- the one sampler registry -----------------------------------------------------------------------------------
+
+
+def test_the_registry_is_what_the_spec_and_make_sampler_read() -> None:
+    from search.sampling import samplers as registry
+    from search.spec import campaign_spec
+
+    assert SAMPLERS == tuple(registry.SAMPLER_REGISTRY) == registry.SAMPLERS
+    assert campaign_spec.REPLICA_SAFE == registry.REPLICA_SAFE == ("tpe", "gp")
+    assert campaign_spec.sampling_problem is registry.sampling_problem
+    assert all(info.name == name for name, info in registry.SAMPLER_REGISTRY.items())
+    with pytest.raises(ValueError, match="'tpee' is not one of tpe, random"):
+        make_sampler("tpee", parse_space(SPACE), 1)
+    assert registry.sampling_problem("process", "random", ordered=False).startswith("'process' runs only tpe, gp")
+    assert registry.sampling_problem("process", "gp", ordered=False) == ""
+    assert registry.space_problem("tpe", parse_space(SPACE), 1) is None
+    assert registry.space_problem("grid", parse_space(SPACE), 1) == (
+        "space.lr", "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous"
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sampler", "space", "key", "fragment"),
+    [
+        ("grid", 'lr = { type = "float", low = 0.001, high = 0.1 }', "space.lr", "needs discrete parameters"),
+        ("evolution", 'lr = { type = "float", low = 0.001, high = 0.1 }', "study.sampler", "exactly one architecture"),
+    ],
+)
+def test_a_samplers_space_check_is_a_spec_error(sampler: str, space: str, key: str, fragment: str) -> None:
+    from search.spec.campaign_spec import SpecError
+
+    text = EVOLUTION.format(max_params=1000).replace('sampler = "evolution"', f'sampler = "{sampler}"')
+    text = text.replace(text[text.index("[space]"):], f"[space]\n{space}\n")
+    with pytest.raises(SpecError) as info:
+        parse_spec(tomllib.loads(text), "s.toml", text, check_trainer=False)
+    assert info.value.key == key and fragment in str(info.value)

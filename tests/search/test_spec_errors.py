@@ -97,3 +97,56 @@ def test_cli_exit_2_one_line_and_nothing_created(tmp_path: Path, subprocess_env:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "space.quality.low" in lines[0], proc.stderr
     assert not runs.exists()
+
+
+# --- the trainer is imported only to check the spec against it ------------------------------------------------
+
+
+def test_a_spec_loads_without_its_trainer_and_check_trainer_checks_it_later(tmp_path: Path) -> None:
+    from search.spec.campaign_spec import check_trainer
+
+    path = spec_with(tmp_path, 'entry = "toy_trainers:fit"', 'entry = "no_such_module:fit"')
+    spec = load_spec(path, check_trainer=False)
+    assert spec.trainer.entry == "no_such_module:fit" and spec.study.name == "toy"
+    for check in (lambda: check_trainer(spec), lambda: load_spec(path)):
+        with pytest.raises(SpecError) as info:
+            check()
+        assert info.value.key == "trainer.entry" and "cannot import module 'no_such_module'" in str(info.value)
+
+
+def test_pbt_support_is_a_trainer_check(tmp_path: Path) -> None:
+    from search.spec.campaign_spec import check_trainer
+
+    body = GOOD.replace("n_trials = 3", 'n_trials = 4\nscheduler = "pbt"')
+    body += '\n[pbt]\ninterval = 1\nhyperparams = ["quality"]\n'
+    spec = load_spec(write_spec(tmp_path / "pbt.toml", body), check_trainer=False)
+    assert spec.pbt is not None and spec.pbt.interval == 1
+    with pytest.raises(SpecError, match="does not declare supports_pbt") as info:
+        check_trainer(spec)  # toy_trainers:fit declares no PBT support
+    assert info.value.key == "study.scheduler"
+
+
+def test_loading_the_example_spec_without_its_trainer_imports_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "from search.spec.campaign_spec import check_trainer, load_spec\n"
+        "spec = load_spec('examples/digits.toml', check_trainer=False)\n"
+        "before = sorted(m for m in ('torch', 'trainers.classifier') if m in sys.modules)\n"
+        "check_trainer(spec)\n"
+        "print(before, 'torch' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] True"  # nothing before the check; the check imports the trainer
+
+
+def test_spec_error_is_a_hypersweep_input_error_and_pickles() -> None:
+    import pickle
+
+    from spaces.errors import EXIT_INPUT, HypersweepError
+
+    error = SpecError("s.toml", "study.seed", "must be an integer")
+    assert isinstance(error, HypersweepError) and isinstance(error, ValueError) and error.exit_code == EXIT_INPUT
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.source, again.key, again.problem, str(again)) == (error.source, error.key, error.problem, str(error))

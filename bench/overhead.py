@@ -211,13 +211,12 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
     campaign = Campaign(spec, folder, study, executor, sampling=sampling)
     campaign.run()
     wall = time.perf_counter() - start
-    asker = campaign._asker  # noqa: SLF001 - how busy the sampling thread was
     spans = []
     for t in study.get_trials(deepcopy=False):
         m = TrialRecord.of(t).metrics or {}
         if "t0" in m:
             spans.append((float(m["t0"]), float(m["t1"])))
-    busy = asker.times.busy_seconds / wall if asker is not None and wall > 0 else float("nan")
+    busy = campaign.supply.times.busy_seconds / wall if wall > 0 else float("nan")  # how busy the sampler was
     return {"wall": wall, "spans": spans, "done": len(spans), "sampler_busy": busy}
 
 

@@ -20,12 +20,15 @@ from typing import Any, Protocol
 from distributed import CancelledError, Client, Future
 from distributed.client import ClosedClientError, FutureCancelledError
 
+from trainers.api import TrialConfig  # torch-free: the trial's config crosses this seam typed
+
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_slots
 from .entrypoint import run_trial, run_trials
 
 __all__ = [
-    "TrialRequest", "Started", "Report", "Finished", "TrialExecutor", "BatchingExecutor", "DaskExecutor", "Slots",
+    "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
+    "Slots",
 ]
 
 log = logging.getLogger(__name__)
@@ -35,21 +38,24 @@ SLOTS_TTL = 1.0  # seconds between fresh looks at the cluster's workers
 
 @dataclasses.dataclass(frozen=True)
 class TrialRequest:
-    """One trial to run: the trainer by name, its config as builtins, its width in slots.
+    """One trial to run: the trainer by name, its config, its width in slots.
 
-    ``prefer``: a worker address to queue it at (the one expected to free a slot
-    first); a hint only, any worker may still run it.
+    ``config`` may be given as the dict :meth:`TrialConfig.to_dict` writes; it is
+    checked and kept as a :class:`TrialConfig`. ``prefer``: a worker address to queue
+    it at (the one expected to free a slot first); a hint only, any worker may still run it.
     """
 
     number: int
     trainer: str
-    config: Mapping[str, Any]
+    config: TrialConfig
     width: int = 1
     prefer: str = ""
 
     def __post_init__(self) -> None:
         if self.width < 1:
             raise ValueError(f"width={self.width!r}: a trial needs at least one slot")
+        if not isinstance(self.config, TrialConfig):
+            object.__setattr__(self, "config", TrialConfig.from_dict(self.config))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +78,77 @@ class Started:
     worker: str
 
 
+OK, ERROR, LOST, CANCELLED = "ok", "error", "lost", "cancelled"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a trial ended, as its worker (or the executor, for a lost one) tells it.
+
+    ``status``: ``ok``; ``error`` (the trainer raised; ``error`` is one line, ``traceback``
+    the whole); ``lost`` (its worker died); ``cancelled``. ``history`` holds every report
+    as ``(step, metrics, time)``, so none is missing when the event stream lagged.
+    On the wire (a Dask task's result) an outcome is a plain dict: :meth:`from_dict`.
+    """
+
+    status: str
+    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    error: str = ""
+    traceback: str = ""
+    worker: str = ""
+    host: str = ""
+    pid: int | None = None
+    devices: tuple[int, ...] = ()
+    started: float | None = None
+    finished: float | None = None
+    history: tuple[tuple[int, Mapping[str, float], float], ...] = ()
+    stopped: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in (OK, ERROR, LOST, CANCELLED):
+            raise ValueError(f"status={self.status!r}: must be one of {OK}, {ERROR}, {LOST}, {CANCELLED}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to finish on the worker (None when either is unknown)."""
+        if self.started is None or self.finished is None:
+            return None
+        return float(self.finished) - float(self.started)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
+        """The worker's dict; unknown keys are ignored (a newer worker may send more)."""
+        history = tuple((int(s), dict(m), float(t)) for s, m, t in data.get("history") or ())
+        return cls(
+            status=str(data.get("status", ERROR)),
+            metrics=dict(data.get("metrics") or {}),
+            error=str(data.get("error") or ""),
+            traceback=str(data.get("traceback") or ""),
+            worker=str(data.get("worker") or ""),
+            host=str(data.get("host") or ""),
+            pid=data.get("pid"),
+            devices=tuple(int(d) for d in data.get("devices") or ()),
+            started=_float_or_none(data.get("started")),
+            finished=_float_or_none(data.get("finished")),
+            history=history,
+            stopped=bool(data.get("stopped", False)),
+        )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Finished:
-    """A trial ended; ``outcome['status']`` is ok, error, lost (worker died) or cancelled."""
+    """A trial ended, and how."""
 
     number: int
-    outcome: Mapping[str, Any]
+    outcome: Outcome
 
 
 Event = Started | Report | Finished
@@ -94,7 +165,15 @@ class Slots:
 
 
 class TrialExecutor(Protocol):
-    """What the controller needs from whatever runs trials."""
+    """What the controller needs from whatever runs trials.
+
+    Abilities, declared as attributes: ``supports_batch`` (it has ``submit_batch``: several
+    trials as one task), ``virtual_time`` (its clock is simulated, so the controller must
+    not sample on another thread: virtual time would not wait for it).
+    """
+
+    supports_batch: bool
+    virtual_time: bool
 
     def slots(self) -> Slots: ...
 
@@ -119,6 +198,9 @@ class BatchingExecutor(TrialExecutor, Protocol):
 
 class DaskExecutor:
     """Trials as Dask tasks with resource restrictions; reports via the worker event stream."""
+
+    supports_batch = True
+    virtual_time = False
 
     def __init__(self, client: Client, topic: str, resource: str | None = None, lost_after: float = 30.0) -> None:
         self._client = client
@@ -191,9 +273,9 @@ class DaskExecutor:
             where.update(workers=[first.prefer], allow_other_workers=True)
         if len(requests) == 1:
             return self._client.submit(
-                run_trial, first.trainer, dict(first.config), self._topic, self._resource, first.width, **where
+                run_trial, first.trainer, first.config.to_dict(), self._topic, self._resource, first.width, **where
             )
-        batch = [(r.trainer, dict(r.config)) for r in requests]
+        batch = [(r.trainer, r.config.to_dict()) for r in requests]
         return self._client.submit(run_trials, batch, self._topic, self._resource, first.width, **where)
 
     def wake(self) -> None:
@@ -263,18 +345,18 @@ class DaskExecutor:
         with self._lock:
             futures = [self._futures.pop(number, None) for number in numbers]
         outcomes = self._outcomes(futures[0], len(numbers))
-        if any(o["status"] in ("lost", "cancelled") for o in outcomes) and self._client.status != "running":
+        if any(o.status in (LOST, CANCELLED) for o in outcomes) and self._client.status != "running":
             # The scheduler went away, not the trial: leave it to `resume`, do not record a failure.
             raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
         return [Finished(number, outcome) for number, outcome in zip(numbers, outcomes)]
 
     @classmethod
-    def _outcomes(cls, future: Future | None, n: int) -> list[dict[str, Any]]:
+    def _outcomes(cls, future: Future | None, n: int) -> list[Outcome]:
         """One outcome per trial of the task (a batch returns a list of them)."""
         outcome = cls._outcome(future)
         if isinstance(outcome, list):
-            return [dict(o) for o in outcome]
-        return [dict(outcome) for _ in range(n)]
+            return [Outcome.from_dict(o) for o in outcome]
+        return [Outcome.from_dict(outcome) for _ in range(n)]
 
     @staticmethod
     def _outcome(future: Future | None) -> dict[str, Any] | list[dict[str, Any]]:

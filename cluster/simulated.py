@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .executor import Event, Finished, Report, Slots, Started, TrialRequest
+from .executor import Event, Finished, Outcome, Report, Slots, Started, TrialRequest
 
 __all__ = [
     "TrialPlan",
@@ -332,6 +332,9 @@ class SimulatedExecutor:
       controller spends between ``events()`` calls (0 = a free controller).
     """
 
+    supports_batch = False
+    virtual_time = True  # the controller must not sample on a thread: virtual time would not wait for it
+
     def __init__(
         self,
         n_workers: int,
@@ -403,7 +406,6 @@ class SimulatedExecutor:
         return Slots(self.resource, len(self._workers) * self._slots_per_worker, self._slots_per_worker,
                      len(self._workers))  # fmt: skip
 
-    virtual_time = True  # the controller must not sample on a thread: virtual time would not wait for it
 
     def wake(self) -> None:
         """Nothing to wake: ``events`` never waits in real time."""
@@ -511,7 +513,7 @@ class SimulatedExecutor:
         attempt = self._attempts.get(request.number, 0)
         self._attempts[request.number] = attempt + 1
         rng = np.random.default_rng([self.seed, request.number, attempt])
-        plan = self.model.plan(request.config, rng)
+        plan = self.model.plan(request.config.to_dict(), rng)
         started = now + self.dispatch_latency
         run = _Run(request, plan, worker, slots, started)
         if request.number in self._stops:
@@ -579,17 +581,17 @@ class SimulatedExecutor:
         del self._runs[run.request.number]
         self._pending.discard(run.request.number)
         self.counts[status] += 1
-        outcome: dict[str, Any] = {
-            "status": status,
-            "metrics": dict(metrics),
-            "error": error,
-            "worker": self._workers[run.worker].name,
-            "host": "simulated",
-            "started": run.started,
-            "finished": at,
-            "history": list(run.history),
-            "stopped": run.stop_requested,
-        }
+        outcome = Outcome(
+            status=status,
+            metrics=dict(metrics),
+            error=error,
+            worker=self._workers[run.worker].name,
+            host="simulated",
+            started=run.started,
+            finished=at,
+            history=tuple(run.history),
+            stopped=run.stop_requested,
+        )
         return Finished(run.request.number, outcome)
 
     def _release(self, run: _Run, at: float) -> None:

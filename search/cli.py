@@ -142,12 +142,14 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     the commonest kinds first, one example message each), else the empty string."""
     from optuna.trial import TrialState
 
+    from search.store.records import TrialRecord
+
     trials = study.get_trials(deepcopy=False)
     if not trials or any(t.state != TrialState.FAIL for t in trials):
         return ""
     groups: dict[str, list[str]] = {}
     for trial in trials:
-        reason = " ".join(str(trial.user_attrs.get("fail_reason") or "no reason recorded").split())
+        reason = " ".join((TrialRecord.of(trial).fail_reason or "no reason recorded").split())
         kind = reason.split(": ", 1)[0] if _EXCEPTION_NAME.match(reason.split(": ", 1)[0]) else reason
         groups.setdefault(kind, []).append(reason)
     ranked = sorted(groups.values(), key=len, reverse=True)
@@ -270,19 +272,14 @@ def _exit_code(exc: BaseException) -> int | None:
 
 
 def _other_errors() -> list[tuple[tuple[type[BaseException], ...], int]]:
-    """Errors that are not (yet) HypersweepErrors: those of packages that cannot import ``spaces``
-    (``cluster`` must not load optuna), classes defined before the base existed, and builtins."""
+    """Errors that are not HypersweepErrors: those of ``cluster``, which must not import ``spaces``
+    (it would load optuna), and builtins."""
     from cluster import ClusterError
     from cluster.backends import MissingExtraError
 
-    from search.campaign import CampaignError
-    from search.runner import CampaignExistsError
-    from search.store.folder import FolderLockedError
-
     return [
         ((ClusterError,), EXIT_CLUSTER),
-        ((CampaignExistsError, FolderLockedError, MissingExtraError, FileNotFoundError, ValueError), EXIT_INPUT),
-        ((CampaignError,), EXIT_ERROR),
+        ((MissingExtraError, FileNotFoundError, ValueError), EXIT_INPUT),
     ]
 
 

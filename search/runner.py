@@ -21,10 +21,12 @@ from pathlib import Path
 import optuna
 
 from cluster import ClusterError, ClusterOptions, DaskExecutor, TLSFiles, open_cluster
+from spaces.errors import InputError
 
 from search.campaign import Campaign
 from search.store.environment import capture_environment, record_environment, scheduler_info
 from search.store.folder import CampaignFolder, ControllerLock
+from search.store.records import StudyAttr
 from search.progress import Progress
 from search.sampling.pruning import make_pruner
 from search.sampling.samplers import make_sampler
@@ -38,7 +40,7 @@ __all__ = ["RunOptions", "run_campaign", "resume_campaign", "load_study", "Campa
 log = logging.getLogger(__name__)
 
 
-class CampaignExistsError(RuntimeError):
+class CampaignExistsError(InputError, RuntimeError):
     """``run`` on a folder that already holds a campaign."""
 
 
@@ -100,8 +102,8 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(spec.objective_metrics))
-        study.set_user_attr("spec_sha256", spec.sha256)
-        study.set_user_attr("seed", spec.study.seed)
+        study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
+        study.set_user_attr(StudyAttr.SEED, spec.study.seed)
         return study
     return optuna.load_study(
         study_name=spec.study.name, storage=storage, sampler=_saved_sampler(folder) or sampler, pruner=pruner
@@ -241,10 +243,10 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     url = storage_url(spec.study.storage, folder)
     objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.objective_metrics, spec.objective_directions))
     sweep = ""
-    if spec.scaling is not None and (folder.scaling / "conclusion.txt").exists():
+    if spec.scaling is not None and folder.scaling_conclusion.exists():
         sweep = (
             f"Batch-size scaling ({spec.study.metrics[0]} target {spec.scaling.target:g}):\n"
-            f"{(folder.scaling / 'conclusion.txt').read_text().strip()}\n"
+            f"{folder.scaling_conclusion.read_text().strip()}\n"
             f"table and plots: {os.path.relpath(folder.scaling)}\n\n"
         )
     counts = state_counts(study)

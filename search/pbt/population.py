@@ -8,6 +8,7 @@ submits the configs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -15,7 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainers.api import TrialConfig
+
 from search.store.folder import CampaignFolder
+from search.store.records import CONTROLLER_FILES, Attr
 from search.pbt.policy import Action, Member, PBTPolicy, recorded_schedule
 
 __all__ = ["Population", "SNAPSHOT"]
@@ -35,34 +39,30 @@ class Population:
         self.rungs: dict[int, dict[int, Member]] = {}  # epoch -> number -> the member's record there
         self.lineage: dict[int, list[dict[str, Any]]] = {}
 
-    def first_segment(self, config: dict[str, Any]) -> dict[str, Any]:
+    def first_segment(self, config: TrialConfig) -> TrialConfig:
         """A member's first config: train to the first segment end, schedule over the whole run."""
-        return {
-            **config,
-            "epochs": min(self._total, self.policy.spec.interval),
-            "schedule_epochs": self._total,
-            "inherit_checkpoint": True,
-        }
+        epochs = min(self._total, self.policy.spec.interval)
+        return dataclasses.replace(config, epochs=epochs, schedule_epochs=self._total, inherit_checkpoint=True)
 
-    def next_segment(self, config: Mapping[str, Any], metrics: Mapping[str, float]) -> dict[str, Any] | None:
+    def next_segment(self, config: TrialConfig, metrics: Mapping[str, float]) -> TrialConfig | None:
         """The member's next config after a finished segment, or None when it has trained all epochs."""
-        number, epoch = int(config["number"]), int(config["epochs"])
+        number, epoch = config.number, config.epochs
         score = float(metrics.get(self._metric, math.nan))
         if epoch >= self._total or not math.isfinite(score):
             return None
         self._snapshot(number, epoch)
-        member = Member(number, epoch, score, dict(config["params"]))
+        member = Member(number, epoch, score, dict(config.params))
         rung = self.rungs.setdefault(epoch, {})
         rung[number] = member
         decision = self.policy.decide(member, list(rung.values()))
-        params = dict(config["params"])
+        params = dict(config.params)
         if decision.action is Action.EXPLOIT and decision.source is not None:
             if self._copy_snapshot(decision.source, number, epoch):
                 params = dict(decision.params)
                 self.lineage.setdefault(number, []).append(
                     {"epoch": epoch, "source": decision.source, "params": dict(decision.params)}
                 )
-        return {**config, "params": params, "epochs": min(self._total, epoch + self.policy.spec.interval)}
+        return dataclasses.replace(config, params=params, epochs=min(self._total, epoch + self.policy.spec.interval))
 
     def _snapshot(self, number: int, epoch: int) -> None:
         trial = self._folder.trial(number)
@@ -83,7 +83,7 @@ class Population:
 
     def attributes(self, number: int, history: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, Any]:
         """What a finished member stores: its lineage and the LR schedule it actually followed."""
-        return {"pbt_lineage": self.lineage.get(number, []), "pbt_schedule": recorded_schedule(history)}
+        return {Attr.PBT_LINEAGE: self.lineage.get(number, []), Attr.PBT_SCHEDULE: recorded_schedule(history)}
 
 
 def _snapshot_epoch(path: Path) -> int:
@@ -94,7 +94,7 @@ def _state_files(folder: Path) -> list[Path]:
     """The trainer's state files in ``folder`` (not the controller's own records)."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in ("metrics.jsonl", "error.log"))
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in CONTROLLER_FILES)
 
 
 def _copy_atomic(source: Path, target: Path) -> None:

@@ -1,4 +1,13 @@
-"""Sampling off the dispatch path: a thread that asks trials ahead of need.
+"""Where trials are sampled: the asker protocol, and the askers that sample on the loop or on a thread.
+
+The controller takes its trials from an :class:`Asker`; three implement it:
+
+- :class:`InlineAsker` asks on the loop's own thread, only when a slot needs a trial
+  (deterministic, PBT and simulated campaigns, where the order of asks matters);
+- :class:`BackgroundAsker` (below) asks on a thread, ahead of need;
+- ``search.sampling.process.ProcessAsker`` asks in a child process, on a replica study.
+
+Background sampling, in detail: a thread that asks trials ahead of need.
 
 The controller's loop sets how many asked trials it wants in hand
 (:meth:`BackgroundAsker.want`) and takes them without waiting
@@ -23,9 +32,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-__all__ = ["BackgroundAsker", "AskFailed", "AskTimes"]
+__all__ = ["Asker", "InlineAsker", "BackgroundAsker", "AskFailed", "AskTimes"]
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +61,91 @@ class AskFailed(RuntimeError):
     """The sampler raised on the asking thread; the original is the ``__cause__``."""
 
 
+class Asker(Protocol[T]):
+    """What the controller's trial supply needs from whatever samples.
+
+    - ``background``: it samples on its own (a thread, a process) ahead of need;
+      ``asks_here``: the loop's thread may ask it directly (``ask_here``).
+    - ``want(n, wake_at)``: keep ``n`` trials in hand; wake the loop once ``wake_at`` are ready.
+    - ``take()``: a trial asked ahead, or None; ``ask_here()``: ask now, on the caller's thread,
+      or None (busy, or never); ``in_hand()``: asked or being asked, not taken.
+    - ``times``: how long its asks take; ``sampler_lock``: held while the sampler asks
+      (pickling it must not overlap); ``sampler_state(wait)``: the sampler pickled, or None.
+    - ``close()``: stop; returns what was asked and not taken.
+    """
+
+    background: bool
+    asks_here: bool
+    times: AskTimes
+    sampler_lock: threading.Lock
+
+    def want(self, n: int, wake_at: int = 1) -> None: ...
+
+    def take(self) -> T | None: ...
+
+    def ask_here(self) -> T | None: ...
+
+    def in_hand(self) -> int: ...
+
+    def sampler_state(self, wait: float = 0.0) -> bytes | None: ...
+
+    def close(self, timeout: float = 30.0) -> list[T]: ...
+
+
+class InlineAsker(Generic[T]):
+    """Asks on the loop's thread, only when a slot needs a trial and ``may_ask()`` allows it."""
+
+    background = False
+    asks_here = True
+
+    def __init__(
+        self, produce: Callable[[], T], may_ask: Callable[[], bool], state: Callable[[], bytes] | None = None
+    ) -> None:
+        self._produce = produce
+        self._may_ask = may_ask
+        self._state = state
+        self.times = AskTimes()
+        self.sampler_lock = threading.Lock()
+
+    def want(self, n: int, wake_at: int = 1) -> None:
+        """Nothing is asked ahead."""
+
+    def take(self) -> T | None:
+        return None
+
+    def ask_here(self) -> T | None:
+        if not self._may_ask():
+            return None
+        started = time.perf_counter()
+        item = self._produce()
+        self.times.record(time.perf_counter() - started)
+        return item
+
+    def in_hand(self) -> int:
+        return 0
+
+    def sampler_state(self, wait: float = 0.0) -> bytes | None:
+        return self._state() if self._state is not None else None
+
+    def close(self, timeout: float = 30.0) -> list[T]:
+        return []
+
+
 class BackgroundAsker(Generic[T]):
     """Calls ``produce()`` on its own thread until ``want(n)`` items are in hand."""
 
+    background = True
     asks_here = True  # a fast sampler is asked on the loop's thread (``ask_here``)
 
-    def __init__(self, produce: Callable[[], T], wake: Callable[[], None], name: str = "hypersweep-asker") -> None:
+    def __init__(
+        self,
+        produce: Callable[[], T],
+        wake: Callable[[], None],
+        name: str = "hypersweep-asker",
+        state: Callable[[], bytes] | None = None,
+    ) -> None:
         self._produce = produce
+        self._state = state
         self._wake = wake
         self._cond = threading.Condition()
         self._ready: deque[T] = deque()
@@ -123,6 +210,10 @@ class BackgroundAsker(Generic[T]):
         finally:
             with self._cond:
                 self._asking = False
+
+    def sampler_state(self, wait: float = 0.0) -> bytes | None:
+        """The sampler pickled (the caller holds ``sampler_lock``, so no ask is in progress)."""
+        return self._state() if self._state is not None else None
 
     def close(self, timeout: float = 30.0) -> list[T]:
         """Stop asking; wait up to ``timeout`` s for an ask in progress; return what was not taken."""

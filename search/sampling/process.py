@@ -238,6 +238,7 @@ class ProcessAsker(Generic[T]):
     ``produce(saw)``. Trials received and never taken exist in the replica only.
     """
 
+    background = True
     asks_here = False  # the loop never samples itself: ``ask_here`` always answers None
 
     def __init__(self, study: optuna.Study, distributions: dict[str, BaseDistribution], produce: Callable[[int], T],

@@ -26,6 +26,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from search.store.records import TrialRecord
 from search.scaling.fit import (
     TrialOutcome,
     bootstrap_b_crit,
@@ -179,7 +180,7 @@ class SweepResult:
 
 
 def _history(trial: FrozenTrial) -> list[tuple[int, dict[str, float]]]:
-    return [(int(step), {k: float(v) for k, v in m.items()}) for step, m in trial.user_attrs.get("history", [])]
+    return [(step, dict(metrics)) for step, metrics in TrialRecord.of(trial).history]
 
 
 def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:

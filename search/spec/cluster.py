@@ -9,7 +9,6 @@ and ``pbs`` (batch jobs through dask-jobqueue, ``[cluster.slurm]`` / ``[cluster.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from cluster.backends import JobQueueBackend, KubernetesBackend
@@ -35,7 +34,6 @@ KUBERNETES_KEYS = (
     "image", "name", "namespace", "n_workers", "gpus_per_worker", "slots_per_worker", "resources", "start_timeout",
 )  # fmt: skip
 _K8S_RESOURCES = ("cpu", "memory")
-_FIELD = re.compile(r"^(\w+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,8 +153,8 @@ def _build(t: SpecTable, cls: type, fields: dict[str, Any]) -> Any:
     try:
         return cls(**fields)
     except ValueError as exc:
-        match = _FIELD.match(str(exc))
-        key = match.group(1) if match and match.group(1) in fields else ""
+        key = getattr(exc, "field", "")  # cluster.errors.InvalidSetting names its setting
+        key = key if key in fields else ""
         raise SpecError(t.source, t.key(key) if key else t.prefix, str(exc)) from exc
 
 

@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 from typing import IO
 
+from spaces.errors import InputError
+
 from search.store.records import Files
 
 __all__ = ["CampaignFolder", "ControllerLock", "FolderLockedError", "write_atomic", "write_atomic_bytes"]
 
 
-class FolderLockedError(RuntimeError):
+class FolderLockedError(InputError, RuntimeError):
     """Another controller holds this campaign folder."""
 
 

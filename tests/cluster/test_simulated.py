@@ -35,7 +35,8 @@ class FixedModel:
 
 
 def request(number: int, width: int = 1) -> TrialRequest:
-    return TrialRequest(number, "bench.trivial:fit", {"number": number, "params": {}, "epochs": 1}, width)
+    config = {"study": "sim", "number": number, "seed": number, "params": {}, "epochs": 1}
+    return TrialRequest(number, "bench.trivial:fit", config, width)
 
 
 def drain(executor: SimulatedExecutor) -> list:
@@ -58,7 +59,7 @@ def test_two_workers_four_fixed_trials_are_fully_busy() -> None:
     events = drain(ex)
     finished = {e.number: e.outcome for e in events if isinstance(e, Finished)}
     assert sorted(finished) == [0, 1, 2, 3]
-    assert {n: (o["started"], o["finished"]) for n, o in finished.items()} == {
+    assert {n: (o.started, o.finished) for n, o in finished.items()} == {
         0: (0.0, 10.0), 1: (0.0, 10.0), 2: (10.0, 20.0), 3: (10.0, 20.0)
     }
     assert ex.utilization() == pytest.approx(1.0)
@@ -90,8 +91,8 @@ def test_reports_then_finished_at_each_epoch_end_batched_by_time() -> None:
     rest = drain(ex)
     assert [type(e).__name__ for e in rest[-2:]] == ["Report", "Finished"]
     outcome = rest[-1].outcome
-    assert outcome["status"] == "ok" and outcome["metrics"]["epoch"] == 3.0
-    assert [step for step, _m, _t in outcome["history"]] == [1, 2, 3]
+    assert outcome.status == "ok" and outcome.metrics["epoch"] == 3.0
+    assert [step for step, _m, _t in outcome.history] == [1, 2, 3]
 
 
 def test_stop_ends_the_trial_at_its_next_report() -> None:
@@ -102,7 +103,7 @@ def test_stop_ends_the_trial_at_its_next_report() -> None:
     ex.stop(0)
     batch = ex.events(1.0)
     assert [type(e) for e in batch] == [Report, Finished]
-    assert batch[1].outcome["stopped"] is True and batch[1].outcome["finished"] == 10.0
+    assert batch[1].outcome.stopped is True and batch[1].outcome.finished == 10.0
     assert ex.events(1.0) == []
 
 
@@ -111,7 +112,7 @@ def test_requests_queue_until_a_slot_frees() -> None:
     ex.submit(request(0, width=2))
     ex.submit(request(1))
     events = drain(ex)
-    starts = {e.number: e.outcome["started"] for e in events if isinstance(e, Finished)}
+    starts = {e.number: e.outcome.started for e in events if isinstance(e, Finished)}
     assert starts == {0: 0.0, 1: 10.0}
     with pytest.raises(ValueError, match="needs 3 slots"):
         ex.submit(request(2, width=3))
@@ -140,8 +141,8 @@ def test_worker_failure_loses_its_trials_and_the_worker_comes_back() -> None:
     for n in range(4):
         ex.submit(request(n))
     events = drain(ex)
-    lost = [e for e in events if isinstance(e, Finished) and e.outcome["status"] == "lost"]
-    assert lost and all("died" in e.outcome["error"] for e in lost)
+    lost = [e for e in events if isinstance(e, Finished) and e.outcome.status == "lost"]
+    assert lost and all("died" in e.outcome.error for e in lost)
     down = ex.down_intervals()
     for name, intervals in down.items():
         for died, back in intervals:

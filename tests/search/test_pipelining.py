@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.executor import Finished, TrialRequest
 from search.campaign import NEVER_STARTED, Campaign, RunningTrial
+from search.dispatch import Dispatcher
 from search.store.folder import CampaignFolder
 from search.runner import load_study
 from search.spec.campaign_spec import SpecError, parse_spec
@@ -167,12 +168,12 @@ def test_the_dask_executor_runs_a_batch_as_one_task_and_honours_a_preferred_work
         placed = []
         for number, prefer in zip(range(20, 24), [workers[0], workers[1], workers[0], workers[1]]):
             executor.submit(TrialRequest(number, "toy_trainers:fit", _config(number), prefer=prefer))
-            placed.append((_collect_finished(executor, {number})[number]["worker"], prefer))
+            placed.append((_collect_finished(executor, {number})[number].worker, prefer))
         executor.close()
     assert all(worker == prefer for worker, prefer in placed)
-    assert [outcomes[n]["status"] for n in (10, 11, 12)] == ["ok", "error", "ok"]
-    assert {outcomes[n]["worker"] for n in (10, 11, 12)} == {workers[1]}  # one task, where it was asked to go
-    assert outcomes[10]["finished"] <= outcomes[11]["started"] <= outcomes[12]["started"]
+    assert [outcomes[n].status for n in (10, 11, 12)] == ["ok", "error", "ok"]
+    assert {outcomes[n].worker for n in (10, 11, 12)} == {workers[1]}  # one task, where it was asked to go
+    assert outcomes[10].finished <= outcomes[11].started <= outcomes[12].started
 
 
 def test_a_queued_task_is_sent_after_the_oldest_running_task_not_yet_followed(tmp_path: Path) -> None:
@@ -181,11 +182,11 @@ def test_a_queued_task_is_sent_after_the_oldest_running_task_not_yet_followed(tm
     class Idle:
         virtual_time = False
 
-    campaign = Campaign(spec, folder, study, Idle())  # type: ignore[arg-type]
+    dispatch = Dispatcher(spec, folder, Idle(), time.time)  # type: ignore[arg-type]
     for number, (worker, started) in enumerate([("w-a", 5.0), ("w-b", 2.0), ("w-c", 9.0)]):
-        running = RunningTrial(study.ask(), {}, 1, 0.0, started_at=started, worker=worker)
-        campaign._running[number] = running  # noqa: SLF001
-        campaign._new_task([running])  # noqa: SLF001
-    picks = [campaign._preferred_worker(1) for _ in range(4)]  # noqa: SLF001
+        running = RunningTrial(study.ask(), {}, 1, 0.0, started_at=started, worker=worker)  # type: ignore[arg-type]
+        dispatch.running[number] = running
+        dispatch._new_task([running])  # noqa: SLF001
+    picks = [dispatch._preferred_worker(1) for _ in range(4)]  # noqa: SLF001
     assert picks == ["w-b", "w-a", "w-c", ""]  # oldest first; each running task followed once
-    assert campaign._preferred_worker(2) == ""  # noqa: SLF001 - wide trials are left to Dask
+    assert dispatch._preferred_worker(2) == ""  # noqa: SLF001 - wide trials are left to Dask

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.simulated import SimulatedExecutor, TrialPlan
-from search.sampling.asker import AskFailed, BackgroundAsker
+from search.sampling.asker import AskFailed
 from search.campaign import Campaign
 from search.store.folder import CampaignFolder
 from search.runner import load_study
@@ -230,7 +230,7 @@ def test_a_tpe_campaign_samples_in_a_child_and_saves_the_childs_sampler(tmp_path
     with open_cluster(ClusterOptions(n_workers=2)) as client:
         campaign = Campaign(spec, folder, study, DaskExecutor(client, "test-proc"))
         campaign.run()
-    assert isinstance(campaign._asker, ProcessAsker)  # noqa: SLF001 - auto chose the child process for TPE
+    assert campaign.supply.sampling == "process"  # auto chose the child process for TPE
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 16
     saw = [t.user_attrs["sampler_saw"] for t in trials]
@@ -300,7 +300,7 @@ def test_a_sampler_that_does_not_pickle_samples_on_a_thread_unless_process_was_a
                 campaign.run()
             runs.append((campaign, study))
     auto_campaign, auto_study = runs[0]
-    assert isinstance(auto_campaign._asker, BackgroundAsker)  # noqa: SLF001
+    assert auto_campaign.supply.sampling == "thread"
     assert len(auto_study.get_trials(states=(TrialState.COMPLETE,))) == 16
     assert "sampling on a thread instead of a child process" in caplog.text
 
@@ -328,7 +328,7 @@ def test_the_campaigns_sampling_override_is_checked_like_the_spec(
     with pytest.raises(ValueError, match=message):
         Campaign(spec, folder, study, SimulatedExecutor(2, _OneSecond(), controller_time_scale=0), sampling=sampling)
     simulated = Campaign(spec, folder, study, SimulatedExecutor(2, _OneSecond(), controller_time_scale=0))
-    assert simulated._sampling == "inline"  # noqa: SLF001 - auto on virtual time
+    assert simulated.supply.sampling == "inline"  # auto on virtual time
 
 
 @pytest.mark.slow

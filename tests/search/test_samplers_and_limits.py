@@ -132,17 +132,18 @@ def test_a_genome_over_its_parameter_limit_fails_before_it_reaches_a_worker(tmp_
 
     class NoWorkers:
         submitted: list[int] = []
+        virtual_time = False
 
         def submit(self, request) -> None:  # type: ignore[no-untyped-def]
             self.submitted.append(request.number)
 
     campaign = Campaign(spec, folder, study, NoWorkers())  # type: ignore[arg-type]
-    prepared = campaign._prepare_next()
+    group = campaign.supply.next_group(1)
     assert NoWorkers.submitted == []
     rejected = study.trials[0]
     assert rejected.state == optuna.trial.TrialState.FAIL
     assert "max_params=200" in rejected.user_attrs["fail_reason"]
-    assert prepared is None or prepared.trial.number != rejected.number
+    assert all(prepared.trial.number != rejected.number for prepared in group)
 
 
 # --- the one sampler registry -----------------------------------------------------------------------------------

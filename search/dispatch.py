@@ -1,0 +1,213 @@
+"""Dispatch: which trials go out, when, where and how many per task.
+
+The dispatcher owns the cluster's slots as the controller sees them: the trials
+running (:class:`~search.trials.RunningTrial`), the tasks they run in (a batch of
+short trials is one task holding its slots until all are done), how deep the queue
+at the workers is (:class:`~search.pipeline.Pipeline`) and, with a short queue,
+which worker a queued task waits at.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable
+
+from cluster.executor import Started, TrialExecutor, TrialRequest
+from spaces.errors import HypersweepError
+from trainers.api import TrialConfig
+
+from search.pipeline import Pipeline
+from search.spec.campaign_spec import CampaignSpec
+from search.store.folder import CampaignFolder
+from search.store.records import write_attrs
+from search.supply import TrialSupply
+from search.trials import Prepared, RunningTrial
+
+__all__ = ["Dispatcher", "CampaignError", "DURATION_WINDOW"]
+
+DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
+
+
+class CampaignError(HypersweepError, RuntimeError):
+    """The campaign cannot go on (a message for the user, one line; exit status 1)."""
+
+
+class Dispatcher:
+    """Keeps every slot busy: launches trials from the supply while slots (and the queue) allow."""
+
+    def __init__(
+        self, spec: CampaignSpec, folder: CampaignFolder, executor: TrialExecutor, clock: Callable[[], float]
+    ) -> None:
+        self._spec = spec
+        self._folder = folder
+        self._executor = executor
+        self._clock = clock
+        fixed = spec.study.deterministic or spec.pbt is not None
+        self._pipeline = Pipeline(spec.study.dispatch_ahead, spec.study.batch_trials, fixed=fixed)
+        self.running: dict[int, RunningTrial] = {}
+        self._durations: deque[float] = deque(maxlen=DURATION_WINDOW)
+        self._min_width = min(spec.widths())
+        self._busy = 0  # slots held by launched tasks
+        self._task_seq = 0
+        self._tasks: dict[int, list[int]] = {}  # task -> [width, trials still in it]
+        self._claimed: set[int] = set()  # running tasks a queued task waits to follow on their worker
+        self._place = not executor.virtual_time
+
+    def check_capacity(self) -> None:
+        slots = self._executor.slots()
+        if slots.total < 1:
+            raise CampaignError("the cluster has no worker with a free slot")
+        width = max(self._spec.widths())
+        if width > slots.widest:
+            raise CampaignError(
+                f"a trial may need {width} {slots.resource} slots (data_parallel) "
+                f"but the widest worker has {slots.widest}; give workers more slots or lower data_parallel"
+            )
+
+    # --- filling slots ------------------------------------------------------------------------------
+
+    def fill(self, supply: TrialSupply, time_left: Callable[[], bool]) -> None:
+        """Launch tasks while there are free slots, plus ``ahead`` tasks queued at the workers.
+
+        A free slot gets whatever is asked (a partial batch); the queue beyond the
+        free slots gets full batches only.
+        """
+        slots = self._executor.slots().total
+        batch = self._batch_size(supply)
+        ahead = self._pipeline.ahead(slots, self._median_duration(), batch)
+        capacity = slots + ahead * self._min_width
+        place = ahead < slots  # a short queue: which worker a queued task waits at matters
+        spare = self._pipeline.spare(slots, self._median_duration(), supply.ask_seconds())
+        while time_left():
+            free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
+            supply.want(free_tasks, batch, spare, self._busy < slots, time_left=True)
+            group = supply.next_group(batch)
+            if not group:
+                return
+            width = group[0].width
+            fits = self._busy + width <= slots or (self._busy + width <= capacity and len(group) == batch)
+            # sampling may outlast the time budget; a child process may still be sending this batch
+            if not time_left() or (self.running and not fits) or supply.batch_on_its_way(group, batch):
+                supply.put_back(group)
+                return
+            self._launch(group, self._preferred_worker(width) if place and self._busy + width > slots else "")
+        supply.want(0, batch, 0, self._busy < slots, time_left=False)
+
+    def _batch_size(self, supply: TrialSupply) -> int:
+        if not self._executor.supports_batch:
+            return 1
+        return self._pipeline.batch(self._median_duration(), supply.ask_seconds())
+
+    def _median_duration(self) -> float | None:
+        return statistics.median(self._durations) if self._durations else None
+
+    def _launch(self, group: list[Prepared], prefer: str = "") -> None:
+        """Send trials of one width to the executor as one task (a batch when there are several)."""
+        members = []
+        for prepared in group:
+            trial, config = prepared.trial, prepared.config
+            assert config is not None, "invalid trials are told FAIL before dispatch"
+            self._folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
+            write_attrs(trial, seed=config.seed, config=config.to_dict(), width=prepared.width,
+                        sampler_saw=prepared.sampler_saw)  # fmt: skip
+            if len(group) > 1:
+                write_attrs(trial, batch=len(group))
+            running = RunningTrial(trial, config, prepared.width, self._clock())
+            self.running[trial.number] = running
+            members.append(running)
+        self._new_task(members)
+        entry = self._spec.trainer.entry
+        requests = [TrialRequest(r.number, entry, r.config, r.width, prefer) for r in members]
+        if len(requests) == 1:
+            self._executor.submit(requests[0])
+        else:
+            self._executor.submit_batch(requests)  # type: ignore[attr-defined] - only when supports_batch
+
+    def resubmit(self, running: RunningTrial, config: TrialConfig) -> None:
+        """The same trial again, on its own (a retry, or a population member's next segment)."""
+        running.config = config
+        self._new_task([running])
+        self._executor.submit(TrialRequest(running.number, self._spec.trainer.entry, config, running.width))
+
+    # --- tasks and placement ------------------------------------------------------------------------
+
+    def _new_task(self, members: list[RunningTrial]) -> None:
+        """The trials (one width) the executor runs as one task; it holds its slots until all are done."""
+        self._task_seq += 1
+        self._tasks[self._task_seq] = [members[0].width, len(members)]
+        self._busy += members[0].width
+        for running in members:
+            running.task = self._task_seq
+
+    def _leave_task(self, running: RunningTrial) -> None:
+        task = self._tasks.get(running.task)
+        if task is None:
+            return
+        task[1] -= 1
+        if task[1] <= 0:
+            self._busy -= task[0]
+            del self._tasks[running.task]
+            self._claimed.discard(running.task)
+        running.task = 0
+
+    def _preferred_worker(self, width: int) -> str:
+        """For a task that will queue: the worker of the oldest running task no queued task follows yet.
+
+        Used when fewer tasks are queued than there are slots. Left to itself Dask
+        may queue one behind a trial that ends later, and an idle worker then waits
+        for work stealing (about a second). With a task queued per slot, Dask's own
+        balancing does better.
+        """
+        if width != 1 or not self._place:
+            return ""
+        oldest: RunningTrial | None = None
+        for r in self.running.values():
+            if r.started_at is None or not r.worker or r.task in self._claimed or r.width != 1:
+                continue
+            if oldest is None or r.started_at < oldest.started_at:  # type: ignore[operator]
+                oldest = r
+        if oldest is None:
+            return ""
+        self._claimed.add(oldest.task)
+        return oldest.worker
+
+    # --- what happens to running trials -------------------------------------------------------------
+
+    def started(self, event: Started) -> None:
+        running = self.running.get(event.number)
+        if running is not None:
+            running.started_at, running.worker = event.time, event.worker
+
+    def ended(self, number: int, duration: float | None) -> RunningTrial | None:
+        """A trial's run ended (its slots free up with its task); None for one not running here."""
+        running = self.running.get(number)
+        if running is None:
+            return None
+        self._leave_task(running)
+        if duration is not None:
+            self._durations.append(duration)
+        return running
+
+    def forget(self, number: int) -> None:
+        """The trial is done for good (it is being told)."""
+        del self.running[number]
+
+    def request_stop(self, running: RunningTrial, reason: str, trigger_time: float) -> None:
+        """Ask a trial to stop at its next report; it ends PRUNED with ``reason``."""
+        running.stop_reason = reason
+        running.stop_trigger_time = trigger_time
+        running.stop_requested_at = self._clock()
+        self._executor.stop(running.number)
+
+    def enforce_time_limits(self, campaign_over: bool) -> None:
+        """Past the time budget every trial is asked to stop; past ``trial_timeout``, that trial."""
+        now = self._clock()
+        limit = self._spec.study.trial_timeout
+        for running in self.running.values():
+            if running.stop_reason:
+                continue
+            if campaign_over:
+                self.request_stop(running, "time budget", now)
+            elif limit > 0 and running.started_at is not None and now - running.started_at > limit:
+                self.request_stop(running, "trial timeout", now)

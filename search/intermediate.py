@@ -1,0 +1,78 @@
+"""Reports as they stream in: each lands in the trial's ``metrics.jsonl`` and becomes an Optuna
+intermediate value (keyed by the pruning resource), and the pruner is set up from the first one.
+
+A report the event stream had not delivered by the time its trial ended comes with the
+outcome's history and is replayed here, so neither the file nor the study misses a step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+
+import optuna
+
+from search.sampling.pruning import make_pruner, resource_of
+from search.spec.campaign_spec import CampaignSpec
+from search.store.folder import CampaignFolder
+from search.store.records import append_metrics_line
+from search.trials import RunningTrial
+
+__all__ = ["IntermediateValues"]
+
+log = logging.getLogger(__name__)
+
+# pruners that need no resource unit (they compare step by step); the others are built at the first report
+STEPWISE_PRUNERS = ("none", "median", "percentile")
+
+
+class IntermediateValues:
+    """Records every report of a running trial, once, in the trial's folder and in the study."""
+
+    def __init__(self, spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder) -> None:
+        self._spec = spec
+        self._study = study
+        self._folder = folder
+        self._pruner_ready = spec.study.pruner in STEPWISE_PRUNERS or spec.pruning.min_resource > 0
+
+    def record(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
+        running.reports.append((step, dict(metrics), at))
+        self._append_file(running.number, step, metrics, at, worker)
+        self._report_value(running, step, metrics)
+
+    def replay(self, running: RunningTrial, history: Iterable[tuple[int, Mapping[str, float], float]]) -> None:
+        """Record the reports of ``history`` not seen as events."""
+        seen = {(step, t) for step, _m, t in running.reports}
+        for step, metrics, at in history:
+            if (int(step), float(at)) not in seen:
+                self.record(running, int(step), metrics, float(at), "")
+
+    def should_prune(self, trial: optuna.Trial) -> bool:
+        return self._pruner_ready and trial.should_prune()
+
+    def _report_value(self, running: RunningTrial, step: int, metrics: Mapping[str, float]) -> None:
+        if self._spec.study.multi_objective:
+            return
+        value = metrics.get(self._spec.study.metrics[0])
+        if value is None or not math.isfinite(value):
+            return
+        resource = resource_of(step, metrics, self._spec.pruning.resource)
+        if resource in running.recorded_steps:
+            return
+        running.recorded_steps.add(resource)
+        running.trial.report(float(value), resource)
+        self._ensure_pruner(resource)
+
+    def _ensure_pruner(self, first_resource: int) -> None:
+        if self._pruner_ready:
+            return
+        study = self._spec.study
+        pruner = make_pruner(study.pruner, self._spec.pruning, first_resource)
+        if pruner is not None:
+            self._study.pruner = pruner
+            self._pruner_ready = True
+            log.info("pruner %s: a rung is %d %s", study.pruner, first_resource, self._spec.pruning.resource)
+
+    def _append_file(self, number: int, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
+        append_metrics_line(self._folder.trial_metrics(number), step, metrics, at, worker)

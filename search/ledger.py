@@ -1,0 +1,195 @@
+"""The controller's account of finished trials: it tells the study, keeps the counts and the best
+value, and writes what a finished trial leaves behind (its attributes, its error log).
+
+Deterministic campaigns tell in trial-number order, with a lag of ``parallelism``
+asks, so that trial k is sampled from exactly trials 0..k-P-1 whatever the timing
+or the worker count: :meth:`Ledger.may_ask` gates the asks and :meth:`Ledger.flush`
+tells whatever order now allows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from cluster.executor import LOST, CANCELLED, Outcome
+
+from search.policies import TARGET_REACHED, Verdict
+from search.spec.campaign_spec import CampaignSpec
+from search.store.folder import CampaignFolder
+from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
+from search.trials import RunningTrial
+
+__all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
+
+log = logging.getLogger(__name__)
+
+MAX_TRACEBACK = 20_000
+NEVER_STARTED = "time budget: never started"
+_KEY = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
+
+
+class Ledger:
+    """Tells the study and counts; ``all_asked()`` says whether the budget is fully asked (for the order)."""
+
+    def __init__(
+        self, spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, all_asked: Callable[[], bool]
+    ) -> None:
+        self._spec = spec
+        self._study = study
+        self._folder = folder
+        self._all_asked = all_asked
+        self.counts = {"complete": 0, "pruned": 0, "failed": 0}
+        self.best: float | None = None
+        self.next_number = 0  # the number the next ask gets
+        self._next_to_tell = 0
+        self._told: set[int] = set()
+        self.waiting: dict[int, tuple[RunningTrial, Outcome, Verdict | None]] = {}  # finished, told in order
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.values())
+
+    def load(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        """Count the trials already in the study; return those left RUNNING (to run again)."""
+        self.next_number = len(trials)
+        resumable = []
+        for frozen in trials:
+            if frozen.state.is_finished():
+                self._mark_told(frozen.number)
+                self.counts[_KEY.get(frozen.state, "failed")] += 1
+            if frozen.state == TrialState.COMPLETE:
+                self._track_best(frozen.values)
+            elif frozen.state == TrialState.RUNNING:
+                resumable.append(frozen)
+        return resumable
+
+    # --- the order of tells (deterministic campaigns) ---------------------------------------------
+
+    def asked(self, number: int) -> None:
+        self.next_number = number + 1
+        self.flush()
+
+    def may_ask(self) -> bool:
+        """Deterministic campaigns sample trial k from trials 0..k-P-1 only, once all of them are told."""
+        if not self._spec.study.deterministic:
+            return True
+        return self._next_to_tell >= self.next_number - self._spec.study.parallelism
+
+    def flush(self) -> None:
+        """Tell trial j in number order, once trial j+P has been asked (or the whole budget has)."""
+        if not self._spec.study.deterministic:
+            return
+        lag = self._spec.study.parallelism
+        while self._next_to_tell in self.waiting and (
+            self._next_to_tell + lag < self.next_number or self._all_asked()
+        ):
+            self._tell(*self.waiting.pop(self._next_to_tell))
+
+    # --- telling ------------------------------------------------------------------------------------
+
+    def finish(self, running: RunningTrial, outcome: Outcome, verdict: Verdict | None) -> None:
+        """A trial is done: tell it now, or (deterministic) when its turn comes."""
+        if not self._spec.study.deterministic:
+            self._tell(running, outcome, verdict)
+            return
+        self.waiting[running.number] = (running, outcome, verdict)
+        self.flush()
+
+    def reject(self, trial: optuna.Trial, reason: str) -> None:
+        """A trial whose parameters cannot run: FAIL, without a slot."""
+        write_attrs(trial, fail_reason=reason)
+        self._study.tell(trial, state=TrialState.FAIL)
+        self._mark_told(trial.number)
+        self.counts["failed"] += 1
+        log.info("trial %d rejected before dispatch: %s", trial.number, reason)
+
+    def never_started(self, trial: optuna.Trial) -> None:
+        """Asked, never launched (the time budget ran out first): PRUNED, so none stays RUNNING."""
+        write_attrs(trial, stop_reason=NEVER_STARTED)
+        self._study.tell(trial, state=TrialState.PRUNED)
+        self._mark_told(trial.number)
+        self.counts["pruned"] += 1
+
+    def _tell(self, running: RunningTrial, outcome: Outcome, verdict: Verdict | None) -> None:
+        self._record_outcome(running, outcome)
+        verdict = self._verdict(running, outcome, verdict)
+        trial = running.trial
+        if verdict.reason:
+            key = Attr.FAIL_REASON if verdict.state == TrialState.FAIL else Attr.STOP_REASON
+            write_attrs(trial, **{key: verdict.reason})
+        if verdict.state == TrialState.FAIL:
+            self._write_failure_log(running, outcome, verdict.reason)
+        values = list(verdict.values) if verdict.state == TrialState.COMPLETE else None
+        self._study.tell(trial, values, state=verdict.state)
+        self._mark_told(running.number)
+        self.counts[_KEY[verdict.state]] += 1
+        if verdict.state == TrialState.COMPLETE:
+            self._track_best(values)
+        log.info("trial %d %s%s", running.number, verdict.state.name, f" ({verdict.reason})" if verdict.reason else "")
+
+    def _verdict(self, running: RunningTrial, outcome: Outcome, decided: Verdict | None) -> Verdict:
+        """FAIL for an error; PRUNED for a stopped trial; a policy's verdict; else the spec's metrics."""
+        if not outcome.ok:
+            return Verdict(TrialState.FAIL, (), _failure_reason(outcome))
+        if running.stop_reason and running.stop_reason != TARGET_REACHED:
+            return Verdict(TrialState.PRUNED, (), running.stop_reason)
+        if decided is not None:
+            return decided
+        values: list[float] = []
+        for name in self._spec.study.metrics:
+            if name not in outcome.metrics:
+                got = sorted(outcome.metrics)
+                return Verdict(TrialState.FAIL, (), f"trainer did not return metric {name!r} (it returned {got})")
+            if not math.isfinite(outcome.metrics[name]):
+                return Verdict(TrialState.FAIL, (), f"metric {name!r} is {outcome.metrics[name]}")
+            values.append(float(outcome.metrics[name]))
+        return Verdict(TrialState.COMPLETE, tuple(values))
+
+    def _record_outcome(self, running: RunningTrial, outcome: Outcome) -> None:
+        fields: dict[str, object] = {}
+        if outcome.worker:
+            fields.update(worker=outcome.worker, host=outcome.host)
+        if outcome.started is not None:
+            fields.update(devices=list(outcome.devices), started=outcome.started)
+        if outcome.finished is not None:
+            fields.update(finished=outcome.finished)
+        if outcome.duration is not None:
+            fields.update(duration=outcome.duration)
+        if running.stop_reason and outcome.finished is not None:
+            # report sent -> trial stopped: how long a stop decision takes to take effect
+            fields.update(stop_latency=outcome.finished - running.stop_trigger_time,
+                          stop_requested_at=running.stop_requested_at)  # fmt: skip
+        metrics = encode_metrics(outcome.metrics)
+        fields.update({size: metrics[size] for size in MODEL_SIZE_ATTRS if size in metrics})  # where measured
+        write_attrs(running.trial, **fields, metrics=metrics, history=encode_history(running.reports))
+
+    def _write_failure_log(self, running: RunningTrial, outcome: Outcome, reason: str) -> None:
+        text = outcome.traceback or reason
+        write_attrs(running.trial, traceback=text[-MAX_TRACEBACK:])
+        self._folder.trial_error_log(running.number).write_text(f"trial {running.number} failed: {reason}\n\n{text}\n")
+
+    def _mark_told(self, number: int) -> None:
+        self._told.add(number)
+        while self._next_to_tell in self._told:
+            self._next_to_tell += 1
+
+    def _track_best(self, values: list[float] | None) -> None:
+        if self._spec.study.multi_objective or not values:
+            return
+        value = float(values[0])
+        better = max if self._spec.objective_directions[0] == "maximize" else min
+        self.best = value if self.best is None else better(self.best, value)
+
+
+def _failure_reason(outcome: Outcome) -> str:
+    error = outcome.error or "unknown error"
+    if outcome.status == LOST:
+        return f"worker lost ({error}); retries spent"
+    if outcome.status == CANCELLED:
+        return f"cancelled: {error}"
+    return error

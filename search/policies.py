@@ -1,0 +1,181 @@
+"""The policy seam: what may stop a trial early, and what happens when one ends.
+
+A policy sees two moments of a trial (as Syne Tune's schedulers and Dask's
+``AdaptiveCore`` do) and the campaign asks each in turn; the first that answers
+decides:
+
+- ``on_report(running, metrics) -> str | None``: a stop reason (the trial ends at its
+  next report and is told PRUNED with that reason, unless the reason is
+  :data:`TARGET_REACHED`), or None.
+- ``on_finished(running, outcome) -> Resubmit | Verdict | None``: run the same trial
+  again with a config (a retry, a population member's next segment), or the verdict
+  to tell, or None to leave it to the next policy (and, last, to the campaign's
+  default verdict: the spec's metrics).
+
+A new scheduling rule (ASHA's promotions, a budget per rung, ...) is one more class
+here, added in :func:`policies_for`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from optuna.trial import TrialState
+
+from cluster.executor import LOST, Outcome
+from trainers.api import TrialConfig
+
+from search.intermediate import IntermediateValues
+from search.pbt.policy import PBTPolicy
+from search.pbt.population import Population
+from search.scaling.sweep import TargetGoal
+from search.seeds import component_seed
+from search.spec.campaign_spec import CampaignSpec
+from search.store.folder import CampaignFolder
+from search.store.records import write_attrs
+from search.trials import RunningTrial
+
+__all__ = [
+    "Policy", "Resubmit", "Verdict", "Decision", "TARGET_REACHED", "RetryLostTrials", "PopulationSegments",
+    "ScalingTarget", "Pruning", "population_of", "policies_for", "first_stop_reason", "first_decision",
+]
+
+log = logging.getLogger(__name__)
+
+TARGET_REACHED = "target reached"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resubmit:
+    """Run the trial again (same number, same slot width) with ``config``."""
+
+    config: TrialConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What to tell the study about a finished trial."""
+
+    state: TrialState
+    values: tuple[float, ...] = ()
+    reason: str = ""
+
+
+Decision = Resubmit | Verdict | None
+
+
+class Policy(Protocol):
+    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None: ...
+
+    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision: ...
+
+
+class RetryLostTrials:
+    """A trial whose worker died runs again elsewhere (from its last checkpoint), up to ``max_retries`` times."""
+
+    def __init__(self, max_retries: int) -> None:
+        self.max_retries = max_retries
+
+    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+        return None
+
+    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+        if outcome.status != LOST or running.attempts >= self.max_retries or running.stop_reason:
+            return None
+        running.attempts += 1
+        write_attrs(running.trial, retries=running.attempts)
+        log.warning("trial %d lost its worker (%s); retry %d of %d",
+                    running.number, outcome.error, running.attempts, self.max_retries)  # fmt: skip
+        return Resubmit(running.config)
+
+
+class PopulationSegments:
+    """Population-based training: a member that finished a segment goes on with its next one."""
+
+    def __init__(self, population: Population) -> None:
+        self.population = population
+
+    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+        return None
+
+    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+        if not outcome.ok or running.stop_reason:
+            return None
+        config = self.population.next_segment(running.config, outcome.metrics)
+        if config is not None:
+            return Resubmit(config)
+        write_attrs(running.trial, **self.population.attributes(running.number, running.history()))
+        return None
+
+
+class ScalingTarget:
+    """A batch-size scaling sweep: stop a trial once it reaches the target; its value is the steps it took."""
+
+    def __init__(self, goal: TargetGoal) -> None:
+        self.goal = goal
+
+    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+        return TARGET_REACHED if self.goal.reached(metrics) else None
+
+    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+        if not outcome.ok or running.stop_reason not in ("", TARGET_REACHED):
+            return None
+        return Verdict(TrialState.COMPLETE, (self.goal.value(running.history()),))
+
+
+class Pruning:
+    """The study's pruner, asked at each report (single-objective studies only)."""
+
+    def __init__(self, values: IntermediateValues, multi_objective: bool) -> None:
+        self.values = values
+        self.multi_objective = multi_objective
+
+    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+        if self.multi_objective or not self.values.should_prune(running.trial):
+            return None
+        log.info("trial %d pruned at step %d", running.number, running.reports[-1][0] if running.reports else -1)
+        return "pruned"
+
+    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+        return None
+
+
+def population_of(spec: CampaignSpec, folder: CampaignFolder) -> Population | None:
+    """The PBT population (None without a ``[pbt]`` table); its first segments are set when trials are configured."""
+    if spec.pbt is None:
+        return None
+    maximize = spec.study.directions[0] == "maximize"
+    policy = PBTPolicy(spec.pbt, maximize, spec.space.distributions(), component_seed(spec.study.seed, "pbt"))
+    return Population(policy, folder, spec.study.metrics[0], spec.trainer.epochs)
+
+
+def policies_for(spec: CampaignSpec, population: Population | None, values: IntermediateValues) -> list[Policy]:
+    """The spec's policies, in the order they are asked."""
+    policies: list[Policy] = [RetryLostTrials(spec.study.max_retries)]
+    if population is not None:
+        policies.append(PopulationSegments(population))
+    if spec.scaling is not None:
+        mode = "max" if spec.study.directions[0] == "maximize" else "min"
+        goal = TargetGoal(spec.study.metrics[0], spec.scaling.target, mode, spec.scaling.interpolate)
+        policies.append(ScalingTarget(goal))
+    policies.append(Pruning(values, spec.study.multi_objective))
+    return policies
+
+
+def first_stop_reason(policies: list[Policy], running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+    for policy in policies:
+        reason = policy.on_report(running, metrics)
+        if reason:
+            return reason
+    return None
+
+
+def first_decision(policies: list[Policy], running: RunningTrial, outcome: Outcome) -> Decision:
+    for policy in policies:
+        decision = policy.on_finished(running, outcome)
+        if decision is not None:
+            return decision
+    return None

@@ -1,0 +1,259 @@
+"""Where the campaign's trials come from: trials a dead controller left running first, then new
+ones from the sampler, through an :class:`~search.sampling.asker.Asker` (on the loop, on a
+thread, or in a child process; see :func:`sampling_mode`).
+
+Each trial is configured here (its :class:`~trainers.api.TrialConfig`); one whose
+parameters cannot run is told FAIL at once, without a slot. Asked trials wait in
+``pending`` until the dispatcher has slots for them; the budget counts them as spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections import deque
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from cluster.executor import TrialExecutor
+from spaces.errors import SpaceError
+from trainers.api import TrialConfig
+
+from search.ledger import Ledger
+from search.pbt.population import Population
+from search.pipeline import SLOW_ASK_SECONDS
+from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
+from search.sampling.process import NotPortable, ProcessAsker
+from search.seeds import trial_seed
+from search.sampling.samplers import REPLICA_SAFE, sampling_problem
+from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
+from search.store.folder import CampaignFolder, write_atomic_bytes
+from search.trials import Prepared
+
+__all__ = ["TrialSupply", "sampling_mode", "SAMPLER_SAVE_INTERVAL"]
+
+log = logging.getLogger(__name__)
+
+SAMPLER_SAVE_INTERVAL = 2.0  # seconds between sampler pickles
+
+
+def sampling_mode(requested: str, sampler: str, ordered: bool) -> str:
+    """Where the sampler runs: ``inline`` when the order of asks matters (deterministic, PBT, virtual
+    time); otherwise, on ``auto``, in a child ``process`` for the samplers that allow it, else on a ``thread``.
+    """
+    problem = sampling_problem(requested, sampler, ordered)
+    if problem:
+        raise ValueError(f"sampling: {problem}")
+    if ordered:
+        return "inline"
+    if requested == "auto":
+        return "process" if sampler in REPLICA_SAFE else "thread"
+    return requested
+
+
+class TrialSupply:
+    """Resumed trials, then sampled ones; ``budget_left()``: trials the campaign may still ask."""
+
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        folder: CampaignFolder,
+        study: optuna.Study,
+        executor: TrialExecutor,
+        ledger: Ledger,
+        budget_left: Callable[[], int],
+        population: Population | None,
+        sampling: str | None = None,
+    ) -> None:
+        self._spec = spec
+        self._folder = folder
+        self._study = study
+        self._executor = executor
+        self._ledger = ledger
+        self._budget_left = budget_left
+        self._population = population
+        self._sampling_asked = sampling or spec.study.sampling
+        ordered = spec.study.deterministic or population is not None or executor.virtual_time
+        self.sampling = sampling_mode(self._sampling_asked, spec.study.sampler, ordered)
+        self._asker: Asker[Prepared] = InlineAsker(self._ask_inline, ledger.may_ask, self._pickled_sampler)
+        self._resumable: deque[FrozenTrial] = deque()
+        self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
+        self._sampler_saved = float("-inf")
+
+    # --- start and stop -----------------------------------------------------------------------------
+
+    def start(self, resumable: list[FrozenTrial]) -> None:
+        """Trials to run again first; then the sampler, on a thread or in a child process if the mode says so."""
+        self._resumable.extend(resumable)
+        if self.sampling == "inline":
+            return
+        name = f"sampler-{self._spec.study.name}"
+        if self.sampling == "process":
+            try:
+                self._asker = ProcessAsker(self._study, self._spec.space.distributions(), self._produce,
+                                           self._executor.wake, name)  # fmt: skip
+                return
+            except NotPortable as exc:
+                if self._sampling_asked == "process":
+                    raise ValueError(f"sampling='process': {exc}") from exc
+                log.warning("sampling on a thread instead of a child process: %s", exc)
+                self.sampling = "thread"
+        self._asker = BackgroundAsker(self._produce, self._executor.wake, name, self._pickled_sampler)
+
+    def close(self) -> None:
+        """Stop sampling; trials asked and not taken join the pending ones."""
+        self.pending.extend(self._asker.close())
+
+    def release_unstarted(self) -> None:
+        """Trials asked but never launched (the time budget ran out first) end PRUNED; none stays RUNNING."""
+        while self.pending:
+            prepared = self.pending.popleft()
+            if prepared.invalid:
+                self._ledger.reject(prepared.trial, prepared.invalid)
+            else:
+                self._ledger.never_started(prepared.trial)
+
+    # --- how many ---------------------------------------------------------------------------------------
+
+    def in_hand(self) -> int:
+        """Trials asked (or to be run again) and not yet launched: the budget counts them as spent."""
+        return self._asker.in_hand() + len(self._resumable) + len(self.pending)
+
+    def more_coming(self, time_left: bool) -> bool:
+        """Whether a background sampler still owes trials (nothing runs while it samples the first ones)."""
+        if not self._asker.background or not time_left:
+            return False
+        return self._asker.in_hand() > 0 or self._budget_left() > 0
+
+    @property
+    def times(self) -> AskTimes:
+        """How long the sampler's asks took (where it ran)."""
+        return self._asker.times
+
+    def ask_seconds(self) -> float:
+        return self._asker.times.ask_seconds
+
+    def want(self, free_tasks: int, batch: int, spare: int, slot_free: bool, time_left: bool) -> None:
+        """Tell a background sampler how many trials to have ready: what is free plus spares, within budget.
+
+        A fast sampler that the loop may ask itself gets 0: it is asked on the loop's thread, when needed.
+        """
+        wanted = 0
+        if time_left and (self._sampler_is_slow() or not self._asker.asks_here):
+            wanted = max(0, batch * free_tasks + spare - len(self.pending))
+            wanted = min(wanted, self._asker.in_hand() + self._budget_left())
+        starved = not self.pending and slot_free and self._asker.asks_here  # a slot waits for a trial
+        self._asker.want(wanted, wake_at=1 if starved else batch)
+
+    # --- the next trials --------------------------------------------------------------------------------
+
+    def next_group(self, batch: int) -> list[Prepared]:
+        """Up to ``batch`` prepared trials of one width, the pending ones first."""
+        while len(self.pending) < batch and (item := self._fetch()) is not None:
+            self.pending.append(item)
+        group: list[Prepared] = []
+        while self.pending and len(group) < batch and (not group or self.pending[0].width == group[0].width):
+            group.append(self.pending.popleft())
+        return group
+
+    def put_back(self, group: list[Prepared]) -> None:
+        """Asked trials that could not launch yet: they go first when slots free up."""
+        self.pending.extendleft(reversed(group))
+
+    def batch_on_its_way(self, group: list[Prepared], batch: int) -> bool:
+        """A child process sends trials one at a time: wait for the batch it owes rather than launch each.
+
+        A batch is at most ``TASK_SECONDS`` of asks, so a slot waits no longer than that;
+        launching a task per trial would cost the controller, scheduler and workers the
+        CPU the sampler needs.
+        """
+        return not self._asker.asks_here and len(group) < batch and self._asker.in_hand() > 0
+
+    def _fetch(self) -> Prepared | None:
+        """The next trial to launch: one to run again, else one asked (ahead, or now); invalid ones are told FAIL."""
+        while True:
+            if self._resumable:
+                frozen = self._resumable.popleft()
+                log.info("trial %d was left running; starting it again", frozen.number)
+                item = self._configure(optuna.Trial(self._study, frozen._trial_id), self._ledger.finished)
+            else:
+                item = self._asker.take() or self._ask_here()
+            if item is None or not item.invalid:
+                return item
+            self._ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
+
+    def _ask_here(self) -> Prepared | None:
+        """A fast sampler is asked on this thread (cheaper than a hand-over); a slow one only on its own."""
+        if self._budget_left() <= 0 or self._sampler_is_slow():
+            return None
+        return self._asker.ask_here()
+
+    def _sampler_is_slow(self) -> bool:
+        times = self._asker.times
+        return self._asker.background and times.asked > 0 and times.ask_seconds >= SLOW_ASK_SECONDS
+
+    def _ask_inline(self) -> Prepared:
+        trial = self._study.ask(fixed_distributions=self._spec.space.distributions())
+        self._ledger.asked(trial.number)
+        return self._configure(trial, self._ledger.finished)
+
+    def _produce(self, saw: int | None = None) -> Prepared:
+        """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
+        saw = self._ledger.finished if saw is None else saw
+        return self._configure(self._study.ask(fixed_distributions=self._spec.space.distributions()), saw)
+
+    def _configure(self, trial: optuna.Trial, saw: int) -> Prepared:
+        try:
+            config = self._trial_config(trial)
+        except (SpaceError, ValueError, TypeError) as exc:  # e.g. a genome over the parameter limit
+            return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
+        return Prepared(trial, config, config.data_parallel, saw)
+
+    def _trial_config(self, trial: optuna.Trial) -> TrialConfig:
+        spec, trainer = self._spec, self._spec.trainer
+        params = spec.space.complete(trial.params)
+        data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
+        config = TrialConfig(
+            study=spec.study.name,
+            number=trial.number,
+            params=params,
+            seed=trial_seed(spec.study.seed, trial.number),
+            epochs=trainer.epochs,
+            dataset=trainer.dataset,
+            device=trainer.device,
+            data_parallel=data_parallel,
+            checkpoint_dir=str(self._folder.trial(trial.number)),
+            checkpoint_every=trainer.checkpoint_every,
+            deterministic=spec.study.deterministic,
+            options=dict(trainer.options),
+        )
+        return self._population.first_segment(config) if self._population else config
+
+    # --- the sampler's state, for resume ----------------------------------------------------------------
+
+    def save_sampler(self, force: bool = False) -> None:
+        """Pickle the sampler (RNG state included) now and then, so ``resume`` continues its stream.
+
+        Never while the sampler asks: a busy sampler is saved on a later turn.
+        """
+        now = time.monotonic()
+        if not force and now - self._sampler_saved < SAMPLER_SAVE_INTERVAL:
+            return
+        lock = self._asker.sampler_lock
+        if not lock.acquire(blocking=force, timeout=30.0 if force else -1):
+            return
+        try:
+            self._sampler_saved = now
+            state = self._asker.sampler_state(wait=30.0 if force else 0.0)
+            if state is not None:
+                write_atomic_bytes(self._folder.sampler_state, state)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            log.warning("sampler state not saved (%s); resume will start a fresh sampler", exc)
+        finally:
+            lock.release()
+
+    def _pickled_sampler(self) -> bytes:
+        return pickle.dumps(self._study.sampler)

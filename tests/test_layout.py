@@ -1,0 +1,39 @@
+"""The code layout README's "How the code is laid out" promises: small modules, a short controller."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_MODULE_LINES = 500
+MAX_CAMPAIGN_LINES = 300
+
+
+def _long_modules(package: Path, limit: int) -> list[str]:
+    return [
+        f"{path.relative_to(package.parent)}: {n} lines"
+        for path in sorted(package.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > limit
+    ]
+
+
+def _class_lines(path: Path, name: str) -> int:
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    return int(node.end_lineno or 0) - node.lineno + 1
+
+
+def test_no_module_in_search_is_over_500_lines() -> None:
+    assert _long_modules(ROOT / "search", MAX_MODULE_LINES) == []
+
+
+def test_the_campaign_class_is_under_300_lines() -> None:
+    assert _class_lines(ROOT / "search" / "campaign.py", "Campaign") < MAX_CAMPAIGN_LINES
+
+
+def test_the_checks_catch_what_they_look_for(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_text("x = 1\n" * 501)
+    (tmp_path / "short.py").write_text("class Campaign:\n    a = 1\n    b = 2\n")
+    assert _long_modules(tmp_path, MAX_MODULE_LINES) == [f"{tmp_path.name}/long.py: 501 lines"]
+    assert _class_lines(tmp_path / "short.py", "Campaign") == 3

@@ -82,6 +82,8 @@ class Dispatcher:
         while time_left():
             free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
             supply.want(free_tasks, batch, spare, self._busy < slots, time_left=True)
+            if self.running and self._busy + self._min_width > capacity:
+                return  # no room, not even in the queue: ask nothing, so the next trial sees the latest results
             group = supply.next_group(batch)
             if not group:
                 return

@@ -35,6 +35,9 @@ class IntermediateValues:
         self._study = study
         self._folder = folder
         self._pruner_ready = spec.study.pruner in STEPWISE_PRUNERS or spec.pruning.min_resource > 0
+        # the spec's pruner, whoever created the study (Optuna's default is a MedianPruner); asha and
+        # hyperband without min_resource prune nothing until the first report sets their rung size
+        study.pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
 
     def record(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
         running.reports.append((step, dict(metrics), at))

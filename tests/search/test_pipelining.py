@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import tomllib
 from pathlib import Path
@@ -13,10 +14,12 @@ from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.executor import Finished, TrialRequest
+from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.campaign import NEVER_STARTED, Campaign, RunningTrial
 from search.dispatch import Dispatcher
 from search.store.folder import CampaignFolder
 from search.runner import load_study
+from search.sampling.samplers import make_sampler
 from search.spec.campaign_spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.slow
@@ -190,3 +193,39 @@ def test_a_queued_task_is_sent_after_the_oldest_running_task_not_yet_followed(tm
     picks = [dispatch._preferred_worker(1) for _ in range(4)]  # noqa: SLF001
     assert picks == ["w-b", "w-a", "w-c", ""]  # oldest first; each running task followed once
     assert dispatch._preferred_worker(2) == ""  # noqa: SLF001 - wide trials are left to Dask
+
+
+class _TwoSeconds:
+    """A simulated trial: two epochs of one virtual second."""
+
+    def plan(self, config, rng):  # type: ignore[no-untyped-def]
+        return TrialPlan((1.0, 1.0), ({"score": 0.5, "epoch": 1.0}, {"score": 0.5, "epoch": 2.0}))
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+@pytest.mark.timeout(120)
+def test_with_one_slot_and_no_queue_each_trial_is_asked_after_the_last_one_was_told(
+    tmp_path: Path, sampler: str
+) -> None:
+    """One worker, ``dispatch_ahead = 0``, one trial per task: nothing is asked ahead, so trial k's sampler
+    knew all k trials before it (``batch_trials = "auto"`` would group these short trials, asked together)."""
+    spec, folder, study = make(tmp_path, n_trials=6, study_extra="dispatch_ahead = 0\nbatch_trials = 1")
+    spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, sampler=sampler))
+    study.sampler = make_sampler(sampler, spec.space, spec.study.seed)
+    executor = SimulatedExecutor(1, _TwoSeconds(), controller_time_scale=0)
+    Campaign(spec, folder, study, executor, clock=executor.clock).run()
+    assert [t.user_attrs["sampler_saw"] for t in study.get_trials()] == list(range(6))
+    with open_cluster(ClusterOptions(n_workers=1)) as client:
+        spec, folder, study = make(tmp_path / "dask", n_trials=5, study_extra="dispatch_ahead = 0\nbatch_trials = 1")
+        spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, sampler=sampler))
+        study.sampler = make_sampler(sampler, spec.space, spec.study.seed)
+        Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-no-ahead")).run()
+    assert [t.user_attrs["sampler_saw"] for t in study.get_trials()] == list(range(5))
+
+
+def test_the_spec_sets_the_pruner_of_a_study_created_elsewhere(tmp_path: Path) -> None:
+    spec, folder, _study = make(tmp_path)
+    study = optuna.create_study(direction="maximize")  # Optuna's default pruner is a MedianPruner
+    assert isinstance(study.pruner, optuna.pruners.MedianPruner)
+    Campaign(spec, folder, study, SimulatedExecutor(1, _TwoSeconds(), controller_time_scale=0))
+    assert isinstance(study.pruner, optuna.pruners.NopPruner)  # the spec says pruner = "none" (its default)

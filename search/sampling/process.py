@@ -328,8 +328,11 @@ class ProcessAsker(Generic[T]):
         """The child's sampler, pickled: the latest copy received, after asking for a newer one.
 
         ``wait`` > 0 waits that long for the newer copy (the child answers between asks).
+        Once closed, the final copy (fetched by :meth:`close`), at once.
         """
         with self._cond:
+            if self._closing:
+                return self._state
             asked = self._state_asked = self._state_asked + 1
         self._send(("state",))
         with self._cond:

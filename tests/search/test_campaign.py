@@ -94,10 +94,8 @@ def test_slots_are_refilled_and_never_oversubscribed(tmp_path: Path) -> None:
     trials = load(folder.root).get_trials()
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials) and len(trials) == 6
     spans = sorted((t.user_attrs["started"], t.user_attrs["finished"]) for t in trials)
-    for i, (start, _end) in enumerate(spans):
-        overlapping = sum(1 for s, e in spans if s <= start < e)
-        assert overlapping <= 2, f"{overlapping} trials ran at once on 2 slots"
-    # Two at a time: the campaign took about 3 rounds of ~0.9 s, not 6.
-    wall = max(e for _s, e in spans) - min(s for s, _e in spans)
-    serial = sum(e - s for s, e in spans)
-    assert wall < 0.8 * serial
+    running_at_each_start = [sum(1 for s, e in spans if s <= start < e) for start, _end in spans]
+    assert max(running_at_each_start) <= 2, f"{max(running_at_each_start)} trials ran at once on 2 slots"
+    # Both slots were used at once (refilled, not one after the other): some trial started while another ran.
+    # Read from the trials' own start/finish times, not from how long the campaign took (load-dependent).
+    assert max(running_at_each_start) == 2, f"no two trials overlapped: {spans}"

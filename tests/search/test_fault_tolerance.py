@@ -90,7 +90,7 @@ def test_a_worker_killed_mid_trial_its_trial_resumes_elsewhere_from_its_checkpoi
     assert len(workers) == 2  # it finished on the other worker
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # a hang guard for the bounded waits below
 def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
@@ -107,13 +107,19 @@ def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
                     return 0
 
             wait_for(lambda: complete() >= 2, 200, "two complete trials")
-            # A second controller on the same folder is refused while the first one runs.
+            # A second controller on the same folder is refused while the first one holds it. The first is
+            # paused (it keeps its lock) so that neither how long the refusal takes under load nor the first
+            # one finishing meanwhile can change the outcome; the study must be exactly as the second found it.
+            os.kill(proc.pid, signal.SIGSTOP)
+            snapshot = [(t.number, t.state, t.value) for t in load(folder).get_trials()]
             second = subprocess.run(
                 [sys.executable, "-m", "search", "resume", str(folder)],
-                capture_output=True, text=True, env=subprocess_env, timeout=60,
+                capture_output=True, text=True, env=subprocess_env, timeout=240,  # a hang guard only
             )  # fmt: skip
             assert second.returncode == 2 and "in use by another controller" in second.stderr
             assert f'"pid": {proc.pid}' in second.stderr
+            assert [(t.number, t.state, t.value) for t in load(folder).get_trials()] == snapshot  # it ran nothing
+            assert proc.poll() is None  # the first controller was not disturbed
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         finally:

@@ -70,6 +70,61 @@ def test_every_layer_mutation_is_valid(pair: tuple[LayerSpace, LayerGenome], see
     space.validate(child)
 
 
+_FIELD = {
+    Mutation.OP: "op",
+    Mutation.WIDTH: "width",
+    Mutation.KERNEL: "kernel",
+    Mutation.ACTIVATION: "activation",
+    Mutation.SKIP: "skip",
+}
+
+
+def _without(blocks: tuple[Block, ...], i: int) -> tuple[Block, ...]:
+    return blocks[:i] + blocks[i + 1 :]
+
+
+def assert_one_block_changed(kind: Mutation, parent: LayerGenome, child: LayerGenome) -> None:
+    """A layer mutation touches exactly one block: one field of one block, or one block inserted or removed."""
+    if kind in _FIELD:
+        assert child.depth == parent.depth, kind
+        changed = [i for i, (a, b) in enumerate(zip(parent.blocks, child.blocks)) if a != b]
+        assert len(changed) == 1, f"{kind}: blocks {changed} changed ({parent.to_string()} -> {child.to_string()})"
+        old, new = parent.blocks[changed[0]], child.blocks[changed[0]]
+        fields = [f for f in ("op", "width", "kernel", "activation", "skip") if getattr(old, f) != getattr(new, f)]
+        assert fields == [_FIELD[kind]], f"{kind} changed {fields}"
+    elif kind is Mutation.INSERT:
+        assert child.depth == parent.depth + 1
+        assert any(_without(child.blocks, i) == parent.blocks for i in range(child.depth)), kind
+    elif kind is Mutation.REMOVE:
+        assert child.depth == parent.depth - 1
+        assert any(_without(parent.blocks, i) == child.blocks for i in range(parent.depth)), kind
+    else:
+        assert kind is Mutation.IDENTITY and child == parent
+
+
+@settings(max_examples=300, deadline=None)
+@given(layer_space_and_genome(), seeds)
+def test_each_layer_mutation_changes_exactly_one_block(pair: tuple[LayerSpace, LayerGenome], seed: int) -> None:
+    space, genome = pair
+    rng = np.random.default_rng(seed)
+    for kind in possible_mutations(genome, space):
+        assert_one_block_changed(kind, genome, apply_mutation(kind, genome, space, rng))
+    child, kind = mutate_with_kind(genome, space, rng)
+    assert_one_block_changed(kind, genome, child)
+
+
+def test_a_field_mutation_leaves_every_other_block_alone() -> None:
+    """Deterministic companion of the property test: every block position, neighbours that differ from it."""
+    space = LayerSpace(min_depth=1, max_depth=6, widths=(8, 16, 32), kernels=(3, 5))
+    blocks = (Block("conv", 8, 3, "relu", False), Block("pool", 16, 5, "gelu", True),
+              Block("identity", 32, 3, "tanh", False), Block("conv", 16, 5, "relu", True))  # fmt: skip
+    genome = LayerGenome(blocks)
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        for kind in possible_mutations(genome, space):
+            assert_one_block_changed(kind, genome, apply_mutation(kind, genome, space, rng))
+
+
 @settings(max_examples=200, deadline=None)
 @given(cell_genomes, seeds)
 def test_every_cell_mutation_is_valid(genome: CellGenome, seed: int) -> None:

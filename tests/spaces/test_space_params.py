@@ -98,6 +98,9 @@ def test_complete_errors(sampled: dict, key: str, fragment: str) -> None:
         ({"h": {"type": "int", "low": 1.5, "high": 4}}, "h.low", "integer"),
         ({"h": {"type": "int", "low": 0, "high": 4, "log": True}}, "h.low", ">= 1 when log"),
         ({"h": {"type": "int", "low": 1, "high": 4, "step": -1}}, "h.step", "> 0"),
+        ({"h": {"type": "int", "low": 5, "high": 3}}, "h.low", "must be <= high (3), got 5"),
+        ({"h": {"type": "int", "low": 8, "high": 2, "step": 2}}, "h.low", "must be <= high (2), got 8"),
+        ({"h": {"type": "int", "low": 64, "high": 16, "log": True}}, "h.low", "must be <= high (16), got 64"),
         ({"h": {"type": "int", "low": 1, "high": 8, "step": 2, "log": True}}, "h.step", "must be 1"),
         ({"h": {"type": "int", "low": 0, "high": 10, "step": 3}}, "h.high", "multiple of step"),
         ({"m": {"type": "categorical", "choices": []}}, "m.choices", "empty"),
@@ -170,3 +173,21 @@ def test_batch_size_distribution_holds_only_powers_of_two(a: int, b: int) -> Non
     for size in dist.choices:
         assert type(size) is int and size >= 1 and size & (size - 1) == 0
     assert len(dist.choices) == abs(a - b) + 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(-1000, 1000), st.integers(-1000, 1000), st.integers(1, 7))
+def test_int_bounds_are_refused_when_reversed_whatever_the_step(a: int, b: int, step: int) -> None:
+    """``low > high`` is an error at ``<name>.low``, even when ``high - low`` is a multiple of ``step``
+    (a negative span passes the step check, so only the bounds check can catch it)."""
+    low, high = max(a, b), min(a, b)
+    if low == high:
+        assert IntParam("h", low, high).distribution() == IntDistribution(low, high)  # one value: allowed
+        return
+    high = low - step * max(1, (low - high) // step)  # reversed, and on the step grid
+    with pytest.raises(SpaceError) as info:
+        IntParam("h", low, high, step=step)
+    assert info.value.key == "h.low"
+    assert info.value.problem == f"must be <= high ({high}), got {low}"
+    with pytest.raises(SpaceError, match=r"^h\.low: must be <= high"):
+        parse_space({"h": {"type": "int", "low": low, "high": high, "step": step}})

@@ -58,7 +58,7 @@ def k2_run() -> list[tuple[int, dict[str, float]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 def test_k2_agrees_with_k1_at_the_same_global_batch(make_config, k2_run) -> None:
     single = RecordingReporter()
     fit(make_config(PARAMS, epochs=2), single)
@@ -70,7 +70,7 @@ def test_k2_agrees_with_k1_at_the_same_global_batch(make_config, k2_run) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 def test_k2_resumes_from_its_checkpoint_exactly(make_config, k2_run, tmp_path: Path, without_timing) -> None:
     config = make_config(PARAMS, epochs=2, data_parallel=2, checkpoint_dir=str(tmp_path))
     fit(config, RecordingReporter(stop_after=1))
@@ -82,14 +82,14 @@ def test_k2_resumes_from_its_checkpoint_exactly(make_config, k2_run, tmp_path: P
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(300)  # a hang guard only: the asserts, not the clock, say whether the stop took effect
 def test_stop_request_ends_every_rank_after_the_first_epoch(make_config) -> None:
     pids: list[int] = []
     reporter = RecordingReporter(stop_after=1)
-    started = time.monotonic()
     final = launch(ENTRY, make_config(PARAMS, epochs=50, data_parallel=2), reporter, on_start=pids.extend)
-    assert time.monotonic() - started < 25
+    # Stopped after epoch 1 of 50, whatever the wall clock: one epoch's global steps and examples, no more.
     assert [step for step, _ in reporter.reports] == [1] and final["epoch"] == 1.0
+    assert final["steps"] == 45 and final["examples"] == 1438
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
@@ -131,7 +131,7 @@ def fit_killed_on_rank_1(config: TrialConfig, reporter: Reporter) -> dict[str, f
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(300)
 def test_a_failing_rank_fails_the_trial_with_its_traceback(make_config) -> None:
     pids: list[int] = []
     reporter = RecordingReporter()
@@ -147,19 +147,19 @@ def test_a_failing_rank_fails_the_trial_with_its_traceback(make_config) -> None:
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(300)
 def test_a_failing_rank_exits_without_tearing_down_its_trainer(make_config) -> None:
     # A failed rank that ran its trainer's teardown could hang there (see trainers.ddp_rank._exit_failed)
     # and the trial would not fail; here the teardown blocks for sure, so only exiting at once passes.
     pids: list[int] = []
     with pytest.raises(RankError, match=r"rank 1 of 2 failed: RuntimeError: rank 1 fails holding") as info:
         launch(f"{__name__}:fit_failing_with_a_teardown_that_blocks", make_config(PARAMS, data_parallel=2),
-               RecordingReporter(), timeout=20, on_start=pids.extend)  # fmt: skip
+               RecordingReporter(), timeout=120, on_start=pids.extend)  # fmt: skip
     assert info.value.rank == 1 and 'raise RuntimeError("rank 1 fails holding' in info.value.traceback
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(300)
 def test_a_killed_rank_fails_the_trial_and_no_rank_survives(make_config) -> None:
     pids: list[int] = []
     with pytest.raises(RankError, match=r"rank 1 of 2 was killed by SIGKILL") as info:
@@ -174,7 +174,7 @@ def fit_sleeping(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     return {}
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(300)
 def test_timeout_kills_every_rank(make_config) -> None:
     pids: list[int] = []
     with pytest.raises(TimeoutError, match="2 ranks"):
@@ -183,7 +183,7 @@ def test_timeout_kills_every_rank(make_config) -> None:
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(120)
 def test_batch_size_not_divisible_by_k_is_a_clear_error_before_any_launch(make_config) -> None:
     reporter = RecordingReporter()
     with pytest.raises(ValueError, match=r"params.batch_size=30 with data_parallel=4: .* multiple of data_parallel"):
@@ -195,7 +195,7 @@ def test_batch_size_not_divisible_by_k_is_a_clear_error_before_any_launch(make_c
     assert reporter.reports == []
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(300)
 def test_gradient_accumulation_keeps_the_global_batch(make_config, without_timing) -> None:
     plain, accumulated = RecordingReporter(), RecordingReporter()
     params = {"lr": 0.05, "batch_size": 64}
@@ -206,7 +206,7 @@ def test_gradient_accumulation_keeps_the_global_batch(make_config, without_timin
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 def test_k2_with_accumulation_stays_close_to_one_process(make_config) -> None:
     params = {"lr": 0.05, "batch_size": 64}
     single, parallel = RecordingReporter(), RecordingReporter()

@@ -1,0 +1,112 @@
+"""The policies a campaign asks when a trial ends: the retry cap, at unit level and on a real Campaign."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from cluster.executor import CANCELLED, ERROR, LOST, OK, Outcome
+from cluster.simulated import SimulatedExecutor, TrialPlan
+from search.campaign import Campaign
+from search.policies import Resubmit, RetryLostTrials
+from search.runner import load_study
+from search.spec.campaign_spec import parse_spec
+from search.store.folder import CampaignFolder
+from search.trials import RunningTrial
+from trainers.api import TrialConfig
+
+pytestmark = pytest.mark.timeout(120)  # a hang guard; these run in about a second
+
+
+def running_trial(study: optuna.Study) -> RunningTrial:
+    trial = study.ask()
+    config = TrialConfig("retry", trial.number, {"x": 0.5}, seed=1, epochs=1, device="cpu")
+    return RunningTrial(trial, config, width=1, submitted=0.0)
+
+
+def lost() -> Outcome:
+    return Outcome(LOST, error="worker died")
+
+
+@pytest.mark.parametrize("max_retries", [0, 1, 2, 5])
+def test_a_lost_trial_is_retried_exactly_max_retries_times(max_retries: int) -> None:
+    study = optuna.create_study()  # in memory
+    running = running_trial(study)
+    policy = RetryLostTrials(max_retries)
+    decisions = [policy.on_finished(running, lost()) for _ in range(max_retries + 3)]
+    resubmits = [d for d in decisions if isinstance(d, Resubmit)]
+    assert len(resubmits) == max_retries
+    assert decisions[:max_retries] == resubmits  # the retries come first, then the cap holds for good
+    assert all(d is None for d in decisions[max_retries:])
+    assert all(d.config is running.config for d in resubmits)  # the same trial again, same config
+    assert running.attempts == max_retries
+    frozen = study.trials[0]
+    assert frozen.user_attrs.get("retries", 0) == max_retries  # the last retry is the one recorded
+
+
+def test_only_a_lost_worker_is_retried_and_never_a_stopped_trial() -> None:
+    study = optuna.create_study()
+    policy = RetryLostTrials(3)
+    for status in (OK, ERROR, CANCELLED):
+        running = running_trial(study)
+        assert policy.on_finished(running, Outcome(status, error="x" if status != OK else "")) is None
+        assert running.attempts == 0
+    stopped = running_trial(study)
+    stopped.stop_reason = "pruned"
+    assert policy.on_finished(stopped, lost()) is None and stopped.attempts == 0
+    assert all("retries" not in t.user_attrs for t in study.trials)
+
+
+# --- the cap on a real Campaign (simulated executor: virtual time, every attempt lost) ---------------------
+
+SPEC = """
+[study]
+name = "retry"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 2
+n_trials = {n_trials}
+max_retries = {max_retries}
+
+[trainer]
+entry = "bench.trivial:fit"
+epochs = 2
+
+[space]
+x = {{ type = "float", low = 0.0, high = 1.0 }}
+"""
+
+
+class TwoEpochs:
+    def plan(self, config, rng):  # type: ignore[no-untyped-def]
+        return TrialPlan((1.0, 1.0), ({"score": 0.1, "epoch": 1.0}, {"score": 0.2, "epoch": 2.0}))
+
+
+@pytest.mark.parametrize("max_retries", [0, 2])
+def test_a_campaign_runs_a_trial_whose_worker_always_dies_max_retries_plus_one_times(
+    tmp_path: Path, max_retries: int
+) -> None:
+    n_trials = 3
+    text = SPEC.format(n_trials=n_trials, max_retries=max_retries)
+    spec = parse_spec(tomllib.loads(text), "retry.toml", text)
+    folder = CampaignFolder(tmp_path / "retry")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    # failure_rate must be < 1; with this seed every one of the attempts below is lost (checked by counts).
+    executor = SimulatedExecutor(2, TwoEpochs(), seed=11, failure_rate=0.999, recovery_seconds=0.0,
+                                 controller_time_scale=0)  # fmt: skip
+    Campaign(spec, folder, study, executor, clock=executor.clock).run()
+    trials = study.get_trials()
+    assert len(trials) == n_trials
+    assert executor.counts["ok"] == 0, "an attempt survived: pick another executor seed"
+    assert executor.counts["submitted"] == n_trials * (max_retries + 1)
+    assert executor.counts["lost"] == n_trials * (max_retries + 1)
+    for t in trials:
+        assert t.state == TrialState.FAIL
+        assert t.user_attrs.get("retries", 0) == max_retries
+        assert t.user_attrs["fail_reason"].startswith("worker lost") and "retries spent" in t.user_attrs["fail_reason"]

@@ -2,7 +2,10 @@
 
 ``run_campaign`` starts a new campaign from a spec; ``resume_campaign`` continues
 one from its folder (the frozen spec and the storage), re-running trials a dead
-controller left RUNNING under their own numbers and parameters.
+controller left RUNNING under their own numbers and parameters. A resumed campaign
+samples with a new sampler seeded from the study seed and the number of trials in the
+storage (``search.supply.campaign_sampler``), never with a saved one: a saved sampler
+lags behind the trials asked ahead of it, and would sample them again.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import pickle
 import shutil
 import uuid
 import warnings
@@ -29,10 +31,10 @@ from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
 from search.progress import Progress
 from search.sampling.pruning import make_pruner
-from search.sampling.samplers import make_sampler
-from search.scaling.sweep import SweepResult, TargetGoal, analyze_sweep, scaling_sampler
+from search.scaling.sweep import SweepResult, TargetGoal, analyze_sweep
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.store.storage import open_storage, storage_url
+from search.supply import campaign_sampler
 from search.reports.summary import best_table, trials_frame
 
 __all__ = ["RunOptions", "run_campaign", "resume_campaign", "load_study", "CampaignExistsError"]
@@ -86,15 +88,19 @@ def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
 
 
 def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer: bool | None = None) -> optuna.Study:
-    """The campaign's study, with its seeded sampler and pruner (``writer``: the controller's own)."""
+    """The campaign's study, with its seeded sampler and pruner (``writer``: the controller's own).
+
+    A new study's sampler gets the study seed; a loaded one's, a seed of its own for the number of trials
+    already in the storage (:func:`~search.supply.campaign_sampler`), so that a resumed campaign never
+    replays a random stream whose trials are already in the storage.
+    """
     storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer)
-    sampler = _sampler(spec)
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
         study = optuna.create_study(
             study_name=spec.study.name,
             storage=storage,
-            sampler=sampler,
+            sampler=campaign_sampler(spec),
             pruner=pruner,
             directions=list(spec.objective_directions),
             load_if_exists=False,
@@ -105,29 +111,11 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
         study.set_user_attr(StudyAttr.SEED, spec.study.seed)
         return study
-    return optuna.load_study(
-        study_name=spec.study.name, storage=storage, sampler=_saved_sampler(folder) or sampler, pruner=pruner
+    study = optuna.load_study(
+        study_name=spec.study.name, storage=storage, sampler=optuna.samplers.RandomSampler(), pruner=pruner
     )
-
-
-def _saved_sampler(folder: CampaignFolder) -> optuna.samplers.BaseSampler | None:
-    """The sampler a previous controller pickled (its RNG stream continues), if any."""
-    if not folder.sampler_state.exists():
-        return None
-    try:
-        with open(folder.sampler_state, "rb") as fh:
-            return pickle.load(fh)  # our own campaign folder: trusted
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
-        log.warning("could not restore the sampler from %s (%s); starting a fresh one", folder.sampler_state, exc)
-        return None
-
-
-def _sampler(spec: CampaignSpec) -> optuna.samplers.BaseSampler:
-    if spec.scaling is None:
-        return make_sampler(spec.study.sampler, spec.space, spec.study.seed)
-    return scaling_sampler(
-        spec.scaling.batch_sizes, spec.study.seed, lambda seed: make_sampler(spec.study.sampler, spec.space, seed)
-    )
+    study.sampler = campaign_sampler(spec, trials=len(study.get_trials(deepcopy=False)))
+    return study
 
 
 @contextlib.contextmanager

@@ -5,6 +5,23 @@ thread, or in a child process; see :func:`sampling_mode`).
 Each trial is configured here (its :class:`~trainers.api.TrialConfig`); one whose
 parameters cannot run is told FAIL at once, without a slot. Asked trials wait in
 ``pending`` until the dispatcher has slots for them; the budget counts them as spent.
+
+No trial is sampled twice from one random stream. Trials are asked ahead of need, so a
+saved sampler state is always behind what reached the storage: restoring it would replay
+parameter sets already run. Instead every sampler the campaign builds gets its own seed,
+:func:`sampler_seed` of the study seed, the number of trials in the storage when it is
+built, and how many samplers this controller built before (:func:`campaign_sampler`). A
+sampler whose trials reached the storage leaves that number higher for any sampler built
+after it, so two samplers that both put trials in the storage never share a seed: after
+``resume``, after a sampler child that died and was replaced, after both. Besides their
+random generator, the registry's samplers keep nothing outside the storage that sampling
+needs (TPE, CMA-ES, QMC, NSGA-II, grid and evolution read the trials; GP's kernel cache
+only speeds it up), so a new sampler loses nothing else.
+
+A sampler child process that dies (OOM killer, a signal) does not end the campaign: the
+trials it had sent and not handed out are dropped (they exist in its replica only), and
+a new child starts with a fresh sampler (:data:`MAX_CHILD_RESTARTS` times), then the
+sampler moves to a thread.
 """
 
 from __future__ import annotations
@@ -26,18 +43,38 @@ from search.ledger import Ledger
 from search.pbt.population import Population
 from search.pipeline import SLOW_ASK_SECONDS
 from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
-from search.sampling.process import NotPortable, ProcessAsker
-from search.seeds import trial_seed
-from search.sampling.samplers import REPLICA_SAFE, sampling_problem
+from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
+from search.scaling.sweep import scaling_sampler
+from search.seeds import component_seed, trial_seed
+from search.sampling.samplers import REPLICA_SAFE, make_sampler, sampling_problem
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder, write_atomic_bytes
 from search.trials import Prepared
 
-__all__ = ["TrialSupply", "sampling_mode", "SAMPLER_SAVE_INTERVAL"]
+__all__ = [
+    "TrialSupply", "sampling_mode", "sampler_seed", "campaign_sampler", "SAMPLER_SAVE_INTERVAL", "MAX_CHILD_RESTARTS",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 SAMPLER_SAVE_INTERVAL = 2.0  # seconds between sampler pickles
+MAX_CHILD_RESTARTS = 2  # sampler child processes started again after one died; then a thread samples
+
+
+def sampler_seed(study_seed: int, trials: int, restart: int = 0) -> int:
+    """The seed of a sampler built with ``trials`` trials in the storage, after ``restart`` others in this
+    controller; a new campaign's first sampler (0, 0) gets the study seed itself."""
+    if trials == 0 and restart == 0:
+        return int(study_seed)
+    return component_seed(study_seed, f"sampler-{int(trials)}-{int(restart)}")
+
+
+def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded with :func:`sampler_seed` (a scaling sweep's: one per batch size)."""
+    seed = sampler_seed(spec.study.seed, trials, restart)
+    if spec.scaling is None:
+        return make_sampler(spec.study.sampler, spec.space, seed)
+    return scaling_sampler(spec.scaling.batch_sizes, seed, lambda s: make_sampler(spec.study.sampler, spec.space, s))
 
 
 def sampling_mode(requested: str, sampler: str, ordered: bool) -> str:
@@ -82,6 +119,7 @@ class TrialSupply:
         self._resumable: deque[FrozenTrial] = deque()
         self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
         self._sampler_saved = float("-inf")
+        self._restarts = 0  # samplers built by this controller after the first (a dead child replaced)
 
     # --- start and stop -----------------------------------------------------------------------------
 
@@ -90,18 +128,43 @@ class TrialSupply:
         self._resumable.extend(resumable)
         if self.sampling == "inline":
             return
-        name = f"sampler-{self._spec.study.name}"
         if self.sampling == "process":
             try:
-                self._asker = ProcessAsker(self._study, self._spec.space.distributions(), self._produce,
-                                           self._executor.wake, name)  # fmt: skip
+                self._asker = self._process_asker()
                 return
             except NotPortable as exc:
                 if self._sampling_asked == "process":
                     raise ValueError(f"sampling='process': {exc}") from exc
                 log.warning("sampling on a thread instead of a child process: %s", exc)
                 self.sampling = "thread"
-        self._asker = BackgroundAsker(self._produce, self._executor.wake, name, self._pickled_sampler)
+        self._asker = self._thread_asker()
+
+    def _process_asker(self) -> ProcessAsker[Prepared]:
+        return ProcessAsker(self._study, self._spec.space.distributions(), self._produce, self._executor.wake,
+                            f"sampler-{self._spec.study.name}")  # fmt: skip
+
+    def _thread_asker(self) -> BackgroundAsker[Prepared]:
+        return BackgroundAsker(self._produce, self._executor.wake, f"sampler-{self._spec.study.name}",
+                               self._pickled_sampler)  # fmt: skip
+
+    def _replace_dead_child(self, died: SamplerDied) -> None:
+        """A new sampler child (a fresh sampler, seeded anew), or a thread once it died too often."""
+        self._asker.close(timeout=5.0)  # the trials it had sent and not handed out die with its replica
+        self._restarts += 1
+        trials = len(self._study.get_trials(deepcopy=False))
+        self._study.sampler = campaign_sampler(self._spec, trials, self._restarts)
+        if self._restarts <= MAX_CHILD_RESTARTS:
+            log.warning("%s; starting a new one with a fresh sampler (%d of %d), the campaign goes on",
+                        died, self._restarts, MAX_CHILD_RESTARTS)  # fmt: skip
+            try:
+                self._asker = self._process_asker()
+                return
+            except NotPortable as exc:
+                log.warning("the sampler process could not start again: %s", exc)
+        else:
+            log.warning("%s; %d restarts already: sampling on a thread from now on", died, MAX_CHILD_RESTARTS)
+        self.sampling = "thread"
+        self._asker = self._thread_asker()
 
     def close(self) -> None:
         """Stop sampling; trials asked and not taken join the pending ones."""
@@ -180,10 +243,18 @@ class TrialSupply:
                 log.info("trial %d was left running; starting it again", frozen.number)
                 item = self._configure(optuna.Trial(self._study, frozen._trial_id), self._ledger.finished)
             else:
-                item = self._asker.take() or self._ask_here()
+                item = self._take() or self._ask_here()
             if item is None or not item.invalid:
                 return item
             self._ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
+
+    def _take(self) -> Prepared | None:
+        """A trial the asker has ready; a sampler child that died is replaced first (None this turn)."""
+        try:
+            return self._asker.take()
+        except SamplerDied as died:
+            self._replace_dead_child(died)
+            return None
 
     def _ask_here(self) -> Prepared | None:
         """A fast sampler is asked on this thread (cheaper than a hand-over); a slow one only on its own."""
@@ -232,12 +303,13 @@ class TrialSupply:
         )
         return self._population.first_segment(config) if self._population else config
 
-    # --- the sampler's state, for resume ----------------------------------------------------------------
+    # --- the sampler's state, for inspection ----------------------------------------------------------------
 
     def save_sampler(self, force: bool = False) -> None:
-        """Pickle the sampler (RNG state included) now and then, so ``resume`` continues its stream.
+        """Pickle the sampler (RNG state included) now and then, into ``sampler.pkl``, for inspection.
 
-        Never while the sampler asks: a busy sampler is saved on a later turn.
+        ``resume`` does not load it (it would replay asks made since; see the module's
+        docstring). Never while the sampler asks: a busy sampler is saved on a later turn.
         """
         now = time.monotonic()
         if not force and now - self._sampler_saved < SAMPLER_SAVE_INTERVAL:

@@ -21,7 +21,7 @@ fast sampler more than the ask itself.
 Thread safety rests on two facts: Optuna's storages lock their own state, and
 every named sampler's ``after_trial`` (called by ``tell`` on the loop's
 thread) reads the storage only; it never touches state that ``ask`` uses.
-Whatever must not overlap an ask (pickling the sampler for ``resume``) takes
+Whatever must not overlap an ask (pickling the sampler into ``sampler.pkl``) takes
 :attr:`BackgroundAsker.sampler_lock`.
 """
 

@@ -18,8 +18,14 @@ study:
 Only samplers whose state lives in their object and in the trials' values and
 parameters can run this way: they must not write attributes the campaign's
 study needs (``search.spec.campaign_spec.REPLICA_SAFE``). The child's sampler is the campaign's own,
-pickled with its RNG; its state is fetched back for ``resume``
-(:meth:`ProcessAsker.sampler_state`).
+pickled with its RNG; its state can be fetched back (:meth:`ProcessAsker.sampler_state`;
+``sampler.pkl``, which ``resume`` does not load).
+
+A child that exits unexpectedly (killed, out of memory) makes :meth:`ProcessAsker.take`
+raise :class:`SamplerDied`, which the trial supply answers with a new child and a fresh,
+newly seeded sampler (``search.supply``): the dead child's random stream is never
+continued, so none of its asks is repeated. A sampler that *raises* in the child is a
+bug, not an accident: :class:`~search.sampling.asker.AskFailed`, and the campaign stops.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.asker import AskFailed, AskTimes
 
-__all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable"]
+__all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable", "SamplerDied"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,10 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 class NotPortable(RuntimeError):
     """The sampler cannot move to a child process (it does not pickle, or this process may not have children)."""
+
+
+class SamplerDied(AskFailed):
+    """The sampler's child process exited unexpectedly; a new one (or a thread) can take over."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +261,7 @@ class ProcessAsker(Generic[T]):
         self._owed = 0
         self._wake_at = 1
         self._error: str | None = None
+        self._died = False  # the child exited unexpectedly (not a sampler error)
         self._state: bytes | None = None
         self._state_asked = 0
         self._state_got = 0
@@ -310,9 +321,21 @@ class ProcessAsker(Generic[T]):
         with self._cond:
             return len(self._ready) + self._owed
 
+    @property
+    def pid(self) -> int | None:
+        """The child process's id."""
+        return self._process.pid
+
     def take(self) -> T | None:
-        """A trial from the child's parameters, or None if none has arrived; raises AskFailed if it failed."""
+        """A trial from the child's parameters, or None if none has arrived.
+
+        Raises :class:`SamplerDied` if the child exited (what it had sent and not handed
+        out is dropped: it exists in its replica only), :class:`AskFailed` if its sampler raised.
+        """
         with self._cond:
+            if self._died:
+                self._ready.clear()
+                raise SamplerDied(self._error or "the sampler process exited unexpectedly")
             if self._error is not None:
                 raise AskFailed(f"the sampler process failed:\n{self._error}")
             if not self._ready:
@@ -375,6 +398,7 @@ class ProcessAsker(Generic[T]):
                 with self._cond:
                     if not self._closing and self._error is None:
                         self._error = f"the sampler process exited unexpectedly (exit code {self._process.exitcode})"
+                        self._died = True
                     self._owed = 0
                     self._cond.notify_all()
                 self._wake()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import collections
+import logging
 import multiprocessing
+import os
 import pickle
+import signal
 import time
 import tomllib
 from pathlib import Path
@@ -20,7 +24,7 @@ from search.sampling.asker import AskFailed
 from search.campaign import Campaign
 from search.store.folder import CampaignFolder
 from search.runner import load_study
-from search.sampling.process import NotPortable, ProcessAsker, ReplaySampler
+from search.sampling.process import NotPortable, ProcessAsker, ReplaySampler, SamplerDied
 from search.sampling.samplers import make_sampler
 from search.spec.campaign_spec import REPLICA_SAFE, SpecError, parse_spec
 from spaces.params import parse_space
@@ -187,7 +191,7 @@ def test_a_child_that_dies_fails_take_instead_of_waiting_forever() -> None:
     try:
         asker._process.kill()  # noqa: SLF001 - e.g. the OOM killer
         asker.want(2)
-        with pytest.raises(AskFailed, match="exited unexpectedly"):
+        with pytest.raises(SamplerDied, match="exited unexpectedly"):  # an AskFailed the supply recovers from
             _take(asker, timeout=30.0)
     finally:
         asker.close(timeout=5.0)
@@ -346,3 +350,38 @@ def test_a_resumed_campaign_seeds_the_child_with_the_trials_already_finished(tmp
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 10
     assert min(t.user_attrs["sampler_saw"] for t in trials[4:]) >= 4  # the child knew the first four
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_sampler_child_killed_mid_campaign_is_replaced_then_a_thread_takes_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec, text = _spec(n_trials=16)
+    text = text.replace("epochs = 1", "epochs = 2\noptions = { sleep = 0.1 }")
+    spec = parse_spec(tomllib.loads(text), "proc.toml", text)
+    folder = CampaignFolder(tmp_path / "proc")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    killed: list[int] = []
+
+    def kill_the_child(snapshot: Any) -> None:  # on the loop's thread, once per iteration
+        pid = getattr(campaign.supply._asker, "pid", None)  # noqa: SLF001
+        if pid is not None and pid not in killed and snapshot.complete >= 3 * (len(killed) + 1):
+            os.kill(pid, signal.SIGKILL)  # what the OOM killer does
+            killed.append(pid)
+
+    caplog.set_level(logging.WARNING, logger="search")
+    with open_cluster(ClusterOptions(n_workers=2)) as client:
+        campaign = Campaign(spec, folder, study, DaskExecutor(client, "test-proc-kill"), on_progress=kill_the_child)
+        assert campaign.supply.sampling == "process"
+        campaign.run()
+    assert len(killed) == 3  # two new children, then the thread
+    assert campaign.supply.sampling == "thread"
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 16
+    repeated = [p for p, n in collections.Counter(t.params["quality"] for t in trials).items() if n > 1]
+    assert repeated == []
+    assert caplog.text.count("exited unexpectedly (exit code -9); starting a new one") == 2
+    assert "sampling on a thread from now on" in caplog.text
+    assert multiprocessing.active_children() == []

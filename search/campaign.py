@@ -106,7 +106,6 @@ class Campaign:
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
                 self.dispatch.enforce_time_limits(campaign_over=not self._time_left())
-                self.supply.save_sampler()
                 self._on_progress(self.snapshot())
         except BaseException:
             self.supply.close()
@@ -117,7 +116,6 @@ class Campaign:
             self.supply.release_unstarted()
         finally:
             self._flush()
-            self.supply.save_sampler(force=True)
             self.executor.close()
         self._on_progress(self.snapshot())
 

@@ -27,8 +27,6 @@ sampler moves to a thread.
 from __future__ import annotations
 
 import logging
-import pickle
-import time
 from collections import deque
 from collections.abc import Callable
 
@@ -48,16 +46,15 @@ from search.scaling.sweep import scaling_sampler
 from search.seeds import component_seed, trial_seed
 from search.sampling.samplers import REPLICA_SAFE, make_sampler, sampling_problem
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
-from search.store.folder import CampaignFolder, write_atomic_bytes
+from search.store.folder import CampaignFolder
 from search.trials import Prepared
 
 __all__ = [
-    "TrialSupply", "sampling_mode", "sampler_seed", "campaign_sampler", "SAMPLER_SAVE_INTERVAL", "MAX_CHILD_RESTARTS",
+    "TrialSupply", "sampling_mode", "sampler_seed", "campaign_sampler", "MAX_CHILD_RESTARTS",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
-SAMPLER_SAVE_INTERVAL = 2.0  # seconds between sampler pickles
 MAX_CHILD_RESTARTS = 2  # sampler child processes started again after one died; then a thread samples
 
 
@@ -115,10 +112,9 @@ class TrialSupply:
         self._sampling_asked = sampling or spec.study.sampling
         ordered = spec.study.deterministic or population is not None or executor.virtual_time
         self.sampling = sampling_mode(self._sampling_asked, spec.study.sampler, ordered)
-        self._asker: Asker[Prepared] = InlineAsker(self._ask_inline, ledger.may_ask, self._pickled_sampler)
+        self._asker: Asker[Prepared] = InlineAsker(self._ask_inline, ledger.may_ask)
         self._resumable: deque[FrozenTrial] = deque()
         self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
-        self._sampler_saved = float("-inf")
         self._restarts = 0  # samplers built by this controller after the first (a dead child replaced)
 
     # --- start and stop -----------------------------------------------------------------------------
@@ -144,8 +140,7 @@ class TrialSupply:
                             f"sampler-{self._spec.study.name}")  # fmt: skip
 
     def _thread_asker(self) -> BackgroundAsker[Prepared]:
-        return BackgroundAsker(self._produce, self._executor.wake, f"sampler-{self._spec.study.name}",
-                               self._pickled_sampler)  # fmt: skip
+        return BackgroundAsker(self._produce, self._executor.wake, f"sampler-{self._spec.study.name}")
 
     def _replace_dead_child(self, died: SamplerDied) -> None:
         """A new sampler child (a fresh sampler, seeded anew), or a thread once it died too often."""
@@ -267,9 +262,10 @@ class TrialSupply:
         return self._asker.background and times.asked > 0 and times.ask_seconds >= SLOW_ASK_SECONDS
 
     def _ask_inline(self) -> Prepared:
+        saw = self._ledger.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
         trial = self._study.ask(fixed_distributions=self._spec.space.distributions())
         self._ledger.asked(trial.number)
-        return self._configure(trial, self._ledger.finished)
+        return self._configure(trial, saw)
 
     def _produce(self, saw: int | None = None) -> Prepared:
         """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
@@ -302,30 +298,3 @@ class TrialSupply:
             options=dict(trainer.options),
         )
         return self._population.first_segment(config) if self._population else config
-
-    # --- the sampler's state, for inspection ----------------------------------------------------------------
-
-    def save_sampler(self, force: bool = False) -> None:
-        """Pickle the sampler (RNG state included) now and then, into ``sampler.pkl``, for inspection.
-
-        ``resume`` does not load it (it would replay asks made since; see the module's
-        docstring). Never while the sampler asks: a busy sampler is saved on a later turn.
-        """
-        now = time.monotonic()
-        if not force and now - self._sampler_saved < SAMPLER_SAVE_INTERVAL:
-            return
-        lock = self._asker.sampler_lock
-        if not lock.acquire(blocking=force, timeout=30.0 if force else -1):
-            return
-        try:
-            self._sampler_saved = now
-            state = self._asker.sampler_state(wait=30.0 if force else 0.0)
-            if state is not None:
-                write_atomic_bytes(self._folder.sampler_state, state)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            log.warning("sampler state not saved (%s); resume will start a fresh sampler", exc)
-        finally:
-            lock.release()
-
-    def _pickled_sampler(self) -> bytes:
-        return pickle.dumps(self._study.sampler)

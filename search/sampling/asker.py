@@ -21,8 +21,6 @@ fast sampler more than the ask itself.
 Thread safety rests on two facts: Optuna's storages lock their own state, and
 every named sampler's ``after_trial`` (called by ``tell`` on the loop's
 thread) reads the storage only; it never touches state that ``ask`` uses.
-Whatever must not overlap an ask (pickling the sampler into ``sampler.pkl``) takes
-:attr:`BackgroundAsker.sampler_lock`.
 """
 
 from __future__ import annotations
@@ -69,15 +67,13 @@ class Asker(Protocol[T]):
     - ``want(n, wake_at)``: keep ``n`` trials in hand; wake the loop once ``wake_at`` are ready.
     - ``take()``: a trial asked ahead, or None; ``ask_here()``: ask now, on the caller's thread,
       or None (busy, or never); ``in_hand()``: asked or being asked, not taken.
-    - ``times``: how long its asks take; ``sampler_lock``: held while the sampler asks
-      (pickling it must not overlap); ``sampler_state(wait)``: the sampler pickled, or None.
+    - ``times``: how long its asks take.
     - ``close()``: stop; returns what was asked and not taken.
     """
 
     background: bool
     asks_here: bool
     times: AskTimes
-    sampler_lock: threading.Lock
 
     def want(self, n: int, wake_at: int = 1) -> None: ...
 
@@ -86,8 +82,6 @@ class Asker(Protocol[T]):
     def ask_here(self) -> T | None: ...
 
     def in_hand(self) -> int: ...
-
-    def sampler_state(self, wait: float = 0.0) -> bytes | None: ...
 
     def close(self, timeout: float = 30.0) -> list[T]: ...
 
@@ -99,13 +93,10 @@ class InlineAsker(Generic[T]):
     asks_here = True
 
     def __init__(
-        self, produce: Callable[[], T], may_ask: Callable[[], bool], state: Callable[[], bytes] | None = None
-    ) -> None:
+        self, produce: Callable[[], T], may_ask: Callable[[], bool]) -> None:
         self._produce = produce
         self._may_ask = may_ask
-        self._state = state
         self.times = AskTimes()
-        self.sampler_lock = threading.Lock()
 
     def want(self, n: int, wake_at: int = 1) -> None:
         """Nothing is asked ahead."""
@@ -124,9 +115,6 @@ class InlineAsker(Generic[T]):
     def in_hand(self) -> int:
         return 0
 
-    def sampler_state(self, wait: float = 0.0) -> bytes | None:
-        return self._state() if self._state is not None else None
-
     def close(self, timeout: float = 30.0) -> list[T]:
         return []
 
@@ -142,10 +130,8 @@ class BackgroundAsker(Generic[T]):
         produce: Callable[[], T],
         wake: Callable[[], None],
         name: str = "hypersweep-asker",
-        state: Callable[[], bytes] | None = None,
     ) -> None:
         self._produce = produce
-        self._state = state
         self._wake = wake
         self._cond = threading.Condition()
         self._ready: deque[T] = deque()
@@ -154,7 +140,6 @@ class BackgroundAsker(Generic[T]):
         self._asking = False
         self._closed = False
         self._error: BaseException | None = None
-        self.sampler_lock = threading.Lock()
         self.times = AskTimes()  # of produce(), on either thread
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -203,17 +188,12 @@ class BackgroundAsker(Generic[T]):
             self._asking = True
         try:
             started = time.perf_counter()
-            with self.sampler_lock:
-                item = self._produce()
+            item = self._produce()
             self.times.record(time.perf_counter() - started)
             return item
         finally:
             with self._cond:
                 self._asking = False
-
-    def sampler_state(self, wait: float = 0.0) -> bytes | None:
-        """The sampler pickled (the caller holds ``sampler_lock``, so no ask is in progress)."""
-        return self._state() if self._state is not None else None
 
     def close(self, timeout: float = 30.0) -> list[T]:
         """Stop asking; wait up to ``timeout`` s for an ask in progress; return what was not taken."""
@@ -233,8 +213,7 @@ class BackgroundAsker(Generic[T]):
         while self._next_turn():
             started = time.perf_counter()
             try:
-                with self.sampler_lock:
-                    item = self._produce()
+                item = self._produce()
             except BaseException as exc:  # noqa: BLE001 - handed to the loop's thread, raised there
                 with self._cond:
                     self._error, self._asking = exc, False

@@ -17,9 +17,9 @@ study:
 
 Only samplers whose state lives in their object and in the trials' values and
 parameters can run this way: they must not write attributes the campaign's
-study needs (``search.spec.campaign_spec.REPLICA_SAFE``). The child's sampler is the campaign's own,
-pickled with its RNG; its state can be fetched back (:meth:`ProcessAsker.sampler_state`;
-``sampler.pkl``, which ``resume`` does not load).
+study needs (``search.sampling.samplers.REPLICA_SAFE``). The child's sampler is the campaign's own,
+pickled with its RNG; when the campaign ends its state comes back (:meth:`ProcessAsker.sampler_state`)
+and the study gets it as its sampler again.
 
 A child that exits unexpectedly (killed, out of memory) makes :meth:`ProcessAsker.take`
 raise :class:`SamplerDied`, which the trial supply answers with a new child and a fresh,
@@ -267,7 +267,6 @@ class ProcessAsker(Generic[T]):
         self._state_got = 0
         self._closing = False
         self.times = AskTimes()  # of the child's asks
-        self.sampler_lock = threading.Lock()  # nothing here needs it; kept for the asker protocol
         self._original = study.sampler
         sampler_bytes = _portable(self._original)
         finished = [_bare(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]

@@ -50,10 +50,6 @@ class CampaignFolder:
         return self.root / Files.JOURNAL
 
     @property
-    def sampler_state(self) -> Path:
-        return self.root / Files.SAMPLER_STATE
-
-    @property
     def scaling(self) -> Path:
         return self.root / Files.SCALING
 

@@ -91,7 +91,6 @@ class Files:
     SPEC: Final = "spec.toml"
     SQLITE: Final = "study.db"
     JOURNAL: Final = "study.journal"
-    SAMPLER_STATE: Final = "sampler.pkl"
     LOCK: Final = "controller.lock"
     LOG: Final = "campaign.log"
     SUMMARY: Final = "summary.csv"

@@ -146,8 +146,6 @@ def test_trial_k_is_sampled_from_exactly_trials_0_to_k_minus_p_minus_1(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason="search/supply.py _ask_inline reads ledger.finished after ledger.asked() has "
-                   "flushed trial k-P, so sampler_saw is k-P+1 for some trials while the sampler saw k-P")  # fmt: skip
 def test_sampler_saw_records_what_the_sampler_saw(tmp_path: Path) -> None:
     study, saw = lag_campaign(tmp_path, parallelism=2, workers=2)
     assert {t.number: t.user_attrs["sampler_saw"] for t in study.get_trials()} == {k: len(v) for k, v in saw.items()}

@@ -454,8 +454,7 @@ def test_the_folder_paths_use_the_record_file_names(tmp_path: Path) -> None:
     folder = CampaignFolder(tmp_path)
     assert folder.trial_metrics(3) == tmp_path / Files.TRIALS / "3" / Files.TRIAL_METRICS
     assert folder.trial_error_log(3).name == Files.TRIAL_ERROR_LOG == "error.log"
-    assert (folder.spec.name, folder.environment.name, folder.sampler_state.name) == (
-        "spec.toml", "environment.json", "sampler.pkl")  # fmt: skip
+    assert (folder.spec.name, folder.environment.name) == ("spec.toml", "environment.json")
     assert folder.scaling_table == tmp_path / "scaling" / "scaling.csv"
     assert CONTROLLER_FILES == {"metrics.jsonl", "error.log"}
     folder.trial(3).mkdir(parents=True)

@@ -74,7 +74,13 @@ class Policy(Protocol):
 
 
 class RetryLostTrials:
-    """A trial whose worker died runs again elsewhere (from its last checkpoint), up to ``max_retries`` times."""
+    """A trial whose worker died runs again elsewhere (from its last checkpoint), up to ``max_retries`` times.
+
+    Only a trial that had started is charged a retry: one that was only queued on the lost worker
+    (or waiting behind another trial of its batch) is sent again for free, at most ``MAX_REQUEUES`` times.
+    """
+
+    MAX_REQUEUES = 10
 
     def __init__(self, max_retries: int) -> None:
         self.max_retries = max_retries
@@ -83,7 +89,13 @@ class RetryLostTrials:
         return None
 
     def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
-        if outcome.status != LOST or running.attempts >= self.max_retries or running.stop_reason:
+        if outcome.status != LOST or running.stop_reason:
+            return None
+        if running.started_at is None and running.requeues < self.MAX_REQUEUES:
+            running.requeues += 1
+            log.info("trial %d had not started on its lost worker; sent again (not a retry)", running.number)
+            return Resubmit(running.config)
+        if running.attempts >= self.max_retries:
             return None
         running.attempts += 1
         write_attrs(running.trial, retries=running.attempts)

@@ -40,7 +40,8 @@ class RunningTrial:
     stop_reason: str = ""
     stop_trigger_time: float = 0.0  # when the report that led to the stop was sent (worker clock)
     stop_requested_at: float = 0.0
-    attempts: int = 0  # re-runs after its worker was lost
+    attempts: int = 0  # re-runs after its worker was lost while it ran
+    requeues: int = 0  # re-sends after its worker was lost before it started (not charged)
     started_at: float | None = None  # when a worker began it (it may wait queued before)
     task: int = 0  # the executor task it runs in (a batch holds several trials)
     worker: str = ""  # where it started

@@ -22,10 +22,10 @@ from trainers.api import TrialConfig
 pytestmark = pytest.mark.timeout(120)  # a hang guard; these run in about a second
 
 
-def running_trial(study: optuna.Study) -> RunningTrial:
+def running_trial(study: optuna.Study, started: bool = True) -> RunningTrial:
     trial = study.ask()
     config = TrialConfig("retry", trial.number, {"x": 0.5}, seed=1, epochs=1, device="cpu")
-    return RunningTrial(trial, config, width=1, submitted=0.0)
+    return RunningTrial(trial, config, width=1, submitted=0.0, started_at=1.0 if started else None)
 
 
 def lost() -> Outcome:
@@ -37,7 +37,10 @@ def test_a_lost_trial_is_retried_exactly_max_retries_times(max_retries: int) -> 
     study = optuna.create_study()  # in memory
     running = running_trial(study)
     policy = RetryLostTrials(max_retries)
-    decisions = [policy.on_finished(running, lost()) for _ in range(max_retries + 3)]
+    decisions = []
+    for _ in range(max_retries + 3):
+        running.started_at = 1.0  # each run started before its worker died
+        decisions.append(policy.on_finished(running, lost()))
     resubmits = [d for d in decisions if isinstance(d, Resubmit)]
     assert len(resubmits) == max_retries
     assert decisions[:max_retries] == resubmits  # the retries come first, then the cap holds for good
@@ -110,3 +113,16 @@ def test_a_campaign_runs_a_trial_whose_worker_always_dies_max_retries_plus_one_t
         assert t.state == TrialState.FAIL
         assert t.user_attrs.get("retries", 0) == max_retries
         assert t.user_attrs["fail_reason"].startswith("worker lost") and "retries spent" in t.user_attrs["fail_reason"]
+
+
+def test_a_trial_lost_before_it_started_is_sent_again_without_being_charged_a_retry() -> None:
+    """Queued on a worker that died (or behind another trial of its batch): not its fault, not a retry."""
+    study = optuna.create_study()
+    policy = RetryLostTrials(max_retries=0)
+    queued = running_trial(study, started=False)
+    decisions = [policy.on_finished(queued, lost()) for _ in range(RetryLostTrials.MAX_REQUEUES)]
+    assert all(isinstance(d, Resubmit) for d in decisions) and queued.attempts == 0
+    assert "retries" not in study.trials[0].user_attrs
+    assert policy.on_finished(queued, lost()) is None  # a bound: a trial no worker can keep alive ends
+    started = running_trial(study)
+    assert policy.on_finished(started, lost()) is None  # max_retries=0: a started trial is charged

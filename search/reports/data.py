@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import tomllib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,7 +36,15 @@ __all__ = [
     "epochs_spent",
     "history_of",
     "lr_schedule_points",
+    "lr_curve",
+    "BUILTIN_TRAINER",
+    "is_builtin_trainer",
+    "dataset_of",
+    "MIN_IMPORTANCE_TRIALS",
     "importances",
+    "HistoryPoints",
+    "history_points",
+    "worker_labels",
     "genome_of",
     "report_frame",
 ]
@@ -91,6 +100,14 @@ class CampaignData:
     @functools.cached_property
     def _by_number(self) -> dict[int, TrialRecord]:
         return {r.number: r for r in self._records}
+
+    def asked_times(self) -> dict[int, float]:
+        """When the controller asked each trial (Optuna's ``datetime_start``), in epoch seconds."""
+        return {t.number: t.datetime_start.timestamp() for t in self.trials if t.datetime_start is not None}
+
+    @property
+    def builtin_trainer(self) -> bool:
+        return is_builtin_trainer(self.spec.trainer.entry)
 
 
 def load_campaign(path: str | Path) -> CampaignData:
@@ -162,6 +179,24 @@ def lr_schedule_points(trial: Trial) -> tuple[list[tuple[int, float]], list[tupl
     return _rebuild_schedule(params, history, int(config.get("epochs") or len(history))), reported
 
 
+def lr_curve(trial: Trial, builtin: bool) -> tuple[list[tuple[int, float]], str]:
+    """The LR to plot for one trial, and where it comes from.
+
+    ``"reported"``: the ``lr`` metric the trainer reported, per report step (whatever
+    the trainer). ``"rebuilt"``: only for the built-in trainer that reported no ``lr``,
+    its schedule rebuilt from its rules (per optimizer step). ``([], "")``: neither.
+    """
+    record = TrialRecord.of(trial)
+    reported = [(step, m["lr"]) for step, m in history_of(record) if "lr" in m and math.isfinite(m["lr"])]
+    if reported:
+        return reported, "reported"
+    if builtin:
+        rebuilt, _ = lr_schedule_points(record)
+        if rebuilt:
+            return rebuilt, "rebuilt"
+    return [], ""
+
+
 def _rebuild_schedule(
     params: Mapping[str, Any], history: list[tuple[int, dict[str, float]]], epochs: int
 ) -> list[tuple[int, float]]:
@@ -191,6 +226,75 @@ def _rebuild_schedule(
 
 # --- campaign-wide facts -----------------------------------------------------------------------
 
+BUILTIN_TRAINER = "trainers.classifier"  # the module of the built-in trainer: its rules and config are known
+MIN_IMPORTANCE_TRIALS = 10  # fewer complete trials than this: importances are noise, the report skips them
+
+
+def is_builtin_trainer(entry: str) -> bool:
+    """Whether ``entry`` (``module:function``) is the built-in classifier trainer."""
+    return entry.split(":", 1)[0].strip() == BUILTIN_TRAINER
+
+
+def dataset_of(spec: CampaignSpec) -> str | None:
+    """The dataset the trials trained on, where known: the built-in trainer's, or one the spec sets itself.
+
+    A custom trainer gets the spec's default ``dataset`` too, but nothing says it reads it:
+    the report names no dataset for it unless ``[trainer] dataset`` is written in the spec.
+    """
+    if is_builtin_trainer(spec.trainer.entry):
+        return spec.trainer.dataset
+    try:
+        written = (tomllib.loads(spec.text).get("trainer") or {}).get("dataset")
+    except tomllib.TOMLDecodeError:
+        return None
+    return str(written) if written is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryPoints:
+    """One objective's optimization history, every trial that ended placed on it."""
+
+    complete: list[tuple[int, float, float]]  # (number, value, seconds from the first start to its end)
+    pruned: list[tuple[int, float | None]]  # (number, its last reported value of the metric, if any)
+    failed: list[int]  # numbers
+
+
+def history_points(data: CampaignData, i: int) -> HistoryPoints:
+    """The ``i``-th objective's history: complete trials with their values, pruned and failed ones marked."""
+    metric = data.metrics[i]
+    records = data.records()
+    origin = min((r.started for r in records if r.started is not None), default=0.0)
+    complete, pruned, failed = [], [], []
+    for r in records:
+        if r.state == TrialState.COMPLETE and r.values is not None and len(r.values) > i:
+            end = r.finished if r.finished is not None else origin
+            complete.append((r.number, float(r.values[i]), end - origin))
+        elif r.state == TrialState.PRUNED:
+            last = [m[metric] for _s, m in r.history if metric in m and math.isfinite(m[metric])]
+            pruned.append((r.number, last[-1] if last else None))
+        elif r.state == TrialState.FAIL:
+            failed.append(r.number)
+    return HistoryPoints(complete, pruned, failed)
+
+
+def worker_labels(workers: Sequence[str]) -> dict[str, str]:
+    """Short, readable names for worker addresses: ``w1 :port`` on one host, ``w1 host:port`` across hosts."""
+    ordered = sorted(set(workers))
+    parts = {}
+    for w in ordered:
+        bare = w.split("://", 1)[-1]
+        host, _, port = bare.rpartition(":")
+        parts[w] = (host, port) if host and port.isdigit() else (bare, "")
+    one_host = len({h for h, _p in parts.values()}) == 1
+    labels = {}
+    for i, w in enumerate(ordered, 1):
+        host, port = parts[w]
+        if not host.replace(".", "").isdigit() and "." in host:
+            host = host.split(".", 1)[0]  # a DNS name: its first label
+        where = (f":{port}" if port else host) if one_host else (f"{host[:18]}:{port}" if port else host[:24])
+        labels[w] = f"w{i} {where}"
+    return labels
+
 
 @dataclasses.dataclass(frozen=True)
 class Span:
@@ -202,13 +306,27 @@ class Span:
     start: float
     end: float
     state: str
+    asked: float | None = None  # when the controller asked it (same origin): asked -> start is waiting, not training
+
+    @property
+    def waited(self) -> float:
+        """Seconds from being asked to starting on the worker (queue, dispatch, worker start-up); 0 if unknown."""
+        return max(0.0, self.start - self.asked) if self.asked is not None else 0.0
 
 
-def timeline(trials: Sequence[Trial]) -> list[Span]:
+def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) -> list[Span]:
+    """Each timed trial's run on its worker; ``asked``: epoch seconds each trial was asked, where known.
+
+    Times are seconds since the earliest of those starts and asks. An ask recorded after
+    the start (clocks of different hosts) is dropped rather than drawn backwards.
+    """
+    asked = asked or {}
     timed = [r for r in map(TrialRecord.of, trials) if r.timed]
     if not timed:
         return []
-    origin = min(r.started for r in timed)  # type: ignore[type-var] - timed: both are set
+    ask = {r.number: asked[r.number] for r in timed
+           if r.number in asked and asked[r.number] <= r.started}  # type: ignore[operator]
+    origin = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var] - timed: both are set
     spans = []
     for r in timed:
         spans.append(Span(
@@ -218,6 +336,7 @@ def timeline(trials: Sequence[Trial]) -> list[Span]:
             start=r.started - origin,  # type: ignore[operator]
             end=r.finished - origin,  # type: ignore[operator]
             state=r.state.name,
+            asked=ask[r.number] - origin if r.number in ask else None,
         ))  # fmt: skip
     return sorted(spans, key=lambda s: (s.worker, s.start))
 
@@ -251,10 +370,13 @@ def utilization(spans: list[Span], slots: int) -> dict[str, Any]:
 
 
 def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:
-    """Optuna's parameter importances per objective, and a note when they cannot be computed."""
+    """Optuna's parameter importances per objective, and a note when they cannot be computed.
+
+    Under :data:`MIN_IMPORTANCE_TRIALS` complete trials nothing is computed (the note says so).
+    """
     complete = data.complete()
-    if len(complete) < 2:
-        return {}, f"needs at least 2 complete trials, the study has {len(complete)}"
+    if len(complete) < MIN_IMPORTANCE_TRIALS:
+        return {}, f"{len(complete)} complete trial(s), fewer than the {MIN_IMPORTANCE_TRIALS} importances need"
     result: dict[str, dict[str, float]] = {}
     notes = []
     for i, metric in enumerate(data.metrics):

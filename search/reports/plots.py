@@ -7,6 +7,7 @@ HTML report embeds every figure and needs no network and no other file.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -14,12 +15,15 @@ from collections.abc import Mapping, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
 
 from search.reports.data import Span
 
 __all__ = [
     "STATE_COLORS",
-    "lr_schedules",
+    "Drawn",
+    "lr_curves",
     "optimization_history",
     "learning_curves",
     "importance_bars",
@@ -36,7 +40,18 @@ STATE_COLORS = {
     "INTERRUPTED": "#7f7f7f",
     "WAITING": "#bcbd22",
 }
+WAIT_COLOR = "#e6e6e6"
+HIGHLIGHT_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#000000", "#393b79")  # no state's
+FEW_CURVES = 10  # up to this many trials, the learning curves name every trial
 _DPI = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Drawn:
+    """A figure as a PNG data URI, and the legend entries it shows (the page repeats them as text)."""
+
+    uri: str
+    legend: tuple[str, ...] = ()
 
 
 def _figure(width: float = 7.5, height: float = 3.6, left: float = 0.75, bottom: float = 0.55) -> Figure:
@@ -54,53 +69,80 @@ def _png(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def lr_schedules(curves: Mapping[int, tuple[list[tuple[int, float]], list[tuple[int, float]]]]) -> str:
-    """Per trial: the rebuilt schedule as a line, the reported per-epoch LR as dots."""
-    fig = _figure()
+def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]]) -> Drawn:
+    """Per trial: the learning rate it followed, by source (``reported`` by the trainer or ``rebuilt``)."""
+    fig = _figure(9.0, 4.0)
     ax = fig.add_subplot()
-    for i, (number, (rebuilt, reported)) in enumerate(curves.items()):
-        color = f"C{i % 10}"
-        if rebuilt:
-            ax.plot([s for s, _ in rebuilt], [lr for _, lr in rebuilt], color=color, label=f"trial {number}")
-        if reported:
-            ax.plot([s for s, _ in reported], [lr for _, lr in reported], "o", color=color, ms=4,
-                    label=None if rebuilt else f"trial {number} (reported)")
-    ax.set_xlabel("optimizer step")
+    legend = []
+    for i, (number, (points, source)) in enumerate(curves.items()):
+        if not points:
+            continue
+        label = f"trial {number} ({'reported by the trainer' if source == 'reported' else 'rebuilt from the rules'})"
+        ax.plot([s for s, _ in points], [lr for _, lr in points], "-" if source == "rebuilt" else "o-",
+                color=f"C{i % 10}", ms=4, lw=1.5, label=label)
+        legend.append(label)
+    sources = {source for points, source in curves.values() if points}
+    ax.set_xlabel({"reported": "step (as the trainer reported it)", "rebuilt": "optimizer step"}.get(
+        next(iter(sources)) if len(sources) == 1 else "", "step (reported: report step; rebuilt: optimizer step)"))
     ax.set_ylabel("learning rate")
-    ax.set_title("learning-rate schedule of the best trials (line: rebuilt, dots: reported per epoch)", fontsize=9)
-    if any(lr > 0 for c in curves.values() for pts in c for _, lr in pts):
+    if all(lr > 0 for points, _s in curves.values() for _, lr in points):
         ax.set_yscale("log")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return Drawn(_png(fig), tuple(legend))
 
 
 def optimization_history(
-    numbers: Sequence[int],
-    values: Sequence[float],
-    finished: Sequence[float],
+    complete: Sequence[tuple[int, float, float]],
+    pruned: Sequence[tuple[int, float | None]],
+    failed: Sequence[int],
     maximize: bool,
     metric: str,
-) -> str:
-    """Objective per trial number with the best so far, and best so far against wall time."""
-    fig = _figure(9.0, 3.6)
-    fig.subplots_adjust(wspace=0.35)
+) -> Drawn:
+    """Objective per trial number with the best so far, pruned and failed trials marked; best against wall time.
+
+    ``complete``: (number, value, seconds to its end); ``pruned``: (number, last reported
+    value or None); ``failed``: numbers. A trial with no value sits on the bottom edge.
+    """
+    fig = _figure(10.0, 4.2)
+    fig.subplots_adjust(wspace=0.3)
     left, right = fig.subplots(1, 2)
-    order = sorted(range(len(numbers)), key=lambda i: numbers[i])
-    xs = [numbers[i] for i in order]
-    ys = [values[i] for i in order]
-    left.plot(xs, ys, "o", color="#1f77b4", ms=4, label="trial")
-    left.step(xs, _best_so_far(ys, maximize), where="post", color="#d62728", label="best so far")
+    ordered = sorted(complete)
+    xs = [n for n, _v, _t in ordered]
+    ys = [v for _n, v, _t in ordered]
+    legend = []
+    edge = blended_transform_factory(left.transData, left.transAxes)  # x: trial number, y: bottom edge
+    label = f"complete ({len(ordered)})"
+    left.plot(xs, ys, "o", color=STATE_COLORS["COMPLETE"], ms=5, label=label)
+    legend.append(label)
+    valued = [(n, v) for n, v in pruned if v is not None and math.isfinite(v)]
+    bare = [n for n, v in pruned if v is None or not math.isfinite(v)]
+    if pruned:
+        label = f"pruned ({len(pruned)}): last reported value" + (", none: bottom edge" if bare else "")
+        left.plot([n for n, _ in valued], [v for _, v in valued], "v", color=STATE_COLORS["PRUNED"], ms=6, label=label)
+        left.plot(bare, [0.03] * len(bare), "v", color=STATE_COLORS["PRUNED"], ms=6, transform=edge, clip_on=False)
+        legend.append(label)
+    if failed:
+        label = f"failed ({len(failed)}): no value, bottom edge"
+        left.plot(sorted(failed), [0.03] * len(failed), "x", color=STATE_COLORS["FAIL"], ms=7, mew=2,
+                  transform=edge, clip_on=False, label=label)
+        legend.append(label)
+    if xs:
+        last = max([*xs, *(n for n, _ in pruned), *failed])
+        best = _best_so_far(ys, maximize)
+        left.step([*xs, last], [*best, best[-1]], where="post", color="#2ca02c", lw=2, label="best so far")
+        legend.append("best so far")
     left.set_xlabel("trial number")
     left.set_ylabel(metric)
-    left.legend(fontsize=8)
-    by_time = sorted(range(len(values)), key=lambda i: finished[i])
-    ts = [finished[i] for i in by_time]
-    best = _best_so_far([values[i] for i in by_time], maximize)
-    right.plot(ts, [values[i] for i in by_time], "o", color="#1f77b4", ms=4, alpha=0.5)
-    right.step(ts, best, where="post", color="#d62728")
+    left.set_title(f"{metric} per trial ({'higher' if maximize else 'lower'} is better)", fontsize=9)
+    left.legend(fontsize=8, loc="best")  # where it hides the fewest points
+    by_time = sorted(ordered, key=lambda c: c[2])
+    ts = [t for _n, _v, t in by_time]
+    right.plot(ts, [v for _n, v, _t in by_time], "o", color=STATE_COLORS["COMPLETE"], ms=4, alpha=0.5)
+    right.step(ts, _best_so_far([v for _n, v, _t in by_time], maximize), where="post", color="#2ca02c", lw=2)
     right.set_xlabel("wall time since the first trial started (s)")
     right.set_ylabel(f"best {metric}")
-    return _png(fig)
+    right.set_title("best so far against wall time (complete trials)", fontsize=9)
+    return Drawn(_png(fig), tuple(legend))
 
 
 def _best_so_far(values: Sequence[float], maximize: bool) -> list[float]:
@@ -114,23 +156,56 @@ def _best_so_far(values: Sequence[float], maximize: bool) -> list[float]:
 
 
 def learning_curves(
-    curves: Mapping[int, tuple[str, list[tuple[int, dict[str, float]]]]], metrics: Sequence[str]
-) -> str:
-    """One panel per metric: every trial's reports against the step, coloured by its state."""
-    fig = _figure(min(11.0, 3.6 * len(metrics)), 3.2, left=0.6)
-    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    for ax, metric in zip(axes, metrics, strict=True):
-        for _number, (state, history) in sorted(curves.items()):
+    curves: Mapping[int, tuple[str, list[tuple[int, dict[str, float]]]]],
+    metrics: Sequence[str],
+    highlight: Sequence[int] = (),
+) -> Drawn:
+    """One panel per metric (two per row): every trial's reports against the step.
+
+    Trials in ``highlight`` (the best, in order) are drawn thick, in colours no state
+    uses, and named in the legend; the others are thin and coloured by state. With
+    few trials every trial is named.
+    """
+    cols = 1 if len(metrics) == 1 else 2
+    rows = math.ceil(len(metrics) / cols)
+    fig = _figure(11.0, 4.6 * rows, left=0.8)
+    fig.subplots_adjust(hspace=0.35, wspace=0.22)
+    axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    named = list(highlight) if len(curves) > FEW_CURVES else sorted(curves)
+    palette = HIGHLIGHT_COLORS if len(named) < len(curves) else [f"C{i}" for i in range(10)]  # others: state colours
+    colors = {n: palette[i % len(palette)] for i, n in enumerate(named)}
+    rank = {n: i for i, n in enumerate(highlight, 1)}
+    legend: list[str] = []
+    order: dict[str, tuple[int, int]] = {}  # the best first, by rank; then by trial number
+    for ax, metric in zip(axes, metrics, strict=False):
+        for number, (state, history) in sorted(curves.items(), key=lambda c: c[0] in rank):
             points = [(s, m[metric]) for s, m in history if metric in m and math.isfinite(m[metric])]
-            if points:
-                ax.plot([s for s, _ in points], [v for _, v in points], "-", marker=".",
-                        color=STATE_COLORS.get(state, "#7f7f7f"), alpha=0.7, lw=1)
-        ax.set_xlabel("step (report)")
-        ax.set_title(metric, fontsize=9)
-    seen = sorted({state for state, _h in curves.values()})
-    axes[0].legend(handles=[Line2D([], [], color=STATE_COLORS.get(s, "#7f7f7f"), label=s.lower()) for s in seen],
-                   fontsize=8)
-    return _png(fig)
+            if not points:
+                continue
+            xs, ys = [s for s, _ in points], [v for _, v in points]
+            if number in colors:
+                label = f"trial {number}" + (f" (#{rank[number]})" if number in rank else "") + (
+                    f" {state.lower()}" if state != "COMPLETE" else "")
+                ax.plot(xs, ys, "-", marker=".", color=colors[number], lw=2.2 if number in rank else 1.2,
+                        label=label, zorder=3)
+                if label not in legend:
+                    legend.append(label)
+                    order[label] = (0, rank[number]) if number in rank else (1, number)
+            else:
+                ax.plot(xs, ys, "-", color=STATE_COLORS.get(state, "#7f7f7f"), alpha=0.35, lw=0.9)
+        ax.set_xlabel("step (as reported)")
+        ax.set_title(metric, fontsize=10)
+    for ax in axes[len(metrics):]:
+        ax.set_visible(False)
+    pairs = sorted(zip(*axes[0].get_legend_handles_labels(), strict=True), key=lambda hl: order.get(hl[1], (2, 0)))
+    handles = [h for h, _l in pairs]
+    legend = [label for _h, label in pairs]
+    others = sorted({state for n, (state, _h) in curves.items() if n not in colors})
+    handles += [Line2D([], [], color=STATE_COLORS.get(s, "#7f7f7f"), alpha=0.6, label=f"other trials: {s.lower()}")
+                for s in others]
+    legend += [f"other trials: {s.lower()}" for s in others]
+    axes[0].legend(handles=handles, fontsize=8)
+    return Drawn(_png(fig), tuple(legend))
 
 
 def importance_bars(values: Mapping[str, float], metric: str) -> str:
@@ -154,21 +229,47 @@ def epochs_bars(rows: Sequence[tuple[int, float, str]], budget: int) -> str:
     return _png(fig)
 
 
-def gantt(spans: Sequence[Span]) -> str:
-    """Trials per worker over time, coloured by state and labelled with the trial number."""
+def gantt(spans: Sequence[Span], labels: Mapping[str, str]) -> Drawn:
+    """Trials per worker over time: a bar per run coloured by state, labelled with the trial number where it fits.
+
+    A light hatched bar before a run is its wait between being asked and starting on
+    the worker (queue, dispatch, worker start-up); runs are drawn over it.
+    """
     workers = sorted({s.worker for s in spans})
-    fig = _figure(9.0, 0.5 * len(workers) + 1.6, left=1.5)
+    fig = _figure(10.0, 0.55 * len(workers) + 2.2, left=1.3)
+    fig.subplots_adjust(top=1 - 0.75 / (0.55 * len(workers) + 2.2))
     ax = fig.add_subplot()
+    x0 = min((s.asked if s.asked is not None else s.start) for s in spans)
+    x1 = max(s.end for s in spans)
+    ax.set_xlim(x0, x1 + 0.01 * (x1 - x0 or 1.0))
+    px_per_s = (fig.get_figwidth() * fig.subplotpars.right - fig.get_figwidth() * fig.subplotpars.left) * _DPI / (
+        (x1 - x0) or 1.0)
+    waited = False
     for s in spans:
         row = workers.index(s.worker)
-        ax.barh(row, max(s.end - s.start, 1e-3), left=s.start, height=0.6,
-                color=STATE_COLORS.get(s.state, "#7f7f7f"), edgecolor="white")
-        label = f"{s.number}" + (f" [GPU {s.devices}]" if s.devices else "")
-        ax.text(s.start + (s.end - s.start) / 2, row, label, ha="center", va="center", fontsize=7, color="white")
-    ax.set_yticks(range(len(workers)), [w.replace("tcp://", "") for w in workers], fontsize=8)
-    ax.set_xlabel("seconds since the first trial started")
+        if s.waited > 0:
+            waited = True
+            ax.barh(row, s.waited, left=s.asked, height=0.6, color=WAIT_COLOR, hatch="///", edgecolor="#bbbbbb",
+                    lw=0, zorder=1)
+        ax.barh(row, max(s.end - s.start, 3 / px_per_s), left=s.start, height=0.6,  # a 1 ms run stays visible
+                color=STATE_COLORS.get(s.state, "#7f7f7f"), edgecolor="white", zorder=2)
+        width_px = (s.end - s.start) * px_per_s
+        for label in (f"{s.number}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}"):
+            if len(label) * 8 * 0.62 * _DPI / 72 + 4 <= width_px:
+                ax.text(s.start + (s.end - s.start) / 2, row, label, ha="center", va="center", fontsize=8,
+                        color="white", zorder=3)
+                break
+    ax.set_yticks(range(len(workers)), [labels.get(w, w) for w in workers], fontsize=9)
+    ax.set_xlabel("seconds since the first trial was asked")
     ax.invert_yaxis()
-    return _png(fig)
+    states = sorted({s.state for s in spans}, key=lambda st: list(STATE_COLORS).index(st) if st in STATE_COLORS else 99)
+    handles = [Patch(color=STATE_COLORS.get(st, "#7f7f7f"), label=f"running, ended {st.lower()}") for st in states]
+    if waited:
+        handles.append(Patch(facecolor=WAIT_COLOR, hatch="///", edgecolor="#bbbbbb",
+                             label="waiting: asked -> started (queue, worker start-up)"))
+    ax.legend(handles=handles, fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=min(3, len(handles)),
+              frameon=False)
+    return Drawn(_png(fig), tuple(h.get_label() for h in handles))
 
 
 def pareto(

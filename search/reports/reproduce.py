@@ -6,7 +6,11 @@ from scratch and never resumes the campaign's checkpoint. Its final metrics
 and every reported step are compared with the study's record: exactly when the
 config is deterministic on the CPU, else within a relative tolerance. Timing
 metrics (``epoch_seconds``) and metrics the record lacks are shown but not
-compared; a changed trainer source (its sha256 in ``environment.json``) is noted.
+compared; a changed trainer file (the sha256 of each file of the trainer's package,
+in ``environment.json``) is noted. The trainer is found as the campaign found it
+(the folders it recorded, the spec's folder, the current directory), and one that
+went to the workers by value (defined in a script or notebook) runs from the copy
+the campaign kept (``trainer.pkl``).
 """
 
 from __future__ import annotations
@@ -154,16 +158,32 @@ def _spec_notes(spec: CampaignSpec, study: optuna.Study) -> list[str]:
 
 
 def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
-    from search.store.environment import read_environment, trainer_source_sha256
+    """Whether the trainer's files (its whole package, or the modules it imported) are those the campaign ran."""
+    from search.store.environment import changed_trainer_files, read_environment, trainer_source_sha256
+    from trainers.api import registered_trainer
 
-    recorded = ((read_environment(folder.environment) or {}).get("trainer") or {}).get("source_sha256")
+    recorded = (read_environment(folder.environment) or {}).get("trainer") or {}
+    notes = []
+    if recorded.get("pickle") and registered_trainer(spec.trainer.entry) is not None:
+        notes.append(f"the trainer {spec.trainer.entry} runs from the copy the campaign kept "
+                     f"({folder.root / recorded['pickle']}): it was defined in a script or notebook")  # fmt: skip
+    if recorded.get("files"):
+        changed = changed_trainer_files(recorded)
+        if changed:
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            return notes + [f"note: {len(changed)} of the trainer's {len(recorded['files'])} recorded file(s) "
+                            f"changed since the campaign ran: {shown} (under {recorded.get('root')})"]  # fmt: skip
+        return notes + [f"trainer files: sha256 {str(recorded.get('files_sha256'))[:12]}... over "
+                        f"{len(recorded['files'])} file(s) matches the campaign's record"]  # fmt: skip
+    if recorded.get("source_sha256") is None:
+        return notes + [f"the campaign recorded no trainer source hash (no {Files.ENVIRONMENT})"]
+    if recorded.get("shipped") == "by value":
+        return notes
     now = trainer_source_sha256(spec.trainer.entry).get("source_sha256")
-    if recorded is None:
-        return [f"the campaign recorded no trainer source hash (no {Files.ENVIRONMENT})"]
-    if recorded != now:
-        return [f"note: the trainer's source changed since the campaign ran (sha256 {recorded[:12]}... then, "
-                f"{str(now)[:12]}... now)"]
-    return [f"trainer source sha256 {recorded[:12]}... matches the campaign's record"]
+    if recorded["source_sha256"] != now:
+        return notes + [f"note: the trainer's source changed since the campaign ran (sha256 "
+                        f"{recorded['source_sha256'][:12]}... then, {str(now)[:12]}... now)"]  # fmt: skip
+    return notes + [f"trainer source sha256 {recorded['source_sha256'][:12]}... matches the campaign's record"]
 
 
 def _run(

@@ -53,7 +53,7 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*",
+    "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*", "--window-size=1280,900",
 )  # fmt: skip
 
 
@@ -65,6 +65,9 @@ class PageResult:
     images: int
     broken_images: int
     screenshot: Path | None
+    texts: dict[str, str] = dataclasses.field(default_factory=dict)  # section id -> its rendered text (innerText)
+    nav: str = ""  # the table of contents as rendered (with the note on sections left out)
+    figures: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # alt, natural and shown size per image
 
 
 def available() -> bool:
@@ -170,7 +173,12 @@ async def _drive(page_ws: str, url: str, screenshot: Path | None) -> PageResult:
         probe = await s.call("Runtime.evaluate", returnByValue=True, expression=(
             "({ids: Array.from(document.querySelectorAll('section[id]')).map(e => e.id), title: document.title,"
             " images: document.images.length,"
-            " broken: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length})"
+            " broken: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length,"
+            " texts: Object.fromEntries(Array.from(document.querySelectorAll('section[id]'))"
+            "   .map(e => [e.id, e.innerText])),"
+            " nav: (document.querySelector('nav') || {innerText: ''}).innerText,"
+            " figures: Array.from(document.images).map(i => ({alt: i.alt, width: i.naturalWidth,"
+            "   height: i.naturalHeight, shown: i.getBoundingClientRect().width}))})"
         ))  # fmt: skip
         value = probe["result"]["value"]
         shot = None
@@ -182,7 +190,8 @@ async def _drive(page_ws: str, url: str, screenshot: Path | None) -> PageResult:
             screenshot.write_bytes(base64.b64decode(data["data"]))
             shot = screenshot
         await s.call("Runtime.evaluate", expression="0")  # drain events that arrived meanwhile
-        return PageResult(_errors(s.events), value["ids"], value["title"], value["images"], value["broken"], shot)
+        return PageResult(_errors(s.events), value["ids"], value["title"], value["images"], value["broken"], shot,
+                          value["texts"], value["nav"], value["figures"])
     finally:
         ws.close()
 
@@ -236,6 +245,9 @@ n_workers = 2
 """
 
 
+DIGITS_SHOWN = ("spec", "best", "lr", "history", "curves", "pruning", "timeline", "environment", "reproduce")
+
+
 @pytest.fixture(scope="module")
 def digits_report(tmp_path_factory: pytest.TempPathFactory) -> CampaignFolder:
     tmp = tmp_path_factory.mktemp("digits-report")
@@ -262,8 +274,16 @@ def test_campaign_records_its_environment_at_start(digits_report: CampaignFolder
 def test_report_writes_every_file_and_section(digits_report: CampaignFolder) -> None:
     out = digits_report.report
     page = (out / "index.html").read_text()
-    for section in SECTION_IDS:
+    for section in DIGITS_SHOWN:
         assert f'<section id="{section}">' in page
+    for section in set(SECTION_IDS) - set(DIGITS_SHOWN):  # nothing to show: left out, and said why
+        assert f'<section id="{section}">' not in page and f'href="#{section}"' not in page
+    assert "importances skipped: only 3 complete trial(s), fewer than the 10" in page
+    assert "single-objective study has no Pareto front" in page and "no trial failed" in page
+    spec = page.split('<section id="spec">')[1].split("</section>")[0]
+    assert "<td>dataset</td><td>digits</td>" in spec  # the built-in trainer's dataset is known
+    lr = page.split('<section id="lr">')[1].split("</section>")[0]
+    assert "reported by the trainer" in lr and "rebuilt" not in lr  # the built-in trainer reports its lr
     assert load_spec(digits_report.spec).sha256 in page
     assert page.count("data:image/png;base64,") >= 5  # lr schedules, history, curves, importances, epochs, gantt
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", page), "the report must not load anything"
@@ -276,8 +296,8 @@ def test_report_writes_every_file_and_section(digits_report: CampaignFolder) -> 
     parquet = pd.read_parquet(out / "trials.parquet")
     assert list(parquet["number"]) == list(frame["number"])
     md = (out / "report.md").read_text()
-    assert md.count("\n## ") == len(SECTION_IDS)
-    assert "utilization" in page and "importance (val_accuracy)" in page
+    assert md.count("\n## ") == len(DIGITS_SHOWN) and "Left out, nothing to show" in md
+    assert "utilization" in page
 
 
 @pytest.mark.slow
@@ -289,7 +309,7 @@ def test_report_opens_in_headless_chromium_without_console_errors(
     shot = tmp_path / "report.png"
     result = open_page((digits_report.report / "index.html").as_uri(), screenshot=shot)
     assert result.errors == []
-    assert result.section_ids == list(SECTION_IDS)
+    assert result.section_ids == list(DIGITS_SHOWN)
     assert result.title == "hypersweep report: digits-report"
     assert result.images >= 5 and result.broken_images == 0
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
@@ -374,8 +394,10 @@ def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path
     folder = _hand_made_campaign(tmp_path / "runs" / "toy-mo")
     files = write_report(folder.root)
     page = files.index.read_text()
-    for section in SECTION_IDS:
-        assert f'<section id="{section}">' in page
+    for section in SECTION_IDS:  # a trainer with no lr, 5 complete trials: no LR figure, no importances
+        assert (f'<section id="{section}">' in page) == (section not in ("lr", "importance")), section
+    assert "reported no &#x27;lr&#x27; metric" in page and "importances skipped: only 5 complete" in page
+    assert "digits" not in page  # toy_trainers:fit is not the built-in trainer: no dataset to name
     assert HOSTILE not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
     pareto = page.split('<section id="pareto">')[1].split("</section>")[0]

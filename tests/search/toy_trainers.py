@@ -38,3 +38,33 @@ def fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
 
 fit.accepted_params = frozenset({"quality", "tag"})  # type: ignore[attr-defined]
 fit.reported_metrics = frozenset({"score", "epoch", "examples", "steps"})  # type: ignore[attr-defined]
+
+
+def own_lr(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """A user's own trainer for report tests: reports its own ``lr`` (halved every epoch) and an ``error``.
+
+    The trial number decides its fate, so a small campaign has all kinds: trial numbers in
+    ``options.fail`` raise, those in ``options.bad`` report an error ten times the others'
+    (a median pruner stops them), the rest improve with the number. ``lr`` and ``width``
+    barely matter; ``schedule`` is accepted but ignored (this trainer has its own).
+    """
+    number = config.number
+    if number in config.options.get("fail", ()):
+        raise RuntimeError(f"trial {number} fails on purpose")
+    sleep = float(config.options.get("sleep", 0.0))
+    lr = float(config.params["lr"])
+    final = (10.0 if number in config.options.get("bad", ()) else 1.0) / (number + 1) + 0.001 * config.params["width"]
+    metrics: dict[str, float] = {}
+    for epoch in range(1, config.epochs + 1):
+        time.sleep(sleep)
+        error = final * (1.0 + (config.epochs - epoch) / config.epochs)
+        metrics = {"error": error, "lr": lr * 0.5 ** (epoch - 1), "epoch": float(epoch),
+                   "examples": float(50 * epoch), "steps": float(10 * epoch)}
+        reporter.report(epoch, metrics)
+        if reporter.should_stop():
+            break
+    return metrics
+
+
+own_lr.accepted_params = frozenset({"lr", "width", "schedule"})  # type: ignore[attr-defined]
+own_lr.reported_metrics = frozenset({"error", "lr", "epoch", "examples", "steps"})  # type: ignore[attr-defined]

@@ -1,0 +1,144 @@
+"""The report's sections about the run: the worker timeline, scaling results, failures, the environment
+and how to reproduce. Like :mod:`search.reports.sections`, each returns a :class:`Section`, left out
+(with the reason) when it has nothing to show.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from typing import Any
+
+import pandas as pd
+
+from search.reports import plots
+from search.reports.data import CampaignData, slot_count, timeline, utilization, worker_labels
+from search.reports.markup import LeftOut, Section, e, figure, guard, kv, left_out, md_table, note, table
+from search.store.records import Files
+
+__all__ = ["timeline_section", "scaling", "failures", "environment", "reproduce", "MAX_TRACEBACK"]
+
+MAX_TRACEBACK = 4000
+
+
+def timeline_section(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        spans = timeline(data.records(), data.asked_times())
+        if not spans:
+            raise LeftOut("no trial recorded its start and end times")
+        use = utilization(spans, slot_count(data.environment, spans))
+        share = use["utilization"]
+        text = (f"{len(spans)} trials on {len(use['per_worker'])} worker(s), {use['slots']} slot(s); "
+                f"busy {use['busy_s']:.1f} s of {use['slots']} x {use['span_s']:.1f} s: utilization "
+                + (f"{share:.0%}" if share is not None else "n/a"))  # fmt: skip
+        waits = [(s.waited, s.number) for s in spans if s.asked is not None]
+        if waits:
+            longest = max(waits)
+            text += (f"; waiting between being asked and starting on a worker (queue, dispatch, worker start-up), "
+                     f"not counted as busy: {sum(w for w, _n in waits):.1f} s in all, the longest "
+                     f"{longest[0]:.1f} s (trial {longest[1]})")  # fmt: skip
+        labels = worker_labels([s.worker for s in spans])
+        runs: dict[str, list[str]] = {}
+        for s in spans:  # spans come sorted by worker, then start
+            runs.setdefault(s.worker, []).append(str(s.number))
+        rows = [(labels.get(w, w), w, f"{u:.0%}" if u is not None else "n/a", " ".join(runs.get(w, [])))
+                for w, u in use["per_worker"].items()]
+        columns = ("worker", "address", "busy share of the span", "trials, in order")
+        drawn = plots.gantt(spans, labels)
+        body = note(text) + figure(drawn, "trials per worker over time, with the wait before each trial")
+        body += table(columns, rows)
+        return body, text + "\n\n" + md_table(columns, rows)
+
+    return guard("timeline", "Worker and GPU timeline", build)
+
+
+def scaling(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        if data.scaling_dir is None:
+            raise LeftOut("no batch-size scaling results (no scaling/ folder)")
+        body, md = "", ""
+        csv = data.scaling_dir / Files.SCALING_TABLE
+        if csv.exists():
+            frame = pd.read_csv(csv)
+            body += table(list(frame.columns), frame.itertuples(index=False, name=None))
+            md += md_table(list(frame.columns), frame.itertuples(index=False, name=None)) + "\n"
+        else:
+            body += note(f"{Files.SCALING}/ holds no {Files.SCALING_TABLE}")
+        for png in sorted(data.scaling_dir.glob("*.png")):
+            uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+            body += figure(uri, f"scaling figure {png.name}")
+            md += f"- figure scaling/{png.name} (embedded in index.html)\n"
+        return body, md
+
+    return guard("scaling", "Batch-size scaling", build)
+
+
+def failures(data: CampaignData) -> Section:
+    failed = [data.record(t) for t in data.failed()]
+    interrupted = [r for r in data.records() if r.state_name == "INTERRUPTED"]
+    if not failed and not interrupted:
+        return left_out("failures", "Failures", "no trial failed or was interrupted")
+    rows = [(r.number, r.fail_reason or "unknown", json.dumps(r.params, default=str)) for r in failed]
+    rows += [(r.number, "interrupted (resume to finish)", json.dumps(r.params, default=str)) for r in interrupted]
+    body = table(("trial", "reason", "params"), rows)
+    for r in failed:
+        tb = r.traceback[-MAX_TRACEBACK:]
+        if tb:
+            body += f"<details><summary>trial {r.number}: traceback</summary><pre>{e(tb)}</pre></details>"
+    return Section("failures", "Failures", body, md_table(("trial", "reason", "params"), rows))
+
+
+def environment(data: CampaignData) -> Section:
+    env = data.environment
+    if env is None:
+        text = (f"{data.folder.environment.name} is missing: this campaign started before environment capture, "
+                "so the machine it ran on is unknown")  # fmt: skip
+        return Section("environment", "Environment", note(text), text + ".")
+    torch = env.get("torch") or {}
+    cluster = env.get("cluster") or {}
+    trainer = env.get("trainer") or {}
+    study = env.get("study") or {}
+    packages = ", ".join(f"{k} {v}" for k, v in sorted((env.get("packages") or {}).items()) if v)
+    pairs = [
+        ("captured", env.get("captured")), ("command", " ".join(map(str, env.get("command") or []))),
+        ("host", env.get("hostname")), ("python", (env.get("python") or {}).get("version")),
+        ("platform", (env.get("platform") or {}).get("platform")),
+        ("torch", torch.get("version")), ("CUDA", torch.get("cuda") or "none"),
+        ("cuDNN", torch.get("cudnn") or "none"), ("NCCL", torch.get("nccl") or "none"),
+        ("GPUs (controller)", ", ".join(torch.get("gpus") or []) or "none"),
+        ("packages", packages),
+        ("Dask cluster", _cluster_text(cluster)),
+        ("trainer", trainer.get("entry")), ("trainer source", trainer.get("source")),
+        ("trainer source sha256", trainer.get("source_sha256")),
+        ("study seed", study.get("seed")), ("spec sha256", study.get("spec_sha256")),
+        ("resumed", len(env.get("resumes") or [])),
+    ]  # fmt: skip
+    kv_html, kv_md = kv(pairs)
+    full = json.dumps(env, indent=2, sort_keys=True, default=str)
+    body = kv_html + f"<details><summary>environment.json</summary><pre>{e(full)}</pre></details>"
+    return Section("environment", "Environment", body, kv_md)
+
+
+def _cluster_text(cluster: dict[str, Any]) -> str:
+    if not cluster:
+        return "unknown"
+    resources = ", ".join(f"{k}={v:g}" for k, v in sorted((cluster.get("resources") or {}).items()))
+    return (f"{cluster.get('workers')} worker(s), {cluster.get('threads')} thread(s), resources {resources or 'none'}, "
+            f"hosts {', '.join(cluster.get('hosts') or [])}")  # fmt: skip
+
+
+def reproduce(data: CampaignData) -> Section:
+    root = str(data.folder.root)
+    best = data.best(k=1)
+    commands = [
+        ("check the frozen spec", f"sha256sum {shlex.quote(str(data.folder.spec))}   # expect {data.spec.sha256}"),
+        ("run the whole campaign again", f"hypersweep run {shlex.quote(str(data.folder.spec))} --runs-dir rerun"),
+    ]
+    if best:
+        commands.append((f"re-run the best trial ({best[0].number}) alone and compare",
+                         f"hypersweep reproduce {shlex.quote(root)} {best[0].number}"))
+    commands.append(("re-render this report", f"hypersweep report {shlex.quote(root)}"))
+    body = "".join(f"<p>{e(what)}:</p><pre class=\"cmd\">{e(cmd)}</pre>" for what, cmd in commands)
+    md = "\n".join(f"{what}:\n\n```sh\n{cmd}\n```\n" for what, cmd in commands)
+    return Section("reproduce", "Reproduce", body, md)

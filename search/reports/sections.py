@@ -1,0 +1,251 @@
+"""The report's sections about the search itself: the spec, the best trials, LR, history, curves, importances,
+pruning and the Pareto front. Each builder takes the :class:`CampaignData` and returns a :class:`Section`,
+left out (with the reason) when it has nothing to show.
+
+What the report says must hold for any trainer: the dataset and the rebuilt LR schedule
+come only from the built-in trainer (whose config and rules are known); everything else
+comes from what the trials recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from search.reports import plots
+from search.reports.data import (
+    MIN_IMPORTANCE_TRIALS,
+    CampaignData,
+    dataset_of,
+    epochs_spent,
+    genome_of,
+    history_of,
+    history_points,
+    importances,
+    lr_curve,
+)
+from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
+from search.store.records import spec_sha256_of
+
+__all__ = ["spec", "best", "lr", "history", "curves", "importance", "pruning", "pareto", "MAX_CURVE_TRIALS"]
+
+MAX_CURVE_TRIALS = 60
+TOP_K = 5  # the best trials the LR figure and the learning curves single out
+
+
+def _question(data: CampaignData) -> str:
+    s = data.spec
+    goals = " and ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))
+    searched = ", ".join(s.space.distributions()) or "no parameters"
+    dataset = dataset_of(s)
+    on = f" on {dataset!r}" if dataset else ""
+    return (
+        f"Which settings of {searched} {goals} for the trainer {s.trainer.entry}{on} "
+        f"({s.trainer.epochs} epochs per trial), within {s.study.n_trials} trials of the {s.study.sampler} sampler?"
+    )
+
+
+def _spec_comment(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").rstrip())
+    return "\n".join(lines).strip()
+
+
+def spec(data: CampaignData) -> Section:
+    s = data.spec
+    recorded = spec_sha256_of(data.study)
+    check = "matches the study's record" if recorded == s.sha256 else f"DIFFERS from the study's record {recorded}"
+    dataset = dataset_of(s)
+    pairs = [
+        ("study", s.study.name), ("spec sha256", f"{s.sha256} ({check})"),
+        ("objective", ", ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))),
+        ("sampler", s.study.sampler), ("pruner", s.study.pruner), ("trials (budget)", s.study.n_trials),
+        ("study seed", s.study.seed), ("deterministic", s.study.deterministic),
+        ("trainer", s.trainer.entry + ("" if data.builtin_trainer else " (your own trainer)")),
+        *([("dataset", dataset)] if dataset else []), ("epochs per trial", s.trainer.epochs),
+        ("device", s.trainer.device),
+    ]  # fmt: skip
+    kv_html, kv_md = kv(pairs)
+    space = [(name, repr(dist)) for name, dist in s.space.distributions().items()]
+    comment = _spec_comment(s.text)
+    body = (
+        f'<p class="question">{e(_question(data))}</p>'
+        + (f"<p>{e(comment)}</p>" if comment else "")
+        + kv_html
+        + "<h3>Search space</h3>" + table(("parameter", "distribution"), space)
+        + f"<details><summary>frozen spec.toml</summary><pre>{e(s.text)}</pre></details>"
+    )  # fmt: skip
+    md = (
+        f"**Question.** {_question(data)}\n\n" + (f"{comment}\n\n" if comment else "") + kv_md
+        + "\n\nSearch space:\n\n" + md_table(("parameter", "distribution"), space)
+        + f"\n\n```toml\n{s.text.rstrip()}\n```"
+    )  # fmt: skip
+    return Section("spec", "The question and the spec", body, md)
+
+
+def best(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        top = data.best()
+        if not top:
+            raise LeftOut("no complete trial yet")
+        names = sorted({k for t in top for k in t.params})
+        has_genome = any(genome_of(t) for t in top)
+        columns = ["rank", "trial", *data.metrics, "seed", "epochs", "duration s", *names]
+        columns += ["genome"] if has_genome else []
+        rows = []
+        for rank, t in enumerate(top, 1):
+            r = data.record(t)
+            row = [rank, r.number, *(r.values or []), r.seed, epochs_spent(r), r.duration,
+                   *(r.params.get(n) for n in names)]
+            rows.append(row + ([genome_of(r)] if has_genome else []))
+        label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
+        return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)
+
+    return guard("best", "Best trials", build)
+
+
+def lr(data: CampaignData) -> Section:
+    """The LR the best trials followed: as reported by the trainer, else (built-in trainer only) rebuilt."""
+
+    def build() -> tuple[str, str]:
+        top = data.best()[:TOP_K]
+        if not top:
+            raise LeftOut("no complete trial yet")
+        found = {t.number: lr_curve(data.record(t), data.builtin_trainer) for t in top}
+        curves = {n: c for n, c in found.items() if c[0]}
+        if not curves:
+            raise LeftOut("the best trials reported no 'lr' metric" + ("" if data.builtin_trainer else
+                          ", and only the built-in trainer's schedule can be rebuilt from its rules"))
+        sources = {
+            "reported": "reported by the trainer (its 'lr' metric at each report)",
+            "rebuilt": "rebuilt from the built-in trainer's schedule rules (it reported no lr)",
+        }
+        rows = [(n, sources[src], len(pts), pts[0][1], pts[-1][1], min(v for _s, v in pts), max(v for _s, v in pts))
+                for n, (pts, src) in curves.items()]
+        columns = ("trial", "learning rate", "points", "first", "last", "min", "max")
+        missing = sorted(set(found) - set(curves))
+        text = "" if not missing else f"no lr for trial(s) {', '.join(map(str, missing))}"
+        body = figure(plots.lr_curves(curves), "learning rate of the best trials") + table(columns, rows)
+        body += note(text) if text else ""
+        return body, md_table(columns, rows) + (f"\n\n{text}" if text else "")
+
+    return guard("lr", "Learning rate of the best trials", build)
+
+
+def history(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        if not data.complete():
+            raise LeftOut("no complete trial yet")
+        body, md = "", ""
+        for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
+            points = history_points(data, i)
+            drawn = plots.optimization_history(points.complete, points.pruned, points.failed,
+                                               direction == "maximize", metric)
+            counts = (f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
+                      f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}")
+            body += figure(drawn, f"optimization history of {metric}: {counts}, with the best so far")
+            body += note(f"{metric}: {counts}")
+            md += f"- {metric}: {counts}\n"
+        return body, md
+
+    return guard("history", "Optimization history and best so far", build)
+
+
+def _best_value(values: Sequence[float], direction: str) -> float:
+    return max(values) if direction == "maximize" else min(values)
+
+
+def curves(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        reported = {r.number: (r.state.name, history_of(r)) for r in data.records() if r.history}
+        if not reported:
+            raise LeftOut("no trial reported yet")
+        top = [t.number for t in data.best()[:TOP_K] if t.number in reported]
+        rest = [n for n in sorted(reported) if n not in top][: max(0, MAX_CURVE_TRIALS - len(top))]
+        shown = {n: reported[n] for n in sorted([*top, *rest])}
+        seen = {k for _s, h in shown.values() for _step, m in h for k in m}
+        extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in data.metrics]
+        metrics = [m for m in data.metrics if m in seen] + extra
+        if not metrics:
+            raise LeftOut(f"the trials reported none of the study's metrics ({', '.join(data.metrics)})")
+        drawn = plots.learning_curves(shown, metrics, top)
+        cut = f" (the best {len(top)} and the first others, of {len(reported)})" if len(reported) > len(shown) else ""
+        best_text = f"the best: trial(s) {', '.join(map(str, top))}, drawn thick; " if top else ""
+        text = f"{len(shown)} trials{cut}; {best_text}the others coloured by their final state"
+        body = figure(drawn, "learning curves") + note(text)
+        return body, f"Learning curves of {len(shown)} trials for {', '.join(metrics)}: {text} (figure in index.html)."
+
+    return guard("curves", "Learning curves", build)
+
+
+def importance(data: CampaignData) -> Section:
+    title = "Parameter importances (Optuna)"
+    n = len(data.complete())
+    if n < MIN_IMPORTANCE_TRIALS:
+        return left_out("importance", title, f"importances skipped: only {n} complete trial(s), fewer than the "
+                        f"{MIN_IMPORTANCE_TRIALS} they need to mean anything")
+
+    def build() -> tuple[str, str]:
+        values, problem = importances(data)
+        basis = (f"based on {n} complete trials (pruned and failed ones are not used; importances are shown from "
+                 f"{MIN_IMPORTANCE_TRIALS} complete trials on)")
+        body, md = note(basis), basis + "\n\n"
+        for metric, scores in values.items():
+            body += figure(plots.importance_bars(scores, metric), f"parameter importances for {metric}")
+            body += table(("parameter", f"importance ({metric})"), scores.items())
+            md += f"{metric}:\n\n" + md_table(("parameter", "importance"), scores.items()) + "\n\n"
+        if problem:
+            body += note(f"Optuna's importances could not be computed: {problem}")
+            md += f"Optuna's importances could not be computed: {problem}\n"
+        return body, md
+
+    return guard("importance", title, build)
+
+
+def pruning(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        if not data.trials:
+            raise LeftOut("no trial yet")
+        counts = data.counts()
+        per_state: dict[str, list[float]] = {}
+        reasons: dict[str, int] = {}
+        for r in data.records():
+            per_state.setdefault(r.state.name, []).append(epochs_spent(r))
+            if r.stop_reason:
+                reasons[r.stop_reason] = reasons.get(r.stop_reason, 0) + 1
+        total = sum(sum(v) for v in per_state.values())
+        budget = data.spec.trainer.epochs * len(data.trials)
+        rows = [(state, counts.get(state, len(spent)), sum(spent)) for state, spent in sorted(per_state.items())]
+        rows.append(("total", len(data.trials), total))
+        saved = f"{budget - total:g} of {budget:g} epochs ({(budget - total) / budget:.0%})" if budget else "n/a"
+        text = f"pruner {data.spec.study.pruner}; epochs not trained thanks to early stopping: {saved}"
+        body = note(text) + table(("state", "trials", "epochs trained"), rows)
+        if reasons:
+            body += "<h3>Stop reasons</h3>" + table(("reason", "trials"), sorted(reasons.items()))
+        bars = [(r.number, epochs_spent(r), r.state.name) for r in data.records()]
+        body += figure(plots.epochs_bars(bars, data.spec.trainer.epochs), "epochs trained per trial")
+        return body, text + "\n\n" + md_table(("state", "trials", "epochs trained"), rows)
+
+    return guard("pruning", "Pruning and epochs spent", build)
+
+
+def pareto(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        if not data.spec.study.multi_objective:
+            raise LeftOut("a single-objective study has no Pareto front")
+        front = data.study.best_trials
+        names = data.metrics
+        rows: list[Sequence[Any]] = [(t.number, *t.values, *t.params.values())
+                                     for t in sorted(front, key=lambda t: t.values[0])]
+        columns = ["trial", *names, *(front[0].params if front else [])]
+        body = table(columns, rows)
+        if len(names) >= 2 and data.complete():
+            points = [(t.values[0], t.values[1]) for t in data.complete()]
+            body = figure(plots.pareto(points, [(t.number, t.values[0], t.values[1]) for t in front], names),
+                          "Pareto front") + body
+        return body, md_table(columns, rows)
+
+    return guard("pareto", "Pareto front", build)

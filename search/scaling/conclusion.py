@@ -1,15 +1,24 @@
-"""The scaling sweep's conclusion: one plain-language paragraph from the fits and regimes."""
+"""The scaling sweep's conclusion: one plain-language paragraph that states only what was measured.
+
+Every regime it names for a batch size is the one the scaling table lists
+(the same ``regimes`` mapping); a fitted boundary is printed with as many
+digits as it takes to fall on the same side of every measured batch size
+as the regimes say; the ``B_crit`` interval is stated with its open ends
+spelled out; batch sizes whose regime flips within that interval are named;
+and a learning-rate rule is recommended only when the exponent's interval
+contains exactly one of the two reference exponents (0.5 and 1).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from search.scaling.lr_rule import LRRuleFit
 from search.scaling.mccandlish import ScalingFit
 from search.scaling.regimes import MAXIMAL_EFFICIENCY, PERFECT_EFFICIENCY, Regime, regime_boundaries
 
-__all__ = ["conclusion"]
+__all__ = ["conclusion", "lr_sentence", "boundary_text"]
 
 
 def _num(x: float) -> str:
@@ -26,6 +35,112 @@ def _listed(values: Sequence[int]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _plain(v: float) -> str:
+    return f"{int(v):,}" if v == int(v) else f"{v:,}"
+
+
+def boundary_text(x: float, fits: Callable[[float], bool]) -> str:
+    """``x`` with the fewest significant figures (3 or more) whose rounded value still ``fits``."""
+    for digits in range(3, 13):
+        v = float(f"{x:.{digits}g}")
+        if fits(v):
+            return _plain(v)
+    return _plain(float(f"{x:.12g}"))
+
+
+def _range(low: float, high: float) -> str:
+    if low > 0 and math.isfinite(high):
+        return f"{_num(low)}–{_num(high)}"
+    if low > 0:
+        return f"above {_num(low)}"
+    return f"below {_num(high)}" if math.isfinite(high) else "unbounded"
+
+
+def _interval_text(low: float, high: float, ci: str) -> str:
+    if low > 0 and math.isfinite(high):
+        return f"{ci} interval {_range(low, high)}"
+    if low > 0:
+        return f"{ci} interval: {_range(low, high)}, not bounded above by these data"
+    if math.isfinite(high):
+        return f"{ci} interval: {_range(low, high)}, not bounded below by these data"
+    return f"{ci} interval: unbounded, these data do not determine it"
+
+
+def _regime_sentence(by_regime: Mapping[Regime, list[int]], halve: str, keep: str, saves: str) -> str:
+    clauses = {
+        Regime.PERFECT_SCALING: f"to {halve}x or fewer (perfect scaling) at B={{}}",
+        Regime.DIMINISHING_RETURNS: f"to between {halve}x and {keep}x (diminishing returns) at B={{}}",
+        Regime.MAXIMAL_DATA_PARALLELISM: (
+            f"only to {keep}x or more, saving {saves} or less (maximal data parallelism) at B={{}}"
+        ),
+    }
+    parts = [clauses[r].format(_listed(bs)) for r, bs in by_regime.items() if bs]
+    joined = parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
+    return f"On the fitted curve, doubling the batch size cut the steps to target {joined}."
+
+
+def _boundaries(
+    fit: ScalingFit,
+    by_regime: Mapping[Regime, list[int]],
+    interval: tuple[float, float] | None,
+    ci: str,
+    perfect: float,
+    maximal: float,
+) -> list[str]:
+    b_perfect, b_maximal = regime_boundaries(fit, perfect, maximal)
+    inside = by_regime[Regime.PERFECT_SCALING]
+    beyond = by_regime[Regime.MAXIMAL_DATA_PARALLELISM]
+    rest_p = [b for bs in by_regime.values() for b in bs if b not in inside]
+    rest_m = [b for bs in by_regime.values() for b in bs if b not in beyond]
+    p_text = boundary_text(b_perfect, lambda v: all(b <= v for b in inside) and all(b > v for b in rest_p))
+    m_text = boundary_text(b_maximal, lambda v: all(b >= v for b in beyond) and all(b < v for b in rest_m))
+    text = (
+        f"The fit puts the end of perfect scaling at B≈{p_text} "
+        f"and the start of maximal data parallelism at B≈{m_text}"
+    )
+    if interval is None:
+        return [text + "."]
+    kp, km = 1 / perfect - 1, 1 / maximal - 1  # boundary = B_noise x k
+    low, high = interval
+    text += f" ({ci} intervals: {_range(low * kp, high * kp)} and {_range(low * km, high * km)})."
+    measured = sorted(b for bs in by_regime.values() for b in bs)
+    unsettled = [b for b in measured if low * kp <= b <= high * kp or low * km <= b <= high * km]
+    if not unsettled:
+        return [text]
+    return [text, f"The regime of B={_listed(unsettled)} is not settled: with B_crit elsewhere in its "
+                  f"interval it could be a neighbouring one."]  # fmt: skip
+
+
+def lr_sentence(lr_fit: LRRuleFit, ci: float = 0.9) -> str:
+    """What the best learning rates say about ``lr ∝ B^alpha``: a rule only when the interval picks one."""
+    low, high = lr_fit.alpha_interval(ci)
+    grew = f"The best learning rate grew like B^{lr_fit.alpha:.2f}"
+    verdict = lr_fit.verdict(ci)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return (
+            f"{grew}, but from too few batch sizes to bound the exponent: whether the square-root rule "
+            f"(B^0.5) or the linear rule (B^1) holds is undetermined. To settle it, measure the best "
+            f"learning rate at 3 or more batch sizes."
+        )
+    grew += f" ({ci:.0%} interval {low:.2f} to {high:.2f})"
+    if verdict == "undetermined":
+        return (
+            f"{grew}, which contains both the square-root rule (B^0.5) and the linear rule (B^1): "
+            f"which one holds is undetermined. To settle it, narrow the exponent's interval below the "
+            f"gap of 0.5 between the rules: more batch sizes over a wider range, or more trials per batch "
+            f"size so that the best learning rate at each is pinned down."
+        )
+    if verdict == "linear":
+        return f"{grew}: consistent with the linear rule (B^1), not with the square-root rule (B^0.5)."
+    if verdict == "sqrt":
+        return f"{grew}: consistent with the square-root rule (B^0.5), not with the linear rule (B^1)."
+    where = "between" if 0.5 < low and high < 1 else "outside"
+    return (
+        f"{grew}: {where} the square-root rule (B^0.5) and the linear rule (B^1), consistent with neither; "
+        f"scale the learning rate with the fitted exponent."
+    )
+
+
 def conclusion(
     fit: ScalingFit,
     regimes: Mapping[int, Regime],
@@ -36,44 +151,46 @@ def conclusion(
     not_reached: Sequence[int] = (),
     perfect: float = PERFECT_EFFICIENCY,
     maximal: float = MAXIMAL_EFFICIENCY,
+    interpolated: bool = True,
 ) -> str:
-    """One plain-language paragraph: where doubling pays, where it stops, B_crit, the LR exponent."""
-    b_perfect, b_maximal = regime_boundaries(fit, perfect, maximal)
-    halve = f"{1 - perfect / 2:.1f}"  # S(2B)/S(B) at the perfect threshold
+    """One plain-language paragraph: each measured batch size's regime, the boundaries, B_crit, the LR rule.
+
+    ``regimes`` must be the mapping the scaling table shows; every regime
+    statement is read from it. ``interpolated=False`` (steps counted at
+    report granularity) adds that the steps are upper bounds and bias
+    ``B_crit`` upward.
+    """
+    halve = f"{1 - perfect / 2:.2g}"  # S(2B)/S(B) at the perfect threshold
+    keep = f"{1 - maximal / 2:.2g}"  # S(2B)/S(B) at the maximal threshold
     saves = f"{maximal / 2:.0%}"  # step saving from doubling at the maximal threshold
+    level = f"{ci:.0%}"
+    by_regime = {r: sorted(b for b, rr in regimes.items() if rr is r) for r in Regime}
     parts: list[str] = []
+    if any(by_regime.values()):
+        parts.append(_regime_sentence(by_regime, halve, keep, saves))
+    interval = "" if b_crit_interval is None else f" ({_interval_text(*b_crit_interval, level)})"
     if math.isinf(fit.b_noise):
         parts.append(
-            "Doubling the batch halved the steps to target at every batch size measured: "
-            "the critical batch size lies beyond the largest one tried."
+            "The fitted steps fall as 1/B over the whole range: the critical batch size lies beyond "
+            f"the largest batch size tried{interval}."
         )
     elif fit.b_noise == 0:
-        parts.append(
-            "A larger batch never reduced the steps to target: every batch size measured "
-            "was already at maximal data parallelism."
-        )
+        parts.append(f"A larger batch never reduced the fitted steps to target{interval}.")
     else:
+        if any(by_regime.values()):
+            parts.extend(_boundaries(fit, by_regime, b_crit_interval, level, perfect, maximal))
         parts.append(
-            f"Up to B≈{_num(b_perfect)}, doubling the batch nearly halves the steps to target "
-            f"(to {halve}x or fewer); beyond B≈{_num(b_maximal)} it stops paying "
-            f"(doubling saves less than {saves} of the steps)."
-        )
-        interval = ""
-        if b_crit_interval is not None:
-            interval = f", {ci:.0%} bootstrap interval {_num(b_crit_interval[0])}–{_num(b_crit_interval[1])}"
-        parts.append(
-            f"The critical batch size is B_crit≈{_num(fit.b_crit)}{interval}: there the run needs "
+            f"The critical batch size is B_crit≈{_num(fit.b_crit)}{interval}: there a run needs "
             f"2x the minimum steps (S_min≈{_num(fit.s_min)}) and 2x the minimum examples "
             f"(E_min≈{_num(fit.e_min)})."
         )
-    by_regime = {r: sorted(b for b, rr in regimes.items() if rr is r) for r in Regime}
-    measured = [f"{_listed(bs)} {'is' if len(bs) == 1 else 'are'} in {r.value}" for r, bs in by_regime.items() if bs]
-    if measured:
-        parts.append("Of the batch sizes measured, " + "; ".join(measured) + ".")
     if not_reached:
         parts.append(f"No trial reached the target at B={_listed(sorted(not_reached))}.")
+    if not interpolated:
+        parts.append(
+            "Steps were counted at report granularity (interpolate = false): each is an upper bound by up "
+            "to one report interval, which biases B_crit upward; the interval does not include this."
+        )
     if lr_fit is not None:
-        stderr = f" ± {lr_fit.alpha_stderr:.2f}" if math.isfinite(lr_fit.alpha_stderr) else ""
-        rule = "linear rule (B^1)" if lr_fit.closer_rule == "linear" else "square-root rule (B^0.5)"
-        parts.append(f"The best learning rate grew like B^{lr_fit.alpha:.2f}{stderr}, closer to the {rule}.")
+        parts.append(lr_sentence(lr_fit, ci))
     return " ".join(parts)

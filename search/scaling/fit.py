@@ -11,6 +11,8 @@ modules that do each job, one job per module:
 - :mod:`search.scaling.target`: where a trial first reached the target
 - :mod:`search.scaling.mccandlish`: the McCandlish fit (:class:`ScalingFit`)
 - :mod:`search.scaling.bootstrap`: a bootstrap interval for ``B_crit``
+- :mod:`search.scaling.profile`: the profile likelihood of ``B_crit`` and the band of curves it admits
+- :mod:`search.scaling.synthetic`: synthetic sweeps with a known ``B_noise``, to check all of the above
 - :mod:`search.scaling.regimes`: Shallue et al.'s regimes, by doubling efficiency
 - :mod:`search.scaling.lr_rule`: the learning-rate rule ``lr ∝ B^alpha``
 - :mod:`search.scaling.conclusion`: the paragraph that sums it up
@@ -46,8 +48,9 @@ from __future__ import annotations
 from search.scaling.bootstrap import bootstrap_b_crit
 from search.scaling.conclusion import conclusion
 from search.scaling.inputs import ScalingError, validate_batch_sizes
-from search.scaling.lr_rule import LRRuleFit, lr_rule_fit
-from search.scaling.mccandlish import ScalingFit, fit_mccandlish
+from search.scaling.lr_rule import LRRuleFit, RuleVerdict, lr_rule_fit
+from search.scaling.mccandlish import ScalingFit, fit_many, fit_mccandlish
+from search.scaling.profile import likelihood_interval, steps_band
 from search.scaling.regimes import (
     MAXIMAL_EFFICIENCY,
     PERFECT_EFFICIENCY,
@@ -65,7 +68,10 @@ __all__ = [
     "steps_to_target",
     "ScalingFit",
     "fit_mccandlish",
+    "fit_many",
     "bootstrap_b_crit",
+    "likelihood_interval",
+    "steps_band",
     "Regime",
     "PERFECT_EFFICIENCY",
     "MAXIMAL_EFFICIENCY",
@@ -74,6 +80,7 @@ __all__ = [
     "classify_regimes",
     "LRRuleFit",
     "lr_rule_fit",
+    "RuleVerdict",
     "conclusion",
     "validate_batch_sizes",
     "TrialOutcome",

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
+from scipy import stats
 
 from search.scaling.inputs import ScalingError, positive_pairs
 
-__all__ = ["LRRuleFit", "lr_rule_fit"]
+__all__ = ["LRRuleFit", "lr_rule_fit", "RuleVerdict"]
+
+RuleVerdict = Literal["linear", "sqrt", "undetermined", "neither"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +54,33 @@ class LRRuleFit:
 
     @property
     def closer_rule(self) -> Literal["linear", "sqrt"]:
-        """Which reference exponent (1 or 0.5) the fitted ``alpha`` is closer to."""
+        """Which reference exponent (1 or 0.5) the point estimate ``alpha`` is closer to (see :meth:`verdict`)."""
         return "linear" if abs(self.alpha - 1.0) < abs(self.alpha - 0.5) else "sqrt"
+
+    @property
+    def dof(self) -> int:
+        """Residual degrees of freedom of the log-log fit (points - 2)."""
+        return len(self.batch_sizes) - 2
+
+    def alpha_interval(self, ci: float = 0.9) -> tuple[float, float]:
+        """The t interval ``alpha ± t_{n-2} stderr`` at level ``ci``; ``(-inf, inf)`` without a stderr."""
+        if not math.isfinite(self.alpha_stderr) or self.dof < 1:
+            return -math.inf, math.inf
+        half = float(stats.t.ppf(0.5 + ci / 2, self.dof)) * self.alpha_stderr
+        return self.alpha - half, self.alpha + half
+
+    def verdict(self, ci: float = 0.9) -> RuleVerdict:
+        """Which reference rule the ``ci`` interval of ``alpha`` admits.
+
+        ``"linear"`` or ``"sqrt"`` when it contains exactly that exponent (1 or
+        0.5), ``"undetermined"`` when it contains both (or has no finite
+        width), ``"neither"`` when it contains neither.
+        """
+        low, high = self.alpha_interval(ci)
+        linear, sqrt = low <= 1.0 <= high, low <= 0.5 <= high
+        if linear and sqrt:
+            return "undetermined"
+        return "linear" if linear else "sqrt" if sqrt else "neither"
 
 
 def lr_rule_fit(batch_sizes: Sequence[float], best_lrs: Sequence[float]) -> LRRuleFit:

@@ -22,7 +22,7 @@ from scipy import optimize
 
 from search.scaling.inputs import fit_points
 
-__all__ = ["ScalingFit", "fit_mccandlish"]
+__all__ = ["ScalingFit", "fit_mccandlish", "fit_many"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,3 +131,59 @@ def fit_mccandlish(batch_sizes: Sequence[float], steps: Sequence[float]) -> Scal
     a = 0.0 if a < scale else a
     c = 0.0 if c / float(b.min()) < scale else c
     return ScalingFit.from_coefficients(a, c, b, s)
+
+
+def _start_many(b: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1 of :func:`fit_mccandlish` without the bounds, for every row of ``s`` (2x2 normal equations)."""
+    x0, x1 = 1.0 / s, 1.0 / (b * s)
+    g00, g01, g11 = (x0 * x0).sum(1), (x0 * x1).sum(1), (x1 * x1).sum(1)
+    h0, h1 = x0.sum(1), x1.sum(1)
+    with np.errstate(all="ignore"):
+        det = g00 * g11 - g01 * g01
+        return (g11 * h0 - g01 * h1) / det, (g00 * h1 - g01 * h0) / det
+
+
+def fit_many(batch_sizes: Sequence[float], steps: np.ndarray, iterations: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """``(s_min, e_min)`` of :func:`fit_mccandlish` for each row of ``steps`` (same batch sizes), vectorised.
+
+    Rows whose weighted linear start is interior are refined together by
+    Levenberg-Marquardt on ``log S`` (the same optimum as
+    :func:`fit_mccandlish`, to ~1e-8); rows on a boundary, or that end near
+    one, are fitted one by one with :func:`fit_mccandlish` itself. The
+    bootstrap refits thousands of resamples this way.
+    """
+    b = np.asarray(batch_sizes, dtype=float)
+    s = np.atleast_2d(np.asarray(steps, dtype=float))
+    a, c = _start_many(b, s)
+    interior = np.isfinite(a) & np.isfinite(c) & (a > 0) & (c > 0)
+    u, v = np.log(np.where(interior, a, 1.0)), np.log(np.where(interior, c, 1.0))
+    y = np.log(s)
+
+    def cost(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        fitted = np.exp(u)[:, None] + np.exp(v)[:, None] / b
+        r = np.log(fitted) - y
+        return (r * r).sum(1), r, fitted
+
+    with np.errstate(all="ignore"):
+        total, r, fitted = cost(u, v)
+        damping = np.full(len(s), 1e-3)
+        for _ in range(iterations):
+            j0, j1 = np.exp(u)[:, None] / fitted, (np.exp(v)[:, None] / b) / fitted
+            g00, g01, g11 = (j0 * j0).sum(1), (j0 * j1).sum(1), (j1 * j1).sum(1)
+            q0, q1 = (j0 * r).sum(1), (j1 * r).sum(1)
+            m00, m11 = g00 * (1 + damping), g11 * (1 + damping)
+            det = m00 * m11 - g01 * g01
+            du, dv = -(m11 * q0 - g01 * q1) / det, -(m00 * q1 - g01 * q0) / det
+            total_new, r_new, fitted_new = cost(u + du, v + dv)
+            better = total_new <= total
+            u, v = np.where(better, u + du, u), np.where(better, v + dv, v)
+            total = np.where(better, total_new, total)
+            r, fitted = np.where(better[:, None], r_new, r), np.where(better[:, None], fitted_new, fitted)
+            damping = np.where(better, damping / 10, damping * 10)
+        a, c = np.exp(u), np.exp(v)
+    scale = s.max(1) * 1e-9
+    good = interior & np.isfinite(a) & np.isfinite(c) & (a > scale) & (c / b.min() > scale)
+    for k in np.flatnonzero(~good):
+        fit = fit_mccandlish(b, s[k])
+        a[k], c[k] = fit.s_min, fit.e_min
+    return a, c

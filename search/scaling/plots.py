@@ -19,9 +19,12 @@ from matplotlib.ticker import FuncFormatter
 
 from search.scaling.lr_rule import LRRuleFit
 from search.scaling.mccandlish import ScalingFit
+from search.scaling.profile import steps_band
 from search.scaling.regimes import MAXIMAL_EFFICIENCY, PERFECT_EFFICIENCY, Regime, regime_boundaries
 
 __all__ = [
+    "draw_steps_to_target",
+    "draw_examples_to_target",
     "plot_steps_to_target",
     "plot_examples_to_target",
     "plot_lr_rule",
@@ -90,43 +93,132 @@ def _mark_not_reached(ax: Axes, not_reached: Sequence[float]) -> None:
     )
 
 
-def plot_steps_to_target(
-    path: str | Path,
+def _band(fit: ScalingFit, interval: tuple[float, float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The envelope of the fits with ``B_crit`` in ``interval`` (``None`` without the fit's points)."""
+    if len(fit.batch_sizes) < 3:
+        return None
+    return steps_band(fit.batch_sizes, fit.steps, interval, x)
+
+
+def _interval_label(interval: tuple[float, float], ci: float) -> str:
+    low, high = interval
+    return f"B_crit {ci:.0%} interval {low:.3g}–{'∞' if math.isinf(high) else f'{high:.3g}'}"
+
+
+def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None, y: float, x: np.ndarray,
+                 colour: str, ci: float) -> None:  # fmt: skip
+    """The B_crit line and, when given, its interval as a horizontal error bar at height ``y``.
+
+    An end outside the plotted range (``0`` or ``inf`` included) is drawn to
+    the edge with an arrow head: "further than shown".
+    """
+    if math.isfinite(fit.b_crit) and fit.b_crit > 0:
+        ax.axvline(fit.b_crit, color=colour, linestyle=":", label=f"B_crit≈{fit.b_crit:.3g}")
+    if interval is None:
+        return
+    low, high = (float(v) for v in interval)
+    left, right = max(low, x[0]), min(high, x[-1])
+    if right < left:  # entirely off the plotted range: say so in the legend
+        ax.plot([], [], "-", color=colour, linewidth=2.5, label=_interval_label(interval, ci) + " (off the plot)")
+        return
+    ax.plot([left, right], [y, y], "-", color=colour, linewidth=2.5, solid_capstyle="butt",
+            label=_interval_label(interval, ci), zorder=4)  # fmt: skip
+    for end, value, marker in ((left, low, "<"), (right, high, ">")):
+        open_end = value < x[0] or value > x[-1]
+        ax.plot([end], [y], marker if open_end else "|", color=colour, markersize=9, zorder=4)
+    if math.isfinite(fit.b_crit) and x[0] <= fit.b_crit <= x[-1]:
+        ax.plot([fit.b_crit], [y], "D", color=colour, markersize=6, zorder=5)
+
+
+def draw_steps_to_target(
+    ax: Axes,
     batch_sizes: Sequence[float],
     steps: Sequence[float],
     fit: ScalingFit | None = None,
     *,
+    b_crit_interval: tuple[float, float] | None = None,
+    ci: float = 0.9,
     not_reached: Sequence[float] = (),
     perfect: float = PERFECT_EFFICIENCY,
     maximal: float = MAXIMAL_EFFICIENCY,
-) -> Path:
-    """Best steps-to-target per batch size (log-log), the fitted ``S(B)`` and the regimes shaded.
-
-    Batch sizes in ``not_reached`` are marked with a red x on the top edge.
-    """
-    fig, ax = _figure()
+) -> None:
+    """The steps-to-target plot on ``ax`` (see :func:`plot_steps_to_target`)."""
     x = _grid(batch_sizes, not_reached)
     if fit is not None and fit.b_noise > 0 and math.isfinite(fit.b_noise):
         _shade_regimes(ax, fit, x, perfect, maximal)
     ax.plot(batch_sizes, steps, "o", color="black", label="best steps to target", zorder=3)
     if fit is not None:
-        ax.plot(
-            x,
-            fit.predict_steps(x),
-            "-",
-            color="tab:blue",
-            label=f"fit: S_min={fit.s_min:.3g}, B_noise={fit.b_noise:.3g}",
-            zorder=2,
-        )
-        if math.isfinite(fit.b_crit) and fit.b_crit > 0:
-            ax.axvline(fit.b_crit, color="tab:blue", linestyle=":", label=f"B_crit≈{fit.b_crit:.3g}")
+        band = _band(fit, b_crit_interval, x) if b_crit_interval is not None else None
+        if band is not None:
+            ax.fill_between(x, *band, color="tab:blue", alpha=0.2, linewidth=0, zorder=1,
+                            label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
+        ax.plot(x, fit.predict_steps(x), "-", color="tab:blue", zorder=2,
+                label=f"fit: S_min={fit.s_min:.3g}, B_noise={fit.b_noise:.3g}")  # fmt: skip
+        height = 2 * fit.s_min if fit.s_min > 0 else float(np.median(steps))
+        _draw_b_crit(ax, fit, b_crit_interval, height, x, "tab:blue", ci)
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")
     ax.set_ylabel("steps to target")
     ax.set_title("Steps to target vs batch size")
     ax.legend(fontsize="small")
+
+
+def plot_steps_to_target(
+    path: str | Path,
+    batch_sizes: Sequence[float],
+    steps: Sequence[float],
+    fit: ScalingFit | None = None,
+    *,
+    b_crit_interval: tuple[float, float] | None = None,
+    ci: float = 0.9,
+    not_reached: Sequence[float] = (),
+    perfect: float = PERFECT_EFFICIENCY,
+    maximal: float = MAXIMAL_EFFICIENCY,
+) -> Path:
+    """Best steps-to-target per batch size (log-log), the fitted ``S(B)`` and the regimes shaded.
+
+    With ``b_crit_interval``: a band of the fits whose ``B_crit`` lies in the
+    interval (each the best fit with ``B_noise`` held there) around the
+    curve, and the interval as an error bar at ``S = 2 S_min`` (where the
+    curve crosses ``B_crit``). Batch sizes in ``not_reached`` are marked
+    with a red x on the top edge.
+    """
+    fig, ax = _figure()
+    draw_steps_to_target(ax, batch_sizes, steps, fit, b_crit_interval=b_crit_interval, ci=ci,
+                         not_reached=not_reached, perfect=perfect, maximal=maximal)  # fmt: skip
     return _save(fig, path)
+
+
+def draw_examples_to_target(
+    ax: Axes,
+    batch_sizes: Sequence[float],
+    examples: Sequence[float],
+    fit: ScalingFit | None = None,
+    *,
+    b_crit_interval: tuple[float, float] | None = None,
+    ci: float = 0.9,
+    not_reached: Sequence[float] = (),
+) -> None:
+    """The examples-to-target plot on ``ax`` (see :func:`plot_examples_to_target`)."""
+    x = _grid(batch_sizes, not_reached)
+    ax.plot(batch_sizes, examples, "o", color="black", label="best examples to target", zorder=3)
+    if fit is not None:
+        band = _band(fit, b_crit_interval, x) if b_crit_interval is not None else None
+        if band is not None:
+            ax.fill_between(x, band[0] * x, band[1] * x, color="tab:orange", alpha=0.2, linewidth=0, zorder=1,
+                            label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
+        ax.plot(x, fit.predict_examples(x), "-", color="tab:orange", label=f"fit: E_min={fit.e_min:.3g}")
+        if fit.e_min > 0:
+            ax.axhline(fit.e_min, color="tab:orange", linestyle=":", label="E_min")
+        height = 2 * fit.e_min if fit.e_min > 0 else float(np.median(examples))
+        _draw_b_crit(ax, fit, b_crit_interval, height, x, "tab:red", ci)
+    _mark_not_reached(ax, not_reached)
+    _batch_axis(ax, x)
+    ax.set_yscale("log")
+    ax.set_ylabel("examples to target")
+    ax.set_title("Examples to target vs batch size")
+    ax.legend(fontsize="small")
 
 
 def plot_examples_to_target(
@@ -135,30 +227,37 @@ def plot_examples_to_target(
     examples: Sequence[float],
     fit: ScalingFit | None = None,
     *,
+    b_crit_interval: tuple[float, float] | None = None,
+    ci: float = 0.9,
     not_reached: Sequence[float] = (),
 ) -> Path:
-    """Best examples-to-target per batch size (log-log) and the fitted ``E(B) = E_min (1 + B/B_noise)``."""
+    """Best examples-to-target per batch size (log-log) and the fitted ``E(B) = E_min (1 + B/B_noise)``.
+
+    With ``b_crit_interval``: the band of fits with ``B_crit`` in it and the
+    interval as an error bar at ``E = 2 E_min``.
+    """
     fig, ax = _figure()
-    x = _grid(batch_sizes, not_reached)
-    ax.plot(batch_sizes, examples, "o", color="black", label="best examples to target", zorder=3)
-    if fit is not None:
-        ax.plot(x, fit.predict_examples(x), "-", color="tab:orange", label=f"fit: E_min={fit.e_min:.3g}")
-        if fit.e_min > 0:
-            ax.axhline(fit.e_min, color="tab:orange", linestyle=":", label="E_min")
-    _mark_not_reached(ax, not_reached)
-    _batch_axis(ax, x)
-    ax.set_yscale("log")
-    ax.set_ylabel("examples to target")
-    ax.set_title("Examples to target vs batch size")
-    ax.legend(fontsize="small")
+    draw_examples_to_target(ax, batch_sizes, examples, fit, b_crit_interval=b_crit_interval, ci=ci,
+                            not_reached=not_reached)  # fmt: skip
     return _save(fig, path)
 
 
-def plot_lr_rule(path: str | Path, lr_fit: LRRuleFit) -> Path:
-    """Best LR per batch size (log-log) with the fitted power law, the linear and the square-root rules."""
+def plot_lr_rule(path: str | Path, lr_fit: LRRuleFit, *, ci: float = 0.9) -> Path:
+    """Best LR per batch size (log-log) with the fitted power law, the linear and the square-root rules.
+
+    When the exponent has a finite ``ci`` interval, the power laws with an
+    exponent in it (through the fit at the batch sizes' geometric mean) are
+    shaded: a rule inside the shade is not excluded by the data.
+    """
     fig, ax = _figure()
     x = _grid(lr_fit.batch_sizes, ())
     ax.plot(lr_fit.batch_sizes, lr_fit.best_lrs, "o", color="black", label="best learning rate", zorder=3)
+    low, high = lr_fit.alpha_interval(ci)
+    if math.isfinite(low) and math.isfinite(high):
+        centre = float(np.exp(np.mean(np.log(lr_fit.batch_sizes))))
+        ends = [lr_fit.predict(centre) * (x / centre) ** a for a in (low, high)]
+        ax.fill_between(x, np.minimum(*ends), np.maximum(*ends), color="tab:green", alpha=0.15, linewidth=0,
+                        label=f"exponent {ci:.0%} interval {low:.2f}–{high:.2f}")  # fmt: skip
     ax.plot(x, lr_fit.predict(x), "-", color="tab:green", label=f"fit: lr ∝ B^{lr_fit.alpha:.2f}")
     ax.plot(x, lr_fit.linear_rule(x), "--", color="tab:red", label="linear rule (lr ∝ B)")
     ax.plot(x, lr_fit.sqrt_rule(x), "--", color="tab:purple", label="square-root rule (lr ∝ √B)")

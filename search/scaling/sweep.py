@@ -152,7 +152,7 @@ class TargetGoal:
     metric: str
     target: float
     mode: str  # "max" or "min"
-    interpolate: bool = False
+    interpolate: bool = True  # steps to target interpolated between reports (False: report granularity)
 
     def reached(self, metrics: Mapping[str, float]) -> bool:
         value = metrics.get(self.metric)
@@ -169,6 +169,8 @@ class TargetGoal:
 
 
 # --- the analysis ---------------------------------------------------------------------------
+
+CI = 0.9  # the level of the B_crit and LR-exponent intervals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,15 +227,19 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
         fit = fit_mccandlish(sizes, steps)
         regimes = classify_regimes(fit, sizes)
         table = scaling_table(outcomes, spec.batch_sizes, fit=fit, regimes=regimes)
-        interval = bootstrap_b_crit(sizes, steps, n_boot=spec.bootstrap, seed=component_seed(seed, "bootstrap"))
+        boot_seed = component_seed(seed, "bootstrap")
+        interval = bootstrap_b_crit(sizes, steps, n_boot=spec.bootstrap, seed=boot_seed, ci=CI)
         lrs = table[table["status"] == "reached"]["best_lr"].astype(float).tolist()
         lr_fit = lr_rule_fit(sizes, lrs) if all(math.isfinite(x) and x > 0 for x in lrs) else None
-        text = conclusion(fit, regimes, lr_fit, b_crit_interval=interval, not_reached=not_reached)
+        text = conclusion(fit, regimes, lr_fit, b_crit_interval=interval, ci=CI, not_reached=not_reached,
+                          interpolated=goal.interpolate)  # fmt: skip
         _, examples = reached_points(table, "examples_to_target")
-        plots.append(plot_steps_to_target(out / "steps_to_target.png", sizes, steps, fit, not_reached=not_reached))
-        plots.append(plot_examples_to_target(out / "examples_to_target.png", sizes, examples, fit, not_reached=not_reached))
+        plots.append(plot_steps_to_target(out / "steps_to_target.png", sizes, steps, fit, b_crit_interval=interval,
+                                          ci=CI, not_reached=not_reached))  # fmt: skip
+        plots.append(plot_examples_to_target(out / "examples_to_target.png", sizes, examples, fit,
+                                             b_crit_interval=interval, ci=CI, not_reached=not_reached))  # fmt: skip
         if lr_fit is not None:
-            plots.append(plot_lr_rule(out / "lr_rule.png", lr_fit))
+            plots.append(plot_lr_rule(out / "lr_rule.png", lr_fit, ci=CI))
     best = {int(r.batch_size): int(r.best_trial) for r in table.itertuples() if r.status == "reached"}
     noise = _noise_histories(study, best)
     if noise:

@@ -51,7 +51,7 @@ def steps_to_target(
     time_key: str | None = None,
     *,
     time_is_cumulative: bool = False,
-    interpolate: bool = False,
+    interpolate: bool = True,
 ) -> TargetHit | None:
     """The first report in ``history`` whose ``metric`` reaches ``target``; ``None`` if none does.
 
@@ -66,32 +66,37 @@ def steps_to_target(
     (the built-in loop reports ``"steps"`` and ``"examples"``);
     ``examples_key=None`` leaves ``examples`` as ``None``. ``time_key`` names a
     wall-time metric: per-report durations summed up to the hit (the loop's
-    ``"epoch_seconds"``), or a running clock with ``time_is_cumulative=True``.
+    ``"epoch_seconds"``), or a running clock with ``time_is_cumulative=True``;
+    ``seconds`` is ``None`` when no report up to the hit carried it.
 
-    By default the hit is the report itself: steps are counted at report
-    granularity (an upper bound, conservative by at most one report interval).
-    ``interpolate=True`` instead interpolates steps, examples and seconds
-    linearly in the metric between the previous report that carried it and
-    the hit (no interpolation for a hit at the first such report).
+    By default (``interpolate=True``) steps, examples and seconds are
+    interpolated linearly in the metric between the previous report that
+    carried it and the hit (no interpolation for a hit at the first such
+    report). ``interpolate=False`` counts them at report granularity: the
+    report itself, an upper bound by up to one report interval. With one
+    report per epoch that interval is ``N/B`` steps, which adds about
+    ``N/2`` to every ``E_min`` and so biases ``B_crit`` upward (+14% on
+    digits-like synthetic sweeps, ``python -m bench.scaling_coverage``).
     """
     if mode not in ("max", "min"):
         raise ScalingError("mode", f"must be 'max' or 'min', got {mode!r}")
     target = float(target)
     if not math.isfinite(target):
         raise ScalingError("target", f"must be a finite number, got {target!r}")
-    elapsed = 0.0
+    elapsed: float | None = None  # None until a report carries time_key
     previous: tuple[float, float, float | None, float | None] | None = None  # value, steps, examples, seconds
     seen_metric = False
     for report, metrics in history:
         if time_key is not None and time_key in metrics:
-            elapsed = float(metrics[time_key]) if time_is_cumulative else elapsed + float(metrics[time_key])
+            value_t = float(metrics[time_key])
+            elapsed = value_t if time_is_cumulative or elapsed is None else elapsed + value_t
         if metric not in metrics or not math.isfinite(float(metrics[metric])):
             continue
         seen_metric = True
         value = float(metrics[metric])
         steps = _counter(metrics, steps_key, report)
         examples = _counter(metrics, examples_key, report) if examples_key is not None else None
-        seconds = elapsed if time_key is not None else None
+        seconds = elapsed  # None without time_key, or while no report has carried it
         if _reached(value, target, mode):
             if interpolate and previous is not None and value != previous[0]:
                 f = (target - previous[0]) / (value - previous[0])

@@ -27,7 +27,7 @@ class ScalingSpec:
     target: float
     trials_per_batch: int = 6
     bootstrap: int = 1000
-    interpolate: bool = False
+    interpolate: bool = True  # steps to target interpolated between reports (False: report granularity)
 
     @property
     def n_trials(self) -> int:
@@ -48,7 +48,7 @@ def parse_scaling(t: SpecTable) -> ScalingSpec:
         target=t.float("target"),
         trials_per_batch=t.int("trials_per_batch", 6, minimum=1),
         bootstrap=t.int("bootstrap", 1000, minimum=10),
-        interpolate=t.bool("interpolate", False),
+        interpolate=t.bool("interpolate", True),
     )
 
 

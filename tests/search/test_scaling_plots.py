@@ -9,12 +9,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from search.scaling.fit import ScalingFit, fit_mccandlish, lr_rule_fit
-from search.scaling.plots import plot_examples_to_target, plot_lr_rule, plot_noise_scale, plot_steps_to_target
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+
+from search.scaling.fit import ScalingFit, bootstrap_b_crit, fit_mccandlish, lr_rule_fit
+from search.scaling.plots import (
+    draw_examples_to_target,
+    draw_steps_to_target,
+    plot_examples_to_target,
+    plot_lr_rule,
+    plot_noise_scale,
+    plot_steps_to_target,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIZES = [8, 16, 32, 64, 128, 256]
 STEPS = [500 * (1 + 100 / b) for b in SIZES]
+NOISY = [s * f for s, f in zip(STEPS, [1.04, 0.97, 1.02, 0.95, 1.05, 0.99], strict=True)]
 
 
 def assert_png(path: Path) -> None:
@@ -23,10 +34,15 @@ def assert_png(path: Path) -> None:
 
 
 def test_steps_and_examples_plots_are_written(tmp_path: Path) -> None:
-    fit = fit_mccandlish(SIZES, STEPS)
-    steps_png = plot_steps_to_target(tmp_path / "plots" / "steps.png", SIZES, STEPS, fit, not_reached=[512])
-    examples = [b * s for b, s in zip(SIZES, STEPS, strict=True)]
-    examples_png = plot_examples_to_target(tmp_path / "examples.png", SIZES, examples, fit, not_reached=[512])
+    fit = fit_mccandlish(SIZES, NOISY)
+    interval = bootstrap_b_crit(SIZES, NOISY, n_boot=200, seed=0)
+    steps_png = plot_steps_to_target(
+        tmp_path / "plots" / "steps.png", SIZES, NOISY, fit, b_crit_interval=interval, not_reached=[512]
+    )
+    examples = [b * s for b, s in zip(SIZES, NOISY, strict=True)]
+    examples_png = plot_examples_to_target(
+        tmp_path / "examples.png", SIZES, examples, fit, b_crit_interval=interval, not_reached=[512]
+    )
     assert steps_png == tmp_path / "plots" / "steps.png"
     assert_png(steps_png)
     assert_png(examples_png)
@@ -35,6 +51,43 @@ def test_steps_and_examples_plots_are_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fit", [None, ScalingFit.from_coefficients(0.0, 64000.0), ScalingFit.from_coefficients(300, 0)])
 def test_steps_plot_without_a_fit_or_with_an_unbounded_one(tmp_path: Path, fit: ScalingFit | None) -> None:
     assert_png(plot_steps_to_target(tmp_path / "steps.png", SIZES, STEPS, fit))
+
+
+def _labels(fig: Figure) -> list[str]:
+    return [str(t.get_text()) for t in fig.axes[0].get_legend().get_texts()]
+
+
+@pytest.mark.parametrize("draw", [draw_steps_to_target, draw_examples_to_target])
+def test_the_b_crit_interval_is_drawn_as_a_band_and_an_error_bar(draw) -> None:  # type: ignore[no-untyped-def]
+    fit = fit_mccandlish(SIZES, NOISY)
+    low, high = bootstrap_b_crit(SIZES, NOISY, n_boot=200, seed=0)
+    assert low < fit.b_crit < high
+    fig = Figure()
+    values = NOISY if draw is draw_steps_to_target else [b * s for b, s in zip(SIZES, NOISY, strict=True)]
+    draw(fig.add_subplot(), SIZES, values, fit, b_crit_interval=(low, high))
+    labels = _labels(fig)
+    assert "fits with B_crit in its 90% interval" in labels
+    assert f"B_crit 90% interval {low:.3g}–{high:.3g}" in labels
+    band = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    assert len(band) == 1
+    bar = [line for line in fig.axes[0].lines if line.get_label().startswith("B_crit 90% interval")][0]
+    assert tuple(bar.get_xdata()) == pytest.approx((low, high))
+    # without an interval: the curve and B_crit only
+    fig = Figure()
+    draw(fig.add_subplot(), SIZES, values, fit)
+    assert not any("interval" in label for label in _labels(fig))
+
+
+def test_an_interval_open_above_or_off_the_plot_says_so() -> None:
+    fit = fit_mccandlish(SIZES, NOISY)
+    fig = Figure()
+    draw_steps_to_target(fig.add_subplot(), SIZES, NOISY, fit, b_crit_interval=(60.0, float("inf")))
+    assert "B_crit 90% interval 60–∞" in _labels(fig)
+    halving = fit_mccandlish([8, 16, 32, 64], [8000, 4100, 2000, 1000])
+    fig = Figure()
+    draw_steps_to_target(fig.add_subplot(), [8, 16, 32, 64], [8000, 4100, 2000, 1000], halving,
+                         b_crit_interval=(1017.0, float("inf")))  # fmt: skip
+    assert "B_crit 90% interval 1.02e+03–∞ (off the plot)" in _labels(fig)
 
 
 def test_lr_and_noise_scale_plots_are_written(tmp_path: Path) -> None:

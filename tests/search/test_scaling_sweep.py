@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pandas as pd
 import pytest
 
 from search.runner import RunOptions, run_campaign
-from search.scaling.sweep import BATCH, ScalingSampler
+from search.scaling.sweep import BATCH, ScalingSampler, ScalingSpec, TargetGoal, analyze_sweep
+from search.scaling.synthetic import SyntheticScaling, synthetic_history
+from search.store.records import Attr, encode_history
 from search.spec.campaign_spec import SpecError, parse_spec
 from tests.campaign_storage import load
 
@@ -104,3 +108,61 @@ def test_scaling_spec_errors(old: str, new: str, key: str) -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(tomllib.loads(text.replace(old, new)), "s.toml")
     assert info.value.key == key, str(info.value)
+
+
+def test_interpolation_is_the_spec_default_and_can_be_turned_off() -> None:
+    text = (ROOT / "examples" / "digits-scaling.toml").read_text()
+    assert "interpolate" not in text
+    assert parse_spec(tomllib.loads(text), "s.toml").scaling.interpolate is True  # type: ignore[union-attr]
+    off = text.replace("trials_per_batch = 8", "trials_per_batch = 8\ninterpolate = false")
+    assert parse_spec(tomllib.loads(off), "s.toml").scaling.interpolate is False  # type: ignore[union-attr]
+    assert TargetGoal("val_accuracy", 0.95, "max").interpolate is True
+    assert ScalingSpec(batch_sizes=(8, 16, 32), target=0.95).interpolate is True
+
+
+def synthetic_study(truth: SyntheticScaling, sizes: list[int], seed: int) -> optuna.Study:
+    """A finished sweep's study: per batch size 3 trials of a known scaling law, one report per epoch."""
+    rng = np.random.default_rng(seed)
+    study = optuna.create_study(direction="minimize")
+    dists = {BATCH: optuna.distributions.CategoricalDistribution(tuple(sizes)),
+             "lr": optuna.distributions.FloatDistribution(1e-4, 10.0, log=True)}  # fmt: skip
+    for b in sizes:
+        for _ in range(3):
+            history = synthetic_history(truth, b, truth.steps(b) * float(np.exp(0.1 * rng.standard_normal())))
+            lr = 0.01 * (b / 8) ** 0.75 * float(np.exp(0.4 * rng.standard_normal()))
+            trial = optuna.trial.create_trial(
+                params={BATCH: b, "lr": lr},
+                distributions=dists,
+                value=history[-1][1]["steps"],
+                user_attrs={Attr.HISTORY: encode_history(history)},
+            )
+            study.add_trial(trial)
+    return study
+
+
+@pytest.mark.parametrize("interpolate", [True, False])
+def test_analysis_writes_a_conclusion_consistent_with_the_table_and_the_interval_on_the_plots(
+    tmp_path: Path, interpolate: bool
+) -> None:
+    truth, sizes = SyntheticScaling(), [8, 16, 32, 64, 128, 256]
+    study = synthetic_study(truth, sizes, seed=1)
+    spec = ScalingSpec(batch_sizes=tuple(sizes), target=truth.target, trials_per_batch=3, bootstrap=200,
+                       interpolate=interpolate)  # fmt: skip
+    goal = TargetGoal("val_accuracy", truth.target, "max", interpolate)
+    result = analyze_sweep(study, spec, goal, tmp_path / "scaling", seed=0)
+    table = pd.read_csv(result.table_path)
+    text = (tmp_path / "scaling" / "conclusion.txt").read_text().strip()
+    assert text == result.conclusion
+    per_epoch = np.array([math.ceil(truth.n_train / b) for b in sizes])
+    on_reports = np.allclose(table["steps_to_target"] % per_epoch, 0)
+    assert on_reports is (not interpolate)  # interpolated steps fall between the epoch reports
+    for regime in table["regime"].unique():
+        listed = sorted(int(b) for b in table[table["regime"] == regime]["batch_size"])
+        names = [str(b) for b in listed]
+        shown = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        assert f"({regime}) at B={shown}" in text
+    assert "B_crit≈" in text and "90% interval" in text
+    assert ("report granularity" in text) is (not interpolate)
+    assert "The best learning rate grew like B^" in text
+    assert {p.name for p in result.plots} == {"steps_to_target.png", "examples_to_target.png", "lr_rule.png"}
+    assert all(p.stat().st_size > 1000 for p in result.plots)

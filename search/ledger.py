@@ -62,7 +62,7 @@ class Ledger:
             if frozen.state.is_finished():
                 self._mark_told(frozen.number)
                 self.counts[_KEY.get(frozen.state, "failed")] += 1
-            if frozen.state == TrialState.COMPLETE:
+            if frozen.state == TrialState.COMPLETE and _feasible(frozen.constraints):
                 self._track_best(frozen.values)
             elif frozen.state == TrialState.RUNNING:
                 resumable.append(frozen)
@@ -118,6 +118,7 @@ class Ledger:
     def _tell(self, running: RunningTrial, outcome: Outcome, verdict: Verdict | None) -> None:
         self._record_outcome(running, outcome)
         verdict = self._verdict(running, outcome, verdict)
+        verdict, constraints = self._constraints(running, outcome, verdict)
         trial = running.trial
         if verdict.reason:
             key = Attr.FAIL_REASON if verdict.state == TrialState.FAIL else Attr.STOP_REASON
@@ -128,7 +129,7 @@ class Ledger:
         self._study.tell(trial, values, state=verdict.state)
         self._mark_told(running.number)
         self.counts[_KEY[verdict.state]] += 1
-        if verdict.state == TrialState.COMPLETE:
+        if verdict.state == TrialState.COMPLETE and _feasible(constraints):
             self._track_best(values)
         log.info("trial %d %s%s", running.number, verdict.state.name, f" ({verdict.reason})" if verdict.reason else "")
 
@@ -149,6 +150,29 @@ class Ledger:
                 return Verdict(TrialState.FAIL, (), f"metric {name!r} is {outcome.metrics[name]}")
             values.append(float(outcome.metrics[name]))
         return Verdict(TrialState.COMPLETE, tuple(values))
+
+    def _constraints(
+        self, running: RunningTrial, outcome: Outcome, verdict: Verdict
+    ) -> tuple[Verdict, dict[str, float]]:
+        """Set the trial's ``[study] constraints`` values (``Trial.set_constraint``, read by the sampler at tell).
+
+        From the trainer's final metrics, else (a stopped trial) its last report that has them all;
+        a complete trial without a finite value for each is FAIL; a failed one gets none.
+        """
+        names = self._spec.study.constraints
+        if not names or verdict.state == TrialState.FAIL:
+            return verdict, {}
+        found = _finite(outcome.metrics, names) or next(
+            (values for _step, metrics in reversed(running.history()) if (values := _finite(metrics, names))), {}
+        )
+        if not found:
+            if verdict.state != TrialState.COMPLETE:
+                return verdict, {}
+            got = {name: outcome.metrics.get(name) for name in names}
+            return Verdict(TrialState.FAIL, (), f"trainer did not return a finite value for each constraint: {got}"), {}
+        for name, value in found.items():
+            running.trial.set_constraint(name, value)
+        return verdict, found
 
     def _record_outcome(self, running: RunningTrial, outcome: Outcome) -> None:
         fields: dict[str, object] = {}
@@ -184,6 +208,19 @@ class Ledger:
         value = float(values[0])
         better = max if self._spec.objective_directions[0] == "maximize" else min
         self.best = value if self.best is None else better(self.best, value)
+
+
+def _finite(metrics: dict[str, float], names: tuple[str, ...]) -> dict[str, float]:
+    """Each of ``names`` from ``metrics`` as a float, or {} unless every one is there and finite."""
+    values = {name: metrics.get(name) for name in names}
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values.values()):
+        return {name: float(v) for name, v in values.items()}  # type: ignore[arg-type]
+    return {}
+
+
+def _feasible(constraints: dict[str, float]) -> bool:
+    """Whether a trial's constraint values (none: no constraints) are all <= 0."""
+    return all(v <= 0 for v in constraints.values())
 
 
 def _failure_reason(outcome: Outcome) -> str:

@@ -136,8 +136,10 @@ class TrialSupply:
         self._asker = self._thread_asker()
 
     def _process_asker(self) -> ProcessAsker[Prepared]:
-        return ProcessAsker(self._study, self._spec.space.distributions(), self._produce, self._executor.wake,
-                            f"sampler-{self._spec.study.name}")  # fmt: skip
+        space = self._spec.space
+        suggest = space.suggest if space.conditional else None  # the child suggests the conditional parameters
+        return ProcessAsker(self._study, space.base_distributions(), self._produce, self._executor.wake,
+                            f"sampler-{self._spec.study.name}", suggest)  # fmt: skip
 
     def _thread_asker(self) -> BackgroundAsker[Prepared]:
         return BackgroundAsker(self._produce, self._executor.wake, f"sampler-{self._spec.study.name}")
@@ -263,14 +265,22 @@ class TrialSupply:
 
     def _ask_inline(self) -> Prepared:
         saw = self._ledger.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
-        trial = self._study.ask(fixed_distributions=self._spec.space.distributions())
+        trial = self._ask()
         self._ledger.asked(trial.number)
         return self._configure(trial, saw)
 
     def _produce(self, saw: int | None = None) -> Prepared:
         """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
         saw = self._ledger.finished if saw is None else saw
-        return self._configure(self._study.ask(fixed_distributions=self._spec.space.distributions()), saw)
+        return self._configure(self._ask(), saw)
+
+    def _ask(self) -> optuna.Trial:
+        """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
+        conditional parameter whose condition holds (from the child's values when a child samples)."""
+        space = self._spec.space
+        trial = self._study.ask(fixed_distributions=space.base_distributions())
+        space.suggest(trial)
+        return trial
 
     def _configure(self, trial: optuna.Trial, saw: int) -> Prepared:
         try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import abc
 import math
 import numbers
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from optuna.distributions import (
@@ -237,9 +237,141 @@ class FixedParam(Param):
         return _builtin_scalar(self.name, value)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal values, a bool never equal to a number (``True == 1`` in Python)."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+@dataclass(frozen=True)
+class ConditionalParam(Param):
+    """A parameter searched only in the trials where its condition holds (``when = { model = "mlp" }``).
+
+    ``when``: ``((other parameter, (allowed values, ...)), ...)``; the condition holds when every
+    named parameter has a value in the trial (sampled, fixed, or a declared default) and it is
+    one of the allowed values. Elsewhere the parameter is absent from the trial's Optuna
+    parameters and from the trainer's config, or the trainer gets ``default`` if one is declared
+    (``has_default``). Other attributes (``choices``, ``low``, ...) are the wrapped ``param``'s.
+    """
+
+    name: str
+    param: Param
+    when: tuple[tuple[str, tuple[Scalar, ...]], ...]
+    has_default: bool = False
+    default: Scalar = None
+
+    def __post_init__(self) -> None:
+        check_name("name", self.name)
+        if not isinstance(self.param, Param) or isinstance(self.param, ConditionalParam):
+            raise SpaceError(self.name, f"must wrap an unconditional Param, got {shown(self.param)}")
+        if self.param.name != self.name:
+            raise SpaceError(self.name, f"wraps the parameter {self.param.name!r}, not {self.name!r}")
+        object.__setattr__(self, "when", _parse_when(self.name, self.when))
+        if self.has_default:
+            object.__setattr__(self, "default", _builtin_scalar(f"{self.name}.default", self.default))
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__") or attr == "param":  # not during unpickling, before ``param`` is set
+            raise AttributeError(attr)
+        return getattr(self.param, attr)
+
+    def distribution(self) -> BaseDistribution | None:
+        return self.param.distribution()
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return self.param.distributions()
+
+    def to_builtin(self, value: Any) -> Any:
+        return self.param.to_builtin(value)
+
+    def value_from(self, sampled: Mapping[str, Any]) -> Any:
+        return _value_of(self.param, sampled)
+
+    @property
+    def depends_on(self) -> tuple[str, ...]:
+        """The parameters its condition names."""
+        return tuple(name for name, _ in self.when)
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        """Whether the condition holds for a trial whose (completed) values so far are ``values``."""
+        return all(name in values and any(_same(values[name], v) for v in allowed) for name, allowed in self.when)
+
+    def condition(self) -> str:
+        """The condition as the spec writes it: ``model = 'mlp', depth in [2, 3]``."""
+        return ", ".join(f"{n} = {a[0]!r}" if len(a) == 1 else f"{n} in {list(a)!r}" for n, a in self.when)
+
+
+def _parse_when(name: str, when: Any) -> tuple[tuple[str, tuple[Scalar, ...]], ...]:
+    """``when`` as ``((parameter, allowed values), ...)`` from a table ``{ model = "mlp", depth = [2, 3] }``."""
+    key = f"{name}.when"
+    items = when.items() if isinstance(when, Mapping) else when
+    if isinstance(when, (str, bytes)) or not isinstance(items, Iterable):
+        raise SpaceError(key, f'must be a table such as {{ model = "mlp" }}, got {shown(when)}')
+    out: list[tuple[str, tuple[Scalar, ...]]] = []
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise SpaceError(key, f'must be a table such as {{ model = "mlp" }}, got {shown(when)}')
+        other, allowed = item
+        check_name(key, other)
+        if isinstance(allowed, (list, tuple)):
+            if not allowed:
+                raise SpaceError(f"{key}.{other}", "must be a value or a non-empty list of values")
+            values = tuple(_builtin_scalar(f"{key}.{other}[{i}]", v) for i, v in enumerate(allowed))
+        else:
+            values = (_builtin_scalar(f"{key}.{other}", allowed),)
+        out.append((other, values))
+    if not out:
+        raise SpaceError(key, 'must name at least one parameter, e.g. { model = "mlp" }')
+    return tuple(out)
+
+
+def _value_of(param: Param, sampled: Mapping[str, Any]) -> Any:
+    """A parameter's value in a trial: a constant, or from the flat sampled values."""
+    return param.value if isinstance(param, FixedParam) else param.value_from(sampled)
+
+
+def _allowed_values(param: Param, key: str, values: tuple[Scalar, ...]) -> tuple[Scalar, ...]:
+    """A condition's values, checked against what the parameter it names can take, as that parameter's builtins."""
+    inner = param.param if isinstance(param, ConditionalParam) else param
+    if isinstance(inner, FixedParam):
+        if not any(_same(v, inner.value) for v in values):
+            raise SpaceError(key, f"never holds: {param.name!r} is fixed at {inner.value!r}")
+        return values
+    if isinstance(inner, CategoricalParam):
+        possible: tuple[Any, ...] = inner.choices
+    elif isinstance(inner, BatchSizeParam):
+        possible = inner.sizes
+    elif isinstance(inner, IntParam):
+        possible = tuple(range(inner.low, inner.high + 1, inner.step))
+    else:
+        kind = type(inner).__name__.removesuffix("Param").lower()
+        raise SpaceError(key, f"a condition may name a categorical, int, batch_size or fixed parameter; "
+                              f"{param.name!r} is {kind}")  # fmt: skip
+    for value in values:
+        if not any(_same(value, p) for p in possible):
+            shown_possible = list(possible) if len(possible) <= 12 else f"{possible[0]!r} ... {possible[-1]!r}"
+            raise SpaceError(key, f"{value!r} is not a value {param.name!r} can take: {shown_possible}")
+    return values
+
+
+def _suggest(trial: Any, name: str, dist: BaseDistribution) -> Any:
+    """``trial.suggest_*`` for ``dist`` (an Optuna trial, duck-typed: ``spaces`` does not import ``optuna.trial``)."""
+    if isinstance(dist, FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    raise SpaceError(name, f"cannot suggest a {type(dist).__name__}")
+
+
 @dataclass(frozen=True)
 class SearchSpace:
-    """An ordered set of uniquely named parameters."""
+    """An ordered set of uniquely named parameters; some may be conditional (:class:`ConditionalParam`).
+
+    Conditions are checked here: each names a parameter of the space, with values it can take, and
+    they form no cycle. ``order`` lists the names so that a parameter comes after every parameter its
+    condition names (conditions may chain: ``b`` when ``a``, ``c`` when ``b``).
+    """
 
     params: tuple[Param, ...]
 
@@ -253,6 +385,9 @@ class SearchSpace:
                 raise SpaceError(param.name, "duplicate parameter name")
             seen.add(param.name)
         object.__setattr__(self, "params", params)
+        object.__setattr__(self, "order", _dependency_order(params))
+
+    order: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -275,36 +410,116 @@ class SearchSpace:
         return len(self.params)
 
     def distributions(self) -> dict[str, BaseDistribution]:
-        """The searched parameters' Optuna distributions, by name."""
+        """The searched parameters' Optuna distributions, by name (conditional ones included)."""
         dists: dict[str, BaseDistribution] = {}
         for param in self.params:
             dists.update(param.distributions())
+        return dists
+
+    @property
+    def conditional(self) -> tuple[str, ...]:
+        """The names of the conditional parameters, in spec order."""
+        return tuple(p.name for p in self.params if isinstance(p, ConditionalParam))
+
+    def base_distributions(self) -> dict[str, BaseDistribution]:
+        """The distributions every trial samples: the searched parameters without a condition.
+
+        A trial is asked with these as fixed distributions; :meth:`suggest` then adds the
+        conditional parameters whose condition holds (define-by-run).
+        """
+        dists: dict[str, BaseDistribution] = {}
+        for param in self.params:
+            if not isinstance(param, ConditionalParam):
+                dists.update(param.distributions())
         return dists
 
     def fixed(self) -> dict[str, Any]:
         """The constant parameters' values, by name."""
         return {p.name: p.value for p in self.params if isinstance(p, FixedParam)}
 
+    def suggest(self, trial: Any) -> None:
+        """Suggest on ``trial`` (an Optuna trial asked with :meth:`base_distributions`) each conditional
+        parameter whose condition holds, in dependency order, with ``trial.suggest_*``."""
+        if not self.conditional:
+            return
+        named = {other for p in self.params if isinstance(p, ConditionalParam) for other in p.depends_on}
+        values: dict[str, Any] = {}  # of the parameters a condition names (never a genome, not decoded here)
+        for name in self.order:
+            param = self[name]
+            if isinstance(param, ConditionalParam):
+                if not param.holds(values):
+                    if param.has_default:
+                        values[name] = param.default
+                    continue
+                for flat, dist in param.distributions().items():
+                    _suggest(trial, flat, dist)
+            if name in named:
+                values[name] = _value_of(param, trial.params)
+
     def complete(self, sampled: Mapping[str, Any]) -> dict[str, Any]:
         """Sampled values as builtins plus the fixed values, in spec order.
 
-        Every searched parameter must be in ``sampled``; a name that is not a
-        searched parameter of this space is an error.
+        Every searched parameter must be in ``sampled``, except a conditional one whose
+        condition does not hold: it must be absent, and the result has its ``default``
+        if it declares one, else no entry for it. A name that is not a searched
+        parameter of this space is an error.
         """
         searched = self.distributions()
         for name in sampled:
             if name not in searched:
                 rule = "is fixed, not searched" if name in self else "is not a parameter of this space"
                 raise SpaceError(str(name), f"{rule}; searched: {', '.join(searched) or '(none)'}")
-        out: dict[str, Any] = {}
-        for param in self.params:
-            out[param.name] = param.value if isinstance(param, FixedParam) else param.value_from(sampled)
-        return out
+        values: dict[str, Any] = {}
+        for name in self.order:
+            param = self[name]
+            if isinstance(param, ConditionalParam) and not param.holds(values):
+                if any(flat in sampled for flat in param.distributions()):
+                    raise SpaceError(name, f"was sampled although its condition ({param.condition()}) does not hold")
+                if param.has_default:
+                    values[name] = param.default
+                continue
+            values[name] = _value_of(param, sampled)
+        return {name: values[name] for name in self.names if name in values}
+
+
+def _dependency_order(params: tuple[Param, ...]) -> tuple[str, ...]:
+    """Every name, each after the parameters its condition names (spec order otherwise); checks the conditions."""
+    by_name = {p.name: p for p in params}
+    for param in params:
+        if not isinstance(param, ConditionalParam):
+            continue
+        for other, allowed in param.when:
+            key = f"{param.name}.when.{other}"
+            if other == param.name:
+                raise SpaceError(key, "a parameter's condition cannot name the parameter itself")
+            if other not in by_name:
+                raise SpaceError(key, f"unknown parameter; {did_you_mean(other, set(by_name) - {param.name})}")
+            _allowed_values(by_name[other], key, allowed)
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1: being visited, 2: placed
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = path[path.index(name):] + (name,)
+            raise SpaceError(f"{cycle[0]}.when", f"conditions form a cycle: {' -> '.join(cycle)}")
+        state[name] = 1
+        param = by_name[name]
+        for other in param.depends_on if isinstance(param, ConditionalParam) else ():
+            visit(other, (*path, name))
+        state[name] = 2
+        order.append(name)
+
+    for param in params:
+        visit(param.name, ())
+    return tuple(order)
 
 
 # ---- parsing a TOML [space] table -------------------------------------------
 
 ParamBuilder = Callable[[str, Mapping[str, Any]], Param]
+CONDITION_KEYS = ("when", "default")  # in any parameter's table: searched only when ``when`` holds
 
 
 def _table_builder(
@@ -315,8 +530,8 @@ def _table_builder(
     def build(name: str, table: Mapping[str, Any]) -> Param:
         valid = ("type", *required, *optional)
         for key in table:
-            if key not in valid:
-                raise SpaceError(f"{name}.{key}", f"unknown key; {did_you_mean(str(key), valid)}")
+            if key not in valid:  # the hint names the condition keys too (parse_space takes them off first)
+                raise SpaceError(f"{name}.{key}", f"unknown key; {did_you_mean(str(key), (*valid, *CONDITION_KEYS))}")
         for key in required:
             if key not in table:
                 raise SpaceError(
@@ -357,7 +572,12 @@ def _parse_param(name: str, value: Any) -> Param:
             raise SpaceError(f"{name}.type", f"must be a string, got {shown(kind)}")
         if kind not in PARAM_TYPES:
             raise SpaceError(f"{name}.type", f"unknown type {kind!r}; {did_you_mean(kind, PARAM_TYPES)}")
-        return PARAM_TYPES[kind](name, value)
+        param = PARAM_TYPES[kind](name, {k: v for k, v in value.items() if k not in CONDITION_KEYS})
+        if "when" in value:
+            return ConditionalParam(name, param, value["when"], "default" in value, value.get("default"))
+        if "default" in value:
+            raise SpaceError(f"{name}.default", 'only a conditional parameter (with when = { ... }) has a default')
+        return param
     if isinstance(value, (list, tuple)):
         raise SpaceError(
             name, 'a list is not a parameter; use {type="categorical", choices=[...]}'
@@ -372,7 +592,8 @@ def parse_space(table: Mapping[str, Any]) -> SearchSpace:
 
     A table value ``{type = ..., ...}`` is a searched parameter (``float``,
     ``int``, ``categorical``, ``batch_size``, ``fixed`` or a registered type);
-    a plain scalar is a :class:`FixedParam`.
+    a plain scalar is a :class:`FixedParam`. Any table may add ``when = { other = value }``
+    (or a list of values) and ``default = ...``: a :class:`ConditionalParam`.
     """
     if not isinstance(table, Mapping):
         raise SpaceError("space", f"must be a table, got {shown(table)}")

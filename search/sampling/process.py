@@ -7,7 +7,8 @@ rate. Here the sampler lives in a child process with an in-memory *replica*
 study:
 
 - the child asks the replica (``study.ask`` over the campaign's fixed
-  distributions) whenever the controller has credit outstanding, and sends
+  distributions, then ``suggest`` for the conditional parameters whose
+  condition holds) whenever the controller has credit outstanding, and sends
   back the parameters;
 - the controller creates its own trial with those parameters
   (:class:`ReplaySampler` hands them to ``Study.ask``), runs and tells it;
@@ -39,11 +40,12 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.asker import AskFailed, AskTimes
@@ -53,6 +55,7 @@ __all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable", "SamplerDied
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Suggest = Callable[[optuna.Trial], None]  # after an ask: suggests the conditional parameters (pickled to the child)
 START_SECONDS = 120.0  # the child must import Optuna and unpickle the sampler within this
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -85,6 +88,7 @@ class Done:
     params: dict[str, Any]
     distributions: dict[str, BaseDistribution]
     intermediate: dict[int, float]
+    constraints: dict[str, float] = field(default_factory=dict)  # ``Trial.set_constraint`` values
 
 
 # --- the child --------------------------------------------------------------------------------
@@ -122,17 +126,21 @@ class _Replica:
     """The child's study: asks on credit, records what the controller told."""
 
     def __init__(self, sampler: optuna.samplers.BaseSampler, directions: Sequence[str],
-                 distributions: dict[str, BaseDistribution], finished: list[FrozenTrial]) -> None:  # fmt: skip
+                 distributions: dict[str, BaseDistribution], finished: list[FrozenTrial],
+                 suggest: Suggest | None = None) -> None:  # fmt: skip
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(directions=list(directions), sampler=sampler)
         self.study.add_trials(finished)
         self.distributions = distributions
+        self.suggest = suggest
         self.seen = len(finished)
         self.credit = 0
 
     def ask(self) -> Asked:
         started = time.perf_counter()
         trial = self.study.ask(fixed_distributions=self.distributions)
+        if self.suggest is not None:
+            self.suggest(trial)  # the conditional parameters whose condition holds
         return Asked(trial.number, dict(trial.params), self.seen, time.perf_counter() - started)
 
     def record(self, done: Done) -> None:
@@ -146,13 +154,15 @@ class _Replica:
             self._finish(frozen, Done(done.replica, TrialState.FAIL, None, {}, {}, {}))  # run with other params
         self.study.add_trial(optuna.trial.create_trial(
             state=done.state, values=done.values, params=done.params, distributions=done.distributions,
-            intermediate_values=done.intermediate))  # fmt: skip
+            intermediate_values=done.intermediate, constraints=done.constraints or None))  # fmt: skip
 
     def _finish(self, frozen: FrozenTrial, done: Done) -> None:
         """What ``Study.tell`` does, as the controller already validated it: intermediate values, then state."""
         storage = self.study._storage
         for step, value in done.intermediate.items():
             storage.set_trial_intermediate_value(frozen._trial_id, step, value)
+        for key, value in done.constraints.items():  # as ``Trial.set_constraint`` stores them
+            storage.set_trial_system_attr(frozen._trial_id, f"{_CONSTRAINTS_KEY}:{key}", value)
         frozen = storage.get_trial(frozen._trial_id)
         try:
             self.study.sampler.after_trial(self.study, frozen, done.state, done.values)
@@ -161,11 +171,12 @@ class _Replica:
 
 
 def serve(conn: Any, sampler_bytes: bytes, directions: Sequence[str],
-          distributions: dict[str, BaseDistribution], finished: list[FrozenTrial]) -> None:  # fmt: skip
+          distributions: dict[str, BaseDistribution], finished: list[FrozenTrial],
+          suggest: Suggest | None = None) -> None:  # fmt: skip
     """The child's main: tell what arrives, ask while there is credit, answer state requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's: it closes the child
     try:
-        replica = _Replica(pickle.loads(sampler_bytes), directions, distributions, finished)
+        replica = _Replica(pickle.loads(sampler_bytes), directions, distributions, finished, suggest)
     except BaseException:  # noqa: BLE001 - reported to the controller, which raises it
         conn.send(("error", traceback.format_exc()))
         return
@@ -208,13 +219,15 @@ class ReplaySampler(optuna.samplers.BaseSampler):
 
     :meth:`stage` sets what the next ``Study.ask`` gets; ``after_trial`` forwards
     each tell to the child. It never samples: a parameter that was not staged
-    is an error.
+    is an error. The fixed distributions come through ``sample_relative``; the
+    conditional parameters the child suggested after its ask, through ``sample_independent``.
     """
 
     def __init__(self, distributions: dict[str, BaseDistribution], forward: Callable[[Done], None]) -> None:
         self._distributions = distributions
         self._forward = forward
         self._staged: Asked | None = None
+        self._rest: tuple[int, dict[str, Any]] = (-1, {})  # trial number, its staged params beyond the fixed ones
         self._replica_of: dict[int, int] = {}  # controller trial number -> replica trial number
 
     def stage(self, asked: Asked) -> None:
@@ -228,15 +241,20 @@ class ReplaySampler(optuna.samplers.BaseSampler):
             return {}
         staged, self._staged = self._staged, None
         self._replica_of[trial.number] = staged.replica
+        self._rest = (trial.number, {name: value for name, value in staged.params.items() if name not in search_space})
         return {name: value for name, value in staged.params.items() if name in search_space}
 
     def sample_independent(self, study, trial, param_name, param_distribution):  # type: ignore[no-untyped-def]
+        number, rest = self._rest
+        if trial.number == number and param_name in rest:
+            return rest[param_name]  # a conditional parameter the child suggested
         raise RuntimeError(f"parameter {param_name!r} was not sampled by the sampler process "
                            "(only the campaign's fixed search space is sampled there)")  # fmt: skip
 
     def after_trial(self, study, trial, state, values) -> None:  # type: ignore[no-untyped-def]
         self._forward(Done(self._replica_of.pop(trial.number, None), state, None if values is None else list(values),
-                           dict(trial.params), dict(trial.distributions), dict(trial.intermediate_values)))  # fmt: skip
+                           dict(trial.params), dict(trial.distributions), dict(trial.intermediate_values),
+                           dict(trial.constraints)))  # fmt: skip
 
 
 class ProcessAsker(Generic[T]):
@@ -246,13 +264,16 @@ class ProcessAsker(Generic[T]):
     hand (received, or owed by the child) than wanted; each trial the child
     sends waits here until :meth:`take` turns it into a controller trial with
     ``produce(saw)``. Trials received and never taken exist in the replica only.
+    ``suggest(trial)``, if given, runs in the child after each ask (a space's conditional
+    parameters, define-by-run); the controller's ``produce`` must make the same calls.
     """
 
     background = True
     asks_here = False  # the loop never samples itself: ``ask_here`` always answers None
 
     def __init__(self, study: optuna.Study, distributions: dict[str, BaseDistribution], produce: Callable[[int], T],
-                 wake: Callable[[], None], name: str = "hypersweep-sampler") -> None:  # fmt: skip
+                 wake: Callable[[], None], name: str = "hypersweep-sampler",
+                 suggest: Suggest | None = None) -> None:  # fmt: skip
         self._study = study
         self._produce = produce
         self._wake = wake
@@ -274,7 +295,7 @@ class ProcessAsker(Generic[T]):
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=serve, name=name, daemon=True,
-            args=(child, sampler_bytes, list(_directions(study)), distributions, finished),
+            args=(child, sampler_bytes, list(_directions(study)), distributions, finished, suggest),
         )  # fmt: skip
         self._process.start()
         child.close()

@@ -25,6 +25,7 @@ __all__ = [
     "SAMPLER_REGISTRY",
     "SAMPLERS",
     "REPLICA_SAFE",
+    "CONSTRAINED",
     "SAMPLING",
     "sampler_info",
     "space_problem",
@@ -41,12 +42,17 @@ SpaceCheck = Callable[[SearchSpace, int], "tuple[str, str] | None"]
 @dataclasses.dataclass(frozen=True)
 class SamplerInfo:
     """A sampler a spec may name: ``build(space, seed)``, whether it may run on a replica study in a
-    child process, and ``check_space(space, n_objectives)``, which names what it cannot work with."""
+    child process, and ``check_space(space, n_objectives)``, which names what it cannot work with.
+
+    ``supports_constraints``: it reads the trials' constraint values (``[study] constraints``, set
+    with ``Trial.set_constraint`` before each tell) and prefers feasible trials.
+    """
 
     name: str
     build: Callable[[SearchSpace, int], BaseSampler]
     replica_safe: bool = False
     check_space: SpaceCheck | None = None
+    supports_constraints: bool = False
 
 
 def grid_of(distributions: dict[str, BaseDistribution]) -> dict[str, list]:
@@ -80,6 +86,10 @@ def _evolution(space: SearchSpace, seed: int) -> BaseSampler:
 
 
 def _grid_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
+    if space.conditional:
+        name = space.conditional[0]
+        return (f"space.{name}.when", "the grid sampler needs every parameter in every trial; "
+                "remove the condition or use another sampler (tpe handles conditional parameters)")  # fmt: skip
     for name, dist in space.distributions().items():
         if not isinstance(dist, (CategoricalDistribution, IntDistribution)):
             return (f"space.{name}",
@@ -102,12 +112,14 @@ def _evolution_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] |
 SAMPLER_REGISTRY: dict[str, SamplerInfo] = {
     info.name: info
     for info in (
-        SamplerInfo("tpe", lambda space, seed: optuna.samplers.TPESampler(seed=seed), replica_safe=True),
+        SamplerInfo("tpe", lambda space, seed: optuna.samplers.TPESampler(seed=seed), replica_safe=True,
+                    supports_constraints=True),
         SamplerInfo("random", lambda space, seed: optuna.samplers.RandomSampler(seed=seed)),
         SamplerInfo(
             "cmaes", lambda space, seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
         ),
-        SamplerInfo("gp", lambda space, seed: optuna.samplers.GPSampler(seed=seed), replica_safe=True),
+        SamplerInfo("gp", lambda space, seed: optuna.samplers.GPSampler(  # conditional params: random, quietly
+            seed=seed, warn_independent_sampling=not space.conditional), replica_safe=True, supports_constraints=True),
         SamplerInfo(
             "qmc", lambda space, seed: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
         ),
@@ -115,12 +127,14 @@ SAMPLER_REGISTRY: dict[str, SamplerInfo] = {
             "grid", lambda space, seed: AskTellGridSampler(grid_of(space.distributions()), seed=seed),
             check_space=_grid_space,
         ),  # fmt: skip
-        SamplerInfo("nsga2", lambda space, seed: optuna.samplers.NSGAIISampler(seed=seed)),  # one objective works too
+        SamplerInfo("nsga2", lambda space, seed: optuna.samplers.NSGAIISampler(seed=seed),  # one objective works too
+                    supports_constraints=True),
         SamplerInfo("evolution", _evolution, check_space=_evolution_space),
     )
 }
 SAMPLERS = tuple(SAMPLER_REGISTRY)  # every name a spec may give, in the order the docs list them
 REPLICA_SAFE = tuple(name for name, info in SAMPLER_REGISTRY.items() if info.replica_safe)
+CONSTRAINED = tuple(name for name, info in SAMPLER_REGISTRY.items() if info.supports_constraints)
 SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (see search.sampling.process)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from typing import Any
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
 
-from search.sampling.samplers import REPLICA_SAFE, SAMPLERS, SAMPLING, sampling_problem, space_problem
+from search.sampling.samplers import CONSTRAINED, REPLICA_SAFE, SAMPLERS, SAMPLING, sampling_problem, space_problem
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, parse_cluster
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
@@ -43,6 +44,8 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "check_trainer",
+    "find_trainer",
+    "trainer_paths",
     "SAMPLERS",
     "PRUNERS",
     "PRUNING_RESOURCES",
@@ -84,6 +87,7 @@ class StudySpec:
     sampling: str = "auto"
     parallelism: int = 4
     max_retries: int = 2
+    constraints: tuple[str, ...] = ()  # reported metrics that must be <= 0 for a feasible trial
 
     @property
     def multi_objective(self) -> bool:
@@ -150,7 +154,7 @@ _TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
     "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
-    "scheduler", "dispatch_ahead", "batch_trials", "sampling",
+    "scheduler", "dispatch_ahead", "batch_trials", "sampling", "constraints",
 )  # fmt: skip
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
@@ -213,7 +217,21 @@ def _study(t: SpecTable) -> StudySpec:
         batch_trials=_auto_int(t, "batch_trials", 1),
         sampling=sampling,
         max_retries=t.int("max_retries", 2, minimum=0),
+        constraints=_constraints(t, sampler),
     )
+
+
+def _constraints(t: SpecTable, sampler: str) -> tuple[str, ...]:
+    """Reported metrics that must each be <= 0 for a trial to be feasible; only samplers that use them."""
+    names = t.data.get("constraints", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise t.error("constraints", f"must be a list of reported metric names, got {_show(names)}")
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise t.error("constraints", f"{name!r} is listed twice")
+    if names and sampler not in CONSTRAINED:
+        raise t.error("constraints", f"sampler {sampler!r} ignores constraints; use {', '.join(CONSTRAINED)}")
+    return tuple(names)
 
 
 def _sampling(t: SpecTable, sampler: str) -> str:
@@ -283,13 +301,10 @@ def _check_trainer(spec: CampaignSpec) -> CampaignSpec:
 
     ``run``, ``resume``, ``check`` and ``reproduce`` need this; reading a finished campaign does not.
     """
-    from trainers.api import TrainerImportError, capabilities_of, load_trainer  # by name, only to validate
+    from trainers.api import capabilities_of  # by name, only to validate
 
     source, trainer, study = spec.source, spec.trainer, spec.study
-    try:
-        info = capabilities_of(load_trainer(trainer.entry))
-    except TrainerImportError as exc:
-        raise SpecError(source, "trainer.entry", str(exc)) from None
+    info = capabilities_of(find_trainer(spec))
     accepted, reported = info.accepted_params, info.reported_metrics
     if accepted is not None:
         for name in spec.space.names:
@@ -299,10 +314,11 @@ def _check_trainer(spec: CampaignSpec) -> CampaignSpec:
                     f"trainer {trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
                 )  # fmt: skip
     if reported is not None:
-        for metric in study.metrics:
+        checked = [("study.metric", m) for m in study.metrics] + [("study.constraints", c) for c in study.constraints]
+        for key, metric in checked:
             if metric not in reported:
                 raise SpecError(
-                    source, "study.metric",
+                    source, key,
                     f"trainer {trainer.entry} never reports {metric!r}{_closest(metric, sorted(reported))}",
                 )  # fmt: skip
         counted = RESOURCE_METRIC[spec.pruning.resource]
@@ -320,6 +336,36 @@ def _check_trainer(spec: CampaignSpec) -> CampaignSpec:
 
 
 check_trainer = _check_trainer  # the public name; parse_spec and load_spec have a parameter of that name
+
+
+def trainer_paths(spec: CampaignSpec) -> tuple[str, ...]:
+    """The folders the trainer is looked for in after ``sys.path``: the spec's folder, the current directory,
+    and, for a campaign's frozen spec, the folders its campaign recorded (``environment.json``), so that
+    ``resume``, ``reproduce`` and a re-run of the frozen spec find the trainer the campaign ran."""
+    from search.store.environment import recorded_trainer_paths
+
+    spec_file = Path(spec.source)
+    here = spec_file.resolve().parent if spec_file.is_file() else None
+    paths = ([str(here)] if here else []) + [os.getcwd()] + (recorded_trainer_paths(here) if here else [])
+    return tuple(dict.fromkeys(paths))
+
+
+def find_trainer(spec: CampaignSpec) -> Any:
+    """The spec's trainer function, looked for on ``sys.path`` and in :func:`trainer_paths` (which its workers get
+    too); for a campaign's frozen spec whose trainer was handed over by value (defined in a script or notebook),
+    the copy the campaign kept. A trainer that cannot be found is a :class:`SpecError` on ``trainer.entry``."""
+    from search.store.environment import stored_trainer
+    from trainers.api import TrainerImportError, load_trainer, register_trainer  # by name, only to validate
+
+    entry = spec.trainer.entry
+    try:
+        return load_trainer(entry, trainer_paths(spec))
+    except TrainerImportError as exc:
+        kept = stored_trainer(Path(spec.source).parent) if Path(spec.source).is_file() else None
+        if kept is None:
+            raise SpecError(spec.source, "trainer.entry", str(exc)) from None
+        register_trainer(kept, entry)
+        return kept
 
 
 def parse_spec(
@@ -417,7 +463,7 @@ def _pbt(source: str, top: SpecTable, study: StudySpec, trainer: TrainerSpec, sp
         raise SpecError(source, "study.directions", "population-based training ranks members on one metric")
     return parse_pbt(
         SpecTable(source, "pbt", top.table("pbt"), PBT_KEYS), trainer.epochs, trainer.checkpoint_every,
-        space.distributions(),
+        space.base_distributions(),  # a conditional parameter is not in every member
     )  # fmt: skip
 
 

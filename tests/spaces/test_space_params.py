@@ -22,6 +22,7 @@ from spaces import (
     parse_space,
     register_param_type,
 )
+from spaces.params import ConditionalParam
 
 SPEC = {
     "lr": {"type": "float", "low": 1e-4, "high": 0.3, "log": True},
@@ -191,3 +192,107 @@ def test_int_bounds_are_refused_when_reversed_whatever_the_step(a: int, b: int, 
     assert info.value.problem == f"must be <= high ({high}), got {low}"
     with pytest.raises(SpaceError, match=r"^h\.low: must be <= high"):
         parse_space({"h": {"type": "int", "low": low, "high": high, "step": step}})
+
+
+# --- conditional parameters ----------------------------------------------------------------------
+
+COND = {
+    "model": {"type": "categorical", "choices": ["mlp", "cnn"]},
+    "depth": {"type": "int", "low": 1, "high": 3, "when": {"hidden": [192, 256]}, "default": 0},  # before hidden
+    "hidden": {"type": "int", "low": 64, "high": 256, "step": 64, "when": {"model": "mlp"}},
+    "channels": {"type": "categorical", "choices": [8, 16], "when": {"model": "cnn"}, "default": 4},
+    "lr": 0.1,
+}
+
+
+def test_conditional_parameters_parse_in_dependency_order() -> None:
+    space = parse_space(COND)
+    assert space.names == ("model", "depth", "hidden", "channels", "lr")
+    assert space.order == ("model", "hidden", "depth", "channels", "lr")  # depth after what it names
+    assert space.conditional == ("depth", "hidden", "channels")
+    assert space.base_distributions() == {"model": CategoricalDistribution(("mlp", "cnn"))}
+    assert set(space.distributions()) == {"model", "depth", "hidden", "channels"}
+    hidden = space["hidden"]
+    assert isinstance(hidden, ConditionalParam) and hidden.when == (("model", ("mlp",)),)
+    assert hidden.low == 64 and hidden.step == 64  # the wrapped parameter's attributes
+    assert space["depth"].has_default and space["depth"].default == 0
+    assert pickle.loads(pickle.dumps(space)) == space
+
+
+@pytest.mark.parametrize(
+    ("sampled", "config"),
+    [
+        ({"model": "cnn", "channels": 8}, {"model": "cnn", "depth": 0, "channels": 8, "lr": 0.1}),
+        ({"model": "mlp", "hidden": 128}, {"model": "mlp", "depth": 0, "hidden": 128, "channels": 4, "lr": 0.1}),
+        ({"model": "mlp", "hidden": 256, "depth": 2},
+         {"model": "mlp", "depth": 2, "hidden": 256, "channels": 4, "lr": 0.1}),
+    ],
+)
+def test_complete_leaves_out_or_defaults_what_its_condition_excludes(sampled: dict, config: dict) -> None:
+    assert parse_space(COND).complete(sampled) == config
+
+
+@pytest.mark.parametrize(
+    ("sampled", "key", "fragment"),
+    [
+        ({"model": "cnn", "channels": 8, "hidden": 64}, "hidden", "its condition (model = 'mlp') does not hold"),
+        ({"model": "mlp", "hidden": 64, "depth": 1}, "depth", "(hidden in [192, 256]) does not hold"),
+        ({"model": "mlp"}, "hidden", "missing"),
+    ],
+)
+def test_complete_refuses_values_that_contradict_the_conditions(sampled: dict, key: str, fragment: str) -> None:
+    with pytest.raises(SpaceError) as info:
+        parse_space(COND).complete(sampled)
+    assert info.value.key == key and fragment in info.value.problem
+
+
+def test_suggest_adds_the_conditional_parameters_on_an_optuna_trial_define_by_run() -> None:
+    import optuna
+
+    space = parse_space(COND)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask(fixed_distributions=space.base_distributions())
+        space.suggest(trial)
+        params = trial.params
+        config = space.complete(params)  # consistent with the conditions, or it raises
+        assert ("hidden" in params) == (params["model"] == "mlp")
+        assert ("depth" in params) == (params.get("hidden") in (192, 256))
+        assert config["channels"] == params.get("channels", 4)
+        seen.add((params["model"], "depth" in params))
+        study.tell(trial, 0.0)
+    assert seen == {("mlp", True), ("mlp", False), ("cnn", False)}
+
+
+H = {"type": "int", "low": 1, "high": 4}
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "fragment"),
+    [
+        ({"h": {**H, "when": {"m": 1}}}, "h.when.m", "unknown parameter"),
+        ({"m": {"type": "categorical", "choices": [1, 2]}, "h": {**H, "when": {"m": True}}},
+         "h.when.m", "True is not a value 'm' can take: [1, 2]"),
+        ({"m": {"type": "batch_size", "low": 16, "high": 64}, "h": {**H, "when": {"m": 24}}},
+         "h.when.m", "24 is not a value 'm' can take: [16, 32, 64]"),
+        ({"a": {**H, "when": {"b": 1}}, "b": {**H, "when": {"a": 2}}}, "a.when", "cycle: a -> b -> a"),
+        ({"h": {**H, "when": {}}}, "h.when", "at least one parameter"),
+        ({"m": 1, "h": {**H, "when": {"m": []}}}, "h.when.m", "non-empty list"),
+        ({"m": 1, "h": {**H, "when": {"m": 1}, "default": [1]}}, "h.default", "str, int"),
+    ],
+)
+def test_conditional_errors_name_the_key(table: dict, key: str, fragment: str) -> None:
+    with pytest.raises(SpaceError) as info:
+        parse_space(table)
+    assert info.value.key == key and fragment in info.value.problem, str(info.value)
+
+
+def test_a_fixed_value_can_be_conditional_and_a_condition_can_name_a_fixed_value() -> None:
+    space = parse_space({
+        "model": "mlp",
+        "warmup": {"type": "fixed", "value": 0.1, "when": {"model": "mlp"}},
+        "hidden": {"type": "int", "low": 1, "high": 4, "when": {"model": ["mlp", "cnn"]}},
+    })  # fmt: skip
+    assert space.base_distributions() == {}
+    assert space.complete({"hidden": 2}) == {"model": "mlp", "warmup": 0.1, "hidden": 2}

@@ -43,8 +43,17 @@ def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[
     if len(directions) > 1:
         front = {t.number for t in study.best_trials}
         return done[done["number"].isin(front)].sort_values(metrics[0], ascending=directions[0] == "minimize")
+    infeasible = _infeasible(study)
+    if infeasible and not done["number"].isin(infeasible).all():
+        done = done[~done["number"].isin(infeasible)]  # with [study] constraints, the best are feasible ones
     ascending = directions[0] == "minimize"
     return done.sort_values(metrics[0], ascending=ascending).head(k)
+
+
+def _infeasible(study: optuna.Study) -> set[int]:
+    """Complete trials with a constraint value above 0 (Optuna's ``Trial.set_constraint``)."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return {t.number for t in complete if any(float(v) > 0 for v in t.constraints.values())}
 
 
 def state_counts(study: optuna.Study) -> dict[str, int]:

@@ -253,3 +253,19 @@ def test_a_complete_trial_without_its_constraint_value_fails(tmp_path: Path) -> 
     for t in study.get_trials():
         assert t.state == TrialState.FAIL and t.constraints == {}
         assert "did not return a finite value for each constraint" in t.user_attrs["fail_reason"]
+
+
+def test_the_best_table_puts_feasible_trials_first() -> None:
+    from optuna.distributions import FloatDistribution
+
+    from search.reports.summary import best_table
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+    for x, size in ((0.9, 3.0), (0.5, -1.0), (0.4, 0.0)):  # the best value breaks the constraint
+        trial = study.ask(fixed_distributions=dist)
+        trial.set_constraint("size", size)
+        trial.set_user_attr("metrics", {"score": x})
+        study.tell(trial, x)
+    table = best_table(study, ("score",), ("maximize",))
+    assert list(table["number"]) == [1, 2]

@@ -19,6 +19,8 @@ threads (one per GPU it can lease); without GPUs it owns ``CPU=slots`` with one 
 from __future__ import annotations
 
 import abc
+import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -26,15 +28,18 @@ import importlib
 import logging
 import os
 import re
+import socket
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+from distributed.security import Security
 
 from .errors import ClusterError, InvalidSetting, MissingExtraError, one_line
-from .options import Backend, ClusterOptions
+from .options import Backend, ClusterOptions, scheduler_address
 from .resources import detect_gpus
 
 __all__ = [
@@ -87,6 +92,44 @@ def _silence_logs(options: ClusterOptions) -> int | bool:
     return False if options.verbose else logging.WARNING
 
 
+# --- no plain-HTTP servers -----------------------------------------------------------------------
+#
+# Every Dask scheduler and worker starts an HTTP server (health, Prometheus metrics, the scheduler's
+# JSON API, which can retire workers) in plain HTTP, even when its cluster talks TLS. Unless the user
+# asks for the dashboard, the embedded cluster serves no routes and closes those servers as soon as
+# each scheduler or worker starts, before a worker registers: nothing but the TLS ports listens.
+
+#: Dask config (and, for processes started here, environment) that serves no HTTP routes.
+NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+NO_HTTP_ENV = {"DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]", "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]"}
+
+
+def _close_http_server(server: Any) -> None:
+    http = getattr(server, "http_server", None)
+    if http is not None:
+        http.stop()  # stops listening; Dask's own close stops it again, which does nothing
+        server.services.pop("dashboard", None)
+
+
+class CloseSchedulerHTTP(SchedulerPlugin):
+    """Closes the scheduler's HTTP server when the scheduler starts (no dashboard asked for)."""
+
+    name = "hypersweep-no-http"
+
+    async def start(self, scheduler: Any) -> None:
+        _close_http_server(scheduler)
+
+
+class CloseWorkerHTTP(WorkerPlugin):
+    """Closes a worker's HTTP server when it starts, before it registers (restarted workers too)."""
+
+    name = "hypersweep-no-http"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        _close_http_server(worker)
+
+
 # --- the embedded cluster ------------------------------------------------------------------------
 
 
@@ -96,7 +139,13 @@ class LocalBackend(Backend):
 
     ``options.n_workers`` workers (default: one owning all GPUs if there are any, else one per CPU
     core), each owning ``GPU`` (its share of the GPUs) or ``options.slots_per_worker`` ``CPU`` slots.
-    No dashboard unless ``options.dashboard``.
+
+    Mutual TLS: with ``options.tls`` those files, else a certificate and key made for this cluster
+    alone (Dask's ``Security.temporary``), held in memory by this process and handed to the worker
+    processes it starts, never written to the campaign folder; only they can connect, so another user
+    of this machine who reads the scheduler's address cannot. Plain TCP only where the user asked for
+    it (``insecure`` on a non-loopback ``host`` without TLS files: workers elsewhere, with no key, may
+    join). No HTTP server (dashboard, metrics, health) unless ``options.dashboard``.
     """
 
     kind: ClassVar[str] = "local"
@@ -104,24 +153,39 @@ class LocalBackend(Backend):
     def describe(self, options: ClusterOptions) -> str:
         n_workers, resources = _local_shape(options)
         owned = ", ".join(f"{name}={amount:g}" for name, amount in resources.items())
-        return f"an embedded LocalCluster on {options.host}: {n_workers} worker process(es), each owning {owned}"
+        keys = ("the given TLS files" if options.tls else "plain TCP (--insecure)" if options.plain_local_cluster()
+                else "TLS with a certificate made for it")  # fmt: skip
+        return (f"an embedded LocalCluster on {options.host} ({keys}): {n_workers} worker process(es), "
+                f"each owning {owned}")  # fmt: skip
 
     @contextlib.contextmanager
     def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
         n_workers, resources = _local_shape(options)
         threads = int(sum(resources.values()))
+        security = options.security() or (Security() if options.plain_local_cluster() else _temporary_security())
         # A worker that dies mid-trial fails the task at once: the controller retries it
         # (max_retries) from its checkpoint, rather than Dask retrying it silently.
-        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-            cluster = _local_cluster(options, n_workers, threads, resources, env)
+        settings: dict[str, Any] = {"distributed.scheduler.allowed-failures": 0}
+        with dask.config.set({**settings, **({} if options.dashboard else NO_HTTP_ROUTES)}):
+            cluster = _local_cluster(options, n_workers, threads, resources, env, security)
         try:
-            client = Client(cluster, timeout=options.connect_timeout, security=options.security())
+            client = Client(cluster, timeout=options.connect_timeout, security=security)
             try:
                 yield client
             finally:
                 client.close(timeout=10)
         finally:
             cluster.close(timeout=20)
+
+
+def _temporary_security() -> Security:
+    """Mutual TLS with a key and self-signed certificate made now, for this cluster alone (in memory)."""
+    try:
+        return Security.temporary()
+    except ImportError as exc:
+        raise ClusterError(
+            f"the embedded cluster's TLS needs the cryptography package: pip install cryptography ({exc})"
+        ) from exc
 
 
 def _local_shape(options: ClusterOptions) -> tuple[int, dict[str, float]]:
@@ -135,27 +199,37 @@ def _local_shape(options: ClusterOptions) -> tuple[int, dict[str, float]]:
 
 
 def _local_cluster(
-    options: ClusterOptions, n_workers: int, threads: int, resources: dict[str, float], env: Mapping[str, str] | None
+    options: ClusterOptions,
+    n_workers: int,
+    threads: int,
+    resources: dict[str, float],
+    env: Mapping[str, str] | None,
+    security: Security,
 ) -> LocalCluster:
     dashboard = f"{options.host}:0" if options.dashboard else None
     # The workers' Dask config says so too (their log handlers are quieted by silence_logs below).
     quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "error"}
+    no_http: dict[str, Any] = {} if options.dashboard else {"plugins": (CloseWorkerHTTP(),)}
     return LocalCluster(
         n_workers=n_workers,
         threads_per_worker=max(1, threads),
         processes=True,
         host=options.host,
-        protocol=options.protocol,
-        security=options.security(),
+        protocol="tls://" if security.require_encryption else "tcp://",
+        security=security,
         dashboard_address=dashboard,
-        # The scheduler serves its HTTP routes (health, metrics) even without the dashboard, on port 8787
-        # by default, and warns "Port 8787 is already in use" when another cluster has it: any free port.
-        scheduler_kwargs={"dashboard_address": f"{options.host}:0"},
+        # The scheduler starts an HTTP server even without the dashboard, on port 8787 by default, and warns
+        # "Port 8787 is already in use" when another cluster has it: any free port (closed at once, see above).
+        scheduler_kwargs={
+            "dashboard_address": f"{options.host}:0",
+            "plugins": () if options.dashboard else (CloseSchedulerHTTP(),),
+        },
         resources=resources,
         memory_limit=options.memory_limit,
         worker_dashboard_address=dashboard,
-        env={**quiet_workers, **dict(env or {})},
+        env={**quiet_workers, **({} if options.dashboard else NO_HTTP_ENV), **dict(env or {})},
         silence_logs=_silence_logs(options),  # quiet_dask_logs' lower levels still hold
+        **no_http,
     )
 
 
@@ -187,12 +261,73 @@ def _connect(options: ClusterOptions) -> Client:
     if not target.startswith(("tcp://", "tls://", "inproc://", "ucx://")) and os.path.exists(target):
         kwargs["scheduler_file"] = target
         target = None  # type: ignore[assignment]
+    address = scheduler_address(options.address)
+    if "://" in address:
+        check_scheduler(address, options.security() or Security(), options.connect_timeout)
     try:
         return Client(target, **kwargs) if target else Client(**kwargs)
     except (OSError, TimeoutError) as exc:
         raise ClusterError(
             f"cannot reach the Dask scheduler at {options.address!r} within {options.connect_timeout:g}s ({exc})"
         ) from exc
+
+
+def check_scheduler(address: str, security: Security, timeout: float) -> None:
+    """Raise ``ClusterError`` unless a Dask scheduler answers at ``address`` within ``timeout`` seconds.
+
+    Dask's own ``Client`` bounds the TCP connect by its timeout but then waits for the scheduler's
+    handshake for ever: something else on that port (an HTTP server, a dashboard port) would hang it.
+    This asks the scheduler who it is, over Dask's own comm and ``security``, the whole exchange bounded.
+    """
+
+    async def identity() -> Any:
+        from distributed.comm import connect
+
+        comm = await connect(address, timeout=timeout, **security.get_connection_args("client"))
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(identity(), timeout)
+
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hypersweep-check-scheduler")
+    try:
+        # A thread of its own: its own event loop, whatever the caller's thread runs.
+        reply = pool.submit(asyncio.run, bounded()).result()
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        if _port_open(address):
+            raise ClusterError(
+                f"{address!r} accepts connections but gave no Dask answer within {timeout:g}s: is it a Dask "
+                "scheduler's address (not an HTTP or dashboard port)?"
+            ) from exc
+        raise ClusterError(f"cannot reach the Dask scheduler at {address!r} within {timeout:g}s") from exc
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address!r} within {timeout:g}s ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever it sent back (read as frames), it is not a Dask scheduler
+        raise ClusterError(
+            f"{address!r} answered, but not in Dask's protocol ({type(exc).__name__} reading its answer): is it a "
+            "Dask scheduler's address (not an HTTP or dashboard port)?"
+        ) from exc
+    finally:
+        pool.shutdown(wait=False)
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if not isinstance(reply, dict) or kind in ("Worker", "Nanny"):
+        what = f"a Dask {kind.lower()}" if kind else "something that speaks Dask's protocol"
+        raise ClusterError(f"{address!r} is {what}, not a scheduler: give the scheduler's address")
+
+
+def _port_open(address: str, timeout: float = 0.5) -> bool:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 0), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 # --- deploy projects: the scheduler starts here, the workers elsewhere ----------------------------

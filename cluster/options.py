@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import ipaddress
+import json
 import os
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -18,7 +19,7 @@ from distributed.security import Security
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["LOOPBACK", "Backend", "ClusterOptions", "TLSFiles", "is_loopback"]
+__all__ = ["LOOPBACK", "Backend", "ClusterOptions", "TLSFiles", "is_loopback", "scheduler_address"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -31,6 +32,28 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def scheduler_address(target: str) -> str:
+    """The scheduler address ``target`` names: itself, or the ``address`` in the scheduler JSON file it names.
+
+    A scheduler file that does not exist (yet) or holds no address gives ``target`` back unchanged.
+    """
+    if target.startswith(("tcp://", "tls://", "inproc://", "ucx://")) or not os.path.isfile(target):
+        return target
+    try:
+        with open(target) as fh:
+            return str(json.load(fh)["address"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return target
+
+
+def _host_of(address: str) -> str:
+    """The host of ``tcp://host:port`` (IPv6 in brackets too); "" when there is none."""
+    rest = address.split("://", 1)[-1]
+    if rest.startswith("["):
+        return rest[1:].split("]", 1)[0]
+    return rest.rsplit(":", 1)[0] if ":" in rest else rest
 
 
 class Backend(abc.ABC):
@@ -147,10 +170,34 @@ class ClusterOptions:
             )
         if self.address.startswith("tls://") and self.tls is None:
             raise ValueError(f"scheduler {self.address!r} uses TLS: give tls_ca_file, tls_cert_file and tls_key_file")
+        joined = scheduler_address(self.address) if self.address else ""
+        if joined.startswith("tcp://") and not is_loopback(_host_of(joined)) and not self.insecure:
+            raise ValueError(
+                f"joining the scheduler {joined!r} over plain TCP is refused: anyone who reaches it could run code "
+                "on its workers and read the traffic; use its tls:// address with TLS files (--tls CA CERT KEY), "
+                "or pass --insecure to accept the risk"
+            )
 
     @property
     def protocol(self) -> str:
         return "tls://" if self.tls is not None else "tcp://"
+
+    def insecure_exposure(self) -> str:
+        """What ``insecure`` lets through with these options, in words; "" when nothing (loopback or TLS)."""
+        if self.tls is not None or not self.insecure:
+            return ""
+        starts_own = not self.backend.joins_scheduler if self.backend is not None else not self.address
+        if starts_own:
+            return "" if is_loopback(self.host) else f"the scheduler and workers listen on {self.host} over plain TCP"
+        joined = scheduler_address(self.address)
+        if joined.startswith("tcp://") and not is_loopback(_host_of(joined)):
+            return f"the scheduler {joined} is joined over plain TCP"
+        return ""
+
+    def plain_local_cluster(self) -> bool:
+        """Whether a cluster started here talks plain TCP: only when told so (``insecure``) off loopback without TLS
+        files, for workers elsewhere that have no key. Otherwise the embedded cluster makes a key of its own."""
+        return self.tls is None and self.insecure and not is_loopback(self.host)
 
     def security(self) -> Security | None:
         return self.tls.security() if self.tls is not None else None

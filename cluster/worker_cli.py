@@ -17,7 +17,7 @@ import socket
 import sys
 from urllib.parse import urlsplit
 
-from .backends import worker_args
+from .backends import NO_HTTP_ENV, worker_args
 from .errors import ClusterError
 from .options import TLSFiles, is_loopback
 from .resources import detect_gpus
@@ -63,6 +63,13 @@ class WorkerOptions:
                 "on it; use a tls:// scheduler with --tls CA CERT KEY, or pass --insecure to accept the risk"
             )
 
+    def insecure_exposure(self) -> str:
+        """What ``insecure`` lets through with these options, in words; "" when nothing (loopback or TLS)."""
+        exposed = [h for h in (self.scheduler_host, self.host) if h and not is_loopback(h)]
+        if not self.insecure or self.tls is not None or not exposed:
+            return ""
+        return f"this worker talks plain TCP over {exposed[0]}"
+
     @property
     def address(self) -> str:
         """The scheduler's address (read from the scheduler file when one was given)."""
@@ -105,8 +112,14 @@ def worker_command(options: WorkerOptions) -> list[str]:
 
 
 def worker_env(options: WorkerOptions) -> dict[str, str]:
-    """The worker's environment: with CPU slots, one BLAS/OpenMP thread per trial unless already set."""
+    """The worker's environment: with CPU slots, one BLAS/OpenMP thread per trial unless already set.
+
+    Its HTTP server (plain HTTP, even on a TLS cluster) serves no routes unless the environment says
+    otherwise (``DASK_DISTRIBUTED__WORKER__HTTP__ROUTES``): no metrics or health pages for anyone who reaches it.
+    """
     env = dict(os.environ)
+    for name, value in NO_HTTP_ENV.items():
+        env.setdefault(name, value)
     if options.shape()[0] == 0:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")

@@ -23,6 +23,7 @@ from spaces.errors import EXIT_ALL_FAILED, EXIT_CLUSTER, EXIT_ERROR, EXIT_INPUT,
 if TYPE_CHECKING:
     import optuna
 
+    from search.runner import RunOptions
     from search.spec.campaign_spec import CampaignSpec
     from search.store.folder import CampaignFolder
 
@@ -92,13 +93,34 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scheduler", default=None, help="join this Dask scheduler (tcp://host:port or a scheduler file)")
+    p.add_argument("--scheduler", default=None,
+                   help="join this Dask scheduler (tls://host:port, tcp://host:port or a scheduler file; plain tcp:// "
+                        "to a non-loopback host needs --insecure)")  # fmt: skip
     p.add_argument("--workers", type=int, default=None, help="local worker processes (default: spec, else per core/GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.add_argument("--insecure", action="store_true",
-                   help="allow plain TCP on a non-loopback listen address (anyone reaching it can run code)")
+                   help="allow plain TCP on a non-loopback listen address or to a non-loopback --scheduler "
+                        "(anyone reaching it can run code); prints a warning")  # fmt: skip
     p.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None,
                    help="PEM files for mutual TLS (overrides the spec's tls_* keys)")
+
+
+def _warn_insecure(exposure: str) -> None:
+    """``--insecure`` was given: say on stderr, in one line, what it lets through (``exposure``) or that it does
+    nothing."""
+    if exposure:
+        print(f"hypersweep: warning: --insecure: {exposure}: anyone who can reach it can run code as this user "
+              "and read the traffic", file=sys.stderr)  # fmt: skip
+    else:
+        print("hypersweep: warning: --insecure: has no effect here (everything is on loopback or TLS)", file=sys.stderr)
+
+
+def _warn_insecure_cluster(spec: CampaignSpec, options: RunOptions) -> None:
+    """With ``--insecure``: the cluster settings checked (as ``run``/``resume`` would), then the warning."""
+    if options.insecure:
+        from search.runner import _cluster_options
+
+        _warn_insecure(_cluster_options(spec, options).insecure_exposure())
 
 
 def _options(args: argparse.Namespace):
@@ -121,7 +143,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec)  # checks the spec against its trainer, before anything starts
-    folder = run_campaign(spec, _options(args))
+    options = _options(args)
+    _warn_insecure_cluster(spec, options)
+    folder = run_campaign(spec, options)
     return _finished(spec, folder)
 
 
@@ -184,8 +208,13 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from search.runner import resume_campaign
     from search.spec.campaign_spec import load_spec
+    from search.store.folder import CampaignFolder
 
-    folder = resume_campaign(args.folder, _options(args))  # checks the frozen spec against its trainer
+    options = _options(args)
+    frozen = CampaignFolder(Path(args.folder).resolve()).spec
+    if options.insecure and frozen.exists():
+        _warn_insecure_cluster(load_spec(frozen, check_trainer=False), options)
+    folder = resume_campaign(args.folder, options)  # checks the frozen spec against its trainer
     return _finished(load_spec(folder.spec, check_trainer=False), folder)
 
 
@@ -237,6 +266,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         connect_timeout=args.timeout,
     )
+    if options.insecure:
+        _warn_insecure(options.insecure_exposure())
     if args.print:
         print(shlex.join(worker_command(options)))
         return EXIT_OK
@@ -252,6 +283,8 @@ def _cmd_cluster_script(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, check_trainer=False)  # a job script needs no trainer
     options = _cluster_options(spec, RunOptions(insecure=args.insecure, tls=tuple(args.tls) if args.tls else None))
+    if options.insecure:
+        _warn_insecure(options.insecure_exposure())
     print(submission_text(options), end="")
     return EXIT_OK
 

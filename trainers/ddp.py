@@ -10,9 +10,11 @@ one rank (see :mod:`trainers.ddp_rank` for what a rank sees).
 How they talk:
 
 - rendezvous: the launcher hosts the ``torch.distributed`` TCP store on a free
-  port of 127.0.0.1 (the OS picks it, so there is no race for the port); the
-  ranks join it as clients. Backend: NCCL when the trial has CUDA devices, else
-  gloo.
+  port of 127.0.0.1 (the OS picks it, so there is no race for the port), listening
+  on loopback only (``TCPStore`` itself would listen on every interface, whatever
+  host it is given: the launcher binds the socket and hands it over); the ranks
+  join it as clients. Backend: NCCL when the trial has CUDA devices, else gloo
+  (on the loopback interface).
 - devices: rank r runs with ``CUDA_VISIBLE_DEVICES`` set to the r-th id of
   ``config.devices`` (translated through the launcher's own
   ``CUDA_VISIBLE_DEVICES`` when it has one, since leased ids index the visible
@@ -61,6 +63,7 @@ __all__ = ["launch", "rank_devices", "RankError"]
 POLL_SECONDS = 0.05
 EXIT_SECONDS = 30.0  # after rank 0's result, how long the ranks may take to exit before they are killed
 STDERR_TAIL = 4000
+STORE_HOST = "127.0.0.1"  # every rank runs on this machine: the rendezvous store listens on loopback only
 
 
 class RankError(RuntimeError):
@@ -141,10 +144,7 @@ class _Ranks:
     def start(self, entry: str, config: TrialConfig) -> None:
         config_path = self.folder / "config.json"
         config_path.write_text(json.dumps(config.to_dict()))
-        self.store = dist.TCPStore(
-            "127.0.0.1", 0, self.world_size, is_master=True, wait_for_workers=False,
-            timeout=datetime.timedelta(minutes=10),
-        )  # fmt: skip
+        self.store = loopback_store(self.world_size)
         ours, theirs = socket.socketpair()
         try:
             self.connection = Connection(ours.detach())
@@ -170,7 +170,7 @@ class _Ranks:
             WORLD_SIZE=str(self.world_size),
             LOCAL_RANK=str(rank),
             LOCAL_WORLD_SIZE=str(self.world_size),
-            MASTER_ADDR="127.0.0.1",
+            MASTER_ADDR=STORE_HOST,
             MASTER_PORT=str(self.store.port),
             TORCHELASTIC_USE_AGENT_STORE="True",
             PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path),  # what the launcher can import
@@ -272,6 +272,27 @@ class _Ranks:
             if self.connection is not None:
                 self.connection.close()
             self.store = None
+
+
+def loopback_store(world_size: int) -> dist.TCPStore:
+    """The rendezvous store (server side), listening on a free port of ``STORE_HOST`` only.
+
+    Given a host, ``TCPStore`` still listens on every interface; given a socket already bound
+    (``master_listen_fd``), it serves on that one and owns it: it closes the socket when it goes.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((STORE_HOST, 0))
+        sock.listen(128)
+        store = dist.TCPStore(
+            STORE_HOST, sock.getsockname()[1], world_size, is_master=True, wait_for_workers=False,
+            timeout=datetime.timedelta(minutes=10), master_listen_fd=sock.fileno(),
+        )  # fmt: skip
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()  # the store's now: closing it here too could close another file that reused the number
+    return store
 
 
 def _signal_groups(procs: list[subprocess.Popen[bytes]], sig: signal.Signals) -> None:

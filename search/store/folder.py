@@ -16,7 +16,13 @@ from spaces.errors import InputError
 
 from search.store.records import Files
 
-__all__ = ["CampaignFolder", "ControllerLock", "FolderLockedError", "write_atomic", "write_atomic_bytes"]
+__all__ = [
+    "CampaignFolder", "ControllerLock", "FolderLockedError", "make_private", "write_atomic", "write_atomic_bytes",
+]  # fmt: skip
+
+#: A campaign folder's mode: its owner's alone. It holds the study, checkpoints and the cluster's
+#: address; other users of the machine have no business reading it.
+PRIVATE_DIR_MODE = 0o700
 
 
 class FolderLockedError(InputError, RuntimeError):
@@ -101,9 +107,22 @@ class CampaignFolder:
         return self.spec.exists()
 
     def create(self, spec_text: str) -> None:
-        """Make the folder and freeze the spec in it (written atomically)."""
+        """Make the folder (its owner's alone, see ``make_private``) and freeze the spec in it (written atomically)."""
+        make_private(self.root)
         self.trials.mkdir(parents=True, exist_ok=True)
         write_atomic(self.spec, spec_text)
+
+
+def make_private(folder: Path) -> None:
+    """Create ``folder`` if need be and make it readable by its owner only (mode 0700), whatever the umask.
+
+    Whatever is inside is then out of other users' reach, so files keep their ordinary modes. A folder
+    this user does not own (shared on purpose by its owner) is left as it is.
+    """
+    folder.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    info = folder.stat()
+    if info.st_mode & 0o777 != PRIVATE_DIR_MODE and info.st_uid == os.geteuid():
+        os.chmod(folder, PRIVATE_DIR_MODE)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -122,14 +141,18 @@ def write_atomic_bytes(path: Path, data: bytes) -> None:
 
 
 class ControllerLock:
-    """An exclusive ``flock`` on ``controller.lock``; the kernel drops it if the process dies."""
+    """An exclusive ``flock`` on ``controller.lock``; the kernel drops it if the process dies.
+
+    Taking it makes the folder that holds it private (``make_private``): a controller, new or resumed,
+    never runs in a folder other users can read, even one made by an older version or by hand.
+    """
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        make_private(self._path.parent)
         fh = open(self._path, "a+")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

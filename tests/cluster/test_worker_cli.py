@@ -141,6 +141,16 @@ def test_bad_worker_arguments_are_one_line_and_exit_2(args: list[str], message: 
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_insecure_warns_and_the_worker_serves_no_http_routes() -> None:
+    proc = hypersweep("worker", "tcp://10.9.8.7:8786", "--slots", "1", "--insecure", "--print")
+    assert proc.returncode == 0, proc.stderr
+    assert shlex.split(proc.stdout)[3] == "tcp://10.9.8.7:8786"
+    assert proc.stderr.startswith("hypersweep: warning: --insecure:") and len(proc.stderr.strip().splitlines()) == 1
+    from cluster.worker_cli import WorkerOptions, worker_env
+
+    assert worker_env(WorkerOptions("tcp://127.0.0.1:8786", slots=1))["DASK_DISTRIBUTED__WORKER__HTTP__ROUTES"] == "[]"
+
+
 def test_an_unreachable_scheduler_is_exit_3() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -172,3 +182,8 @@ def test_workers_started_by_hand_run_a_campaign(tmp_path: Path) -> None:
         trials = study.get_trials()
         assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
         assert {t.user_attrs["worker"] for t in trials} <= {w["address"] for w in found.values()}
+        # A worker's address is Dask, but not a scheduler: one line, exit 3, not a hang.
+        proc = hypersweep("run", str(spec), "--scheduler", found["hand-a"]["address"], "--runs-dir",
+                          str(tmp_path / "wrong"), "--no-progress")  # fmt: skip
+        assert proc.returncode == 3, proc.stderr
+        assert "is a Dask worker, not a scheduler" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -60,7 +60,7 @@ def test_campaign_records_every_trial_complete_or_fail_with_reason(tmp_path: Pat
         assert trial.state == optuna.trial.TrialState.COMPLETE
         assert trial.value == pytest.approx(q)
         assert trial.intermediate_values == {100: q / 3, 200: 2 * q / 3, 300: pytest.approx(q)}
-        assert trial.user_attrs["worker"].startswith("tcp://127.0.0.1:")
+        assert trial.user_attrs["worker"].startswith("tls://127.0.0.1:")  # the embedded cluster authenticates (TLS)
     raised = by_quality[-1.0]
     assert raised.state == optuna.trial.TrialState.FAIL
     assert "this trial fails on purpose" in raised.user_attrs["fail_reason"]

@@ -183,6 +183,39 @@ def test_timeout_kills_every_rank(make_config) -> None:
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
+def fit_listing_listeners(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """Rank 0, once both ranks are in the gloo group: every listening socket of the launcher and the ranks."""
+    import psutil
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        metrics: dict[str, float] = {}
+        if dist.get_rank() == 0:
+            launcher = psutil.Process(os.getppid())
+            sockets = [(c.laddr.ip, c.laddr.port) for p in (launcher, *launcher.children())
+                       for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN]  # fmt: skip
+            store = ("127.0.0.1", int(os.environ["MASTER_PORT"]))
+            metrics = {
+                "listeners": float(len(sockets)),
+                "off_loopback": float(sum(ip != "127.0.0.1" for ip, _ in sockets)),
+                "store_on_loopback": float(store in sockets),
+            }
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return metrics
+
+
+@pytest.mark.timeout(300)
+def test_the_rendezvous_store_and_the_ranks_listen_on_loopback_only(make_config) -> None:
+    # TCPStore given the host 127.0.0.1 still listened on every interface ('::'); now it serves on a socket
+    # the launcher bound to loopback, and gloo (GLOO_SOCKET_IFNAME=lo) listens there too.
+    metrics = launch(f"{__name__}:fit_listing_listeners", make_config(PARAMS, data_parallel=2), RecordingReporter())
+    assert metrics["store_on_loopback"] == 1.0
+    assert metrics["listeners"] >= 1 and metrics["off_loopback"] == 0.0, metrics
+
+
 @pytest.mark.timeout(120)
 def test_batch_size_not_divisible_by_k_is_a_clear_error_before_any_launch(make_config) -> None:
     reporter = RecordingReporter()

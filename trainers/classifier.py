@@ -205,6 +205,14 @@ def _option_int(options: Mapping[str, Any], name: str, default: int, minimum: in
     return value
 
 
+def _noise_option(options: Mapping[str, Any], name: str, default: float, upper: float, rule: str) -> float:
+    """A noise-scale option that is a number in ``(0, upper)``."""
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < upper:
+        raise ValueError(f"options.{name}={value!r}: must be {rule} (default {default})")
+    return float(value)
+
+
 def _threads(options: Mapping[str, Any]) -> int:
     threads = options.get("torch_threads", 1)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -280,6 +288,8 @@ def _train(
         inherit=config.inherit_checkpoint,
         noise_scale_every=_option_int(config.options, "noise_scale_every", 0, minimum=0),
         noise_scale_micro=_option_int(config.options, "noise_scale_micro", 4, minimum=2),
+        noise_scale_window=_noise_option(config.options, "noise_scale_window", 1.0, math.inf, "epochs > 0"),
+        noise_scale_confidence=_noise_option(config.options, "noise_scale_confidence", 0.9, 1.0, "in (0, 1)"),
     )
     final = train(model, optimizer, schedule, data, settings, rngs, _WithStatic(reporter, size), replica)
     return {**final, **size}
@@ -315,7 +325,7 @@ declare(
         accepted_params=ACCEPTED_PARAMS,
         reported_metrics=frozenset(
             {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params",
-             "macs", "b_simple"}
+             "macs", "b_simple", "b_simple_lo", "b_simple_hi", "b_simple_above_range"}
         ),
         supports_pbt=True,  # honours schedule_epochs and inherit_checkpoint
     ),

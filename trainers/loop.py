@@ -38,7 +38,7 @@ from torch import nn
 from trainers.api import Reporter
 from trainers.checkpoint import load_checkpoint, save_checkpoint
 from trainers.data import Dataset, micro_batches, shard
-from trainers.noise_scale import NoiseScaleEstimator, grad_sq_norms_two_batch_sizes
+from trainers.noise_scale import NoiseScaleEstimator, grad_sq_norms_two_batch_sizes, measurement_batch
 
 __all__ = [
     "LoopSettings",
@@ -74,6 +74,8 @@ class LoopSettings:
     max_micro_batch: int | None = None  # per replica; None: one forward/backward per step
     noise_scale_every: int = 0  # measure the gradient noise scale every k steps (0: never)
     noise_scale_micro: int = 4  # micro-batches per measurement (the small batch is B / this)
+    noise_scale_window: float = 1.0  # average the measurements of the last this many epochs (of examples seen)
+    noise_scale_confidence: float = 0.9  # level of the reported interval b_simple_lo..b_simple_hi
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "checkpoint_every", "eval_batch_size"):
@@ -81,6 +83,10 @@ class LoopSettings:
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 1")
         if self.max_micro_batch is not None and self.max_micro_batch < 1:
             raise ValueError(f"max_micro_batch={self.max_micro_batch!r}: must be >= 1 (or None)")
+        if not self.noise_scale_window > 0 or math.isinf(self.noise_scale_window):
+            raise ValueError(f"noise_scale_window={self.noise_scale_window!r}: must be a finite number of epochs > 0")
+        if not 0 < self.noise_scale_confidence < 1:
+            raise ValueError(f"noise_scale_confidence={self.noise_scale_confidence!r}: must be in (0, 1), e.g. 0.9")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +180,7 @@ def train(
     its own ``replica``), and ``reporter.should_stop()`` must give the same answer on
     every replica (the rank reporter of :mod:`trainers.ddp_rank` broadcasts rank 0's).
     """
-    progress = _resume(settings, model, optimizer, rngs, replica)
+    progress = _resume(settings, model, optimizer, rngs, replica, _noise_estimator(settings, len(data.y_train)))
     for epoch in range(progress.epoch, settings.epochs):
         started = time.perf_counter()
         train_loss, lr = _train_epoch(model, optimizer, schedule, data, settings, rngs, progress, replica)
@@ -189,8 +195,8 @@ def train(
             "examples": float(progress.examples),
             "epoch_seconds": time.perf_counter() - started,
         }
-        if settings.noise_scale_every and math.isfinite(progress.noise.b_simple):
-            metrics["b_simple"] = float(progress.noise.b_simple)  # McCandlish et al. 2018, smoothed
+        if settings.noise_scale_every:  # b_simple, _lo, _hi, _above_range (then only _lo, a lower bound)
+            metrics.update(progress.noise.estimate().metrics())
         progress.epoch = epoch + 1
         progress.history.append(metrics)
         reporter.report(epoch + 1, metrics)
@@ -221,7 +227,7 @@ def _train_epoch(
         lr = float(schedule(progress.step))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        _measure_noise(model, data, idx, settings, progress, replica)
+        _measure_noise(model, data, len(idx), settings, rngs, progress, replica)
         optimizer.zero_grad(set_to_none=True)
         loss_sum += _accumulate_gradients(model, data, idx, settings.max_micro_batch, replica, progress, lr)
         optimizer.step()
@@ -233,18 +239,43 @@ def _train_epoch(
 
 
 def _measure_noise(
-    model: nn.Module, data: Dataset, idx: torch.Tensor, settings: LoopSettings, progress: Progress, replica: Replica
+    model: nn.Module,
+    data: Dataset,
+    batch: int,
+    settings: LoopSettings,
+    rngs: Rngs,
+    progress: Progress,
+    replica: Replica,
 ) -> None:
-    """Every ``noise_scale_every`` steps, feed |G|² at two batch sizes (micro-batches of this batch) to the estimator.
+    """Every ``noise_scale_every`` steps, feed |G|² at two batch sizes to the estimator.
+
+    The norms come from ``batch`` examples drawn afresh from the whole training
+    set (and their micro-batches), not from this step's batch: that one is drawn
+    from the examples not yet seen this epoch, which the model fits worse than
+    the rest, so its gradient is larger than |G| and B_simple comes out low
+    (0.7x on digits at B=512). The draw depends only on the seed and the step,
+    so the training itself and a resumed run are unchanged.
 
     One process only: under DDP the per-replica and all-reduced gradients would be
     the natural pair, which is not wired yet, so data-parallel trials skip it.
     """
     every = settings.noise_scale_every
-    if not every or replica.parallel or progress.step % every or len(idx) < 2 * settings.noise_scale_micro:
+    if not every or replica.parallel or progress.step % every or batch < 2 * settings.noise_scale_micro:
         return
+    idx = measurement_batch(len(data.y_train), batch, rngs.shuffle.initial_seed(), progress.step)
+    idx = idx.to(data.x_train.device)
     x, y = data.x_train[idx], data.y_train[idx]
-    progress.noise.update(*grad_sq_norms_two_batch_sizes(model, F.cross_entropy, x, y, settings.noise_scale_micro))
+    norms = grad_sq_norms_two_batch_sizes(model, F.cross_entropy, x, y, settings.noise_scale_micro)
+    progress.noise.update(*norms, at=progress.examples)
+
+
+def _noise_estimator(settings: LoopSettings, n_train: int) -> NoiseScaleEstimator:
+    """The estimator for this run: batches are drawn without replacement from the ``n_train`` examples."""
+    return NoiseScaleEstimator(
+        population=n_train if n_train >= 2 else None,
+        window=max(1, round(settings.noise_scale_window * n_train)),
+        confidence=settings.noise_scale_confidence,
+    )
 
 
 def _accumulate_gradients(
@@ -365,16 +396,21 @@ def _save(
 
 
 def _resume(
-    settings: LoopSettings, model: nn.Module, optimizer: torch.optim.Optimizer, rngs: Rngs, replica: Replica
+    settings: LoopSettings,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rngs: Rngs,
+    replica: Replica,
+    noise: NoiseScaleEstimator,
 ) -> Progress:
-    """Restore model, optimizer, RNGs and counters from the checkpoint, if there is one.
+    """Restore model, optimizer, RNGs, counters and noise-scale measurements from the checkpoint, if there is one.
 
     Every replica reads the same file. A replica ``r > 0`` takes its own dropout state
     when the checkpoint was written by as many replicas, else keeps its fresh stream.
     """
     state = load_checkpoint(settings.checkpoint_path) if settings.checkpoint_path is not None else None
     if state is None:
-        return Progress()
+        return Progress(noise=noise)
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(
             f"{settings.checkpoint_path}: checkpoint format {state.get('format')!r}, expected {CHECKPOINT_FORMAT}"
@@ -400,6 +436,7 @@ def _resume(
         step=int(state["step"]),
         examples=int(state["examples"]),
         history=[dict(m) for m in state["history"]],
+        noise=noise,
     )
     if state.get("noise"):
         progress.noise.load_state_dict(state["noise"])

@@ -1,20 +1,55 @@
-"""The gradient noise scale B_simple = tr(Σ) / |G|², measured during training.
+"""The gradient noise scale B_simple = tr(Σ) / |G|², measured during training, with a confidence interval.
 
 McCandlish et al. (2018), "An Empirical Model of Large-Batch Training",
-Appendix A. A minibatch gradient of size B has ``E|G_B|² = |G|² + tr(Σ)/B``
-(``G`` the true gradient, ``Σ`` the per-example gradient covariance), so the
-squared norms at two batch sizes ``b_small < b_big`` give unbiased estimates::
+Appendix A. ``G`` is the mean of the per-example gradients ``g_i`` over the
+``N`` training examples and ``Σ = (1/N) Σ_i (g_i - G)(g_i - G)ᵀ`` their
+covariance, so ``B_simple = tr(Σ) / |G|²`` is a property of the training set
+at the current parameters.
 
-    |G|²  ≈ (b_big |G_big|² - b_small |G_small|²) / (b_big - b_small)
-    tr(Σ) ≈ (|G_small|² - |G_big|²) / (1/b_small - 1/b_big)
+**Finite population.** A batch of ``b`` examples drawn *without replacement*
+from the ``N`` (an epoch's shuffle, or micro-batches of such a batch) has
 
-Each estimate is very noisy from one step, so each is smoothed over steps
-(a bias-corrected exponential moving average) and only then divided. The
-ratio of the smoothed values is ``B_simple``, which McCandlish et al. show
-predicts the critical batch size.
+    E|G_b|² = |G|² + tr(Σ) · u(b),   u(b) = (N - b) / ((N - 1) b)
+
+(the variance of a sample mean without replacement, ``(1 - b/N) · N/(N-1) · Σ/b``);
+with replacement, or an unbounded stream, ``u(b) = 1/b``. The squared norms at
+two batch sizes ``b_small < b_big`` are two equations in ``|G|²`` and ``tr(Σ)``,
+solved exactly for each measurement::
+
+    tr(Σ) ≈ T = (|G_small|² - |G_big|²) / (u_small - u_big)
+    |G|²  ≈ A = (u_small |G_big|² - u_big |G_small|²) / (u_small - u_big)
+
+both unbiased. Using ``1/b`` in place of ``u(b)`` (the paper's formulas) makes
+``T/A`` converge to ``tr(Σ) / (|G|² - tr(Σ)/N)`` (up to a factor N/(N-1)): too
+high, and with no finite limit once ``B_simple ≳ N``. Give ``population=N``
+to correct for it.
+
+**Smoothing over examples seen.** One measurement is far too noisy to divide,
+so ``B_simple`` is the ratio of the means of ``T`` and ``A`` over a *window*:
+the measurements taken in the last ``window`` training examples (the loop sets
+it from ``noise_scale_window`` epochs), and never fewer than the last
+``min_measurements``. The window is counted in examples, not in updates, so the
+lag behind the current parameters is about half the window whatever the batch
+size and measurement interval.
+
+**Confidence interval.** Fieller's interval for the ratio of two means, from the
+spread of the ``(T, A)`` pairs in the window (Student t with ``n - 1`` degrees of
+freedom): the ``R`` for which ``mean(T) - R mean(A)`` is not significantly
+different from 0. The point estimate always lies inside. When ``mean(A)`` is not
+significantly positive at that level, the interval has no upper end: ``B_simple``
+is *above the measurable range* (``b_simple = inf``, ``low`` a lower bound,
+``high = inf``; the reported metrics then carry only ``b_simple_lo`` and
+``b_simple_above_range = 1``, since a trial's metrics must be finite); the ratio
+of the noisy means would otherwise be a finite value many times too low. The pairs are not quite independent (batches
+of one epoch are drawn without replacement, the parameters drift), which makes
+the interval somewhat conservative at fixed parameters.
 
 Where the two norms come from:
 
+* the batch: a uniform sample of the training set at the current parameters,
+  :func:`measurement_batch`. Not the step's own batch: within an epoch that is
+  drawn from the examples not yet seen, which the model fits worse than the
+  rest, so its gradient is larger than ``G`` and ``B_simple`` reads low.
 * one device: :func:`grad_sq_norms_two_batch_sizes` splits a batch into
   ``n_micro`` micro-batches; ``|G_small|²`` is the mean squared norm of the
   micro-batch gradients (``b_small`` = micro-batch size) and ``|G_big|²`` the
@@ -24,119 +59,318 @@ Where the two norms come from:
   batch), ``|G_big|²`` the norm² of the all-reduced gradient (``b_big`` = the
   global batch); all-reduce the local norm² (a scalar) to average it.
 
-How the training loop should use it (the loop owns the wiring)::
+How the training loop uses it (the loop owns the wiring)::
 
-    noise = NoiseScaleEstimator(ema=0.95)
+    noise = NoiseScaleEstimator(population=n_train, window=n_train)  # a window of one epoch
     ...
-    if step % every == 0:  # e.g. every 10 steps; costs n_micro extra backward passes
-        noise.update(*grad_sq_norms_two_batch_sizes(model, loss_fn, x, y, n_micro=4))
+    if step % every == 0:  # costs n_micro extra forward/backward passes
+        idx = measurement_batch(n_train, batch_size, seed, step)
+        noise.update(*grad_sq_norms_two_batch_sizes(model, loss_fn, x[idx], y[idx], n_micro=4), at=examples_seen)
     ...
-    metrics["b_simple"] = noise.b_simple   # NaN until |G|² is estimated positive
+    metrics.update(noise.estimate().metrics())  # b_simple, b_simple_lo, b_simple_hi, b_simple_above_range
 
-Call it on the step's own batch before (or after) the optimizer step; it
-reads the parameters and leaves ``.grad`` and the module buffers unchanged.
-Keep the estimator's :meth:`NoiseScaleEstimator.state_dict` in the checkpoint
-so a resumed run continues the same averages.
+Keep :meth:`NoiseScaleEstimator.state_dict` in the checkpoint so a resumed run
+continues with the same window.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
+from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["NoiseScaleEstimator", "grad_sq_norms_two_batch_sizes"]
+__all__ = ["NoiseScale", "NoiseScaleEstimator", "grad_sq_norms_two_batch_sizes", "measurement_batch", "t_quantile"]
+
+STATE_FORMAT = 2
+_MEASUREMENT_STREAM = 0x6E6F6973  # mixed into the seed of measurement_batch, apart from the trial's other streams
 
 
-class _EMA:
-    """Exponential moving average with Adam-style bias correction."""
+@dataclasses.dataclass(frozen=True)
+class _Measurement:
+    at: int  # training examples seen when it was taken
+    g_small_sq: float
+    g_big_sq: float
+    b_small: int
+    b_big: int
 
-    def __init__(self, decay: float) -> None:
-        self.decay = decay
-        self.raw = 0.0
-        self.count = 0
 
-    def update(self, value: float) -> None:
-        self.raw = self.decay * self.raw + (1.0 - self.decay) * value
-        self.count += 1
+@dataclasses.dataclass(frozen=True)
+class NoiseScale:
+    """One reading of the estimator: ``B_simple`` and its interval over the current window.
+
+    ``b_simple`` is NaN before two measurements, ``inf`` when above the
+    measurable range (then ``low`` is a lower bound and ``high`` is ``inf``).
+    ``g_sq`` and ``trace_sigma`` are the window means of the unbiased estimates.
+    """
+
+    b_simple: float
+    low: float
+    high: float
+    g_sq: float
+    trace_sigma: float
+    measurements: int
+    confidence: float
 
     @property
-    def value(self) -> float:
-        if self.count == 0:
-            return math.nan
-        return self.raw / (1.0 - self.decay**self.count)
+    def above_range(self) -> bool:
+        """True when ``|G|²`` is not significantly positive: ``B_simple`` is too large to measure here."""
+        return math.isinf(self.b_simple)
+
+    def metrics(self) -> dict[str, float]:
+        """The reported metrics, all finite (a trial's metrics must be).
+
+        ``b_simple``, ``b_simple_lo``, ``b_simple_hi`` and ``b_simple_above_range = 0``;
+        above the measurable range only ``b_simple_lo`` (a lower bound) and
+        ``b_simple_above_range = 1``; nothing before two measurements.
+        """
+        if math.isnan(self.b_simple):
+            return {}
+        if self.above_range:
+            return {"b_simple_lo": self.low, "b_simple_above_range": 1.0}
+        return {
+            "b_simple": self.b_simple,
+            "b_simple_lo": self.low,
+            "b_simple_hi": self.high,
+            "b_simple_above_range": 0.0,
+        }
 
 
 class NoiseScaleEstimator:
-    """Smoothed unbiased estimates of ``|G|²`` and ``tr(Σ)``, and their ratio ``B_simple``.
+    """``B_simple = tr(Σ)/|G|²`` over a window of measurements, finite-population corrected, with an interval.
 
-    ``ema`` is the decay of the moving averages, in ``[0, 1)``: 0 keeps only
-    the latest step; 0.95 averages over roughly the last 20 updates. The
-    averages are bias-corrected, so the first updates are not pulled to 0.
+    ``population``: the number of training examples ``N`` batches are drawn from
+    without replacement (``None``: with replacement, or an unbounded stream).
+    ``window``: how many training examples back the averages reach (``None``:
+    all measurements). ``confidence``: the level of the interval, in (0, 1).
+    ``min_measurements`` (>= 2): the window never holds fewer, if that many were taken.
     """
 
-    def __init__(self, ema: float = 0.95) -> None:
-        if isinstance(ema, bool) or not isinstance(ema, (int, float)) or not 0.0 <= ema < 1.0:
-            raise ValueError(f"ema: must be a number in [0, 1) (e.g. 0.95), got {ema!r}")
-        self.ema = float(ema)
-        self._g_sq = _EMA(self.ema)
-        self._trace = _EMA(self.ema)
+    def __init__(
+        self,
+        population: int | None = None,
+        window: int | None = None,
+        confidence: float = 0.9,
+        min_measurements: int = 3,
+    ) -> None:
+        if population is not None and (_not_int(population) or population < 2):
+            raise ValueError(f"population: must be an integer >= 2 (the training examples) or None, got {population!r}")
+        if window is not None and (_not_int(window) or window < 1):
+            raise ValueError(f"window: must be an integer >= 1 (training examples) or None, got {window!r}")
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
+            raise ValueError(f"confidence: must be a number in (0, 1) (e.g. 0.9), got {confidence!r}")
+        if _not_int(min_measurements) or min_measurements < 2:
+            raise ValueError(f"min_measurements: must be an integer >= 2, got {min_measurements!r}")
+        self.population = population
+        self.window = window
+        self.confidence = float(confidence)
+        self.min_measurements = min_measurements
+        self._kept: deque[_Measurement] = deque()
+        self._updates = 0
 
-    def update(self, g_small_sq: float, g_big_sq: float, b_small: int, b_big: int) -> None:
-        """Add one measurement: squared gradient norms at batch sizes ``b_small < b_big``."""
-        if isinstance(b_small, bool) or not isinstance(b_small, int) or b_small < 1:
+    def update(
+        self, g_small_sq: float, g_big_sq: float, b_small: int, b_big: int, at: int | None = None
+    ) -> None:
+        """Add one measurement: squared gradient norms at batch sizes ``b_small < b_big``.
+
+        ``at``: training examples seen when it was taken (default: the previous
+        measurement's ``at`` plus its ``b_big``, as if measured every step).
+        """
+        if _not_int(b_small) or b_small < 1:
             raise ValueError(f"b_small: must be an integer >= 1, got {b_small!r}")
-        if isinstance(b_big, bool) or not isinstance(b_big, int) or b_big <= b_small:
+        if _not_int(b_big) or b_big <= b_small:
             raise ValueError(f"b_big: must be an integer > b_small ({b_small}), got {b_big!r}")
+        if self.population is not None and b_big > self.population:
+            raise ValueError(f"b_big: must be <= population ({self.population}), got {b_big!r}")
         for name, value in (("g_small_sq", g_small_sq), ("g_big_sq", g_big_sq)):
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name}: must be a finite squared norm >= 0, got {value!r}")
-        g_sq = (b_big * g_big_sq - b_small * g_small_sq) / (b_big - b_small)
-        trace = (g_small_sq - g_big_sq) / (1.0 / b_small - 1.0 / b_big)
-        self._g_sq.update(g_sq)
-        self._trace.update(trace)
+        last = self._kept[-1] if self._kept else None
+        if at is None:
+            at = last.at + last.b_big if last else 0
+        if _not_int(at) or at < 0 or (last is not None and at < last.at):
+            previous = last.at if last else 0
+            raise ValueError(f"at: must be an integer >= the previous measurement's ({previous}), got {at!r}")
+        self._kept.append(_Measurement(int(at), float(g_small_sq), float(g_big_sq), int(b_small), int(b_big)))
+        self._updates += 1
+        if self.window is not None:
+            while len(self._kept) > self.min_measurements and self._kept[0].at <= at - self.window:
+                self._kept.popleft()
 
     @property
     def updates(self) -> int:
-        """How many measurements have been added."""
-        return self._g_sq.count
+        """How many measurements have been added in all."""
+        return self._updates
 
     @property
-    def g_sq(self) -> float:
-        """Smoothed estimate of ``|G|²`` (NaN before the first update; may be negative early on)."""
-        return self._g_sq.value
+    def measurements(self) -> int:
+        """How many measurements the window holds now."""
+        return len(self._kept)
 
-    @property
-    def trace_sigma(self) -> float:
-        """Smoothed estimate of ``tr(Σ)`` (NaN before the first update)."""
-        return self._trace.value
+    def estimate(self) -> NoiseScale:
+        """``B_simple``, its interval and the window means of ``|G|²`` and ``tr(Σ)``."""
+        pairs = [self._unbiased(m) for m in self._kept]
+        n = len(pairs)
+        nan = math.nan
+        if n == 0:
+            return NoiseScale(nan, nan, nan, nan, nan, 0, self.confidence)
+        traces, g_sqs = [p[0] for p in pairs], [p[1] for p in pairs]
+        t_mean, a_mean = math.fsum(traces) / n, math.fsum(g_sqs) / n
+        if n < 2:
+            return NoiseScale(nan, nan, nan, a_mean, t_mean, n, self.confidence)
+        var_t = _covariance(traces, traces, t_mean, t_mean) / n  # variances of the means
+        var_a = _covariance(g_sqs, g_sqs, a_mean, a_mean) / n
+        cov_ta = _covariance(traces, g_sqs, t_mean, a_mean) / n
+        low, b_simple, high = fieller(t_mean, a_mean, var_t, var_a, cov_ta, t_quantile(self.confidence, n - 1))
+        return NoiseScale(b_simple, low, high, a_mean, t_mean, n, self.confidence)
 
     @property
     def b_simple(self) -> float:
-        """``tr(Σ) / |G|²`` from the smoothed estimates; NaN while ``|G|²`` is not estimated positive."""
-        g_sq = self.g_sq
-        if not g_sq > 0:
-            return math.nan
-        return self.trace_sigma / g_sq
+        """:meth:`estimate`'s ``b_simple`` (NaN before two measurements, ``inf`` above the measurable range)."""
+        return self.estimate().b_simple
 
-    def state_dict(self) -> dict[str, float]:
-        """The averages, for a checkpoint."""
+    @property
+    def g_sq(self) -> float:
+        """The window mean of the unbiased ``|G|²`` estimates (NaN before the first; may be negative)."""
+        return self.estimate().g_sq
+
+    @property
+    def trace_sigma(self) -> float:
+        """The window mean of the unbiased ``tr(Σ)`` estimates (NaN before the first)."""
+        return self.estimate().trace_sigma
+
+    def _u(self, b: int) -> float:
+        """``(E|G_b|² - |G|²) / tr(Σ)``: ``1/b``, times ``(N - b)/(N - 1)`` without replacement."""
+        if self.population is None:
+            return 1.0 / b
+        return (self.population - b) / ((self.population - 1) * b)
+
+    def _unbiased(self, m: _Measurement) -> tuple[float, float]:
+        """``(tr(Σ), |G|²)`` estimated from one measurement."""
+        u_small, u_big = self._u(m.b_small), self._u(m.b_big)
+        span = u_small - u_big
+        trace = (m.g_small_sq - m.g_big_sq) / span
+        g_sq = (u_small * m.g_big_sq - u_big * m.g_small_sq) / span
+        return trace, g_sq
+
+    def state_dict(self) -> dict[str, Any]:
+        """The measurements in the window, for a checkpoint (the settings come from the constructor)."""
         return {
-            "ema": self.ema,
-            "g_sq_raw": self._g_sq.raw,
-            "trace_raw": self._trace.raw,
-            "count": float(self._g_sq.count),
+            "format": STATE_FORMAT,
+            "updates": self._updates,
+            "measurements": [[m.at, m.g_small_sq, m.g_big_sq, m.b_small, m.b_big] for m in self._kept],
         }
 
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore :meth:`state_dict`'s averages (the decay must match)."""
-        if float(state["ema"]) != self.ema:
-            raise ValueError(f"ema: checkpoint has {state['ema']!r}, this estimator {self.ema!r}")
-        count = int(state["count"])
-        self._g_sq.raw, self._g_sq.count = float(state["g_sq_raw"]), count
-        self._trace.raw, self._trace.count = float(state["trace_raw"]), count
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s measurements; a checkpoint of the older EMA format starts empty.
+
+        The window is re-applied with this estimator's settings.
+        """
+        self._kept.clear()
+        self._updates = 0
+        if state.get("format") != STATE_FORMAT:
+            return  # format 1 kept only per-step EMAs, which cannot be windowed or corrected
+        for at, g_small_sq, g_big_sq, b_small, b_big in state["measurements"]:
+            self.update(float(g_small_sq), float(g_big_sq), int(b_small), int(b_big), at=int(at))
+        self._updates = int(state["updates"])
+
+
+def fieller(
+    num: float, den: float, var_num: float, var_den: float, cov: float, t: float
+) -> tuple[float, float, float]:
+    """``(low, ratio, high)`` for ``num/den`` (both means >= 0 in truth) by Fieller's method, clipped at 0.
+
+    The interval is ``{R >= 0 : (num - R den)² <= t² Var(num - R den)}``. When
+    ``den`` is not significantly positive (``den <= t·sd(den)``) it is unbounded
+    above: the ratio is reported as ``inf`` and ``low`` is the lower end.
+    """
+    # (num - R den)² - t² (var_num - 2 R cov + R² var_den) = a R² - 2 b R + c
+    a = den * den - t * t * var_den
+    b = num * den - t * t * cov
+    c = num * num - t * t * var_num
+    disc = max(b * b - a * c, 0.0)
+    if a > 0 and den > 0:  # den significantly positive: a bounded interval around num/den
+        ratio = max(num, 0.0) / den
+        low = max((b - math.sqrt(disc)) / a, 0.0)
+        high = max((b + math.sqrt(disc)) / a, ratio)
+        return min(low, ratio), ratio, high
+    if c <= 0 or (a > 0 and den <= 0):  # R = 0 is in the set, or den is significantly negative (no information)
+        low = 0.0
+    elif a < 0:  # roots of opposite signs; the set is R >= the positive root
+        low = (b - math.sqrt(disc)) / a
+    else:  # a == 0: a straight line
+        low = c / (2 * b) if b > 0 else 0.0
+    return low, math.inf, math.inf
+
+
+def t_quantile(confidence: float, dof: int) -> float:
+    """The two-sided Student-t quantile: ``P(|T_dof| <= t) = confidence``."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: must be in (0, 1), got {confidence!r}")
+    if _not_int(dof) or dof < 1:
+        raise ValueError(f"dof: must be an integer >= 1, got {dof!r}")
+    if dof == 1:
+        return math.tan(math.pi * confidence / 2)
+    if dof == 2:
+        p = (1 + confidence) / 2
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+    if dof > 2000:  # Cornish-Fisher: error far below the sampling error of the spread
+        return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+    low, high = z, math.tan(math.pi * confidence / 2)  # the normal and Cauchy quantiles bracket it
+    for _ in range(100):
+        mid = (low + high) / 2
+        if _t_central(mid, dof) < confidence:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-12 * high:
+            break
+    return (low + high) / 2
+
+
+def _t_central(t: float, dof: int) -> float:
+    """``P(|T_dof| <= t)`` in closed form (Abramowitz and Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(dof))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if dof % 2 == 0:
+        term, total = 1.0, 1.0
+        for k in range(2, dof, 2):  # 1 + (1/2) c² + (1·3)/(2·4) c⁴ + ...
+            term *= c2 * (k - 1) / k
+            total += term
+        return s * total
+    term, total = math.cos(theta), math.cos(theta) if dof > 1 else 0.0
+    for k in range(3, dof - 1, 2):  # cos θ + (2/3) cos³ θ + ...
+        term *= c2 * (k - 1) / k
+        total += term
+    return 2 / math.pi * (theta + s * total)
+
+
+def _covariance(xs: list[float], ys: list[float], x_mean: float, y_mean: float) -> float:
+    return math.fsum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / (len(xs) - 1)
+
+
+def _not_int(value: object) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+def measurement_batch(n: int, size: int, seed: int, step: int) -> torch.Tensor:
+    """``size`` distinct indices of ``n`` examples, uniform, from a generator seeded by ``(seed, step)`` alone.
+
+    A measurement must see a uniform sample of the training set *at the current
+    parameters*: the step's own batch is not one (see the training loop). No
+    state is carried from one draw to the next, so nothing needs checkpointing.
+    """
+    if _not_int(size) or not 1 <= size <= n:
+        raise ValueError(f"size: must be an integer in [1, n={n}], got {size!r}")
+    entropy = np.random.SeedSequence([int(seed), int(step), _MEASUREMENT_STREAM]).generate_state(1, np.uint64)[0]
+    return torch.randperm(n, generator=torch.Generator().manual_seed(int(entropy)))[:size]
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

@@ -1,163 +1,238 @@
-"""Regularized evolution vs random search over the NAS-Bench-201 cell space.
+"""Architecture search under asynchrony: evolution against random search and TPE on NAS-Bench-201.
 
-    python -m bench.evolution [--seeds 20] [--budget 300] [--population 20] [--sample-size 5]
+    python -m bench.evolution [--seeds 30] [--workers 16 64] [--budgets 100 200]
+                              [--datasets cifar10 cifar100 imagenet] [--methods evolution random tpe]
 
-No training: the fitness of a cell is a fixed synthetic landscape (seeded once,
-independent of the search seeds): an additive score per (edge, op) plus a pairwise
-interaction term for every pair of edges,
+Each run is a real ``search.campaign.Campaign`` (the controller users run, with an
+in-memory Optuna study) on a :class:`cluster.simulated.SimulatedExecutor` of
+``--workers`` asynchronous workers whose trials look up the NAS-Bench-201 12-epoch
+table (``bench/data/nb201_12epoch.csv``): the space is one ``cell`` parameter
+(``{type = "cell"}``, 15,625 cells), the objective the ``{dataset}-val`` accuracy,
+every trial 60 virtual seconds jittered per epoch (so trials finish out of order), and
+the sampler is built exactly as ``sampler = "evolution" | "random" | "tpe"`` builds it
+from the study seed. The controller's own time is not charged to the virtual clock
+(``controller_time_scale = 0``), so the figures do not depend on how loaded the
+machine is; seed ``s`` seeds the study, the sampler and the executor.
 
-    f(cell) = sum_e U[e, op_e] + sum_{e < e'} P[e, e', op_e, op_e'],
-    U ~ N(0, 1),  P ~ N(0, 0.5**2)
+One campaign of ``max(--budgets)`` trials per (dataset, workers, method, seed); the
+figure "at B evaluations" is read from its first B trials by number, which are exactly
+the trials a campaign with ``n_trials = B`` runs (the controller asks trial k at the
+same moment with the same finished trials whatever the budget beyond k).
 
-so good ops are good on their own (mutation can climb) but the best choice on one edge
-depends on the others (the landscape has local optima). The 15,625 values are computed
-exhaustively, giving the global optimum and the 99th-percentile threshold.
+Per run and budget: ``best_val`` (the best validation accuracy found, what the search
+maximises), ``regret`` (table optimum of the validation column minus ``best_val``) and
+``test`` (the ``{dataset}-test`` accuracy of the trial with the best validation
+accuracy: the architecture the search would hand over). The summary reports, per
+(dataset, workers, budget), each method's median and the one-sided Mann-Whitney U
+p-value of "the first method's value is stochastically greater than this peer's"
+(``scipy.stats.mannwhitneyu(..., alternative="greater")``; the runs of two methods
+are independent, so an unpaired rank test), for ``best_val`` and for ``test``.
 
-Both searches run through Optuna with the same budget per seed:
-``RegularizedEvolutionSampler`` (population 20, tournament 5 by default) and
-``RandomSampler`` over the same six edge parameters. The table reports the mean ± std
-of the best fitness found, how many seeds found the optimum, and for the 99th and 99.9th
-percentiles how many seeds reached them and the median number of evaluations needed
-(over the seeds that did). It is written to
-``bench/results/evolution.csv``.
+Writes ``bench/results/evolution_runs.csv`` (one row per run and budget) and
+``bench/results/evolution.csv`` (the summary).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import itertools
+import dataclasses
+import json
+import logging
+import platform
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
+from scipy.stats import mannwhitneyu
 
-from search.sampling.evolution import RegularizedEvolutionSampler
-from spaces.genomes import CELL_EDGES, CELL_OPS, CellGenome, CellSpace
+from cluster.simulated import SimulatedExecutor, TableModel
+from search.campaign import Campaign
+from search.sampling.samplers import make_sampler
+from search.spec.campaign_spec import CampaignSpec, parse_spec
+from search.store.folder import CampaignFolder
 
-PREFIX = "arch"
-LANDSCAPE_SEED = 2019
-QUANTILES = (0.99, 0.999)
-OUT = Path(__file__).resolve().parent / "results" / "evolution.csv"
+HERE = Path(__file__).resolve().parent
+NB201_CSV = HERE / "data" / "nb201_12epoch.csv"
+RESULTS = HERE / "results"
+TRAINER = "bench.trivial:fit"
+TRIAL_SECONDS = 60.0
+JITTER = 0.1
+EPOCHS = 12
+PARAM = "cell"
+DATASETS = ("cifar10", "cifar100", "imagenet")
+DATASET_LABEL = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenet": "ImageNet16-120"}
+
+__all__ = ["Run", "campaign", "runs_for", "summarise", "main"]
+
+# A sampler name of the registry, or (for experiments) a factory (spec, study seed) -> sampler.
+SamplerFactory = Callable[[CampaignSpec, int], optuna.samplers.BaseSampler]
 
 
-def landscape(seed: int = LANDSCAPE_SEED) -> np.ndarray:
-    """Fitness of every cell, indexed by ``CellSpace().index``."""
-    rng = np.random.default_rng(seed)
-    n_edges, n_ops = len(CELL_EDGES), len(CELL_OPS)
-    unary = rng.normal(0.0, 1.0, size=(n_edges, n_ops))
-    pair = rng.normal(0.0, 0.5, size=(n_edges, n_edges, n_ops, n_ops))
-    ops = np.array(list(itertools.product(range(n_ops), repeat=n_edges)))  # index order
-    fitness = unary[np.arange(n_edges), ops].sum(axis=1)
-    for a, b in itertools.combinations(range(n_edges), 2):
-        fitness += pair[a, b, ops[:, a], ops[:, b]]
-    return fitness
+def bench_spec(method: str, workers: int, budget: int, dataset: str, seed: int) -> CampaignSpec:
+    data = {
+        "study": {"name": f"evo-{dataset}-{method}-{workers}-{seed}", "direction": "maximize", "metric": "accuracy",
+                  "sampler": method, "seed": seed, "n_trials": budget, "storage": ""},
+        "trainer": {"entry": TRAINER, "dataset": dataset, "epochs": EPOCHS, "checkpoint_every": 1},
+        "space": {PARAM: {"type": "cell"}},
+    }  # fmt: skip
+    return parse_spec(data, source=f"<bench evolution {method}>", text=json.dumps(data, indent=1))
 
 
-def run_search(
-    sampler: optuna.samplers.BaseSampler,
-    suggest: Callable[[optuna.Trial], CellGenome],
-    table: np.ndarray,
+def campaign(
+    method: str,
+    workers: int,
     budget: int,
-) -> np.ndarray:
-    """Fitness of each evaluation, in order."""
-    space = CellSpace()
+    dataset: str,
+    seed: int,
+    *,
+    table: TableModel | None = None,
+    sampler_factory: SamplerFactory | None = None,
+) -> list[tuple[float, float]]:
+    """One campaign; (validation accuracy, test accuracy) of each trial, by trial number.
 
-    def objective(trial: optuna.Trial) -> float:
-        return float(table[space.index(suggest(trial))])
-
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.optimize(objective, n_trials=budget)
-    return np.array([t.value for t in study.trials], dtype=float)
-
-
-Searcher = tuple[optuna.samplers.BaseSampler, Callable[[optuna.Trial], CellGenome]]
-
-
-def evolution(seed: int, population: int, sample_size: int) -> Searcher:
-    sampler = RegularizedEvolutionSampler(
-        CellSpace(), prefix=PREFIX, population_size=population, sample_size=sample_size, seed=seed
-    )
-    return sampler, sampler.suggest  # type: ignore[return-value]
-
-
-def random_search(seed: int) -> Searcher:
-    space = CellSpace()
-    return optuna.samplers.RandomSampler(seed=seed), lambda trial: space.suggest(trial, PREFIX)
-
-
-def _tag(quantile: float) -> str:
-    return f"q{quantile * 100:g}".replace(".", "_")
-
-
-def summarise(
-    name: str, runs: Sequence[np.ndarray], thresholds: dict[float, float], optimum: float
-) -> dict[str, object]:
-    best = np.array([r.max() for r in runs])
-    row: dict[str, object] = {
-        "method": name,
-        "seeds": len(runs),
-        "budget": len(runs[0]),
-        "best_mean": round(float(best.mean()), 4),
-        "best_std": round(float(best.std(ddof=1)), 4) if len(runs) > 1 else 0.0,
-        "found_optimum": int(np.isclose(best, optimum).sum()),
-    }
-    for quantile, threshold in thresholds.items():
-        hits = [int(np.argmax(r >= threshold)) + 1 for r in runs if (r >= threshold).any()]
-        row[f"reached_{_tag(quantile)}"] = len(hits)
-        row[f"evals_to_{_tag(quantile)}_median"] = float(np.median(hits)) if hits else float("nan")
-    return row
+    ``method`` is a registry sampler name; ``sampler_factory`` (if given) builds the
+    sampler instead, from the spec and the study seed (``method`` then only labels it).
+    """
+    table = table or TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=JITTER)
+    registry_name = method if sampler_factory is None else "random"
+    spec = bench_spec(registry_name, workers, budget, dataset, seed)
+    sampler = (sampler_factory or (lambda s, seed_: make_sampler(method, s.space, seed_)))(spec, spec.study.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = CampaignFolder(Path(tmp) / spec.study.name)
+        folder.create(spec.text)
+        study = optuna.create_study(study_name=spec.study.name, sampler=sampler,
+                                    pruner=optuna.pruners.NopPruner(), direction="maximize")  # fmt: skip
+        executor = SimulatedExecutor(workers, table, seed=seed, controller_time_scale=0.0)
+        Campaign(spec, folder, study, executor, clock=executor.clock).run()
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    out: list[tuple[float, float]] = []
+    for t in trials:
+        if t.state != optuna.trial.TrialState.COMPLETE:
+            raise RuntimeError(f"trial {t.number} ended {t.state.name}; the table never fails a trial")
+        out.append((float(t.value), float(t.user_attrs["metrics"]["test_accuracy"])))  # type: ignore[arg-type]
+    if len(out) != budget:
+        raise RuntimeError(f"{len(out)} trials ran, expected {budget}")
+    return out
 
 
-def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:
-    parser = argparse.ArgumentParser(prog="python -m bench.evolution", description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--budget", type=int, default=300)
-    parser.add_argument("--population", type=int, default=20)
-    parser.add_argument("--sample-size", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+@dataclasses.dataclass(frozen=True)
+class Run:
+    dataset: str
+    workers: int
+    method: str
+    seed: int
+    budget: int
+    best_val: float
+    regret: float
+    test: float
 
-    started = time.perf_counter()
-    table = landscape()
-    optimum = float(table.max())
-    thresholds = {q: float(np.quantile(table, q)) for q in QUANTILES}
-    runs: dict[str, list[np.ndarray]] = {"regularized_evolution": [], "random": []}
-    for seed in range(args.seeds):
-        runs["regularized_evolution"].append(
-            run_search(*evolution(seed, args.population, args.sample_size), table, args.budget)
-        )
-        runs["random"].append(run_search(*random_search(seed), table, args.budget))
-    rows = [summarise(name, r, thresholds, optimum) for name, r in runs.items()]
-    for row in rows:
-        row["optimum"] = round(optimum, 4)
-        row.update({f"{_tag(q)}_threshold": round(t, 4) for q, t in thresholds.items()})
 
-    print(
-        f"cell space: {table.size} cells, optimum {optimum:.4f}, median {np.median(table):.4f}, "
-        + ", ".join(f"{_tag(q)} {t:.4f}" for q, t in thresholds.items())
-        + f"; {args.seeds} seeds x {args.budget} evaluations"
-    )
-    header = f"{'method':<23}{'best (mean ± std)':>19}{'optimum':>9}"
-    for q in thresholds:
-        header += f"{'reached ' + _tag(q):>15}{'evals to ' + _tag(q):>16}"
-    print(header)
-    for row in rows:
-        best = f"{row['best_mean']:.3f} ± {row['best_std']:.3f}"
-        line = f"{row['method']:<23}{best:>19}{str(row['found_optimum']) + '/' + str(row['seeds']):>9}"
-        for q in thresholds:
-            reached = f"{row[f'reached_{_tag(q)}']}/{row['seeds']}"
-            line += f"{reached:>15}{row[f'evals_to_{_tag(q)}_median']:>16}"
-        print(line)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+def runs_for(
+    trials: Sequence[tuple[float, float]], budgets: Sequence[int], optimum: float, **key: Any
+) -> list[Run]:
+    """One :class:`Run` per budget from a campaign's trials (by number)."""
+    out = []
+    for budget in budgets:
+        first = list(trials[:budget])
+        best = max(range(len(first)), key=lambda i: (first[i][0], -i))  # first trial reaching the best value
+        out.append(Run(budget=budget, best_val=first[best][0], regret=round(optimum - first[best][0], 4),
+                       test=first[best][1], **key))  # fmt: skip
+    return out
+
+
+def summarise(runs: Sequence[Run], methods: Sequence[str]) -> list[dict[str, Any]]:
+    """Medians per method and one-sided rank-test p-values of ``methods[0]`` against each other method."""
+    first, peers = methods[0], methods[1:]
+    cells = sorted({(r.dataset, r.workers, r.budget) for r in runs},
+                   key=lambda c: (DATASETS.index(c[0]) if c[0] in DATASETS else 99, c[1], c[2]))  # fmt: skip
+    rows = []
+    for dataset, workers, budget in cells:
+        sel = {m: [r for r in runs if (r.dataset, r.workers, r.budget, r.method) == (dataset, workers, budget, m)]
+               for m in methods}  # fmt: skip
+        row: dict[str, Any] = {"dataset": dataset, "workers": workers, "budget": budget,
+                               "seeds": min(len(v) for v in sel.values())}  # fmt: skip
+        for m in methods:
+            row[f"{m}_val"] = round(float(np.median([r.best_val for r in sel[m]])), 3)
+            row[f"{m}_regret"] = round(float(np.median([r.regret for r in sel[m]])), 3)
+            row[f"{m}_test"] = round(float(np.median([r.test for r in sel[m]])), 3)
+        for peer in peers:
+            for metric in ("best_val", "test"):
+                a = [getattr(r, metric) for r in sel[first]]
+                b = [getattr(r, metric) for r in sel[peer]]
+                p = float(mannwhitneyu(a, b, alternative="greater").pvalue)
+                row[f"p_{metric.split('_')[-1]}_vs_{peer}"] = float(f"{p:.2g}")
+        rows.append(row)
+    return rows
+
+
+def _write(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print(f"wrote {args.out} in {time.perf_counter() - started:.1f} s")
+
+
+def print_summary(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> None:
+    """A markdown table: median best validation accuracy (and test accuracy) per method, p-values."""
+    first, peers = methods[0], methods[1:]
+    head = ["dataset", "workers", "evals"]
+    head += [f"{m} val / test" for m in methods]
+    head += [f"p val / test, {first} > {peer}" for peer in peers]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        cells = [DATASET_LABEL.get(row["dataset"], row["dataset"]), str(row["workers"]), str(row["budget"])]
+        cells += [f"{row[f'{m}_val']:.2f} / {row[f'{m}_test']:.2f}" for m in methods]
+        cells += [f"{row[f'p_val_vs_{peer}']:.2g} / {row[f'p_test_vs_{peer}']:.2g}" for peer in peers]
+        print("| " + " | ".join(cells) + " |")
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(prog="python -m bench.evolution", description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=30, help="seeds 0 .. N-1 (default 30)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--budgets", type=int, nargs="+", default=[100, 200])
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    parser.add_argument("--methods", nargs="+", default=["evolution", "random", "tpe"],
+                        help="registry sampler names; the first is tested against each of the others")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=RESULTS / "evolution.csv")
+    parser.add_argument("--runs-out", type=Path, default=RESULTS / "evolution_runs.csv")
+    args = parser.parse_args(argv)
+    if len(args.methods) < 2:
+        parser.error("--methods needs at least two samplers")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("search").setLevel(logging.WARNING)
+
+    started = time.perf_counter()
+    print(f"# bench.evolution  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
+          f"  optuna {optuna.__version__}  seeds 0..{args.seeds - 1}  budgets {args.budgets}", flush=True)  # fmt: skip
+    table = TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=JITTER)
+    budgets = sorted(set(args.budgets))
+    runs: list[Run] = []
+    for dataset in args.datasets:
+        optimum = table.best(dataset, "val")
+        for workers in args.workers:
+            for method in args.methods:
+                t0 = time.perf_counter()
+                for seed in range(args.seeds):
+                    trials = campaign(method, workers, budgets[-1], dataset, seed, table=table)
+                    runs += runs_for(trials, budgets, optimum, dataset=dataset, workers=workers,
+                                     method=method, seed=seed)  # fmt: skip
+                print(f"  {dataset:9s} {workers:4d} workers  {method:10s} {args.seeds} seeds  "
+                      f"{time.perf_counter() - t0:6.1f} s", flush=True)  # fmt: skip
+    rows = summarise(runs, args.methods)
+    print()
+    print_summary(rows, args.methods)
+    _write(args.runs_out, [dataclasses.asdict(r) for r in runs])
+    _write(args.out, rows)
+    print(f"\nwrote {args.out} and {args.runs_out} in {time.perf_counter() - started:.0f} s")
     return rows
 
 

@@ -1,6 +1,6 @@
 """hypersweep against the tools users would pick instead, measured in one run, 4 slots.
 
-    python -m bench.overhead [--quick] [--reps 3] [--peers ...] [--profile]
+    python -m bench.overhead [--quick] [--reps 3] [--peers ...] [--measures ...] [--profile]
 
 (a) slot utilization on N x 100 ms and N x 1 s trials, random and TPE;
 (b) trials/s on N trivial (0 s) trials, random and TPE;
@@ -12,7 +12,12 @@ Definitions (printed with the table):
   trial function itself) / (4 slots x (last t1 - first t0)). The window starts at the
   first trial's start, so cluster start-up and study creation are not counted.
 - trials/s = trials / wall seconds of the optimize call (campaign run, optimize,
-  submit loop), study creation and cluster start excluded.
+  submit loop, ``Tuner.fit``), study creation and cluster start excluded. Every peer,
+  Ray Tune included, runs the same number of trivial trials (1,000; 60 with --quick).
+- ``startup_s`` (trivial trials): from the start of that call to the first trial's
+  start (Ray Tune: its trial runner and the first actor; hypersweep: the sampler's
+  child process and the first task); ``trials_per_s_ex_start`` = trials / (wall -
+  startup_s), the rate once the first trial has started.
 - ``tpe-bound`` / ``random-bound``: serial ask + tell on an in-memory study with no
   trial at all: the sampler's own ceiling, measured right after each hypersweep run
   of (b); ``share_of_bound`` = hypersweep's trials/s / that bound, per repetition.
@@ -28,8 +33,10 @@ single-slot worker processes, the default storage: the group-commit journal file
 sampler always on the loop's thread, never on its own), ``hypersweep-thread`` (the
 sampler on a thread of the controller's process, not in a child process), ``optuna-threads``
 (``study.optimize(n_jobs=4)``, in-memory), ``daskstorage-1``/``daskstorage-250``
-(optuna-integration ``DaskStorage`` recipe, one ``study.optimize`` task per 1 or
-250 trials), ``naive-mem``/``naive-sqlite`` (ask -> ``client.submit`` ->
+(optuna-integration ``DaskStorage`` recipe, one ``study.optimize`` task per trial, or
+per 250 trials, capped at trials / 4 so that every slot gets a task: 250 of the 1,000
+trivial trials, 50 of the 200 x 100 ms, 25 of the 100 x 1 s, 5 of the 20 slow-sampler
+trials), ``naive-mem``/``naive-sqlite`` (ask -> ``client.submit`` ->
 ``as_completed`` -> tell, 4 in flight), ``ray`` (Ray Tune, reuse_actors, 4
 concurrent; skipped with a message unless ``pip install hypersweep[bench]``).
 All Dask peers share one LocalCluster, started once.
@@ -67,10 +74,11 @@ SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float",
 
 DASK_PEERS = ("hypersweep", "hypersweep-sqlite", "hypersweep-inline", "hypersweep-thread", "optuna-threads",
               "daskstorage-1", "daskstorage-250", "naive-mem", "naive-sqlite")  # fmt: skip
-SLOW_PEERS = ("hypersweep", "hypersweep-inline", "hypersweep-thread", "optuna-threads", "daskstorage-1", "naive-mem")
+SLOW_PEERS = ("hypersweep", "hypersweep-inline", "hypersweep-thread", "optuna-threads", "daskstorage-1",
+              "daskstorage-250", "naive-mem")
 ALL_PEERS = (*DASK_PEERS, "ray")
 SLOW_ASK, SLOW_TRIAL = 1.0, 6.0  # (d): seconds per ask and per trial: 4 slots need an ask every 1.5 s
-BATCHED = {"daskstorage-250"}  # batching many sleeping trials into one task would serialize them: (b) only
+MEASURES = ("util_100ms", "util_1s", "trivial", "slow")  # --measures: (a) 100 ms, (a) 1 s, (b), (d)
 
 log = logging.getLogger("bench.overhead")
 
@@ -206,7 +214,7 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
     study = load_study(spec, folder, create=True)
     if delay:
         study.sampler = DelayedSampler(study.sampler, delay)
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
     executor = DaskExecutor(ctx.client, f"bench-{spec.study.name}")
     campaign = Campaign(spec, folder, study, executor, sampling=sampling)
     campaign.run()
@@ -217,15 +225,15 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
         if "t0" in m:
             spans.append((float(m["t0"]), float(m["t1"])))
     busy = campaign.supply.times.busy_seconds / wall if wall > 0 else float("nan")  # how busy the sampler was
-    return {"wall": wall, "spans": spans, "done": len(spans), "sampler_busy": busy}
+    return {"wall": wall, "started_at": started_at, "spans": spans, "done": len(spans), "sampler_busy": busy}
 
 
 def run_optuna_threads(ctx: Ctx, n: int, sleep: float, sampler: str, delay: float = 0.0) -> dict[str, Any]:
     timing = str(ctx.scratch())
     study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, ctx.seed, delay))
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
     study.optimize(functools.partial(optuna_objective, timing_dir=timing, sleep=sleep), n_trials=n, n_jobs=SLOTS)
-    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+    return {"wall": time.perf_counter() - start, "started_at": started_at, "spans": read_timings(timing)}
 
 
 def run_daskstorage(ctx: Ctx, n: int, sleep: float, sampler: str, per_task: int, delay: float = 0.0) -> dict[str, Any]:
@@ -236,14 +244,14 @@ def run_daskstorage(ctx: Ctx, n: int, sleep: float, sampler: str, per_task: int,
     storage = DaskStorage(optuna.storages.InMemoryStorage(), name=f"bench-{uuid.uuid4().hex[:8]}", client=ctx.client)
     study = optuna.create_study(direction="maximize", storage=storage, sampler=make_sampler(sampler, ctx.seed, delay))
     objective = functools.partial(optuna_objective, timing_dir=timing, sleep=sleep)
-    start = time.perf_counter()
-    per_task = max(1, min(per_task, n // SLOTS))  # never fewer tasks than slots (small --quick sizes)
+    started_at, start = time.time(), time.perf_counter()
+    per_task = max(1, min(per_task, n // SLOTS))  # never fewer tasks than slots
     sizes = [per_task] * (n // per_task) + ([n % per_task] if n % per_task else [])
     futures = [ctx.client.submit(study.optimize, objective, n_trials=k, pure=False) for k in sizes]
     wait(futures)
     for f in futures:
         f.result()
-    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+    return {"wall": time.perf_counter() - start, "started_at": started_at, "spans": read_timings(timing)}
 
 
 def run_naive(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str, delay: float = 0.0) -> dict[str, Any]:
@@ -252,7 +260,7 @@ def run_naive(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str, delay:
     timing = str(ctx.scratch())
     url = None if storage == "memory" else f"sqlite:///{ctx.scratch() / 'study.db'}"
     study = optuna.create_study(direction="maximize", storage=url, sampler=make_sampler(sampler, ctx.seed, delay))
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
 
     def launch() -> Any:
         trial = study.ask()
@@ -269,7 +277,7 @@ def run_naive(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str, delay:
         if asked < n:
             pending.add(launch())
             asked += 1
-    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+    return {"wall": time.perf_counter() - start, "started_at": started_at, "spans": read_timings(timing)}
 
 
 def ray_trainable(config: dict[str, Any]) -> None:
@@ -293,9 +301,9 @@ def run_ray(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
                                     search_alg=search_alg, reuse_actors=True),  # fmt: skip
         run_config=tune.RunConfig(storage_path=str(ctx.scratch()), verbose=0),
     )
-    start = time.perf_counter()
-    tuner.fit()
-    return {"wall": time.perf_counter() - start, "spans": read_timings(timing)}
+    started_at, start = time.time(), time.perf_counter()
+    tuner.fit()  # includes the trial runner's set-up and the actors' start: see startup_s
+    return {"wall": time.perf_counter() - start, "started_at": started_at, "spans": read_timings(timing)}
 
 
 PEERS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -347,9 +355,11 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
             from search.campaign import Campaign
             from search.store.folder import CampaignFolder
 
+            from bench.simulate import storage_setting
+
             storage = kind.removeprefix("hypersweep-") if "-" in kind else "journal"
             spec = bench_spec("mem", SPACE, "random", n, seed=seed, epochs=10, metric="accuracy",
-                              storage={"memory": "", "journal": "journal", "sqlite": ""}[storage])  # fmt: skip
+                              storage=storage_setting(storage))  # fmt: skip
             folder = CampaignFolder(Path(tmp) / "mem")
             folder.create(spec.text)
             study = open_study(spec, folder, storage)
@@ -364,7 +374,8 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
             study.optimize(functools.partial(optuna_objective, timing_dir=tmp, sleep=0.0), n_trials=n, n_jobs=SLOTS)
             wall = time.perf_counter() - start
         else:
-            raise ValueError(f"memory probe {kind!r}: must be hypersweep-journal, hypersweep-memory or optuna-threads")
+            raise ValueError(f"memory probe {kind!r}: must be hypersweep-journal, hypersweep-memory, "
+                             "hypersweep-sqlite or optuna-threads")
         after = _rss_mb()
     return {"rss_before_mb": before, "rss_after_mb": after, "rss_growth_mb": after - before,
             "ms_per_trial": 1e3 * wall / n}  # fmt: skip
@@ -417,7 +428,7 @@ class Recorder:
     def add(self, measure: str, sampler: str, peer: str, rep: int, value: float, unit: str) -> None:
         self.rows.append({"measure": measure, "sampler": sampler, "peer": peer, "rep": rep, "value": value,
                           "unit": unit})  # fmt: skip
-        print(f"  {measure:14s} {sampler:6s} {peer:19s} rep {rep}: {value:.4g} {unit}", flush=True)
+        print(f"  {measure:21s} {sampler:6s} {peer:19s} rep {rep}: {value:.4g} {unit}", flush=True)
 
     def medians(self) -> dict[tuple[str, str, str], float]:
         groups: dict[tuple[str, str, str], list[float]] = {}
@@ -426,11 +437,19 @@ class Recorder:
         return {k: statistics.median(v) for k, v in groups.items()}
 
 
-def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, int], samplers: Sequence[str]) -> None:
+def startup_seconds(result: dict[str, Any]) -> float:
+    """From the start of the optimize call to the first trial's start (nan without trials)."""
+    if not result["spans"]:
+        return float("nan")
+    return min(s for s, _ in result["spans"]) - result["started_at"]
+
+
+def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, int], samplers: Sequence[str],
+                 measures: Sequence[str] = MEASURES) -> None:
     fn = PEERS[peer]
     for sampler in samplers:
         for measure, n, sleep in (("util_100ms", sizes["n100ms"], 0.1), ("util_1s", sizes["n1s"], 1.0)):
-            if peer in BATCHED or n == 0:
+            if measure not in measures or n == 0:
                 continue
             try:
                 result = fn(ctx, n, sleep, sampler)
@@ -438,7 +457,9 @@ def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, 
                 print(f"  {measure} {sampler} {peer}: FAILED {type(exc).__name__}: {exc}", flush=True)
                 continue
             rec.add(measure, sampler, peer, rep, utilization(result["spans"]), "fraction")
-        n = sizes["ntrivial_ray"] if peer == "ray" else sizes["ntrivial"]
+        if "trivial" not in measures:
+            continue
+        n = sizes["ntrivial"]
         try:
             result = fn(ctx, n, 0.0, sampler)
         except Exception as exc:  # noqa: BLE001
@@ -446,12 +467,17 @@ def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, 
             continue
         rate = len(result["spans"]) / result["wall"]
         rec.add("trials_per_s", sampler, peer, rep, rate, "trials/s")
+        startup = startup_seconds(result)
+        rec.add("startup_s", sampler, peer, rep, startup, "s")
+        rec.add("trials_per_s_ex_start", sampler, peer, rep, len(result["spans"]) / (result["wall"] - startup),
+                "trials/s")  # fmt: skip
         if peer == "hypersweep":
             rec.add("sampler_busy", sampler, peer, rep, result["sampler_busy"], "fraction")
             bound = sampler_bound(n, sampler, ctx.seed)  # right after, so both see the same machine load
             rec.add("trials_per_s", sampler, f"{sampler}-bound", rep, bound, "trials/s")
             rec.add("share_of_bound", sampler, peer, rep, rate / bound, "fraction")
-    measure_slow_sampler(rec, ctx, peer, rep, sizes)
+    if "slow" in measures:
+        measure_slow_sampler(rec, ctx, peer, rep, sizes)
 
 
 def measure_slow_sampler(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, int]) -> None:
@@ -477,18 +503,18 @@ def print_table(rec: Recorder, peers: Sequence[str]) -> list[str]:
     keys = sorted({(m, s) for m, s, _p in med}, key=lambda k: (k[0], k[1]))
     cols = list(dict.fromkeys(r["peer"] for r in rec.rows))
     lines = []
-    head = f"{'measure':14s} {'sampler':7s} " + " ".join(f"{p:>18s}" for p in cols)
+    head = f"{'measure':21s} {'sampler':7s} " + " ".join(f"{p:>18s}" for p in cols)
     lines.append(head)
     for m, s in keys:
         vals = [med.get((m, s, p)) for p in cols]
-        lines.append(f"{m:14s} {s:7s} " + " ".join(f"{v:18.4g}" if v is not None else f"{'-':>18s}" for v in vals))
+        lines.append(f"{m:21s} {s:7s} " + " ".join(f"{v:18.4g}" if v is not None else f"{'-':>18s}" for v in vals))
     lines.append("")
     lines.append("ratio hypersweep / peer (util, trials/s: > 1 = hypersweep better; ms, MB: > 1 = hypersweep costs more)")
     lines.append(head)
     for m, s in keys:
         ours = med.get((m, s, "hypersweep"))
         vals = [ours / med[(m, s, p)] if ours is not None and med.get((m, s, p)) else None for p in cols]
-        lines.append(f"{m:14s} {s:7s} " + " ".join(f"{v:18.3f}" if v is not None else f"{'-':>18s}" for v in vals))
+        lines.append(f"{m:21s} {s:7s} " + " ".join(f"{v:18.3f}" if v is not None else f"{'-':>18s}" for v in vals))
     for line in lines:
         print(line)
     return lines
@@ -535,6 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--peers", nargs="+", default=list(ALL_PEERS), choices=ALL_PEERS)
     parser.add_argument("--samplers", nargs="+", default=["random", "tpe"], choices=["random", "tpe"])
+    parser.add_argument("--measures", nargs="+", default=list(MEASURES), choices=MEASURES,
+                        help="util_100ms, util_1s: (a); trivial: (b) trials/s; slow: (d) the slow sampler")  # fmt: skip
     parser.add_argument("--memory-trials", type=int, default=10_000)
     parser.add_argument("--no-memory", action="store_true", help="skip (c)")
     parser.add_argument("--profile", action="store_true", help="only cProfile hypersweep on 200 x 100 ms trials")
@@ -554,14 +582,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     if args.quick:
-        sizes = {"n100ms": 20, "n1s": 4, "ntrivial": 60, "ntrivial_ray": 20, "nslow": 8}
+        sizes = {"n100ms": 20, "n1s": 4, "ntrivial": 60, "nslow": 8}
         reps, memory_n = 1, 300
     else:
-        sizes = {"n100ms": 200, "n1s": 100, "ntrivial": 1000, "ntrivial_ray": 200, "nslow": 20}
+        sizes = {"n100ms": 200, "n1s": 100, "ntrivial": 1000, "nslow": 20}
         reps, memory_n = args.reps, args.memory_trials
     print(f"# bench.overhead  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {os.cpu_count()} cpus  "
           f"python {sys.version.split()[0]}  optuna {optuna.__version__}  slots {SLOTS}  reps {reps}  "
-          f"sizes {sizes}")  # fmt: skip
+          f"sizes {sizes}  measures {' '.join(args.measures)}")  # fmt: skip
     rec = Recorder()
     with tempfile.TemporaryDirectory() as tmp:
         dask_peers = [p for p in args.peers if p != "ray"]
@@ -575,14 +603,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return 0
                 for rep in range(reps):
                     for peer in dask_peers:
-                        measure_peer(rec, ctx, peer, rep, sizes, args.samplers)
+                        measure_peer(rec, ctx, peer, rep, sizes, args.samplers, args.measures)
         if "ray" in args.peers:
             with ray_session() as have_ray:
                 if have_ray:
                     ctx = Ctx(None, Path(tmp), args.seed)
                     for rep in range(reps):
-                        measure_peer(rec, ctx, "ray", rep, sizes, args.samplers)
-    if "hypersweep" not in args.peers:  # else measured beside each hypersweep run
+                        measure_peer(rec, ctx, "ray", rep, sizes, args.samplers, args.measures)
+    if "hypersweep" not in args.peers and "trivial" in args.measures:  # else measured beside each hypersweep run
         for rep in range(reps):
             for sampler in args.samplers:
                 bound = sampler_bound(sizes["ntrivial"], sampler, args.seed)
@@ -599,7 +627,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             rec.add(f"ms_per_trial@{memory_n}", "random", peer, 0, probe["ms_per_trial"], "ms")
     print()
     print("utilization = sum of in-trial durations / (4 slots x (last trial end - first trial start))")
-    print("trials_per_s = trials / wall of the optimize call; rss = controller RSS growth over the run;")
+    print("trials_per_s = trials / wall of the optimize call (every peer the same number of trials);")
+    print("startup_s = optimize call start -> first trial start; trials_per_s_ex_start = trials / (wall - startup_s);")
+    print("rss = controller RSS growth over the run;")
     print("sampler_busy = share of the run hypersweep's sampler (thread or child process) spent asking (1 = sampling is the limit)")
     print("share_of_bound = hypersweep trials/s / the sampler's serial ask+tell rate measured right after it (1 = the sampler is the limit)")
     print("util_slow_ask = steady-state busy slots (4th trial start .. last trial start), 1 s asks, 6 s trials")

@@ -1,11 +1,23 @@
 """The real controller against a simulated cluster: utilization, controller rate, time-to-best.
 
-    python -m bench.simulate [--quick] [--workers 16 64 256 1024] [--samplers random tpe]
+    python -m bench.simulate [--quick] [--workers 16 64 256 1024] [--samplers random tpe] [--reps 3]
+                             [--storages sqlite journal] [--storage-workers 256 1024] [--no-curve]
 
 Each run is a real ``search.campaign.Campaign`` with a real Optuna study, on a
 :class:`cluster.simulated.SimulatedExecutor` whose trials take 60 virtual seconds
 (12 epochs of 5 s, NAS-Bench-201 accuracies). The controller's real time is
 charged to the virtual clock, so a slow controller shows up as idle workers.
+
+Storages (the ``storage`` column): ``memory`` is an in-memory Optuna study (not durable;
+the default of the sampler x workers rows), ``journal`` the campaign's default storage
+(``[study] storage = ""``: the group-commit journal file in the campaign folder) and
+``sqlite`` the campaign's SQLite file (``[study] storage = "sqlite"``, WAL,
+``synchronous=NORMAL``). The durable storages run with random sampling on the
+``--storage-workers`` cluster sizes.
+
+With ``--reps N`` every row is run N times (same seed; what varies is the real
+controller time charged to the virtual clock) and ``simulate.csv`` holds the median of
+each column; ``simulate-raw.csv`` every repetition.
 
 Columns of ``bench/results/simulate.csv``:
 - ``util``: busy slot-seconds / (slots x window), window = first trial start to the
@@ -28,6 +40,7 @@ import json
 import logging
 import math
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -53,7 +66,8 @@ TRAINER = "bench.trivial:fit"
 TRIAL_SECONDS = 60.0
 EPOCHS = 12
 
-__all__ = ["nb201_space", "curve_space", "bench_spec", "open_study", "simulate", "SimResult", "main"]
+__all__ = ["nb201_space", "curve_space", "bench_spec", "open_study", "storage_setting", "simulate", "SimResult",
+           "median_rows", "main"]
 
 
 # --- specs and studies -------------------------------------------------------------------------
@@ -98,7 +112,8 @@ def bench_spec(
 
 
 def open_study(spec: CampaignSpec, folder: CampaignFolder, storage: str) -> optuna.Study:
-    """``memory``: an in-memory study; ``journal``/``sqlite``: the campaign's own storage."""
+    """``memory``: an in-memory study; ``journal``/``sqlite``: the storage the campaign opens for
+    ``spec.study.storage`` (build the spec with ``storage=storage_setting(storage)``)."""
     if storage == "memory":
         return optuna.create_study(
             study_name=spec.study.name,
@@ -109,10 +124,16 @@ def open_study(spec: CampaignSpec, folder: CampaignFolder, storage: str) -> optu
     return load_study(spec, folder, create=True)
 
 
+STORAGES = {"memory": "", "journal": "", "sqlite": "sqlite"}  # bench label -> the spec's [study] storage
+
+
 def storage_setting(storage: str) -> str:
-    if storage not in ("memory", "journal", "sqlite"):
+    """The spec's ``[study] storage`` for a bench label: ``""`` (the default, the group-commit journal
+    file) for ``journal``, ``"sqlite"`` (the campaign's SQLite file) for ``sqlite``; ``memory`` studies
+    are created in memory by :func:`open_study` and never open the spec's storage."""
+    if storage not in STORAGES:
         raise ValueError(f"storage={storage!r}: must be memory, journal or sqlite")
-    return {"memory": "", "journal": "journal", "sqlite": ""}[storage]
+    return STORAGES[storage]
 
 
 # --- one simulated campaign ----------------------------------------------------------------------
@@ -239,27 +260,56 @@ def _print_table(rows: Sequence[SimResult]) -> None:
         print("  ".join(v.rjust(w) for v, w in zip(d, widths)))
 
 
-def _write_csv(rows: Sequence[SimResult], path: Path) -> None:
+def _write_csv(rows: Sequence[SimResult], path: Path, reps: Sequence[int] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    names = [f.name for f in dataclasses.fields(SimResult)]
     with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=[f.name for f in dataclasses.fields(SimResult)])
+        writer = csv.DictWriter(fh, fieldnames=names + (["reps"] if reps is not None else []))
         writer.writeheader()
-        for row in rows:
-            writer.writerow(dataclasses.asdict(row))
+        for i, row in enumerate(rows):
+            writer.writerow(dataclasses.asdict(row) | ({"reps": reps[i]} if reps is not None else {}))
+
+
+KEY_FIELDS = ("bench", "workers", "sampler", "storage", "failure_rate")
+
+
+def median_rows(rows: Sequence[SimResult]) -> list[tuple[SimResult, int]]:
+    """One row per configuration (bench, workers, sampler, storage, failure rate), in first-seen order:
+    the median of each numeric column over its repetitions, and how many there were."""
+    groups: dict[tuple[Any, ...], list[SimResult]] = {}
+    for r in rows:
+        groups.setdefault(tuple(getattr(r, k) for k in KEY_FIELDS), []).append(r)
+    out = []
+    for group in groups.values():
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(SimResult):
+            column = [getattr(r, f.name) for r in group]
+            if f.name in KEY_FIELDS:
+                values[f.name] = column[0]
+            else:
+                med = statistics.median(column)
+                values[f.name] = type(column[0])(med) if isinstance(column[0], int) else round(float(med), 4)
+        out.append((SimResult(**values), len(group)))
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16 and 64 workers, fewer trials (< 1 min)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64, 256, 1024])
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64, 256, 1024],
+                        help="cluster sizes for the memory-storage rows (every sampler)")  # fmt: skip
     parser.add_argument("--samplers", nargs="+", default=["random", "tpe"])
     parser.add_argument("--waves", type=float, default=4.0, help="trials per worker (default 4)")
     parser.add_argument("--min-trials", type=int, default=256)
-    parser.add_argument("--storages", nargs="+", default=["sqlite", "journal"],
-                        help="durable storages measured with random sampling (memory is the default)")  # fmt: skip
-    parser.add_argument("--storage-workers", type=int, default=256, help="cluster size for the storage runs")
+    parser.add_argument("--storages", nargs="+", default=["sqlite", "journal"], choices=["sqlite", "journal"],
+                        help="durable storages, measured with random sampling: journal = the default "
+                             "(group-commit journal file), sqlite = the campaign's SQLite file")  # fmt: skip
+    parser.add_argument("--storage-workers", type=int, nargs="+", default=[256],
+                        help="cluster sizes for the durable-storage rows (capped at the largest --workers)")  # fmt: skip
+    parser.add_argument("--no-curve", action="store_true", help="skip the learning-curve (TPE) row")
     parser.add_argument("--failure-rate", type=float, default=0.02,
                         help="injected worker failures for one extra run (0 = none)")  # fmt: skip
+    parser.add_argument("--reps", type=int, default=1, help="repetitions of every row; the table shows medians")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "simulate.csv")
     args = parser.parse_args(argv)
@@ -273,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return max(min_trials, int(waves * w))
 
     print(f"# bench.simulate  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
-          f"  optuna {optuna.__version__}  trials of {TRIAL_SECONDS:g} virtual s, {EPOCHS} reports each")  # fmt: skip
+          f"  optuna {optuna.__version__}  trials of {TRIAL_SECONDS:g} virtual s, {EPOCHS} reports each"
+          f"  reps {args.reps}")  # fmt: skip
     rows: list[SimResult] = []
 
     def run(*a: Any, **kw: Any) -> None:
@@ -283,19 +334,29 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"util {result.util:.4f}  ctrl {result.ctrl_ms_per_trial:.2f} ms/trial  real {result.real_s:.1f} s",
               flush=True)  # fmt: skip
 
-    for w in workers:
-        for sampler in args.samplers:
-            run(w, sampler, n_trials(w))
-    mid = min(args.storage_workers, max(workers))
-    for storage in args.storages:
-        run(mid, "random", n_trials(mid), storage=storage)
-    run(min(workers), "tpe", n_trials(min(workers)), bench="curve")
-    if args.failure_rate > 0:
-        run(min(workers), "random", n_trials(min(workers)), failure_rate=args.failure_rate)
+    storage_sizes = list(dict.fromkeys(min(w, max(workers)) for w in args.storage_workers))
+    for _rep in range(args.reps):
+        for w in workers:
+            for sampler in args.samplers:
+                run(w, sampler, n_trials(w))
+        for size in storage_sizes:
+            for storage in args.storages:
+                run(size, "random", n_trials(size), storage=storage)
+        if not args.no_curve:
+            run(min(workers), "tpe", n_trials(min(workers)), bench="curve")
+        if args.failure_rate > 0:
+            run(min(workers), "random", n_trials(min(workers)), failure_rate=args.failure_rate)
+    table = median_rows(rows)
     print()
-    _print_table(rows)
-    _write_csv(rows, args.out)
-    print(f"\nwrote {args.out}")
+    if args.reps > 1:
+        print(f"medians of {args.reps} repetitions:")
+    _print_table([r for r, _n in table])
+    _write_csv([r for r, _n in table], args.out, reps=[n for _r, n in table])
+    raw = args.out.with_name(args.out.stem + "-raw.csv")
+    _write_csv(rows, raw)
+    print("\nstorage: memory = in-memory study (not durable); journal = the default, the group-commit journal file;")
+    print("  sqlite = the campaign's SQLite file ([study] storage = \"sqlite\")")
+    print(f"wrote {args.out} (medians) and {raw}")
     return 0
 
 

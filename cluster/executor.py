@@ -14,21 +14,22 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from distributed import CancelledError, Client, Future
 from distributed.client import ClosedClientError, FutureCancelledError
 
-from trainers.api import TrialConfig  # torch-free: the trial's config crosses this seam typed
+# torch-free: the trial's config crosses this seam typed, and the trainer is found where the controller found it
+from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer, trainer_folders
 
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_slots
-from .entrypoint import run_trial, run_trials
+from .entrypoint import TrainerShipment, run_trial, run_trials
 
 __all__ = [
     "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
-    "Slots",
+    "Slots", "ship_trainer",
 ]
 
 log = logging.getLogger(__name__)
@@ -38,15 +39,21 @@ SLOTS_TTL = 1.0  # seconds between fresh looks at the cluster's workers
 
 @dataclasses.dataclass(frozen=True)
 class TrialRequest:
-    """One trial to run: the trainer by name, its config, its width in slots.
+    """One trial to run: the trainer, its config, its width in slots.
 
-    ``config`` may be given as the dict :meth:`TrialConfig.to_dict` writes; it is
-    checked and kept as a :class:`TrialConfig`. ``prefer``: a worker address to queue
-    it at (the one expected to free a slot first); a hint only, any worker may still run it.
+    ``trainer``: an entry ``"module:function"``, or the function itself. A function, or an
+    entry registered in this process (``trainers.api.register_trainer``) or naming ``__main__``,
+    goes to the workers by value (pickled as Dask pickles callables: cloudpickle, so a function
+    defined in a script or a notebook works); any other entry goes by name, with the folders
+    it was looked for in here (``trainers.api.trainer_folders``: the spec's folder, the current
+    directory), which the worker puts on its path first. ``config`` may be given as the dict
+    :meth:`TrialConfig.to_dict` writes; it is checked and kept as a :class:`TrialConfig`.
+    ``prefer``: a worker address to queue it at (the one expected to free a slot first); a hint
+    only, any worker may still run it.
     """
 
     number: int
-    trainer: str
+    trainer: str | Callable[..., Any]
     config: TrialConfig
     width: int = 1
     prefer: str = ""
@@ -139,6 +146,19 @@ class Outcome:
         )
 
 
+def ship_trainer(trainer: str | Callable[..., Any]) -> TrainerShipment:
+    """``trainer`` (an entry or a function) as it travels to a worker: by value or by name (see :class:`TrialRequest`)."""
+    if callable(trainer):
+        entry = entry_of(trainer)
+        return TrainerShipment.by_value(entry, trainer, trainer_folders(entry))
+    fn = registered_trainer(trainer)
+    if fn is None and trainer.partition(":")[0] == "__main__":
+        fn = load_trainer(trainer)  # the controller's own __main__: no worker has it
+    if fn is not None:
+        return TrainerShipment.by_value(trainer, fn, trainer_folders(trainer))
+    return TrainerShipment(trainer, trainer_folders(trainer))
+
+
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -214,6 +234,7 @@ class DaskExecutor:
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._futures: dict[int, Future] = {}
         self._lock = threading.Lock()
+        self._shipments: dict[Any, TrainerShipment] = {}
         subscribe_reports(client, topic, self._on_report)
 
     def _infer_resource(self) -> str:
@@ -272,11 +293,19 @@ class DaskExecutor:
         if first.prefer:
             where.update(workers=[first.prefer], allow_other_workers=True)
         if len(requests) == 1:
+            trainer = self._shipment(first.trainer)
             return self._client.submit(
-                run_trial, first.trainer, first.config.to_dict(), self._topic, self._resource, first.width, **where
+                run_trial, trainer, first.config.to_dict(), self._topic, self._resource, first.width, **where
             )
-        batch = [(r.trainer, r.config.to_dict()) for r in requests]
+        batch = [(self._shipment(r.trainer), r.config.to_dict()) for r in requests]
         return self._client.submit(run_trials, batch, self._topic, self._resource, first.width, **where)
+
+    def _shipment(self, trainer: str | Callable[..., Any]) -> TrainerShipment:
+        """How ``trainer`` travels (see :class:`TrialRequest`); made once per trainer, pickled once."""
+        shipment = self._shipments.get(trainer)
+        if shipment is None:
+            shipment = self._shipments[trainer] = ship_trainer(trainer)
+        return shipment
 
     def wake(self) -> None:
         self._queue.put(("wake", None))

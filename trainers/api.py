@@ -18,6 +18,7 @@ import dataclasses
 import importlib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -29,6 +30,10 @@ __all__ = [
     "PrintReporter",
     "TrainerFn",
     "load_trainer",
+    "register_trainer",
+    "registered_trainer",
+    "trainer_folders",
+    "entry_of",
     "TrainerImportError",
     "TrainerInfo",
     "declare",
@@ -179,23 +184,110 @@ class TrainerImportError(ImportError):
     """A trainer entry point ``module:function`` that cannot be loaded."""
 
 
-def load_trainer(entry: str) -> TrainerFn:
-    """Import ``"package.module:function"`` and return the function."""
-    module_name, sep, attr = entry.partition(":")
-    if not sep or not module_name or not attr:
-        raise TrainerImportError(f"trainer entry {entry!r} must look like 'package.module:function'")
+# --- finding a trainer ------------------------------------------------------------------------
+# A trainer is named by ``"module:function"``. It is looked for on ``sys.path`` and then in the
+# folders given for it (the spec's folder, the current directory), which are remembered per entry
+# so that whoever runs it elsewhere (a Dask worker) can be handed the same folders. A function handed
+# over in this process (``search.run(spec, trainer=fit)``, a trainer defined in a script or notebook)
+# is registered under its entry and found without any import.
+
+_IN_PROCESS: dict[str, TrainerFn] = {}  # entry -> a function handed over in this process
+_FOLDERS: dict[str, tuple[str, ...]] = {}  # entry -> the folders it is looked for in (and shipped with)
+
+
+def entry_of(fn: Callable[..., Any]) -> str:
+    """The ``"module:qualname"`` naming ``fn`` (``"__main__:fit"`` for a script's or notebook's function)."""
+    module = getattr(fn, "__module__", None) or "__main__"
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__
+    return f"{module}:{name}"
+
+
+def register_trainer(fn: TrainerFn, entry: str | None = None) -> str:
+    """Make ``load_trainer(entry)`` return ``fn`` in this process (the newest registration wins); return the entry.
+
+    Runners ship a registered trainer to their workers by value (pickled with the code of a function
+    defined in ``__main__``), so it need not be importable there.
+    """
+    if not callable(fn):
+        raise TrainerImportError(f"trainer {fn!r} is not callable")
+    entry = entry or entry_of(fn)
+    _check_entry(entry)
+    _IN_PROCESS[entry] = fn
+    _remember(entry, _module_root(getattr(fn, "__module__", None)))
+    return entry
+
+
+def registered_trainer(entry: str) -> TrainerFn | None:
+    """The function registered under ``entry`` in this process, if any."""
+    return _IN_PROCESS.get(entry)
+
+
+def trainer_folders(entry: str) -> tuple[str, ...]:
+    """The folders ``entry`` was looked for in here, and the folder its module came from (outside the Python
+    installation): what a worker elsewhere needs on its path to import it too."""
+    return _FOLDERS.get(entry, ())
+
+
+def load_trainer(entry: str, paths: Iterable[str | Path] = ()) -> TrainerFn:
+    """Return the function ``"package.module:function"`` names: a registered one, else imported.
+
+    ``paths``: folders to look in after ``sys.path`` (appended to it when missing), e.g. the spec's
+    folder and the current directory; they are remembered for :func:`trainer_folders`.
+    """
+    _check_entry(entry)
+    folders = [str(Path(p).resolve()) for p in paths]
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    _remember(entry, *folders)
+    if entry in _IN_PROCESS:
+        return _IN_PROCESS[entry]
+    module_name, _, attr = entry.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise TrainerImportError(f"trainer entry {entry!r}: cannot import module {module_name!r} ({exc})") from exc
-    fn = module
+        where = f"; looked on sys.path and in {', '.join(folders)}" if folders else ""
+        raise TrainerImportError(
+            f"trainer entry {entry!r}: cannot import module {module_name!r} ({exc}){where}"
+        ) from exc
+    fn: Any = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
         if fn is None:
             raise TrainerImportError(f"trainer entry {entry!r}: module {module_name!r} has no attribute {attr!r}")
     if not callable(fn):
         raise TrainerImportError(f"trainer entry {entry!r} is not callable")
-    return fn  # type: ignore[return-value]
+    _remember(entry, _module_root(module_name))
+    return fn  # type: ignore[no-any-return]
+
+
+def _check_entry(entry: str) -> None:
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise TrainerImportError(f"trainer entry {entry!r} must look like 'package.module:function'")
+
+
+def _remember(entry: str, *folders: str | None) -> None:
+    known = list(_FOLDERS.get(entry, ()))
+    known += [f for f in folders if f and f not in known]
+    _FOLDERS[entry] = tuple(known)
+
+
+def _module_root(module_name: str | None) -> str | None:
+    """The folder on ``sys.path`` that ``module_name`` was imported from; None inside the Python installation."""
+    module = sys.modules.get(module_name or "")
+    file = getattr(module, "__file__", None)
+    if not module_name or not file:
+        return None
+    path = Path(file).resolve().parent
+    depth = 0 if module_name == "__main__" else module_name.count(".") + (Path(file).name == "__init__.py")
+    if depth > len(path.parents):
+        return None  # a module registered under a name that does not match its file
+    root = path.parents[depth - 1] if depth else path
+    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    if any(root == p or p in root.parents for p in installed):
+        return None
+    return str(root)
 
 
 # --- what a trainer declares ---------------------------------------------------------------

@@ -4,7 +4,8 @@ Every mistake a user can make in a spec is one :class:`SpecError` line naming
 the file, the key and the rule (with the closest valid key for typos), raised
 before anything is created on disk or started.
 
-The trainer is imported (by name, with torch and whatever else it needs) only to
+The trainer is imported (by name, with torch and whatever else it needs; looked for on
+``sys.path``, then in the spec's folder and the current directory, see :func:`find_trainer`) only to
 check the spec against what it declares: ``load_spec(path)`` does, for ``run``,
 ``resume`` and ``check``; ``load_spec(path, check_trainer=False)`` reads the spec
 alone, for commands that only look at a campaign (``status``, ``report``), and
@@ -361,11 +362,15 @@ def find_trainer(spec: CampaignSpec) -> Any:
     try:
         return load_trainer(entry, trainer_paths(spec))
     except TrainerImportError as exc:
-        kept = stored_trainer(Path(spec.source).parent) if Path(spec.source).is_file() else None
-        if kept is None:
-            raise SpecError(spec.source, "trainer.entry", str(exc)) from None
-        register_trainer(kept, entry)
-        return kept
+        problem = str(exc)
+    try:
+        kept = stored_trainer(Path(spec.source).parent, entry) if Path(spec.source).is_file() else None
+    except Exception as exc:  # noqa: BLE001 - an unpicklable copy (a module it needs is gone): say so, in one line
+        kept, problem = None, f"{problem}; the campaign's kept copy cannot be loaded ({type(exc).__name__}: {exc})"
+    if kept is None:
+        raise SpecError(spec.source, "trainer.entry", problem)
+    register_trainer(kept, entry)
+    return kept
 
 
 def parse_spec(

@@ -2,10 +2,17 @@
 
 The report describes the run, not the machine that renders it: Python, platform,
 torch with its CUDA/cuDNN/NCCL builds and GPU models, package versions, the Dask
-cluster's shape, the hash of the trainer's source, the study seed and the command.
+cluster's shape, the trainer (every file of its top-level package, or of the modules
+it imported from its own folder, each with its sha256, and one digest over them all;
+the folders it was looked for in), the study seed and the command.
 torch is imported lazily (``search`` must not import it at import time), and the
 cluster arrives as a plain dict (``Client.scheduler_info()``), so nothing here
 imports ``distributed``.
+
+A trainer that went to the workers by value (a function defined in a script or a
+notebook, ``search.run(spec, trainer=fit)``) is also kept, pickled, as
+``trainer.pkl``: ``reproduce`` and ``resume`` use it when its entry
+(``__main__:fit``) cannot be imported.
 """
 
 from __future__ import annotations
@@ -13,16 +20,18 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import inspect
 import json
+import pickle
 import platform
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from search.store.folder import write_atomic
+from search.store.folder import write_atomic, write_atomic_bytes
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
@@ -33,11 +42,19 @@ __all__ = [
     "cluster_shape",
     "scheduler_info",
     "trainer_source_sha256",
+    "trainer_record",
+    "changed_trainer_files",
+    "recorded_trainer_paths",
+    "stored_trainer",
     "record_environment",
     "read_environment",
+    "TRAINER_PICKLE",
 ]
 
 PACKAGES = ("hypersweep", "optuna", "dask", "distributed", "pandas", "numpy", "torch", "scipy")
+TRAINER_PICKLE = "trainer.pkl"  # a by-value trainer, as its workers got it (next to environment.json)
+OWN_PACKAGES = frozenset({"search", "spaces", "trainers", "cluster"})  # hypersweep's: recorded by its version
+MAX_FILES = 2000  # files hashed for one trainer
 
 
 def capture_environment(
@@ -60,7 +77,7 @@ def capture_environment(
     if spec is not None:
         env["study"] = {"name": spec.study.name, "seed": spec.study.seed, "spec_sha256": spec.sha256,
                         "deterministic": spec.study.deterministic}
-        env["trainer"] = {"entry": spec.trainer.entry, **trainer_source_sha256(spec.trainer.entry)}
+        env["trainer"] = trainer_record(spec)
     return env
 
 
@@ -149,8 +166,188 @@ def trainer_source_sha256(entry: str) -> dict[str, Any]:
     return {"source": str(Path(origin).resolve()), "source_sha256": digest}
 
 
+def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
+    """The trainer of ``spec`` as ``environment.json`` keeps it (call it once the trainer is loaded).
+
+    ``source``/``source_sha256``: the file defining the entry. ``files``: every ``.py`` file of the
+    entry's top-level package, or, for a single module or a script, that file and the modules it
+    imported from its own folder (hypersweep's packages and the Python installation left out), each
+    with its sha256, relative to ``root``; ``files_sha256``: one digest over them all. ``paths``: the
+    folders the trainer was looked for in after ``sys.path`` (the spec's folder, the current directory),
+    which its workers got too, and where ``resume`` and ``reproduce`` look again. ``shipped``: ``by value``
+    (pickled, also kept as ``trainer.pkl``) or ``by name``.
+    """
+    from search.spec.campaign_spec import trainer_paths
+
+    entry = spec.trainer.entry
+    fn = _by_value(entry)
+    record: dict[str, Any] = {"entry": entry, "shipped": "by value" if fn is not None else "by name"}
+    record.update(trainer_source_sha256(entry) if fn is None else _function_source(fn))
+    try:
+        root, files, note = _trainer_files(entry, fn, record.get("source"))
+    except OSError as exc:  # an unreadable file: the record says so, the campaign goes on
+        root, files, note = None, {}, f"the trainer's files could not be hashed ({exc})"
+    record["root"] = str(root) if root else None
+    record["files"] = files
+    record["files_sha256"] = _digest(files) if files else record.get("source_sha256")
+    if note:
+        record["files_note"] = note
+    record["paths"] = list(trainer_paths(spec))
+    if fn is not None:
+        record["pickle"] = TRAINER_PICKLE
+    return record
+
+
+def _by_value(entry: str) -> Callable[..., Any] | None:
+    """The function this process hands its workers by value for ``entry`` (registered, or in ``__main__``), if any."""
+    from trainers.api import registered_trainer
+
+    fn = registered_trainer(entry)
+    if fn is None and entry.partition(":")[0] == "__main__":
+        fn = _main_attr(entry.partition(":")[2])
+    return fn
+
+
+def _main_attr(name: str) -> Callable[..., Any] | None:
+    obj: Any = sys.modules.get("__main__")
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+    return obj if callable(obj) else None
+
+
+def _function_source(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The file defining ``fn`` and its sha256; for a notebook's or an interactive function, the sha256 of its code."""
+    code = getattr(fn, "__code__", None)
+    filename = getattr(code, "co_filename", None)
+    if filename and Path(filename).is_file():
+        return {"source": str(Path(filename).resolve()), "source_sha256": _sha256(Path(filename))}
+    try:
+        text = inspect.getsource(fn).encode()
+        how = "its source"
+    except (OSError, TypeError):
+        text = code.co_code if code is not None else repr(fn).encode()
+        how = "its bytecode (no source available)"
+    return {"source": None, "source_sha256": hashlib.sha256(text).hexdigest(),
+            "note": f"defined in {filename or 'an interactive session'} (a notebook or interactive session): "
+                    f"the sha256 is of {how}"}  # fmt: skip
+
+
+def _trainer_files(
+    entry: str, fn: Callable[..., Any] | None, source: str | None
+) -> tuple[Path | None, dict[str, str], str]:
+    """(root, {path relative to root: sha256}, note) of the trainer's whole package, or of the modules it imported."""
+    module_name = getattr(fn, "__module__", None) or entry.partition(":")[0]
+    top = module_name.split(".")[0]
+    package = None if top == "__main__" else _package_dir(top)
+    if package is not None:
+        files = sorted(p for p in package.rglob("*.py") if not _hidden(p.relative_to(package)))
+        root = package.parent
+    elif source:
+        root = Path(source).parent
+        files = sorted({Path(source), *_imported_from(root)})
+    else:
+        return None, {}, ""
+    note = f"only the first {MAX_FILES} of {len(files)} files are hashed" if len(files) > MAX_FILES else ""
+    return root, {str(p.relative_to(root)): _sha256(p) for p in files[:MAX_FILES]}, note
+
+
+def _package_dir(top: str) -> Path | None:
+    """The folder of the top-level package ``top`` (None for a single module or an unknown one)."""
+    module = sys.modules.get(top)
+    locations = list(getattr(module, "__path__", None) or ())
+    if not locations:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return None
+        locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    return Path(locations[0]).resolve() if locations else None
+
+
+def _imported_from(folder: Path) -> list[Path]:
+    """The source files of the modules loaded from ``folder`` (and below it), not hypersweep's nor the installation's."""
+    installed = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
+    found = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not file or not file.endswith(".py") or name.split(".")[0] in OWN_PACKAGES:
+            continue
+        path = Path(file).resolve()
+        if folder in path.parents and not any(p in path.parents for p in installed) and path.is_file():
+            if not _hidden(path.relative_to(folder)):
+                found.append(path)
+    return found
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") or part == "__pycache__" for part in relative.parts[:-1])
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _digest(files: Mapping[str, str]) -> str:
+    return hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in sorted(files.items())).encode()).hexdigest()
+
+
+def changed_trainer_files(recorded: Mapping[str, Any]) -> list[str]:
+    """The files of a recorded trainer (``trainer_record``) that differ now: changed, or gone."""
+    root, files = recorded.get("root"), recorded.get("files") or {}
+    if not root:
+        return []
+    changed = []
+    for name, digest in sorted(files.items()):
+        path = Path(root) / name
+        if not path.is_file():
+            changed.append(f"{name} (gone)")
+        elif _sha256(path) != digest:
+            changed.append(name)
+    return changed
+
+
+def recorded_trainer_paths(folder: Path) -> list[str]:
+    """The folders a campaign's trainer was looked for in, as its ``environment.json`` (and resumes) recorded them."""
+    return [str(p) for r in _trainer_records(folder) for p in r.get("paths") or () if isinstance(p, str)]
+
+
+def _trainer_records(folder: Path) -> list[dict[str, Any]]:
+    """The ``trainer`` records of the campaign in ``folder``: its start's, then each resume's."""
+    env = read_environment(folder / "environment.json") or {}
+    resumes = env.get("resumes")
+    records = [env, *(resumes if isinstance(resumes, list) else [])]
+    trainers = [r.get("trainer") for r in records if isinstance(r, dict)]
+    return [t for t in trainers if isinstance(t, dict)]
+
+
+def stored_trainer(folder: Path, entry: str | None = None) -> Callable[..., Any] | None:
+    """The by-value trainer the campaign in ``folder`` kept (``trainer.pkl``; ``entry``: only if recorded under that
+    entry), or None. It is code: load only your own campaigns."""
+    path = folder / TRAINER_PICKLE
+    if not path.is_file():
+        return None
+    if entry is not None and not any(r.get("entry") == entry and r.get("pickle") for r in _trainer_records(folder)):
+        return None
+    fn = pickle.loads(path.read_bytes())  # noqa: S301 - the campaign's own trainer, from its owner-only folder
+    return fn if callable(fn) else None
+
+
+def _store_trainer(folder: Path, entry: str) -> None:
+    fn = _by_value(entry)
+    if fn is not None:
+        from cluster.entrypoint import pack_trainer  # as its workers got it
+
+        write_atomic_bytes(folder / TRAINER_PICKLE, pack_trainer(fn))
+
+
 def record_environment(path: Path, env: Mapping[str, Any]) -> None:
-    """Write ``env`` to ``path`` atomically; a resumed campaign keeps the first record and appends to ``resumes``."""
+    """Write ``env`` to ``path`` atomically; a resumed campaign keeps the first record and appends to ``resumes``.
+
+    A trainer shipped by value is written beside it, pickled (``trainer.pkl``, the newest run's).
+    """
+    trainer = env.get("trainer")
+    if isinstance(trainer, Mapping) and trainer.get("pickle"):
+        _store_trainer(path.parent, str(trainer.get("entry")))
     if path.exists():
         try:
             first = json.loads(path.read_text())

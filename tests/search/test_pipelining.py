@@ -112,7 +112,9 @@ def test_a_batch_whose_worker_dies_is_retried_trial_by_trial(tmp_path: Path) -> 
     trials = study.get_trials()
     assert marker.exists()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
-    assert [t.user_attrs.get("retries") for t in trials] == [1, 1, 1]
+    retries = [t.user_attrs.get("retries") for t in trials]
+    # only a trial seen starting on the dead worker is charged; those waiting behind it in the batch are not
+    assert retries[0] in (None, 1) and retries[1:] == [None, None]
 
 
 class SlowSampler(optuna.samplers.RandomSampler):

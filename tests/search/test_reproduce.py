@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import optuna
@@ -128,3 +130,101 @@ def test_tolerance_applies_to_every_compared_value() -> None:
     missing = compare([(1, {"loss": 1.0}), (2, {"loss": 0.5})], {}, [(1, {"loss": 1.0})], {})
     assert [c.where for c in missing if not c.ok(1e-6)] == ["step 2"]
     assert Check("final", "x", math.nan, math.nan).ok(0.0) and not Check("final", "x", math.nan, 1.0).ok(1.0)
+
+
+# --- a trainer of the user's own, beside the spec: the printed commands work as printed ---------
+
+OWN_SPEC = """
+[study]
+name = "own-trainer"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 4
+n_trials = 2
+deterministic = true
+
+[trainer]
+entry = "owntrain.fit:fit"
+epochs = 2
+device = "cpu"
+
+[space]
+quality = { type = "float", low = 0.0, high = 1.0 }
+
+[cluster]
+n_workers = 1
+"""
+
+OWN_FIT = '''
+from owntrain.scale import FACTOR
+
+
+def fit(config, reporter):
+    metrics = {}
+    for epoch in range(1, config.epochs + 1):
+        metrics = {"score": FACTOR * config.params["quality"] * epoch, "epoch": float(epoch)}
+        reporter.report(epoch, metrics)
+    return metrics
+'''
+
+
+def _user_shell() -> dict[str, str]:
+    """A user's shell: hypersweep installed (its commands first on PATH), nothing of the tests on the path."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_CURRENT_TEST")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _sh(command: str, cwd: Path) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run(command, shell=True, cwd=cwd, env=_user_shell(), capture_output=True, text=True, timeout=120)
+
+
+def _printed_commands(markdown: str) -> list[str]:
+    """The shell commands of the report's Reproduce section, exactly as printed."""
+    section = markdown[markdown.index("Reproduce"):]
+    return re.findall(r"```sh\n(.*?)\n```", section, flags=re.S)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_the_printed_commands_work_as_printed_for_a_trainer_beside_the_spec(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    package = project / "exp" / "owntrain"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "scale.py").write_text("FACTOR = 2.0\n")
+    (package / "fit.py").write_text(OWN_FIT)
+    (project / "exp" / "spec.toml").write_text(OWN_SPEC)
+    # The user runs the spec from the project folder; the trainer is importable from nowhere but the spec's folder.
+    ran = _sh("hypersweep run exp/spec.toml --no-progress", cwd=project)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    folder = project / "runs" / "own-trainer"
+    assert _sh(f"hypersweep status {folder}", cwd=tmp_path).returncode == 0
+    assert _sh(f"hypersweep report {folder}", cwd=tmp_path).returncode == 0
+    commands = _printed_commands((folder / "report" / "report.md").read_text())
+    assert [c.split()[:2] for c in commands] == [
+        ["sha256sum", str(folder / "spec.toml")], ["hypersweep", "run"], ["hypersweep", "reproduce"],
+        ["hypersweep", "report"],
+    ]  # fmt: skip
+    # Each, as printed, from another folder.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for command in commands:
+        done = _sh(command, cwd=elsewhere)
+        assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+        if command.startswith("sha256sum"):
+            assert done.stdout.split()[0] == command.split("# expect ")[1].strip()
+        if command.startswith("hypersweep reproduce"):
+            assert "MATCH" in done.stdout and "over 3 file(s) matches the campaign's record" in done.stdout
+    rerun = sorted((elsewhere / "rerun" / "own-trainer").glob("summary.csv"))
+    assert [line.split(",")[1] for line in rerun[0].read_text().splitlines()[1:]] == ["COMPLETE"] * 2
+
+    # The trainer's package changed since: reproduce names the file, and the numbers differ.
+    (package / "scale.py").write_text("FACTOR = 3.0\n")
+    changed = _sh(f"hypersweep reproduce {folder} 0", cwd=elsewhere)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "1 of the trainer's 3 recorded file(s) changed since the campaign ran: owntrain/scale.py" in changed.stdout

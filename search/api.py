@@ -1,0 +1,354 @@
+"""The Python API: run, resume and read campaigns from a script or a notebook.
+
+```python
+import search
+
+result = search.run("examples/digits.toml")         # a spec file, a TOML string or a dict
+result = search.run(spec, trainer=fit)               # a trainer defined right here (script or notebook)
+result.best, result.trials, result.study, result.folder
+search.resume("runs/digits")                         # continue it to its budget
+search.load("runs/digits")                           # read it: no cluster, no trainer needed
+```
+
+Each call is what ``hypersweep run`` / ``resume`` do, in this process, and returns a
+:class:`Result` instead of printing. A ``trainer=`` function is registered under its
+``module:qualname`` (``__main__:fit`` for a script's or notebook's function), written into the
+frozen spec as ``[trainer] entry``, and goes to the workers by value (pickled as Dask pickles
+callables), so it need not be importable there; the campaign keeps a copy (``trainer.pkl``) for
+``reproduce`` and ``resume``.
+
+No ``if __name__ == "__main__":`` guard is needed: worker and sampler processes start with
+``spawn``, which re-runs the main script (or module) in every child unless ``__main__`` has no
+file; while a campaign runs, ``__main__``'s ``__file__`` and ``__spec__`` are hidden, so the children
+start without it (they need nothing from it: the trainer travels by value).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+
+    from search.reports.reproduce import Reproduction
+    from search.spec.campaign_spec import CampaignSpec
+
+__all__ = ["run", "resume", "load", "Result", "to_toml"]
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """A campaign, read back: its ``folder``, frozen ``spec`` and Optuna ``study``, and tables of its trials."""
+
+    folder: Path
+    spec: CampaignSpec
+    study: optuna.Study
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """One row per trial: number, state, the objective metric(s), duration, parameters, reason."""
+        from search.reports.summary import trials_frame
+
+        return trials_frame(self.study, self.spec.objective_metrics)
+
+    @property
+    def best(self) -> pd.DataFrame:
+        """The best complete trials (up to 5), or the Pareto front of a multi-objective study."""
+        from search.reports.summary import best_table
+
+        return best_table(self.study, self.spec.objective_metrics, self.spec.objective_directions)
+
+    @property
+    def best_params(self) -> dict[str, Any] | None:
+        """The best complete trial's parameters as its trainer got them (single objective; None if none completed)."""
+        from search.reports.summary import trial_params
+
+        trial = self._best_trial()
+        return None if trial is None else trial_params(trial)
+
+    @property
+    def best_value(self) -> float | None:
+        trial = self._best_trial()
+        return None if trial is None else float(trial.values[0])
+
+    def _best_trial(self) -> optuna.trial.FrozenTrial | None:
+        if self.spec.study.multi_objective:
+            raise ValueError("a multi-objective study has a Pareto front, not one best trial: see .best")
+        try:
+            return self.study.best_trial
+        except ValueError:  # no complete trial
+            return None
+
+    def summary(self) -> str:
+        """The end-of-campaign text ``hypersweep run`` prints: the best trials, the counts by state, the files."""
+        from search.runner import summary_text
+        from search.store.folder import CampaignFolder
+
+        return summary_text(self.spec, CampaignFolder(self.folder), self.study)
+
+    def report(self) -> Path:
+        """Write the study report (as ``hypersweep report``); the path of its ``index.html``."""
+        from search.reports.report import write_report
+
+        return Path(write_report(self.folder).index)
+
+    def reproduce(self, number: int, tolerance: float | None = None) -> Reproduction:
+        """Re-run trial ``number`` alone and compare it with its record (as ``hypersweep reproduce``)."""
+        from search.reports.reproduce import DEFAULT_TOLERANCE, reproduce_trial
+
+        return reproduce_trial(self.folder, number, DEFAULT_TOLERANCE if tolerance is None else tolerance)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        from search.reports.summary import state_counts
+
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(state_counts(self.study).items())) or "no trials"
+        return f"<search.Result {self.spec.study.name!r}: {counts}; folder {self.folder}>"
+
+
+def run(
+    spec: str | Path | Mapping[str, Any] | CampaignSpec,
+    trainer: Callable[..., Any] | None = None,
+    *,
+    runs_dir: str | Path = "runs",
+    n_workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    insecure: bool = False,
+    tls: tuple[str, str, str] | None = None,
+) -> Result:
+    """Run a new campaign in ``runs_dir/<study name>/`` and return it.
+
+    ``spec``: a spec file's path, a TOML string, a dict of the same tables (``{"study": {...}, "space":
+    {...}}``) or a loaded spec. ``trainer``: a ``fit(config, reporter)`` function; it replaces the
+    spec's ``[trainer] entry`` (which then names it, e.g. ``__main__:fit``) and goes to the workers by
+    value. ``n_workers``, ``scheduler``, ``insecure`` and ``tls`` are ``hypersweep run``'s ``--workers``,
+    ``--scheduler``, ``--insecure`` and ``--tls``. Raises what the command reports as one line (a
+    :class:`~search.spec.table.SpecError`, an existing campaign folder, a cluster that cannot start).
+    """
+    from cluster.executor import ship_trainer
+    from search.runner import RunOptions, run_campaign
+
+    if trainer is not None:
+        ship_trainer(trainer)  # one that cannot go to the workers fails here, before anything starts
+    campaign = load_spec_like(spec, trainer)
+    options = _options(RunOptions, runs_dir, n_workers, scheduler, progress, insecure, tls)
+    with _quiet(), main_kept_from_children():
+        folder = run_campaign(campaign, options)
+    return _result(folder.root, campaign)
+
+
+def resume(
+    folder: str | Path,
+    trainer: Callable[..., Any] | None = None,
+    *,
+    n_workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    insecure: bool = False,
+    tls: tuple[str, str, str] | None = None,
+) -> Result:
+    """Continue the campaign in ``folder`` to its budget (as ``hypersweep resume``) and return it.
+
+    ``trainer``: the function to run from now on under the frozen spec's entry (e.g. the notebook's
+    ``fit`` again after a restart); without it the entry is imported, or the campaign's kept copy
+    (``trainer.pkl``) of a by-value trainer is used.
+    """
+    from search.runner import RunOptions, resume_campaign
+    from search.spec.campaign_spec import load_spec
+    from trainers.api import register_trainer
+
+    root = Path(folder).resolve()
+    if trainer is not None and (root / "spec.toml").is_file():
+        register_trainer(trainer, load_spec(root / "spec.toml", check_trainer=False).trainer.entry)
+    options = _options(RunOptions, "runs", n_workers, scheduler, progress, insecure, tls)
+    with _quiet(), main_kept_from_children():
+        done = resume_campaign(root, options)
+    return load(done.root)
+
+
+def load(folder: str | Path) -> Result:
+    """Read the campaign in ``folder`` (running or finished); needs neither a cluster nor the trainer."""
+    from search.spec.campaign_spec import load_spec
+    from search.store.folder import CampaignFolder
+
+    campaign = CampaignFolder(Path(folder).resolve())
+    if not campaign.exists():
+        raise FileNotFoundError(f"{campaign.root} holds no campaign (no spec.toml)")
+    return _result(campaign.root, load_spec(campaign.spec, check_trainer=False))
+
+
+def _result(root: Path, spec: CampaignSpec) -> Result:
+    from search.runner import load_study
+    from search.store.folder import CampaignFolder
+
+    with _optuna_quiet():
+        study = load_study(spec, CampaignFolder(root), create=False)
+    return Result(root, spec, study)
+
+
+def _options(cls: Any, runs_dir: str | Path, n_workers: int | None, scheduler: str | None, progress: bool,
+             insecure: bool, tls: tuple[str, str, str] | None) -> Any:  # fmt: skip
+    if n_workers is not None and n_workers < 1:
+        raise ValueError(f"n_workers={n_workers!r}: must be >= 1")
+    return cls(runs_dir=Path(runs_dir), scheduler=scheduler, n_workers=n_workers, progress=progress,
+               insecure=insecure, tls=tuple(tls) if tls else None)  # fmt: skip
+
+
+# --- the spec ---------------------------------------------------------------------------------------
+
+
+def load_spec_like(
+    spec: str | Path | Mapping[str, Any] | CampaignSpec, trainer: Callable[..., Any] | None = None
+) -> CampaignSpec:
+    """A checked spec from a path, a TOML string, a dict or a spec; ``trainer`` replaces ``[trainer] entry``.
+
+    A spec given as a file and no ``trainer`` is read as ``hypersweep run`` reads it (the same text is
+    frozen); otherwise the spec is written out as TOML (with the trainer's entry), and that text is frozen.
+    """
+    from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
+    from trainers.api import register_trainer
+
+    entry = register_trainer(trainer) if trainer is not None else None
+    if isinstance(spec, CampaignSpec):
+        if entry is None:
+            return spec
+        source, data = spec.source, _toml_data(spec.text, spec.source)
+    elif isinstance(spec, Mapping):
+        source, data = "<dict spec>", _plain(spec)
+    elif isinstance(spec, Path) or (isinstance(spec, str) and "\n" not in spec and "[" not in spec):
+        if entry is None:
+            return load_spec(spec)
+        frozen = load_spec(spec, check_trainer=False)  # its mistakes, as one line naming the file
+        source, data = frozen.source, tomllib.loads(frozen.text)
+    elif isinstance(spec, str):
+        if entry is None:
+            return parse_spec(_toml_data(spec, "<TOML string>"), "<TOML string>", spec)
+        source, data = "<TOML string>", _toml_data(spec, "<TOML string>")
+    else:
+        raise TypeError(f"spec must be a path, a TOML string, a dict or a CampaignSpec, not {type(spec).__name__}")
+    if entry is not None:
+        data = {**data, "trainer": {**dict(data.get("trainer") or {}), "entry": entry}}
+    header = f"# written by search.run from {source}" + (f"; trainer {entry} passed in Python" if entry else "")
+    text = to_toml(data, header=header)
+    return parse_spec(tomllib.loads(text), source, text)
+
+
+def _toml_data(text: str, source: str) -> dict[str, Any]:
+    from search.spec.table import SpecError
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, "toml", f"not valid TOML ({exc})") from None
+
+
+def _plain(value: Any) -> Any:
+    """A dict spec as TOML sees it: mappings as dicts, tuples as lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def to_toml(data: Mapping[str, Any], header: str = "") -> str:
+    """``data`` as TOML: a table per top-level mapping (``[study]``), inline tables below that.
+
+    ``tomllib.loads(to_toml(d)) == d`` for the values a spec holds (str, bool, int, float, lists,
+    mappings); ``None`` has no TOML form and is an error.
+    """
+    lines = [header] if header else []
+    scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
+    lines += [f"{_key(k)} = {_value(v, k)}" for k, v in scalars.items()]
+    for name, table in data.items():
+        if isinstance(table, Mapping):
+            lines += ["", f"[{_key(name)}]"]
+            lines += [f"{_key(k)} = {_value(v, f'{name}.{k}')}" for k, v in table.items()]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _key(key: Any) -> str:
+    key = str(key)
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _value(value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v, f"{where}[{i}]") for i, v in enumerate(value)) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v, f'{where}.{k}')}" for k, v in value.items()) + " }"
+    what = "None (TOML has no null: leave the key out)" if value is None else f"a {type(value).__name__}"
+    raise TypeError(f"spec value at {where!r} is {what}")
+
+
+# --- the process ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def main_kept_from_children() -> Iterator[None]:
+    """While it lasts, processes started with ``spawn`` or ``forkserver`` do not re-run ``__main__``.
+
+    Such a child runs the parent's main script (``__file__``) or module (``__spec__``) again, as
+    ``__mp_main__``, before its own work: a script without an ``if __name__ == "__main__":`` guard would
+    start its campaign again in every Dask worker and sampler process. A notebook's ``__main__`` has
+    neither, and is never re-run. Nothing the children run needs it (the trainer goes by value).
+    """
+    main = sys.modules.get("__main__")
+    names = ("__file__", "__spec__")
+    saved = {name: main.__dict__[name] for name in names if main is not None and name in main.__dict__}
+    if main is None or (saved.get("__file__") is None and saved.get("__spec__") is None):
+        yield
+        return
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
+@contextlib.contextmanager
+def _optuna_quiet() -> Iterator[None]:
+    import optuna
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(level)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """As the command line: no Dask INFO chatter (for good, like ``hypersweep``), Optuna at WARNING (for the call)."""
+    from cluster import quiet_dask_logs
+
+    quiet_dask_logs()
+    with _optuna_quiet():
+        yield

@@ -1,7 +1,8 @@
 """Architecture search under asynchrony: evolution against random search and TPE on NAS-Bench-201.
 
-    python -m bench.evolution [--seeds 30] [--workers 16 64] [--budgets 100 200]
-                              [--datasets cifar10 cifar100 imagenet] [--methods evolution random tpe]
+    python -m bench.evolution [--seeds 50] [--workers 16 64] [--budgets 100 200]
+                              [--datasets cifar10 cifar100 imagenet]
+                              [--methods evolution random tpe evolution-classic]
 
 Each run is a real ``search.campaign.Campaign`` (the controller users run, with an
 in-memory Optuna study) on a :class:`cluster.simulated.SimulatedExecutor` of
@@ -10,9 +11,13 @@ table (``bench/data/nb201_12epoch.csv``): the space is one ``cell`` parameter
 (``{type = "cell"}``, 15,625 cells), the objective the ``{dataset}-val`` accuracy,
 every trial 60 virtual seconds jittered per epoch (so trials finish out of order), and
 the sampler is built exactly as ``sampler = "evolution" | "random" | "tpe"`` builds it
-from the study seed. The controller's own time is not charged to the virtual clock
-(``controller_time_scale = 0``), so the figures do not depend on how loaded the
-machine is; seed ``s`` seeds the study, the sampler and the executor.
+from the study seed. ``evolution-classic`` is the evolution sampler as it was before
+issue 17 (population 20, all 20 random first, tournament of 5, one plain mutation,
+repeats allowed: ``n_startup_trials=20, sample_size=5, candidates=1,
+skip_duplicates=False``), seeded the same way. The controller's own time is not
+charged to the virtual clock (``controller_time_scale = 0``), so the figures do not
+depend on how loaded the machine is; seed ``s`` seeds the study, the sampler and the
+executor. ``bench/NOTES.md`` has the 2026-12-01 figures and how the default was chosen.
 
 One campaign of ``max(--budgets)`` trials per (dataset, workers, method, seed); the
 figure "at B evaluations" is read from its first B trials by number, which are exactly
@@ -53,7 +58,9 @@ from scipy.stats import mannwhitneyu
 
 from cluster.simulated import SimulatedExecutor, TableModel
 from search.campaign import Campaign
+from search.sampling.evolution import RegularizedEvolutionSampler
 from search.sampling.samplers import make_sampler
+from search.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.folder import CampaignFolder
 
@@ -72,6 +79,18 @@ __all__ = ["Run", "campaign", "runs_for", "summarise", "main"]
 
 # A sampler name of the registry, or (for experiments) a factory (spec, study seed) -> sampler.
 SamplerFactory = Callable[[CampaignSpec, int], optuna.samplers.BaseSampler]
+
+
+def _classic(spec: CampaignSpec, study_seed: int) -> optuna.samplers.BaseSampler:
+    """The evolution sampler's algorithm before issue 17, seeded as the registry seeds it."""
+    from spaces.genomes import CellSpace
+
+    return RegularizedEvolutionSampler(CellSpace(), prefix=PARAM, population_size=20, sample_size=5,
+                                       seed=component_seed(study_seed, "sampler"), n_startup_trials=20,
+                                       candidates=1, skip_duplicates=False)  # fmt: skip
+
+
+EXTRA_METHODS: dict[str, SamplerFactory] = {"evolution-classic": _classic}
 
 
 def bench_spec(method: str, workers: int, budget: int, dataset: str, seed: int) -> CampaignSpec:
@@ -96,11 +115,13 @@ def campaign(
 ) -> list[tuple[float, float]]:
     """One campaign; (validation accuracy, test accuracy) of each trial, by trial number.
 
-    ``method`` is a registry sampler name; ``sampler_factory`` (if given) builds the
-    sampler instead, from the spec and the study seed (``method`` then only labels it).
+    ``method`` is a registry sampler name or one of :data:`EXTRA_METHODS`;
+    ``sampler_factory`` (if given) builds the sampler instead, from the spec and the study
+    seed (``method`` then only labels it).
     """
     table = table or TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=JITTER)
-    registry_name = method if sampler_factory is None else "random"
+    sampler_factory = sampler_factory or EXTRA_METHODS.get(method)
+    registry_name = method if sampler_factory is None else "evolution"
     spec = bench_spec(registry_name, workers, budget, dataset, seed)
     sampler = (sampler_factory or (lambda s, seed_: make_sampler(method, s.space, seed_)))(spec, spec.study.seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -196,12 +217,13 @@ def print_summary(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> Non
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m bench.evolution", description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=30, help="seeds 0 .. N-1 (default 30)")
+    parser.add_argument("--seeds", type=int, default=50, help="seeds 0 .. N-1 (default 50)")
     parser.add_argument("--workers", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--budgets", type=int, nargs="+", default=[100, 200])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
-    parser.add_argument("--methods", nargs="+", default=["evolution", "random", "tpe"],
-                        help="registry sampler names; the first is tested against each of the others")  # fmt: skip
+    parser.add_argument("--methods", nargs="+", default=["evolution", "random", "tpe", "evolution-classic"],
+                        help="registry sampler names or evolution-classic; the first is tested against "
+                             "each of the others")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "evolution.csv")
     parser.add_argument("--runs-out", type=Path, default=RESULTS / "evolution_runs.csv")
     args = parser.parse_args(argv)

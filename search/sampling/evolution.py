@@ -1,20 +1,50 @@
-"""Regularized (aging) evolution as an Optuna sampler (Real et al. 2019, AmoebaNet).
+"""Regularized (aging) evolution as an Optuna sampler (Real et al. 2019, AmoebaNet), made for
+asynchronous workers.
 
 The architecture parameters -- the flat names of ``space.distributions(prefix)`` -- are
 sampled jointly by :meth:`RegularizedEvolutionSampler.sample_relative`:
 
-1. While fewer than ``population_size`` COMPLETE trials carry a genome, a uniformly
-   random genome (``space.sample``).
-2. Then the population is the ``population_size`` most recently completed such trials
-   (ordered by ``datetime_complete``, ties by trial number): older trials age out, however
-   good. ``sample_size`` of them are drawn without replacement, the best one (by
-   ``study.direction``) is the parent, and the child is ``spaces.mutations.mutate`` of it.
+1. **Start.** While fewer than ``n_startup_trials`` COMPLETE trials carry a genome, a
+   uniformly random genome (``space.sample``). The default, ``"auto"``, starts evolving
+   from the first finished trials instead of waiting for a whole population:
+   ``min(population_size, max(4, ceil(in_flight / 8)))``, where ``in_flight`` counts the
+   study's other RUNNING and WAITING trials when this one is sampled (about the number of
+   busy workers): 4 on up to 32 workers, 8 on 64. On 64 workers a population of 20
+   would otherwise be complete only after 84 trials, i.e. nearly every trial of a
+   100-trial search would be random.
+2. **Population.** The ``population_size`` most recently completed such trials (ordered by
+   ``datetime_complete``, ties by trial number), or all of them while there are fewer:
+   older trials age out, however good.
+3. **Tournament.** ``min(sample_size, len(population))`` of them are drawn without
+   replacement and the best one (by ``study.direction``) is the parent. ``sample_size``
+   defaults to half the population: while few trials have finished the parent is the
+   best of them, later the best of a random half of the recent ones.
+4. **Child.** ``candidates`` distinct mutants of the parent (``spaces.mutations``) are
+   drawn and the one a TPE-like model of the finished trials rates best becomes the
+   child: per architecture parameter and value, the log ratio of its frequency among the
+   best 25% (``GOOD_FRACTION``) of the most recent ``MODEL_WINDOW`` finished trials to its
+   frequency among the rest, summed over the child's parameters (add-one smoothing per
+   value). ``candidates = 1`` is plain mutation.
+5. **No repeats.** With ``skip_duplicates`` (default) neither a random genome nor a
+   mutant repeats a genome that any trial of the study already has (finished, failed,
+   pruned, running or waiting: a table or a deterministic trainer gains nothing from a
+   second evaluation, and with many workers the same good parent is drawn again and
+   again). Up to ``MAX_DRAWS`` draws are made; when every single mutation of the parent
+   is taken, the candidates are two mutations away from it (the lineage records the
+   second one's kind), and when those are taken too, a repeat is accepted.
 
-Only completed trials are read, so trials may finish in any order (asynchronous
-workers, ``ask``/``tell``); for a given seed and completion order the sequence of
-genomes is the same. Every other parameter goes to ``base_sampler.sample_independent``
-(default: ``TPESampler`` seeded from ``seed``), including any non-architecture name in a
-search space handed to ``sample_relative`` (so Optuna's sampler contract suites pass).
+``RegularizedEvolutionSampler(space, population_size=P, sample_size=S,
+n_startup_trials=P, candidates=1, skip_duplicates=False)`` is the classic algorithm
+(P random trials, then tournament of S and one mutation), draw for draw as the sampler
+drew it before these knobs existed. ``python -m bench.evolution`` compares the default
+with random search and TPE on NAS-Bench-201 at 16 and 64 asynchronous workers.
+
+Only completed trials are selected from, so trials may finish in any order
+(asynchronous workers, ``ask``/``tell``); for a given seed and sequence of study states
+the sequence of genomes is the same. Every other parameter goes to
+``base_sampler.sample_independent`` (default: ``TPESampler`` seeded from ``seed``),
+including any non-architecture name in a search space handed to ``sample_relative``
+(so Optuna's sampler contract suites pass).
 
 Lineage is written to each trial's system attrs through the storage API
 (``study._storage.set_trial_system_attr``; the public ``Trial.set_system_attr`` was
@@ -35,13 +65,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
@@ -56,6 +87,9 @@ __all__ = [
     "GENOME_ATTR",
     "MUTATION_ATTR",
     "PARENT_ATTR",
+    "GOOD_FRACTION",
+    "MODEL_WINDOW",
+    "MAX_DRAWS",
     "Lineage",
     "RegularizedEvolutionSampler",
 ]
@@ -63,6 +97,11 @@ __all__ = [
 GENOME_ATTR = "evolution:genome"
 PARENT_ATTR = "evolution:parent"
 MUTATION_ATTR = "evolution:mutation"
+
+GOOD_FRACTION = 0.25  # the candidate model's "good" trials: the best quarter
+MODEL_WINDOW = 200  # the candidate model reads at most this many of the most recent finished trials
+MAX_DRAWS = 100  # draws for new genomes per ask (skip_duplicates), then two mutations, then a repeat
+_ACTIVE = (TrialState.RUNNING, TrialState.WAITING)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,16 +113,30 @@ class Lineage:
     mutation: str  # "random" or a spaces.mutations.Mutation value
 
 
+def _check_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an int >= 1")
+
+
 class RegularizedEvolutionSampler(BaseSampler):
     """Aging evolution over ``space``'s architecture params; the rest via ``base_sampler``.
 
     Args:
         space: the genome space (:class:`LayerSpace` or :class:`CellSpace`).
         prefix: parameter name prefix, as in ``space.distributions(prefix)``.
-        population_size: trials in the population (and random trials before evolving).
-        sample_size: trials drawn for each tournament; ``1 <= sample_size <= population_size``.
+        population_size: the most recently finished trials that make up the population.
+        sample_size: trials drawn for each tournament, ``1 <= sample_size <=
+            population_size``; default (None) ``max(1, population_size // 2)``. Fewer are
+            drawn while the population is smaller.
         seed: seeds the sampler's ``numpy.random.Generator`` and the default base sampler.
         base_sampler: samples every non-architecture parameter.
+        n_startup_trials: finished trials before the first mutation (random genomes until
+            then); ``"auto"`` (default) scales it to the trials in flight, see the module
+            docstring; ``population_size`` is the classic start.
+        candidates: mutants of the parent rated by the model of the finished trials, the
+            best one is the child; 1 is plain mutation.
+        skip_duplicates: never propose a genome a trial of the study already has (until
+            :data:`MAX_DRAWS` draws fail).
     """
 
     def __init__(
@@ -91,27 +144,40 @@ class RegularizedEvolutionSampler(BaseSampler):
         space: LayerSpace | CellSpace,
         prefix: str = "arch",
         population_size: int = 20,
-        sample_size: int = 5,
+        sample_size: int | None = None,
         seed: int | None = None,
         base_sampler: BaseSampler | None = None,
+        *,
+        n_startup_trials: int | Literal["auto"] = "auto",
+        candidates: int = 16,
+        skip_duplicates: bool = True,
     ) -> None:
         if not isinstance(space, (LayerSpace, CellSpace)):
             raise ValueError(f"space {space!r} must be a LayerSpace or a CellSpace")
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix {prefix!r} must be a non-empty str")
-        for name, value in (("population_size", population_size), ("sample_size", sample_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an int >= 1")
+        _check_int("population_size", population_size)
+        if sample_size is None:
+            sample_size = max(1, population_size // 2)
+        _check_int("sample_size", sample_size)
         if sample_size > population_size:
             raise ValueError(
                 f"sample_size={sample_size} must be <= population_size={population_size}"
             )
+        if n_startup_trials != "auto":
+            _check_int("n_startup_trials", n_startup_trials)
+        _check_int("candidates", candidates)
+        if not isinstance(skip_duplicates, bool):
+            raise ValueError(f"skip_duplicates={skip_duplicates!r} must be a bool")
         if base_sampler is not None and not isinstance(base_sampler, BaseSampler):
             raise ValueError(f"base_sampler {base_sampler!r} must be an optuna BaseSampler")
         self.space = space
         self.prefix = prefix
         self.population_size = population_size
         self.sample_size = sample_size
+        self.n_startup_trials: int | Literal["auto"] = n_startup_trials
+        self.candidates = candidates
+        self.skip_duplicates = skip_duplicates
         evolution_seed, base_seed = np.random.SeedSequence(seed).spawn(2)
         self._rng = np.random.Generator(np.random.PCG64(evolution_seed))
         if base_sampler is None:
@@ -120,6 +186,8 @@ class RegularizedEvolutionSampler(BaseSampler):
         self.base_sampler = base_sampler
         self._distributions = space.distributions(prefix)
         self._lineage: dict[int, Lineage] = {}
+        # (study name, trial number) -> (trial id, genome, its string) of a trial that has ended
+        self._ended: dict[tuple[str, int], tuple[int, Genome | None, str | None]] = {}
         self._lock = threading.Lock()
 
     # -- pickling: everything but the lock (the generator keeps its state)
@@ -127,9 +195,14 @@ class RegularizedEvolutionSampler(BaseSampler):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_lock"]
+        state["_ended"] = {}  # a cache, rebuilt from the study
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("n_startup_trials", state.get("population_size", 20))  # pickled before the knobs
+        state.setdefault("candidates", 1)
+        state.setdefault("skip_duplicates", False)
+        state.setdefault("_ended", {})
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -165,6 +238,12 @@ class RegularizedEvolutionSampler(BaseSampler):
             return None
         return genome
 
+    def startup_trials(self, in_flight: int) -> int:
+        """Finished trials needed before the first mutation, with ``in_flight`` other trials running."""
+        if self.n_startup_trials != "auto":
+            return self.n_startup_trials
+        return min(self.population_size, max(4, math.ceil(in_flight / 8)))
+
     # -- BaseSampler
 
     def reseed_rng(self) -> None:
@@ -184,7 +263,7 @@ class RegularizedEvolutionSampler(BaseSampler):
         self._check_single_objective(study)
         out: dict[str, Any] = {}
         if any(name in self._distributions for name in search_space):
-            genome, lineage = self._next_genome(study)
+            genome, lineage = self._next_genome(study, trial)
             encoded = self.space.encode(genome, self.prefix)  # type: ignore[arg-type]
             out.update({k: v for k, v in encoded.items() if k in search_space})
             self._record(study, trial, lineage)
@@ -224,32 +303,133 @@ class RegularizedEvolutionSampler(BaseSampler):
                 f"{len(study.directions)} directions"
             )
 
-    def _population(self, study: Study) -> list[tuple[FrozenTrial, Genome]]:
-        """Up to ``population_size`` most recently completed trials with a genome, oldest first."""
+    def _genome(self, study: Study, trial: FrozenTrial) -> Genome | None:
+        """:meth:`genome_of`, cached for trials that have ended."""
+        return self._genome_and_text(study, trial)[0]
+
+    def _genome_and_text(self, study: Study, trial: FrozenTrial) -> tuple[Genome | None, str | None]:
+        if trial.state in _ACTIVE:
+            genome = self.genome_of(trial)
+            return genome, None if genome is None else genome.to_string()
+        key = (study.study_name, trial.number)
+        with self._lock:
+            cached = self._ended.get(key)
+        if cached is not None and cached[0] == trial._trial_id:
+            return cached[1], cached[2]
+        genome = self.genome_of(trial)
+        text = None if genome is None else genome.to_string()
+        with self._lock:
+            self._ended[key] = (trial._trial_id, genome, text)
+        return genome, text
+
+    def _finished(self, study: Study, limit: int | None = None) -> list[tuple[FrozenTrial, Genome]]:
+        """The completed trials with a genome, oldest completion first (the last ``limit`` of them)."""
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         done.sort(key=lambda t: (t.datetime_complete or datetime.datetime.min, t.number))
-        population: list[tuple[FrozenTrial, Genome]] = []
+        out: list[tuple[FrozenTrial, Genome]] = []
         for t in reversed(done):
-            genome = self.genome_of(t)
+            genome = self._genome(study, t)
             if genome is not None:
-                population.append((t, genome))
-                if len(population) == self.population_size:
+                out.append((t, genome))
+                if limit is not None and len(out) == limit:
                     break
-        population.reverse()
-        return population
+        out.reverse()
+        return out
 
-    def _next_genome(self, study: Study) -> tuple[Genome, Lineage]:
-        population = self._population(study)
+    def _next_genome(self, study: Study, trial: FrozenTrial) -> tuple[Genome, Lineage]:
+        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        in_flight = sum(t.state in _ACTIVE for t in others)
+        finished = self._finished(study, limit=max(self.population_size, MODEL_WINDOW))
+        seen: set[str] = set()
+        if self.skip_duplicates:
+            for t in others:
+                text = self._genome_and_text(study, t)[1]
+                if text is not None:
+                    seen.add(text)
+        population = finished[-self.population_size :]
+        sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
         with self._lock:
-            if len(population) < self.population_size:
-                genome = self.space.sample(self._rng)
+            if len(finished) < self.startup_trials(in_flight):
+                genome = self._draw(lambda: self.space.sample(self._rng), seen, 1)[0][0]
                 return genome, Lineage(genome.to_string(), None, "random")
-            picks = self._rng.choice(len(population), size=self.sample_size, replace=False)
-            sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
+            size = min(self.sample_size, len(population))
+            picks = self._rng.choice(len(population), size=size, replace=False)
             best = min(picks, key=lambda i: sign * float(population[i][0].value))  # type: ignore[arg-type]
             parent, parent_genome = population[int(best)]
-            child, kind = mutate_with_kind(parent_genome, self.space, self._rng)  # type: ignore[type-var]
+            mutants, fresh = self._draw(
+                lambda: mutate_with_kind(parent_genome, self.space, self._rng),  # type: ignore[type-var]
+                seen,
+                self.candidates,
+            )
+            if not fresh:  # every single mutation of the parent is taken: two steps away
+                mutants, fresh = self._draw(lambda: self._two_steps(parent_genome), seen, self.candidates)
+            child, kind = mutants[0]
+            if len(mutants) > 1:
+                score = self._model(finished, sign)
+                child, kind = max(mutants, key=lambda m: score(m[0]))  # first of the best on a tie
         return child, Lineage(child.to_string(), parent.number, kind.value)
+
+    def _draw(self, draw: Any, seen: set[str], n: int) -> tuple[list[Any], bool]:
+        """Up to ``n`` draws whose genomes are new (not in ``seen``, not repeated), and whether any was.
+
+        ``draw()`` returns a genome or a (genome, kind) pair. Without ``skip_duplicates``
+        every draw counts; with it, at most :data:`MAX_DRAWS` draws are made, and if none
+        was new the last one is returned (with False)."""
+        if not self.skip_duplicates:
+            return [draw() for _ in range(n)], True
+        out: list[Any] = []
+        taken: set[str] = set()
+        last = None
+        for _ in range(MAX_DRAWS):
+            last = draw()
+            genome = last[0] if isinstance(last, tuple) else last
+            text = genome.to_string()
+            if text in seen or text in taken:
+                continue
+            taken.add(text)
+            out.append(last)
+            if len(out) == n:
+                break
+        return (out, True) if out else ([last], False)
+
+    def _two_steps(self, genome: Genome) -> tuple[Genome, Any]:
+        """A mutant of a mutant of ``genome`` (the kind of the second mutation)."""
+        middle, _ = mutate_with_kind(genome, self.space, self._rng)  # type: ignore[type-var]
+        return mutate_with_kind(middle, self.space, self._rng)  # type: ignore[type-var]
+
+    def _model(self, finished: list[tuple[FrozenTrial, Genome]], sign: float) -> Any:
+        """Score of a genome: sum over its architecture params of log(p_good(value) / p_rest(value))."""
+        values = [sign * float(t.value) for t, _ in finished]  # type: ignore[arg-type]
+        ranked = sorted(range(len(finished)), key=lambda i: (values[i], i))
+        n_good = max(1, math.ceil(GOOD_FRACTION * len(finished)))
+        good_set = set(ranked[:n_good])
+        counts: tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]] = ({}, {})
+        totals: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        for i, (_, genome) in enumerate(finished):
+            side = 0 if i in good_set else 1
+            for name, value in self.space.encode(genome, self.prefix).items():  # type: ignore[arg-type]
+                key = (name, repr(value))
+                counts[side][key] = counts[side].get(key, 0) + 1
+                totals[side][name] = totals[side].get(name, 0) + 1
+
+        def n_values(name: str) -> int:
+            dist = self._distributions.get(name)
+            if isinstance(dist, CategoricalDistribution):
+                return len(dist.choices)
+            if isinstance(dist, IntDistribution):
+                return (dist.high - dist.low) // dist.step + 1
+            return 2
+
+        def score(genome: Genome) -> float:
+            total = 0.0
+            for name, value in self.space.encode(genome, self.prefix).items():  # type: ignore[arg-type]
+                key, k = (name, repr(value)), n_values(name)
+                good = (counts[0].get(key, 0) + 1.0) / (totals[0].get(name, 0) + k)
+                rest = (counts[1].get(key, 0) + 1.0) / (totals[1].get(name, 0) + k)
+                total += math.log(good / rest)
+            return total
+
+        return score
 
     def _record(self, study: Study, trial: FrozenTrial, lineage: Lineage) -> None:
         with self._lock:
@@ -260,8 +440,11 @@ class RegularizedEvolutionSampler(BaseSampler):
         storage.set_trial_system_attr(trial._trial_id, MUTATION_ATTR, lineage.mutation)
 
 
-def evolution_sampler_for(space: SearchSpace, seed: int, population_size: int = 20, sample_size: int = 5) -> RegularizedEvolutionSampler:
-    """The evolution sampler for the one architecture parameter of ``space``; TPE for the rest."""
+def evolution_sampler_for(
+    space: SearchSpace, seed: int, population_size: int = 20, sample_size: int | None = None
+) -> RegularizedEvolutionSampler:
+    """The evolution sampler (defaults as documented above) for the one architecture parameter of
+    ``space``; TPE for the rest."""
     genomes = [p for p in space if isinstance(p, GenomeParam)]
     if len(genomes) != 1:
         raise ValueError(

@@ -1,5 +1,7 @@
 """RegularizedEvolutionSampler: Optuna's sampler contract, determinism, pickling, aging,
-asynchronous (out-of-order) completion with ask/tell, lineage."""
+asynchronous (out-of-order) completion with ask/tell, lineage; the asynchronous start
+(mutating before a whole population has finished), no repeated genomes, the candidate
+model, and the classic algorithm under its knobs."""
 
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ from search.sampling.evolution import (
     PARENT_ATTR,
     RegularizedEvolutionSampler,
 )
+from search.sampling.samplers import make_sampler
 from spaces.genomes import CELL_OPS, CellGenome, CellSpace, LayerSpace
+from spaces.mutations import mutate_with_kind
+from spaces.params import parse_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -72,6 +77,10 @@ class TestOptunaSamplerContract(
         ({"population_size": 4, "sample_size": 5}, "sample_size=5 must be <= population_size=4"),
         ({"prefix": ""}, "prefix"),
         ({"base_sampler": "tpe"}, "base_sampler"),
+        ({"n_startup_trials": 0}, "n_startup_trials=0 must be an int >= 1"),
+        ({"n_startup_trials": "soon"}, "n_startup_trials='soon' must be an int >= 1"),
+        ({"candidates": 0}, "candidates=0 must be an int >= 1"),
+        ({"skip_duplicates": "yes"}, "skip_duplicates='yes' must be a bool"),
     ],
 )
 def test_constructor_validates(kwargs: dict, reason: str) -> None:  # type: ignore[type-arg]
@@ -87,8 +96,21 @@ def test_space_must_be_a_genome_space() -> None:
 # --------------------------------------------------------------------------- plain optimize
 
 
+def test_default_knobs() -> None:
+    sampler = RegularizedEvolutionSampler(CellSpace())
+    assert (sampler.population_size, sampler.sample_size, sampler.n_startup_trials) == (20, 10, "auto")
+    assert (sampler.candidates, sampler.skip_duplicates) == (16, True)
+    assert RegularizedEvolutionSampler(CellSpace(), population_size=7).sample_size == 3
+    assert RegularizedEvolutionSampler(CellSpace(), population_size=1).sample_size == 1
+    registry = make_sampler("evolution", parse_space({"arch": {"type": "cell"}}), 0)
+    assert isinstance(registry, RegularizedEvolutionSampler)
+    assert (registry.n_startup_trials, registry.candidates, registry.skip_duplicates) == ("auto", 16, True)
+
+
 def test_optimize_evolves_and_records_lineage() -> None:
-    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=10, sample_size=3, seed=1)
+    sampler = RegularizedEvolutionSampler(
+        CellSpace(), population_size=10, sample_size=3, seed=1, n_startup_trials=10
+    )
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.optimize(make_objective(sampler), n_trials=60)
     trials = study.trials
@@ -236,3 +258,182 @@ def test_parallel_threads_complete() -> None:
     study.optimize(make_objective(sampler), n_trials=30, n_jobs=3)
     assert sum(t.state == TrialState.COMPLETE for t in study.trials) == 30
     assert all(op in CELL_OPS for t in study.trials for k, op in t.params.items() if k != "lr")
+
+
+# --------------------------------------------------------------------------- asynchronous start, repeats, model
+
+
+def ask_genome(study: optuna.Study, sampler: RegularizedEvolutionSampler) -> tuple[optuna.Trial, CellGenome]:
+    trial = study.ask()
+    return trial, sampler.suggest(trial)  # type: ignore[return-value]
+
+
+def lineage_of(study: optuna.Study, trial: optuna.Trial) -> tuple[object, object]:
+    frozen = study._storage.get_trial(trial._trial_id)
+    return frozen.system_attrs[PARENT_ATTR], frozen.system_attrs[MUTATION_ATTR]
+
+
+def test_auto_startup_scales_with_trials_in_flight() -> None:
+    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=20)
+    assert [sampler.startup_trials(n) for n in (0, 1, 15, 32, 33, 63, 64, 100, 1000)] == [4, 4, 4, 4, 5, 8, 8, 13, 20]
+    fixed = RegularizedEvolutionSampler(CellSpace(), population_size=20, n_startup_trials=6)
+    assert [fixed.startup_trials(n) for n in (0, 64, 1000)] == [6, 6, 6]
+
+
+def test_starts_mutating_before_population_size_trials_finished_when_many_workers_are_busy() -> None:
+    """64 trials in flight, population 20: the 9th finished trial is enough (auto: 8 on 64 workers)."""
+    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=20, seed=3)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    running = [ask_genome(study, sampler) for _ in range(64)]
+    assert all(lineage_of(study, t) == (None, "random") for t, _ in running)
+    values = {}
+    for trial, genome in running[:7]:  # 7 finished, 57 running: still random (startup ceil(57 / 8) = 8)
+        values[trial.number] = cell_fitness(genome)
+        study.tell(trial, values[trial.number])
+    trial, _ = ask_genome(study, sampler)
+    assert lineage_of(study, trial) == (None, "random")
+    for t, genome in running[7:9]:  # 9 finished, 55 + 1 running: startup 7, evolving
+        values[t.number] = cell_fitness(genome)
+        study.tell(t, values[t.number])
+    child, child_genome = ask_genome(study, sampler)
+    parent, kind = lineage_of(study, child)
+    # the tournament takes min(sample_size=10, 9 finished): the parent is the best finished trial
+    assert parent == max(values, key=values.__getitem__)
+    assert kind in ("edge_op", "rewire")
+    assert child_genome.to_string() not in {g.to_string() for _, g in running}
+
+
+def test_classic_knobs_start_with_a_whole_random_population_on_many_workers() -> None:
+    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=20, seed=3, n_startup_trials=20)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    running = [ask_genome(study, sampler) for _ in range(64)]
+    for trial, genome in running[:19]:
+        study.tell(trial, cell_fitness(genome))
+    assert lineage_of(study, ask_genome(study, sampler)[0]) == (None, "random")
+
+
+def classic_reference(seed: int, n_trials: int, population: int, sample: int) -> list[str]:
+    """The sampler's algorithm before issue 17, written out: serial, maximizing cell_fitness."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(2)[0]))
+    space = CellSpace()
+    history: list[tuple[CellGenome, float]] = []
+    for _ in range(n_trials):
+        if len(history) < population:
+            genome = space.sample(rng)
+        else:
+            window = history[-population:]
+            picks = rng.choice(population, size=sample, replace=False)
+            best = min(picks, key=lambda i: -window[i][1])
+            genome = mutate_with_kind(window[int(best)][0], space, rng)[0]
+        history.append((genome, cell_fitness(genome)))
+    return [g.to_string() for g, _ in history]
+
+
+def test_classic_knobs_reproduce_the_classic_algorithm_draw_for_draw() -> None:
+    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=8, sample_size=3, seed=7,
+                                          n_startup_trials=8, candidates=1, skip_duplicates=False)  # fmt: skip
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(lambda t: cell_fitness(sampler.suggest(t)), n_trials=80)  # type: ignore[arg-type]
+    assert genomes(study) == classic_reference(7, 80, 8, 3)
+
+
+def test_no_genome_is_proposed_twice() -> None:
+    def run(**kwargs: object) -> list[str]:
+        sampler = RegularizedEvolutionSampler(
+            CellSpace(), population_size=10, seed=2, **kwargs  # type: ignore[arg-type]
+        )
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        order = np.random.default_rng(0)
+        running: list[tuple[optuna.Trial, float]] = []
+        asked = 0
+        while asked < 300 or running:
+            while asked < 300 and len(running) < 16:
+                trial, genome = ask_genome(study, sampler)
+                running.append((trial, cell_fitness(genome)))
+                asked += 1
+            study.tell(*running.pop(int(order.integers(len(running)))))
+        return genomes(study)
+
+    assert len(set(run())) == 300  # a greedy climb on a small landscape, yet no repeat
+    classic = run(n_startup_trials=10, sample_size=5, candidates=1, skip_duplicates=False)
+    assert len(set(classic)) < 300  # the same climb without the check repeats genomes
+
+
+def test_an_exhausted_neighbourhood_moves_two_mutations_away() -> None:
+    space = CellSpace()
+    parent = CellGenome(("nor_conv_3x3",) * 6)  # one op everywhere: no rewiring, 24 single mutants
+    sampler = RegularizedEvolutionSampler(space, population_size=1, seed=0, n_startup_trials=1)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    dists = space.distributions("arch")
+    study.add_trial(optuna.trial.create_trial(params=space.encode(parent, "arch"), distributions=dists, value=1.0))
+    for edge in range(6):
+        for op in CELL_OPS:
+            if op != parent.edges[edge]:
+                ops = list(parent.edges)
+                ops[edge] = op
+                study.add_trial(optuna.trial.create_trial(  # failed trials count as taken too
+                    params=space.encode(CellGenome(tuple(ops)), "arch"), distributions=dists,
+                    state=TrialState.FAIL))  # fmt: skip
+    for _ in range(5):
+        trial, child = ask_genome(study, sampler)
+        assert lineage_of(study, trial)[0] == 0
+        assert sum(a != b for a, b in zip(child.edges, parent.edges)) == 2
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def test_repeats_are_accepted_when_nothing_new_is_left() -> None:
+    space = LayerSpace(min_depth=1, max_depth=1, widths=(8,), kernels=(3,))  # a handful of genomes
+    sampler = RegularizedEvolutionSampler(space, population_size=4, seed=0)
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: float(len(sampler.suggest(t).to_string())), n_trials=60)
+    assert len(study.trials) == 60 and len(set(genomes(study))) < 60
+
+
+def test_the_candidate_model_steers_children_to_good_values() -> None:
+    """On the additive cell_fitness, 16 rated candidates beat one blind mutation (same seeds, 16 workers)."""
+
+    def mean_child_fitness(candidates: int) -> float:
+        scores = []
+        for seed in range(4):
+            sampler = RegularizedEvolutionSampler(CellSpace(), seed=seed, candidates=candidates)
+            study = optuna.create_study(direction="maximize", sampler=sampler)
+            order = np.random.default_rng(seed)
+            running: list[tuple[optuna.Trial, float]] = []
+            asked = 0
+            while asked < 80 or running:
+                while asked < 80 and len(running) < 16:
+                    trial, genome = ask_genome(study, sampler)
+                    running.append((trial, cell_fitness(genome)))
+                    asked += 1
+                study.tell(*running.pop(int(order.integers(len(running)))))
+            scores += [t.value for t in study.trials if t.system_attrs[PARENT_ATTR] is not None]
+        return float(np.mean(scores))
+
+    assert mean_child_fitness(16) > mean_child_fitness(1) + 0.5
+
+
+def test_unpickling_a_sampler_from_before_the_knobs_keeps_the_classic_algorithm() -> None:
+    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=6, sample_size=2, seed=0)
+    state = sampler.__getstate__()
+    for key in ("n_startup_trials", "candidates", "skip_duplicates", "_ended"):
+        del state[key]
+    old = RegularizedEvolutionSampler.__new__(RegularizedEvolutionSampler)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert (old.n_startup_trials, old.candidates, old.skip_duplicates) == (6, 1, False)
+    study = optuna.create_study(sampler=old)
+    study.optimize(lambda t: cell_fitness(old.suggest(t)), n_trials=10)  # type: ignore[arg-type]
+    assert all(t.system_attrs[PARENT_ATTR] is None for t in study.trials[:6])
+
+
+def test_bench_evolution_runs_and_reports_rank_tests(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bench import evolution as bench_evolution
+
+    rows = bench_evolution.main(["--seeds", "3", "--workers", "8", "--budgets", "12", "24", "--datasets", "cifar10",
+                                 "--methods", "evolution", "random", "evolution-classic",
+                                 "--out", str(tmp_path / "s.csv"), "--runs-out", str(tmp_path / "r.csv")])  # fmt: skip
+    assert [(r["workers"], r["budget"], r["seeds"]) for r in rows] == [(8, 12, 3), (8, 24, 3)]
+    for row in rows:
+        assert 0.0 <= row["p_val_vs_random"] <= 1.0 and 0.0 <= row["p_test_vs_evolution-classic"] <= 1.0
+        assert row["evolution_val"] <= 100.0 and row["evolution_regret"] >= 0.0
+    trials = bench_evolution.campaign("evolution", 8, 24, "cifar10", 0)
+    assert trials[:12] == bench_evolution.campaign("evolution", 8, 12, "cifar10", 0)  # budget-independent prefix

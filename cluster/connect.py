@@ -11,6 +11,7 @@ import inspect
 import logging
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from typing import Any
 
 from distributed import Client
 
@@ -30,6 +31,7 @@ __all__ = [
     "quiet_dask_logs",
     "slot_resource",
     "worker_slots",
+    "worker_nanny",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,18 @@ def quiet_dask_logs(level: int = logging.ERROR) -> None:
 
 def worker_slots(client: Client) -> dict[str, dict[str, float]]:
     """Each worker's declared resources, by worker address."""
+    return {addr: dict(w.get("resources") or {}) for addr, w in _workers(client).items()}
+
+
+def worker_nanny(client: Client, worker: str) -> str:
+    """The address of ``worker``'s nanny ("" when it runs without one or has left)."""
+    return str((_workers(client).get(worker) or {}).get("nanny") or "")
+
+
+def _workers(client: Client) -> dict[str, dict[str, Any]]:
+    """Every worker's record (not only the first few the scheduler sends by default)."""
     info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
-    return {addr: dict(w.get("resources") or {}) for addr, w in info.get("workers", {}).items()}
+    return dict(info.get("workers", {}))
 
 
 def _accepts_n_workers(client: Client) -> bool:

@@ -8,11 +8,13 @@ controller's process (defined in a script or a notebook), the function itself,
 pickled as Dask pickles callables (cloudpickle: by value for ``__main__``). A trainer error is
 an outcome (status ``error`` with its traceback), not a Dask task failure, so
 the controller can record it and go on; only the worker dying fails the task.
+What the trainer prints goes to the trial's ``stdout.log`` (see :mod:`cluster.trial_output`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import math
 import os
@@ -28,8 +30,11 @@ from distributed import get_worker
 
 from .channel import WorkerReporter
 from .resources import worker_device_pool
+from .trial_output import route_output
 
-__all__ = ["run_trial", "run_trials", "TrainerShipment", "pack_trainer", "unpack_trainer"]
+__all__ = ["run_trial", "run_trials", "TrainerShipment", "pack_trainer", "unpack_trainer", "disk_error_of"]
+
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the storage failed, not the trial
 
 
 def pack_trainer(fn: Callable[..., Any]) -> bytes:
@@ -101,6 +106,19 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def disk_error_of(exc: BaseException) -> str:
+    """The errno name when ``exc`` (or an error it was raised from, e.g. inside ``torch.save``) is the
+    storage failing (full, over quota, read-only, I/O error); "" otherwise."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in DISK_ERRNOS:
+            return errno.errorcode[current.errno]
+        current = current.__cause__ or current.__context__
+    return ""
+
+
 def _finite_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in dict(metrics or {}).items():
@@ -122,6 +140,7 @@ def run_trial(
     reporter = WorkerReporter(topic, int(config["number"]))
     reporter.started()
     devices, pool = _lease_devices(resource, width)
+    output = route_output(config.get("log_dir"), int(config["number"]))  # the trainer's prints: its stdout.log
     outcome: dict[str, Any] = {
         "status": "ok",
         "metrics": {},
@@ -140,7 +159,10 @@ def run_trial(
         outcome["stopped"] = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - any trainer error is a failed trial, kept with its traceback
         outcome.update(status="error", error=_one_line(exc), traceback=traceback.format_exc())
+        outcome["disk_error"] = disk_error_of(exc)
+        output.write(outcome["traceback"])
     finally:
+        output.close()
         if pool is not None:
             pool.release(devices)
     outcome["history"] = [[step, metrics, t] for step, metrics, t in reporter.history]

@@ -1,7 +1,7 @@
 """Run trials on a Dask cluster and turn what happens into a stream of events.
 
-The controller talks to an executor through four calls — ``submit``, ``stop``,
-``events`` and ``slots`` — so the same controller runs on a real cluster
+The controller talks to an executor through five calls — ``submit``, ``stop``,
+``kill``, ``events`` and ``slots`` — so the same controller runs on a real cluster
 (:class:`DaskExecutor`) or against virtual time in a simulation.
 Everything the Dask client's threads see is only put on one queue; the
 controller's own thread takes it from there.
@@ -24,8 +24,9 @@ from distributed.client import ClosedClientError, FutureCancelledError
 from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer, trainer_folders
 
 from .channel import request_stop, subscribe_reports
-from .connect import ClusterError, worker_slots
+from .connect import ClusterError, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
+from .restart import kill_worker_tree
 
 __all__ = [
     "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
@@ -95,6 +96,8 @@ class Outcome:
     ``status``: ``ok``; ``error`` (the trainer raised; ``error`` is one line, ``traceback``
     the whole); ``lost`` (its worker died); ``cancelled``. ``history`` holds every report
     as ``(step, metrics, time)``, so none is missing when the event stream lagged.
+    ``disk_error``: the errno name (``ENOSPC``, ...) when the trainer failed because its
+    storage did (a full disk is the campaign's problem, not the trial's).
     On the wire (a Dask task's result) an outcome is a plain dict: :meth:`from_dict`.
     """
 
@@ -110,6 +113,7 @@ class Outcome:
     finished: float | None = None
     history: tuple[tuple[int, Mapping[str, float], float], ...] = ()
     stopped: bool = False
+    disk_error: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in (OK, ERROR, LOST, CANCELLED):
@@ -143,6 +147,7 @@ class Outcome:
             finished=_float_or_none(data.get("finished")),
             history=history,
             stopped=bool(data.get("stopped", False)),
+            disk_error=str(data.get("disk_error") or ""),
         )
 
 
@@ -200,6 +205,13 @@ class TrialExecutor(Protocol):
     def submit(self, request: TrialRequest) -> None: ...
 
     def stop(self, number: int) -> None: ...
+
+    def kill(self, number: int, worker: str) -> bool:
+        """End trial ``number``, running on ``worker``, which did not answer ``stop``: its task is
+        cancelled (no re-run elsewhere) and the worker's processes are killed and restarted, so every
+        other trial running there ends too (its ``Finished`` says lost or cancelled). False when this
+        executor cannot (the worker has no nanny to restart it, or the trial is not running)."""
+        ...
 
     def events(self, timeout: float) -> list[Event]: ...
 
@@ -313,6 +325,18 @@ class DaskExecutor:
     def stop(self, number: int) -> None:
         if number in self._futures:
             request_stop(self._client, self._topic, number)
+
+    def kill(self, number: int, worker: str) -> bool:
+        with self._lock:
+            future = self._futures.get(number)
+        nanny = worker_nanny(self._client, worker) if future is not None else ""
+        if not nanny:
+            log.warning("cannot kill trial %d: %s", number,
+                        "its worker runs without a nanny" if future is not None else "it is not running")  # fmt: skip
+            return False
+        self._client.cancel([future], force=True)  # first, so that Dask does not run it again on another worker
+        self._client.run(kill_worker_tree, workers=[worker], nanny=True, wait=False)
+        return True
 
     def running(self) -> tuple[int, ...]:
         with self._lock:

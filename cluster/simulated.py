@@ -429,6 +429,10 @@ class SimulatedExecutor:
         elif number in self._pending:
             self._stops.add(number)
 
+    def kill(self, number: int, worker: str) -> bool:
+        """Simulated trials always answer a stop request at their next report: nothing to kill."""
+        return False
+
     def events(self, timeout: float = 0.0) -> list[Event]:
         """Every event due at the next event time (or already due); [] when nothing is pending."""
         self.counts["events_calls"] += 1

@@ -7,6 +7,8 @@ result = search.run("examples/digits.toml")         # a spec file, a TOML string
 result = search.run(spec, trainer=fit)               # a trainer defined right here (script or notebook)
 result.best, result.trials, result.study, result.folder
 search.resume("runs/digits")                         # continue it to its budget
+search.resume("runs/digits", n_trials=40)            # ... to a new budget, kept for later resumes
+search.run(spec, enqueue=[{"lr": 0.01}], warm_start="runs/digits")  # known-good configs first; an earlier study's trials
 search.load("runs/digits")                           # read it: no cluster, no trainer needed
 ```
 
@@ -83,6 +85,12 @@ class Result:
     def _best_trial(self) -> optuna.trial.FrozenTrial | None:
         if self.spec.study.multi_objective:
             raise ValueError("a multi-objective study has a Pareto front, not one best trial: see .best")
+        from search.warm_start import is_warm_start
+
+        trials = self.study.get_trials(deepcopy=False)
+        if any(is_warm_start(t) for t in trials):  # the best of this campaign's own trials
+            table = self.best
+            return None if table.empty else next(t for t in trials if t.number == int(table["number"].iloc[0]))
         try:
             return self.study.best_trial
         except ValueError:  # no complete trial
@@ -127,6 +135,8 @@ def run(
     progress: bool = True,
     insecure: bool = False,
     tls: tuple[str, str, str] | None = None,
+    enqueue: Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
+    warm_start: str | Path | None = None,
 ) -> Result:
     """Run a new campaign in ``runs_dir/<study name>/`` and return it.
 
@@ -134,16 +144,24 @@ def run(
     {...}}``) or a loaded spec. ``trainer``: a ``fit(config, reporter)`` function; it replaces the
     spec's ``[trainer] entry`` (which then names it, e.g. ``__main__:fit``) and goes to the workers by
     value. ``n_workers``, ``scheduler``, ``insecure`` and ``tls`` are ``hypersweep run``'s ``--workers``,
-    ``--scheduler``, ``--insecure`` and ``--tls``. Raises what the command reports as one line (a
-    :class:`~search.spec.table.SpecError`, an existing campaign folder, a cluster that cannot start).
+    ``--scheduler``, ``--insecure`` and ``--tls``. ``enqueue``: configurations to run first (a dict of
+    parameter values or a list of them, as ``--enqueue``); ``warm_start``: an earlier campaign folder or
+    ``"sqlite:///old.db#study"`` whose finished trials the sampler learns from (as ``--warm-start``).
+    Raises what the command reports as one line (a :class:`~search.spec.table.SpecError`, an existing
+    campaign folder, a cluster that cannot start).
     """
     from cluster.executor import ship_trainer
+    from search.lifecycle import enqueue_from
     from search.runner import RunOptions, run_campaign
 
     if trainer is not None:
         ship_trainer(trainer)  # one that cannot go to the workers fails here, before anything starts
     campaign = load_spec_like(spec, trainer)
     options = _options(RunOptions, runs_dir, n_workers, scheduler, progress, insecure, tls)
+    options = dataclasses.replace(
+        options, warm_start=None if warm_start is None else str(warm_start), enqueue_source="search.run(enqueue=...)",
+        enqueue=enqueue_from(enqueue, campaign, "search.run(enqueue=...)") if enqueue is not None else (),
+    )  # fmt: skip
     with _quiet(), main_kept_from_children():
         folder = run_campaign(campaign, options)
     return _result(folder.root, campaign)
@@ -158,12 +176,17 @@ def resume(
     progress: bool = True,
     insecure: bool = False,
     tls: tuple[str, str, str] | None = None,
+    n_trials: int | None = None,
+    spec: str | Path | None = None,
+    allow_changes: bool = False,
 ) -> Result:
     """Continue the campaign in ``folder`` to its budget (as ``hypersweep resume``) and return it.
 
     ``trainer``: the function to run from now on under the frozen spec's entry (e.g. the notebook's
     ``fit`` again after a restart); without it the entry is imported, or the campaign's kept copy
-    (``trainer.pkl``) of a by-value trainer is used.
+    (``trainer.pkl``) of a by-value trainer is used. ``n_trials``: the new trial budget (``--n-trials``,
+    kept for later resumes); ``spec``: a spec file to run the rest under (``--spec``); a spec that differs
+    from the campaign's is refused unless ``allow_changes`` (``--allow-changes``).
     """
     from search.runner import RunOptions, resume_campaign
     from search.spec.campaign_spec import load_spec
@@ -172,7 +195,11 @@ def resume(
     root = Path(folder).resolve()
     if trainer is not None and (root / "spec.toml").is_file():
         register_trainer(trainer, load_spec(root / "spec.toml", check_trainer=False).trainer.entry)
+    if n_trials is not None and n_trials < 1:
+        raise ValueError(f"n_trials={n_trials!r}: must be >= 1")
     options = _options(RunOptions, "runs", n_workers, scheduler, progress, insecure, tls)
+    options = dataclasses.replace(options, n_trials=n_trials, allow_changes=allow_changes,
+                                  spec_file=None if spec is None else Path(spec))  # fmt: skip
     with _quiet(), main_kept_from_children():
         done = resume_campaign(root, options)
     return load(done.root)
@@ -193,7 +220,7 @@ def _result(root: Path, spec: CampaignSpec) -> Result:
     from search.runner import load_study
     from search.store.folder import CampaignFolder
 
-    with _optuna_quiet():
+    with _quiet(dask=False):
         study = load_study(spec, CampaignFolder(root), create=False)
     return Result(root, spec, study)
 
@@ -333,22 +360,18 @@ def main_kept_from_children() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _optuna_quiet() -> Iterator[None]:
+def _quiet(dask: bool = True) -> Iterator[None]:
+    """As the command line: Optuna at WARNING (for the call) and, with ``dask``, no Dask INFO chatter (for good,
+    like ``hypersweep``)."""
     import optuna
 
+    if dask:
+        from cluster import quiet_dask_logs
+
+        quiet_dask_logs()
     level = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
     try:
         yield
     finally:
         optuna.logging.set_verbosity(level)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """As the command line: no Dask INFO chatter (for good, like ``hypersweep``), Optuna at WARNING (for the call)."""
-    from cluster import quiet_dask_logs
-
-    quiet_dask_logs()
-    with _optuna_quiet():
-        yield

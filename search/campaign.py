@@ -31,11 +31,12 @@ from search.dispatch import CampaignError, Dispatcher
 from search.intermediate import IntermediateValues
 from search.ledger import NEVER_STARTED, Ledger
 from search.policies import (
-    TARGET_REACHED, Resubmit, Verdict, first_decision, first_stop_reason, policies_for, population_of,
+    TARGET_REACHED, Halt, Resubmit, Verdict, first_decision, first_stop_reason, policies_for, population_of,
 )
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
+from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.supply import TrialSupply
 from search.trials import RunningTrial
@@ -83,9 +84,10 @@ class Campaign:
         self._flush = flush or flusher(study._storage)  # group commit: this iteration's writes, durable
         self._started = clock()
         population = population_of(spec, folder)
-        self.ledger = Ledger(spec, study, folder, all_asked=self._all_asked)
-        self.reports = IntermediateValues(spec, study, folder)
-        self.policies = policies_for(spec, population, self.reports)
+        self.sinks = ReportSinks.for_campaign(spec.logging, folder, spec.study.name)  # closed when run() ends
+        self.ledger = Ledger(spec, study, folder, all_asked=self._all_asked, sinks=self.sinks)
+        self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
+        self.policies = policies_for(spec, folder, population, self.reports)
         self.dispatch = Dispatcher(spec, folder, executor, clock)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self._budget_left, population, sampling)
 
@@ -115,8 +117,11 @@ class Campaign:
             self.supply.close()
             self.supply.release_unstarted()
         finally:
-            self._flush()
-            self.executor.close()
+            try:
+                self._flush()  # may fail too when the disk is full; the executor is closed all the same
+            finally:
+                self.executor.close()
+            self.sinks.close()
         self._on_progress(self.snapshot())
 
     def _handle(self, event: Started | Report | Finished) -> None:
@@ -145,6 +150,8 @@ class Campaign:
             return
         self.reports.replay(running, outcome.history)
         decision = first_decision(self.policies, running, outcome)
+        if isinstance(decision, Halt):
+            raise CampaignError(decision.reason)  # the trial stays in flight: marked interrupted, resumable
         if isinstance(decision, Resubmit):
             self.dispatch.resubmit(running, decision.config)
             return

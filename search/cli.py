@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", type=Path, help="study spec (TOML)")
     _cluster_flags(run)
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)")
+    run.add_argument("--enqueue", type=Path, default=None, metavar="PARAMS.json",
+                     help="known-good configurations to run first (a JSON object or list of objects of parameter "
+                          "values); they count in the trial budget")  # fmt: skip
+    run.add_argument("--warm-start", default=None, metavar="SOURCE",
+                     help="feed the sampler the finished trials of an earlier campaign folder or an Optuna study "
+                          "(sqlite:///old.db#study); they do not count in this campaign (overrides [study] warm_start)")  # fmt: skip
 
     scaling = sub.add_parser("scaling", help="run a batch-size scaling sweep (a spec with a [scaling] section)")
     scaling.add_argument("spec", type=Path, help="study spec (TOML) with a [scaling] section")
@@ -55,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="continue a campaign from its folder")
     resume.add_argument("folder", type=Path)
     _cluster_flags(resume)
+    resume.add_argument("--n-trials", type=int, default=None, metavar="N",
+                        help="the new trial budget (total, at least the trials already finished); kept for later resumes")
+    resume.add_argument("--spec", type=Path, default=None, help="run the rest under this spec (needs --allow-changes "
+                        "if it differs from the campaign's)")  # fmt: skip
+    resume.add_argument("--allow-changes", action="store_true",
+                        help="resume although the spec changed since the campaign started (the changes are recorded)")
 
     status = sub.add_parser("status", help="trials so far, best value, running trials")
     status.add_argument("folder", type=Path)
@@ -128,6 +140,8 @@ def _options(args: argparse.Namespace):
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers={args.workers}: must be >= 1")
+    if getattr(args, "n_trials", None) is not None and args.n_trials < 1:
+        raise ValueError(f"--n-trials={args.n_trials}: must be >= 1")
     return RunOptions(
         runs_dir=getattr(args, "runs_dir", Path("runs")),
         scheduler=args.scheduler,
@@ -135,15 +149,25 @@ def _options(args: argparse.Namespace):
         progress=not args.no_progress,
         insecure=args.insecure,
         tls=tuple(args.tls) if args.tls else None,
+        warm_start=getattr(args, "warm_start", None),
+        n_trials=getattr(args, "n_trials", None),
+        allow_changes=getattr(args, "allow_changes", False),
+        spec_file=getattr(args, "spec", None) if args.command == "resume" else None,
     )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from search.runner import run_campaign
     from search.spec.campaign_spec import load_spec
+    from search.spec.enqueue import load_enqueue_file
 
     spec = load_spec(args.spec)  # checks the spec against its trainer, before anything starts
     options = _options(args)
+    if getattr(args, "enqueue", None) is not None:
+        enqueue = load_enqueue_file(args.enqueue, spec.space, spec.study.n_trials)
+        options = dataclasses.replace(options, enqueue=enqueue, enqueue_source=str(args.enqueue))
     _warn_insecure_cluster(spec, options)
     folder = run_campaign(spec, options)
     return _finished(spec, folder)
@@ -167,8 +191,9 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     from optuna.trial import TrialState
 
     from search.store.records import TrialRecord
+    from search.warm_start import own_trials
 
-    trials = study.get_trials(deepcopy=False)
+    trials = own_trials(study.get_trials(deepcopy=False))
     if not trials or any(t.state != TrialState.FAIL for t in trials):
         return ""
     groups: dict[str, list[str]] = {}
@@ -313,6 +338,7 @@ def _other_errors() -> list[tuple[tuple[type[BaseException], ...], int]]:
     return [
         ((ClusterError,), EXIT_CLUSTER),
         ((MissingExtraError, FileNotFoundError, ValueError), EXIT_INPUT),
+        ((OSError,), EXIT_ERROR),  # a full disk or the like outside a campaign: its one line, not a traceback
     ]
 
 
@@ -329,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _interrupt_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per record
     # Worker processes read their log levels from the environment at start: keep them quiet too.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     from cluster import quiet_dask_logs

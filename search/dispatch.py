@@ -9,6 +9,7 @@ which worker a queued task waits at.
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections import deque
 from collections.abc import Callable
@@ -24,9 +25,14 @@ from search.store.records import write_attrs
 from search.supply import TrialSupply
 from search.trials import Prepared, RunningTrial
 
-__all__ = ["Dispatcher", "CampaignError", "DURATION_WINDOW"]
+__all__ = ["Dispatcher", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
 
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
+TIME_BUDGET = "time budget"
+TRIAL_TIMEOUT = "trial timeout"
+TIME_LIMITS = (TIME_BUDGET, TRIAL_TIMEOUT)  # stop reasons that end in a kill when not answered
+
+log = logging.getLogger(__name__)
 
 
 class CampaignError(HypersweepError, RuntimeError):
@@ -204,13 +210,33 @@ class Dispatcher:
         self._executor.stop(running.number)
 
     def enforce_time_limits(self, campaign_over: bool) -> None:
-        """Past the time budget every trial is asked to stop; past ``trial_timeout``, that trial."""
+        """Past the time budget every trial is asked to stop; past ``trial_timeout``, that trial.
+
+        A trial that has not ended ``stop_grace`` seconds after such a request (or after it
+        started, when it was still queued) is killed with its worker's processes.
+        """
         now = self._clock()
         limit = self._spec.study.trial_timeout
-        for running in self.running.values():
+        for running in list(self.running.values()):
             if running.stop_reason:
-                continue
-            if campaign_over:
-                self.request_stop(running, "time budget", now)
+                self._kill_if_hung(running, now)
+            elif campaign_over:
+                self.request_stop(running, TIME_BUDGET, now)
             elif limit > 0 and running.started_at is not None and now - running.started_at > limit:
-                self.request_stop(running, "trial timeout", now)
+                self.request_stop(running, TRIAL_TIMEOUT, now)
+
+    def _kill_if_hung(self, running: RunningTrial, now: float) -> None:
+        if running.kill_tried or running.stop_reason not in TIME_LIMITS or running.started_at is None:
+            return
+        waited = now - max(running.stop_requested_at, running.started_at)
+        if waited <= self._spec.study.stop_grace:
+            return
+        running.kill_tried = True
+        if not running.worker or not self._executor.kill(running.number, running.worker):
+            return  # the executor said why; the trial keeps its slot until it ends by itself
+        running.killed = f"{running.stop_reason}: killed after {waited:.0f} s without answering the stop request"
+        log.warning("trial %d %s; its worker %s is restarted", running.number, running.killed, running.worker)
+        for other in self.running.values():
+            same_task = other.task == running.task and other.task != 0
+            if other is not running and not other.killed and (same_task or other.worker == running.worker):
+                other.collateral = True

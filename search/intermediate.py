@@ -3,10 +3,15 @@ intermediate value (keyed by the pruning resource), and the pruner is set up fro
 
 A report the event stream had not delivered by the time its trial ended comes with the
 outcome's history and is replayed here, so neither the file nor the study misses a step.
+A trial run again from its checkpoint (a retry, or after ``resume``) sends the reports the
+checkpoint covers again: each (step, metrics) is kept once, so one lost with a dying worker
+fills its gap and the others are dropped. After ``resume``, a trial's earlier reports are read
+back from its ``metrics.jsonl`` (and any the study missed are told to it) before the first new one.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -16,7 +21,8 @@ import optuna
 from search.sampling.pruning import make_pruner, resource_of
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.records import append_metrics_line
+from search.store.records import append_metrics_line, encode_metrics, read_metrics_lines
+from search.store.sinks import ReportSinks
 from search.trials import RunningTrial
 
 __all__ = ["IntermediateValues"]
@@ -30,8 +36,11 @@ STEPWISE_PRUNERS = ("none", "median", "percentile")
 class IntermediateValues:
     """Records every report of a running trial, once, in the trial's folder and in the study."""
 
-    def __init__(self, spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder) -> None:
+    def __init__(
+        self, spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, sinks: ReportSinks | None = None
+    ) -> None:
         self._spec = spec
+        self._sinks = sinks or ReportSinks()  # TensorBoard, MLflow: every report kept goes there too
         self._study = study
         self._folder = folder
         self._pruner_ready = spec.study.pruner in STEPWISE_PRUNERS or spec.pruning.min_resource > 0
@@ -40,16 +49,44 @@ class IntermediateValues:
         study.pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
 
     def record(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
-        running.reports.append((step, dict(metrics), at))
+        """Keep a report, unless the trial already made this one (same step, same metrics)."""
+        self._restore(running)
+        if not self._remember(running, step, metrics, at):
+            return
         self._append_file(running.number, step, metrics, at, worker)
+        self._sinks.record(running.number, step, metrics, at)
         self._report_value(running, step, metrics)
 
     def replay(self, running: RunningTrial, history: Iterable[tuple[int, Mapping[str, float], float]]) -> None:
         """Record the reports of ``history`` not seen as events."""
-        seen = {(step, t) for step, _m, t in running.reports}
+        self._restore(running)
         for step, metrics, at in history:
-            if (int(step), float(at)) not in seen:
-                self.record(running, int(step), metrics, float(at), "")
+            self.record(running, int(step), metrics, float(at), "")
+
+    def _remember(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float) -> bool:
+        key = json.dumps([step, encode_metrics(metrics)], sort_keys=True)
+        if key in running.report_keys:
+            return False
+        running.report_keys.add(key)
+        running.reports.append((step, dict(metrics), at))
+        return True
+
+    def _restore(self, running: RunningTrial) -> None:
+        """Once per trial: the reports an earlier controller recorded (``resume``), from the trial's file.
+
+        The study is told those it lacks (its journal may have lost the last writes before a crash).
+        """
+        if running.restored:
+            return
+        running.restored = True
+        earlier = read_metrics_lines(self._folder.trial_metrics(running.number))
+        if not earlier:
+            return
+        frozen = self._study._storage.get_trial(running.trial._trial_id)
+        running.recorded_steps.update(frozen.intermediate_values)
+        for step, metrics, at in earlier:
+            if self._remember(running, step, metrics, at):
+                self._report_value(running, step, metrics)
 
     def should_prune(self, trial: optuna.Trial) -> bool:
         return self._pruner_ready and trial.should_prune()

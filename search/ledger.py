@@ -22,7 +22,9 @@ from search.policies import TARGET_REACHED, Verdict
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
+from search.store.sinks import ReportSinks
 from search.trials import RunningTrial
+from search.warm_start import is_warm_start
 
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
 
@@ -37,9 +39,15 @@ class Ledger:
     """Tells the study and counts; ``all_asked()`` says whether the budget is fully asked (for the order)."""
 
     def __init__(
-        self, spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, all_asked: Callable[[], bool]
+        self,
+        spec: CampaignSpec,
+        study: optuna.Study,
+        folder: CampaignFolder,
+        all_asked: Callable[[], bool],
+        sinks: ReportSinks | None = None,
     ) -> None:
         self._spec = spec
+        self._sinks = sinks or ReportSinks()  # told trials close their TensorBoard file, end their MLflow run
         self._study = study
         self._folder = folder
         self._all_asked = all_asked
@@ -55,12 +63,18 @@ class Ledger:
         return sum(self.counts.values())
 
     def load(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
-        """Count the trials already in the study; return those left RUNNING (to run again)."""
-        self.next_number = len(trials)
+        """Count the trials already in the study; return those left RUNNING (to run again).
+
+        Enqueued trials still WAITING are the next asks; warm-start copies are told, never counted.
+        """
+        self.next_number = min((t.number for t in trials if t.state == TrialState.WAITING), default=len(trials))
         resumable = []
         for frozen in trials:
             if frozen.state.is_finished():
                 self._mark_told(frozen.number)
+            if is_warm_start(frozen):
+                continue  # another campaign's trial: it informs the sampler, takes none of this budget
+            if frozen.state.is_finished():
                 self.counts[_KEY.get(frozen.state, "failed")] += 1
             if frozen.state == TrialState.COMPLETE and _feasible(frozen.constraints):
                 self._track_best(frozen.values)
@@ -127,6 +141,7 @@ class Ledger:
             self._write_failure_log(running, outcome, verdict.reason)
         values = list(verdict.values) if verdict.state == TrialState.COMPLETE else None
         self._study.tell(trial, values, state=verdict.state)
+        self._sinks.finish(running.number, verdict.state.name, values, trial.params)
         self._mark_told(running.number)
         self.counts[_KEY[verdict.state]] += 1
         if verdict.state == TrialState.COMPLETE and _feasible(constraints):
@@ -134,13 +149,13 @@ class Ledger:
         log.info("trial %d %s%s", running.number, verdict.state.name, f" ({verdict.reason})" if verdict.reason else "")
 
     def _verdict(self, running: RunningTrial, outcome: Outcome, decided: Verdict | None) -> Verdict:
-        """FAIL for an error; PRUNED for a stopped trial; a policy's verdict; else the spec's metrics."""
+        """A policy's verdict; else FAIL for an error, PRUNED for a stopped trial, else the spec's metrics."""
+        if decided is not None:
+            return decided
         if not outcome.ok:
             return Verdict(TrialState.FAIL, (), _failure_reason(outcome))
         if running.stop_reason and running.stop_reason != TARGET_REACHED:
             return Verdict(TrialState.PRUNED, (), running.stop_reason)
-        if decided is not None:
-            return decided
         values: list[float] = []
         for name in self._spec.study.metrics:
             if name not in outcome.metrics:

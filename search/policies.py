@@ -7,9 +7,9 @@ decides:
 - ``on_report(running, metrics) -> str | None``: a stop reason (the trial ends at its
   next report and is told PRUNED with that reason, unless the reason is
   :data:`TARGET_REACHED`), or None.
-- ``on_finished(running, outcome) -> Resubmit | Verdict | None``: run the same trial
-  again with a config (a retry, a population member's next segment), or the verdict
-  to tell, or None to leave it to the next policy (and, last, to the campaign's
+- ``on_finished(running, outcome) -> Resubmit | Verdict | Halt | None``: run the same trial
+  again with a config (a retry, a population member's next segment), the verdict
+  to tell, stop the campaign (a full disk), or None to leave it to the next policy (and, last, to the campaign's
   default verdict: the spec's metrics).
 
 A new scheduling rule (ASHA's promotions, a budget per rung, ...) is one more class
@@ -25,7 +25,7 @@ from typing import Protocol
 
 from optuna.trial import TrialState
 
-from cluster.executor import LOST, Outcome
+from cluster.executor import CANCELLED, LOST, Outcome
 from trainers.api import TrialConfig
 
 from search.intermediate import IntermediateValues
@@ -39,8 +39,9 @@ from search.store.records import write_attrs
 from search.trials import RunningTrial
 
 __all__ = [
-    "Policy", "Resubmit", "Verdict", "Decision", "TARGET_REACHED", "RetryLostTrials", "PopulationSegments",
-    "ScalingTarget", "Pruning", "population_of", "policies_for", "first_stop_reason", "first_decision",
+    "Policy", "Resubmit", "Verdict", "Halt", "Decision", "TARGET_REACHED", "HaltOnDiskErrors", "KilledTrials",
+    "RetryLostTrials", "PopulationSegments", "ScalingTarget", "Pruning", "population_of", "policies_for",
+    "first_stop_reason", "first_decision",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,13 +65,67 @@ class Verdict:
     reason: str = ""
 
 
-Decision = Resubmit | Verdict | None
+@dataclasses.dataclass(frozen=True)
+class Halt:
+    """Stop the campaign (one line, exit status 1), keeping this trial and every other unfinished one for ``resume``."""
+
+    reason: str
+
+
+Decision = Resubmit | Verdict | Halt | None
 
 
 class Policy(Protocol):
     def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None: ...
 
     def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision: ...
+
+
+class HaltOnDiskErrors:
+    """A trial that failed because its storage did (full, read-only) is not the trial's fault: the campaign stops
+    with it unfinished, so that ``resume``, once there is space, runs it again instead of keeping a FAIL."""
+
+    def __init__(self, folder: CampaignFolder) -> None:
+        self.folder = folder
+
+    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+        return None
+
+    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+        if not outcome.disk_error:
+            return None
+        where = f" on {outcome.host}" if outcome.host else ""
+        return Halt(f"trial {running.number} stopped by a disk error{where} ({outcome.error}); unfinished trials "
+                    f"are kept: free space, then 'hypersweep resume {self.folder.root}'")  # fmt: skip
+
+
+class KilledTrials:
+    """A trial killed for ignoring a time limit's stop request gets its verdict; the trials killed with it run again.
+
+    The killed one is PRUNED with the kill as its reason when it reported something (its
+    intermediate values stand), else FAIL. A trial that only shared its worker (or its batch task)
+    is sent again for free, from its checkpoint, unless it was itself asked to stop: then it is
+    PRUNED (or FAIL) with its own stop reason.
+    """
+
+    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+        return None
+
+    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+        if running.killed:
+            return _ended_without_result(running, running.killed)
+        if not running.collateral or outcome.status not in (LOST, CANCELLED):
+            return None
+        running.collateral = False
+        if running.stop_reason:
+            return _ended_without_result(running, f"{running.stop_reason} (its worker was restarted)")
+        running.requeues += 1
+        log.info("trial %d ended with another trial's worker; sent again (not a retry)", running.number)
+        return Resubmit(running.config)
+
+
+def _ended_without_result(running: RunningTrial, reason: str) -> Verdict:
+    return Verdict(TrialState.PRUNED if running.reports else TrialState.FAIL, (), reason)
 
 
 class RetryLostTrials:
@@ -164,9 +219,11 @@ def population_of(spec: CampaignSpec, folder: CampaignFolder) -> Population | No
     return Population(policy, folder, spec.study.metrics[0], spec.trainer.epochs)
 
 
-def policies_for(spec: CampaignSpec, population: Population | None, values: IntermediateValues) -> list[Policy]:
+def policies_for(
+    spec: CampaignSpec, folder: CampaignFolder, population: Population | None, values: IntermediateValues
+) -> list[Policy]:
     """The spec's policies, in the order they are asked."""
-    policies: list[Policy] = [RetryLostTrials(spec.study.max_retries)]
+    policies: list[Policy] = [HaltOnDiskErrors(folder), KilledTrials(), RetryLostTrials(spec.study.max_retries)]
     if population is not None:
         policies.append(PopulationSegments(population))
     if spec.scaling is not None:

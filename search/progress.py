@@ -1,9 +1,10 @@
-"""Campaign progress: one live line on a terminal, plain log lines otherwise."""
+"""Campaign progress: one live line on a terminal or in a notebook, plain log lines at a bounded rate otherwise."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from search.campaign import Snapshot
@@ -27,36 +28,77 @@ def render(s: Snapshot) -> str:
     return f"[{bar}] {done}/{s.budget} done ({s.complete} ok{extra}), {s.running} running, best {best}, {_clock(s.elapsed)}"
 
 
-class Progress:
-    """Call with each snapshot; redraws on a TTY, logs a line on change (at most every ``interval`` s) otherwise."""
+def in_notebook(stream: TextIO) -> bool:
+    """Whether ``stream`` is a Jupyter kernel's output (it understands ``\\r``, not a terminal's escapes)."""
+    return type(stream).__module__.split(".")[0] == "ipykernel"
 
-    def __init__(self, stream: TextIO | None = None, interval: float = 10.0, enabled: bool = True) -> None:
+
+class Progress:
+    """Call with each snapshot.
+
+    A terminal redraws its line in place; a notebook too (with ``\\r``, at most every
+    ``redraw`` s: each write is a message to the browser). Anything else (a log file, CI)
+    gets a line when a trial finishes, at most every ``redraw`` s, and one every ``interval``
+    s while nothing finishes; :meth:`close` writes the last state.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        interval: float = 10.0,
+        enabled: bool = True,
+        redraw: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._stream = stream or sys.stderr
         self._tty = self._stream.isatty()
-        self._interval = interval
+        self._notebook = not self._tty and in_notebook(self._stream)
+        self._interval, self._redraw, self._clock = interval, redraw, clock
         self._enabled = enabled
-        self._last_line = ""
-        self._last_time = 0.0
+        self._shown = ""  # the line last written
+        self._pending = ""  # the latest line, written or not
+        self._last_time = -float("inf")
         self._last_done = -1
 
     def __call__(self, snapshot: Snapshot) -> None:
         if not self._enabled:
             return
         line = render(snapshot)
+        self._pending = line
+        done = snapshot.complete + snapshot.pruned + snapshot.failed
         if self._tty:
-            if line != self._last_line:
-                self._stream.write("\r\x1b[2K" + line)
-                self._stream.flush()
+            if line != self._shown:
+                self._draw(line)
+        elif self._notebook:
+            if line != self._shown and self._clock() - self._last_time >= self._redraw:
+                self._draw(line)
         else:
-            done = snapshot.complete + snapshot.pruned + snapshot.failed
-            if done != self._last_done or time.monotonic() - self._last_time >= self._interval:
-                self._stream.write(line + "\n")
-                self._stream.flush()
-                self._last_time = time.monotonic()
-        self._last_line = line
-        self._last_done = snapshot.complete + snapshot.pruned + snapshot.failed
+            since = self._clock() - self._last_time
+            if (done != self._last_done and since >= self._redraw) or since >= self._interval:
+                self._print(line)
+                self._last_done = done
+
+    def _draw(self, line: str) -> None:
+        """Overwrite the current line: an ANSI erase on a terminal, padding in a notebook."""
+        if self._tty:
+            self._stream.write("\r\x1b[2K" + line)
+        else:
+            self._stream.write("\r" + line.ljust(len(self._shown)))
+        self._stream.flush()
+        self._shown, self._last_time = line, self._clock()
+
+    def _print(self, line: str) -> None:
+        self._stream.write(line + "\n")
+        self._stream.flush()
+        self._shown, self._last_time = line, self._clock()
 
     def close(self) -> None:
-        if self._enabled and self._tty and self._last_line:
+        if not self._enabled or not self._pending:
+            return
+        if self._tty or self._notebook:
+            if self._pending != self._shown:
+                self._draw(self._pending)
             self._stream.write("\n")
             self._stream.flush()
+        elif self._pending != self._shown:
+            self._print(self._pending)

@@ -19,20 +19,23 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 
 from cluster import ClusterError, ClusterOptions, DaskExecutor, TLSFiles, open_cluster
 from spaces.errors import InputError
 
-from search.campaign import Campaign
+from search.campaign import Campaign, CampaignError
+from search.lifecycle import NewStudy, check_new, record_spec_changes, spec_to_resume
+from search.spec.changes import SPEC_TEXT
 from search.store.environment import capture_environment, record_environment, scheduler_info
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
 from search.progress import Progress
 from search.sampling.pruning import make_pruner
 from search.scaling.sweep import SweepResult, TargetGoal, analyze_sweep
-from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.spec.campaign_spec import CampaignSpec
 from search.store.storage import open_storage, storage_url
 from search.supply import campaign_sampler
 from search.reports.summary import best_table, trials_frame
@@ -56,6 +59,12 @@ class RunOptions:
     progress: bool = True
     insecure: bool = False
     tls: tuple[str, str, str] | None = None  # (ca, cert, key) from the command line
+    enqueue: tuple[dict[str, Any], ...] = ()  # configurations to run first (checked against the spec's space)
+    enqueue_source: str = "enqueue"  # where they came from (a file, search.run), recorded on their trials
+    warm_start: str | None = None  # a warm-start source replacing [study] warm_start
+    n_trials: int | None = None  # resume: the new trial budget
+    allow_changes: bool = False  # resume: run under a spec that differs from the recorded one
+    spec_file: Path | None = None  # resume: the spec to run the rest under (default: the folder's spec.toml)
 
 
 def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
@@ -97,18 +106,25 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer)
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
-        study = optuna.create_study(
-            study_name=spec.study.name,
-            storage=storage,
-            sampler=campaign_sampler(spec),
-            pruner=pruner,
-            directions=list(spec.objective_directions),
-            load_if_exists=False,
-        )
+        try:
+            study = optuna.create_study(
+                study_name=spec.study.name,
+                storage=storage,
+                sampler=campaign_sampler(spec),
+                pruner=pruner,
+                directions=list(spec.objective_directions),
+                load_if_exists=False,
+            )
+        except optuna.exceptions.DuplicatedStudyError:
+            raise CampaignExistsError(
+                f"storage {spec.study.storage} already holds a study named {spec.study.name!r}; pick another [study] "
+                f"name, or start warm from it with --warm-start '{spec.study.storage}#{spec.study.name}'"
+            ) from None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(spec.objective_metrics))
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
+        study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SEED, spec.study.seed)
         return study
     study = optuna.load_study(
@@ -139,9 +155,17 @@ def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
 
 
 def _execute(
-    spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, cluster: ClusterOptions, create: bool
+    spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, cluster: ClusterOptions,
+    new: NewStudy | None = None, changes: list[str] | None = None,
 ) -> None:
+    """Run the campaign: a ``new`` study (seeded with its warm start and enqueued trials), or a resumed one."""
+    create = new is not None
     study = load_study(spec, folder, create, writer=True)
+    if new is not None:
+        for line in new.seed(spec, study):
+            print(line)
+    else:
+        record_spec_changes(study, spec, changes or [])
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.
@@ -155,6 +179,11 @@ def _execute(
         if create and not _has_trials(folder):
             raise
         raise ClusterError(f"{exc}; the campaign state is saved: continue with 'hypersweep resume {folder.root}'") from exc
+    except OSError as exc:  # a full disk, a read-only folder: one line, and what to do about it
+        raise CampaignError(
+            f"{exc}; the campaign stopped and its unfinished trials are kept: fix that, then "
+            f"'hypersweep resume {folder.root}'"
+        ) from exc
     finally:
         progress.close()
     _write_summary(spec, folder, study)
@@ -178,6 +207,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     """Start a new campaign for ``spec`` in ``runs_dir/<study name>``."""
     folder = CampaignFolder.for_study(options.runs_dir, spec.study.name)
     cluster = _cluster_options(spec, options)  # bad cluster settings fail before anything is created
+    new = check_new(spec, options)  # and a bad warm-start source or enqueued configuration
     if folder.root.exists() and any(folder.root.iterdir()):
         raise CampaignExistsError(
             f"{folder.root} already holds a campaign; continue it with 'hypersweep resume {folder.root}' "
@@ -191,7 +221,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
         folder.create(spec.text)
         created = True
         with _campaign_log(folder):
-            _execute(spec, folder, options, cluster, create=True)
+            _execute(spec, folder, options, cluster, new=new)
     except BaseException:
         if created and not _has_trials(folder):
             lock.release()
@@ -207,14 +237,15 @@ def _has_trials(folder: CampaignFolder) -> bool:
 
 
 def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
-    """Continue the campaign in ``path`` to its budget."""
+    """Continue the campaign in ``path`` to its budget (``options.n_trials``: a new one; a changed spec: see
+    :func:`~search.lifecycle.spec_to_resume`)."""
     folder = CampaignFolder(Path(path).resolve())
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
-    spec = load_spec(folder.spec)
-    cluster = _cluster_options(spec, options)
     with ControllerLock(folder.lock), _campaign_log(folder):
-        _execute(spec, folder, options, cluster, create=False)
+        spec, changes = spec_to_resume(folder, options)
+        cluster = _cluster_options(spec, options)
+        _execute(spec, folder, options, cluster, changes=changes)
     return folder
 
 

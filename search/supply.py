@@ -238,12 +238,20 @@ class TrialSupply:
             if self._resumable:
                 frozen = self._resumable.popleft()
                 log.info("trial %d was left running; starting it again", frozen.number)
-                item = self._configure(optuna.Trial(self._study, frozen._trial_id), self._ledger.finished)
+                item = self._configure(self._reopen(frozen), self._ledger.finished)
             else:
                 item = self._take() or self._ask_here()
             if item is None or not item.invalid:
                 return item
             self._ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
+
+    def _reopen(self, frozen: FrozenTrial) -> optuna.Trial:
+        """A trial left running, to run again; parameters a crash cut from its record are sampled now."""
+        trial = optuna.Trial(self._study, frozen._trial_id)
+        cut = self._spec.space.suggest_missing(trial)
+        if cut:
+            log.warning("trial %d's record was cut short (no %s): sampled now", trial.number, ", ".join(cut))
+        return trial
 
     def _take(self) -> Prepared | None:
         """A trial the asker has ready; a sampler child that died is replaced first (None this turn)."""
@@ -303,6 +311,7 @@ class TrialSupply:
             device=trainer.device,
             data_parallel=data_parallel,
             checkpoint_dir=str(self._folder.trial(trial.number)),
+            log_dir=str(self._folder.trial(trial.number)),  # the trainer's output: trials/<n>/stdout.log
             checkpoint_every=trainer.checkpoint_every,
             deterministic=spec.study.deterministic,
             options=dict(trainer.options),

@@ -36,10 +36,15 @@ class RunningTrial:
     width: int
     submitted: float
     reports: list[ReportRecord] = dataclasses.field(default_factory=list)
-    recorded_steps: set[int] = dataclasses.field(default_factory=set)
+    report_keys: set[str] = dataclasses.field(default_factory=set)  # (step, metrics) of each report, to keep one
+    recorded_steps: set[int] = dataclasses.field(default_factory=set)  # resources with an intermediate value
+    restored: bool = False  # the reports of an earlier controller (metrics.jsonl) were read back
     stop_reason: str = ""
     stop_trigger_time: float = 0.0  # when the report that led to the stop was sent (worker clock)
     stop_requested_at: float = 0.0
+    killed: str = ""  # why its worker's processes were killed (it did not answer a time limit's stop request)
+    kill_tried: bool = False
+    collateral: bool = False  # its run ended because another trial's worker was killed: run again, not charged
     attempts: int = 0  # re-runs after its worker was lost while it ran
     requeues: int = 0  # re-sends after its worker was lost before it started (not charged)
     started_at: float | None = None  # when a worker began it (it may wait queued before)

@@ -456,6 +456,16 @@ class SearchSpace:
             if name in named:
                 values[name] = _value_of(param, trial.params)
 
+    def suggest_missing(self, trial: Any) -> list[str]:
+        """Suggest on ``trial`` every parameter it should have and lacks (its record was cut short by a
+        crash between its parameters); the names it lacked, in order."""
+        before = set(trial.params)
+        for name, dist in self.base_distributions().items():
+            if name not in before:
+                _suggest(trial, name, dist)
+        self.suggest(trial)  # the conditional ones; those it has keep their values
+        return [name for name in trial.params if name not in before]
+
     def complete(self, sampled: Mapping[str, Any]) -> dict[str, Any]:
         """Sampled values as builtins plus the fixed values, in spec order.
 

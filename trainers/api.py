@@ -72,6 +72,8 @@ class TrialConfig:
     trainer's fixed settings from the spec's ``[trainer.options]`` table.
     ``devices`` are the concrete accelerator ids leased to this trial (empty on CPU).
     ``checkpoint_dir`` is where the trainer may write checkpoints (``None``: don't).
+    ``log_dir`` is where whoever runs the trial keeps what it prints (``stdout.log``; ``None``:
+    nowhere special); ``trainers.ddp`` then copies its ranks' output into its own streams.
     Population-based training runs a trial in segments: ``epochs`` is where this
     segment ends, ``schedule_epochs`` the whole run the LR schedule spans, and
     ``inherit_checkpoint`` lets the trial continue from a checkpoint another trial
@@ -93,6 +95,7 @@ class TrialConfig:
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schedule_epochs: int | None = None
     inherit_checkpoint: bool = False
+    log_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.number, int) or self.number < 0:
@@ -142,7 +145,9 @@ class Reporter(Protocol):
 
     ``report`` never blocks on a decision; ``should_stop`` tells the trainer that the
     controller asked it to stop (pruned, time limit); the trainer then returns its
-    last metrics promptly.
+    last metrics promptly. A trainer resumed from its checkpoint reports again the
+    reports the checkpoint covers (one may have been lost with a dying worker); the
+    controller keeps each (step, metrics) once.
     """
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None: ...

@@ -18,7 +18,8 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 
     The state goes to a temporary file in the same folder, is flushed and fsynced,
     and then replaces ``path`` in one ``os.replace``; readers see the old file or
-    the new one, never a partial one.
+    the new one, never a partial one. A failed write (a full disk) removes the temporary
+    file and raises ``OSError`` naming ``path``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -29,9 +30,12 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
+        inner = exc.__context__
+        if isinstance(exc, RuntimeError) and isinstance(inner, OSError):  # torch.save wraps a failed write
+            raise OSError(inner.errno, inner.strerror, str(path)) from exc
         raise
     _fsync_dir(path.parent)
 

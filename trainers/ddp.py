@@ -24,7 +24,9 @@ How they talk:
   calls ``reporter.report`` and then ``reporter.should_stop()`` and answers with
   the stop flag, which rank 0 broadcasts to every rank at the epoch end.
 - output: each rank's stdout and stderr go to files in a private temporary
-  folder, removed when the trial ends.
+  folder, removed when the trial ends; when the trial keeps a log
+  (``config.log_dir``), their lines are copied into the launcher's
+  ``sys.stdout``/``sys.stderr`` as they come (:mod:`trainers.rank_output`).
 
 Failures: when any rank exits non-zero, the launcher kills the others (SIGTERM
 to each rank's process group, SIGKILL after ``grace`` seconds) and raises
@@ -57,6 +59,7 @@ import torch.distributed as dist
 
 from trainers.api import Reporter, TrialConfig
 from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT
+from trainers.rank_output import RankOutput
 
 __all__ = ["launch", "rank_devices", "RankError"]
 
@@ -118,7 +121,7 @@ def launch(
     devices = rank_devices(config)
     rank_config = TrialConfig.from_dict({**config.to_dict(), "devices": list(devices)})
     with tempfile.TemporaryDirectory(prefix=f"hypersweep-ddp-{config.study}-{config.number}-") as folder:
-        ranks = _Ranks(Path(folder), config.data_parallel, devices)
+        ranks = _Ranks(Path(folder), config.data_parallel, devices, relay=config.log_dir is not None)
         try:
             ranks.start(entry, rank_config)
             if on_start is not None:
@@ -131,8 +134,9 @@ def launch(
 class _Ranks:
     """The k processes of one launch, their channel to rank 0, and their clean-up."""
 
-    def __init__(self, folder: Path, world_size: int, devices: tuple[int, ...]) -> None:
+    def __init__(self, folder: Path, world_size: int, devices: tuple[int, ...], relay: bool = False) -> None:
         self.folder, self.world_size, self.devices = folder, world_size, devices
+        self.output = RankOutput(folder, world_size) if relay else None
         self.procs: list[subprocess.Popen[bytes]] = []
         self.connection: Connection | None = None
         self.store: dist.TCPStore | None = None
@@ -190,6 +194,8 @@ class _Ranks:
         result: dict[str, float] | None = None
         exit_deadline = math.inf
         while True:
+            if self.output is not None:
+                self.output.pump()
             codes = [p.poll() for p in self.procs]
             if any(code not in (None, 0) for code in codes):
                 raise self._failure(codes)
@@ -268,6 +274,8 @@ class _Ranks:
             _signal_groups(running, signal.SIGKILL)
             for p in self.procs:
                 p.wait()
+            if self.output is not None:
+                self.output.drain()
         finally:
             if self.connection is not None:
                 self.connection.close()

@@ -16,7 +16,9 @@ gradient of the mean loss over the whole global batch, as in one process.
 whatever the width. Validation: each replica evaluates its shard of the
 validation set and the sums (loss, correct) are all-reduced. Only rank 0 writes
 checkpoints (with every replica's dropout generator state); every rank resumes
-from the same file.
+from the same file. The checkpoint carries the reports it covers, and a resumed run
+sends them again first, so a report lost with a dying worker is delivered (the
+controller keeps each once).
 """
 
 from __future__ import annotations
@@ -181,6 +183,8 @@ def train(
     every replica (the rank reporter of :mod:`trainers.ddp_rank` broadcasts rank 0's).
     """
     progress = _resume(settings, model, optimizer, rngs, replica, _noise_estimator(settings, len(data.y_train)))
+    if not settings.inherit:
+        _report_again(progress.history, reporter)
     for epoch in range(progress.epoch, settings.epochs):
         started = time.perf_counter()
         train_loss, lr = _train_epoch(model, optimizer, schedule, data, settings, rngs, progress, replica)
@@ -205,6 +209,18 @@ def train(
         if reporter.should_stop():
             break
     return dict(progress.history[-1])
+
+
+def _report_again(history: list[dict[str, float]], reporter: Reporter) -> None:
+    """Send again the reports the checkpoint covers (epoch ``i + 1`` is ``history[i]``).
+
+    A run that died after a report but before the controller received it would
+    otherwise leave a gap: the re-run starts after that epoch. The controller keeps
+    each (step, metrics) once, so the ones it already has are dropped there. Not for
+    an inherited checkpoint (PBT): its reports are another trial's.
+    """
+    for epoch, metrics in enumerate(history, start=1):
+        reporter.report(epoch, metrics)
 
 
 def _train_epoch(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from trainers.api import TrialConfig
 
-from search.store.folder import CampaignFolder
+from search.store.folder import CampaignFolder, replaced_atomically
 from search.store.records import CONTROLLER_FILES, Attr
 from search.pbt.policy import Action, Member, PBTPolicy, recorded_schedule
 
@@ -98,6 +97,5 @@ def _state_files(folder: Path) -> list[Path]:
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    with replaced_atomically(target) as tmp:
+        shutil.copyfile(source, tmp)

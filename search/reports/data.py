@@ -26,6 +26,7 @@ from search.store.records import TrialRecord
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.store.storage import open_storage, storage_url
 from search.reports.summary import best_table, state_counts, trials_frame
+from search.warm_start import own_trials
 
 __all__ = [
     "CampaignData",
@@ -125,7 +126,7 @@ def load_campaign(path: str | Path) -> CampaignData:
         folder=folder,
         spec=spec,
         study=study,
-        trials=tuple(study.get_trials(deepcopy=False)),
+        trials=tuple(own_trials(study.get_trials(deepcopy=False))),  # not the warm-start copies
         environment=read_environment(folder.environment),
         scaling_dir=scaling if scaling.is_dir() else None,
     )

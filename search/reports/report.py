@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ import pandas as pd
 from search.reports import run_sections, sections
 from search.reports.data import CampaignData, load_campaign, report_frame
 from search.reports.markup import Section, e
-from search.store.folder import write_atomic
+from search.store.folder import replaced_atomically, write_atomic
 from search.store.records import Files
 
 __all__ = ["SECTION_IDS", "ReportFiles", "write_report", "build_sections", "Section"]
@@ -64,9 +63,8 @@ def write_report(path: str | Path) -> ReportFiles:
 
 
 def _write_frame(frame: pd.DataFrame, path: Path, write: Callable[[pd.DataFrame, Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(frame, tmp)
-    os.replace(tmp, path)
+    with replaced_atomically(path) as tmp:
+        write(frame, tmp)
 
 
 def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:

@@ -124,9 +124,10 @@ def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) ->
 
 
 def _local_config(trial: TrialRecord) -> dict[str, Any]:
-    """The recorded config, run here: no checkpoint directory (never resume), no leased devices."""
+    """The recorded config, run here: no checkpoint directory (never resume), no log folder, no leased devices."""
     config = dict(trial.config or {})
     config["checkpoint_dir"] = None
+    config["log_dir"] = None
     config.pop("devices", None)
     return config
 

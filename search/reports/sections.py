@@ -26,6 +26,7 @@ from search.reports.data import (
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
 from search.store.records import spec_sha256_of
+from search.warm_start import own_trials
 
 __all__ = ["spec", "best", "lr", "history", "curves", "importance", "pruning", "pareto", "MAX_CURVE_TRIALS"]
 
@@ -236,7 +237,7 @@ def pareto(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         if not data.spec.study.multi_objective:
             raise LeftOut("a single-objective study has no Pareto front")
-        front = data.study.best_trials
+        front = own_trials(data.study.best_trials)  # not warm-start copies
         names = data.metrics
         rows: list[Sequence[Any]] = [(t.number, *t.values, *t.params.values())
                                      for t in sorted(front, key=lambda t: t.values[0])]

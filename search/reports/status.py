@@ -12,6 +12,7 @@ from search.store.folder import CampaignFolder, ControllerLock
 from search.spec.campaign_spec import load_spec
 from search.store.storage import open_storage, storage_url
 from search.reports.summary import state_counts
+from search.warm_start import describe, is_warm_start, own_trials
 
 __all__ = ["status_text"]
 
@@ -24,12 +25,15 @@ def status_text(path: str | Path) -> str:
     study = optuna.load_study(study_name=spec.study.name, storage=open_storage(storage_url(spec.study.storage, folder)))
     alive = ControllerLock.held(folder.lock)
     counts = state_counts(study)
-    trials = study.get_trials(deepcopy=False)
+    trials = own_trials(study.get_trials(deepcopy=False))
     lines = [
         f"study {spec.study.name!r}: {len(trials)} of {spec.study.n_trials} trials, controller "
         + ("running" if alive else "not running"),
         "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) if counts else "  no trials yet",
     ]
+    warm = describe(study)
+    if warm:
+        lines.append(f"  warm start: {warm['used']} trial(s) from {warm['source']} inform the sampler (not counted)")
     lines += _best_lines(study, spec.study.metrics, spec.study.directions)
     running = [t for t in trials if t.state == TrialState.RUNNING]
     for trial in running:
@@ -43,12 +47,15 @@ def status_text(path: str | Path) -> str:
 
 
 def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...]) -> list[str]:
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    complete = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == TrialState.COMPLETE]
     if not complete:
         return ["  best: none yet"]
     if len(directions) > 1:
-        return [f"  Pareto front: {len(study.best_trials)} trial(s): {[t.number for t in study.best_trials]}"]
+        front = own_trials(study.best_trials)
+        return [f"  Pareto front: {len(front)} trial(s): {[t.number for t in front]}"]
     best = study.best_trial
+    if is_warm_start(best):  # a warm-start copy: the best of the campaign's own trials instead
+        best = (max if directions[0] == "maximize" else min)(complete, key=lambda t: t.value)
     return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), params {best.params}"]
 
 

@@ -1,4 +1,7 @@
-"""Tables of a study's trials (pandas): the best trials, the Pareto front, counts by state."""
+"""Tables of a study's trials (pandas): the best trials, the Pareto front, counts by state.
+
+Only the campaign's own trials: warm-start copies (``search.warm_start``) inform its sampler and are left out.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial
 
 from search.store.records import TrialRecord
+from search.warm_start import own_trials
 
 __all__ = ["trials_frame", "best_table", "state_counts", "trial_params"]
 
@@ -30,7 +34,7 @@ def trial_params(trial: FrozenTrial | TrialRecord) -> dict:
 
 def trials_frame(study: optuna.Study, metrics: tuple[str, ...]) -> pd.DataFrame:
     """One row per trial, with values named by the study's metrics."""
-    rows = [_row(t, metrics) for t in study.get_trials(deepcopy=False)]
+    rows = [_row(t, metrics) for t in own_trials(study.get_trials(deepcopy=False))]
     return pd.DataFrame(rows)
 
 
@@ -58,7 +62,7 @@ def _infeasible(study: optuna.Study) -> set[int]:
 
 def state_counts(study: optuna.Study) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for trial in study.get_trials(deepcopy=False):
+    for trial in own_trials(study.get_trials(deepcopy=False)):
         name = TrialRecord.of(trial).state_name
         counts[name] = counts.get(name, 0) + 1
     return counts

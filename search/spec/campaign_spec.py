@@ -10,7 +10,7 @@ check the spec against what it declares: ``load_spec(path)`` does, for ``run``,
 ``resume`` and ``check``; ``load_spec(path, check_trainer=False)`` reads the spec
 alone, for commands that only look at a campaign (``status``, ``report``), and
 :func:`check_trainer` runs the trainer checks later (``reproduce``). The sections have their own modules: ``[cluster]``
-(:mod:`search.spec.cluster`), ``[pbt]`` (:mod:`search.spec.pbt`), ``[scaling]``
+(:mod:`search.spec.cluster`), ``[logging]`` (:mod:`search.spec.logs`), ``[pbt]`` (:mod:`search.spec.pbt`), ``[scaling]``
 (:mod:`search.spec.scaling`); the sampler names and their rules are the registry
 in :mod:`search.sampling.samplers`.
 """
@@ -31,6 +31,8 @@ from spaces.params import SearchSpace, parse_space
 
 from search.sampling.samplers import CONSTRAINED, REPLICA_SAFE, SAMPLERS, SAMPLING, sampling_problem, space_problem
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, parse_cluster
+from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
+from search.spec.enqueue import parse_enqueue
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.spec.table import SpecError, SpecTable, _closest, _show
@@ -79,6 +81,7 @@ class StudySpec:
     n_trials: int = 20
     time_budget: float = 0.0
     trial_timeout: float = 0.0
+    stop_grace: float = 60.0  # seconds a trial asked to stop by a time limit has to end before it is killed
     storage: str = ""
     pruner: str = "none"
     deterministic: bool = False
@@ -89,6 +92,7 @@ class StudySpec:
     parallelism: int = 4
     max_retries: int = 2
     constraints: tuple[str, ...] = ()  # reported metrics that must be <= 0 for a feasible trial
+    warm_start: str = ""  # an earlier campaign folder or Optuna storage URL[#study] whose trials seed the sampler
 
     @property
     def multi_objective(self) -> bool:
@@ -130,6 +134,8 @@ class CampaignSpec:
     text: str
     scaling: ScalingSpec | None = None
     pbt: PBTSpec | None = None
+    enqueue: tuple[dict[str, Any], ...] = ()  # ``[[enqueue]]``: configurations run first, flat parameter names
+    logging: LoggingSpec = dataclasses.field(default_factory=LoggingSpec)  # ``[logging]``: TensorBoard, MLflow
 
     @property
     def objective_metrics(self) -> tuple[str, ...]:
@@ -151,11 +157,11 @@ class CampaignSpec:
 
 # --- sections --------------------------------------------------------------------------------
 
-_TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt")
+_TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt", "enqueue", "logging")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
-    "time_budget", "trial_timeout", "storage", "pruner", "deterministic", "parallelism", "max_retries",
-    "scheduler", "dispatch_ahead", "batch_trials", "sampling", "constraints",
+    "time_budget", "trial_timeout", "stop_grace", "storage", "pruner", "deterministic", "parallelism", "max_retries",
+    "scheduler", "dispatch_ahead", "batch_trials", "sampling", "constraints", "warm_start",
 )  # fmt: skip
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
 _PRUNER = (
@@ -209,6 +215,7 @@ def _study(t: SpecTable) -> StudySpec:
         n_trials=t.int("n_trials", 20, minimum=1),
         time_budget=t.float("time_budget", 0.0, minimum=0.0),
         trial_timeout=t.float("trial_timeout", 0.0, minimum=0.0),
+        stop_grace=t.float("stop_grace", 60.0, minimum=0.0),
         storage=t.str("storage", ""),
         pruner=pruner,
         deterministic=t.bool("deterministic", False),
@@ -219,6 +226,7 @@ def _study(t: SpecTable) -> StudySpec:
         sampling=sampling,
         max_retries=t.int("max_retries", 2, minimum=0),
         constraints=_constraints(t, sampler),
+        warm_start=t.str("warm_start", ""),
     )
 
 
@@ -397,7 +405,9 @@ def parse_spec(
         raise SpecError(source, *problem)
     _check_data_parallel(source, space, trainer)
     pbt = _pbt(source, top, study, trainer, space)
-    spec = CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt)
+    enqueue = parse_enqueue(source, "enqueue", data["enqueue"], space, study.n_trials) if "enqueue" in data else ()
+    logs = parse_logging(SpecTable(source, "logging", top.table("logging"), LOGGING_KEYS), check_trainer)
+    spec = CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt, enqueue, logging=logs)
     return _check_trainer(spec) if check_trainer else spec
 
 

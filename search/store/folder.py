@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -9,6 +10,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -18,6 +20,7 @@ from search.store.records import Files
 
 __all__ = [
     "CampaignFolder", "ControllerLock", "FolderLockedError", "make_private", "write_atomic", "write_atomic_bytes",
+    "replaced_atomically",
 ]  # fmt: skip
 
 #: A campaign folder's mode: its owner's alone. It holds the study, checkpoints and the cluster's
@@ -132,11 +135,25 @@ def write_atomic(path: Path, text: str) -> None:
 
 def write_atomic_bytes(path: Path, data: bytes) -> None:
     """Write then rename, so a crash never leaves a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    with replaced_atomically(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: Path) -> Iterator[Path]:
+    """A temporary name next to ``path`` to write; it replaces ``path`` when the block ends.
+
+    If the block raises (a full disk), the temporary file is removed: nothing is left behind.
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
     os.replace(tmp, path)
 
 

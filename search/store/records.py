@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -40,6 +41,7 @@ __all__ = [
     "encode_history",
     "metrics_line",
     "append_metrics_line",
+    "read_metrics_lines",
     "spec_sha256_of",
 ]
 
@@ -161,12 +163,35 @@ def metrics_line(step: int, metrics: Mapping[str, float], at: float, worker: str
 
 
 def append_metrics_line(path: Path, step: int, metrics: Mapping[str, float], at: float, worker: str = "") -> None:
-    """Append one report to a trial's ``metrics.jsonl``."""
-    with open(path, "a") as fh:
-        fh.write(metrics_line(step, metrics, at, worker))
+    """Append one report to a trial's ``metrics.jsonl`` (on a line of its own, after a torn last line too)."""
+    with open(path, "a+b") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        torn = end > 0 and fh.seek(end - 1) >= 0 and fh.read(1) != b"\n"
+        fh.write((("\n" if torn else "") + metrics_line(step, metrics, at, worker)).encode())
 
 
 # --- reading -----------------------------------------------------------------------------------
+
+
+def read_metrics_lines(path: Path) -> list[tuple[int, dict[str, float], float]]:
+    """The reports in a trial's ``metrics.jsonl`` as ``(step, metrics, time)``; none if there is no file.
+
+    A line that is not a whole report (torn by a crash mid-write) is skipped.
+    """
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    reports = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            step, at = int(record.pop("step")), float(record.pop("time"))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        record.pop("worker", None)
+        reports.append((step, {str(k): _float(v) for k, v in record.items()}, at))
+    return reports
 
 
 def _float(value: Any) -> float:

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from cluster.executor import CANCELLED, ERROR, LOST, OK, Outcome
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.campaign import Campaign
-from search.policies import Resubmit, RetryLostTrials
+from search.policies import KilledTrials, Resubmit, RetryLostTrials, Verdict
 from search.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
@@ -126,3 +126,37 @@ def test_a_trial_lost_before_it_started_is_sent_again_without_being_charged_a_re
     assert policy.on_finished(queued, lost()) is None  # a bound: a trial no worker can keep alive ends
     started = running_trial(study)
     assert policy.on_finished(started, lost()) is None  # max_retries=0: a started trial is charged
+
+
+@pytest.mark.parametrize("status", [LOST, CANCELLED])
+def test_a_trial_that_only_shared_a_killed_worker_runs_again_free_unless_it_was_stopping(status: str) -> None:
+    study = optuna.create_study()
+    policy = KilledTrials()
+    innocent = running_trial(study)
+    innocent.collateral = True
+    decision = policy.on_finished(innocent, Outcome(status, error="killed"))
+    assert isinstance(decision, Resubmit) and decision.config is innocent.config
+    assert (innocent.attempts, innocent.requeues, innocent.collateral) == (0, 1, False)
+    assert policy.on_finished(innocent, Outcome(status, error="lost again")) is None  # a later loss is a loss
+
+    stopping = running_trial(study)
+    stopping.collateral, stopping.stop_reason = True, "time budget"
+    stopping.reports.append((1, {"score": 0.5}, 2.0))
+    assert policy.on_finished(stopping, Outcome(status, error="killed")) == Verdict(
+        TrialState.PRUNED, (), "time budget (its worker was restarted)"
+    )
+
+
+def test_a_killed_trial_is_pruned_when_it_reported_else_failed_with_the_kill_as_reason() -> None:
+    study = optuna.create_study()
+    policy = KilledTrials()
+    silent = running_trial(study)
+    silent.killed = "trial timeout: killed after 61 s without answering the stop request"
+    assert policy.on_finished(silent, Outcome(CANCELLED, error="cancelled")) == Verdict(
+        TrialState.FAIL, (), silent.killed
+    )
+    spoke = running_trial(study)
+    spoke.killed = silent.killed
+    spoke.reports.append((1, {"score": 0.5}, 2.0))
+    assert policy.on_finished(spoke, Outcome(LOST, error="gone")).state == TrialState.PRUNED
+    assert policy.on_finished(running_trial(study), Outcome(LOST, error="gone")) is None  # not killed: not ours

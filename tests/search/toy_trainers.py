@@ -68,3 +68,91 @@ def own_lr(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
 
 own_lr.accepted_params = frozenset({"lr", "width", "schedule"})  # type: ignore[attr-defined]
 own_lr.reported_metrics = frozenset({"error", "lr", "epoch", "examples", "steps"})  # type: ignore[attr-defined]
+
+
+def lossy_classifier(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """The built-in classifier, whose first run loses a report with its worker.
+
+    ``options.lose_report = [step, "<marker path>"]``: while the marker does not exist, the report of
+    ``step`` never reaches the controller, and after the checkpoint that covers it is written the
+    worker process dies (the marker is created first). The re-run resumes from that checkpoint.
+    """
+    import dataclasses
+
+    from trainers.classifier import fit as classifier_fit
+
+    options = dict(config.options)
+    step, marker = options.pop("lose_report")
+    first_run = not Path(marker).exists()
+    return classifier_fit(dataclasses.replace(config, options=options), _Lossy(reporter, int(step), marker, first_run))
+
+
+class _Lossy:
+    def __init__(self, inner: Reporter, step: int, marker: str, first_run: bool) -> None:
+        self._inner, self._step, self._marker, self._first_run = inner, step, marker, first_run
+        self._last = 0
+
+    def report(self, step: int, metrics) -> None:  # type: ignore[no-untyped-def]
+        self._last = step
+        if not (self._first_run and step == self._step):
+            self._inner.report(step, metrics)
+
+    def should_stop(self) -> bool:  # the loop asks after its checkpoint: the worker dies right there
+        if self._first_run and self._last == self._step:
+            Path(self._marker).write_text("lost")
+            os._exit(3)
+        return self._inner.should_stop()
+
+
+def hanging(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """Reports ``params.reports`` epochs, then (``params.hang``) stops answering for good.
+
+    A hanging trial starts a child process (``sleep``) first and writes its pid to
+    ``<options.pids>/<number>``, so a test can check that killing the trial ended it too.
+    """
+    import subprocess
+
+    for epoch in range(1, int(config.params["reports"]) + 1):
+        reporter.report(epoch, {"score": float(epoch), "epoch": float(epoch)})
+    if not config.params["hang"]:
+        time.sleep(float(config.options.get("sleep", 0.0)))
+        return {"score": 1.0}
+    child = subprocess.Popen(["sleep", "600"])
+    Path(config.options["pids"], str(config.number)).write_text(str(child.pid))
+    while True:  # never reports, never asks should_stop
+        time.sleep(0.05)
+
+
+def checkpointing(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """Checkpoints every epoch with the real ``save_checkpoint``; resumes from it, reporting its epochs again.
+
+    ``options.fill = ["<folder>", "<marker>"]``: trial 1, while the marker does not exist, creates it and
+    fills the disk of ``<folder>`` (a small tmpfs in the test) before its second checkpoint.
+    """
+    from trainers.checkpoint import load_checkpoint, save_checkpoint
+
+    path = Path(config.checkpoint_dir or ".") / "checkpoint.pt"
+    state = load_checkpoint(path) or {"epoch": 0, "history": []}
+    for epoch, metrics in enumerate(state["history"], start=1):
+        reporter.report(epoch, metrics)
+    for epoch in range(int(state["epoch"]) + 1, config.epochs + 1):
+        metrics = {"score": float(config.params["quality"]) * epoch / config.epochs}
+        reporter.report(epoch, metrics)
+        if epoch == 2 and config.number == 1 and config.options.get("fill"):
+            _fill_once(*config.options["fill"])
+        save_checkpoint(path, {"epoch": epoch, "history": [*state["history"], metrics], "pad": b"x" * 4096})
+        state = load_checkpoint(path) or state
+    return dict(state["history"][-1])
+
+
+def _fill_once(folder: str, marker: str) -> None:
+    if Path(marker).exists():
+        return
+    Path(marker).write_text("filled")
+    with open(Path(folder, "filler"), "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass

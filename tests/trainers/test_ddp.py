@@ -73,11 +73,13 @@ def test_k2_agrees_with_k1_at_the_same_global_batch(make_config, k2_run) -> None
 @pytest.mark.timeout(300)
 def test_k2_resumes_from_its_checkpoint_exactly(make_config, k2_run, tmp_path: Path, without_timing) -> None:
     config = make_config(PARAMS, epochs=2, data_parallel=2, checkpoint_dir=str(tmp_path))
-    fit(config, RecordingReporter(stop_after=1))
+    first = RecordingReporter(stop_after=1)
+    fit(config, first)
     assert (tmp_path / "checkpoint.pt").exists()
     resumed = RecordingReporter()
     final = fit(config, resumed)
-    assert [step for step, _ in resumed.reports] == [2]
+    assert [step for step, _ in resumed.reports] == [1, 2]  # the checkpoint's report again, then epoch 2
+    assert resumed.reports[:1] == first.reports
     assert without_timing(final) == without_timing(k2_run[-1][1])
 
 

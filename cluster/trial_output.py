@@ -1,0 +1,171 @@
+"""A trial's output in its folder: what the trainer prints goes to ``<log_dir>/stdout.log``.
+
+Several trials may run at once in one worker process, one per thread, so ``sys.stdout`` and
+``sys.stderr`` cannot simply be swapped. While any trial runs they are each a
+:class:`ThreadRouter`: a write from a trial's thread goes to that trial's :class:`TrialLog`,
+any other write to the stream the router replaced. The routers go in with the first trial
+and come out after the last (unless someone replaced them meanwhile), so a process that only
+runs trials now and then (an in-process executor, a test) keeps its own streams otherwise.
+
+A process the trainer starts with ``stdout=sys.stdout`` inherits the log file itself
+(:meth:`ThreadRouter.fileno` answers with it in a trial's thread); ``trainers.ddp`` copies its
+ranks' output into the launching thread's streams. Output written straight to file
+descriptors 1 and 2 (C code) and by threads the trainer starts is not routed.
+
+A log keeps at most ``MAX_LOG_BYTES`` (over all runs of the trial: retries and segments
+append); what comes after is dropped, and a ``[truncated]`` line says so. A log that cannot be
+written (a full disk) stops quietly: a trial never fails for its log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["STDOUT_LOG", "MAX_LOG_BYTES", "TrialLog", "ThreadRouter", "TrialOutput", "route_output"]
+
+STDOUT_LOG = "stdout.log"
+MAX_LOG_BYTES = 100 * 2**20
+_log = logging.getLogger(__name__)
+TRUNCATED = b"\n[truncated: this log reached its size limit; later output was dropped]\n"
+
+
+class TrialLog:
+    """One trial's log file, appended to unbuffered (nothing is lost when the process dies), capped."""
+
+    def __init__(self, path: Path, limit: int = MAX_LOG_BYTES) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
+        self._limit = limit
+        self._size = os.fstat(self._file.fileno()).st_size
+        self._truncated = self._size >= limit
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        self.write_bytes(text.encode("utf-8", errors="replace"))
+        return len(text)
+
+    def write_bytes(self, data: bytes) -> None:
+        with self._lock:
+            if self._truncated or self._file.closed or not data:
+                return
+            room = self._limit - self._size
+            if len(data) > room:
+                data, self._truncated = data[: max(room, 0)] + TRUNCATED, True
+            try:
+                self._file.write(data)
+            except OSError as exc:  # a full disk: the log stops, the trial does not fail for it
+                self._truncated = True
+                _log.warning("%s: cannot write (%s); later output is dropped", self.path, exc)
+                return
+            self._size += len(data)
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class ThreadRouter:
+    """Stands in for ``sys.stdout`` or ``sys.stderr``: writes from a routed thread go to its log."""
+
+    def __init__(self, original: TextIO | None, routes: dict[int, TrialLog]) -> None:
+        self.original = original
+        self._routes = routes
+
+    def _log(self) -> TrialLog | None:
+        return self._routes.get(threading.get_ident())
+
+    def write(self, text: str) -> int:
+        log = self._log()
+        if log is not None:
+            return log.write(text)
+        return self.original.write(text) if self.original is not None else len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._log() is None and self.original is not None:
+            self.original.flush()
+
+    def isatty(self) -> bool:
+        return self._log() is None and self.original is not None and self.original.isatty()
+
+    def fileno(self) -> int:
+        log = self._log()
+        if log is not None:
+            return log.fileno()
+        if self.original is None:
+            raise OSError("no stream behind this router")
+        return self.original.fileno()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, errors, buffer...: the original stream's
+        return getattr(self.original, name)
+
+
+_ROUTES: dict[int, TrialLog] = {}  # thread id -> the log of the trial it runs
+_ROUTERS: dict[str, ThreadRouter] = {}  # "stdout"/"stderr" -> the router installed on it
+_LOCK = threading.Lock()
+
+
+class TrialOutput:
+    """The output of the trial running in this thread, routed to its log until :meth:`close`."""
+
+    def __init__(self, log: TrialLog | None) -> None:
+        self.log = log
+
+    def write(self, text: str) -> None:
+        if self.log is not None:
+            self.log.write(text)
+
+    def close(self) -> None:
+        if self.log is None:
+            return
+        with _LOCK:
+            _ROUTES.pop(threading.get_ident(), None)
+            if not _ROUTES:
+                _uninstall()
+        self.log.close()
+
+
+def route_output(log_dir: str | None, number: int) -> TrialOutput:
+    """Route this thread's ``sys.stdout``/``sys.stderr`` to ``<log_dir>/stdout.log`` (``None``: leave them)."""
+    if not log_dir:
+        return TrialOutput(None)
+    try:
+        log = TrialLog(Path(log_dir) / STDOUT_LOG)
+    except OSError as exc:  # the campaign folder is not reachable from this worker: output stays where it was
+        _log.warning("trial %d: cannot open its log in %s (%s); its output is not kept", number, log_dir, exc)
+        return TrialOutput(None)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    log.write(f"=== trial {number}: started {stamp} on {socket.gethostname()} (pid {os.getpid()}) ===\n")
+    with _LOCK:
+        _ROUTES[threading.get_ident()] = log
+        _install()
+    return TrialOutput(log)
+
+
+def _install() -> None:
+    for name in ("stdout", "stderr"):
+        current = getattr(sys, name)
+        if not isinstance(current, ThreadRouter):
+            _ROUTERS[name] = ThreadRouter(current, _ROUTES)
+            setattr(sys, name, _ROUTERS[name])
+
+
+def _uninstall() -> None:
+    for name, router in list(_ROUTERS.items()):
+        if getattr(sys, name) is router:  # nobody replaced it since
+            setattr(sys, name, router.original)
+        del _ROUTERS[name]

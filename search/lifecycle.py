@@ -1,0 +1,132 @@
+"""A campaign between its runs: what a new study starts with, and what a resumed one may change.
+
+- A new study gets the warm-start source's finished trials (:mod:`search.warm_start`), then the
+  enqueued configurations (``[[enqueue]]``, ``--enqueue FILE``, ``search.run(enqueue=...)``) as
+  waiting trials, which the first asks run; they count in the trial budget. Neither happens again
+  on ``resume``.
+- A resumed campaign runs under its folder's ``spec.toml`` (or ``--spec FILE``); if that differs from
+  the spec the study recorded it refuses, listing the changes, unless they are allowed; ``--n-trials N``
+  sets the budget (at least the trials already finished). An allowed change is written into
+  ``spec.toml`` and recorded in the study (:data:`~search.spec.changes.SPEC_CHANGES`, ``campaign.log``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from spaces.errors import InputError
+
+from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
+from search.spec.changes import SPEC_CHANGES, SPEC_TEXT, resume_text
+from search.spec.enqueue import parse_enqueue
+from search.spec.table import SpecError
+from search.store.folder import CampaignFolder, write_atomic
+from search.store.records import StudyAttr, spec_sha256_of
+from search.store.storage import flusher, open_storage, storage_url
+from search.warm_start import own_trials, source_trials, warm_start
+
+if TYPE_CHECKING:
+    from search.runner import RunOptions
+
+__all__ = ["ENQUEUED", "NewStudy", "check_new", "spec_to_resume", "record_spec_changes"]
+
+log = logging.getLogger(__name__)
+
+ENQUEUED = "enqueued"  # a trial's user attribute: where its enqueued configuration came from
+
+
+class NewStudy:
+    """What a new campaign's study starts with, checked before anything is created."""
+
+    def __init__(self, spec: CampaignSpec, options: RunOptions) -> None:
+        self.enqueue = [(params, "spec [[enqueue]]") for params in spec.enqueue]
+        self.enqueue += [(params, options.enqueue_source) for params in options.enqueue]
+        if len(self.enqueue) > spec.study.n_trials:
+            raise SpecError(spec.source, "enqueue", f"{len(self.enqueue)} enqueued configurations do not fit in "
+                            f"the budget of {spec.study.n_trials} trials")  # fmt: skip
+        self.source = options.warm_start or spec.study.warm_start
+        if self.source and (spec.scaling is not None or spec.pbt is not None):
+            raise SpecError(spec.source, "study.warm_start", "a scaling sweep or PBT cannot start warm")
+        self.found: list[FrozenTrial] = source_trials(self.source, spec) if self.source else []
+
+    def seed(self, spec: CampaignSpec, study: optuna.Study) -> list[str]:
+        """Add the warm-start trials, then the waiting enqueued ones; the lines that say what was added."""
+        lines = []
+        if self.source:
+            lines.append(warm_start(study, spec, self.source, self.found).line())
+        for params, source in self.enqueue:
+            study.enqueue_trial(params, user_attrs={ENQUEUED: source})
+        if self.enqueue:
+            lines.append(f"enqueued {len(self.enqueue)} configuration(s): they run first, within the budget")
+        for line in lines:
+            log.info("%s", line)
+        return lines
+
+
+def check_new(spec: CampaignSpec, options: RunOptions) -> NewStudy:
+    """The new study's warm start and enqueued configurations, checked (a one-line error if one is wrong)."""
+    return NewStudy(spec, options)
+
+
+def enqueue_from(entries: Any, spec: CampaignSpec, source: str = "enqueue") -> tuple[dict[str, Any], ...]:
+    """Configurations given in Python (a dict or a list of dicts), checked against ``spec``'s space."""
+    return parse_enqueue(source, "enqueue", entries, spec.space, spec.study.n_trials)
+
+
+# --- resume --------------------------------------------------------------------------------------
+
+
+def spec_to_resume(folder: CampaignFolder, options: RunOptions) -> tuple[CampaignSpec, list[str]]:
+    """The spec a resume runs under (written into ``spec.toml``), and its changes from the recorded one."""
+    frozen = load_spec(folder.spec, check_trainer=False)
+    study = _read_study(frozen, folder)
+    current = Path(options.spec_file).read_text() if options.spec_file else folder.spec.read_text()
+    where = str(options.spec_file or folder.spec)
+    text, changes = resume_text(where, study.user_attrs.get(SPEC_TEXT), spec_sha256_of(study), current,
+                                options.n_trials, options.allow_changes)  # fmt: skip
+    if options.n_trials is not None:
+        _check_budget(options.n_trials, study)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(where, "toml", f"not valid TOML ({exc})") from None
+    parse_spec(data, where, text, check_trainer=False)  # its mistakes name the file they are in
+    if text != folder.spec.read_text():
+        write_atomic(folder.spec, text)
+    return load_spec(folder.spec), changes  # and checked against its trainer
+
+
+def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
+    storage = open_storage(storage_url(spec.study.storage, folder))
+    try:
+        return optuna.load_study(study_name=spec.study.name, storage=storage)
+    except KeyError:
+        raise InputError(f"{folder.root}: the storage holds no study {spec.study.name!r} "
+                         "(was [study] name changed in spec.toml?)") from None  # fmt: skip
+
+
+def _check_budget(n_trials: int, study: optuna.Study) -> None:
+    finished = sum(t.state.is_finished() for t in own_trials(study.get_trials(deepcopy=False)))
+    if n_trials < max(finished, 1):
+        raise InputError(f"--n-trials {n_trials}: must be >= {max(finished, 1)}, "
+                         f"the trials this campaign has already finished ({finished})")  # fmt: skip
+
+
+def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[str]) -> None:
+    """Record the spec the study now runs under (text and hash) and, if any, the changes that led to it."""
+    if changes:
+        history = list(study.user_attrs.get(SPEC_CHANGES) or [])
+        history.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes})
+        study.set_user_attr(SPEC_CHANGES, history)
+        log.info("resumed under a changed spec: %s", "; ".join(changes))
+    if changes or study.user_attrs.get(SPEC_TEXT) != spec.text:
+        study.set_user_attr(SPEC_TEXT, spec.text)
+        study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
+    flusher(study._storage)()

@@ -1,0 +1,155 @@
+"""Warm start: the finished trials of an earlier campaign or Optuna study, added to a new study for its sampler.
+
+The source (``[study] warm_start``, ``hypersweep run --warm-start``) is a campaign folder (``runs/digits``)
+or an Optuna storage URL with the study's name after ``#`` (``sqlite:///old.db#digits``; the name may be
+left out when the storage holds one study). Its COMPLETE trials, and its PRUNED trials that reported
+intermediate values, whose parameters fit this campaign's space, are added to the new study once, when it
+is created (``Study.add_trials``), each with the user attribute ``warm_start = <source>``. The sampler
+(and the pruner) learn from them; they are not this campaign's trials: they take none of its budget and
+appear in none of its counts, tables or best values (:func:`own_trials`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from spaces.errors import InputError
+
+from search.spec.enqueue import misfit
+
+if TYPE_CHECKING:
+    from search.spec.campaign_spec import CampaignSpec
+
+__all__ = [
+    "WARM_START", "WarmStart", "WarmStartError", "is_warm_start", "own_trials", "warm_start", "source_trials",
+    "describe",
+]  # fmt: skip
+
+WARM_START = "warm_start"  # user attribute of a copied trial (its source) and of the study (what was used)
+WARM_START_TRIAL = "warm_start_trial"  # user attribute of a copied trial: its number in the source
+
+
+class WarmStartError(InputError):
+    """A warm-start source that cannot be read or does not match the campaign (exit status 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStart:
+    """What a warm start added: ``used`` trials from ``source``; ``skipped`` did not fit the space."""
+
+    source: str
+    used: int
+    skipped: int
+
+    def line(self) -> str:
+        return (f"warm start from {self.source}: {self.used} finished trial(s) used, {self.skipped} skipped "
+                "(parameters outside this space); they inform the sampler, not this campaign's counts")  # fmt: skip
+
+
+def is_warm_start(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` was copied from a warm-start source (not one of this campaign's trials)."""
+    return WARM_START in trial.user_attrs
+
+
+def own_trials(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
+    """The campaign's own trials: ``trials`` without the warm-start copies."""
+    return [t for t in trials if not is_warm_start(t)]
+
+
+def warm_start(
+    study: optuna.Study, spec: CampaignSpec, source: str, found: list[FrozenTrial] | None = None
+) -> WarmStart:
+    """Add the fitting finished trials of ``source`` (``found``: read already) to ``study``; record and return them."""
+    found = source_trials(source, spec) if found is None else found
+    copies = [copy for trial in found if (copy := _copy(trial, spec, source)) is not None]
+    study.add_trials(copies)
+    done = WarmStart(source, len(copies), len(found) - len(copies))
+    study.set_user_attr(WARM_START, dataclasses.asdict(done))
+    return done
+
+
+def source_trials(source: str, spec: CampaignSpec) -> list[FrozenTrial]:
+    """The source study's own COMPLETE trials and PRUNED trials with intermediate values (checked objectives)."""
+    study = _open(source)
+    directions = tuple(d.name.lower() for d in study.directions)
+    if directions != spec.objective_directions:
+        raise WarmStartError(f"warm start {source!r}: its study optimises {list(directions)}, this one "
+                             f"{list(spec.objective_directions)}")  # fmt: skip
+    names = study.metric_names
+    if names is not None and tuple(names) != spec.objective_metrics:
+        raise WarmStartError(f"warm start {source!r}: its study's metrics are {names}, this one's "
+                             f"{list(spec.objective_metrics)}")  # fmt: skip
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    return [t for t in own_trials(finished) if t.state == TrialState.COMPLETE or t.intermediate_values]
+
+
+def _copy(trial: FrozenTrial, spec: CampaignSpec, source: str) -> FrozenTrial | None:
+    """``trial`` as a trial of this campaign's space (its distributions), or None if it does not fit."""
+    dists = spec.space.distributions()
+    if any(name not in dists or misfit(dists[name], value) for name, value in trial.params.items()):
+        return None
+    if any(name not in trial.params for name in spec.space.base_distributions()):
+        return None
+    complete = trial.state == TrialState.COMPLETE
+    constraints = dict(trial.constraints) if spec.study.constraints and trial.constraints else None
+    return optuna.trial.create_trial(
+        state=trial.state,
+        values=list(trial.values) if complete else None,
+        params=dict(trial.params),
+        distributions={name: dists[name] for name in trial.params},
+        user_attrs={WARM_START: source, WARM_START_TRIAL: trial.number},
+        intermediate_values=dict(trial.intermediate_values),
+        constraints=constraints,
+    )
+
+
+def _open(source: str) -> optuna.Study:
+    """The source's study: a campaign folder's, or ``URL#name`` (the storage's only study without ``#name``)."""
+    from search.store.storage import open_storage
+
+    url, name = _locate(source)
+    try:
+        storage = open_storage(url)
+        names = optuna.study.get_all_study_names(storage)
+    except Exception as exc:  # noqa: BLE001 - any storage's failure to open, as one line
+        raise WarmStartError(f"warm start {source!r}: cannot open the storage ({type(exc).__name__}: {exc})") from None
+    if not name and len(names) != 1:
+        raise WarmStartError(f"warm start {source!r}: the storage holds {len(names)} studies ({', '.join(names)}); "
+                             "name one after '#'")  # fmt: skip
+    name = name or names[0]
+    if name not in names:
+        raise WarmStartError(f"warm start {source!r}: the storage holds no study {name!r} "
+                             f"(it holds: {', '.join(names) or 'none'})")  # fmt: skip
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _locate(source: str) -> tuple[str, str]:
+    """(storage URL, study name or '') of a campaign folder or a ``URL#name``; a missing file is an error."""
+    from search.spec.campaign_spec import load_spec
+    from search.store.folder import CampaignFolder
+    from search.store.storage import storage_url
+
+    if "://" not in source and not source.startswith("journal:"):
+        folder = CampaignFolder(Path(source).resolve())
+        if not folder.exists():
+            raise WarmStartError(f"warm start {source!r}: not a campaign folder (no spec.toml) nor a storage URL "
+                                 "such as sqlite:///old.db#study")  # fmt: skip
+        spec = load_spec(folder.spec, check_trainer=False)
+        return storage_url(spec.study.storage, folder), spec.study.name
+    url, _, name = source.rpartition("#") if "#" in source else (source, "", "")
+    for prefix in ("sqlite:///", "journal:"):
+        if url.startswith(prefix) and not Path(url.removeprefix(prefix)).is_file():
+            raise WarmStartError(f"warm start {source!r}: no such file {url.removeprefix(prefix)}")
+    return url, name
+
+
+def describe(study: optuna.Study) -> dict[str, Any] | None:
+    """What the study's warm start used (``WarmStart`` as a dict), if it had one."""
+    value = study.user_attrs.get(WARM_START)
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,142 @@
+"""A full disk stops a campaign in one line and loses nothing; a record cut by a crash is completed on resume.
+
+The full disk is real: a 4 MB tmpfs in a private mount namespace (``unshare -m``, which needs root or
+user namespaces; the test is skipped where neither is allowed). The crash is real: SIGKILL of the
+controller, then the journal cut where a crash mid-write would cut it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from cluster.entrypoint import disk_error_of
+
+from dask_processes import wait_for
+from tests.campaign_storage import load as load_campaign
+from tests.spec_files import write_spec
+
+HERE = Path(__file__).resolve().parent
+
+
+def _can_mount_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d && umount $d"
+    return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs a private mount namespace (unshare -m) to make a full disk")
+def test_a_full_disk_stops_the_campaign_in_one_line_and_resume_reruns_what_it_cut(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    done = subprocess.run(
+        ["unshare", "-m", sys.executable, str(HERE / "disk_full_scenario.py"), str(tmp_path)],
+        capture_output=True, text=True, env=subprocess_env, timeout=580,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    code, stderr = result["first"]
+    assert code == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("hypersweep: ") and "No space left on device" in last, stderr
+    assert "hypersweep resume" in last
+    assert result["leftovers"] == []  # no temporary file stays behind
+    code, stderr = result["second"]
+    assert code == 0, stderr
+    # the budget, exactly, and every trial complete: the one whose checkpoint failed ran again
+    assert [(n, state, reports) for n, state, reports in result["trials"]] == [(n, "COMPLETE", 3) for n in range(4)]
+
+
+SPEC = """
+[study]
+name = "cut"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 6
+n_trials = 4
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 2
+options = {{ sleep = 1.0 }}
+
+[space]
+quality = {{ type = "float", low = 0.1, high = 0.9 }}
+tag = {{ type = "int", low = 0, high = 1000 }}
+
+[cluster]
+n_workers = 1
+"""
+
+
+def cut_after_first_parameter_of_last_trial(journal: Path) -> int:
+    """Cut the journal as a crash mid-write would: just after the first parameter of the last trial asked."""
+    lines = journal.read_text().splitlines(keepends=True)
+    created = [i for i, line in enumerate(lines) if json.loads(line)["op_code"] == 4]
+    last = created[-1]
+    number = len(created) - 1
+    first_param = next(i for i in range(last, len(lines)) if json.loads(lines[i])["op_code"] == 5)
+    journal.write_text("".join(lines[: first_param + 1]))
+    return number
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_trial_whose_record_was_cut_mid_parameters_is_completed_and_run_on_resume(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    spec = write_spec(tmp_path / "cut.toml", SPEC.format())
+    folder = tmp_path / "runs" / "cut"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress"],
+        env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (folder / "trials" / "1" / "metrics.jsonl").exists(), 200, "trial 1 to report")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    cut = cut_after_first_parameter_of_last_trial(folder / "study.journal")
+    partial = load_campaign(folder, "cut").trials[cut]
+    assert partial.state == optuna.trial.TrialState.RUNNING and len(partial.params) == 1
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
+        capture_output=True, text=True, env=subprocess_env, timeout=240,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    trials = load_campaign(folder, "cut").get_trials()
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    completed = trials[cut]
+    assert set(completed.params) == {"quality", "tag"}
+    assert completed.params[next(iter(partial.params))] == next(iter(partial.params.values()))  # kept what it had
+    assert "record was cut short" in (folder / "campaign.log").read_text()
+
+
+def test_a_disk_error_is_found_inside_the_error_a_library_wrapped_it_in() -> None:
+    full = OSError(errno.ENOSPC, "No space left on device", "/x/checkpoint.pt")
+    try:
+        try:
+            raise full
+        except OSError:
+            raise RuntimeError("PytorchStreamWriter failed writing file")  # as torch.save does
+    except RuntimeError as wrapped:
+        assert disk_error_of(wrapped) == "ENOSPC"
+    assert disk_error_of(FileNotFoundError(errno.ENOENT, "missing")) == ""  # the trial's own problem
+    assert disk_error_of(ValueError("bad")) == ""

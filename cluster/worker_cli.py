@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import sys
+import time
 from urllib.parse import urlsplit
 
 from .backends import NO_HTTP_ENV, worker_args
@@ -25,6 +26,7 @@ from .resources import detect_gpus
 __all__ = ["WorkerOptions", "worker_command", "check_reachable", "start_worker"]
 
 WORKER_MODULE = "distributed.cli.dask_worker"
+_RETRY_S = 0.2  # between attempts to reach the scheduler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,15 +129,27 @@ def worker_env(options: WorkerOptions) -> dict[str, str]:
 
 
 def check_reachable(address: str, timeout: float) -> None:
-    """Raise ``ClusterError`` unless something accepts TCP connections at ``address`` within ``timeout`` s."""
+    """Raise ``ClusterError`` unless something accepts TCP connections at ``address`` within ``timeout`` s.
+
+    A refused or failed connection is tried again until then: a scheduler started together with its
+    workers may not be listening yet (a refusal comes back at once, long before ``timeout``).
+    """
     parts = urlsplit(address)
     if not parts.hostname or not parts.port:
         raise ValueError(f"scheduler {address!r}: needs a host and a port")
-    try:
-        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise ClusterError(f"cannot reach the Dask scheduler at {address!r} within {timeout:g}s ({exc})") from exc
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(deadline - time.monotonic(), 0.1)
+        try:
+            with socket.create_connection((parts.hostname, parts.port), timeout=left):
+                return
+        except socket.gaierror as exc:  # an unknown host name does not get better by waiting
+            raise ClusterError(f"cannot reach the Dask scheduler at {address!r} ({exc})") from exc
+        except OSError as exc:
+            if time.monotonic() + _RETRY_S >= deadline:
+                message = f"cannot reach the Dask scheduler at {address!r} within {timeout:g}s ({exc})"
+                raise ClusterError(message) from exc
+        time.sleep(_RETRY_S)
 
 
 def start_worker(options: WorkerOptions) -> None:

@@ -164,6 +164,9 @@ def _execute(
     if new is not None:
         for line in new.seed(spec, study):
             print(line)
+        seeded = len(study.get_trials(deepcopy=False))
+        if seeded:  # a warm start's trials: a sampler seeded apart from the source campaign's, which may share the seed
+            study.sampler = campaign_sampler(spec, trials=seeded)
     else:
         record_spec_changes(study, spec, changes or [])
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"

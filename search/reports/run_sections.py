@@ -111,6 +111,7 @@ def environment(data: CampaignData) -> Section:
         ("Dask cluster", _cluster_text(cluster)),
         ("trainer", trainer.get("entry")), ("trainer source", trainer.get("source")),
         ("trainer source sha256", trainer.get("source_sha256")),
+        ("trainer files", _trainer_files_text(trainer)), ("trainer files sha256", trainer.get("files_sha256")),
         ("study seed", study.get("seed")), ("spec sha256", study.get("spec_sha256")),
         ("resumed", len(env.get("resumes") or [])),
     ]  # fmt: skip
@@ -118,6 +119,15 @@ def environment(data: CampaignData) -> Section:
     full = json.dumps(env, indent=2, sort_keys=True, default=str)
     body = kv_html + f"<details><summary>environment.json</summary><pre>{e(full)}</pre></details>"
     return Section("environment", "Environment", body, kv_md)
+
+
+def _trainer_files_text(trainer: dict[str, Any]) -> str | None:
+    """How many of the trainer's files ``files_sha256`` covers, and under which folder (None: not recorded)."""
+    files = trainer.get("files")
+    if files is None:  # recorded before the trainer's files were
+        return None
+    text = f"{len(files)} file(s)" + (f" under {trainer['root']}" if trainer.get("root") else "")
+    return text + (f" ({trainer['files_note']})" if trainer.get("files_note") else "")
 
 
 def _cluster_text(cluster: dict[str, Any]) -> str:

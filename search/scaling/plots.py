@@ -130,6 +130,28 @@ def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None
         ax.plot([fit.b_crit], [y], "D", color=colour, markersize=6, zorder=5)
 
 
+def _draw_fit(ax: Axes, fit: ScalingFit, x: np.ndarray, interval: tuple[float, float] | None, ci: float, *,
+              curve: np.ndarray, scale: np.ndarray | float, label: str, colour: str, bar_colour: str,
+              minimum: float, points: Sequence[float], minimum_label: str = "") -> None:  # fmt: skip
+    """The fitted curve on ``ax`` with, given ``interval``, its band and the ``B_crit`` error bar.
+
+    ``curve`` is the fit over ``x`` and ``scale`` turns steps into the plotted quantity (``1`` for
+    steps, ``x`` for examples). The band is the envelope of the fits with ``B_crit`` in the interval;
+    the error bar sits at twice the curve's ``minimum`` (where it crosses ``B_crit``), or at the
+    median of ``points`` when there is none. With ``minimum_label``, a positive minimum is also
+    drawn as a dotted horizontal line.
+    """
+    band = _band(fit, interval, x) if interval is not None else None
+    if band is not None:
+        ax.fill_between(x, band[0] * scale, band[1] * scale, color=colour, alpha=0.2, linewidth=0, zorder=1,
+                        label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
+    ax.plot(x, curve, "-", color=colour, zorder=2, label=label)
+    if minimum_label and minimum > 0:
+        ax.axhline(minimum, color=colour, linestyle=":", label=minimum_label)
+    height = 2 * minimum if minimum > 0 else float(np.median(points))
+    _draw_b_crit(ax, fit, interval, height, x, bar_colour, ci)
+
+
 def draw_steps_to_target(
     ax: Axes,
     batch_sizes: Sequence[float],
@@ -148,14 +170,9 @@ def draw_steps_to_target(
         _shade_regimes(ax, fit, x, perfect, maximal)
     ax.plot(batch_sizes, steps, "o", color="black", label="best steps to target", zorder=3)
     if fit is not None:
-        band = _band(fit, b_crit_interval, x) if b_crit_interval is not None else None
-        if band is not None:
-            ax.fill_between(x, *band, color="tab:blue", alpha=0.2, linewidth=0, zorder=1,
-                            label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
-        ax.plot(x, fit.predict_steps(x), "-", color="tab:blue", zorder=2,
-                label=f"fit: S_min={fit.s_min:.3g}, B_noise={fit.b_noise:.3g}")  # fmt: skip
-        height = 2 * fit.s_min if fit.s_min > 0 else float(np.median(steps))
-        _draw_b_crit(ax, fit, b_crit_interval, height, x, "tab:blue", ci)
+        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_steps(x), scale=1,
+                  label=f"fit: S_min={fit.s_min:.3g}, B_noise={fit.b_noise:.3g}", colour="tab:blue",
+                  bar_colour="tab:blue", minimum=fit.s_min, points=steps)  # fmt: skip
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")
@@ -204,15 +221,9 @@ def draw_examples_to_target(
     x = _grid(batch_sizes, not_reached)
     ax.plot(batch_sizes, examples, "o", color="black", label="best examples to target", zorder=3)
     if fit is not None:
-        band = _band(fit, b_crit_interval, x) if b_crit_interval is not None else None
-        if band is not None:
-            ax.fill_between(x, band[0] * x, band[1] * x, color="tab:orange", alpha=0.2, linewidth=0, zorder=1,
-                            label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
-        ax.plot(x, fit.predict_examples(x), "-", color="tab:orange", label=f"fit: E_min={fit.e_min:.3g}")
-        if fit.e_min > 0:
-            ax.axhline(fit.e_min, color="tab:orange", linestyle=":", label="E_min")
-        height = 2 * fit.e_min if fit.e_min > 0 else float(np.median(examples))
-        _draw_b_crit(ax, fit, b_crit_interval, height, x, "tab:red", ci)
+        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_examples(x), scale=x,
+                  label=f"fit: E_min={fit.e_min:.3g}", colour="tab:orange", bar_colour="tab:red",
+                  minimum=fit.e_min, points=examples, minimum_label="E_min")  # fmt: skip
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")

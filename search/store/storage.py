@@ -1,4 +1,9 @@
-"""Open the study storage: SQLite (WAL) in the campaign folder by default, any Optuna URL otherwise."""
+"""Open the study storage: the campaign folder's journal file by default, its SQLite (WAL) file, or any Optuna URL.
+
+``storage = "journal"`` (or no ``storage``) is the folder's Optuna journal file, which the
+controller writes with group commit; ``storage = "sqlite"`` is an SQLite database in WAL mode
+in the same folder; anything else is an Optuna storage URL, used as given.
+"""
 
 from __future__ import annotations
 

@@ -140,19 +140,32 @@ def _env(host: str) -> dict[str, str]:
     }
 
 
-def wait_for(predicate, timeout: float, what: str, procs: list[subprocess.Popen] = ()) -> None:
+def logs_tail(logs: dict[str, Path], limit: int = 4000) -> str:
+    """The end of each process's log (its stdout and stderr), for an assertion message."""
+    parts = []
+    for role, path in logs.items():
+        text = path.read_text(errors="replace") if path.exists() else "(no log file)"
+        tail = text[-limit:].rstrip() or "(empty)"
+        parts.append(f"----- {role} ({path.name}), last {limit} characters -----\n{tail}")
+    return "\n".join(parts)
+
+
+def wait_for(predicate, timeout: float, what: str, procs: list[subprocess.Popen] = (),
+             logs: dict[str, Path] | None = None) -> None:  # fmt: skip
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        dead = [p.args for p in procs if p.poll() is not None]
+        dead = [p for p in procs if p.poll() is not None]
         if dead:
-            raise AssertionError(f"waiting for {what}: a process exited: {dead[0]}")
+            raise AssertionError(f"waiting for {what}: a process exited with status {dead[0].returncode}: "
+                                 f"{dead[0].args}\n{logs_tail(logs or {})}")  # fmt: skip
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs_tail(logs or {})}")
 
 
-def _workers_joined(ns: str, tls: list[str]) -> int:
+def _workers_joined(ns: str, tls: list[str], log: Path) -> int:
+    """The workers the scheduler has with CPU=1 (0 when it does not answer); what the probe saw goes to ``log``."""
     code = (
         "import sys; from distributed import Client; from distributed.security import Security\n"
         f"s = Security(tls_ca_file={tls[0]!r}, tls_client_cert={tls[1]!r}, tls_client_key={tls[2]!r}, "
@@ -161,8 +174,13 @@ def _workers_joined(ns: str, tls: list[str]) -> int:
         "print(sorted(str(w['name']) + '=' + repr(w['resources']) for w in c.scheduler_info()['workers'].values()))\n"
         "c.close()\n"
     )
-    out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True, text=True,
-                         env=_env("probe"), timeout=60)  # fmt: skip
+    try:
+        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True, text=True,
+                             env=_env("probe"), timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:  # a starved machine: the caller's deadline decides
+        log.write_text("the probe did not finish within 60s\n")
+        return 0
+    log.write_text(f"the last probe exited {out.returncode}\nstdout: {out.stdout}\nstderr: {out.stderr}")
     return out.stdout.count("{'CPU': 1.0}") if out.returncode == 0 else 0
 
 
@@ -187,21 +205,24 @@ def test_a_campaign_across_three_hosts_survives_a_cut_link(tmp_path: Path) -> No
     spec.write_text(textwrap.dedent(SPEC.format(n=N_TRIALS, marks=marks)))
     runs = tmp_path / "runs"
     procs: list[subprocess.Popen] = []
+    # Every process writes its stdout and stderr to a log here; a failure message ends with their tails.
+    logs = {role: tmp_path / f"{role}.log" for role in ("scheduler", "w1", "w2", "probe", "controller")}
     with three_hosts() as ns:
         try:
             procs.append(_spawn(ns["sched"], "sched", [
                 sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", SCHED_IP, "--port", str(PORT),
                 "--protocol", "tls", "--no-dashboard",
-                "--tls-ca-file", tls[0], "--tls-cert", tls[1], "--tls-key", tls[2]], tmp_path / "scheduler.log"))
+                "--tls-ca-file", tls[0], "--tls-cert", tls[1], "--tls-key", tls[2]], logs["scheduler"]))
             for role, address in (("w1", W1_IP), ("w2", W2_IP)):
                 procs.append(_spawn(ns[role], role, [
                     sys.executable, "-m", "search", "worker", f"tls://{SCHED_IP}:{PORT}", "--slots", "1",
-                    "--tls", *tls, "--host", address, "--name", role, "--timeout", "30"], tmp_path / f"{role}.log"))
-            wait_for(lambda: _workers_joined(ns["sched"], tls) == 2, 60, "two TLS workers, CPU=1 each", procs)
+                    "--tls", *tls, "--host", address, "--name", role, "--timeout", "60"], logs[role]))
+            wait_for(lambda: _workers_joined(ns["sched"], tls, logs["probe"]) == 2, 60, "two TLS workers, CPU=1 each",
+                     procs, logs)  # fmt: skip
 
             controller = _spawn(ns["sched"], "controller", [
                 sys.executable, "-m", "search", "run", str(spec), "--scheduler", f"tls://{SCHED_IP}:{PORT}",
-                "--tls", *tls, "--runs-dir", str(runs), "--no-progress"], tmp_path / "controller.log")
+                "--tls", *tls, "--runs-dir", str(runs), "--no-progress"], logs["controller"])
             procs.append(controller)
 
             def w1_busy() -> list[str]:
@@ -209,14 +230,16 @@ def test_a_campaign_across_three_hosts_survives_a_cut_link(tmp_path: Path) -> No
                 ended = {p.name.split("-")[1] for p in marks.glob("w1-*-end")}
                 return sorted(started - ended)
 
-            wait_for(lambda: bool(w1_busy()), 60, "a trial running on worker host 1", procs)
+            wait_for(lambda: bool(w1_busy()), 60, "a trial running on worker host 1", procs, logs)
             cut = w1_busy()
             ip("-n", ns["w1"], "link", "set", "eth0", "down")  # worker host 1 drops off the network mid-trial
             cut_at = time.time()
 
-            controller.wait(timeout=90)
-            log = (tmp_path / "controller.log").read_text(errors="replace")
-            assert controller.returncode == 0, log[-3000:]
+            try:
+                controller.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"the campaign did not finish within 90s\n{logs_tail(logs)}") from None
+            assert controller.returncode == 0, f"the campaign exited {controller.returncode}\n{logs_tail(logs)}"
         finally:
             for proc in procs:
                 with contextlib.suppress(ProcessLookupError):
@@ -227,15 +250,17 @@ def test_a_campaign_across_three_hosts_survives_a_cut_link(tmp_path: Path) -> No
 
     study = load(runs / "netns", "netns")
     trials = study.get_trials()
-    assert sorted(t.number for t in trials) == list(range(N_TRIALS))  # nothing counted twice, nothing lost
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [t.state for t in trials]
+    why = logs_tail(logs)  # the processes' own account, should an assertion below fail
+    assert sorted(t.number for t in trials) == list(range(N_TRIALS)), why  # nothing counted twice, nothing lost
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), f"{[t.state for t in trials]}\n{why}"
     by_number = {t.number: t for t in trials}
     for number in map(int, cut):
         # The trial host 1 was running when its link went down finished on host 2, after the cut.
-        assert by_number[number].user_attrs["worker"].startswith(f"tls://{W2_IP}:"), by_number[number].user_attrs
-        assert (marks / f"w2-{number}-end").exists()
-        assert by_number[number].datetime_complete.timestamp() > cut_at
+        assert by_number[number].user_attrs["worker"].startswith(f"tls://{W2_IP}:"), (
+            f"{by_number[number].user_attrs}\n{why}")  # fmt: skip
+        assert (marks / f"w2-{number}-end").exists(), why
+        assert by_number[number].datetime_complete.timestamp() > cut_at, why
     # Nothing reported from host 1 reached the controller after the cut.
     late = [t.number for t in trials if t.user_attrs["worker"].startswith(f"tls://{W1_IP}:")
             and t.datetime_complete.timestamp() > cut_at]  # fmt: skip
-    assert late == []
+    assert late == [], why

@@ -187,3 +187,31 @@ def test_workers_started_by_hand_run_a_campaign(tmp_path: Path) -> None:
                           str(tmp_path / "wrong"), "--no-progress")  # fmt: skip
         assert proc.returncode == 3, proc.stderr
         assert "is a Dask worker, not a scheduler" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_scheduler_that_starts_listening_late_is_waited_for_and_a_refusal_ends_at_the_timeout() -> None:
+    import threading
+
+    from cluster import ClusterError
+    from cluster.worker_cli import check_reachable
+
+    with socket.socket() as probe:  # a free port, then nothing listens on it for a while
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_later() -> None:
+        time.sleep(1.0)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    late = threading.Thread(target=listen_later)
+    late.start()
+    try:
+        check_reachable(f"tcp://127.0.0.1:{port}", timeout=30)  # refused at first: tried again, not given up
+    finally:
+        late.join(timeout=10)
+        server.close()
+    with pytest.raises(ClusterError, match="within 0.5s"):
+        check_reachable(f"tcp://127.0.0.1:{port}", timeout=0.5)

@@ -155,6 +155,7 @@ def test_warm_start_from_a_campaign_feeds_the_sampler_and_counts_nothing(
     assert used["used"] == len(fitting) and used["skipped"] == len(enqueued.study.get_trials()) - len(fitting)
     own = [t for t in trials if not is_warm_start(t)]
     assert len(own) == 2 and all(t.state == TrialState.COMPLETE for t in own)  # the budget: this campaign's own
+    assert not {t.params["quality"] for t in own} & {t.params["quality"] for t in copies}  # nothing run again
     assert len(result.trials) == 2 and set(result.trials["number"]) == {t.number for t in own}
     assert result.best_value == max(t.value for t in own)
     status = status_text(result.folder)

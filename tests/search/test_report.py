@@ -409,6 +409,12 @@ def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path
     assert "&gt; pool &gt; dense-64" in page  # the genomes of the Pareto trials
     environment = page.split('<section id="environment">')[1].split("</section>")[0]
     assert "2 worker(s), 2 thread(s), resources CPU=2" in environment
+    # The digest over the trainer's files (and how many) is in the table, not only in the embedded JSON.
+    trainer = json.loads(folder.environment.read_text())["trainer"]
+    assert trainer["files"] and len(trainer["files_sha256"]) == 64
+    assert f"<td>trainer files sha256</td><td>{trainer['files_sha256']}</td>" in environment
+    assert f"<td>trainer files</td><td>{len(trainer['files'])} file(s) under {trainer['root']}</td>" in environment
+    assert f"| trainer files sha256 | {trainer['files_sha256']} |" in files.markdown.read_text()
     timeline = page.split('<section id="timeline">')[1].split("</section>")[0]
     assert "utilization" in timeline
     frame = pd.read_parquet(files.parquet)

@@ -4,7 +4,7 @@
 [logging]
 tensorboard = true          # event files in trials/<n>/ (default: true)
 mlflow = false              # a run per trial (needs `pip install mlflow`; default: false)
-mlflow_tracking_uri = ""    # default: $MLFLOW_TRACKING_URI, else mlruns/ in the campaign folder
+mlflow_tracking_uri = ""    # default: $MLFLOW_TRACKING_URI, else mlflow.db (SQLite) in the campaign folder
 mlflow_experiment = ""      # default: the study's name
 ```
 
@@ -28,7 +28,7 @@ LOGGING_KEYS = ("tensorboard", "mlflow", "mlflow_tracking_uri", "mlflow_experime
 class LoggingSpec:
     tensorboard: bool = True
     mlflow: bool = False
-    mlflow_tracking_uri: str = ""  # "": $MLFLOW_TRACKING_URI, else the campaign folder's mlruns/
+    mlflow_tracking_uri: str = ""  # "": $MLFLOW_TRACKING_URI, else the campaign folder's mlflow.db
     mlflow_experiment: str = ""  # "": the study's name
 
 

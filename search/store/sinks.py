@@ -120,10 +120,12 @@ class MLflowSink:
 
     @classmethod
     def open(cls, spec: LoggingSpec, folder: CampaignFolder, study: str) -> MLflowSink:
-        """The tracking URI: the spec's, else ``$MLFLOW_TRACKING_URI``, else ``mlruns/`` in the campaign folder."""
+        """The tracking URI: the spec's, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` (SQLite) in the campaign
+        folder (MLflow 3 refuses a new file store, ``mlruns/``, unless told to allow it)."""
         from mlflow.tracking import MlflowClient  # optional; the spec checked it is installed
 
-        uri = spec.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or (folder.root / "mlruns").as_uri()
+        uri = spec.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(folder)
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # no INFO lines (database set-up) on the terminal
         client = MlflowClient(tracking_uri=uri)
         name = spec.mlflow_experiment or study
         experiment = client.get_experiment_by_name(name)
@@ -164,6 +166,11 @@ class MLflowSink:
 
     def close(self) -> None:
         self._runs.clear()
+
+
+def default_tracking_uri(folder: CampaignFolder) -> str:
+    """``sqlite:///<campaign folder>/mlflow.db``."""
+    return f"sqlite:///{folder.root.resolve() / 'mlflow.db'}"
 
 
 def _write_marker(path: Path, run_id: str) -> None:

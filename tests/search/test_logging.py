@@ -23,7 +23,7 @@ from search.progress import Progress
 from search.spec.campaign_spec import SpecError, parse_spec
 from search.spec.logs import LoggingSpec
 from search.store.folder import CampaignFolder
-from search.store.sinks import MLflowSink, ReportSinks, TensorBoardSink
+from search.store.sinks import MLflowSink, ReportSinks, TensorBoardSink, default_tracking_uri
 from search.store.tfevents import EventFileWriter, read_scalars
 from trainers.rank_output import RankOutput
 
@@ -210,13 +210,11 @@ def test_logging_section_defaults_and_errors() -> None:
         parse_spec(spec_with({"mlflow": "yes"}), check_trainer=False)
 
 
-def test_mlflow_asked_for_but_not_installed_is_one_spec_line() -> None:
-    try:
-        import mlflow  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("mlflow is installed here")
+def test_mlflow_asked_for_but_not_installed_is_one_spec_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec  # mlflow is in the [test] extra: make it look absent, as on a user's machine
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     with pytest.raises(SpecError) as info:
         parse_spec(spec_with({"mlflow": True}), "spec.toml", check_trainer=True)
     assert str(info.value) == (
@@ -284,7 +282,7 @@ def test_mlflow_sink_makes_a_run_per_trial_and_finds_it_again(tmp_path: Path, mo
     folder = CampaignFolder(tmp_path)
     sink = MLflowSink.open(LoggingSpec(mlflow=True), folder, "study")
     client = sink._client
-    assert client.tracking_uri == (tmp_path / "mlruns").as_uri()
+    assert client.tracking_uri == default_tracking_uri(folder)
     sink.record(3, 1, {"loss": 0.5}, 10.0)
     again = MLflowSink.open(LoggingSpec(mlflow=True), folder, "study")  # a resumed controller
     again._client = client
@@ -364,3 +362,30 @@ def test_data_parallel_ranks_print_into_the_trial_log(tmp_path: Path) -> None:
         output.close()
     lines = set((tmp_path / STDOUT_LOG).read_text().splitlines())
     assert {f"[rank {r}] rank {r} {what}" for r in (0, 1) for what in ("says hello", "complains")} <= lines
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)  # a hang guard
+def test_a_campaign_with_mlflow_makes_one_run_per_trial_with_its_steps_params_and_state(tmp_path: Path) -> None:
+    mlflow = pytest.importorskip("mlflow")  # in the [test] extra, so CI runs this for real
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    (tmp_path / "chatty.toml").write_text(SPEC + "\n[logging]\nmlflow = true\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "search", "run", "chatty.toml", "--runs-dir", "runs", "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,  # a hang guard only
+    )  # fmt: skip
+    folder = tmp_path / "runs" / "chatty"
+    assert (folder / "trials" / "0").is_dir(), proc.stdout + proc.stderr
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("chatty")
+    runs = {r.data.tags["hypersweep.trial"]: r for r in client.search_runs([experiment.experiment_id])}
+    assert sorted(runs) == ["0", "1", "2"]
+    for number, run in runs.items():
+        history = client.get_metric_history(run.info.run_id, "score")
+        assert [(m.step, m.value) for m in history] == [(1, pytest.approx(int(number) + 0.1)),
+                                                        (2, pytest.approx(int(number) + 0.2))]  # fmt: skip
+        assert set(run.data.params) == {"quality"}
+        failed = number == "1"
+        assert run.data.tags["hypersweep.state"] == ("FAIL" if failed else "COMPLETE")
+        assert run.info.status == ("FAILED" if failed else "FINISHED")
+        assert ("objective" in run.data.metrics) == (not failed)

@@ -133,7 +133,7 @@ def run_trial(
     trainer: TrainerShipment | str, config: dict[str, Any], topic: str, resource: str, width: int
 ) -> dict[str, Any]:
     """Run one trial on this worker and return its outcome as builtins (``trainer``: a shipment, or an entry name)."""
-    from trainers.api import TrialConfig  # at run time only
+    from trainers.api import TrialConfig, running_trainer  # at run time only
 
     started = time.time()
     worker = get_worker()
@@ -153,9 +153,11 @@ def run_trial(
         "started": started,
     }
     try:
-        fit = (trainer if isinstance(trainer, TrainerShipment) else TrainerShipment(trainer)).load()
+        shipment = trainer if isinstance(trainer, TrainerShipment) else TrainerShipment(trainer)
+        fit = shipment.load()
         trial_config = TrialConfig.from_dict({**config, "devices": devices})
-        outcome["metrics"] = _finite_metrics(fit(trial_config, reporter))
+        with running_trainer(shipment.entry, fit):  # a trainer shipped by value launches its ranks by its entry
+            outcome["metrics"] = _finite_metrics(fit(trial_config, reporter))
         outcome["stopped"] = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - any trainer error is a failed trial, kept with its traceback
         outcome.update(status="error", error=_one_line(exc), traceback=traceback.format_exc())

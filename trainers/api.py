@@ -14,12 +14,14 @@ This module stays free of torch, so the controller can read declarations cheaply
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import importlib
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -32,6 +34,7 @@ __all__ = [
     "load_trainer",
     "register_trainer",
     "registered_trainer",
+    "running_trainer",
     "trainer_folders",
     "entry_of",
     "TrainerImportError",
@@ -194,9 +197,11 @@ class TrainerImportError(ImportError):
 # folders given for it (the spec's folder, the current directory), which are remembered per entry
 # so that whoever runs it elsewhere (a Dask worker) can be handed the same folders. A function handed
 # over in this process (``search.run(spec, trainer=fit)``, a trainer defined in a script or notebook)
-# is registered under its entry and found without any import.
+# is registered under its entry and found without any import. On a worker, a trainer shipped by value
+# is found under its entry while it runs (:func:`running_trainer`), e.g. to launch its data-parallel ranks.
 
 _IN_PROCESS: dict[str, TrainerFn] = {}  # entry -> a function handed over in this process
+_RUNNING: contextvars.ContextVar[tuple[str, TrainerFn] | None] = contextvars.ContextVar("running_trainer", default=None)
 _FOLDERS: dict[str, tuple[str, ...]] = {}  # entry -> the folders it is looked for in (and shipped with)
 
 
@@ -223,8 +228,27 @@ def register_trainer(fn: TrainerFn, entry: str | None = None) -> str:
 
 
 def registered_trainer(entry: str) -> TrainerFn | None:
-    """The function registered under ``entry`` in this process, if any."""
+    """The function running under ``entry`` in this thread (:func:`running_trainer`), else the one registered
+    under it in this process, if any."""
+    running = _RUNNING.get()
+    if running is not None and running[0] == entry:
+        return running[1]
     return _IN_PROCESS.get(entry)
+
+
+@contextlib.contextmanager
+def running_trainer(entry: str, fn: TrainerFn) -> Iterator[None]:
+    """Within the block, in this thread only, ``entry`` names ``fn`` (:func:`registered_trainer`, :func:`load_trainer`).
+
+    A worker runs each trial's trainer in it: one shipped by value (a script's or notebook's function, a
+    closure) can then launch its data-parallel ranks by its entry, and two campaigns' trainers of one
+    name running side by side on one worker do not mix.
+    """
+    token = _RUNNING.set((entry, fn))
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 def trainer_folders(entry: str) -> tuple[str, ...]:
@@ -245,8 +269,9 @@ def load_trainer(entry: str, paths: Iterable[str | Path] = ()) -> TrainerFn:
         if folder not in sys.path:
             sys.path.append(folder)
     _remember(entry, *folders)
-    if entry in _IN_PROCESS:
-        return _IN_PROCESS[entry]
+    registered = registered_trainer(entry)
+    if registered is not None:
+        return registered
     module_name, _, attr = entry.partition(":")
     try:
         module = importlib.import_module(module_name)

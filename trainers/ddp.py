@@ -1,11 +1,20 @@
 """Launch one data-parallel trial as k rank processes on this machine.
 
-``launch(entry, config, reporter)`` is called where a single-process trial would
+``launch(trainer, config, reporter)`` is called where a single-process trial would
 run (a Dask worker thread, ``python -m trainers``, a test). It starts
 ``config.data_parallel`` processes ``python -m trainers.ddp_rank ENTRY CONFIG``
 (``subprocess``, not ``multiprocessing``: Dask worker processes are daemonic and
-may not have multiprocessing children), each running the trainer ``ENTRY`` as
-one rank (see :mod:`trainers.ddp_rank` for what a rank sees).
+may not have multiprocessing children), each running the trainer as one rank
+(see :mod:`trainers.ddp_rank` for what a rank sees).
+
+How the ranks get the trainer: ``trainer`` is its entry ``"module:function"``,
+which each rank imports, or the function itself, which the launcher pickles
+(cloudpickle) to ``trainer.pkl`` in the launch folder for the ranks to load: by
+value when it cannot be imported by name (defined in ``__main__`` of a script or
+notebook, or nested in another function), by reference otherwise. An entry
+registered in this process (:func:`trainers.api.registered_trainer`: a function
+handed over here, or a trainer shipped to this worker by value and running now)
+goes as that function, so a trainer may launch itself by its entry wherever it runs.
 
 How they talk:
 
@@ -54,19 +63,21 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import torch
 import torch.distributed as dist
 
-from trainers.api import Reporter, TrialConfig
-from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT
+from trainers.api import Reporter, TrainerFn, TrialConfig, entry_of, registered_trainer
+from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT, ENV_PICKLED
 from trainers.rank_output import RankOutput
 
-__all__ = ["launch", "rank_devices", "RankError"]
+__all__ = ["launch", "rank_devices", "rank_trainer", "RankError"]
 
 POLL_SECONDS = 0.05
 EXIT_SECONDS = 30.0  # after rank 0's result, how long the ranks may take to exit before they are killed
 STDERR_TAIL = 4000
 STORE_HOST = "127.0.0.1"  # every rank runs on this machine: the rendezvous store listens on loopback only
+PICKLE_NAME = "trainer.pkl"  # in the launch folder: the trainer, for ranks that cannot import it by name
 
 
 class RankError(RuntimeError):
@@ -103,7 +114,7 @@ def rank_devices(config: TrialConfig) -> tuple[int, ...]:
 
 
 def launch(
-    entry: str,
+    trainer: str | TrainerFn,
     config: TrialConfig,
     reporter: Reporter,
     timeout: float | None = None,
@@ -111,24 +122,43 @@ def launch(
     grace: float = 5.0,
     on_start: Callable[[Sequence[int]], None] | None = None,
 ) -> dict[str, float]:
-    """Run trainer ``entry`` ("module:function") as ``config.data_parallel`` ranks; return rank 0's metrics.
+    """Run ``trainer`` (a function, or its entry "module:function") as ``config.data_parallel`` ranks; return
+    rank 0's metrics.
 
     Reports from rank 0 reach ``reporter`` as they happen. ``timeout`` (seconds) bounds
     the whole trial (``TimeoutError``); ``on_start`` gets the ranks' pids once started.
     """
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout={timeout!r}: must be > 0 seconds (or None)")
+    entry, pickled = rank_trainer(trainer)
     devices = rank_devices(config)
     rank_config = TrialConfig.from_dict({**config.to_dict(), "devices": list(devices)})
     with tempfile.TemporaryDirectory(prefix=f"hypersweep-ddp-{config.study}-{config.number}-") as folder:
         ranks = _Ranks(Path(folder), config.data_parallel, devices, relay=config.log_dir is not None)
         try:
-            ranks.start(entry, rank_config)
+            ranks.start(entry, rank_config, pickled)
             if on_start is not None:
                 on_start(ranks.pids)
             return ranks.serve(reporter, None if timeout is None else time.monotonic() + timeout)
         finally:
             ranks.stop(grace)
+
+
+def rank_trainer(trainer: str | TrainerFn) -> tuple[str, bytes | None]:
+    """The entry the ranks are told, and the pickled function they load instead (``None``: they import the entry)."""
+    if isinstance(trainer, str):
+        fn, entry = registered_trainer(trainer), trainer
+        if fn is None:
+            return entry, None
+    elif callable(trainer):
+        fn, entry = trainer, entry_of(trainer)
+    else:
+        raise TypeError(f"trainer={trainer!r}: must be a function or its entry 'package.module:function'")
+    try:
+        return entry, cloudpickle.dumps(fn)
+    except Exception as exc:  # noqa: BLE001 - pickling raises anything its objects raise
+        raise TypeError(f"trainer {entry} cannot be pickled for its data-parallel ranks "
+                        f"({type(exc).__name__}: {exc})".splitlines()[0]) from exc  # fmt: skip
 
 
 class _Ranks:
@@ -140,14 +170,18 @@ class _Ranks:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.connection: Connection | None = None
         self.store: dist.TCPStore | None = None
+        self.pickled_path: Path | None = None
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def start(self, entry: str, config: TrialConfig) -> None:
+    def start(self, entry: str, config: TrialConfig, pickled: bytes | None = None) -> None:
         config_path = self.folder / "config.json"
         config_path.write_text(json.dumps(config.to_dict()))
+        if pickled is not None:
+            self.pickled_path = self.folder / PICKLE_NAME
+            self.pickled_path.write_bytes(pickled)
         self.store = loopback_store(self.world_size)
         ours, theirs = socket.socketpair()
         try:
@@ -183,6 +217,9 @@ class _Ranks:
         )
         if rank == 0:
             env[ENV_FD] = str(fd)
+        env.pop(ENV_PICKLED, None)
+        if self.pickled_path is not None:
+            env[ENV_PICKLED] = str(self.pickled_path)
         if self.devices:
             env["CUDA_VISIBLE_DEVICES"] = _visible_id(self.devices[rank], os.environ.get("CUDA_VISIBLE_DEVICES"))
         elif sys.platform == "linux" and "GLOO_SOCKET_IFNAME" not in env and Path("/sys/class/net/lo").exists():

@@ -1,9 +1,10 @@
 """One rank of a data-parallel trial: ``python -m trainers.ddp_rank ENTRY CONFIG.json``.
 
 :func:`trainers.ddp.launch` starts one of these per rank; nobody else should. The
-rank runs the same trainer function ``ENTRY`` as a single-process trial would,
-with these environment variables (the ``torchrun`` ones, so a trainer written for
-``torchrun`` works unchanged):
+rank runs the same trainer function ``ENTRY`` as a single-process trial would
+(imported by name, or loaded from the file ``HYPERSWEEP_DDP_TRAINER`` names when
+the launcher pickled it), with these environment variables (the ``torchrun`` ones,
+so a trainer written for ``torchrun`` works unchanged):
 
 - ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``: this rank, of k,
   all on one machine;
@@ -46,16 +47,18 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, NoReturn
 
+import cloudpickle
 import torch
 import torch.distributed as dist
 
-from trainers.api import TrialConfig, _json_float, load_trainer
+from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer
 
 __all__ = ["RankInfo", "RankReporter", "current_rank", "process_group", "rank_device", "main"]
 
 ENV_DIR = "HYPERSWEEP_DDP_DIR"  # the launch folder (error files)
 ENV_FD = "HYPERSWEEP_DDP_FD"  # rank 0: the fd of its socket to the launcher
 ENV_PARENT = "HYPERSWEEP_DDP_PARENT"  # the launcher's pid, for the watchdog
+ENV_PICKLED = "HYPERSWEEP_DDP_TRAINER"  # the trainer pickled by the launcher (cloudpickle): loaded instead of ENTRY
 DEFAULT_PG_TIMEOUT = datetime.timedelta(minutes=10)
 
 
@@ -181,6 +184,14 @@ def _exit_failed() -> NoReturn:
     os._exit(1)
 
 
+def _trainer(entry: str) -> TrainerFn:
+    """The function the launcher pickled for this rank, when it did; else ``entry`` imported by name."""
+    pickled = os.environ.get(ENV_PICKLED)
+    if pickled:
+        return cloudpickle.loads(Path(pickled).read_bytes())  # type: ignore[no-any-return]
+    return load_trainer(entry)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or current_rank() is None or ENV_DIR not in os.environ:
@@ -196,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = RankReporter(connection)
     try:
         config = TrialConfig.from_json_file(config_path)
-        metrics: Any = load_trainer(entry)(config, reporter)
+        metrics: Any = _trainer(entry)(config, reporter)
         reporter.send_result(metrics)
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, then the rank exits 1
         _write_error(Path(os.environ[ENV_DIR]), info.rank, exc)

@@ -373,6 +373,7 @@ def utilization(spans: list[Span], slots: int) -> dict[str, Any]:
 def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:
     """Optuna's parameter importances per objective, and a note when they cannot be computed.
 
+    They describe this campaign: its own complete trials, not the warm-start copies in its study.
     Under :data:`MIN_IMPORTANCE_TRIALS` complete trials nothing is computed (the note says so).
     """
     complete = data.complete()
@@ -380,16 +381,26 @@ def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:
         return {}, f"{len(complete)} complete trial(s), fewer than the {MIN_IMPORTANCE_TRIALS} importances need"
     result: dict[str, dict[str, float]] = {}
     notes = []
+    study = _study_of(data.study.directions, complete)
     for i, metric in enumerate(data.metrics):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 target = None if len(data.metrics) == 1 else (lambda t, i=i: t.values[i])
-                values = optuna.importance.get_param_importances(data.study, target=target)
+                values = optuna.importance.get_param_importances(study, target=target)
             result[metric] = {str(k): float(v) for k, v in values.items()}
         except Exception as exc:  # noqa: BLE001 - any evaluator failure becomes a note in the report
             notes.append(f"{metric}: {type(exc).__name__}: {exc}")
     return result, "; ".join(notes)
+
+
+def _study_of(directions: Sequence[optuna.study.StudyDirection], trials: Sequence[FrozenTrial]) -> optuna.Study:
+    """An in-memory study of ``trials`` alone (made without ``create_study``, which logs that it made one)."""
+    storage = optuna.storages.InMemoryStorage()
+    name = storage.get_study_name_from_id(storage.create_new_study(directions))
+    study = optuna.Study(name, storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    study.add_trials(trials)
+    return study
 
 
 def report_frame(data: CampaignData) -> pd.DataFrame:

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pandas as pd
 import pytest
@@ -420,6 +421,30 @@ def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path
     frame = pd.read_parquet(files.parquet)
     assert len(frame) == 6 and (frame["state"] == "FAIL").sum() == 1
     assert HOSTILE in files.markdown.read_text()  # Markdown is plain text; only the HTML is escaped
+
+
+def test_importances_rest_on_the_campaigns_own_trials_not_its_warm_start_copies(tmp_path: Path) -> None:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from search.reports.data import CampaignData, importances
+    from search.warm_start import WARM_START, own_trials
+
+    spec = load_spec(write_spec(tmp_path / "toy-mo.toml", TOY_MO))
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    space = {"quality": FloatDistribution(0.0, 1.0), "tag": CategoricalDistribution(["<b>bold</b>", "plain"])}
+    rng = np.random.default_rng(0)
+    for n in range(24):  # 12 own trials: quality decides; 12 copies from the source: only the tag does
+        quality, tag, copy = float(rng.uniform()), ("<b>bold</b>", "plain")[n % 2], n >= 12
+        value = 10.0 * (tag == "plain") if copy else quality
+        attrs = {WARM_START: "runs/old"} if copy else {}
+        study.add_trial(optuna.trial.create_trial(params={"quality": quality, "tag": tag}, distributions=space,
+                                                  values=[value, value], user_attrs=attrs))  # fmt: skip
+    data = CampaignData(CampaignFolder(tmp_path / "runs" / "toy-mo"), spec, study,
+                        tuple(own_trials(study.get_trials())), None, None)  # fmt: skip
+    values, problem = importances(data)
+    assert problem == "" and set(values) == {"score", "steps"}
+    for metric in values:
+        assert values[metric]["quality"] > 0.9 > 0.1 > values[metric]["tag"], metric
 
 
 def test_cluster_shape_and_resumed_environment(tmp_path: Path) -> None:

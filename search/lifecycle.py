@@ -3,7 +3,7 @@
 - A new study gets the warm-start source's finished trials (:mod:`search.warm_start`), then the
   enqueued configurations (``[[enqueue]]``, ``--enqueue FILE``, ``search.run(enqueue=...)``) as
   waiting trials, which the first asks run; they count in the trial budget. Neither happens again
-  on ``resume``.
+  on ``resume``, but for the ``[[enqueue]]`` entries a changed spec adds (:func:`added_enqueue`).
 - A resumed campaign runs under its folder's ``spec.toml`` (or ``--spec FILE``); if that differs from
   the spec the study recorded it refuses, listing the changes, unless they are allowed; ``--n-trials N``
   sets the budget (at least the trials already finished). An allowed change is written into
@@ -30,12 +30,12 @@ from search.spec.table import SpecError
 from search.store.folder import CampaignFolder, write_atomic
 from search.store.records import StudyAttr, spec_sha256_of
 from search.store.storage import flusher, open_storage, storage_url
-from search.warm_start import own_trials, source_trials, warm_start
+from search.warm_start import WarmStartError, own_trials, source_trials, warm_start
 
 if TYPE_CHECKING:
     from search.runner import RunOptions
 
-__all__ = ["ENQUEUED", "NewStudy", "check_new", "spec_to_resume", "record_spec_changes"]
+__all__ = ["ENQUEUED", "NewStudy", "check_new", "spec_to_resume", "added_enqueue", "record_spec_changes"]
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,10 @@ class NewStudy:
         if len(self.enqueue) > spec.study.n_trials:
             raise SpecError(spec.source, "enqueue", f"{len(self.enqueue)} enqueued configurations do not fit in "
                             f"the budget of {spec.study.n_trials} trials")  # fmt: skip
-        self.source = options.warm_start or spec.study.warm_start
-        if self.source and (spec.scaling is not None or spec.pbt is not None):
-            raise SpecError(spec.source, "study.warm_start", "a scaling sweep or PBT cannot start warm")
+        self.source = options.warm_start or spec.study.warm_start  # the spec's own is checked when it is read
+        if options.warm_start and (spec.scaling is not None or spec.pbt is not None):
+            raise WarmStartError(f"warm start {options.warm_start!r}: a [scaling] sweep or population-based "
+                                 "training ([pbt]) cannot start warm")  # fmt: skip
         self.found: list[FrozenTrial] = source_trials(self.source, spec) if self.source else []
 
     def seed(self, spec: CampaignSpec, study: optuna.Study) -> list[str]:
@@ -97,7 +98,8 @@ def spec_to_resume(folder: CampaignFolder, options: RunOptions) -> tuple[Campaig
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(where, "toml", f"not valid TOML ({exc})") from None
-    parse_spec(data, where, text, check_trainer=False)  # its mistakes name the file they are in
+    parsed = parse_spec(data, where, text, check_trainer=False)  # its mistakes name the file they are in
+    _check_room(where, len(added_enqueue(study.user_attrs.get(SPEC_TEXT), parsed)), parsed.study.n_trials, study)
     if text != folder.spec.read_text():
         write_atomic(folder.spec, text)
     return load_spec(folder.spec), changes  # and checked against its trainer
@@ -119,8 +121,39 @@ def _check_budget(n_trials: int, study: optuna.Study) -> None:
                          f"the trials this campaign has already finished ({finished})")  # fmt: skip
 
 
-def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[str]) -> None:
-    """Record the spec the study now runs under (text and hash) and, if any, the changes that led to it."""
+def _check_room(where: str, added: int, n_trials: int, study: optuna.Study) -> None:
+    """The configurations a changed ``[[enqueue]]`` adds fit in what is left of the budget."""
+    left = max(0, n_trials - len(own_trials(study.get_trials(deepcopy=False))))
+    if added > left:
+        raise SpecError(where, "enqueue", f"{added} new configuration(s) do not fit in the {left} trial(s) left "
+                        f"of the budget of {n_trials}; raise it with --n-trials")  # fmt: skip
+
+
+def added_enqueue(recorded: str | None, spec: CampaignSpec) -> list[dict[str, Any]]:
+    """``spec``'s ``[[enqueue]]`` entries that the ``recorded`` spec text did not have (none if it is unknown)."""
+    if recorded is None:
+        return []
+    before = _raw_enqueue(recorded)
+    added = []
+    for raw, params in zip(_raw_enqueue(spec.text), spec.enqueue):
+        if raw in before:
+            before.remove(raw)  # each recorded entry matches one entry: listed twice now, the second is new
+        else:
+            added.append(params)
+    return added
+
+
+def _raw_enqueue(text: str) -> list[Any]:
+    entries = tomllib.loads(text).get("enqueue", [])
+    return [entries] if isinstance(entries, dict) else list(entries)
+
+
+def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[str]) -> list[str]:
+    """Record the spec the study now runs under (text and hash) and, if any, the changes that led to it; enqueue
+    the ``[[enqueue]]`` entries it adds to the recorded one. The line that says so, if any."""
+    added = added_enqueue(study.user_attrs.get(SPEC_TEXT), spec)
+    for params in added:
+        study.enqueue_trial(params, user_attrs={ENQUEUED: "spec [[enqueue]], added on resume"})
     if changes:
         history = list(study.user_attrs.get(SPEC_CHANGES) or [])
         history.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes})
@@ -130,3 +163,8 @@ def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[s
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
     flusher(study._storage)()
+    if not added:
+        return []
+    line = f"enqueued {len(added)} configuration(s) new in [[enqueue]]: they run next, within the budget"
+    log.info("%s", line)
+    return [line]

@@ -168,7 +168,8 @@ def _execute(
         if seeded:  # a warm start's trials: a sampler seeded apart from the source campaign's, which may share the seed
             study.sampler = campaign_sampler(spec, trials=seeded)
     else:
-        record_spec_changes(study, spec, changes or [])
+        for line in record_spec_changes(study, spec, changes or []):
+            print(line)
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.

@@ -26,7 +26,8 @@ from optuna.trial import TrialState
 
 from search.store.folder import CampaignFolder
 from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
-from search.spec.campaign_spec import CampaignSpec, check_trainer, load_spec
+from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.spec.trainer_check import check_trainer
 from search.store.storage import open_storage, storage_url
 
 __all__ = ["Check", "Reproduction", "reproduce_trial", "compare", "comparison_text", "DEFAULT_TOLERANCE"]

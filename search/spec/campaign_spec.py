@@ -4,12 +4,12 @@ Every mistake a user can make in a spec is one :class:`SpecError` line naming
 the file, the key and the rule (with the closest valid key for typos), raised
 before anything is created on disk or started.
 
-The trainer is imported (by name, with torch and whatever else it needs; looked for on
-``sys.path``, then in the spec's folder and the current directory, see :func:`find_trainer`) only to
-check the spec against what it declares: ``load_spec(path)`` does, for ``run``,
+The trainer is imported (by name, with torch and whatever else it needs) only to check the spec
+against what it declares (:mod:`search.spec.trainer_check`): ``load_spec(path)`` does, for ``run``,
 ``resume`` and ``check``; ``load_spec(path, check_trainer=False)`` reads the spec
 alone, for commands that only look at a campaign (``status``, ``report``), and
-:func:`check_trainer` runs the trainer checks later (``reproduce``). The sections have their own modules: ``[cluster]``
+:func:`~search.spec.trainer_check.check_trainer` runs the trainer checks later (``reproduce``).
+The sections have their own modules: ``[cluster]``
 (:mod:`search.spec.cluster`), ``[logging]`` (:mod:`search.spec.logs`), ``[pbt]`` (:mod:`search.spec.pbt`), ``[scaling]``
 (:mod:`search.spec.scaling`); the sampler names and their rules are the registry
 in :mod:`search.sampling.samplers`.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -46,9 +45,6 @@ __all__ = [
     "CampaignSpec",
     "load_spec",
     "parse_spec",
-    "check_trainer",
-    "find_trainer",
-    "trainer_paths",
     "SAMPLERS",
     "PRUNERS",
     "PRUNING_RESOURCES",
@@ -305,88 +301,12 @@ def _space(source: str, data: Any) -> SearchSpace:
         raise SpecError(source, f"space.{exc.key}", exc.problem) from None
 
 
-def _check_trainer(spec: CampaignSpec) -> CampaignSpec:
-    """Import the spec's trainer (by name) and check the spec against what it declares; return the spec.
-
-    ``run``, ``resume``, ``check`` and ``reproduce`` need this; reading a finished campaign does not.
-    """
-    from trainers.api import capabilities_of  # by name, only to validate
-
-    source, trainer, study = spec.source, spec.trainer, spec.study
-    info = capabilities_of(find_trainer(spec))
-    accepted, reported = info.accepted_params, info.reported_metrics
-    if accepted is not None:
-        for name in spec.space.names:
-            if name not in accepted and name != DATA_PARALLEL:
-                raise SpecError(
-                    source, f"space.{name}",
-                    f"trainer {trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
-                )  # fmt: skip
-    if reported is not None:
-        checked = [("study.metric", m) for m in study.metrics] + [("study.constraints", c) for c in study.constraints]
-        for key, metric in checked:
-            if metric not in reported:
-                raise SpecError(
-                    source, key,
-                    f"trainer {trainer.entry} never reports {metric!r}{_closest(metric, sorted(reported))}",
-                )  # fmt: skip
-        counted = RESOURCE_METRIC[spec.pruning.resource]
-        if study.pruner != "none" and counted not in reported:
-            raise SpecError(
-                source, "pruner.resource",
-                f"{spec.pruning.resource!r} needs the trainer to report {counted!r}, and {trainer.entry} does not",
-            )  # fmt: skip
-    if spec.pbt is not None and not info.supports_pbt:
-        raise SpecError(
-            source, "study.scheduler",
-            f"trainer {trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
-        )  # fmt: skip
-    return spec
-
-
-check_trainer = _check_trainer  # the public name; parse_spec and load_spec have a parameter of that name
-
-
-def trainer_paths(spec: CampaignSpec) -> tuple[str, ...]:
-    """The folders the trainer is looked for in after ``sys.path``: the spec's folder, the current directory,
-    and, for a campaign's frozen spec, the folders its campaign recorded (``environment.json``), so that
-    ``resume``, ``reproduce`` and a re-run of the frozen spec find the trainer the campaign ran."""
-    from search.store.environment import recorded_trainer_paths
-
-    spec_file = Path(spec.source)
-    here = spec_file.resolve().parent if spec_file.is_file() else None
-    paths = ([str(here)] if here else []) + [os.getcwd()] + (recorded_trainer_paths(here) if here else [])
-    return tuple(dict.fromkeys(paths))
-
-
-def find_trainer(spec: CampaignSpec) -> Any:
-    """The spec's trainer function, looked for on ``sys.path`` and in :func:`trainer_paths` (which its workers get
-    too); for a campaign's frozen spec whose trainer was handed over by value (defined in a script or notebook),
-    the copy the campaign kept. A trainer that cannot be found is a :class:`SpecError` on ``trainer.entry``."""
-    from search.store.environment import stored_trainer
-    from trainers.api import TrainerImportError, load_trainer, register_trainer  # by name, only to validate
-
-    entry = spec.trainer.entry
-    try:
-        return load_trainer(entry, trainer_paths(spec))
-    except TrainerImportError as exc:
-        problem = str(exc)
-    try:
-        kept = stored_trainer(Path(spec.source).parent, entry) if Path(spec.source).is_file() else None
-    except Exception as exc:  # noqa: BLE001 - an unpicklable copy (a module it needs is gone): say so, in one line
-        kept, problem = None, f"{problem}; the campaign's kept copy cannot be loaded ({type(exc).__name__}: {exc})"
-    if kept is None:
-        raise SpecError(spec.source, "trainer.entry", problem)
-    register_trainer(kept, entry)
-    return kept
-
-
 def parse_spec(
     data: Mapping[str, Any], source: str = "<spec>", text: str = "", check_trainer: bool = True
 ) -> CampaignSpec:
     """Validate a parsed TOML document; raise :class:`SpecError` on the first mistake.
 
-    ``check_trainer=False``: do not import the trainer; see :func:`check_trainer`.
+    ``check_trainer=False``: do not import the trainer; see :func:`~search.spec.trainer_check.check_trainer`.
     """
     top = SpecTable(source, "", data, _TOP)
     if "study" not in data:
@@ -405,10 +325,17 @@ def parse_spec(
         raise SpecError(source, *problem)
     _check_data_parallel(source, space, trainer)
     pbt = _pbt(source, top, study, trainer, space)
+    if study.warm_start and (scaling or pbt):
+        what = "a [scaling] sweep" if scaling else "population-based training ([pbt])"
+        raise SpecError(source, "study.warm_start", f"{what} cannot start warm; remove warm_start")
     enqueue = parse_enqueue(source, "enqueue", data["enqueue"], space, study.n_trials) if "enqueue" in data else ()
     logs = parse_logging(SpecTable(source, "logging", top.table("logging"), LOGGING_KEYS), check_trainer)
     spec = CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt, enqueue, logging=logs)
-    return _check_trainer(spec) if check_trainer else spec
+    if not check_trainer:
+        return spec
+    from search.spec import trainer_check  # it imports this module: the trainer checks need a CampaignSpec
+
+    return trainer_check.check_trainer(spec)
 
 
 def _values_of(space: SearchSpace, name: str) -> tuple[int, ...]:

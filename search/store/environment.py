@@ -177,7 +177,7 @@ def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
     which its workers got too, and where ``resume`` and ``reproduce`` look again. ``shipped``: ``by value``
     (pickled, also kept as ``trainer.pkl``) or ``by name``.
     """
-    from search.spec.campaign_spec import trainer_paths
+    from search.spec.trainer_check import trainer_paths
 
     entry = spec.trainer.entry
     fn = _by_value(entry)

@@ -244,6 +244,29 @@ def test_a_changed_spec_is_listed_and_refused_unless_allowed(tmp_path: Path) -> 
         search.resume(first.folder, spec=tmp_path / "renamed.toml", allow_changes=True, progress=False)
 
 
+@pytest.mark.timeout(300)  # a hang guard
+def test_resume_enqueues_the_entries_a_changed_spec_adds_within_the_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = search.run(toy("grow", n_trials=2, enqueue=[{"quality": 0.25}]), runs_dir=tmp_path, progress=False)
+    frozen = first.folder / "spec.toml"
+    data = tomllib.loads(frozen.read_text())
+    data["enqueue"] = [{"quality": 0.25}, {"quality": 0.5, "tag": "b"}]  # the first one ran already
+    frozen.write_text(to_toml(data))
+    with pytest.raises(SpecError, match=r"enqueue: 1 new configuration\(s\) do not fit in the 0 trial\(s\) left "
+                       r"of the budget of 2; raise it with --n-trials$"):  # fmt: skip
+        search.resume(first.folder, allow_changes=True, progress=False)
+    capsys.readouterr()
+    result = search.resume(first.folder, n_trials=3, allow_changes=True, progress=False)
+    assert "enqueued 1 configuration(s) new in [[enqueue]]: they run next" in capsys.readouterr().out
+    trials = result.study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert trials[2].params == {"quality": 0.5, "tag": "b"} and ENQUEUED in trials[2].user_attrs
+    assert sum(t.params["quality"] == 0.25 for t in trials) == 1  # not enqueued again
+    result = search.resume(first.folder, n_trials=4, progress=False)  # recorded: nothing enqueued again
+    assert [ENQUEUED in t.user_attrs for t in result.study.get_trials()] == [True, False, True, False]
+
+
 def test_spec_changes_and_n_trials_edit_keep_the_rest_of_the_file() -> None:
     text = '# my campaign\n[study]\nname = "x"  # the name\nn_trials = 20  # budget\n\n[space]\nlr = 0.1\n'
     edited = with_n_trials(text, 40)

@@ -99,11 +99,35 @@ def test_cli_exit_2_one_line_and_nothing_created(tmp_path: Path, subprocess_env:
     assert not runs.exists()
 
 
+@pytest.mark.parametrize(
+    ("study", "section", "what"),
+    [
+        ("", "[scaling]\nbatch_sizes = [8, 16, 32]\ntarget = 0.5\n", "a [scaling] sweep"),
+        ('scheduler = "pbt"\n', '[pbt]\ninterval = 1\nhyperparams = ["quality"]\n', "population-based training"),
+    ],
+)
+def test_a_warm_start_with_scaling_or_pbt_is_a_spec_error_check_reports(
+    tmp_path: Path, subprocess_env: dict[str, str], study: str, section: str, what: str
+) -> None:
+    body = GOOD.replace("n_trials = 3\n", f'{study}warm_start = "runs/old"\n') + "\n" + section
+    path = write_spec(tmp_path / "spec.toml", body)
+    with pytest.raises(SpecError) as info:
+        load_spec(path, check_trainer=False)
+    assert info.value.key == "study.warm_start" and what in str(info.value), str(info.value)
+    proc = subprocess.run(
+        [sys.executable, "-m", "search", "check", str(path)],
+        capture_output=True, text=True, env=subprocess_env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{path}: study.warm_start: {what}" in lines[0], proc.stderr
+
+
 # --- the trainer is imported only to check the spec against it ------------------------------------------------
 
 
 def test_a_spec_loads_without_its_trainer_and_check_trainer_checks_it_later(tmp_path: Path) -> None:
-    from search.spec.campaign_spec import check_trainer
+    from search.spec.trainer_check import check_trainer
 
     path = spec_with(tmp_path, 'entry = "toy_trainers:fit"', 'entry = "no_such_module:fit"')
     spec = load_spec(path, check_trainer=False)
@@ -115,7 +139,7 @@ def test_a_spec_loads_without_its_trainer_and_check_trainer_checks_it_later(tmp_
 
 
 def test_pbt_support_is_a_trainer_check(tmp_path: Path) -> None:
-    from search.spec.campaign_spec import check_trainer
+    from search.spec.trainer_check import check_trainer
 
     body = GOOD.replace("n_trials = 3", 'n_trials = 4\nscheduler = "pbt"')
     body += '\n[pbt]\ninterval = 1\nhyperparams = ["quality"]\n'
@@ -129,7 +153,8 @@ def test_pbt_support_is_a_trainer_check(tmp_path: Path) -> None:
 def test_loading_the_example_spec_without_its_trainer_imports_no_torch() -> None:
     code = (
         "import sys\n"
-        "from search.spec.campaign_spec import check_trainer, load_spec\n"
+        "from search.spec.campaign_spec import load_spec\n"
+        "from search.spec.trainer_check import check_trainer\n"
         "spec = load_spec('examples/digits.toml', check_trainer=False)\n"
         "before = sorted(m for m in ('torch', 'trainers.classifier') if m in sys.modules)\n"
         "check_trainer(spec)\n"

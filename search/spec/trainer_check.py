@@ -1,0 +1,99 @@
+"""The spec's trainer: found by name and checked against what it declares.
+
+The trainer is imported (with torch and whatever else it needs) only here, only to check a spec: it is
+looked for on ``sys.path``, then in the spec's folder and the current directory (:func:`trainer_paths`,
+:func:`find_trainer`). ``load_spec(path)`` runs :func:`check_trainer` for ``run``, ``resume`` and
+``check``; ``reproduce`` runs it on a spec loaded with ``check_trainer=False``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from search.spec.campaign_spec import DATA_PARALLEL, RESOURCE_METRIC, CampaignSpec
+from search.spec.table import SpecError, _closest
+
+__all__ = ["check_trainer", "find_trainer", "trainer_paths"]
+
+
+def check_trainer(spec: CampaignSpec) -> CampaignSpec:
+    """Import the spec's trainer (by name) and check the spec against what it declares; return the spec.
+
+    ``run``, ``resume``, ``check`` and ``reproduce`` need this; reading a finished campaign does not.
+    """
+    from trainers.api import capabilities_of  # by name, only to validate
+
+    info = capabilities_of(find_trainer(spec))
+    if info.accepted_params is not None:
+        _check_params(spec, info.accepted_params)
+    if info.reported_metrics is not None:
+        _check_metrics(spec, info.reported_metrics)
+    if spec.pbt is not None and not info.supports_pbt:
+        raise SpecError(
+            spec.source, "study.scheduler",
+            f"trainer {spec.trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
+        )  # fmt: skip
+    return spec
+
+
+def _check_params(spec: CampaignSpec, accepted: frozenset[str]) -> None:
+    """Every searched parameter (but the controller's own ``data_parallel``) is one the trainer accepts."""
+    for name in spec.space.names:
+        if name not in accepted and name != DATA_PARALLEL:
+            raise SpecError(
+                spec.source, f"space.{name}",
+                f"trainer {spec.trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
+            )  # fmt: skip
+
+
+def _check_metrics(spec: CampaignSpec, reported: frozenset[str]) -> None:
+    """The objective metrics, the constraints and the pruner's counted resource are metrics the trainer reports."""
+    study, entry = spec.study, spec.trainer.entry
+    checked = [("study.metric", m) for m in study.metrics] + [("study.constraints", c) for c in study.constraints]
+    for key, metric in checked:
+        if metric not in reported:
+            raise SpecError(
+                spec.source, key, f"trainer {entry} never reports {metric!r}{_closest(metric, sorted(reported))}"
+            )
+    counted = RESOURCE_METRIC[spec.pruning.resource]
+    if study.pruner != "none" and counted not in reported:
+        raise SpecError(
+            spec.source, "pruner.resource",
+            f"{spec.pruning.resource!r} needs the trainer to report {counted!r}, and {entry} does not",
+        )  # fmt: skip
+
+
+def trainer_paths(spec: CampaignSpec) -> tuple[str, ...]:
+    """The folders the trainer is looked for in after ``sys.path``: the spec's folder, the current directory,
+    and, for a campaign's frozen spec, the folders its campaign recorded (``environment.json``), so that
+    ``resume``, ``reproduce`` and a re-run of the frozen spec find the trainer the campaign ran."""
+    from search.store.environment import recorded_trainer_paths
+
+    spec_file = Path(spec.source)
+    here = spec_file.resolve().parent if spec_file.is_file() else None
+    paths = ([str(here)] if here else []) + [os.getcwd()] + (recorded_trainer_paths(here) if here else [])
+    return tuple(dict.fromkeys(paths))
+
+
+def find_trainer(spec: CampaignSpec) -> Any:
+    """The spec's trainer function, looked for on ``sys.path`` and in :func:`trainer_paths` (which its workers get
+    too); for a campaign's frozen spec whose trainer was handed over by value (defined in a script or notebook),
+    the copy the campaign kept. A trainer that cannot be found is a :class:`SpecError` on ``trainer.entry``."""
+    from search.store.environment import stored_trainer
+    from trainers.api import TrainerImportError, load_trainer, register_trainer  # by name, only to validate
+
+    entry = spec.trainer.entry
+    try:
+        return load_trainer(entry, trainer_paths(spec))
+    except TrainerImportError as exc:
+        problem = str(exc)
+    try:
+        kept = stored_trainer(Path(spec.source).parent, entry) if Path(spec.source).is_file() else None
+    except Exception as exc:  # noqa: BLE001 - an unpicklable copy (a module it needs is gone): say so, in one line
+        kept, problem = None, f"{problem}; the campaign's kept copy cannot be loaded ({type(exc).__name__}: {exc})"
+    if kept is None:
+        raise SpecError(spec.source, "trainer.entry", problem)
+    register_trainer(kept, entry)
+    return kept

@@ -1,25 +1,47 @@
-"""Chaos: kill -9 the controller of a real campaign at random moments, resume it each time, then check
-the study with plain Optuna.
+"""Chaos: kill the controller of a real campaign at random moments (SIGKILL or SIGTERM), and its Dask
+workers too if asked, resume it each time, then check the study with plain Optuna.
 
-    python -m bench.chaos [--reps 5] [--sampler random|tpe] [--seed 0] [--trials 30] [--keep DIR]
+    python -m bench.chaos [--reps 5] [--sampler random|tpe] [--seed 0] [--trials 30]
+                          [--signal KILL|TERM] [--kill-workers N] [--keep DIR]
 
 A small real campaign (``python -m search run <spec>`` in its own process group, an
 embedded LocalCluster, the trainer :func:`fit` below: a few epochs of short sleeps over
-two continuous parameters) is killed with SIGKILL ``--reps`` times, each at a moment
+two continuous parameters) has its controller killed ``--reps`` times, each at a moment
 drawn from ``--seed``: a uniform delay after the controller's storage first grows (so
-the kill lands mid-campaign, not in its start-up). Whatever the controller left behind
-(its Dask workers, its sampler child) is killed with it. Each kill is followed by
-``python -m search resume <folder>``; the last resume runs to the end of the budget.
+the kill lands mid-campaign, not in its start-up).
+
+- ``--signal KILL`` (default): SIGKILL; whatever the controller left behind (its Dask
+  workers, its sampler child) is killed with it.
+- ``--signal TERM``: SIGTERM, a clean interrupt; the controller must exit 130 on its own
+  (within ``--term-grace`` s) leaving its trials resumable; its exit status is checked,
+  and what it left behind in its process group is counted, then killed.
+
+Each kill is followed by ``python -m search resume <folder>``; the last resume runs to
+the end of the budget. ``--kill-workers N`` also SIGKILLs a Dask worker process (not the
+controller) N times while the campaign runs: after gaps of ``uniform(0, --window)`` s of
+running time (drawn from the seed, counted from when each controller's storage grew), one
+worker chosen with the seed among those that are running :func:`fit` right now (processes
+of the controller's process group whose parent is the controller and whose pid :func:`fit`
+wrote into its trial folder; the embedded cluster's nanny, in the controller, starts a new
+one). Each worker kill is a retry of the trials it held, from their checkpoints.
+
+:func:`fit` checkpoints like the built-in trainer: after every ``checkpoint_every`` epochs
+it writes its reports (and its identity) atomically to ``trials/<n>/chaos_checkpoint.json``;
+a run that finds one reports again every report it covers, then trains on from there. So
+the "missing reports" check tests the re-send and the controller's de-duplication.
 
 Then the study is opened with plain Optuna, the way ``search.store.storage`` opens it
 for readers (``JournalStorage(JournalFileBackend(path))``), and checked:
 
 - **budget**: exactly ``--trials`` trials, numbered 0..n-1;
-- **lost**: no trial left unfinished (RUNNING/WAITING); FAIL ones are listed too;
+- **lost**: no trial left unfinished (RUNNING/WAITING);
+- **failed**: no FAIL trial (each one is listed with its recorded reason);
 - **duplicated**: no two trials with the same parameter set (the parameters are
   continuous: a repeat can only come from a sampler that replays its random stream);
-- **missing reports**: every COMPLETE trial's ``history`` and intermediate values
-  hold every epoch step 1..epochs.
+- **missing reports**: every COMPLETE trial's ``history``, intermediate values and
+  ``trials/<n>/metrics.jsonl`` hold every epoch step 1..epochs;
+- **repeated reports**: no step twice in a COMPLETE trial's ``history`` or ``metrics.jsonl``;
+- **interrupts** (``--signal TERM``): every SIGTERMed controller exited 130.
 
 Exit status 0 when every check passes, 1 otherwise. :func:`chaos` is the same as a
 function (``tests/search/test_resume_no_duplicates.py`` calls it).
@@ -29,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -73,19 +96,79 @@ n_workers = {workers}
 """
 
 
+CHECKPOINT = "chaos_checkpoint.json"  # in the trial's checkpoint_dir: {"identity": ..., "history": [metrics, ...]}
+PIDFILE = "chaos.pid"  # in the trial's checkpoint_dir while fit runs: the pid of its process (a Dask worker)
+
+
 def fit(config: Any, reporter: Any) -> dict[str, float]:
-    """``epochs`` reports of a smooth score of ``x`` and ``y``, ``options.sleep`` seconds each."""
+    """``epochs`` reports of a smooth score of ``x`` and ``y``, ``options.sleep`` seconds each.
+
+    Checkpoints like the built-in trainer (README, "Writing a trainer"): every ``checkpoint_every``
+    epochs its reports go atomically to ``checkpoint_dir/chaos_checkpoint.json``; a run that finds
+    that file reports again every report it covers (one may never have reached the controller),
+    then goes on from the epoch after. It also writes its pid to ``checkpoint_dir/chaos.pid`` so
+    that :func:`chaos` can tell the Dask workers running a trial from the controller's other children
+    (removed when it returns).
+    """
     x, y = float(config.params["x"]), float(config.params["y"])
     sleep = float(config.options.get("sleep", 0.2))
     best = -((x - 0.3) ** 2) - (y - 0.1) ** 2
-    metrics = {"score": best - 1.0}
-    for epoch in range(1, config.epochs + 1):
-        time.sleep(sleep)
-        metrics = {"score": best - 1.0 / epoch}
-        reporter.report(epoch, metrics)
-        if reporter.should_stop():
-            break
-    return metrics
+    folder = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+    identity = {"study": config.study, "number": config.number, "params": {"x": x, "y": y}}
+    history: list[dict[str, float]] = []
+    resumes: list[list[float]] = []  # [[time.time(), reports re-sent], ...] of the runs that found a checkpoint
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_atomic(folder / PIDFILE, str(os.getpid()))
+        state = _load_checkpoint(folder / CHECKPOINT)
+        if state is not None:
+            if state.get("identity") != identity:
+                raise ValueError(f"{folder / CHECKPOINT}: written by {state.get('identity')}, not {identity}")
+            history = [dict(metrics) for metrics in state["history"]][: config.epochs]
+            resumes = [*state.get("resumes", ()), [time.time(), len(history)]]
+    try:
+        for epoch, metrics in enumerate(history, start=1):  # what the checkpoint covers, again
+            reporter.report(epoch, metrics)
+        if resumes:  # for the figures only: which re-sent report filled a gap (check_study)
+            _write_atomic(folder / CHECKPOINT, json.dumps({"identity": identity, "history": history, "resumes": resumes}))
+        metrics = history[-1] if history else {"score": best - 1.0}
+        for epoch in range(len(history) + 1, config.epochs + 1):
+            time.sleep(sleep)
+            metrics = {"score": best - 1.0 / epoch}
+            history.append(metrics)
+            reporter.report(epoch, metrics)
+            if folder is not None and epoch % config.checkpoint_every == 0:
+                state = {"identity": identity, "history": history, "resumes": resumes}
+                _write_atomic(folder / CHECKPOINT, json.dumps(state))
+            if reporter.should_stop():
+                break
+        return metrics
+    finally:
+        if folder is not None:  # this process runs the trial no more
+            with contextlib.suppress(FileNotFoundError):
+                (folder / PIDFILE).unlink()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """``text`` to ``path`` through a temporary file in the same folder and one ``os.replace``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
 
 
 declare(fit, TrainerInfo(accepted_params={"x", "y"}, reported_metrics={"score"}))
@@ -101,47 +184,79 @@ class ChaosResult:
     sampler: str
     budget: int
     epochs: int
-    kills: list[dict[str, float]] = dataclasses.field(default_factory=list)  # per kill: delay, trials then
+    signal: str = "KILL"
+    kills: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # per kill: delay, trials, returncode, left
     finished_early: bool = False  # the budget was spent before every kill happened
+    worker_kills_wanted: int = 0
+    worker_kills: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # per kill: at, pid, trials
     final_returncode: int | None = None
     final_stderr: str = ""
     trials: int = 0
     states: dict[str, int] = dataclasses.field(default_factory=dict)
     lost: list[int] = dataclasses.field(default_factory=list)
-    failed: list[int] = dataclasses.field(default_factory=list)
+    failed: dict[int, str] = dataclasses.field(default_factory=dict)  # number -> recorded reason
     duplicated: list[list[int]] = dataclasses.field(default_factory=list)  # groups of trial numbers
     missing_reports: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # number -> missing steps
+    repeated_reports: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # number -> steps kept twice
+    resumed_runs: int = 0  # runs of fit that started from a checkpoint (a retry or a resume)
+    resent_reports: int = 0  # reports those runs sent again
+    gaps_filled: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # number -> steps kept from a re-send
     seconds: float = 0.0
+
+    @property
+    def bad_interrupts(self) -> list[int]:
+        """The SIGTERMed controllers (1-based) that did not exit 130 on their own."""
+        return [i for i, kill in enumerate(self.kills, 1) if kill["signal"] == "TERM" and kill["returncode"] != 130]
 
     @property
     def ok(self) -> bool:
         return (
-            self.final_returncode == 0 and self.trials == self.budget and not self.lost
-            and not self.duplicated and not self.missing_reports
+            self.final_returncode == 0 and self.trials == self.budget and not self.lost and not self.failed
+            and not self.duplicated and not self.missing_reports and not self.repeated_reports
+            and not self.bad_interrupts
         )  # fmt: skip
 
     def lines(self) -> list[str]:
-        out = [f"sampler {self.sampler}: {len(self.kills)} kill(s) -9 of the controller"
-               + (" (the budget was spent before the last one)" if self.finished_early else "")]  # fmt: skip
+        how = "kill -9" if self.signal == "KILL" else "SIGTERM"
+        out = [f"sampler {self.sampler}: {len(self.kills)} {how} of the controller"
+               + (" (the budget was spent before the last one)" if self.finished_early else "")
+               + (f", {len(self.worker_kills)} kill -9 of a worker" if self.worker_kills_wanted else "")
+               + (f" (of {self.worker_kills_wanted}: the budget was spent first)"
+                  if len(self.worker_kills) < self.worker_kills_wanted else "")]  # fmt: skip
         for i, kill in enumerate(self.kills, 1):
-            out.append(f"  kill {i}: {kill['delay']:.2f} s after the storage grew, "
-                       f"{int(kill['trials'])} trial(s) in the storage")  # fmt: skip
+            line = f"  kill {i}: {kill['delay']:.2f} s after the storage grew, {kill['trials']} trial(s) in the storage"
+            if kill["signal"] == "TERM":
+                line += f"; exit status {kill['returncode']} after {kill['exit_s']:.1f} s"
+                line += f", {len(kill['left'])} process(es) left behind {kill['left'] or ''}"
+                if kill["stayed"]:
+                    line += f", still there 2 s later: {kill['stayed']}"
+            out.append(line)
+        for i, kill in enumerate(self.worker_kills, 1):
+            out.append(f"  worker kill {i}: pid {kill['pid']} at {kill['at']:.2f} s of running time (controller "
+                       f"run {kill['run']}), running trial(s) {kill['running']}, {kill['trials']} in the storage")
         def verdict(bad: object) -> str:
             return "FAIL" if bad else "OK"
 
         missing = sum(map(len, self.missing_reports.values()))
+        repeated = sum(map(len, self.repeated_reports.values()))
         out += [
             f"final resume exit status: {self.final_returncode}",
             f"budget:            {self.trials} trials of {self.budget}  {verdict(self.trials != self.budget)}",
             f"states:            {', '.join(f'{n} {s}' for s, n in sorted(self.states.items()))}",
             f"lost (unfinished): {len(self.lost)} {self.lost or ''}  {verdict(self.lost)}",
-            f"failed trials:     {len(self.failed)} {self.failed or ''}",
+            f"failed trials:     {len(self.failed)} {self.failed or ''}  {verdict(self.failed)}",
             f"duplicated params: {len(self.duplicated)} {self.duplicated or ''}  {verdict(self.duplicated)}",
             f"missing reports:   {missing} step(s) in {len(self.missing_reports)} trial(s) "
             f"{self.missing_reports or ''}  {verdict(self.missing_reports)}",
-            f"wall time:         {self.seconds:.1f} s",
-            "RESULT: " + ("PASS" if self.ok else "FAIL"),
+            f"repeated reports:  {repeated} step(s) in {len(self.repeated_reports)} trial(s) "
+            f"{self.repeated_reports or ''}  {verdict(self.repeated_reports)}",
         ]  # fmt: skip
+        out.append(f"re-sent reports:   {self.resent_reports} in {self.resumed_runs} run(s) resumed from a checkpoint; "
+                   f"{sum(map(len, self.gaps_filled.values()))} of them filled a gap {self.gaps_filled or ''}")
+        if self.signal == "TERM":
+            out.append(f"interrupts:        {len(self.kills) - len(self.bad_interrupts)} of {len(self.kills)} "
+                       f"exited 130 {self.bad_interrupts or ''}  {verdict(self.bad_interrupts)}")  # fmt: skip
+        out += [f"wall time:         {self.seconds:.1f} s", "RESULT: " + ("PASS" if self.ok else "FAIL")]
         if self.final_returncode not in (0, None) and self.final_stderr:
             out.append("last resume's stderr (tail):\n" + self.final_stderr[-2000:])
         return out
@@ -158,14 +273,17 @@ def open_study(folder: Path, name: str = STUDY) -> Any:
 
 
 def check_study(folder: Path, result: ChaosResult, name: str = STUDY) -> ChaosResult:
-    """Fill ``result`` from the study in ``folder``: budget, lost, duplicated, missing reports."""
+    """Fill ``result`` from the study in ``folder``: budget, lost, failed, duplicated, missing/repeated reports."""
     from optuna.trial import TrialState
 
     trials = open_study(folder, name).get_trials(deepcopy=False)
     result.trials = len(trials)
     result.states = dict(collections.Counter(t.state.name for t in trials))
     result.lost = [t.number for t in trials if not t.state.is_finished()]
-    result.failed = [t.number for t in trials if t.state == TrialState.FAIL]
+    result.failed = {
+        t.number: str(t.user_attrs.get("fail_reason") or t.user_attrs.get("stop_reason") or "?")
+        for t in trials if t.state == TrialState.FAIL
+    }  # fmt: skip
     by_params: dict[tuple, list[int]] = collections.defaultdict(list)
     for t in trials:
         by_params[tuple(sorted(t.params.items()))].append(t.number)
@@ -174,11 +292,48 @@ def check_study(folder: Path, result: ChaosResult, name: str = STUDY) -> ChaosRe
     for t in trials:
         if t.state != TrialState.COMPLETE:
             continue
-        history = {int(step) for step, _metrics in t.user_attrs.get("history") or ()}
-        missing = sorted((every - history) | (every - set(t.intermediate_values)))
+        history = [int(step) for step, _metrics in t.user_attrs.get("history") or ()]
+        lines = _metrics_steps(folder / "trials" / str(t.number) / "metrics.jsonl")
+        missing = sorted((every - set(history)) | (every - set(t.intermediate_values)) | (every - set(lines)))
         if missing:
             result.missing_reports[t.number] = missing
+        repeated = sorted({step for steps in (history, lines) for step in steps if steps.count(step) > 1})
+        if repeated:
+            result.repeated_reports[t.number] = repeated
+    for t in trials:
+        _count_resends(folder / "trials" / str(t.number), t.number, result)
     return result
+
+
+def _count_resends(trial: Path, number: int, result: ChaosResult) -> None:
+    """From fit's checkpoint: the runs resumed from it, the reports they re-sent, and which of those the
+    controller kept (its ``metrics.jsonl`` line is later than the resume: the first send was lost)."""
+    try:
+        resumes = json.loads((trial / CHECKPOINT).read_text()).get("resumes", ())
+        lines = [json.loads(line) for line in (trial / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return
+    for at, covered in resumes:
+        result.resumed_runs += 1
+        result.resent_reports += int(covered)
+        filled = sorted({int(r["step"]) for r in lines if int(r["step"]) <= covered and float(r["time"]) >= at})
+        if filled:
+            result.gaps_filled.setdefault(number, []).extend(filled)
+
+
+def _metrics_steps(path: Path) -> list[int]:
+    """The steps in a trial's ``metrics.jsonl``, one per whole line (plain json)."""
+    steps = []
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return steps
+    for line in text.splitlines():
+        try:
+            steps.append(int(json.loads(line)["step"]))
+        except (ValueError, TypeError, KeyError):
+            continue  # a torn line
+    return steps
 
 
 # --- the kills --------------------------------------------------------------------------------------
@@ -208,13 +363,43 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _kill_all(proc: subprocess.Popen) -> None:
-    """SIGKILL the controller, then whatever it left in its process group (workers, the sampler child)."""
+def _group(pgid: int) -> list[tuple[int, int]]:
+    """``(pid, parent pid)`` of every live (not zombie) process in process group ``pgid`` (Linux ``/proc``)."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp ... (after "pid (comm)")
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append((int(entry.name), int(fields[1])))
+    return out
+
+
+def _stop(proc: subprocess.Popen, how: str = "KILL", grace: float = 60.0) -> dict[str, Any]:
+    """Stop the controller, then SIGKILL whatever it left in its process group (workers, the sampler child).
+
+    ``how="KILL"``: SIGKILL. ``how="TERM"``: SIGTERM, then up to ``grace`` s for the controller to exit on its
+    own (then SIGKILL); says its exit status, how long it took and how many processes it left behind."""
+    sent = time.monotonic()
     try:
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, signal.SIGTERM if how == "TERM" else signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=grace if how == "TERM" else 30)
+        returncode: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        returncode = None  # did not exit on its own
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    exited = time.monotonic() - sent
+    left = [_describe(pid) for pid, _parent in _group(proc.pid)]  # alive when the controller had exited
+    time.sleep(2.0 if left else 0.0)
+    stayed = [_describe(pid) for pid, _parent in _group(proc.pid)]  # and 2 s later
     deadline = time.monotonic() + 30
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         try:
@@ -222,6 +407,76 @@ def _kill_all(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             break
         time.sleep(0.1)
+    return {"signal": how, "returncode": returncode, "exit_s": exited, "left": left, "stayed": stayed}
+
+
+def _describe(pid: int) -> str:
+    """``pid`` in a few words: what it runs (from its command line) and its thread count."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        threads = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                       if line.startswith("Threads:"))  # fmt: skip
+    except (OSError, StopIteration):
+        return f"{pid} (gone)"
+    kind = ("resource_tracker" if "resource_tracker" in cmdline else
+            "spawned child" if "spawn_main" in cmdline else cmdline[:60])  # fmt: skip
+    return f"{pid} {kind}, {threads} threads"
+
+
+def _kill_all(proc: subprocess.Popen) -> None:
+    """SIGKILL the controller, then whatever it left in its process group (workers, the sampler child)."""
+    _stop(proc, "KILL")
+
+
+class _WorkerKills:
+    """SIGKILLs a Dask worker ``n`` times, after gaps of ``uniform(0, window)`` s of running time drawn from ``seed``.
+
+    A worker here is a process of the controller's process group whose parent is the controller (the embedded
+    cluster's nanny runs in it) and whose pid :func:`fit` wrote into a trial folder: it is running trials now.
+    The controller's other children (its sampler child, multiprocessing's resource tracker) never run one."""
+
+    def __init__(self, n: int, window: float, seed: int, folder: Path, say: Any) -> None:
+        self.rng = random.Random(f"chaos-workers-{seed}")
+        self.left, self.window, self.folder, self.say = n, window, folder, say
+        self.live = 0.0  # seconds of running time (a controller up, its storage grown), all runs together
+        self.due = self.rng.uniform(0.0, window) if n else float("inf")
+        self.done: list[dict[str, Any]] = []
+
+    def _running_on(self, proc: subprocess.Popen) -> dict[int, list[int]]:
+        """Worker pid -> the trials whose pid file names it, for the controller's live children."""
+        children = {pid for pid, parent in _group(proc.pid) if parent == proc.pid}
+        running: dict[int, list[int]] = collections.defaultdict(list)
+        for pidfile in self.folder.glob(f"trials/*/{PIDFILE}"):
+            try:
+                pid = int(pidfile.read_text())
+            except (OSError, ValueError):
+                continue
+            if pid in children:
+                running[pid].append(int(pidfile.parent.name))
+        return running
+
+    def tick(self, proc: subprocess.Popen, seconds: float, run: int) -> None:
+        """``seconds`` more of running time under controller ``proc`` (its ``run``-th start); kill if one is due."""
+        if self.left <= 0:
+            return
+        self.live += seconds
+        if self.live < self.due or proc.poll() is not None:
+            return
+        running = self._running_on(proc)
+        if not running:
+            return  # no worker runs a trial yet: at the next tick
+        pid = self.rng.choice(sorted(running))
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        kill = {"at": self.live, "pid": pid, "run": run, "running": sorted(running[pid]),
+                "trials": _count_trials(self.folder)}  # fmt: skip
+        self.done.append(kill)
+        self.left -= 1
+        self.due = self.live + self.rng.uniform(0.0, self.window)
+        self.say(f"worker kill {len(self.done)}: pid {pid} (trial(s) {kill['running']}), "
+                 f"{kill['trials']} trial(s) in the storage")  # fmt: skip
 
 
 def _size(path: Path) -> int:
@@ -250,13 +505,20 @@ def chaos(
     root: Path | None = None,
     timeout: float = 300.0,
     say: Any = print,
+    signal: str = "KILL",
+    kill_workers: int = 0,
+    term_grace: float = 60.0,
 ) -> ChaosResult:
-    """Run the campaign, kill -9 its controller ``reps`` times (each ``uniform(0, window)`` s after its
-    storage grew), resume each time, and check the study. ``root``: where the campaign lives (a temporary
-    folder otherwise, removed afterwards)."""
+    """Run the campaign, kill its controller ``reps`` times (``signal`` ``"KILL"`` or ``"TERM"``, each
+    ``uniform(0, window)`` s after its storage grew), resume each time, and check the study. ``kill_workers``:
+    also SIGKILL a worker that many times (see :class:`_WorkerKills`). ``root``: where the campaign lives (a
+    temporary folder otherwise, removed afterwards)."""
+    if signal not in ("KILL", "TERM"):
+        raise ValueError(f"signal={signal!r}: KILL or TERM")
     if root is None:
         with tempfile.TemporaryDirectory(prefix="hypersweep-chaos-") as tmp:
-            return chaos(sampler, reps, seed, trials, epochs, sleep, workers, window, Path(tmp), timeout, say)
+            return chaos(sampler, reps, seed, trials, epochs, sleep, workers, window, Path(tmp), timeout, say,
+                         signal, kill_workers, term_grace)  # fmt: skip
     started = time.monotonic()
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
@@ -267,40 +529,57 @@ def chaos(
     folder = runs / STUDY
     journal = folder / "study.journal"
     log = root / "controller.log"
-    result = ChaosResult(sampler, trials, epochs)
+    result = ChaosResult(sampler, trials, epochs, signal=signal, worker_kills_wanted=kill_workers)
+    workers_killer = _WorkerKills(kill_workers, window, seed, folder, say)
     deadline = started + timeout
     command = ["run", str(spec), "--runs-dir", str(runs)]
-    for _ in range(reps):
+
+    def run_until(proc: subprocess.Popen, size: int, delay: float, run: int) -> None:
+        """Wait until the storage grew past ``size``, then ``delay`` s more (or the controller's end)."""
+        while proc.poll() is None and _size(journal) <= size and time.monotonic() < deadline:
+            time.sleep(0.02)  # the controller is starting: its storage has not grown yet
+        end = min(time.monotonic() + delay, deadline)
+        last = time.monotonic()
+        while proc.poll() is None and last < end:
+            time.sleep(0.01)
+            now = time.monotonic()
+            workers_killer.tick(proc, now - last, run)
+            last = now
+
+    for run in range(1, reps + 1):
         delay = rng.uniform(0.0, window)
         size = _size(journal)
         proc = _start(command, log)
         command = ["resume", str(folder)]
+        stopped: dict[str, Any] = {}
         try:
-            while proc.poll() is None and _size(journal) <= size and time.monotonic() < deadline:
-                time.sleep(0.02)  # the controller is starting: its storage has not grown yet
-            end = time.monotonic() + delay
-            while proc.poll() is None and time.monotonic() < end:
-                time.sleep(0.01)
+            run_until(proc, size, delay, run)
             if proc.poll() is not None:
                 result.finished_early = True
                 result.final_returncode = proc.returncode
                 break
+            stopped = _stop(proc, signal, term_grace)
         finally:
-            _kill_all(proc)
-        result.kills.append({"delay": delay, "trials": float(_count_trials(folder))})
-        say(f"kill {len(result.kills)}: {delay:.2f} s in, {_count_trials(folder)} trial(s) in the storage")
+            if proc.poll() is None or _group_alive(proc.pid):
+                _kill_all(proc)
+        if signal == "TERM" and stopped["returncode"] == 0:  # the campaign ended before the interrupt did
+            result.finished_early = True
+            result.final_returncode = 0
+            break
+        result.kills.append({"delay": delay, "trials": _count_trials(folder), **stopped})
+        say(f"kill {len(result.kills)} ({signal}): {delay:.2f} s in, {_count_trials(folder)} trial(s) in the storage"
+            + (f", exit status {stopped['returncode']}" if signal == "TERM" else ""))  # fmt: skip
     if not result.finished_early:
         proc = _start(command, log)
         try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            say("the last resume did not finish in time")
-        finally:
+            run_until(proc, _size(journal), float("inf"), reps + 1)
             if proc.poll() is None:
-                _kill_all(proc)
-            elif _group_alive(proc.pid):
+                say("the last resume did not finish in time")
+        finally:
+            if proc.poll() is None or _group_alive(proc.pid):
                 _kill_all(proc)
         result.final_returncode = proc.returncode
+    result.worker_kills = workers_killer.done
     result.final_stderr = log.read_text(errors="replace")[-4000:] if log.exists() else ""
     check_study(folder, result)
     result.seconds = time.monotonic() - started
@@ -309,7 +588,11 @@ def chaos(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=5, help="kill -9 the controller this many times (default 5)")
+    parser.add_argument("--reps", type=int, default=5, help="kill the controller this many times (default 5)")
+    parser.add_argument("--signal", choices=["KILL", "TERM"], default="KILL",
+                        help="KILL: kill -9 the controller (default); TERM: a clean interrupt, exit 130 expected")  # fmt: skip
+    parser.add_argument("--kill-workers", type=int, default=0, metavar="N",
+                        help="also kill -9 a Dask worker process N times while the campaign runs (default 0)")  # fmt: skip
     parser.add_argument("--sampler", choices=["random", "tpe"], default="random")
     parser.add_argument("--seed", type=int, default=0, help="the study seed and the kill moments' seed")
     parser.add_argument("--trials", type=int, default=30, help="the trial budget (default 30)")
@@ -317,14 +600,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep", type=float, default=0.2, help="seconds per epoch (default 0.2)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--window", type=float, default=2.0,
-                        help="each kill lands uniform(0, WINDOW) s after the storage grows (default 2)")  # fmt: skip
+                        help="each kill lands uniform(0, WINDOW) s after the storage grows; worker kills "
+                             "uniform(0, WINDOW) s of running time apart (default 2)")  # fmt: skip
+    parser.add_argument("--term-grace", type=float, default=60.0,
+                        help="seconds a SIGTERMed controller has to exit on its own (default 60)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     parser.add_argument("--keep", type=Path, default=None,
                         help="run in this folder and keep it (default: a temporary one)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the result as one JSON line")
     args = parser.parse_args(argv)
     result = chaos(args.sampler, args.reps, args.seed, args.trials, args.epochs, args.sleep, args.workers,
-                   args.window, args.keep, args.timeout)  # fmt: skip
+                   args.window, args.keep, args.timeout, signal=args.signal, kill_workers=args.kill_workers,
+                   term_grace=args.term_grace)  # fmt: skip
     print("\n".join(result.lines()))
     if args.json:
         print(json.dumps(dataclasses.asdict(result) | {"ok": result.ok, "final_stderr": None}))

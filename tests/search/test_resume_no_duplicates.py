@@ -1,7 +1,8 @@
-"""A resumed campaign never runs a parameter set again: kill -9 of the controller at random moments.
+"""A resumed campaign never runs a parameter set again: kill -9 (or SIGTERM) of the controller at random
+moments, and kill -9 of its Dask workers.
 
 The slow tests run ``bench/chaos.py`` (real ``python -m search run`` / ``resume`` processes,
-an embedded LocalCluster, the journal storage, SIGKILL) and check the study with plain Optuna.
+an embedded LocalCluster, the journal storage, SIGKILL/SIGTERM) and check the study with plain Optuna.
 """
 
 from __future__ import annotations
@@ -67,4 +68,21 @@ def test_five_kill_9_of_the_controller_then_resume_no_repeated_lost_or_missing_t
     assert result.final_returncode == 0, report
     assert result.trials == 24 and not result.lost, report
     assert result.duplicated == [], report
-    assert result.missing_reports == {}, report
+    assert result.missing_reports == {} and result.repeated_reports == {}, report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_sigterm_of_the_controller_and_kill_9_of_workers_then_resume_no_repeated_lost_failed_or_missing_trial(
+    tmp_path: Path,
+) -> None:
+    result = chaos("random", reps=2, seed=2, trials=12, epochs=3, sleep=0.2, workers=2, window=2.0,
+                   root=tmp_path, timeout=120.0, say=lambda _line: None, signal="TERM", kill_workers=2)  # fmt: skip
+    report = "\n".join(result.lines())
+    assert len(result.kills) == 2 and not result.finished_early, report
+    assert [kill["returncode"] for kill in result.kills] == [130, 130], report
+    assert len(result.worker_kills) == 2, report
+    assert result.final_returncode == 0, report
+    assert result.trials == 12 and not result.lost and not result.failed, report
+    assert result.duplicated == [], report
+    assert result.missing_reports == {} and result.repeated_reports == {}, report

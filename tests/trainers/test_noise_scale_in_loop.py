@@ -50,7 +50,9 @@ def test_b_simple_survives_a_resume_exactly(tmp_path: Path) -> None:
     fit(config(tmp_path, noise_scale_every=2), first)
     rest = RecordingReporter()
     fit(config(tmp_path, noise_scale_every=2), rest)
-    assert noise_metrics(first) + noise_metrics(rest) == noise_metrics(whole)
+    # the resumed run sends the checkpoint's epoch again, then goes on: the same figures as one that never stopped
+    assert noise_metrics(rest)[:1] == noise_metrics(first)
+    assert noise_metrics(rest) == noise_metrics(whole)
 
 
 def test_window_and_confidence_options() -> None:

@@ -20,11 +20,15 @@ sampled jointly by :meth:`RegularizedEvolutionSampler.sample_relative`:
    defaults to half the population: while few trials have finished the parent is the
    best of them, later the best of a random half of the recent ones.
 4. **Child.** ``candidates`` distinct mutants of the parent (``spaces.mutations``) are
-   drawn and the one a TPE-like model of the finished trials rates best becomes the
-   child: per architecture parameter and value, the log ratio of its frequency among the
-   best 25% (``GOOD_FRACTION``) of the most recent ``MODEL_WINDOW`` finished trials to its
-   frequency among the rest, summed over the child's parameters (add-one smoothing per
-   value). ``candidates = 1`` is plain mutation.
+   drawn and the one an additive model of the finished trials rates best becomes the
+   child. The model is a ridge regression (penalty ``RIDGE``) of the objective's ranks
+   among the most recent ``MODEL_WINDOW`` finished trials (0 = worst, 1 = best, so one
+   diverged trial weighs no more than a poor one) on one indicator per architecture
+   parameter and value (its one-hot encoding); a mutant's rating is the sum of its
+   values' coefficients. ``candidates = 1`` is plain mutation. (The earlier TPE-style
+   log ratio of value frequencies among the best quarter and the rest used only which
+   side of that cut a trial fell on; the regression uses every finished trial's rank,
+   which matters while few have finished, e.g. on 64 workers: bench/NOTES.md.)
 5. **No repeats.** With ``skip_duplicates`` (default) neither a random genome nor a
    mutant repeats a genome that any trial of the study already has (finished, failed,
    pruned, running or waiting: a table or a deterministic trainer gains nothing from a
@@ -67,12 +71,12 @@ import dataclasses
 import datetime
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
@@ -87,8 +91,8 @@ __all__ = [
     "GENOME_ATTR",
     "MUTATION_ATTR",
     "PARENT_ATTR",
-    "GOOD_FRACTION",
     "MODEL_WINDOW",
+    "RIDGE",
     "MAX_DRAWS",
     "Lineage",
     "RegularizedEvolutionSampler",
@@ -98,7 +102,7 @@ GENOME_ATTR = "evolution:genome"
 PARENT_ATTR = "evolution:parent"
 MUTATION_ATTR = "evolution:mutation"
 
-GOOD_FRACTION = 0.25  # the candidate model's "good" trials: the best quarter
+RIDGE = 1.0  # the candidate model's ridge penalty (on one-hot features, ranks scaled to [0, 1])
 MODEL_WINDOW = 200  # the candidate model reads at most this many of the most recent finished trials
 MAX_DRAWS = 100  # draws for new genomes per ask (skip_duplicates), then two mutations, then a repeat
 _ACTIVE = (TrialState.RUNNING, TrialState.WAITING)
@@ -397,39 +401,24 @@ class RegularizedEvolutionSampler(BaseSampler):
         middle, _ = mutate_with_kind(genome, self.space, self._rng)  # type: ignore[type-var]
         return mutate_with_kind(middle, self.space, self._rng)  # type: ignore[type-var]
 
-    def _model(self, finished: list[tuple[FrozenTrial, Genome]], sign: float) -> Any:
-        """Score of a genome: sum over its architecture params of log(p_good(value) / p_rest(value))."""
-        values = [sign * float(t.value) for t, _ in finished]  # type: ignore[arg-type]
-        ranked = sorted(range(len(finished)), key=lambda i: (values[i], i))
-        n_good = max(1, math.ceil(GOOD_FRACTION * len(finished)))
-        good_set = set(ranked[:n_good])
-        counts: tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]] = ({}, {})
-        totals: tuple[dict[str, int], dict[str, int]] = ({}, {})
-        for i, (_, genome) in enumerate(finished):
-            side = 0 if i in good_set else 1
-            for name, value in self.space.encode(genome, self.prefix).items():  # type: ignore[arg-type]
-                key = (name, repr(value))
-                counts[side][key] = counts[side].get(key, 0) + 1
-                totals[side][name] = totals[side].get(name, 0) + 1
-
-        def n_values(name: str) -> int:
-            dist = self._distributions.get(name)
-            if isinstance(dist, CategoricalDistribution):
-                return len(dist.choices)
-            if isinstance(dist, IntDistribution):
-                return (dist.high - dist.low) // dist.step + 1
-            return 2
+    def _model(self, finished: list[tuple[FrozenTrial, Genome]], sign: float) -> Callable[[Genome], float]:
+        """Rating of a genome by a ridge regression of the finished trials' ranks on one-hot params."""
+        features: dict[tuple[str, str], int] = {}  # (param, repr(value)) -> column, by first appearance
+        rows = [[features.setdefault(key, len(features)) for key in self._one_hot(genome)] for _, genome in finished]
+        design = np.zeros((len(rows), len(features)))
+        for i, columns in enumerate(rows):
+            design[i, columns] = 1.0
+        weights = _ridge(design, _ranks([-sign * float(t.value) for t, _ in finished]), RIDGE)  # type: ignore[arg-type]
 
         def score(genome: Genome) -> float:
-            total = 0.0
-            for name, value in self.space.encode(genome, self.prefix).items():  # type: ignore[arg-type]
-                key, k = (name, repr(value)), n_values(name)
-                good = (counts[0].get(key, 0) + 1.0) / (totals[0].get(name, 0) + k)
-                rest = (counts[1].get(key, 0) + 1.0) / (totals[1].get(name, 0) + k)
-                total += math.log(good / rest)
-            return total
+            return float(sum(weights[features[key]] for key in self._one_hot(genome) if key in features))
 
         return score
+
+    def _one_hot(self, genome: Genome) -> list[tuple[str, str]]:
+        """The (param, repr(value)) indicators that are 1 for ``genome``."""
+        encoded = self.space.encode(genome, self.prefix)  # type: ignore[arg-type]
+        return [(name, repr(value)) for name, value in encoded.items()]
 
     def _record(self, study: Study, trial: FrozenTrial, lineage: Lineage) -> None:
         with self._lock:
@@ -438,6 +427,23 @@ class RegularizedEvolutionSampler(BaseSampler):
         storage.set_trial_system_attr(trial._trial_id, GENOME_ATTR, lineage.genome)
         storage.set_trial_system_attr(trial._trial_id, PARENT_ATTR, lineage.parent)
         storage.set_trial_system_attr(trial._trial_id, MUTATION_ATTR, lineage.mutation)
+
+
+def _ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks of ``values`` scaled to [0, 1] (ties by order; 0.5 for a single value)."""
+    if len(values) == 1:
+        return np.array([0.5])
+    order = np.argsort(np.asarray(values, dtype=float), kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values))
+    return ranks / (len(values) - 1)
+
+
+def _ridge(design: np.ndarray, target: np.ndarray, penalty: float) -> np.ndarray:
+    """Coefficients of a ridge regression of ``target`` on ``design`` (both centred; no intercept)."""
+    x = design - design.mean(axis=0)
+    y = target - target.mean()
+    return np.linalg.solve(x.T @ x + penalty * np.eye(x.shape[1]), x.T @ y)
 
 
 def evolution_sampler_for(

@@ -120,8 +120,8 @@ class Campaign:
             try:
                 self._flush()  # may fail too when the disk is full; the executor is closed all the same
             finally:
-                self.executor.close()
-            self.sinks.close()
+                self.executor.close()  # never raises (a lost scheduler is logged)
+                self.sinks.close()
         self._on_progress(self.snapshot())
 
     def _handle(self, event: Started | Report | Finished) -> None:

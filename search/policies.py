@@ -144,8 +144,10 @@ class RetryLostTrials:
         return None
 
     def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
-        if outcome.status != LOST or running.stop_reason:
+        if outcome.status != LOST:
             return None
+        if running.stop_reason:  # it was ending anyway (pruned, out of time): no retry, its stop is the verdict
+            return _ended_without_result(running, f"{running.stop_reason} (then its worker was lost)")
         if running.started_at is None and running.requeues < self.MAX_REQUEUES:
             running.requeues += 1
             log.info("trial %d had not started on its lost worker; sent again (not a retry)", running.number)

@@ -60,7 +60,7 @@ def test_only_a_lost_worker_is_retried_and_never_a_stopped_trial() -> None:
         assert running.attempts == 0
     stopped = running_trial(study)
     stopped.stop_reason = "pruned"
-    assert policy.on_finished(stopped, lost()) is None and stopped.attempts == 0
+    assert not isinstance(policy.on_finished(stopped, lost()), Resubmit) and stopped.attempts == 0
     assert all("retries" not in t.user_attrs for t in study.trials)
 
 
@@ -160,3 +160,14 @@ def test_a_killed_trial_is_pruned_when_it_reported_else_failed_with_the_kill_as_
     spoke.reports.append((1, {"score": 0.5}, 2.0))
     assert policy.on_finished(spoke, Outcome(LOST, error="gone")).state == TrialState.PRUNED
     assert policy.on_finished(running_trial(study), Outcome(LOST, error="gone")) is None  # not killed: not ours
+
+
+def test_a_trial_asked_to_stop_whose_worker_is_then_lost_keeps_its_stop_as_the_verdict_not_a_retry() -> None:
+    study = optuna.create_study()
+    policy = RetryLostTrials(3)
+    stopping = running_trial(study)
+    stopping.stop_reason = "time budget"
+    assert policy.on_finished(stopping, lost()) == Verdict(TrialState.FAIL, (), "time budget (then its worker was lost)")
+    stopping.reports.append((1, {"score": 0.5}, 2.0))
+    assert policy.on_finished(stopping, lost()).state == TrialState.PRUNED
+    assert stopping.attempts == 0

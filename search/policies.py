@@ -125,7 +125,9 @@ class KilledTrials:
 
 
 def _ended_without_result(running: RunningTrial, reason: str) -> Verdict:
-    return Verdict(TrialState.PRUNED if running.reports else TrialState.FAIL, (), reason)
+    """PRUNED when it reported (its intermediate values stand) or never started; FAIL when it ran and said nothing."""
+    pruned = bool(running.reports) or running.started_at is None
+    return Verdict(TrialState.PRUNED if pruned else TrialState.FAIL, (), reason)
 
 
 class RetryLostTrials:

@@ -171,3 +171,6 @@ def test_a_trial_asked_to_stop_whose_worker_is_then_lost_keeps_its_stop_as_the_v
     stopping.reports.append((1, {"score": 0.5}, 2.0))
     assert policy.on_finished(stopping, lost()).state == TrialState.PRUNED
     assert stopping.attempts == 0
+    queued = running_trial(study, started=False)  # still queued at the time budget's end when its worker died
+    queued.stop_reason = "time budget"
+    assert policy.on_finished(queued, lost()).state == TrialState.PRUNED

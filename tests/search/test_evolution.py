@@ -179,8 +179,14 @@ def test_pickle_continues_the_same_stream() -> None:
 def run_async(seed: int, workers: int = 4, n_trials: int = 60) -> optuna.Study:
     """ask/tell with ``workers`` trials in flight, told in a seeded random order."""
     sampler = RegularizedEvolutionSampler(CellSpace(), population_size=10, sample_size=4, seed=seed)
+    return drive_async(sampler, n_trials, workers, order_seed=100)
+
+
+def drive_async(sampler: RegularizedEvolutionSampler, n_trials: int, workers: int, order_seed: int) -> optuna.Study:
+    """A maximising study of ``cell_fitness`` asked with ``workers`` trials in flight, each told at a
+    seeded random moment (the order of an asynchronous cluster)."""
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    order = np.random.default_rng(100)
+    order = np.random.default_rng(order_seed)
     running: list[tuple[optuna.Trial, float]] = []
     asked = 0
     while asked < n_trials or running:
@@ -188,8 +194,7 @@ def run_async(seed: int, workers: int = 4, n_trials: int = 60) -> optuna.Study:
             trial = study.ask()
             running.append((trial, cell_fitness(sampler.suggest(trial))))  # type: ignore[arg-type]
             asked += 1
-        trial, value = running.pop(int(order.integers(len(running))))
-        study.tell(trial, value)
+        study.tell(*running.pop(int(order.integers(len(running)))))
     return study
 
 
@@ -343,17 +348,7 @@ def test_no_genome_is_proposed_twice() -> None:
         sampler = RegularizedEvolutionSampler(
             CellSpace(), population_size=10, seed=2, **kwargs  # type: ignore[arg-type]
         )
-        study = optuna.create_study(direction="maximize", sampler=sampler)
-        order = np.random.default_rng(0)
-        running: list[tuple[optuna.Trial, float]] = []
-        asked = 0
-        while asked < 300 or running:
-            while asked < 300 and len(running) < 16:
-                trial, genome = ask_genome(study, sampler)
-                running.append((trial, cell_fitness(genome)))
-                asked += 1
-            study.tell(*running.pop(int(order.integers(len(running)))))
-        return genomes(study)
+        return genomes(drive_async(sampler, 300, workers=16, order_seed=0))
 
     assert len(set(run())) == 300  # a greedy climb on a small landscape, yet no repeat
     classic = run(n_startup_trials=10, sample_size=5, candidates=1, skip_duplicates=False)
@@ -397,16 +392,7 @@ def test_the_candidate_model_steers_children_to_good_values() -> None:
         scores = []
         for seed in range(4):
             sampler = RegularizedEvolutionSampler(CellSpace(), seed=seed, candidates=candidates)
-            study = optuna.create_study(direction="maximize", sampler=sampler)
-            order = np.random.default_rng(seed)
-            running: list[tuple[optuna.Trial, float]] = []
-            asked = 0
-            while asked < 80 or running:
-                while asked < 80 and len(running) < 16:
-                    trial, genome = ask_genome(study, sampler)
-                    running.append((trial, cell_fitness(genome)))
-                    asked += 1
-                study.tell(*running.pop(int(order.integers(len(running)))))
+            study = drive_async(sampler, 80, workers=16, order_seed=seed)
             scores += [t.value for t in study.trials if t.system_attrs[PARENT_ATTR] is not None]
         return float(np.mean(scores))
 

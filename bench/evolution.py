@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import logging
 import platform
 import sys
@@ -61,16 +60,12 @@ from search.campaign import Campaign
 from search.sampling.evolution import RegularizedEvolutionSampler
 from search.sampling.samplers import make_sampler
 from search.seeds import component_seed
-from search.spec.campaign_spec import CampaignSpec, parse_spec
+from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 
-HERE = Path(__file__).resolve().parent
-NB201_CSV = HERE / "data" / "nb201_12epoch.csv"
-RESULTS = HERE / "results"
-TRAINER = "bench.trivial:fit"
-TRIAL_SECONDS = 60.0
+from bench.simulate import NB201_CSV, RESULTS, TRIAL_SECONDS, bench_spec as table_spec
+
 JITTER = 0.1
-EPOCHS = 12
 PARAM = "cell"
 DATASETS = ("cifar10", "cifar100", "imagenet")
 DATASET_LABEL = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenet": "ImageNet16-120"}
@@ -94,13 +89,9 @@ EXTRA_METHODS: dict[str, SamplerFactory] = {"evolution-classic": _classic}
 
 
 def bench_spec(method: str, workers: int, budget: int, dataset: str, seed: int) -> CampaignSpec:
-    data = {
-        "study": {"name": f"evo-{dataset}-{method}-{workers}-{seed}", "direction": "maximize", "metric": "accuracy",
-                  "sampler": method, "seed": seed, "n_trials": budget, "storage": ""},
-        "trainer": {"entry": TRAINER, "dataset": dataset, "epochs": EPOCHS, "checkpoint_every": 1},
-        "space": {PARAM: {"type": "cell"}},
-    }  # fmt: skip
-    return parse_spec(data, source=f"<bench evolution {method}>", text=json.dumps(data, indent=1))
+    """The NAS-Bench-201 cell as one architecture parameter, on the table's trivial trainer."""
+    name = f"evo-{dataset}-{method}-{workers}-{seed}"
+    return table_spec(name, {PARAM: {"type": "cell"}}, method, budget, seed=seed, dataset=dataset)
 
 
 def campaign(

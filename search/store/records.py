@@ -78,6 +78,7 @@ class Attr:
     GENOME: Final = "genome"  # str: an architecture genome, where a sampler records one
     PBT_LINEAGE: Final = "pbt_lineage"  # list of {"epoch", "source", "params"}: whom it copied, when
     PBT_SCHEDULE: Final = "pbt_schedule"  # list of [first step, lr]: the LR it actually followed
+    PBT_SEGMENTS: Final = "pbt_segments"  # list of [started, finished, worker]: each run of a PBT member
 
 
 class StudyAttr:

@@ -26,15 +26,28 @@ def small() -> str:
             .replace("interval = 3", "interval = 2").replace('model = "cnn"', 'model = "mlp"'))  # fmt: skip
 
 
-def test_policy_bottom_member_exploits_a_top_member_and_perturbs() -> None:
+def test_policy_ranks_a_whole_rung_bottom_exploits_top_and_perturbs() -> None:
     dists = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
-    policy = PBTPolicy(PBTSpec(interval=2, quantile=0.25, resample_probability=0.0, hyperparams=("lr",)), True, dists, 0)
+    spec = PBTSpec(interval=2, quantile=0.25, resample_probability=0.0, hyperparams=("lr",))
+    policy = PBTPolicy(spec, True, dists, 0)
     pop = [Member(i, 2, score, {"lr": 0.01 * (i + 1)}) for i, score in enumerate([0.9, 0.5, 0.8, 0.1])]
-    worst = policy.decide(pop[3], pop)
+    decisions = policy.decide_rung(2, pop)
+    worst = decisions[3]
     assert worst.action is Action.EXPLOIT and worst.source == 0
     assert worst.params["lr"] in (pytest.approx(0.01 * 0.8), pytest.approx(0.01 * 1.25))
-    assert policy.decide(pop[0], pop).action is Action.CONTINUE
-    assert policy.decide(pop[1], pop).action is Action.CONTINUE  # 0.5 is not in the bottom quarter of 4
+    assert [decisions[n].action for n in (0, 1, 2)] == [Action.CONTINUE] * 3  # 1 of 4 is the bottom quarter
+    assert PBTPolicy(spec, True, dists, 0).decide_rung(2, pop[::-1]) == decisions  # arrival order is irrelevant
+
+
+def test_policy_six_members_and_a_diverged_one() -> None:
+    dists = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+    policy = PBTPolicy(PBTSpec(interval=2, quantile=0.34, hyperparams=("lr",)), False, dists, 3)  # minimize
+    scores = [0.3, float("nan"), 0.1, 0.9, 0.2, 0.5]
+    decisions = policy.decide_rung(4, [Member(i, 4, s, {"lr": 0.1}) for i, s in enumerate(scores)])
+    exploiting = {n for n, d in decisions.items() if d.action is Action.EXPLOIT}
+    assert exploiting == {1, 3}  # floor(6 * 0.34) = 2: the diverged one and the worst
+    assert {decisions[n].source for n in exploiting} <= {2, 4}
+    assert all(d.action is Action.CONTINUE for d in policy.decide_rung(4, [Member(0, 4, 0.1, {"lr": 0.1})]).values())
 
 
 def test_recorded_schedule_merges_equal_rates() -> None:

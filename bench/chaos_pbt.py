@@ -189,9 +189,8 @@ def _wait_for(moment: str, folder: Path, proc: Any, interval: int, deadline: flo
     rungs_before = _rung_lines(folder)
     while proc.poll() is None and time.monotonic() < deadline:
         if moment == "after-decision":
-            rungs = _rung_lines(folder)
-            if rungs > rungs_before:
-                return f"rung {rungs} decided in pbt.jsonl"
+            if _rung_lines(folder) > rungs_before:
+                return f"the rung at epoch {(_journal(folder) or [{'rung': '?'}])[-1]['rung']} decided in pbt.jsonl"
         else:
             for trials in sorted(folder.glob("trials/*")):
                 steps = _metrics_steps(trials / "metrics.jsonl")

@@ -158,3 +158,22 @@ def test_pbt_spec_errors() -> None:
         with pytest.raises(SpecError) as info:
             parse_spec(tomllib.loads(text.replace(old, new)), "p.toml")
         assert info.value.key == key, str(info.value)
+
+
+@pytest.mark.slow
+def test_a_resumed_member_sends_again_its_own_reports_never_those_of_the_checkpoint_it_inherited(
+    tmp_path: Path,
+) -> None:
+    def run(folder: Path, seed: int, lr: float, epochs: int) -> list[int]:
+        reporter = RecordingReporter()
+        fit(TrialConfig(study="s", number=seed, seed=seed, epochs=epochs, dataset="digits", schedule_epochs=4,
+                        inherit_checkpoint=True, checkpoint_dir=str(folder),
+                        params={"lr": lr, "model": "mlp", "optimizer": "sgd"}), reporter)  # fmt: skip
+        return [step for step, _m in reporter.reports]
+
+    source, member = tmp_path / "source", tmp_path / "member"
+    assert run(source, 1, 0.05, 2) == [1, 2]
+    member.mkdir()
+    (member / "checkpoint.pt").write_bytes((source / "checkpoint.pt").read_bytes())  # the exploit's copy
+    assert run(member, 2, 0.02, 3) == [3]  # epochs 1-2 are the source's: not this member's reports
+    assert run(member, 2, 0.02, 4) == [3, 4]  # resumed from its own checkpoint: epoch 3 sent again, then 4

@@ -16,6 +16,8 @@ from search.pbt.journal import PBTJournal
 from search.pbt.policy import Action, Decision, Member, PBTPolicy, PBTSpec, recorded_schedule
 from search.pbt.population import Population
 from search.pbt.replay import NotReplayable, replay_member
+from search.reports.data import timeline
+from search.reports.report import write_report
 from search.reports.reproduce import comparison_text, reproduce_trial
 from search.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, SpecError, parse_spec
@@ -108,6 +110,12 @@ def test_a_pbt_campaign_on_two_workers_ranks_everyone_at_every_rung_and_replays(
                             "lr_points": schedule}), reporter)  # fmt: skip
     followed = recorded_schedule([(s, m) for s, m in bad.user_attrs["history"]])
     assert recorded_schedule([(s, m) for s, m in reporter.reports]) == followed
+    # the report: who copied whom at each rung, and a timeline span per segment
+    page = write_report(folder.root).index.read_text()
+    section = page.split('<section id="pbt">')[1].split("</section>")[0]
+    assert f"{bad.number} &lt;- {lineage[0]['source']}" in section and "4 rung" not in section
+    spans = timeline(study.get_trials())
+    assert len(spans) == 12 and sum(s.asked is not None for s in spans) == 8  # 4 x 3 segments; waits before 2nd, 3rd
     # reproduce replays its whole chain: its first segment, then the source's weights at epoch 2, then its own
     result = reproduce_trial(folder.root, bad.number)
     assert result.matched, comparison_text(result)

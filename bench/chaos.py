@@ -608,13 +608,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None,
                         help="run in this folder and keep it (default: a temporary one)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the result as one JSON line")
+    parser.add_argument("--pbt", action="store_true",
+                        help="population-based training: kill mid-segment and right after a rung's decision "
+                             "(bench/chaos_pbt.py; uses --reps, --seed, --keep, --timeout)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.pbt:
+        return _main_pbt(args)
     result = chaos(args.sampler, args.reps, args.seed, args.trials, args.epochs, args.sleep, args.workers,
                    args.window, args.keep, args.timeout, signal=args.signal, kill_workers=args.kill_workers,
                    term_grace=args.term_grace)  # fmt: skip
     print("\n".join(result.lines()))
     if args.json:
         print(json.dumps(dataclasses.asdict(result) | {"ok": result.ok, "final_stderr": None}))
+    return 0 if result.ok else 1
+
+
+def _main_pbt(args: argparse.Namespace) -> int:
+    """``--pbt``: :func:`bench.chaos_pbt.chaos_pbt` with the shared options."""
+    from bench.chaos_pbt import chaos_pbt
+
+    if args.keep is None:
+        with tempfile.TemporaryDirectory(prefix="hypersweep-chaos-pbt-") as tmp:
+            result = chaos_pbt(Path(tmp), args.reps, args.seed, timeout=args.timeout)
+    else:
+        result = chaos_pbt(args.keep, args.reps, args.seed, timeout=args.timeout)
+    print("\n".join(result.lines()))
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result) | {"ok": result.ok, "final_log": None}))
     return 0 if result.ok else 1
 
 

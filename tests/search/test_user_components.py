@@ -22,6 +22,7 @@ from search.sampling.samplers import SAMPLER_REGISTRY, make_sampler, sampler_inf
 from search.spec.campaign_spec import parse_spec
 from search.spec.table import SpecError
 from spaces.params import parse_space
+from toy_specs import toy_spec
 
 from user_components import LowerHalfSampler  # as the spec names it (tests/search is on the path)
 
@@ -29,13 +30,7 @@ ENTRY = "user_components:LowerHalfSampler"
 
 
 def spec(name: str, n_trials: int = 4, **study: Any) -> dict[str, Any]:
-    return {
-        "study": {"name": name, "direction": "maximize", "metric": "score", "seed": 5, "n_trials": n_trials,
-                  **study},
-        "trainer": {"entry": "toy_trainers:fit", "epochs": 2},
-        "space": {"quality": {"type": "float", "low": 0.0, "high": 1.0}},
-        "cluster": {"n_workers": 1},
-    }  # fmt: skip
+    return toy_spec(name, n_trials, **{"sampler": "tpe", "seed": 5, **study})
 
 
 def qualities(result: search.Result) -> list[float]:

@@ -84,7 +84,8 @@ def build(kind: str, entry: str, options: Mapping[str, Any], seed: int | None = 
     try:
         obj = cls(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a user class: its error, as one line
-        raise ValueError(f"{kind} {entry}({_args(kwargs)}) failed: {type(exc).__name__}: {exc}") from None
+        again = "" if options else f"; an object passed to search.run is passed again: search.resume(folder, {kind}=...)"
+        raise ValueError(f"{kind} {entry}({_args(kwargs)}) failed: {type(exc).__name__}: {exc}{again}") from None
     base = _base_class(kind)
     if not isinstance(obj, base):
         raise ValueError(f"{kind} {entry} built a {type(obj).__name__}, not an optuna {base.__name__}")

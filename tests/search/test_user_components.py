@@ -155,3 +155,19 @@ def _assert_pruned_below(result: search.Result, threshold: float) -> None:
         expected = optuna.trial.TrialState.PRUNED if first < threshold else optuna.trial.TrialState.COMPLETE
         assert states[trial.number] == expected, (trial.number, trial.intermediate_values)
     assert optuna.trial.TrialState.PRUNED in states.values() and optuna.trial.TrialState.COMPLETE in states.values()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_sampler_that_does_not_pickle_samples_on_a_thread_and_is_passed_again_to_resume(tmp_path: Path) -> None:
+    from user_components import LockedSampler
+
+    result = search.run(spec("locked", n_trials=2), sampler=LockedSampler("a", seed=3), runs_dir=tmp_path,
+                        progress=False)  # fmt: skip
+    assert len(result.study.get_trials(deepcopy=False)) == 2 and not (result.folder / "sampler.pkl").exists()
+    components._OBJECTS.clear()  # a new session: the object is gone
+    with pytest.raises(SpecError) as caught:
+        search.resume(result.folder, n_trials=3, progress=False)
+    assert caught.value.key == "study.sampler" and "search.resume(folder, sampler=...)" in caught.value.problem
+    again = search.resume(result.folder, n_trials=3, sampler=LockedSampler("b", seed=4), progress=False)
+    assert len(again.study.get_trials(deepcopy=False)) == 3

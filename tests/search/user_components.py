@@ -50,3 +50,14 @@ class StopBelow(optuna.pruners.BasePruner):
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
         return step is not None and trial.intermediate_values[step] < self.threshold
+
+
+class LockedSampler(RandomSampler):
+    """A random sampler holding a lock: it neither pickles nor deep-copies, and needs an argument to build."""
+
+    def __init__(self, tag: str, seed: int | None = None) -> None:
+        import threading
+
+        super().__init__(seed=seed)
+        self.tag = tag
+        self._lock = threading.Lock()

@@ -1,9 +1,10 @@
 """Controller-side early stopping: Optuna pruners fed from streamed reports.
 
-The rung resource is what a report's step counts: examples seen (default, so
-trials with different batch sizes are compared at equal data), optimizer steps,
-or epochs. ``min_resource = 0`` means "the resource of the first report", so a
-rung is one epoch's worth of data whatever the batch size.
+The rung resource is what a report's step counts, and the step of each Optuna intermediate value
+(the x axis of optuna-dashboard's learning curves): epochs (default: the report's ``epoch`` metric,
+else its step), examples seen (trials that report at different fractions of an epoch are compared at
+equal data), or optimizer steps. ``min_resource = 0`` means "the resource of the first report", so a
+rung is one report's worth of training.
 
 :data:`PRUNER_REGISTRY` holds every built-in name a spec may give (adding one is one entry
 there); a spec may also name any ``BasePruner`` class (``pruner = "pkg.mod:Class"``, built with

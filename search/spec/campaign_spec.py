@@ -112,7 +112,7 @@ class TrainerSpec:
 class PrunerSpec:
     """Controller-side early stopping; ``resource`` is what a rung counts."""
 
-    resource: str = "examples"
+    resource: str = "epochs"  # the report's epoch (else its step): optuna-dashboard's x axis
     n_startup_trials: int = 4
     n_warmup_steps: int = 0
     percentile: float = 25.0
@@ -295,11 +295,11 @@ def _pruning(source: str, data: Mapping[str, Any], pruner: str) -> PrunerSpec:
     if components.is_entry(pruner):
         options = dict(data) if isinstance(data, Mapping) else data
         t = SpecTable(source, "pruner", {k: v for k, v in options.items() if k == "resource"}, _PRUNER)
-        return PrunerSpec(resource=t.choice("resource", PRUNING_RESOURCES, "examples"),
+        return PrunerSpec(resource=t.choice("resource", PRUNING_RESOURCES, "epochs"),
                           options={k: v for k, v in options.items() if k != "resource"})  # fmt: skip
     t = SpecTable(source, "pruner", data, _PRUNER)
     spec = PrunerSpec(
-        resource=t.choice("resource", PRUNING_RESOURCES, "examples"),
+        resource=t.choice("resource", PRUNING_RESOURCES, "epochs"),
         n_startup_trials=t.int("n_startup_trials", 4, minimum=0),
         n_warmup_steps=t.int("n_warmup_steps", 0, minimum=0),
         percentile=t.float("percentile", 25.0, minimum=0.0),

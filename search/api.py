@@ -344,33 +344,27 @@ def load_spec_like(
     ``sampler`` / ``pruner`` (entries of registered objects) ``[study] sampler`` / ``pruner`` (and drop
     ``[sampler]``, and ``[pruner]``'s settings but ``resource``).
 
-    A spec given as a file and no ``trainer`` is read as ``hypersweep run`` reads it (the same text is
-    frozen); otherwise the spec is written out as TOML (with the trainer's entry), and that text is frozen.
+    A spec given as a file and nothing passed is read as ``hypersweep run`` reads it (the same text is
+    frozen); otherwise the spec is written out as TOML (with what was passed), and that text is frozen.
     """
     from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
     from trainers.api import register_trainer
 
     entry = register_trainer(trainer) if trainer is not None else None
-    if entry is None and (sampler or pruner):
-        if isinstance(spec, CampaignSpec):
-            spec = spec.text
-        elif isinstance(spec, Path) or (isinstance(spec, str) and "\n" not in spec and "[" not in spec):
-            spec = load_spec(spec, check_trainer=False).text
-        data = _plain(spec) if isinstance(spec, Mapping) else _toml_data(spec, "<TOML string>")
-        return _rewritten(data, "<spec>", None, sampler, pruner)
+    passed = entry or sampler or pruner  # something to write into the spec
     if isinstance(spec, CampaignSpec):
-        if entry is None:
+        if not passed:
             return spec
         source, data = spec.source, _toml_data(spec.text, spec.source)
     elif isinstance(spec, Mapping):
         source, data = "<dict spec>", _plain(spec)
     elif isinstance(spec, Path) or (isinstance(spec, str) and "\n" not in spec and "[" not in spec):
-        if entry is None:
+        if not passed:
             return load_spec(spec)
         frozen = load_spec(spec, check_trainer=False)  # its mistakes, as one line naming the file
         source, data = frozen.source, tomllib.loads(frozen.text)
     elif isinstance(spec, str):
-        if entry is None:
+        if not passed:
             return parse_spec(_toml_data(spec, "<TOML string>"), "<TOML string>", spec)
         source, data = "<TOML string>", _toml_data(spec, "<TOML string>")
     else:

@@ -171,3 +171,18 @@ def test_a_sampler_that_does_not_pickle_samples_on_a_thread_and_is_passed_again_
     assert caught.value.key == "study.sampler" and "search.resume(folder, sampler=...)" in caught.value.problem
     again = search.resume(result.folder, n_trials=3, sampler=LockedSampler("b", seed=4), progress=False)
     assert len(again.study.get_trials(deepcopy=False)) == 3
+
+
+def test_an_object_from_python_replaces_the_spec_files_sampler_and_pruner(tmp_path: Path) -> None:
+    from search.api import load_spec_like, to_toml
+
+    path = tmp_path / "s.toml"
+    path.write_text(to_toml({**spec("file", sampler="tpe"), "sampler": {"n_startup_trials": 3},
+                             "pruner": {"resource": "epochs", "n_startup_trials": 2}}))  # fmt: skip
+    sampler = components.register("sampler", LowerHalfSampler(0.5, seed=1))
+    pruner = components.register("pruner", optuna.pruners.ThresholdPruner(lower=0.1))
+    campaign = load_spec_like(path, sampler=sampler, pruner=pruner)
+    assert (campaign.study.sampler, campaign.study.pruner) == (ENTRY, "optuna.pruners._threshold:ThresholdPruner")
+    assert campaign.source == str(path) and campaign.sampler_options == {}
+    assert campaign.pruning.resource == "epochs" and campaign.pruning.options == {}
+    assert "sampler user_components:LowerHalfSampler" in campaign.text.splitlines()[0]

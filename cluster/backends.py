@@ -76,12 +76,19 @@ def worker_args(gpus: int, slots: int) -> list[str]:
     return ["--nthreads", str(n), "--resources", f"{'GPU' if gpus > 0 else 'CPU'}={n}"]
 
 
+def install_hint(kind: str, module: str) -> str:
+    """How to install what backend ``kind`` needs: the checkout's extra, or the dependency itself
+    (``hypersweep`` is installed from its repository, not from a package index)."""
+    distribution = module.replace("_", "-")
+    return f"pip install -e '.[{kind}]' in the hypersweep checkout, or pip install {distribution}"
+
+
 def _import_extra(kind: str, module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(
-            f"backend {kind!r} needs {module.replace('_', '-')}: pip install 'hypersweep[{kind}]' ({exc})"
+            f"backend {kind!r} needs {module.replace('_', '-')}: {install_hint(kind, module)} ({exc})"
         ) from exc
 
 
@@ -543,6 +550,8 @@ def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
         "job_script_prologue": list(backend.job_script_prologue),
         "job_name": "hypersweep-worker",
     }
+    if backend.job_script_prologue:  # it sets the node's environment up: its python, not this machine's venv path
+        kwargs["python"] = "python"
     return {**kwargs, **_JOB_SYSTEMS[backend.system][1](backend)}
 
 

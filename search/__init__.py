@@ -1,21 +1,31 @@
 """The controller: specs, the ask/tell campaign loop, samplers, pruning, summaries, the CLI and the Python API.
 
 ``search.run(spec, trainer=fit)``, ``search.resume(folder)`` and ``search.load(folder)`` (see
-:mod:`search.api`) are imported on first use, so ``import search`` stays cheap.
+:mod:`search.api`), :class:`StopCampaign` (:mod:`search.hooks`) and :class:`CampaignExistsError` are
+imported on first use, so ``import search`` stays cheap.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["cli", "campaign", "spec", "runner", "api", "run", "resume", "load", "Result"]
+__all__ = ["run", "resume", "load", "Result", "StopCampaign", "CampaignExistsError"]
 
-_API = frozenset({"run", "resume", "load", "Result"})
+# name -> the module that defines it, imported on first use
+_LAZY = {
+    "run": "search.api", "resume": "search.api", "load": "search.api", "Result": "search.api",
+    "StopCampaign": "search.hooks", "CampaignExistsError": "search.runner",
+}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
-        from search import api
+    if name in _LAZY:
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'search' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """``dir(search)`` and tab completion show the Python API, before first use too."""
+    return sorted({*globals(), *__all__})

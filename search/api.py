@@ -5,7 +5,10 @@ import search
 
 result = search.run("examples/digits.toml")         # a spec file, a TOML string or a dict
 result = search.run(spec, trainer=fit)               # a trainer defined right here (script or notebook)
-result.best, result.trials, result.study, result.folder
+result.best, result.trials, result.history, result.study, result.folder, result.best_checkpoint
+search.run(spec, sampler=optuna.samplers.TPESampler(seed=1), pruner=optuna.pruners.MedianPruner())  # any Optuna object
+search.run(spec, callbacks=[fn], on_report=hook)     # fn(study, frozen_trial) after each tell; hook(number, step, metrics)
+search.run(spec, exist_ok="resume")                  # re-runnable cell: continue the folder's campaign ("overwrite": anew)
 search.resume("runs/digits")                         # continue it to its budget
 search.resume("runs/digits", n_trials=40)            # ... to a new budget, kept for later resumes
 search.run(spec, enqueue=[{"lr": 0.01}], warm_start="runs/digits")  # known-good configs first; an earlier study's trials
@@ -29,23 +32,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import math
-import re
 import sys
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from search.toml_text import to_toml
+
 if TYPE_CHECKING:
     import optuna
+
+    from search.hooks import Callback, CampaignHooks, ReportHook
     import pandas as pd
 
     from search.reports.reproduce import Reproduction
     from search.spec.campaign_spec import CampaignSpec
 
 __all__ = ["run", "resume", "load", "Result", "to_toml"]
+
+EXIST_OK = ("error", "resume", "overwrite")  # search.run(exist_ok=...): what a folder holding a campaign gets
 
 @dataclasses.dataclass(frozen=True)
 class Result:
@@ -57,10 +63,28 @@ class Result:
 
     @property
     def trials(self) -> pd.DataFrame:
-        """One row per trial: number, state, the objective metric(s), duration, parameters, reason."""
-        from search.reports.summary import trials_frame
+        """One row per trial: number, state, the objective metric(s), duration, parameters, every other final
+        metric, the trial's ``folder`` and ``checkpoint`` (None where it wrote none), reason."""
+        from search.results import trials_table
+        from search.store.folder import CampaignFolder
 
-        return trials_frame(self.study, self.spec.objective_metrics)
+        return trials_table(self.study, self.spec.objective_metrics, CampaignFolder(self.folder))
+
+    @property
+    def history(self) -> pd.DataFrame:
+        """Every report: one row per (trial, step, metric) with its ``value`` and ``time`` (a long table)."""
+        from search.results import history_frame
+        from search.store.folder import CampaignFolder
+
+        return history_frame(self.study, CampaignFolder(self.folder))
+
+    @property
+    def best_checkpoint(self) -> Path | None:
+        """The best trial's checkpoint in its folder (single objective; None if none completed or it wrote none)."""
+        from search.results import checkpoint_of
+
+        trial = self._best_trial()
+        return None if trial is None else checkpoint_of(self.folder / "trials" / str(trial.number))
 
     @property
     def best(self) -> pd.DataFrame:
@@ -137,6 +161,11 @@ def run(
     tls: tuple[str, str, str] | None = None,
     enqueue: Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
     warm_start: str | Path | None = None,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
+    callbacks: Sequence[Callback] = (),
+    on_report: ReportHook | None = None,
+    exist_ok: str = "error",
 ) -> Result:
     """Run a new campaign in ``runs_dir/<study name>/`` and return it.
 
@@ -147,6 +176,12 @@ def run(
     ``--scheduler``, ``--insecure`` and ``--tls``. ``enqueue``: configurations to run first (a dict of
     parameter values or a list of them, as ``--enqueue``); ``warm_start``: an earlier campaign folder or
     ``"sqlite:///old.db#study"`` whose finished trials the sampler learns from (as ``--warm-start``).
+    ``sampler`` / ``pruner``: any Optuna ``BaseSampler`` / ``BasePruner``, replacing the spec's (the frozen spec
+    names its class; the object is kept pickled in the folder for ``resume``). ``callbacks``: functions
+    ``fn(study, frozen_trial)`` called after each tell; ``on_report``: ``hook(trial_number, step, metrics)``
+    for each report; either may end the campaign with ``study.stop()`` or :class:`StopCampaign` (see
+    :mod:`search.hooks`). ``exist_ok``: a folder that already holds this campaign is an error
+    (``"error"``), is continued (``"resume"``, as :func:`resume`) or is deleted and started anew (``"overwrite"``).
     Raises what the command reports as one line (a :class:`~search.spec.table.SpecError`, an existing
     campaign folder, a cluster that cannot start).
     """
@@ -154,16 +189,29 @@ def run(
     from search.lifecycle import enqueue_from
     from search.runner import RunOptions, run_campaign
 
+    if exist_ok not in EXIST_OK:
+        raise ValueError(f"exist_ok={exist_ok!r}: must be one of {', '.join(map(repr, EXIST_OK))}")
     if trainer is not None:
         ship_trainer(trainer)  # one that cannot go to the workers fails here, before anything starts
-    campaign = load_spec_like(spec, trainer)
+    from search.hooks import CampaignHooks
+
+    hooks = CampaignHooks(callbacks, on_report)
+    campaign = load_spec_like(spec, trainer, _registered("sampler", sampler), _registered("pruner", pruner))
+    existing = Path(runs_dir) / campaign.study.name
+    if exist_ok == "resume" and (existing / "spec.toml").is_file():
+        return resume(existing, trainer, n_workers=n_workers, scheduler=scheduler, progress=progress,
+                      insecure=insecure, tls=tls, callbacks=callbacks, on_report=on_report)  # fmt: skip
+    if exist_ok == "overwrite" and existing.is_dir():
+        _remove_campaign(existing)
     options = _options(RunOptions, runs_dir, n_workers, scheduler, progress, insecure, tls)
     options = dataclasses.replace(
         options, warm_start=None if warm_start is None else str(warm_start), enqueue_source="search.run(enqueue=...)",
         enqueue=enqueue_from(enqueue, campaign, "search.run(enqueue=...)") if enqueue is not None else (),
+        hooks=hooks,
     )  # fmt: skip
-    with _quiet(), main_kept_from_children():
+    with _quiet(), main_kept_from_children(), _python_hint():
         folder = run_campaign(campaign, options)
+    _raise_hook_error(hooks)
     return _result(folder.root, campaign)
 
 
@@ -179,6 +227,10 @@ def resume(
     n_trials: int | None = None,
     spec: str | Path | None = None,
     allow_changes: bool = False,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
+    callbacks: Sequence[Callback] = (),
+    on_report: ReportHook | None = None,
 ) -> Result:
     """Continue the campaign in ``folder`` to its budget (as ``hypersweep resume``) and return it.
 
@@ -186,7 +238,9 @@ def resume(
     ``fit`` again after a restart); without it the entry is imported, or the campaign's kept copy
     (``trainer.pkl``) of a by-value trainer is used. ``n_trials``: the new trial budget (``--n-trials``,
     kept for later resumes); ``spec``: a spec file to run the rest under (``--spec``); a spec that differs
-    from the campaign's is refused unless ``allow_changes`` (``--allow-changes``).
+    from the campaign's is refused unless ``allow_changes`` (``--allow-changes``). ``sampler`` / ``pruner``:
+    the objects :func:`run` was given, again (needed only where they did not pickle); ``callbacks`` and
+    ``on_report``: as for :func:`run`.
     """
     from search.runner import RunOptions, resume_campaign
     from search.spec.campaign_spec import load_spec
@@ -198,10 +252,16 @@ def resume(
     if n_trials is not None and n_trials < 1:
         raise ValueError(f"n_trials={n_trials!r}: must be >= 1")
     options = _options(RunOptions, "runs", n_workers, scheduler, progress, insecure, tls)
+    _registered("sampler", sampler)
+    _registered("pruner", pruner)
+    from search.hooks import CampaignHooks
+
+    hooks = CampaignHooks(callbacks, on_report)
     options = dataclasses.replace(options, n_trials=n_trials, allow_changes=allow_changes,
-                                  spec_file=None if spec is None else Path(spec))  # fmt: skip
+                                  spec_file=None if spec is None else Path(spec), hooks=hooks)  # fmt: skip
     with _quiet(), main_kept_from_children():
         done = resume_campaign(root, options)
+    _raise_hook_error(hooks)
     return load(done.root)
 
 
@@ -214,6 +274,46 @@ def load(folder: str | Path) -> Result:
     if not campaign.exists():
         raise FileNotFoundError(f"{campaign.root} holds no campaign (no spec.toml)")
     return _result(campaign.root, load_spec(campaign.spec, check_trainer=False))
+
+
+def _registered(kind: str, obj: Any) -> str | None:
+    """Register a sampler or pruner object for this process; its entry (None for None)."""
+    from search.sampling import components
+
+    return None if obj is None else components.register(kind, obj)
+
+
+def _raise_hook_error(hooks: CampaignHooks) -> None:
+    if hooks.error is not None:
+        raise hooks.error
+
+
+def _remove_campaign(root: Path) -> None:
+    """``exist_ok="overwrite"``: delete a campaign folder (only one that holds a campaign, and no controller)."""
+    import shutil
+
+    from search.store.folder import CampaignFolder, ControllerLock
+
+    folder = CampaignFolder(root)
+    if any(root.iterdir()) and not folder.exists():
+        raise FileExistsError(f"{root} is not a campaign folder (no spec.toml); not overwriting it")
+    if ControllerLock.held(folder.lock):
+        raise RuntimeError(f"{root}: a controller is running this campaign; not overwriting it")
+    shutil.rmtree(root)
+
+
+@contextlib.contextmanager
+def _python_hint() -> Iterator[None]:
+    """A :class:`CampaignExistsError` names the Python calls that continue or replace the campaign."""
+    from search.runner import CampaignExistsError
+
+    try:
+        yield
+    except CampaignExistsError as exc:
+        message = str(exc).replace("continue it with 'hypersweep resume ", "continue it with search.resume('")
+        message = message.replace("' or pick another", "') or search.run(..., exist_ok='resume' or 'overwrite'), "
+                                  "or pick another")  # fmt: skip
+        raise CampaignExistsError(message.replace("--runs-dir", "runs_dir")) from None
 
 
 def _result(root: Path, spec: CampaignSpec) -> Result:
@@ -237,37 +337,55 @@ def _options(cls: Any, runs_dir: str | Path, n_workers: int | None, scheduler: s
 
 
 def load_spec_like(
-    spec: str | Path | Mapping[str, Any] | CampaignSpec, trainer: Callable[..., Any] | None = None
+    spec: str | Path | Mapping[str, Any] | CampaignSpec, trainer: Callable[..., Any] | None = None,
+    sampler: str | None = None, pruner: str | None = None,
 ) -> CampaignSpec:
-    """A checked spec from a path, a TOML string, a dict or a spec; ``trainer`` replaces ``[trainer] entry``.
+    """A checked spec from a path, a TOML string, a dict or a spec; ``trainer`` replaces ``[trainer] entry``,
+    ``sampler`` / ``pruner`` (entries of registered objects) ``[study] sampler`` / ``pruner`` (and drop
+    ``[sampler]``, and ``[pruner]``'s settings but ``resource``).
 
-    A spec given as a file and no ``trainer`` is read as ``hypersweep run`` reads it (the same text is
-    frozen); otherwise the spec is written out as TOML (with the trainer's entry), and that text is frozen.
+    A spec given as a file and nothing passed is read as ``hypersweep run`` reads it (the same text is
+    frozen); otherwise the spec is written out as TOML (with what was passed), and that text is frozen.
     """
     from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
     from trainers.api import register_trainer
 
     entry = register_trainer(trainer) if trainer is not None else None
+    passed = entry or sampler or pruner  # something to write into the spec
     if isinstance(spec, CampaignSpec):
-        if entry is None:
+        if not passed:
             return spec
         source, data = spec.source, _toml_data(spec.text, spec.source)
     elif isinstance(spec, Mapping):
         source, data = "<dict spec>", _plain(spec)
     elif isinstance(spec, Path) or (isinstance(spec, str) and "\n" not in spec and "[" not in spec):
-        if entry is None:
+        if not passed:
             return load_spec(spec)
         frozen = load_spec(spec, check_trainer=False)  # its mistakes, as one line naming the file
         source, data = frozen.source, tomllib.loads(frozen.text)
     elif isinstance(spec, str):
-        if entry is None:
+        if not passed:
             return parse_spec(_toml_data(spec, "<TOML string>"), "<TOML string>", spec)
         source, data = "<TOML string>", _toml_data(spec, "<TOML string>")
     else:
         raise TypeError(f"spec must be a path, a TOML string, a dict or a CampaignSpec, not {type(spec).__name__}")
+    return _rewritten(data, source, entry, sampler, pruner)
+
+
+def _rewritten(data: dict[str, Any], source: str, entry: str | None, sampler: str | None,
+               pruner: str | None) -> CampaignSpec:  # fmt: skip
+    """The spec ``data`` with what Python passed in (trainer, sampler, pruner entries), written out as TOML."""
+    from search.spec.campaign_spec import parse_spec
+
     if entry is not None:
         data = {**data, "trainer": {**dict(data.get("trainer") or {}), "entry": entry}}
-    header = f"# written by search.run from {source}" + (f"; trainer {entry} passed in Python" if entry else "")
+    if sampler is not None:
+        data = {**{k: v for k, v in data.items() if k != "sampler"}, "study": {**data.get("study", {}), "sampler": sampler}}
+    if pruner is not None:
+        kept = {k: v for k, v in dict(data.get("pruner") or {}).items() if k == "resource"}
+        data = {**data, "study": {**data.get("study", {}), "pruner": pruner}, "pruner": kept}
+    passed = [f"{what} {name}" for what, name in (("trainer", entry), ("sampler", sampler), ("pruner", pruner)) if name]
+    header = f"# written by search.run from {source}" + (f"; {', '.join(passed)} passed in Python" if passed else "")
     text = to_toml(data, header=header)
     return parse_spec(tomllib.loads(text), source, text)
 
@@ -288,49 +406,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def to_toml(data: Mapping[str, Any], header: str = "") -> str:
-    """``data`` as TOML: a table per top-level mapping (``[study]``), inline tables below that.
-
-    ``tomllib.loads(to_toml(d)) == d`` for the values a spec holds (str, bool, int, float, lists,
-    mappings); ``None`` has no TOML form and is an error.
-    """
-    lines = [header] if header else []
-    scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
-    lines += [f"{_key(k)} = {_value(v, k)}" for k, v in scalars.items()]
-    for name, table in data.items():
-        if isinstance(table, Mapping):
-            lines += ["", f"[{_key(name)}]"]
-            lines += [f"{_key(k)} = {_value(v, f'{name}.{k}')}" for k, v in table.items()]
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def _key(key: Any) -> str:
-    key = str(key)
-    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
-
-
-def _value(value: Any, where: str) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v, f"{where}[{i}]") for i, v in enumerate(value)) + "]"
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_key(k)} = {_value(v, f'{where}.{k}')}" for k, v in value.items()) + " }"
-    what = "None (TOML has no null: leave the key out)" if value is None else f"a {type(value).__name__}"
-    raise TypeError(f"spec value at {where!r} is {what}")
 
 
 # --- the process ------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import optuna
 from cluster.executor import Finished, Report, Started, TrialExecutor
 
 from search.dispatch import CampaignError, Dispatcher
+from search.hooks import CampaignHooks
 from search.intermediate import IntermediateValues
 from search.ledger import NEVER_STARTED, Ledger
 from search.pbt.barrier import Barrier
@@ -74,6 +75,7 @@ class Campaign:
         clock: Callable[[], float] = time.time,
         flush: Callable[[], object] | None = None,
         sampling: str | None = None,
+        hooks: CampaignHooks | None = None,
     ) -> None:
         self.spec = spec
         self.folder = folder
@@ -86,6 +88,8 @@ class Campaign:
         self._started = clock()
         population = population_of(spec, folder, study)
         self.sinks = ReportSinks.for_campaign(spec.logging, folder, spec.study.name)  # closed when run() ends
+        self.hooks = hooks or CampaignHooks()  # the user's callbacks and report hook; they may stop the campaign
+        self.sinks.add(self.hooks.sink(study))
         self.ledger = Ledger(spec, study, folder, all_asked=self._all_asked, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports)
@@ -102,10 +106,10 @@ class Campaign:
         try:
             self.supply.start(resumable)
             while True:
-                self.dispatch.fill(self.supply, self._time_left)
+                self.dispatch.fill(self.supply, self._may_start)
                 self.ledger.flush()  # deterministic: the budget may be fully asked now
                 self._flush()
-                if not self.dispatch.running and not self.supply.more_coming(self._time_left()):
+                if not self.dispatch.running and not self.supply.more_coming(self._may_start()):
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
@@ -171,6 +175,8 @@ class Campaign:
 
     def _budget_left(self) -> int:
         """Trials not asked yet (asked ones in hand, queued, running or waiting to be told count as spent)."""
+        if self.hooks.stopped:
+            return 0
         in_hand = len(self.dispatch.running) + len(self.ledger.waiting) + self.supply.in_hand()
         return max(0, self.spec.study.n_trials - self.ledger.finished - in_hand)
 
@@ -180,6 +186,10 @@ class Campaign:
     def _time_left(self) -> bool:
         budget = self.spec.study.time_budget
         return budget <= 0 or self._clock() - self._started < budget
+
+    def _may_start(self) -> bool:
+        """New trials may start: time is left and no hook stopped the campaign (running ones finish either way)."""
+        return self._time_left() and not self.hooks.stopped
 
     def _mark_interrupted(self) -> None:
         """Leave unfinished trials RUNNING (resumable, same number and params) and say so."""

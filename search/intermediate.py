@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 import optuna
 
-from search.sampling.pruning import make_pruner, resource_of
+from search.sampling.pruning import make_pruner, ready_at_start, resource_of
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import append_metrics_line, encode_metrics, read_metrics_lines
@@ -28,9 +28,6 @@ from search.trials import RunningTrial
 __all__ = ["IntermediateValues"]
 
 log = logging.getLogger(__name__)
-
-# pruners that need no resource unit (they compare step by step); the others are built at the first report
-STEPWISE_PRUNERS = ("none", "median", "percentile")
 
 
 class IntermediateValues:
@@ -43,7 +40,7 @@ class IntermediateValues:
         self._sinks = sinks or ReportSinks()  # TensorBoard, MLflow: every report kept goes there too
         self._study = study
         self._folder = folder
-        self._pruner_ready = spec.study.pruner in STEPWISE_PRUNERS or spec.pruning.min_resource > 0
+        self._pruner_ready = ready_at_start(spec.study.pruner, spec.pruning)
         # the spec's pruner, whoever created the study (Optuna's default is a MedianPruner); asha and
         # hyperband without min_resource prune nothing until the first report sets their rung size
         study.pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()

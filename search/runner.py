@@ -27,12 +27,14 @@ from cluster import ClusterError, ClusterOptions, DaskExecutor, TLSFiles, open_c
 from spaces.errors import InputError
 
 from search.campaign import Campaign, CampaignError
+from search.hooks import CampaignHooks
 from search.lifecycle import NewStudy, check_new, record_spec_changes, spec_to_resume
 from search.spec.changes import SPEC_TEXT
 from search.store.environment import capture_environment, record_environment, scheduler_info
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
 from search.progress import Progress
+from search.sampling import components
 from search.sampling.pruning import make_pruner
 from search.scaling.sweep import SweepResult, TargetGoal, analyze_sweep
 from search.spec.campaign_spec import CampaignSpec
@@ -65,6 +67,7 @@ class RunOptions:
     n_trials: int | None = None  # resume: the new trial budget
     allow_changes: bool = False  # resume: run under a spec that differs from the recorded one
     spec_file: Path | None = None  # resume: the spec to run the rest under (default: the folder's spec.toml)
+    hooks: CampaignHooks | None = None  # search.run(callbacks=..., on_report=...)
 
 
 def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
@@ -178,7 +181,7 @@ def _execute(
         with open_cluster(cluster, env=env) as client:
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
             executor = DaskExecutor(client, topic)
-            Campaign(spec, folder, study, executor, on_progress=progress).run()
+            Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
     except ClusterError as exc:
         if create and not _has_trials(folder):
             raise
@@ -224,6 +227,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     try:
         folder.create(spec.text)
         created = True
+        keep_components(spec, folder)
         with _campaign_log(folder):
             _execute(spec, folder, options, cluster, new=new)
     except BaseException:
@@ -236,6 +240,12 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     return folder
 
 
+def keep_components(spec: CampaignSpec, folder: CampaignFolder) -> None:
+    """Pickle a sampler or pruner object passed from Python into the folder, so that ``resume`` rebuilds it."""
+    components.keep(folder.root, "sampler", spec.study.sampler)
+    components.keep(folder.root, "pruner", spec.study.pruner)
+
+
 def _has_trials(folder: CampaignFolder) -> bool:
     return folder.trials.exists() and any(folder.trials.iterdir())
 
@@ -246,6 +256,7 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     folder = CampaignFolder(Path(path).resolve())
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
     with ControllerLock(folder.lock), _campaign_log(folder):
         spec, changes = spec_to_resume(folder, options)
         cluster = _cluster_options(spec, options)

@@ -44,7 +44,7 @@ from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
 from search.scaling.sweep import scaling_sampler
 from search.seeds import component_seed, trial_seed
-from search.sampling.samplers import REPLICA_SAFE, make_sampler, sampling_problem
+from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
 from search.trials import Prepared
@@ -70,8 +70,9 @@ def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> o
     """The spec's sampler, seeded with :func:`sampler_seed` (a scaling sweep's: one per batch size)."""
     seed = sampler_seed(spec.study.seed, trials, restart)
     if spec.scaling is None:
-        return make_sampler(spec.study.sampler, spec.space, seed)
-    return scaling_sampler(spec.scaling.batch_sizes, seed, lambda s: make_sampler(spec.study.sampler, spec.space, s))
+        return make_sampler(spec.study.sampler, spec.space, seed, spec.sampler_options)
+    return scaling_sampler(spec.scaling.batch_sizes, seed,
+                           lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options))  # fmt: skip
 
 
 def sampling_mode(requested: str, sampler: str, ordered: bool) -> str:
@@ -84,7 +85,7 @@ def sampling_mode(requested: str, sampler: str, ordered: bool) -> str:
     if ordered:
         return "inline"
     if requested == "auto":
-        return "process" if sampler in REPLICA_SAFE else "thread"
+        return "process" if runs_in_process(sampler) else "thread"
     return requested
 
 

@@ -6,7 +6,7 @@ import abc
 import math
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from optuna.distributions import (
@@ -17,6 +17,7 @@ from optuna.distributions import (
 )
 
 from spaces.batch import power_of_two_sizes
+from spaces.conditions import Comparison, describe, matches, parse_comparison
 from spaces.errors import (
     SpaceError,
     check_int,
@@ -251,6 +252,10 @@ class ConditionalParam(Param):
     one of the allowed values. Elsewhere the parameter is absent from the trial's Optuna
     parameters and from the trainer's config, or the trainer gets ``default`` if one is declared
     (``has_default``). Other attributes (``choices``, ``low``, ...) are the wrapped ``param``'s.
+
+    ``bounds``: ``(("low" | "high", other parameter), ...)``: a range that depends on another parameter
+    (``high = "n_layers"``), taken from that parameter's value in each trial; the wrapped ``param`` holds the
+    widest range. Such a parameter is sampled after the one it names (define-by-run), ``when`` may be empty.
     """
 
     name: str
@@ -258,6 +263,7 @@ class ConditionalParam(Param):
     when: tuple[tuple[str, tuple[Scalar, ...]], ...]
     has_default: bool = False
     default: Scalar = None
+    bounds: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_name("name", self.name)
@@ -265,7 +271,8 @@ class ConditionalParam(Param):
             raise SpaceError(self.name, f"must wrap an unconditional Param, got {shown(self.param)}")
         if self.param.name != self.name:
             raise SpaceError(self.name, f"wraps the parameter {self.param.name!r}, not {self.name!r}")
-        object.__setattr__(self, "when", _parse_when(self.name, self.when))
+        object.__setattr__(self, "bounds", tuple((str(side), str(other)) for side, other in self.bounds))
+        object.__setattr__(self, "when", _parse_when(self.name, self.when) if self.when or not self.bounds else ())
         if self.has_default:
             object.__setattr__(self, "default", _builtin_scalar(f"{self.name}.default", self.default))
 
@@ -286,18 +293,24 @@ class ConditionalParam(Param):
     def value_from(self, sampled: Mapping[str, Any]) -> Any:
         return _value_of(self.param, sampled)
 
+    def distributions_for(self, values: Mapping[str, Any]) -> dict[str, BaseDistribution]:
+        """Its distribution in a trial whose values so far are ``values`` (a dependent range resolved)."""
+        if not self.bounds:
+            return self.distributions()
+        return replace(self.param, **{side: values[other] for side, other in self.bounds}).distributions()
+
     @property
     def depends_on(self) -> tuple[str, ...]:
-        """The parameters its condition names."""
-        return tuple(name for name, _ in self.when)
+        """The parameters its condition and its range name."""
+        return tuple(dict.fromkeys([*(name for name, _ in self.when), *(other for _, other in self.bounds)]))
 
     def holds(self, values: Mapping[str, Any]) -> bool:
         """Whether the condition holds for a trial whose (completed) values so far are ``values``."""
-        return all(name in values and any(_same(values[name], v) for v in allowed) for name, allowed in self.when)
+        return all(name in values and matches(values[name], allowed, _same) for name, allowed in self.when)
 
     def condition(self) -> str:
-        """The condition as the spec writes it: ``model = 'mlp', depth in [2, 3]``."""
-        return ", ".join(f"{n} = {a[0]!r}" if len(a) == 1 else f"{n} in {list(a)!r}" for n, a in self.when)
+        """The condition as the spec writes it: ``model = 'mlp', depth in [2, 3], n_layers >= 3``."""
+        return ", ".join(describe(n, a) for n, a in self.when)
 
 
 def _parse_when(name: str, when: Any) -> tuple[tuple[str, tuple[Scalar, ...]], ...]:
@@ -312,10 +325,15 @@ def _parse_when(name: str, when: Any) -> tuple[tuple[str, tuple[Scalar, ...]], .
             raise SpaceError(key, f'must be a table such as {{ model = "mlp" }}, got {shown(when)}')
         other, allowed = item
         check_name(key, other)
-        if isinstance(allowed, (list, tuple)):
+        if isinstance(allowed, Comparison):
+            values: tuple[Any, ...] = (allowed,)
+        elif isinstance(allowed, Mapping):
+            values = (parse_comparison(f"{key}.{other}", allowed),)
+        elif isinstance(allowed, (list, tuple)):
             if not allowed:
                 raise SpaceError(f"{key}.{other}", "must be a value or a non-empty list of values")
-            values = tuple(_builtin_scalar(f"{key}.{other}[{i}]", v) for i, v in enumerate(allowed))
+            values = tuple(v if isinstance(v, Comparison) else _builtin_scalar(f"{key}.{other}[{i}]", v)
+                           for i, v in enumerate(allowed))  # fmt: skip
         else:
             values = (_builtin_scalar(f"{key}.{other}", allowed),)
         out.append((other, values))
@@ -333,7 +351,7 @@ def _allowed_values(param: Param, key: str, values: tuple[Scalar, ...]) -> tuple
     """A condition's values, checked against what the parameter it names can take, as that parameter's builtins."""
     inner = param.param if isinstance(param, ConditionalParam) else param
     if isinstance(inner, FixedParam):
-        if not any(_same(v, inner.value) for v in values):
+        if not matches(inner.value, values, _same):
             raise SpaceError(key, f"never holds: {param.name!r} is fixed at {inner.value!r}")
         return values
     if isinstance(inner, CategoricalParam):
@@ -347,6 +365,10 @@ def _allowed_values(param: Param, key: str, values: tuple[Scalar, ...]) -> tuple
         raise SpaceError(key, f"a condition may name a categorical, int, batch_size or fixed parameter; "
                               f"{param.name!r} is {kind}")  # fmt: skip
     for value in values:
+        if isinstance(value, Comparison):
+            if not any(value.holds_for(p) for p in possible):
+                raise SpaceError(key, f"never holds: no value {param.name!r} can take is {value}")
+            continue
         if not any(_same(value, p) for p in possible):
             shown_possible = list(possible) if len(possible) <= 12 else f"{possible[0]!r} ... {possible[-1]!r}"
             raise SpaceError(key, f"{value!r} is not a value {param.name!r} can take: {shown_possible}")
@@ -451,7 +473,7 @@ class SearchSpace:
                     if param.has_default:
                         values[name] = param.default
                     continue
-                for flat, dist in param.distributions().items():
+                for flat, dist in param.distributions_for(values).items():
                     _suggest(trial, flat, dist)
             if name in named:
                 values[name] = _value_of(param, trial.params)
@@ -529,7 +551,8 @@ def _dependency_order(params: tuple[Param, ...]) -> tuple[str, ...]:
 # ---- parsing a TOML [space] table -------------------------------------------
 
 ParamBuilder = Callable[[str, Mapping[str, Any]], Param]
-CONDITION_KEYS = ("when", "default")  # in any parameter's table: searched only when ``when`` holds
+CONDITION_KEYS = ("when", "default", "repeat")  # in any parameter's table: searched only when ``when`` holds
+REPEAT_INDEX = "{i}"  # in a repeated parameter's name: n_units_l{i} -> n_units_l0, n_units_l1, ...
 
 
 def _table_builder(
@@ -603,8 +626,92 @@ def parse_space(table: Mapping[str, Any]) -> SearchSpace:
     A table value ``{type = ..., ...}`` is a searched parameter (``float``,
     ``int``, ``categorical``, ``batch_size``, ``fixed`` or a registered type);
     a plain scalar is a :class:`FixedParam`. Any table may add ``when = { other = value }``
-    (or a list of values) and ``default = ...``: a :class:`ConditionalParam`.
+    (a list of values, or comparisons such as ``{ ">=" = 3 }``) and ``default = ...``: a
+    :class:`ConditionalParam`. ``"n_units_l{i}" = { ..., repeat = "n_layers" }`` is one parameter per
+    layer, as Optuna's define-by-run loop ``for i in range(n_layers)`` suggests them (:func:`_repeated`).
     """
     if not isinstance(table, Mapping):
         raise SpaceError("space", f"must be a table, got {shown(table)}")
-    return SearchSpace(tuple(_parse_param(check_name("space", name), value) for name, value in table.items()))
+    plain = {check_name("space", name): value for name, value in table.items()}
+    singles = {name: _parse_param(name, value) for name, value in plain.items()
+               if not _is_repeated(name, value) and not _refs(value)}  # fmt: skip
+    params: list[Param] = []
+    for name, value in plain.items():
+        if name in singles:
+            params.append(singles[name])
+        elif REPEAT_INDEX in name:
+            params.extend(_repeated(name, value, singles))
+        else:
+            params.append(_dependent(name, value, singles))
+    return SearchSpace(tuple(params))
+
+
+def _refs(value: Any) -> dict[str, str]:
+    """A range's ends that name another parameter: ``{"high": "n_layers"}`` for ``high = "n_layers"``."""
+    if not isinstance(value, Mapping) or value.get("type") not in ("int", "float"):
+        return {}
+    return {side: value[side] for side in ("low", "high") if isinstance(value.get(side), str)}
+
+
+def _dependent(name: str, value: Mapping[str, Any], singles: Mapping[str, Param]) -> Param:
+    """A range whose ``low`` or ``high`` is another parameter's value: searched after it, over the widest range
+    its values allow; every value that parameter can take must leave a valid range."""
+    refs = _refs(value)
+    ends: dict[str, tuple[int, ...]] = {}
+    for side, other in refs.items():
+        if other not in singles or isinstance(singles[other], ConditionalParam):
+            raise SpaceError(f"{name}.{side}", f"must be a number, got {shown(other)}, or name an unconditional int, "
+                                               f"categorical or fixed parameter ({did_you_mean(other, singles)})")  # fmt: skip
+        ends[side] = _counts(singles[other], f"{name}.{side}")
+    widest = {**value, **{side: (min if side == "low" else max)(ends[side]) for side in refs}}
+    base = _parse_param(name, widest)
+    param = base.param if isinstance(base, ConditionalParam) else base
+    for low in ends.get("low", (param.low,)):  # type: ignore[attr-defined]
+        for high in ends.get("high", (param.high,)):  # type: ignore[attr-defined]
+            replace(param, low=low, high=high)  # a SpaceError names the end that breaks the rule
+    when = base.when if isinstance(base, ConditionalParam) else ()
+    has_default = isinstance(base, ConditionalParam) and base.has_default
+    return ConditionalParam(name, param, when, has_default, base.default if has_default else None,
+                            bounds=tuple(refs.items()))  # fmt: skip
+
+
+def _is_repeated(name: str, value: Any) -> bool:
+    repeat = isinstance(value, Mapping) and "repeat" in value
+    if repeat != (REPEAT_INDEX in name):
+        raise SpaceError(name, f"a repeated parameter has both {REPEAT_INDEX} in its name and repeat = \"<count "
+                               f"parameter>\", e.g. \"n_units_l{{i}}\" = {{ ..., repeat = \"n_layers\" }}")  # fmt: skip
+    return repeat
+
+
+def _repeated(name: str, value: Mapping[str, Any], singles: Mapping[str, Param]) -> list[Param]:
+    """``n_units_l{i}`` repeated over ``n_layers``: ``n_units_l0`` ... up to the largest count, each searched
+    when ``n_layers > i`` (always, below the smallest count), with the table's own ``when`` added."""
+    count = value["repeat"]
+    if not isinstance(count, str) or count not in singles:
+        raise SpaceError(f"{name}.repeat", f"must name another parameter; {did_you_mean(str(count), singles)}")
+    counts = _counts(singles[count], f"{name}.repeat")
+    own = dict(value.get("when") or {}) if isinstance(value.get("when") or {}, Mapping) else None
+    if own is None or count in own:
+        raise SpaceError(f"{name}.when", f"must be a table that does not name {count!r} (repeat does)")
+    table = {k: v for k, v in value.items() if k not in ("repeat", "when")}
+    out = []
+    for i in range(max(counts)):
+        when = {**own, **({} if i < min(counts) else {count: {">": i}})}
+        out.append(_parse_param(name.replace(REPEAT_INDEX, str(i)), {**table, **({"when": when} if when else {})}))
+    return out
+
+
+def _counts(param: Param, key: str) -> tuple[int, ...]:
+    """The integer values a count parameter can take (int, categorical of ints, fixed; conditional or not)."""
+    inner = param.param if isinstance(param, ConditionalParam) else param
+    if isinstance(inner, FixedParam):
+        values: tuple[Any, ...] = (inner.value,)
+    elif isinstance(inner, IntParam):
+        values = tuple(range(inner.low, inner.high + 1, inner.step))
+    elif isinstance(inner, CategoricalParam):
+        values = inner.choices
+    else:
+        values = ()
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise SpaceError(key, f"{param.name!r} must be an int, fixed or categorical parameter of counts >= 0")
+    return tuple(int(v) for v in values)

@@ -50,8 +50,8 @@ def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[
     infeasible = _infeasible(study)
     if infeasible and not done["number"].isin(infeasible).all():
         done = done[~done["number"].isin(infeasible)]  # with [study] constraints, the best are feasible ones
-    ascending = directions[0] == "minimize"
-    return done.sort_values(metrics[0], ascending=ascending).head(k)
+    ascending = directions[0] == "minimize"  # ties: the first trial, as Optuna's best_trial
+    return done.sort_values(metrics[0], ascending=ascending, kind="stable").head(k)
 
 
 def _infeasible(study: optuna.Study) -> set[int]:

@@ -1,22 +1,89 @@
 """Controller-side early stopping: Optuna pruners fed from streamed reports.
 
-The rung resource is what a report's step counts: examples seen (default, so
-trials with different batch sizes are compared at equal data), optimizer steps,
-or epochs. ``min_resource = 0`` means "the resource of the first report", so a
-rung is one epoch's worth of data whatever the batch size.
+The rung resource is what a report's step counts, and the step of each Optuna intermediate value
+(the x axis of optuna-dashboard's learning curves): epochs (default: the report's ``epoch`` metric,
+else its step), examples seen (trials that report at different fractions of an epoch are compared at
+equal data), or optimizer steps. ``min_resource = 0`` means "the resource of the first report", so a
+rung is one report's worth of training.
+
+:data:`PRUNER_REGISTRY` holds every built-in name a spec may give (adding one is one entry
+there); a spec may also name any ``BasePruner`` class (``pruner = "pkg.mod:Class"``, built with
+``[pruner]``'s other keys as keyword arguments) and ``search.run(pruner=obj)`` takes any object
+(:mod:`search.sampling.components`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.pruners import BasePruner
 
-from search.spec.campaign_spec import RESOURCE_METRIC, PrunerSpec
+from search.sampling import components
 
-__all__ = ["make_pruner", "resource_of", "RESOURCE_METRIC"]
+if TYPE_CHECKING:
+    from search.spec.campaign_spec import PrunerSpec
 
+__all__ = [
+    "PrunerInfo", "PRUNER_REGISTRY", "PRUNERS", "make_pruner", "pruner_info", "ready_at_start", "resource_of",
+    "RESOURCE_METRIC",
+]  # fmt: skip
+
+RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunerInfo:
+    """A pruner a spec may name: ``build(spec, min_resource)`` and whether it needs a rung size
+    (``min_resource``; 0 in the spec: the first report's resource, so it is built at that report)."""
+
+    name: str
+    build: Callable[[PrunerSpec, int], BasePruner]
+    needs_resource: bool = False
+
+
+def _median(spec: PrunerSpec, _min_resource: int) -> BasePruner:
+    return optuna.pruners.MedianPruner(n_startup_trials=spec.n_startup_trials, n_warmup_steps=spec.n_warmup_steps)
+
+
+def _percentile(spec: PrunerSpec, _min_resource: int) -> BasePruner:
+    return optuna.pruners.PercentilePruner(
+        spec.percentile, n_startup_trials=spec.n_startup_trials, n_warmup_steps=spec.n_warmup_steps
+    )
+
+
+def _asha(spec: PrunerSpec, min_resource: int) -> BasePruner:
+    return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=spec.reduction_factor)
+
+
+def _hyperband(spec: PrunerSpec, min_resource: int) -> BasePruner:
+    return optuna.pruners.HyperbandPruner(
+        min_resource=min_resource, max_resource=spec.max_resource or "auto", reduction_factor=spec.reduction_factor
+    )
+
+
+PRUNER_REGISTRY: dict[str, PrunerInfo] = {
+    info.name: info
+    for info in (
+        PrunerInfo("none", lambda spec, _r: optuna.pruners.NopPruner()),
+        PrunerInfo("median", _median),
+        PrunerInfo("percentile", _percentile),
+        PrunerInfo("asha", _asha, needs_resource=True),
+        PrunerInfo("hyperband", _hyperband, needs_resource=True),
+    )
+}
+PRUNERS = tuple(PRUNER_REGISTRY)  # every built-in name a spec may give, in the order the docs list them
+
+
+def pruner_info(name: str) -> PrunerInfo:
+    """The registry entry of ``name`` (a ``module:Class`` entry gets one of its own); ``ValueError`` otherwise."""
+    if components.is_entry(name):
+        return PrunerInfo(name, lambda spec, _r: components.build("pruner", name, spec.options))
+    if name not in PRUNER_REGISTRY:
+        raise ValueError(f"pruner {name!r} is not one of {', '.join(PRUNERS)}, nor a 'package.module:Class'")
+    return PRUNER_REGISTRY[name]
 
 
 def resource_of(step: int, metrics: Mapping[str, float], resource: str) -> int:
@@ -27,25 +94,13 @@ def resource_of(step: int, metrics: Mapping[str, float], resource: str) -> int:
 
 def make_pruner(name: str, spec: PrunerSpec, first_resource: int | None = None) -> BasePruner | None:
     """The pruner ``name``; ``None`` while it needs ``first_resource`` and none is known yet."""
+    info = pruner_info(name)
     min_resource = spec.min_resource if spec.min_resource > 0 else first_resource
-    if name == "none":
-        return optuna.pruners.NopPruner()
-    if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=spec.n_startup_trials, n_warmup_steps=spec.n_warmup_steps)
-    if name == "percentile":
-        return optuna.pruners.PercentilePruner(
-            spec.percentile, n_startup_trials=spec.n_startup_trials, n_warmup_steps=spec.n_warmup_steps
-        )
-    if min_resource is None:
+    if info.needs_resource and min_resource is None:
         return None
-    if name == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=min_resource, reduction_factor=spec.reduction_factor
-        )
-    if name == "hyperband":
-        return optuna.pruners.HyperbandPruner(
-            min_resource=min_resource,
-            max_resource=spec.max_resource or "auto",
-            reduction_factor=spec.reduction_factor,
-        )
-    raise ValueError(f"pruner {name!r} is not one of none, median, percentile, asha, hyperband")
+    return info.build(spec, int(min_resource or 0))
+
+
+def ready_at_start(name: str, spec: PrunerSpec) -> bool:
+    """Whether pruner ``name`` can be built before any report (it needs no rung size, or the spec gives one)."""
+    return not pruner_info(name).needs_resource or spec.min_resource > 0

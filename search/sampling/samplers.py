@@ -4,13 +4,17 @@ One :class:`SamplerInfo` per name says how to build the sampler (seeded from the
 study seed), whether it can sample on a replica study in a child process
 (``replica_safe``, see :mod:`search.sampling.process`) and what it needs of the
 search space (``check_space``). Spec validation, :func:`make_sampler` and the
-campaign's choice of where to sample all read :data:`SAMPLER_REGISTRY`.
+campaign's choice of where to sample all read :data:`SAMPLER_REGISTRY`: adding a built-in
+sampler is one entry there. A spec may also name any class (``"pkg.mod:Class"``, built with
+``[sampler]``'s keyword arguments) and ``search.run`` takes any Optuna sampler object
+(:mod:`search.sampling.components`); such a sampler runs in a child process if it pickles.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -18,6 +22,7 @@ from optuna.samplers import BaseSampler
 
 from spaces.params import SearchSpace
 
+from search.sampling import components
 from search.seeds import component_seed
 
 __all__ = [
@@ -28,6 +33,7 @@ __all__ = [
     "CONSTRAINED",
     "SAMPLING",
     "sampler_info",
+    "runs_in_process",
     "space_problem",
     "sampling_problem",
     "make_sampler",
@@ -41,15 +47,16 @@ SpaceCheck = Callable[[SearchSpace, int], "tuple[str, str] | None"]
 
 @dataclasses.dataclass(frozen=True)
 class SamplerInfo:
-    """A sampler a spec may name: ``build(space, seed)``, whether it may run on a replica study in a
-    child process, and ``check_space(space, n_objectives)``, which names what it cannot work with.
+    """A sampler a spec may name: ``build(space, seed, **options)`` (``options``: the spec's ``[sampler]``
+    table), whether it may run on a replica study in a child process, and ``check_space(space,
+    n_objectives)``, which names what it cannot work with.
 
     ``supports_constraints``: it reads the trials' constraint values (``[study] constraints``, set
     with ``Trial.set_constraint`` before each tell) and prefers feasible trials.
     """
 
     name: str
-    build: Callable[[SearchSpace, int], BaseSampler]
+    build: Callable[..., BaseSampler]
     replica_safe: bool = False
     check_space: SpaceCheck | None = None
     supports_constraints: bool = False
@@ -79,9 +86,11 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def _evolution(space: SearchSpace, seed: int) -> BaseSampler:
+def _evolution(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
     from search.sampling.evolution import evolution_sampler_for
 
+    if options:
+        raise ValueError(f"'evolution' takes no [sampler] options (got {', '.join(options)}); see [space] genomes")
     return evolution_sampler_for(space, seed)
 
 
@@ -112,26 +121,23 @@ def _evolution_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] |
 SAMPLER_REGISTRY: dict[str, SamplerInfo] = {
     info.name: info
     for info in (
-        SamplerInfo("tpe", lambda space, seed: optuna.samplers.TPESampler(seed=seed), replica_safe=True,
+        SamplerInfo("tpe", lambda space, seed, **kw: optuna.samplers.TPESampler(seed=seed, **kw), replica_safe=True,
                     supports_constraints=True),
-        SamplerInfo("random", lambda space, seed: optuna.samplers.RandomSampler(seed=seed)),
-        SamplerInfo(
-            "cmaes", lambda space, seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-        ),
-        SamplerInfo("gp", lambda space, seed: optuna.samplers.GPSampler(  # conditional params: random, quietly
-            seed=seed, warn_independent_sampling=not space.conditional), replica_safe=True, supports_constraints=True),
-        SamplerInfo(
-            "qmc", lambda space, seed: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
-        ),
-        SamplerInfo(
-            "grid", lambda space, seed: AskTellGridSampler(grid_of(space.distributions()), seed=seed),
-            check_space=_grid_space,
-        ),  # fmt: skip
-        SamplerInfo("nsga2", lambda space, seed: optuna.samplers.NSGAIISampler(seed=seed),  # one objective works too
-                    supports_constraints=True),
+        SamplerInfo("random", lambda space, seed, **kw: optuna.samplers.RandomSampler(seed=seed, **kw)),
+        SamplerInfo("cmaes", lambda space, seed, **kw: optuna.samplers.CmaEsSampler(
+            seed=seed, **{"warn_independent_sampling": False, **kw})),
+        SamplerInfo("gp", lambda space, seed, **kw: optuna.samplers.GPSampler(  # conditional params: random, quietly
+            seed=seed, **{"warn_independent_sampling": not space.conditional, **kw}), replica_safe=True,
+            supports_constraints=True),
+        SamplerInfo("qmc", lambda space, seed, **kw: optuna.samplers.QMCSampler(
+            seed=seed, **{"warn_independent_sampling": False, **kw})),
+        SamplerInfo("grid", lambda space, seed, **kw: AskTellGridSampler(grid_of(space.distributions()), seed=seed,
+                    **kw), check_space=_grid_space),
+        SamplerInfo("nsga2", lambda space, seed, **kw: optuna.samplers.NSGAIISampler(seed=seed, **kw),
+                    supports_constraints=True),  # one objective works too
         SamplerInfo("evolution", _evolution, check_space=_evolution_space),
     )
-}
+}  # fmt: skip
 SAMPLERS = tuple(SAMPLER_REGISTRY)  # every name a spec may give, in the order the docs list them
 REPLICA_SAFE = tuple(name for name, info in SAMPLER_REGISTRY.items() if info.replica_safe)
 CONSTRAINED = tuple(name for name, info in SAMPLER_REGISTRY.items() if info.supports_constraints)
@@ -139,10 +145,27 @@ SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (se
 
 
 def sampler_info(name: str) -> SamplerInfo:
-    """The registry entry of ``name``; ``ValueError`` naming the valid ones otherwise."""
+    """The registry entry of ``name`` (a ``module:Class`` entry gets one of its own); ``ValueError`` otherwise."""
+    if components.is_entry(name):
+        return _user_sampler(name)
     if name not in SAMPLER_REGISTRY:
-        raise ValueError(f"sampler {name!r} is not one of {', '.join(SAMPLERS)}")
+        raise ValueError(f"sampler {name!r} is not one of {', '.join(SAMPLERS)}, nor a 'package.module:Class'")
     return SAMPLER_REGISTRY[name]
+
+
+def _user_sampler(entry: str) -> SamplerInfo:
+    """A class the spec names, or an object passed to ``search.run``: it runs in a child process if it pickles
+    (else on a thread, see ``search.supply``), and may read ``[study] constraints``."""
+
+    def build(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
+        return components.build("sampler", entry, options, seed)
+
+    return SamplerInfo(entry, build, replica_safe=True, supports_constraints=True)
+
+
+def runs_in_process(name: str) -> bool:
+    """Whether ``sampling = "auto"`` puts sampler ``name`` in a child process (if it pickles)."""
+    return sampler_info(name).replica_safe
 
 
 def space_problem(name: str, space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
@@ -159,12 +182,17 @@ def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
     if ordered and sampling in ("process", "thread"):
         return (f"{sampling!r}: a deterministic, population-based or simulated campaign samples in order "
                 "on the loop; use 'auto' or 'inline'")  # fmt: skip
-    if sampling == "process" and not (sampler in SAMPLER_REGISTRY and SAMPLER_REGISTRY[sampler].replica_safe):
-        return (f"'process' runs only {', '.join(REPLICA_SAFE)} on a replica study; "
+    if sampling == "process" and not runs_in_process(sampler):
+        return (f"'process' runs only {', '.join(REPLICA_SAFE)} (or a sampler class) on a replica study; "
                 f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
     return ""
 
 
-def make_sampler(name: str, space: SearchSpace, study_seed: int) -> BaseSampler:
-    """The sampler ``name``, seeded from the study seed."""
-    return sampler_info(name).build(space, component_seed(study_seed, "sampler"))
+def make_sampler(
+    name: str, space: SearchSpace, study_seed: int, options: Mapping[str, Any] | None = None
+) -> BaseSampler:
+    """The sampler ``name``, seeded from the study seed; ``options``: the spec's ``[sampler]`` keyword arguments."""
+    try:
+        return sampler_info(name).build(space, component_seed(study_seed, "sampler"), **dict(options or {}))
+    except TypeError as exc:  # a keyword the built-in sampler does not take
+        raise ValueError(f"sampler {name!r} with [sampler] {dict(options or {})}: {exc}") from None

@@ -28,7 +28,11 @@ from typing import Any
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
 
-from search.sampling.samplers import CONSTRAINED, REPLICA_SAFE, SAMPLERS, SAMPLING, sampling_problem, space_problem
+from search.sampling import components
+from search.sampling.pruning import PRUNERS, RESOURCE_METRIC
+from search.sampling.samplers import (
+    REPLICA_SAFE, SAMPLERS, SAMPLING, make_sampler, sampler_info, sampling_problem, space_problem,
+)  # fmt: skip
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, parse_cluster
 from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
 from search.spec.enqueue import parse_enqueue
@@ -56,10 +60,8 @@ __all__ = [
     "sampling_problem",
 ]
 
-PRUNERS = ("none", "median", "percentile", "asha", "hyperband")
 SCHEDULERS = ("none", "pbt")
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
-RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts
 DIRECTIONS = ("maximize", "minimize")
 DEVICES = ("auto", "cpu", "cuda")
 DATA_PARALLEL = "data_parallel"  # a [space] name the controller consumes: the trial's width
@@ -110,13 +112,14 @@ class TrainerSpec:
 class PrunerSpec:
     """Controller-side early stopping; ``resource`` is what a rung counts."""
 
-    resource: str = "examples"
+    resource: str = "epochs"  # the report's epoch (else its step): optuna-dashboard's x axis
     n_startup_trials: int = 4
     n_warmup_steps: int = 0
     percentile: float = 25.0
     min_resource: int = 0
     reduction_factor: int = 3
     max_resource: int = 0
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a pruner class's keyword arguments
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +135,7 @@ class CampaignSpec:
     pbt: PBTSpec | None = None
     enqueue: tuple[dict[str, Any], ...] = ()  # ``[[enqueue]]``: configurations run first, flat parameter names
     logging: LoggingSpec = dataclasses.field(default_factory=LoggingSpec)  # ``[logging]``: TensorBoard, MLflow
+    sampler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # ``[sampler]``: keyword arguments
 
     @property
     def objective_metrics(self) -> tuple[str, ...]:
@@ -153,7 +157,7 @@ class CampaignSpec:
 
 # --- sections --------------------------------------------------------------------------------
 
-_TOP = ("study", "trainer", "space", "cluster", "pruner", "scaling", "pbt", "enqueue", "logging")
+_TOP = ("study", "trainer", "space", "cluster", "pruner", "sampler", "scaling", "pbt", "enqueue", "logging")
 _STUDY = (
     "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
     "time_budget", "trial_timeout", "stop_grace", "storage", "pruner", "deterministic", "parallelism", "max_retries",
@@ -190,8 +194,8 @@ def _study(t: SpecTable) -> StudySpec:
     metrics = _str_list(t, "metric", "metrics")
     if len(metrics) != len(directions):
         raise t.error("metrics", f"{len(metrics)} metric(s) for {len(directions)} direction(s): give one per direction")
-    sampler = t.choice("sampler", SAMPLERS, "tpe")
-    pruner = t.choice("pruner", PRUNERS, "none")
+    sampler = _component(t, "sampler", SAMPLERS, "tpe")
+    pruner = _component(t, "pruner", PRUNERS, "none")
     if pruner != "none" and len(directions) > 1:
         raise t.error("pruner", f"{pruner!r} prunes on one objective; a multi-objective study must use 'none'")
     if t.data.get("deterministic") and pruner != "none":
@@ -234,9 +238,20 @@ def _constraints(t: SpecTable, sampler: str) -> tuple[str, ...]:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise t.error("constraints", f"{name!r} is listed twice")
-    if names and sampler not in CONSTRAINED:
-        raise t.error("constraints", f"sampler {sampler!r} ignores constraints; use {', '.join(CONSTRAINED)}")
+    if names and not sampler_info(sampler).supports_constraints:
+        constrained = [name for name in SAMPLERS if sampler_info(name).supports_constraints]
+        raise t.error("constraints", f"sampler {sampler!r} ignores constraints; use {', '.join(constrained)}")
     return tuple(names)
+
+
+def _component(t: SpecTable, key: str, names: tuple[str, ...], default: str) -> str:
+    """A built-in sampler or pruner name, or a ``package.module:Class`` entry."""
+    value = t.str(key, default)
+    if components.is_entry(value):
+        if not components.ENTRY_RE.match(value):
+            raise t.error(key, f"{value!r} must be a built-in name or 'package.module:Class'")
+        return value
+    return t.choice(key, names, default)
 
 
 def _sampling(t: SpecTable, sampler: str) -> str:
@@ -275,9 +290,16 @@ def _trainer(t: SpecTable) -> TrainerSpec:
     )
 
 
-def _pruning(t: SpecTable) -> PrunerSpec:
+def _pruning(source: str, data: Mapping[str, Any], pruner: str) -> PrunerSpec:
+    """``[pruner]``: the built-in pruners' settings, or (a pruner class) ``resource`` and its keyword arguments."""
+    if components.is_entry(pruner):
+        options = dict(data) if isinstance(data, Mapping) else data
+        t = SpecTable(source, "pruner", {k: v for k, v in options.items() if k == "resource"}, _PRUNER)
+        return PrunerSpec(resource=t.choice("resource", PRUNING_RESOURCES, "epochs"),
+                          options={k: v for k, v in options.items() if k != "resource"})  # fmt: skip
+    t = SpecTable(source, "pruner", data, _PRUNER)
     spec = PrunerSpec(
-        resource=t.choice("resource", PRUNING_RESOURCES, "examples"),
+        resource=t.choice("resource", PRUNING_RESOURCES, "epochs"),
         n_startup_trials=t.int("n_startup_trials", 4, minimum=0),
         n_warmup_steps=t.int("n_warmup_steps", 0, minimum=0),
         percentile=t.float("percentile", 25.0, minimum=0.0),
@@ -313,7 +335,8 @@ def parse_spec(
         raise SpecError(source, "study", "section [study] is required")
     study = _study(SpecTable(source, "study", top.table("study"), _STUDY))
     trainer = _trainer(SpecTable(source, "trainer", top.table("trainer"), _TRAINER))
-    pruning = _pruning(SpecTable(source, "pruner", top.table("pruner"), _PRUNER))
+    pruning = _pruning(source, top.table("pruner"), study.pruner)
+    sampler_options = dict(top.table("sampler"))
     cluster = parse_cluster(SpecTable(source, "cluster", top.table("cluster"), CLUSTER_KEYS))
     space = _space(source, data.get("space"))
     scaling = None
@@ -330,12 +353,33 @@ def parse_spec(
         raise SpecError(source, "study.warm_start", f"{what} cannot start warm; remove warm_start")
     enqueue = parse_enqueue(source, "enqueue", data["enqueue"], space, study.n_trials) if "enqueue" in data else ()
     logs = parse_logging(SpecTable(source, "logging", top.table("logging"), LOGGING_KEYS), check_trainer)
-    spec = CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt, enqueue, logging=logs)
+    spec = CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt, enqueue, logging=logs,
+                        sampler_options=sampler_options)  # fmt: skip
     if not check_trainer:
         return spec
+    _check_components(spec)
     from search.spec import trainer_check  # it imports this module: the trainer checks need a CampaignSpec
 
     return trainer_check.check_trainer(spec)
+
+
+def _check_components(spec: CampaignSpec) -> None:
+    """Build the sampler and a pruner class once, so a wrong class or keyword is one line now, not at the first ask."""
+    from search.sampling.pruning import make_pruner
+
+    study = spec.study
+    try:
+        if not components.registered("sampler", study.sampler) and (
+            spec.sampler_options or components.is_entry(study.sampler)
+        ):
+            make_sampler(study.sampler, spec.space, study.seed, spec.sampler_options)
+    except ValueError as exc:
+        raise SpecError(spec.source, "sampler" if spec.sampler_options else "study.sampler", str(exc)) from None
+    try:
+        if components.is_entry(study.pruner) and not components.registered("pruner", study.pruner):
+            make_pruner(study.pruner, spec.pruning)
+    except ValueError as exc:
+        raise SpecError(spec.source, "study.pruner", str(exc)) from None
 
 
 def _values_of(space: SearchSpace, name: str) -> tuple[int, ...]:

@@ -6,6 +6,8 @@ tensorboard = true          # event files in trials/<n>/ (default: true)
 mlflow = false              # a run per trial (needs `pip install mlflow`; default: false)
 mlflow_tracking_uri = ""    # default: $MLFLOW_TRACKING_URI, else mlflow.db (SQLite) in the campaign folder
 mlflow_experiment = ""      # default: the study's name
+wandb = false               # a Weights & Biases run per trial, in the campaign folder's wandb/ (pip install wandb)
+wandb_project = ""          # default: the study's name (WANDB_MODE=offline: no server, `wandb sync` later)
 ```
 
 The writers are :mod:`search.store.sinks`. The trainer's own output always goes to
@@ -21,7 +23,7 @@ from search.spec.table import SpecTable
 
 __all__ = ["LoggingSpec", "LOGGING_KEYS", "parse_logging"]
 
-LOGGING_KEYS = ("tensorboard", "mlflow", "mlflow_tracking_uri", "mlflow_experiment")
+LOGGING_KEYS = ("tensorboard", "mlflow", "mlflow_tracking_uri", "mlflow_experiment", "wandb", "wandb_project")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,8 @@ class LoggingSpec:
     mlflow: bool = False
     mlflow_tracking_uri: str = ""  # "": $MLFLOW_TRACKING_URI, else the campaign folder's mlflow.db
     mlflow_experiment: str = ""  # "": the study's name
+    wandb: bool = False
+    wandb_project: str = ""  # "": the study's name
 
 
 def parse_logging(t: SpecTable, check_installed: bool = True) -> LoggingSpec:
@@ -39,7 +43,11 @@ def parse_logging(t: SpecTable, check_installed: bool = True) -> LoggingSpec:
         mlflow=t.bool("mlflow", False),
         mlflow_tracking_uri=t.str("mlflow_tracking_uri", ""),
         mlflow_experiment=t.str("mlflow_experiment", ""),
+        wandb=t.bool("wandb", False),
+        wandb_project=t.str("wandb_project", ""),
     )
+    if check_installed and spec.wandb and importlib.util.find_spec("wandb") is None:
+        raise t.error("wandb", "wandb is not installed here; pip install wandb (or set wandb = false)")
     if check_installed and spec.mlflow and importlib.util.find_spec("mlflow") is None:
         raise t.error("mlflow", "mlflow is not installed here; pip install mlflow (or set mlflow = false)")
     return spec

@@ -5,7 +5,9 @@ each finished trial; :class:`ReportSinks` passes both on to the sinks the spec's
 asks for. :class:`TensorBoardSink` writes event files in ``trials/<n>/`` (one scalar per
 reported metric per step; ``tensorboard --logdir runs/<study>/trials`` shows a run per trial).
 :class:`MLflowSink` makes an MLflow run per trial: its metrics per step, its params and final
-state when told. A sink that fails (a full disk, an MLflow server gone) is reported once in the
+state when told. :class:`WandbSink` makes a Weights & Biases run per trial (``[logging] wandb = true``),
+its files in the campaign folder's ``wandb/`` (``WANDB_MODE=offline`` keeps them there, for ``wandb sync``
+later). A sink that fails (a full disk, an MLflow server gone) is reported once in the
 log and dropped: logging never stops a campaign. :meth:`ReportSinks.close` closes every file.
 """
 
@@ -21,12 +23,13 @@ from search.spec.logs import LoggingSpec
 from search.store.folder import CampaignFolder
 from search.store.tfevents import EventFileWriter
 
-__all__ = ["ReportSink", "ReportSinks", "TensorBoardSink", "MLflowSink", "MLFLOW_RUN_ID"]
+__all__ = ["ReportSink", "ReportSinks", "TensorBoardSink", "MLflowSink", "WandbSink", "MLFLOW_RUN_ID", "WANDB_RUN_ID"]
 
 log = logging.getLogger(__name__)
 
 MLFLOW_RUN_ID = "mlflow_run_id"  # trials/<n>/mlflow_run_id: the trial's run, found again after resume
 _MLFLOW_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+WANDB_RUN_ID = "wandb_run_id"  # trials/<n>/wandb_run_id: the trial's W&B run, continued after resume
 
 
 class ReportSink(Protocol):
@@ -55,7 +58,13 @@ class ReportSinks:
                 sinks.append(MLflowSink.open(spec, folder, study))
             except Exception as exc:  # noqa: BLE001 - an unreachable tracking server must not stop the campaign
                 log.warning("MLflow tracking is off for this run: %s: %s", type(exc).__name__, exc)
+        if spec.wandb:
+            sinks.append(WandbSink(folder, spec.wandb_project or study, study))
         return cls(sinks)
+
+    def add(self, sink: ReportSink) -> None:
+        """One more sink (e.g. the user's hooks, :mod:`search.hooks`)."""
+        self._sinks.append(sink)
 
     def record(self, number: int, step: int, metrics: Mapping[str, float], at: float) -> None:
         self._each("record", number, step, metrics, at)
@@ -176,3 +185,51 @@ def default_tracking_uri(folder: CampaignFolder) -> str:
 def _write_marker(path: Path, run_id: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(run_id + "\n")
+
+
+class WandbSink:
+    """A Weights & Biases run per trial (``wandb.init(reinit="create_new")``, several at once), grouped by study.
+
+    Its steps are the reports' steps; when told, its parameters go to the run's config and its state and
+    objective values to the summary. Runs live in ``<campaign folder>/wandb/``.
+    """
+
+    def __init__(self, folder: CampaignFolder, project: str, group: str) -> None:
+        import wandb  # optional; the spec checked it is installed
+
+        self._wandb = wandb
+        self._folder = folder
+        self._project = project
+        self._group = group
+        self._runs: dict[int, Any] = {}
+
+    def _run(self, number: int) -> Any:
+        run = self._runs.get(number)
+        if run is None:
+            marker = self._folder.trial(number) / WANDB_RUN_ID
+            run_id = marker.read_text().strip() if marker.exists() else ""
+            run = self._wandb.init(
+                project=self._project, group=self._group, name=f"trial-{number}", id=run_id or None,
+                resume="allow" if run_id else None, dir=str(self._folder.root), reinit="create_new",
+                config={"hypersweep.trial": number}, settings=self._wandb.Settings(silent=True),
+            )  # fmt: skip
+            if not run_id:
+                _write_marker(marker, run.id)
+            self._runs[number] = run
+        return run
+
+    def record(self, number: int, step: int, metrics: Mapping[str, float], at: float) -> None:
+        self._run(number).log({str(k): float(v) for k, v in metrics.items()}, step=int(step))
+
+    def finish(self, number: int, state: str, values: Sequence[float] | None, params: Mapping[str, Any]) -> None:
+        run = self._run(number)
+        run.config.update({str(k): v for k, v in params.items()}, allow_val_change=True)
+        run.summary["hypersweep.state"] = state
+        for i, value in enumerate(values or ()):
+            run.summary["objective" if len(values or ()) == 1 else f"objective_{i}"] = value
+        run.finish(exit_code=1 if state == "FAIL" else 0)
+        del self._runs[number]
+
+    def close(self) -> None:
+        while self._runs:
+            self._runs.popitem()[1].finish(exit_code=0)

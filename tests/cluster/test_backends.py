@@ -241,10 +241,11 @@ def test_a_missing_extra_names_the_pip_extra(tmp_path: Path, backend: str, clust
     runs = tmp_path / "runs"
     proc = hypersweep("run", str(write(tmp_path, cluster)), "--runs-dir", str(runs), "--insecure", python=hide)
     assert proc.returncode == 2, proc.stderr
-    assert f"pip install 'hypersweep[{backend}]'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert f"pip install -e '.[{backend}]'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert f"pip install {module.replace('_', '-')}" in proc.stderr  # the dependency itself, as an index serves it
     assert not runs.exists() or not any(runs.iterdir())
     proc = hypersweep("cluster-script", str(write(tmp_path, cluster)), "--insecure", python=hide)
-    assert proc.returncode == 2 and f"hypersweep[{backend}]" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and f"'.[{backend}]'" in proc.stderr, proc.stderr
 
 
 # --- one registry of backend classes -------------------------------------------------------------
@@ -320,6 +321,7 @@ def test_slurm_job_script_field_by_field(tmp_path: Path) -> None:
     prologue = lines.index("module load cuda/12.4")
     assert lines[prologue + 1] == "source /shared/venv/bin/activate"
     argv = worker_line(script)
+    assert argv[0] == "python"  # the environment the prologue activated, not this machine's venv path
     assert argv[1:4] == ["-m", "distributed.cli.dask_worker", "tcp://10.1.2.3:PORT"]
     assert flag(argv, "--nthreads") == "4" and flag(argv, "--resources") == "GPU=4"  # one worker owns the 4 GPUs
     assert "--nanny" in argv and "--nworkers" not in argv and "--protocol" not in argv
@@ -332,6 +334,7 @@ def test_cpu_only_jobs_split_cores_into_cpu_slots() -> None:
     script = job_script(ClusterOptions(backend=backend))
     assert not any("gres" in d for d in directives(script, "#SBATCH"))
     argv = worker_line(script)
+    assert argv[0] == sys.executable  # no prologue: the python this campaign runs on (a shared file system)
     assert flag(argv, "--nthreads") == "4" and flag(argv, "--resources") == "CPU=4" and flag(argv, "--nworkers") == "2"
     assert worker_args(0, 3) == ["--nthreads", "3", "--resources", "CPU=3"]
     assert worker_args(2, 3) == ["--nthreads", "2", "--resources", "GPU=2"]

@@ -59,7 +59,7 @@ def test_campaign_records_every_trial_complete_or_fail_with_reason(tmp_path: Pat
         trial = by_quality[q]
         assert trial.state == optuna.trial.TrialState.COMPLETE
         assert trial.value == pytest.approx(q)
-        assert trial.intermediate_values == {100: q / 3, 200: 2 * q / 3, 300: pytest.approx(q)}
+        assert trial.intermediate_values == {1: q / 3, 2: 2 * q / 3, 3: pytest.approx(q)}  # by epoch (dashboard x)
         assert trial.user_attrs["worker"].startswith("tls://127.0.0.1:")  # the embedded cluster authenticates (TLS)
     raised = by_quality[-1.0]
     assert raised.state == optuna.trial.TrialState.FAIL

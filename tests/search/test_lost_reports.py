@@ -66,7 +66,7 @@ def assert_every_report_once(trial: optuna.trial.FrozenTrial, folder: Path) -> N
     assert trial.state == optuna.trial.TrialState.COMPLETE
     assert steps_in_file(folder, trial.number) == expected
     assert [step for step, _m in trial.user_attrs["history"]] == expected
-    assert len(trial.intermediate_values) == EPOCHS  # keyed by examples seen, one per epoch
+    assert len(trial.intermediate_values) == EPOCHS  # keyed by epoch, one per report
 
 
 @pytest.mark.timeout(240)

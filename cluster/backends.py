@@ -226,8 +226,10 @@ def _local_cluster(
     security: Security,
 ) -> LocalCluster:
     dashboard = f"{options.host}:0" if options.dashboard else None
-    # The workers' Dask config says so too (their log handlers are quieted by silence_logs below).
-    quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "error"}
+    # The worker processes log nothing below CRITICAL to the terminal they share with the controller: their
+    # errors while the cluster closes (a heartbeat to a scheduler already gone) are noise after a Ctrl-C; what a
+    # trial raised is recorded by the controller (trials/<n>/error.log).
+    quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "critical"}
     plugins = (IgnoreInterrupt(),) if options.dashboard else (IgnoreInterrupt(), CloseWorkerHTTP())
     return LocalCluster(
         n_workers=n_workers,

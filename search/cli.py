@@ -257,13 +257,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from search.lifecycle import check_new
     from search.preflight import cluster_for
     from search.runner import RunOptions
     from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
     tls = tuple(args.tls) if args.tls else None
-    cluster_for(spec, RunOptions(scheduler=args.scheduler, insecure=args.insecure, tls=tls))  # as run would
+    options = RunOptions(scheduler=args.scheduler, insecure=args.insecure, tls=tls)
+    cluster_for(spec, options)  # as run would: the cluster settings,
+    check_new(spec, options)  # the warm-start source and the enqueued configurations
     print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
     return EXIT_OK
 
@@ -381,6 +384,9 @@ def _interrupt_on_sigterm() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Importing the trainer to check a spec leaves no __pycache__ beside it: a refused command writes nothing.
+    # (Worker processes start with their own interpreter settings.)
+    sys.dont_write_bytecode = True
     _interrupt_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per record

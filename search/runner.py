@@ -237,6 +237,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
             f"{folder.root} already holds a campaign; continue it with 'hypersweep resume {folder.root}' "
             "or pick another [study] name or --runs-dir"
         )
+    new_runs_dir = not folder.root.parent.exists()
     folder.root.mkdir(parents=True, exist_ok=True)
     lock = ControllerLock(folder.lock)
     lock.acquire()
@@ -250,6 +251,9 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
         if created and not _has_trials(folder):
             lock.release()
             shutil.rmtree(folder.root, ignore_errors=True)  # nothing ran: leave nothing behind
+            if new_runs_dir:
+                with contextlib.suppress(OSError):
+                    folder.root.parent.rmdir()  # the runs folder this run made, if nothing else is in it
         if isinstance(exc, KeyboardInterrupt):
             raise CampaignInterrupted(folder.root if folder.exists() else None) from exc
         raise

@@ -13,7 +13,7 @@ from spaces.errors import InputError
 __all__ = ["SpecError", "SpecTable", "clip"]
 
 #: The longest word (a value, a key) an error message repeats in full; longer ones are cut in the middle.
-LONGEST_SHOWN = 80
+LONGEST_SHOWN = 160
 
 
 def clip(text: str, width: int = LONGEST_SHOWN) -> str:
@@ -41,7 +41,7 @@ class SpecError(InputError):
 
     def __init__(self, source: str, key: str, problem: str) -> None:
         self.source, self.key, self.problem = source, key, problem
-        super().__init__(f"{source}: {_one_line(key, 120)}: {_one_line(problem, 400)}")
+        super().__init__(f"{source}: {_one_line(key, 200)}: {_one_line(problem, 500)}")
 
     def __reduce__(self) -> tuple[type[SpecError], tuple[str, str, str]]:
         return (type(self), (self.source, self.key, self.problem))

@@ -28,7 +28,9 @@ import importlib
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -51,6 +53,7 @@ __all__ = [
     "MissingExtraError",
     "REGISTRY",
     "SCHEDULER_PLACEHOLDER",
+    "local_shape",
     "backend_named",
     "backend_of",
     "cluster_spec_dict",
@@ -127,6 +130,21 @@ class CloseSchedulerHTTP(SchedulerPlugin):
         _close_http_server(scheduler)
 
 
+class IgnoreInterrupt(WorkerPlugin):
+    """A worker process started here ignores SIGINT (and so do the processes it starts, data-parallel ranks).
+
+    A terminal's Ctrl-C goes to the whole foreground process group: the controller stops the campaign and
+    closes the cluster in order, and its workers, left alone, print nothing (not ~50 lines of their own
+    ``KeyboardInterrupt`` tracebacks and the scheduler's 'workers died')."""
+
+    name = "hypersweep-ignore-sigint"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class CloseWorkerHTTP(WorkerPlugin):
     """Closes a worker's HTTP server when it starts, before it registers (restarted workers too)."""
 
@@ -158,7 +176,7 @@ class LocalBackend(Backend):
     kind: ClassVar[str] = "local"
 
     def describe(self, options: ClusterOptions) -> str:
-        n_workers, resources = _local_shape(options)
+        n_workers, resources = local_shape(options)
         owned = ", ".join(f"{name}={amount:g}" for name, amount in resources.items())
         keys = ("the given TLS files" if options.tls else "plain TCP (--insecure)" if options.plain_local_cluster()
                 else "TLS with a certificate made for it")  # fmt: skip
@@ -167,7 +185,7 @@ class LocalBackend(Backend):
 
     @contextlib.contextmanager
     def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
-        n_workers, resources = _local_shape(options)
+        n_workers, resources = local_shape(options)
         threads = int(sum(resources.values()))
         security = options.security() or (Security() if options.plain_local_cluster() else _temporary_security())
         # A worker that dies mid-trial fails the task at once: the controller retries it
@@ -195,7 +213,8 @@ def _temporary_security() -> Security:
         ) from exc
 
 
-def _local_shape(options: ClusterOptions) -> tuple[int, dict[str, float]]:
+def local_shape(options: ClusterOptions) -> tuple[int, dict[str, float]]:
+    """The embedded cluster's worker count and each worker's resources (``GPU`` or ``CPU`` slots)."""
     gpus = detect_gpus()
     if gpus:
         # One worker owns all of this node's GPUs and leases them to trials.
@@ -214,9 +233,11 @@ def _local_cluster(
     security: Security,
 ) -> LocalCluster:
     dashboard = f"{options.host}:0" if options.dashboard else None
-    # The workers' Dask config says so too (their log handlers are quieted by silence_logs below).
-    quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "error"}
-    no_http: dict[str, Any] = {} if options.dashboard else {"plugins": (CloseWorkerHTTP(),)}
+    # The worker processes log nothing below CRITICAL to the terminal they share with the controller: their
+    # errors while the cluster closes (a heartbeat to a scheduler already gone) are noise after a Ctrl-C; what a
+    # trial raised is recorded by the controller (trials/<n>/error.log).
+    quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "critical"}
+    plugins = (IgnoreInterrupt(),) if options.dashboard else (IgnoreInterrupt(), CloseWorkerHTTP())
     return LocalCluster(
         n_workers=n_workers,
         threads_per_worker=max(1, threads),
@@ -236,7 +257,7 @@ def _local_cluster(
         worker_dashboard_address=dashboard,
         env={**quiet_workers, **({} if options.dashboard else NO_HTTP_ENV), **dict(env or {})},
         silence_logs=_silence_logs(options),  # quiet_dask_logs' lower levels still hold
-        **no_http,
+        plugins=plugins,
     )
 
 

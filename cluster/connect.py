@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "detect_gpus",
     "is_loopback",
     "open_cluster",
+    "quiet_dask_finalizers",
     "quiet_dask_logs",
     "slot_resource",
     "worker_slots",
@@ -53,6 +55,21 @@ def quiet_dask_logs(level: int = logging.ERROR) -> None:
             logging.getLogger(name).setLevel(level)
     for name in ("distributed", "dask", "tornado"):
         logging.getLogger(name).setLevel(level)
+
+
+def quiet_dask_finalizers() -> None:
+    """Drop the "Exception ignored in Client.__del__ ... IOLoop is closed" that Dask prints when a client it
+    already closed (timed out closing, under load) is collected after its loop: other unraisable errors
+    still show, through the hook that was there."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        owner = getattr(unraisable, "object", None)
+        if getattr(owner, "__module__", "").startswith(("distributed.", "tornado.")):
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def worker_slots(client: Client) -> dict[str, dict[str, float]]:

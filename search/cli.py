@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["main", "AllTrialsFailedError", "failure_summary"]
 
 EXIT_OK = 0
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for git, cat or head cut off by a closed pipe
 
 
 class AllTrialsFailedError(HypersweepError):
@@ -71,8 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="trials so far, best value, running trials")
     status.add_argument("folder", type=Path)
 
-    check = sub.add_parser("check", help="validate a spec and exit")
+    check = sub.add_parser("check", help="validate a spec (and its cluster settings, as run would) and exit")
     check.add_argument("spec", type=Path)
+    check.add_argument("--scheduler", default=None, help="as for run: the Dask scheduler the campaign will join")
+    check.add_argument("--insecure", action="store_true", help="as for run: plain TCP on a non-loopback address")
+    check.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None,
+                       help="as for run: PEM files for mutual TLS")  # fmt: skip
 
     report = sub.add_parser("report", help="write report/index.html, report.md, trials.csv and trials.parquet")
     report.add_argument("folder", type=Path)
@@ -138,8 +143,9 @@ def _warn_insecure_cluster(spec: CampaignSpec, options: RunOptions) -> None:
 def _options(args: argparse.Namespace):
     from search.runner import RunOptions
 
-    if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers={args.workers}: must be >= 1")
+    from search.preflight import check_workers_flag
+
+    check_workers_flag(args.workers)
     if getattr(args, "n_trials", None) is not None and args.n_trials < 1:
         raise ValueError(f"--n-trials={args.n_trials}: must be >= 1")
     return RunOptions(
@@ -251,9 +257,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from search.lifecycle import check_new
+    from search.preflight import cluster_for
+    from search.runner import RunOptions
     from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
+    tls = tuple(args.tls) if args.tls else None
+    options = RunOptions(scheduler=args.scheduler, insecure=args.insecure, tls=tls)
+    cluster_for(spec, options)  # as run would: the cluster settings,
+    check_new(spec, options)  # the warm-start source and the enqueued configurations
     print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
     return EXIT_OK
 
@@ -314,6 +327,24 @@ def _cmd_cluster_script(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _interrupted(folder: Path | str | None) -> str:
+    """The one line for Ctrl-C: what is kept, and the command that continues it."""
+    if folder is None:
+        return "interrupted before any trial ran; nothing was kept"
+    if folder == "?":  # interrupted outside a campaign (while checking, connecting)
+        return "interrupted"
+    return f"interrupted; running trials are kept: continue with 'hypersweep resume {_shown(Path(folder))}'"
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``hypersweep report F | head -1``): exit quietly, as git does (141, its
+    status when SIGPIPE ends it), with stdout pointed at /dev/null so that the interpreter's last flush is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def _fail(code: int, message: str) -> int:
     print(f"hypersweep: {message}", file=sys.stderr)
     return code
@@ -353,14 +384,19 @@ def _interrupt_on_sigterm() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Importing the trainer to check a spec leaves no __pycache__ beside it: a refused command writes nothing.
+    # (Worker processes start with their own interpreter settings.)
+    sys.dont_write_bytecode = True
     _interrupt_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per record
     # Worker processes read their log levels from the environment at start: keep them quiet too.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     from cluster import quiet_dask_logs
+    from cluster.connect import quiet_dask_finalizers
 
     quiet_dask_logs()
+    quiet_dask_finalizers()
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -372,8 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     }  # fmt: skip
     try:
         return commands[args.command](args)
-    except KeyboardInterrupt:
-        return _fail(EXIT_INTERRUPTED, "interrupted; running trials are kept for 'hypersweep resume'")
+    except BrokenPipeError:
+        return _closed_pipe()
+    except KeyboardInterrupt as exc:
+        return _fail(EXIT_INTERRUPTED, _interrupted(getattr(exc, "folder", "?")))
     except Exception as exc:
         code = _exit_code(exc)
         if code is None:

@@ -14,6 +14,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 
+from cluster.errors import ClusterError
 from cluster.executor import Started, TrialExecutor, TrialRequest
 from spaces.errors import HypersweepError
 from trainers.api import TrialConfig
@@ -62,6 +63,12 @@ class Dispatcher:
 
     def check_capacity(self) -> None:
         slots = self._executor.slots()
+        if slots.total < 1 and slots.workers:
+            raise ClusterError(
+                f"the cluster's {slots.workers} worker(s) declare no {slots.resource} slots (Dask's own 'dask worker' "
+                f"without --resources?): start them with 'dask worker ... --resources {slots.resource}=n', "
+                "or with 'hypersweep worker', which declares them"
+            )
         if slots.total < 1:
             raise CampaignError("the cluster has no worker with a free slot")
         width = max(self._spec.widths())

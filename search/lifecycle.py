@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import tomllib
@@ -19,23 +20,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from spaces.errors import InputError
 
 from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
 from search.spec.changes import SPEC_CHANGES, SPEC_TEXT, resume_text
+from search.preflight import cluster_for
 from search.spec.enqueue import parse_enqueue
+from search.spec.reading import parse_toml, read_spec_text
 from search.spec.table import SpecError
 from search.store.folder import CampaignFolder, write_atomic
 from search.store.records import StudyAttr, spec_sha256_of
-from search.store.storage import flusher, open_storage, storage_url
+from search.store.storage import flusher, missing_storage, open_storage, storage_url
 from search.warm_start import WarmStartError, own_trials, source_trials, warm_start
 
 if TYPE_CHECKING:
     from search.runner import RunOptions
 
-__all__ = ["ENQUEUED", "NewStudy", "check_new", "spec_to_resume", "added_enqueue", "record_spec_changes"]
+__all__ = [
+    "ENQUEUED", "NewStudy", "check_new", "check_environment_record", "spec_to_resume", "added_enqueue",
+    "record_spec_changes",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +61,7 @@ class NewStudy:
         if options.warm_start and (spec.scaling is not None or spec.pbt is not None):
             raise WarmStartError(f"warm start {options.warm_start!r}: a [scaling] sweep or population-based "
                                  "training ([pbt]) cannot start warm")  # fmt: skip
-        self.found: list[FrozenTrial] = source_trials(self.source, spec) if self.source else []
+        self.found: list[FrozenTrial] = _warm_trials(self.source, spec, from_spec=not options.warm_start)
 
     def seed(self, spec: CampaignSpec, study: optuna.Study) -> list[str]:
         """Add the warm-start trials, then the waiting enqueued ones; the lines that say what was added."""
@@ -69,6 +75,18 @@ class NewStudy:
         for line in lines:
             log.info("%s", line)
         return lines
+
+
+def _warm_trials(source: str, spec: CampaignSpec, from_spec: bool) -> list[FrozenTrial]:
+    """The warm-start source's trials; its errors name the spec file and key when the spec gave the source."""
+    if not source:
+        return []
+    try:
+        return source_trials(source, spec)
+    except WarmStartError as exc:
+        if from_spec:
+            raise SpecError(spec.source, "study.warm_start", str(exc).removeprefix("warm start ")) from None
+        raise InputError("--warm-start " + str(exc).removeprefix("warm start ")) from None
 
 
 def check_new(spec: CampaignSpec, options: RunOptions) -> NewStudy:
@@ -88,25 +106,27 @@ def spec_to_resume(folder: CampaignFolder, options: RunOptions) -> tuple[Campaig
     """The spec a resume runs under (written into ``spec.toml``), and its changes from the recorded one."""
     frozen = load_spec(folder.spec, check_trainer=False)
     study = _read_study(frozen, folder)
-    current = Path(options.spec_file).read_text() if options.spec_file else folder.spec.read_text()
     where = str(options.spec_file or folder.spec)
+    current = read_spec_text(where)
     text, changes = resume_text(where, study.user_attrs.get(SPEC_TEXT), spec_sha256_of(study), current,
                                 options.n_trials, options.allow_changes)  # fmt: skip
     if options.n_trials is not None:
         _check_budget(options.n_trials, study)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(where, "toml", f"not valid TOML ({exc})") from None
-    parsed = parse_spec(data, where, text, check_trainer=False)  # its mistakes name the file they are in
+    parsed = parse_spec(parse_toml(where, text), where, text, check_trainer=False)  # its mistakes name its file
     _check_room(where, len(added_enqueue(study.user_attrs.get(SPEC_TEXT), parsed)), parsed.study.n_trials, study)
+    cluster_for(parsed, options)  # a spec.toml a refused resume would leave rewritten: checked before the write
     if text != folder.spec.read_text():
         write_atomic(folder.spec, text)
     return load_spec(folder.spec), changes  # and checked against its trainer
 
 
 def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
-    storage = open_storage(storage_url(spec.study.storage, folder))
+    url = storage_url(spec.study.storage, folder)
+    missing = missing_storage(url)
+    if missing is not None:
+        raise SpecError(str(folder.spec), "study.storage", f"{missing} does not exist: a resumed "
+                        "campaign keeps its storage (was study.storage changed in spec.toml?)")  # fmt: skip
+    storage = open_storage(url)
     try:
         return optuna.load_study(study_name=spec.study.name, storage=storage)
     except KeyError:
@@ -115,10 +135,30 @@ def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
 
 
 def _check_budget(n_trials: int, study: optuna.Study) -> None:
-    finished = sum(t.state.is_finished() for t in own_trials(study.get_trials(deepcopy=False)))
-    if n_trials < max(finished, 1):
-        raise InputError(f"--n-trials {n_trials}: must be >= {max(finished, 1)}, "
-                         f"the trials this campaign has already finished ({finished})")  # fmt: skip
+    """The new budget holds every trial already finished, and those left running, which the resume re-runs."""
+    trials = own_trials(study.get_trials(deepcopy=False))
+    finished = sum(t.state.is_finished() for t in trials)
+    running = sum(t.state == TrialState.RUNNING for t in trials)
+    if n_trials < max(finished + running, 1):
+        raise InputError(f"--n-trials {n_trials}: must be >= {max(finished + running, 1)}, the trials this campaign "
+                         f"has already finished ({finished}) or left running ({running}), which a resume re-runs")
+
+
+def check_environment_record(path: Path) -> None:
+    """A campaign's ``environment.json``, if there is one, is a JSON object: a resume appends to it, and must not
+    silently replace a record it cannot read."""
+    if not path.exists():
+        return
+    try:
+        record = json.loads(read_spec_text(path, what="JSON"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: the environment record is not valid JSON ({exc}); restore it, or move it "
+                         "aside to resume with a new one") from None  # fmt: skip
+    except SpecError as exc:
+        raise InputError(f"{path}: the environment record {exc.problem}; restore it, or move it aside") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: the environment record is a JSON {type(record).__name__}, not an object; "
+                         "restore it, or move it aside to resume with a new one")  # fmt: skip
 
 
 def _check_room(where: str, added: int, n_trials: int, study: optuna.Study) -> None:

@@ -28,7 +28,8 @@ from spaces.errors import InputError
 
 from search.campaign import Campaign, CampaignError
 from search.hooks import CampaignHooks
-from search.lifecycle import NewStudy, check_new, record_spec_changes, spec_to_resume
+from search.lifecycle import NewStudy, check_environment_record, check_new, record_spec_changes, spec_to_resume
+from search.preflight import cluster_for
 from search.spec.changes import SPEC_TEXT
 from search.store.environment import capture_environment, record_environment, scheduler_info
 from search.store.folder import CampaignFolder, ControllerLock
@@ -42,13 +43,23 @@ from search.store.storage import open_storage, storage_url
 from search.supply import campaign_sampler
 from search.reports.summary import best_table, trials_frame
 
-__all__ = ["RunOptions", "run_campaign", "resume_campaign", "load_study", "CampaignExistsError"]
+__all__ = [
+    "RunOptions", "run_campaign", "resume_campaign", "load_study", "CampaignExistsError", "CampaignInterrupted",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 
 class CampaignExistsError(InputError, RuntimeError):
     """``run`` on a folder that already holds a campaign."""
+
+
+class CampaignInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a campaign; ``folder``: where it is kept for ``resume`` (None: nothing was)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        super().__init__(str(folder or ""))
+        self.folder = folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,21 +148,30 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     return study
 
 
+#: Loggers whose records (Dask's errors as a scheduler is lost or a cluster shuts down) go to campaign.log
+#: alone while a campaign runs: the terminal gets the one line that says what happened.
+_DIVERTED = ("distributed", "tornado", "asyncio")
+
+
 @contextlib.contextmanager
 def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
     handler = logging.FileHandler(folder.log)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     loggers = [logging.getLogger(name) for name in ("search", "cluster")]
-    saved = [(logger.level, logger.propagate) for logger in loggers]
+    diverted = [logging.getLogger(name) for name in _DIVERTED]
+    saved = [(logger.level, logger.propagate, list(logger.handlers)) for logger in loggers + diverted]
     for logger in loggers:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False  # INFO goes to campaign.log; the terminal shows progress
+    for logger in diverted:
+        logger.handlers = [handler]  # at the levels they have (Dask's warnings and errors)
+        logger.propagate = False
     try:
         yield
     finally:
-        for logger, (level, propagate) in zip(loggers, saved):
-            logger.removeHandler(handler)
+        for logger, (level, propagate, handlers) in zip(loggers + diverted, saved):
+            logger.handlers = handlers
             logger.setLevel(level)
             logger.propagate = propagate
         handler.close()
@@ -213,13 +233,14 @@ def analyze_scaling(spec: CampaignSpec, folder: CampaignFolder, study: optuna.St
 def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     """Start a new campaign for ``spec`` in ``runs_dir/<study name>``."""
     folder = CampaignFolder.for_study(options.runs_dir, spec.study.name)
-    cluster = _cluster_options(spec, options)  # bad cluster settings fail before anything is created
+    cluster = cluster_for(spec, options)  # bad cluster settings fail before anything is created
     new = check_new(spec, options)  # and a bad warm-start source or enqueued configuration
     if folder.root.exists() and any(folder.root.iterdir()):
         raise CampaignExistsError(
             f"{folder.root} already holds a campaign; continue it with 'hypersweep resume {folder.root}' "
             "or pick another [study] name or --runs-dir"
         )
+    new_runs_dir = not folder.root.parent.exists()
     folder.root.mkdir(parents=True, exist_ok=True)
     lock = ControllerLock(folder.lock)
     lock.acquire()
@@ -230,10 +251,15 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
         keep_components(spec, folder)
         with _campaign_log(folder):
             _execute(spec, folder, options, cluster, new=new)
-    except BaseException:
+    except BaseException as exc:
         if created and not _has_trials(folder):
             lock.release()
             shutil.rmtree(folder.root, ignore_errors=True)  # nothing ran: leave nothing behind
+            if new_runs_dir:
+                with contextlib.suppress(OSError):
+                    folder.root.parent.rmdir()  # the runs folder this run made, if nothing else is in it
+        if isinstance(exc, KeyboardInterrupt):
+            raise CampaignInterrupted(folder.root if folder.exists() else None) from exc
         raise
     finally:
         lock.release()
@@ -256,11 +282,18 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     folder = CampaignFolder(Path(path).resolve())
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
-    components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
-    with ControllerLock(folder.lock), _campaign_log(folder):
+    lock = ControllerLock(folder.lock)
+    with lock.held_quietly():  # a refused resume leaves the folder as it was, controller.lock included
+        check_environment_record(folder.environment)
+        components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
         spec, changes = spec_to_resume(folder, options)
-        cluster = _cluster_options(spec, options)
-        _execute(spec, folder, options, cluster, changes=changes)
+        cluster = cluster_for(spec, options)
+        lock.announce()
+        try:
+            with _campaign_log(folder):
+                _execute(spec, folder, options, cluster, changes=changes)
+        except KeyboardInterrupt as exc:
+            raise CampaignInterrupted(folder.root) from exc
     return folder
 
 

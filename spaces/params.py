@@ -171,13 +171,12 @@ class CategoricalParam(Param):
         if not self.choices:
             raise SpaceError(key, "must not be empty")
         choices: list[Scalar] = []
+        seen: dict[Scalar, int] = {}  # equal values hash alike (1 == 1.0 == True): one look-up per choice
         for i, choice in enumerate(self.choices):
             choice = _builtin_scalar(f"{key}[{i}]", choice)
-            for j, earlier in enumerate(choices):
-                if choice == earlier:
-                    raise SpaceError(
-                        f"{key}[{i}]", f"duplicate: {choice!r} equals choices[{j}] = {earlier!r}"
-                    )
+            j = seen.setdefault(choice, i)
+            if j != i:
+                raise SpaceError(f"{key}[{i}]", f"duplicate: {choice!r} equals choices[{j}] = {choices[j]!r}")
             choices.append(choice)
         object.__setattr__(self, "choices", tuple(choices))
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from spaces.errors import InputError
+
 from search.store.folder import CampaignFolder, ControllerLock
 from search.spec.campaign_spec import load_spec
-from search.store.storage import open_storage, storage_url
+from search.store.storage import missing_storage, open_storage, storage_url
 from search.reports.summary import state_counts
 from search.warm_start import describe, is_warm_start, own_trials
 
@@ -22,7 +24,7 @@ def status_text(path: str | Path) -> str:
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
     spec = load_spec(folder.spec, check_trainer=False)  # reading a campaign needs no trainer
-    study = optuna.load_study(study_name=spec.study.name, storage=open_storage(storage_url(spec.study.storage, folder)))
+    study = _read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))
     alive = ControllerLock.held(folder.lock)
     counts = state_counts(study)
     trials = own_trials(study.get_trials(deepcopy=False))
@@ -44,6 +46,18 @@ def status_text(path: str | Path) -> str:
     if running and not alive:
         lines.append(f"  continue with: hypersweep resume {path}")
     return "\n".join(lines)
+
+
+def _read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:
+    """The campaign's study, read without writing anything (a missing storage is an error, never created)."""
+    missing = missing_storage(url)
+    if missing is not None:
+        raise InputError(f"{folder.root}: the campaign has no storage yet ({missing} does not exist)")
+    try:
+        return optuna.load_study(study_name=name, storage=open_storage(url))
+    except KeyError:
+        raise InputError(f"{folder.root}: the storage holds no study {name!r} (was [study] name changed in "
+                         "spec.toml?)") from None  # fmt: skip
 
 
 def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...]) -> list[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,14 @@ from spaces.params import SearchSpace, parse_space
 from search.sampling import components
 from search.sampling.pruning import PRUNERS, RESOURCE_METRIC
 from search.sampling.samplers import (
-    REPLICA_SAFE, SAMPLERS, SAMPLING, make_sampler, sampler_info, sampling_problem, space_problem,
+    REPLICA_SAFE, SAMPLERS, SAMPLING, sampler_info, sampling_problem, space_problem,
 )  # fmt: skip
-from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, parse_cluster
+from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, parse_cluster
 from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
 from search.spec.enqueue import parse_enqueue
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.spec.reading import parse_toml, read_spec_text
 from search.spec.table import SpecError, SpecTable, _closest, _show
 
 __all__ = [
@@ -67,6 +67,13 @@ DEVICES = ("auto", "cpu", "cuda")
 DATA_PARALLEL = "data_parallel"  # a [space] name the controller consumes: the trial's width
 BATCH_SIZE = "batch_size"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+_ENTRY_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+# Bounds no campaign reaches and no machine holds: a value beyond one is a typo (10**23 trials), refused.
+MAX_TRIALS = 10**6
+MAX_EPOCHS = 10**6
+MAX_WIDTH = 1024  # slots (GPUs or CPU cores) one data-parallel trial may take
+MAX_COUNT = 10**4  # parallelism, retries, trials dispatched ahead or batched per task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,22 +219,59 @@ def _study(t: SpecTable) -> StudySpec:
         metrics=metrics,
         sampler=sampler,
         seed=seed,
-        n_trials=t.int("n_trials", 20, minimum=1),
+        n_trials=t.int("n_trials", 20, minimum=1, maximum=MAX_TRIALS),
         time_budget=t.float("time_budget", 0.0, minimum=0.0),
         trial_timeout=t.float("trial_timeout", 0.0, minimum=0.0),
         stop_grace=t.float("stop_grace", 60.0, minimum=0.0),
-        storage=t.str("storage", ""),
+        storage=_storage(t),
         pruner=pruner,
         deterministic=t.bool("deterministic", False),
-        parallelism=t.int("parallelism", 4, minimum=1),
+        parallelism=t.int("parallelism", 4, minimum=1, maximum=MAX_COUNT),
         scheduler=t.choice("scheduler", SCHEDULERS, "none"),
         dispatch_ahead=_auto_int(t, "dispatch_ahead", 0),
         batch_trials=_auto_int(t, "batch_trials", 1),
         sampling=sampling,
-        max_retries=t.int("max_retries", 2, minimum=0),
+        max_retries=t.int("max_retries", 2, minimum=0, maximum=MAX_COUNT),
         constraints=_constraints(t, sampler),
         warm_start=t.str("warm_start", ""),
     )
+
+
+_FOLDER_STORAGES = ("", "journal", "sqlite")  # the campaign folder's own files (search.store.storage)
+
+
+def _storage(t: SpecTable) -> str:
+    """The campaign folder's ``journal`` (default) or ``sqlite`` file, or an Optuna storage URL of a known scheme
+    whose file, if any, has an absolute path: a relative one would land wherever the command runs."""
+    url = t.str("storage", "")
+    if url in _FOLDER_STORAGES:
+        return url
+    fix = "use 'journal' or 'sqlite' for a file in the campaign folder, or an absolute path"
+    if url.startswith("journal:"):
+        if not Path(url.removeprefix("journal:")).is_absolute():
+            raise t.error("storage", f"{url!r}: a relative journal path would be read from the current directory; {fix}")
+        return url
+    if url.startswith("sqlite:"):
+        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
+        if not path or path.startswith(":memory:") or not Path(path).is_absolute():
+            raise t.error("storage", f"{url!r}: an in-memory or relative SQLite path would not stay with the "
+                          f"campaign; {fix} (sqlite:////abs/path/study.db)")  # fmt: skip
+        return url
+    if not _known_scheme(url):
+        raise t.error("storage", f"{url!r} is not a storage Optuna can open: {fix}, or an SQLAlchemy database URL "
+                      "(postgresql://, mysql://, ...)")  # fmt: skip
+    return url
+
+
+def _known_scheme(url: str) -> bool:
+    """Whether ``url`` is a database URL of a dialect SQLAlchemy knows (its driver need not be installed)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(url).get_dialect()
+    except Exception:  # noqa: BLE001 - whatever SQLAlchemy raises for a URL it cannot use
+        return False
+    return True
 
 
 def _constraints(t: SpecTable, sampler: str) -> tuple[str, ...]:
@@ -269,8 +313,8 @@ def _auto_int(t: SpecTable, key: str, minimum: int) -> int:
     value = t.data.get(key, "auto")
     if value == "auto":
         return -1
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise t.error(key, f"must be \"auto\" or an integer >= {minimum}, got {_show(value)}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        raise t.error(key, f"must be \"auto\" or an integer from {minimum} to {MAX_COUNT:,}, got {_show(value)}")
     return value
 
 
@@ -279,13 +323,16 @@ def _trainer(t: SpecTable) -> TrainerSpec:
     for key, value in options.items():
         if not isinstance(value, (str, int, float, bool, list)):
             raise t.error(f"options.{key}", f"must be a string, number, boolean or list, got {_show(value)}")
+    entry = t.str("entry", "trainers.classifier:fit")
+    if not _ENTRY_RE.match(entry):
+        raise t.error("entry", f"{entry!r} must look like 'package.module:function' (dotted Python names)")
     return TrainerSpec(
-        entry=t.str("entry", "trainers.classifier:fit"),
+        entry=entry,
         dataset=t.str("dataset", "digits"),
-        epochs=t.int("epochs", 10, minimum=1),
+        epochs=t.int("epochs", 10, minimum=1, maximum=MAX_EPOCHS),
         device=t.choice("device", DEVICES, "auto"),
-        checkpoint_every=t.int("checkpoint_every", 1, minimum=1),
-        data_parallel=t.int("data_parallel", 1, minimum=1),
+        checkpoint_every=t.int("checkpoint_every", 1, minimum=1, maximum=MAX_EPOCHS),
+        data_parallel=t.int("data_parallel", 1, minimum=1, maximum=MAX_WIDTH),
         options=dict(options),
     )
 
@@ -357,29 +404,13 @@ def parse_spec(
                         sampler_options=sampler_options)  # fmt: skip
     if not check_trainer:
         return spec
-    _check_components(spec)
+    check_tls_files(source, cluster)
+    from search.spec.component_check import check_components  # it imports this module
+
+    check_components(spec)
     from search.spec import trainer_check  # it imports this module: the trainer checks need a CampaignSpec
 
     return trainer_check.check_trainer(spec)
-
-
-def _check_components(spec: CampaignSpec) -> None:
-    """Build the sampler and a pruner class once, so a wrong class or keyword is one line now, not at the first ask."""
-    from search.sampling.pruning import make_pruner
-
-    study = spec.study
-    try:
-        if not components.registered("sampler", study.sampler) and (
-            spec.sampler_options or components.is_entry(study.sampler)
-        ):
-            make_sampler(study.sampler, spec.space, study.seed, spec.sampler_options)
-    except ValueError as exc:
-        raise SpecError(spec.source, "sampler" if spec.sampler_options else "study.sampler", str(exc)) from None
-    try:
-        if components.is_entry(study.pruner) and not components.registered("pruner", study.pruner):
-            make_pruner(study.pruner, spec.pruning)
-    except ValueError as exc:
-        raise SpecError(spec.source, "study.pruner", str(exc)) from None
 
 
 def _values_of(space: SearchSpace, name: str) -> tuple[int, ...]:
@@ -456,12 +487,5 @@ def _pbt(source: str, top: SpecTable, study: StudySpec, trainer: TrainerSpec, sp
 def load_spec(path: str | Path, check_trainer: bool = True) -> CampaignSpec:
     """Read and validate a spec file; ``check_trainer=False``: without importing the trainer."""
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SpecError(source, "file", f"cannot read ({exc.strerror or exc})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(source, "toml", f"not valid TOML ({exc})") from None
-    return parse_spec(data, source, text, check_trainer)
+    text = read_spec_text(path)  # a regular file, at most MAX_SPEC_BYTES, UTF-8
+    return parse_spec(parse_toml(source, text), source, text, check_trainer)

@@ -9,6 +9,7 @@ and ``pbs`` (batch jobs through dask-jobqueue, ``[cluster.slurm]`` / ``[cluster.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from cluster.backends import JobQueueBackend, KubernetesBackend
@@ -16,7 +17,7 @@ from cluster.backends import JobQueueBackend, KubernetesBackend
 from search.spec.table import SpecError, SpecTable
 from cluster.connect import is_loopback
 
-__all__ = ["BACKENDS", "ClusterSpec", "CLUSTER_KEYS", "parse_cluster"]
+__all__ = ["BACKENDS", "ClusterSpec", "CLUSTER_KEYS", "parse_cluster", "check_tls_files"]
 
 BACKENDS = ("local", "address", "slurm", "pbs", "kubernetes")
 CLUSTER_KEYS = (
@@ -34,6 +35,9 @@ KUBERNETES_KEYS = (
     "image", "name", "namespace", "n_workers", "gpus_per_worker", "slots_per_worker", "resources", "start_timeout",
 )  # fmt: skip
 _K8S_RESOURCES = ("cpu", "memory")
+#: The most worker processes, and slots per worker, a spec may ask for: beyond any one machine.
+MAX_WORKERS = 1024
+MAX_SLOTS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +74,8 @@ def parse_cluster(t: SpecTable) -> ClusterSpec:
                       "backend = 'address'")  # fmt: skip
     spec = ClusterSpec(
         scheduler=scheduler,
-        n_workers=t.int("n_workers", 0, minimum=0),
-        slots_per_worker=t.int("slots_per_worker", 1, minimum=1),
+        n_workers=t.int("n_workers", 0, minimum=0, maximum=MAX_WORKERS),
+        slots_per_worker=t.int("slots_per_worker", 1, minimum=1, maximum=MAX_SLOTS),
         connect_timeout=t.float("connect_timeout", 10.0, minimum=0.1),
         dashboard=t.bool("dashboard", False),
         listen=t.str("listen", "127.0.0.1"),
@@ -91,6 +95,17 @@ def parse_cluster(t: SpecTable) -> ClusterSpec:
         raise t.error(missing[0], f"TLS needs all of {', '.join(_TLS_KEYS)}; {missing[0]} is missing")
     _check_backend(t, spec)
     return spec
+
+
+def check_tls_files(source: str, spec: ClusterSpec) -> None:
+    """Each ``tls_*_file`` the spec names exists (a relative path: from the current directory, as Dask reads it).
+
+    Checked for the commands that start or join a cluster (``run``, ``resume``, ``check``), not for those that
+    only read a campaign folder."""
+    for key in _TLS_KEYS:
+        path = getattr(spec, key)
+        if path and not os.path.isfile(path):
+            raise SpecError(source, f"cluster.{key}", f"{path!r}: no such file (a PEM file is needed here)")
 
 
 def _check_backend(t: SpecTable, spec: ClusterSpec) -> None:

@@ -18,6 +18,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from spaces.params import ConditionalParam, SearchSpace
 
+from search.spec.reading import read_spec_text
 from search.spec.table import SpecError, _closest
 
 __all__ = ["parse_enqueue", "load_enqueue_file", "misfit"]
@@ -88,9 +89,7 @@ def load_enqueue_file(path: str | Path, space: SearchSpace, n_trials: int) -> tu
     """The configurations in a JSON file (an object, or a list of objects), checked against ``space``."""
     source = str(path)
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise SpecError(source, "file", f"cannot read ({exc.strerror or exc})") from None
+        data = json.loads(read_spec_text(path, what="JSON"))  # a regular file, bounded, UTF-8
     except json.JSONDecodeError as exc:
         raise SpecError(source, "json", f"not valid JSON ({exc})") from None
     return parse_enqueue(source, "enqueue", data, space, n_trials)

@@ -4,20 +4,44 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from spaces.errors import InputError
 
-__all__ = ["SpecError", "SpecTable"]
+__all__ = ["SpecError", "SpecTable", "clip"]
+
+#: The longest word (a value, a key) an error message repeats in full; longer ones are cut in the middle.
+LONGEST_SHOWN = 160
+
+
+def clip(text: str, width: int = LONGEST_SHOWN) -> str:
+    """``text`` with every word longer than ``width`` cut in the middle (``abc...xyz (10000 chars)``)."""
+
+    def cut(match: re.Match[str]) -> str:
+        word = match.group(0)
+        half = (width - 3) // 2
+        return f"{word[:half]}...{word[-half:]} ({len(word)} chars)"
+
+    return re.sub(r"\S{%d,}" % (width + 1), cut, text)
+
+
+def _one_line(text: str, longest: int) -> str:
+    """``text`` clipped (:func:`clip`) on one line, at most ``longest`` characters."""
+    text = clip(" ".join(text.split()))
+    return text if len(text) <= longest else text[: longest - 3] + "..."
 
 
 class SpecError(InputError):
-    """A spec mistake, as one line: ``file: key: problem`` (a ``ValueError``; exit status 2)."""
+    """A spec mistake, as one line: ``file: key: problem`` (a ``ValueError``; exit status 2).
+
+    Long keys and values are cut (:func:`clip`), so that a 10,000-character value is not echoed in full.
+    """
 
     def __init__(self, source: str, key: str, problem: str) -> None:
         self.source, self.key, self.problem = source, key, problem
-        super().__init__(f"{source}: {key}: {problem}")
+        super().__init__(f"{source}: {_one_line(key, 200)}: {_one_line(problem, 500)}")
 
     def __reduce__(self) -> tuple[type[SpecError], tuple[str, str, str]]:
         return (type(self), (self.source, self.key, self.problem))
@@ -55,12 +79,16 @@ class SpecTable:
             raise self.error(name, f"must be true or false, got {_show(value)}")
         return value
 
-    def int(self, name: str, default: int | None = None, minimum: int | None = None) -> int:
+    def int(
+        self, name: str, default: int | None = None, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
         value = self._get(name, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(name, f"must be an integer, got {_show(value)}")
         if minimum is not None and value < minimum:
             raise self.error(name, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.error(name, f"must be <= {maximum:,}, got {value:,}")
         return value
 
     def float(self, name: str, default: float | None = None, minimum: float | None = None) -> float:

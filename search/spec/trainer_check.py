@@ -8,7 +8,10 @@ looked for on ``sys.path``, then in the spec's folder and the current directory 
 
 from __future__ import annotations
 
+import inspect
 import os
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,9 @@ def check_trainer(spec: CampaignSpec) -> CampaignSpec:
     """
     from trainers.api import capabilities_of  # by name, only to validate
 
-    info = capabilities_of(find_trainer(spec))
+    fn = find_trainer(spec)
+    _check_signature(spec, fn)
+    info = capabilities_of(fn)
     if info.accepted_params is not None:
         _check_params(spec, info.accepted_params)
     if info.reported_metrics is not None:
@@ -36,6 +41,19 @@ def check_trainer(spec: CampaignSpec) -> CampaignSpec:
             f"trainer {spec.trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
         )  # fmt: skip
     return spec
+
+
+def _check_signature(spec: CampaignSpec, fn: Any) -> None:
+    """The trainer can be called as ``fit(config, reporter)`` (a function whose signature cannot be read passes)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise SpecError(spec.source, "trainer.entry", f"{spec.trainer.entry} takes {signature}, but a trainer is "
+                        "called as fit(config, reporter)") from None  # fmt: skip
 
 
 def _check_params(spec: CampaignSpec, accepted: frozenset[str]) -> None:
@@ -65,6 +83,17 @@ def _check_metrics(spec: CampaignSpec, reported: frozenset[str]) -> None:
         )  # fmt: skip
 
 
+def _import_failure(entry: str, exc: BaseException) -> str:
+    """What importing ``entry``'s module raised, in words, and the file its traceback is written to: a temporary
+    file, since ``check`` writes nothing near the spec or the campaign."""
+    text = "".join(traceback.format_exception(exc))
+    fd, path = tempfile.mkstemp(prefix="hypersweep-trainer-import-", suffix=".log")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"importing the trainer {entry}\n{text}")
+    module = entry.partition(":")[0]
+    return f"importing module {module!r} raised {type(exc).__name__}: {exc} (traceback in {path})"
+
+
 def trainer_paths(spec: CampaignSpec) -> tuple[str, ...]:
     """The folders the trainer is looked for in after ``sys.path``: the spec's folder, the current directory,
     and, for a campaign's frozen spec, the folders its campaign recorded (``environment.json``), so that
@@ -89,6 +118,8 @@ def find_trainer(spec: CampaignSpec) -> Any:
         return load_trainer(entry, trainer_paths(spec))
     except TrainerImportError as exc:
         problem = str(exc)
+    except Exception as exc:  # noqa: BLE001 - the user's module raised on import: one line, its traceback in a file
+        raise SpecError(spec.source, "trainer.entry", _import_failure(entry, exc)) from None
     try:
         kept = stored_trainer(Path(spec.source).parent, entry) if Path(spec.source).is_file() else None
     except Exception as exc:  # noqa: BLE001 - an unpicklable copy (a module it needs is gone): say so, in one line

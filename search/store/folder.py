@@ -41,6 +41,8 @@ class CampaignFolder:
     @classmethod
     def for_study(cls, runs_dir: str | Path, name: str) -> CampaignFolder:
         runs = Path(runs_dir).resolve()
+        if runs.exists() and not runs.is_dir():
+            raise InputError(f"runs folder {runs} (--runs-dir): is not a folder")
         root = (runs / name).resolve()
         if root.parent != runs:
             raise ValueError(f"study name {name!r} would leave the runs folder {runs}")
@@ -168,8 +170,10 @@ class ControllerLock:
         self._path = path
         self._fh: IO[str] | None = None
 
-    def acquire(self) -> None:
-        make_private(self._path.parent)
+    def acquire(self, announce: bool = True) -> None:
+        """Take the lock; ``announce``: and write who holds it (see :meth:`announce`)."""
+        if announce:
+            make_private(self._path.parent)
         fh = open(self._path, "a+")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -181,12 +185,29 @@ class ControllerLock:
                 f"{self._path.parent} is in use by another controller ({holder}); "
                 "wait for it to finish or stop it first"
             ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                             "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "cmd": " ".join(sys.argv)}))
-        fh.flush()
         self._fh = fh
+        if announce:
+            self.announce()
+
+    def announce(self) -> None:
+        """Write who holds the lock into it (pid, host, since, command), and make the folder private."""
+        assert self._fh is not None, "announce() needs the lock held"
+        make_private(self._path.parent)
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                   "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "cmd": " ".join(sys.argv)}))
+        self._fh.flush()
+
+    @contextlib.contextmanager
+    def held_quietly(self) -> Iterator[ControllerLock]:
+        """Hold the lock without writing to it, until :meth:`announce`: a command refused meanwhile (a changed
+        spec, a budget too small) leaves ``controller.lock`` as it found it."""
+        self.acquire(announce=False)
+        try:
+            yield self
+        finally:
+            self.release()
 
     def release(self) -> None:
         if self._fh is not None:

@@ -16,10 +16,12 @@ from sqlalchemy import event
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+from spaces.errors import InputError
+
 from search.store.folder import CampaignFolder
 from search.store.journal import ControllerJournalStorage, GroupCommitJournal
 
-__all__ = ["storage_url", "open_storage", "describe_storage", "flusher"]
+__all__ = ["storage_url", "open_storage", "describe_storage", "flusher", "missing_storage", "MissingStorageError"]
 
 JOURNAL = "journal"
 SQLITE = "sqlite"
@@ -32,6 +34,19 @@ def storage_url(spec_storage: str, folder: CampaignFolder) -> str:
     if spec_storage == SQLITE:
         return f"sqlite:///{folder.sqlite}"
     return spec_storage
+
+
+class MissingStorageError(InputError):
+    """A reader opened a storage file that is not there (a reader never creates one)."""
+
+
+def missing_storage(url: str) -> Path | None:
+    """The file a ``journal:`` or ``sqlite:///`` storage lives in, when it does not exist (else None)."""
+    for prefix in ("journal:", "sqlite:///"):
+        if url.startswith(prefix):
+            path = Path(url.removeprefix(prefix))
+            return None if path.exists() else path
+    return None
 
 
 def _enable_wal(path: Path) -> None:
@@ -63,8 +78,12 @@ def open_storage(url: str, writer: bool = False) -> BaseStorage:
 
     The controller opens the journal as its ``writer`` (group commit, repairs a torn
     last line); everyone else (status, report, reproduce) reads it with Optuna's own
-    backend and never modifies the file.
+    backend and never modifies the file, nor creates a storage file that is missing
+    (:class:`MissingStorageError`).
     """
+    missing = None if writer else missing_storage(url)
+    if missing is not None:
+        raise MissingStorageError(f"{missing}: no such storage file (the campaign has no study there)")
     if url.startswith("journal:"):
         path = url.removeprefix("journal:")
         return ControllerJournalStorage(GroupCommitJournal(path)) if writer else JournalStorage(JournalFileBackend(path))

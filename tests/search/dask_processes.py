@@ -50,8 +50,10 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def external_cluster(tmp: Path, n_workers: int = 2, scheduler_env: dict[str, str] | None = None) -> Iterator[ExternalCluster]:
-    """Start a scheduler and ``n_workers`` workers (1 thread, CPU=1 each, no nanny) on 127.0.0.1."""
+def external_cluster(
+    tmp: Path, n_workers: int = 2, scheduler_env: dict[str, str] | None = None, resources: str | None = "CPU=1"
+) -> Iterator[ExternalCluster]:
+    """Start a scheduler and ``n_workers`` workers (1 thread, ``resources`` each, no nanny) on 127.0.0.1."""
     tmp.mkdir(parents=True, exist_ok=True)
     file = tmp / "scheduler.json"
     procs: list[subprocess.Popen] = []
@@ -67,8 +69,8 @@ def external_cluster(tmp: Path, n_workers: int = 2, scheduler_env: dict[str, str
         cluster = ExternalCluster(address, scheduler)
         for i in range(n_workers):
             worker = subprocess.Popen(
-                [*WORKER, address, "--nthreads", "1", "--resources", "CPU=1", "--no-nanny", "--no-dashboard",
-                 "--name", f"w{i}", "--host", "127.0.0.1"],
+                [*WORKER, address, "--nthreads", "1", *(["--resources", resources] if resources else []),
+                 "--no-nanny", "--no-dashboard", "--name", f"w{i}", "--host", "127.0.0.1"],
                 env=_env({"OMP_NUM_THREADS": "1"}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             procs.append(worker)

@@ -175,3 +175,14 @@ def test_spec_error_is_a_hypersweep_input_error_and_pickles() -> None:
     assert isinstance(error, HypersweepError) and isinstance(error, ValueError) and error.exit_code == EXIT_INPUT
     again = pickle.loads(pickle.dumps(error))
     assert (again.source, again.key, again.problem, str(again)) == (error.source, error.key, error.problem, str(error))
+
+
+@pytest.mark.timeout(120)  # the check was quadratic in the choices: 60,000 of them took hours
+def test_a_spec_with_many_choices_is_checked_in_linear_time(tmp_path: Path) -> None:
+    choices = ", ".join(f'"c{i}"' for i in range(60_000))
+    spec = load_spec(write_spec(tmp_path / "spec.toml", GOOD + f"label = {{ type = \"categorical\", choices = [{choices}] }}\n"),
+                     check_trainer=False)  # fmt: skip
+    assert len(spec.space["label"].distributions()["label"].choices) == 60_000
+    duplicated = GOOD + 'label = { type = "categorical", choices = ["a", 1, "b", 1.0] }\n'
+    with pytest.raises(SpecError, match=r"space.label.choices\[3\]: duplicate: 1.0 equals choices\[1\] = 1"):
+        load_spec(write_spec(tmp_path / "dup.toml", duplicated), check_trainer=False)

@@ -1,0 +1,81 @@
+"""What ``run``, ``resume`` and ``check`` verify about the cluster before anything is created or started.
+
+Each refusal is one line naming the spec file and key (or the command-line flag): a non-loopback
+``listen`` without TLS, TLS files that are not there, more local workers than any machine holds,
+and a data-parallel width no worker of a known cluster (the embedded one) can give a trial.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from cluster import ClusterOptions
+from cluster.connect import is_loopback
+from spaces.errors import InputError
+
+from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
+from search.spec.cluster import MAX_WORKERS
+from search.spec.table import SpecError
+
+if TYPE_CHECKING:
+    from search.runner import RunOptions
+
+__all__ = ["cluster_for", "check_workers_flag"]
+
+_TLS_FLAG = ("CA", "CERT", "KEY")
+
+
+def check_workers_flag(n_workers: int | None) -> None:
+    """``--workers N``: from 1 to :data:`~search.spec.cluster.MAX_WORKERS`."""
+    if n_workers is not None and not 1 <= n_workers <= MAX_WORKERS:
+        raise InputError(f"--workers {n_workers}: must be from 1 to {MAX_WORKERS}")
+
+
+def cluster_for(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
+    """The cluster options a run of ``spec`` uses, every setting checked (see the module's docstring)."""
+    from search.runner import _cluster_options
+
+    check_workers_flag(options.n_workers)
+    _check_tls_flag(options.tls)
+    _check_listen(spec, options)
+    try:
+        cluster = _cluster_options(spec, options)
+    except SpecError:
+        raise
+    except ValueError as exc:  # ClusterOptions' own rule, not tied to one key
+        raise SpecError(spec.source, "cluster", str(exc)) from None
+    _check_widths(spec, cluster)
+    return cluster
+
+
+def _check_tls_flag(files: tuple[str, str, str] | None) -> None:
+    for name, path in zip(_TLS_FLAG, files or ()):
+        if not os.path.isfile(path):
+            raise InputError(f"--tls {name} {path!r}: no such file (a PEM file is needed here)")
+
+
+def _check_listen(spec: CampaignSpec, options: RunOptions) -> None:
+    """A cluster started here listens off loopback only with TLS files or ``--insecure``."""
+    c = spec.cluster
+    starts_own = not (options.scheduler or c.scheduler)
+    if starts_own and not is_loopback(c.listen) and not (c.tls or options.tls) and not options.insecure:
+        raise SpecError(spec.source, "cluster.listen", f"{c.listen!r} without TLS is refused: anyone who reaches it "
+                        "could run code on the workers; give tls_ca_file, tls_cert_file and tls_key_file, listen on "
+                        "127.0.0.1, or pass --insecure to accept the risk")  # fmt: skip
+
+
+def _check_widths(spec: CampaignSpec, cluster: ClusterOptions) -> None:
+    """On the embedded cluster, whose workers are known now, the widest trial fits on one worker."""
+    from cluster.backends import local_shape
+
+    if cluster.backend is None or cluster.backend.kind != "local":
+        return
+    _n_workers, resources = local_shape(cluster)
+    resource, per_worker = next(iter(resources.items()))
+    width = max(spec.widths())
+    if width > per_worker:
+        key = f"space.{DATA_PARALLEL}" if DATA_PARALLEL in spec.space else "trainer.data_parallel"
+        fix = "[cluster] slots_per_worker" if resource == "CPU" else "the GPUs per worker ([cluster] n_workers)"
+        raise SpecError(spec.source, key, f"a trial may take {width} {resource} slots, but each worker of the "
+                        f"embedded cluster has {per_worker:g}; lower it or raise {fix}")  # fmt: skip

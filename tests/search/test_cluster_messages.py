@@ -1,0 +1,85 @@
+"""A cluster that cannot run trials, or is lost, is one line on stderr: workers started by Dask's own CLI without
+slot resources are named as such, with the flag that fixes it; a lost scheduler prints nothing from Dask."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spaces.errors import EXIT_CLUSTER
+
+from tests.search.dask_processes import external_cluster, wait_for
+from tests.spec_files import write_spec
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+SPEC = """
+[study]
+name = "external"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 3
+n_trials = 12
+
+[trainer]
+entry = "toy_trainers:fit"
+epochs = 40
+options = { sleep = 0.2 }
+
+[space]
+quality = { type = "float", low = 0.0, high = 1.0 }
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+
+
+@pytest.mark.timeout(300)
+def test_workers_without_slot_resources_are_named_with_the_flag_that_fixes_it(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec.toml", SPEC)
+    with external_cluster(tmp_path / "cluster", n_workers=1, resources=None) as cluster:  # `dask worker`, no --resources
+        proc = subprocess.run(
+            [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress",
+             "--scheduler", cluster.address],
+            capture_output=True, text=True, env=_env(), timeout=180,
+        )  # fmt: skip
+    assert proc.returncode == EXIT_CLUSTER, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "1 worker(s) declare no CPU slots" in lines[0] and "--resources CPU=n" in lines[0], lines[0]
+    assert "hypersweep worker" in lines[0], lines[0]
+    assert not (tmp_path / "runs" / "external").exists()  # nothing ran: nothing left
+
+
+@pytest.mark.timeout(300)
+def test_a_lost_scheduler_is_one_line_with_the_resume_command(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "spec.toml", SPEC)
+    folder = tmp_path / "runs" / "external"
+    with external_cluster(tmp_path / "cluster", n_workers=2) as cluster:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress",
+             "--scheduler", cluster.address],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 2, 120, "two trials to report")
+            cluster.scheduler.send_signal(signal.SIGKILL)
+            _out, err = proc.communicate(timeout=150)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+    assert proc.returncode == EXIT_CLUSTER, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and "lost the Dask scheduler" in lines[0], err  # no Dask ERROR traceback before it
+    assert f"hypersweep resume {folder}" in lines[0], lines[0]

@@ -19,6 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from bench.chaos import tear_journal
 from dask_processes import wait_for
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
@@ -58,19 +59,6 @@ def steps(folder: Path, number: int) -> list[int]:
     return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def tear_last_creation(journal: Path) -> int:
-    """Cut the journal inside the line after its last trial creation (op_code 4): that line's end minus 40 bytes.
-    Returns the number of whole lines left."""
-    lines = journal.read_bytes().splitlines(keepends=True)
-    last = max(i for i, line in enumerate(lines) if b'"op_code":4' in line)
-    assert last + 1 < len(lines), "nothing after the last trial's creation to tear"
-    end = sum(map(len, lines[: last + 2])) - 40
-    assert end > sum(map(len, lines[: last + 1])), "the line after the creation is shorter than 40 bytes"
-    with open(journal, "r+b") as fh:
-        fh.truncate(end)
-    return last + 1
-
-
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
 @pytest.mark.timeout(420)
 def test_a_journal_torn_right_after_a_trial_creation_resumes_with_the_trials_own_parameters(
@@ -89,7 +77,8 @@ def test_a_journal_torn_right_after_a_trial_creation_resumes_with_the_trials_own
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
-    tear_last_creation(folder / "study.journal")
+    torn = tear_journal(folder)  # the issue's cut: the last "op_code":4 line, plus the next one minus 40 bytes
+    assert torn["torn"] and torn["torn_trial"] == TRIALS - 1 and torn["cut_bytes"] > 40, torn
     cut = load_campaign(folder, "torn").get_trials()[-1]
     assert cut.number == TRIALS - 1 and cut.state == optuna.trial.TrialState.RUNNING
     assert set(cut.params) < {"optimizer", "lr"}, cut.params  # the tear took (some of) its parameters

@@ -5,8 +5,8 @@ commit (a crash mid-write, a power cut) may keep a trial's creation and lose som
 parameters, while the trial's folder already holds checkpoints and reports made with them.
 The controller writes the parameters here before the trial is sent out, so that ``resume``
 runs the trial again with exactly those (its checkpoint still fits) instead of sampling new
-ones. A trial number asked anew whose folder holds another parameter set (the journal lost the
-whole earlier trial) gets a fresh folder: the old one is moved aside, never reused.
+ones. A trial number asked anew whose folder already holds files (the journal lost the whole
+earlier trial with that number) gets a fresh folder: the old one is moved aside, never reused.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def fit(config: Any, reporter: Any) -> dict[str, float]:
 
 
 def _die_between(config: Any, folder: Path | None, epoch: int) -> None:
-    """``options.die_between = P``: with chance P (drawn from the trial, the epoch and its deaths so far) SIGKILL
+    """``options.die_between = P``: with chance P (drawn from the trial's seed, the epoch and its deaths) SIGKILL
     this process (its Dask worker) once the report of ``epoch`` reached the controller (its line is in the trial's
     ``metrics.jsonl``) and before the checkpoint covering it; at most ``options.die_max`` times (1) per trial."""
     chance = float(config.options.get("die_between", 0.0))
@@ -176,7 +176,7 @@ def _die_between(config: Any, folder: Path | None, epoch: int) -> None:
     deaths = int(_read_text(folder / DEATHS) or 0)
     if deaths >= int(config.options.get("die_max", 1)):
         return
-    if random.Random(f"{config.study}-{config.number}-{epoch}-{deaths}").random() >= chance:
+    if random.Random(f"{config.seed}-{epoch}-{deaths}").random() >= chance:  # the trial's seed: from --seed
         return
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and epoch not in _metrics_steps(folder / "metrics.jsonl"):

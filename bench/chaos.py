@@ -710,7 +710,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the trainer SIGKILLs its worker between a report and its checkpoint with chance P per "
                              "epoch, at most --die-max times per trial (use with --reps 0 for these deaths alone)")  # fmt: skip
     parser.add_argument("--die-max", type=int, default=2, help="deaths per trial with --die-between (default 2)")
+    parser.add_argument("--pbt", action="store_true",
+                        help="population-based training: kill mid-segment and right after a rung's decision "
+                             "(bench/chaos_pbt.py; uses --reps, --seed, --keep, --timeout)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.pbt:
+        return _main_pbt(args)
     common = dict(sampler=args.sampler, reps=args.reps, seed=args.seed, trials=args.trials, epochs=args.epochs,
                   sleep=args.sleep, workers=args.workers, window=args.window, root=args.keep, timeout=args.timeout,
                   signal=args.signal, kill_workers=args.kill_workers, term_grace=args.term_grace)  # fmt: skip
@@ -724,6 +729,21 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(result.lines()))
     if args.json:
         print(json.dumps(dataclasses.asdict(result) | {"ok": result.ok, "final_stderr": None}))
+    return 0 if result.ok else 1
+
+
+def _main_pbt(args: argparse.Namespace) -> int:
+    """``--pbt``: :func:`bench.chaos_pbt.chaos_pbt` with the shared options."""
+    from bench.chaos_pbt import chaos_pbt
+
+    if args.keep is None:
+        with tempfile.TemporaryDirectory(prefix="hypersweep-chaos-pbt-") as tmp:
+            result = chaos_pbt(Path(tmp), args.reps, args.seed, timeout=args.timeout)
+    else:
+        result = chaos_pbt(args.keep, args.reps, args.seed, timeout=args.timeout)
+    print("\n".join(result.lines()))
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result) | {"ok": result.ok, "final_log": None}))
     return 0 if result.ok else 1
 
 

@@ -30,8 +30,9 @@ from cluster.executor import Finished, Report, Started, TrialExecutor
 from search.dispatch import CampaignError, Dispatcher
 from search.intermediate import IntermediateValues
 from search.ledger import NEVER_STARTED, Ledger
+from search.pbt.barrier import Barrier
 from search.policies import (
-    TARGET_REACHED, Halt, Resubmit, Verdict, first_decision, first_stop_reason, policies_for, population_of,
+    TARGET_REACHED, Halt, Park, Resubmit, Verdict, first_decision, first_stop_reason, policies_for, population_of,
 )
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
@@ -84,13 +85,14 @@ class Campaign:
         self._clock = clock  # wall-clock seconds; a simulated executor passes its virtual clock
         self._flush = flush or flusher(study._storage)  # group commit: this iteration's writes, durable
         self._started = clock()
-        population = population_of(spec, folder)
+        population = population_of(spec, folder, study)
         self.sinks = ReportSinks.for_campaign(spec.logging, folder, spec.study.name)  # closed when run() ends
         self.ledger = Ledger(spec, study, folder, all_asked=self._all_asked, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports)
         self.dispatch = Dispatcher(spec, folder, executor, clock)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self._budget_left, population, sampling)
+        self.barrier = Barrier(population, self.dispatch, self.ledger, self.sinks) if population else None
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -109,6 +111,8 @@ class Campaign:
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
+                if self.barrier is not None:
+                    self.barrier.step(self._time_left())  # PBT: members of a decided rung go on
                 self.dispatch.enforce_time_limits(campaign_over=not self._time_left())
                 self._on_progress(self.snapshot())
         except BaseException:
@@ -152,9 +156,14 @@ class Campaign:
         if running is None:
             return
         self.reports.replay(running, outcome.history)
+        if self.barrier is not None:
+            outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment
         decision = first_decision(self.policies, running, outcome)
         if isinstance(decision, Halt):
             raise CampaignError(decision.reason)  # the trial stays in flight: marked interrupted, resumable
+        if isinstance(decision, Park) and self.barrier is not None:
+            self.barrier.park(running, decision.outcome)  # it keeps its place in the campaign, not its slot
+            return
         if isinstance(decision, Resubmit):
             self.dispatch.resubmit(running, decision.config)
             return

@@ -135,6 +135,7 @@ class Dispatcher:
     def resubmit(self, running: RunningTrial, config: TrialConfig) -> None:
         """The same trial again, on its own (a retry, or a population member's next segment)."""
         running.config = config
+        write_attrs(running.trial, config=config.to_dict())  # a PBT member's current params and segment
         running.started_at, running.worker = None, ""  # a new run: its own Started event will come
         self._new_task([running])
         self._executor.submit(TrialRequest(running.number, self._spec.trainer.entry, config, running.width))

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol
 
+import optuna
 from optuna.trial import TrialState
 
 from cluster.executor import CANCELLED, LOST, Outcome
@@ -39,7 +40,7 @@ from search.store.records import write_attrs
 from search.trials import RunningTrial
 
 __all__ = [
-    "Policy", "Resubmit", "Verdict", "Halt", "Decision", "TARGET_REACHED", "HaltOnDiskErrors", "KilledTrials",
+    "Policy", "Resubmit", "Verdict", "Halt", "Park", "Decision", "TARGET_REACHED", "HaltOnDiskErrors", "KilledTrials",
     "RetryLostTrials", "PopulationSegments", "ScalingTarget", "Pruning", "population_of", "policies_for",
     "first_stop_reason", "first_decision",
 ]
@@ -72,7 +73,14 @@ class Halt:
     reason: str
 
 
-Decision = Resubmit | Verdict | Halt | None
+@dataclasses.dataclass(frozen=True)
+class Park:
+    """The trial waits, holding no slot, for the campaign to send it on (a PBT member at its rung)."""
+
+    outcome: Outcome
+
+
+Decision = Resubmit | Verdict | Halt | Park | None
 
 
 class Policy(Protocol):
@@ -164,7 +172,8 @@ class RetryLostTrials:
 
 
 class PopulationSegments:
-    """Population-based training: a member that finished a segment goes on with its next one."""
+    """Population-based training: a member that finished a segment waits at its rung (:class:`Park`), holding
+    no slot, until the whole rung is decided (:class:`~search.pbt.barrier.Barrier` sends its next segment)."""
 
     def __init__(self, population: Population) -> None:
         self.population = population
@@ -175,9 +184,8 @@ class PopulationSegments:
     def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
         if not outcome.ok or running.stop_reason:
             return None
-        config = self.population.next_segment(running.config, outcome.metrics)
-        if config is not None:
-            return Resubmit(config)
+        if not self.population.arrive(running.config, outcome.metrics):
+            return Park(outcome)
         write_attrs(running.trial, **self.population.attributes(running.number, running.history()))
         return None
 
@@ -213,13 +221,23 @@ class Pruning:
         return None
 
 
-def population_of(spec: CampaignSpec, folder: CampaignFolder) -> Population | None:
-    """The PBT population (None without a ``[pbt]`` table); its first segments are set when trials are configured."""
+def population_of(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study | None = None) -> Population | None:
+    """The PBT population (None without a ``[pbt]`` table); its first segments are set when trials are configured.
+
+    ``study``: where the members that ended early (FAIL, PRUNED) are found, so that no rung waits for them.
+    """
     if spec.pbt is None:
         return None
     maximize = spec.study.directions[0] == "maximize"
     policy = PBTPolicy(spec.pbt, maximize, spec.space.distributions(), component_seed(spec.study.seed, "pbt"))
-    return Population(policy, folder, spec.study.metrics[0], spec.trainer.epochs)
+
+    def left() -> set[int]:
+        if study is None:
+            return set()
+        ended = (TrialState.FAIL, TrialState.PRUNED)
+        return {t.number for t in study.get_trials(deepcopy=False, states=ended)}
+
+    return Population(policy, folder, spec.study.metrics[0], spec.trainer.epochs, spec.study.n_trials, left)
 
 
 def policies_for(

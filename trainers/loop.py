@@ -160,6 +160,7 @@ class Progress:
     step: int = 0  # optimizer steps taken
     examples: int = 0  # training examples seen
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    own_from: int = 1  # the first epoch of ``history`` this trial trained (PBT: later than 1 after an exploit)
     noise: NoiseScaleEstimator = dataclasses.field(default_factory=NoiseScaleEstimator)
 
 
@@ -183,8 +184,7 @@ def train(
     every replica (the rank reporter of :mod:`trainers.ddp_rank` broadcasts rank 0's).
     """
     progress = _resume(settings, model, optimizer, rngs, replica, _noise_estimator(settings, len(data.y_train)))
-    if not settings.inherit:
-        _report_again(progress.history, reporter)
+    _report_again(progress.history, progress.own_from, reporter)
     for epoch in range(progress.epoch, settings.epochs):
         started = time.perf_counter()
         train_loss, lr = _train_epoch(model, optimizer, schedule, data, settings, rngs, progress, replica)
@@ -211,16 +211,18 @@ def train(
     return dict(progress.history[-1])
 
 
-def _report_again(history: list[dict[str, float]], reporter: Reporter) -> None:
-    """Send again the reports the checkpoint covers (epoch ``i + 1`` is ``history[i]``).
+def _report_again(history: list[dict[str, float]], own_from: int, reporter: Reporter) -> None:
+    """Send again the reports the checkpoint covers from epoch ``own_from`` on (epoch ``i + 1`` is ``history[i]``).
 
     A run that died after a report but before the controller received it would
     otherwise leave a gap: the re-run starts after that epoch. The controller keeps
-    each (step, metrics) once, so the ones it already has are dropped there. Not for
-    an inherited checkpoint (PBT): its reports are another trial's.
+    each (step, metrics) once, so the ones it already has are dropped there. The
+    epochs before ``own_from`` came with an inherited checkpoint (PBT): they are
+    another trial's reports, never this one's.
     """
     for epoch, metrics in enumerate(history, start=1):
-        reporter.report(epoch, metrics)
+        if epoch >= own_from:
+            reporter.report(epoch, metrics)
 
 
 def _train_epoch(
@@ -403,6 +405,7 @@ def _save(
         "step": progress.step,
         "examples": progress.examples,
         "history": progress.history,
+        "own_from": progress.own_from,
         "rng": rngs.state(),
         "noise": progress.noise.state_dict(),
     }
@@ -431,7 +434,8 @@ def _resume(
         raise ValueError(
             f"{settings.checkpoint_path}: checkpoint format {state.get('format')!r}, expected {CHECKPOINT_FORMAT}"
         )
-    if state["identity"] != dict(settings.identity) and not settings.inherit:
+    inherited = state["identity"] != dict(settings.identity)
+    if inherited and not settings.inherit:
         raise ValueError(
             f"{settings.checkpoint_path}: written by another trial ({state['identity']}), not this one "
             f"({dict(settings.identity)}); remove it or use another checkpoint_dir"
@@ -452,6 +456,7 @@ def _resume(
         step=int(state["step"]),
         examples=int(state["examples"]),
         history=[dict(m) for m in state["history"]],
+        own_from=int(state["epoch"]) + 1 if inherited else int(state.get("own_from", 1)),
         noise=noise,
     )
     if state.get("noise"):

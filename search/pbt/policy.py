@@ -1,13 +1,14 @@
 """Population-based training (Jaderberg et al. 2017), decided at the controller.
 
-The population is the campaign's trials, all training at once in segments of
-``interval`` epochs. When a member ends a segment, :class:`PBTPolicy` compares its
-score with the latest scores of the others: a member in the bottom ``quantile``
-copies the checkpoint of a random top-``quantile`` member (exploit) and continues
-with that member's hyperparameters, each multiplied by a random factor from
-``perturb`` or, with ``resample_probability``, drawn afresh from the space
-(explore). Everyone else continues as they are. The policy only sees records and
-returns decisions; the campaign copies files and submits segments.
+The population is the campaign's trials, trained in segments of ``interval`` epochs.
+Once every member still in the population has ended the segment that ends at epoch
+``e`` (the rung at ``e``), :meth:`PBTPolicy.decide_rung` ranks them all: a member in
+the bottom ``quantile`` copies the checkpoint of a random top-``quantile`` member
+(exploit) and continues with that member's hyperparameters, each multiplied by a
+random factor from ``perturb`` or, with ``resample_probability``, drawn afresh from
+the space (explore). Everyone else continues as they are. The policy only sees
+records and returns decisions; :mod:`search.pbt.population` copies files and the
+campaign submits segments.
 """
 
 from __future__ import annotations
@@ -49,32 +50,40 @@ class Decision:
 
 
 class PBTPolicy:
-    """Truncation selection with perturbation; seeded, deterministic for an order of events."""
+    """Truncation selection with perturbation over a whole rung; seeded, the same for the same rung."""
 
     def __init__(self, spec: PBTSpec, maximize: bool, dists: Mapping[str, BaseDistribution], seed: int) -> None:
         self.spec = spec
         self._maximize = maximize
         self._dists = dict(dists)
+        self._seed = int(seed)
         self._rng = np.random.default_rng(seed)
 
-    def decide(self, member: Member, population: Sequence[Member]) -> Decision:
-        """What ``member`` does next, given every member's record at the same epoch (itself included).
+    def decide_rung(self, epoch: int, rung: Sequence[Member]) -> dict[int, Decision]:
+        """What every member of a complete rung (all members at ``epoch``) does next.
 
-        Ranking members at equal epochs keeps a member that arrives early from being
-        judged against members that trained longer. Until the rung holds enough
-        members for one of them to be in the bottom quantile (``ceil(1/quantile)``),
-        everyone continues.
+        Ranked best first (a non-finite score last, ties by number), the bottom
+        ``max(1, floor(N * quantile))`` members each copy a random member of the top as
+        many and explore its hyperparameters; the others continue. Fewer than two
+        members: everyone continues. The choices are drawn from a generator seeded with
+        the policy's seed and ``epoch``, so a rung decides the same after ``resume``.
         """
-        ranked = sorted(population, key=lambda m: m.score, reverse=self._maximize)  # best first
+        ranked = sorted(rung, key=self._rank_key)
+        decisions = {m.number: Decision(Action.CONTINUE, params=dict(m.params)) for m in ranked}
+        if len(ranked) < 2:
+            return decisions
         cut = max(1, int(math.floor(len(ranked) * self.spec.quantile)))
-        enough = len(ranked) >= math.ceil(1.0 / self.spec.quantile)
-        if not enough or member.number not in {m.number for m in ranked[-cut:]}:
-            return Decision(Action.CONTINUE, params=dict(member.params))
-        top = [m for m in ranked[:cut] if m.number != member.number]
-        if not top:
-            return Decision(Action.CONTINUE, params=dict(member.params))
-        source = top[int(self._rng.integers(len(top)))]
-        return Decision(Action.EXPLOIT, source.number, self._explore(source.params))
+        top, bottom = ranked[:cut], ranked[-cut:]
+        self._rng = np.random.default_rng([self._seed, int(epoch)])
+        for member in bottom:
+            source = top[int(self._rng.integers(len(top)))]
+            decisions[member.number] = Decision(Action.EXPLOIT, source.number, self._explore(source.params))
+        return decisions
+
+    def _rank_key(self, member: Member) -> tuple[bool, float, int]:
+        finite = math.isfinite(member.score)
+        score = member.score if finite else 0.0
+        return (not finite, -score if self._maximize else score, member.number)
 
     def _explore(self, params: Mapping[str, Any]) -> dict[str, Any]:
         new = dict(params)

@@ -330,15 +330,19 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
     origin = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var] - timed: both are set
     spans = []
     for r in timed:
-        spans.append(Span(
-            number=r.number,
-            worker="?" if r.worker is None else r.worker,
-            devices=",".join(str(d) for d in r.devices),
-            start=r.started - origin,  # type: ignore[operator]
-            end=r.finished - origin,  # type: ignore[operator]
-            state=r.state.name,
-            asked=ask[r.number] - origin if r.number in ask else None,
-        ))  # fmt: skip
+        # a PBT member: a span per segment, the time since the previous one as its wait
+        runs = r.pbt_segments or ((r.started, r.finished, "?" if r.worker is None else r.worker),)
+        for i, (start, end, worker) in enumerate(runs):
+            wait_from = (ask.get(r.number) if i == 0 else runs[i - 1][1])
+            spans.append(Span(
+                number=r.number,
+                worker=worker,
+                devices=",".join(str(d) for d in r.devices),
+                start=start - origin,  # type: ignore[operator]
+                end=end - origin,  # type: ignore[operator]
+                state=r.state.name,
+                asked=wait_from - origin if wait_from is not None else None,
+            ))  # fmt: skip
     return sorted(spans, key=lambda s: (s.worker, s.start))
 
 

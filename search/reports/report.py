@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.reports import run_sections, sections
+from search.reports import pbt_section, run_sections, sections
 from search.reports.data import CampaignData, load_campaign, report_frame
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
@@ -29,12 +29,13 @@ __all__ = ["SECTION_IDS", "ReportFiles", "write_report", "build_sections", "Sect
 SECTION_IDS = (
     "spec", "best", "lr", "history", "curves", "importance", "pruning", "timeline",
     "pareto", "scaling", "failures", "environment", "reproduce",
-)  # fmt: skip
+) + (pbt_section.SECTION_ID,)  # fmt: skip
 _BUILDERS: dict[str, Callable[[CampaignData], Section]] = {
     "spec": sections.spec, "best": sections.best, "lr": sections.lr, "history": sections.history,
     "curves": sections.curves, "importance": sections.importance, "pruning": sections.pruning,
     "timeline": run_sections.timeline_section, "pareto": sections.pareto, "scaling": run_sections.scaling,
     "failures": run_sections.failures, "environment": run_sections.environment, "reproduce": run_sections.reproduce,
+    pbt_section.SECTION_ID: pbt_section.pbt_section,
 }  # fmt: skip
 
 

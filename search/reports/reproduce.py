@@ -104,7 +104,13 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     config = _local_config(trial)
     exact = bool(config.get("deterministic")) and _runs_on_cpu(config)
     notes = _spec_notes(spec, study) + _trainer_notes(spec, folder)
-    reports, metrics, error = _run(spec.trainer.entry, config, stop_after=_stop_after(trial))
+    if spec.pbt is not None:  # a population member: its whole schedule and inherited checkpoints
+        from search.pbt.replay import replay_member
+        from trainers.api import load_trainer
+
+        reports, metrics, error = replay_member(spec, study, folder, number, load_trainer(spec.trainer.entry))
+    else:
+        reports, metrics, error = _run(spec.trainer.entry, config, stop_after=_stop_after(trial))
     checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
     return Reproduction(spec.study.name, number, spec.trainer.entry, config, exact,
                         0.0 if exact else tolerance, tuple(checks), tuple(notes), error)  # fmt: skip

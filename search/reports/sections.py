@@ -99,8 +99,9 @@ def best(data: CampaignData) -> Section:
         rows = []
         for rank, t in enumerate(top, 1):
             r = data.record(t)
+            params = r.trainer_params if data.spec.pbt is not None else r.params  # PBT: what it ended with
             row = [rank, r.number, *(r.values or []), r.seed, epochs_spent(r), r.duration,
-                   *(r.params.get(n) for n in names)]
+                   *(params.get(n) for n in names)]
             rows.append(row + ([genome_of(r)] if has_genome else []))
         label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
         return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)

@@ -79,6 +79,7 @@ class Attr:
     GENOME: Final = "genome"  # str: an architecture genome, where a sampler records one
     PBT_LINEAGE: Final = "pbt_lineage"  # list of {"epoch", "source", "params"}: whom it copied, when
     PBT_SCHEDULE: Final = "pbt_schedule"  # list of [first step, lr]: the LR it actually followed
+    PBT_SEGMENTS: Final = "pbt_segments"  # list of [started, finished, worker]: each run of a PBT member
 
 
 class StudyAttr:
@@ -246,6 +247,18 @@ def _schedule(raw: Any) -> tuple[tuple[int, float], ...]:
     return tuple(points)
 
 
+def _segments(raw: Any) -> tuple[tuple[float, float, str], ...]:
+    """Recorded runs ``[[started, finished, worker], ...]``; malformed entries are skipped."""
+    runs = []
+    for item in raw or []:
+        try:
+            started, finished, worker = item
+            runs.append((float(started), float(finished), str(worker)))
+        except (TypeError, ValueError):
+            continue
+    return tuple(runs)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrialRecord:
     """One trial as the controller recorded it, typed; build it with :meth:`TrialRecord.of`.
@@ -285,6 +298,7 @@ class TrialRecord:
     genome: str | None = None
     pbt_lineage: tuple[dict[str, Any], ...] = ()
     pbt_schedule: tuple[tuple[int, float], ...] = ()
+    pbt_segments: tuple[tuple[float, float, str], ...] = ()  # each run of a PBT member: started, finished, worker
 
     @classmethod
     def of(cls, trial: FrozenTrial | TrialRecord) -> TrialRecord:
@@ -324,6 +338,7 @@ class TrialRecord:
             genome=None if a.get(Attr.GENOME) is None else str(a[Attr.GENOME]),
             pbt_lineage=tuple(dict(x) for x in (a.get(Attr.PBT_LINEAGE) or ()) if isinstance(x, Mapping)),
             pbt_schedule=_schedule(a.get(Attr.PBT_SCHEDULE)),
+            pbt_segments=_segments(a.get(Attr.PBT_SEGMENTS)),
         )
 
     @functools.cached_property

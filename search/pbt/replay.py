@@ -1,0 +1,150 @@
+"""Replaying a PBT member for ``hypersweep reproduce``: its whole schedule, with the checkpoints it inherited.
+
+A member's record is a chain of stints: from scratch to its first exploit, then from each
+source's checkpoint at the exploit epoch, with the parameters explored there, to the next.
+A source's checkpoint at epoch ``e`` is itself replayed the same way (its own stints up to
+``e``), so the chain is rebuilt from scratch in a temporary folder, from ``pbt.jsonl`` and
+each member's recorded seed and config. A stint runs in one call of the trainer: a run
+resumed from a checkpoint ends bit for bit as one never interrupted, so the segment
+boundaries without an exploit need no stop. Only the member's own stints' reports are
+compared with its record.
+
+What cannot be replayed raises :class:`NotReplayable` (``hypersweep reproduce`` exits 2
+with its one line): a member that did not train all its epochs, a campaign without
+``pbt.jsonl``, a source without a recorded config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from spaces.errors import InputError
+from trainers.api import RecordingReporter, TrialConfig
+
+from search.pbt.journal import PBTJournal, RungRecord
+from search.pbt.policy import Action
+from search.pbt.population import is_state_file
+from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
+from search.store.folder import CampaignFolder
+from search.store.records import Attr
+
+__all__ = ["NotReplayable", "Stint", "stints_of", "replay_member"]
+
+Reports = list[tuple[int, dict[str, float]]]
+Fit = Callable[[TrialConfig, RecordingReporter], Mapping[str, float]]
+
+
+class NotReplayable(InputError):
+    """A PBT member whose record cannot be replayed (one line; exit status 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stint:
+    """Member ``number`` training from ``start`` to ``end`` with ``params``, from ``source``'s state at ``start``."""
+
+    number: int
+    start: int
+    end: int
+    params: dict[str, Any]
+    source: int | None = None  # None: from scratch (start 0)
+
+
+def stints_of(number: int, end: int, rungs: Mapping[int, RungRecord], initial: Mapping[str, Any]) -> list[Stint]:
+    """Member ``number``'s stints up to epoch ``end``: split at each exploit before ``end``."""
+    exploits = [(e, r.decisions[number]) for e, r in sorted(rungs.items())
+                if e < end and number in r.decisions and r.decisions[number].action is Action.EXPLOIT]  # fmt: skip
+    stints, start, params, source = [], 0, dict(initial), None
+    for epoch, decision in exploits:
+        stints.append(Stint(number, start, epoch, params, source))
+        start, params, source = epoch, dict(decision.params), decision.source
+    stints.append(Stint(number, start, end, params, source))
+    return stints
+
+
+class _Replay:
+    """Builds members' states at given epochs in a scratch folder, each once."""
+
+    def __init__(self, spec: CampaignSpec, trials: dict[int, optuna.trial.FrozenTrial], rungs: dict[int, RungRecord],
+                 fit: Fit, work: Path) -> None:  # fmt: skip
+        self._spec = spec
+        self._trials = trials
+        self._rungs = rungs
+        self._fit = fit
+        self._work = work
+        self._states: dict[tuple[int, int], Path] = {}
+
+    def member(self, number: int) -> tuple[Reports, dict[str, float]]:
+        """Every report of member ``number``'s own stints, and its final metrics."""
+        reports: Reports = []
+        final: dict[str, float] = {}
+        for stint in stints_of(number, self._spec.trainer.epochs, self._rungs, self._initial(number)):
+            own, final, _folder = self._run(stint)
+            reports += own
+        return reports, final
+
+    def state(self, number: int, epoch: int) -> Path:
+        """A folder holding member ``number``'s checkpoint as of epoch ``epoch``."""
+        if (number, epoch) not in self._states:
+            last = stints_of(number, epoch, self._rungs, self._initial(number))[-1]
+            _own, _final, folder = self._run(last)
+            self._states[(number, epoch)] = folder
+        return self._states[(number, epoch)]
+
+    def _run(self, stint: Stint) -> tuple[Reports, dict[str, float], Path]:
+        folder = Path(tempfile.mkdtemp(prefix=f"trial{stint.number}-{stint.start}-{stint.end}-", dir=self._work))
+        if stint.source is not None:
+            for path in self.state(stint.source, stint.start).iterdir():
+                if path.is_file() and is_state_file(path):
+                    shutil.copyfile(path, folder / path.name)
+        config = dataclasses.replace(self._config(stint.number), params=dict(stint.params), epochs=stint.end,
+                                     schedule_epochs=self._spec.trainer.epochs, inherit_checkpoint=True,
+                                     checkpoint_dir=str(folder), log_dir=None)  # fmt: skip
+        reporter = RecordingReporter()
+        final = self._fit(config, reporter)
+        return reporter.reports, {str(k): float(v) for k, v in dict(final).items()}, folder
+
+    def _config(self, number: int) -> TrialConfig:
+        frozen = self._trials.get(number)
+        recorded = None if frozen is None else frozen.user_attrs.get(Attr.CONFIG)
+        if not isinstance(recorded, dict):
+            raise NotReplayable(f"trial {number}, whose checkpoint the chain inherits, has no recorded config")
+        config = dict(recorded)
+        config.pop("devices", None)
+        return TrialConfig.from_dict(config)
+
+    def _initial(self, number: int) -> dict[str, Any]:
+        """The parameters member ``number`` was sampled with (its first segment's)."""
+        params = self._spec.space.complete(self._trials[number].params)
+        params.pop(DATA_PARALLEL, None)
+        return params
+
+
+def replay_member(spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, number: int,
+                  fit: Fit) -> tuple[Reports, dict[str, float], str]:  # fmt: skip
+    """Replay member ``number``'s whole schedule: (its own reports, its final metrics, an error or "")."""
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    trial = trials[number]
+    if trial.state != TrialState.COMPLETE:
+        raise NotReplayable(f"trial {number} is a PBT member that did not train all {spec.trainer.epochs} epochs "
+                            f"({trial.state.name}): its schedule has no recorded end to replay")  # fmt: skip
+    journal = PBTJournal(folder.root)
+    if not journal.path.exists():
+        raise NotReplayable(f"{folder.root} has no {journal.path.name}: the population's decisions were not "
+                            "recorded, so the member's schedule cannot be replayed")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="hypersweep-pbt-replay-") as work:
+        replay = _Replay(spec, trials, journal.rungs(), fit, Path(work))
+        try:
+            reports, final = replay.member(number)
+        except NotReplayable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a trainer that now fails is a mismatch, shown as one line
+            return [], {}, f"the trainer raised {type(exc).__name__}: {exc}"
+    return reports, final, ""

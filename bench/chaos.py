@@ -3,6 +3,7 @@ workers too if asked, resume it each time, then check the study with plain Optun
 
     python -m bench.chaos [--reps 5] [--sampler random|tpe] [--seed 0] [--trials 30]
                           [--signal KILL|TERM] [--kill-workers N] [--keep DIR]
+                          [--tear-journal] [--die-between P [--die-max N]]
 
 A small real campaign (``python -m search run <spec>`` in its own process group, an
 embedded LocalCluster, the trainer :func:`fit` below: a few epochs of short sleeps over
@@ -43,6 +44,17 @@ for readers (``JournalStorage(JournalFileBackend(path))``), and checked:
 - **repeated reports**: no step twice in a COMPLETE trial's ``history`` or ``metrics.jsonl``;
 - **interrupts** (``--signal TERM``): every SIGTERMed controller exited 130.
 
+Two more ways to die (each its own function, the same checks):
+
+- ``--tear-journal`` (:func:`torn_journal_chaos`): after each controller kill the journal is cut as a crash
+  inside its last commit would cut it, right after a trial's creation (:func:`tear_journal`: the last
+  ``"op_code":4`` line kept, the next one cut 40 bytes short, nothing after); the resume must still run
+  every trial with the parameters it ran with (``fit`` refuses a checkpoint of another parameter set).
+- ``--die-between P`` (:func:`die_between_chaos`, with ``--reps 0`` for these deaths alone): ``fit`` SIGKILLs
+  its own worker right after a report reached the controller and before the checkpoint covering it, with
+  chance P per epoch, at most ``--die-max`` times per trial; its re-run sends that report again with another
+  ``epoch_seconds``, so "repeated reports" tests that the controller keeps one report per (trial, step).
+
 Exit status 0 when every check passes, 1 otherwise. :func:`chaos` is the same as a
 function (``tests/search/test_resume_no_duplicates.py`` calls it).
 """
@@ -67,7 +79,9 @@ from typing import Any
 
 from trainers.api import declare, TrainerInfo
 
-__all__ = ["fit", "chaos", "check_study", "ChaosResult", "main"]
+__all__ = [
+    "fit", "chaos", "check_study", "ChaosResult", "main", "tear_journal", "torn_journal_chaos", "die_between_chaos",
+]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = "chaos"
@@ -98,6 +112,7 @@ n_workers = {workers}
 
 CHECKPOINT = "chaos_checkpoint.json"  # in the trial's checkpoint_dir: {"identity": ..., "history": [metrics, ...]}
 PIDFILE = "chaos.pid"  # in the trial's checkpoint_dir while fit runs: the pid of its process (a Dask worker)
+DEATHS = "chaos_deaths"  # in the trial's checkpoint_dir: how often ``options.die_between`` killed its worker
 
 
 def fit(config: Any, reporter: Any) -> dict[str, float]:
@@ -133,10 +148,12 @@ def fit(config: Any, reporter: Any) -> dict[str, float]:
             _write_atomic(folder / CHECKPOINT, json.dumps({"identity": identity, "history": history, "resumes": resumes}))
         metrics = history[-1] if history else {"score": best - 1.0}
         for epoch in range(len(history) + 1, config.epochs + 1):
+            started = time.perf_counter()
             time.sleep(sleep)
-            metrics = {"score": best - 1.0 / epoch}
+            metrics = {"score": best - 1.0 / epoch, "epoch_seconds": time.perf_counter() - started}
             history.append(metrics)
             reporter.report(epoch, metrics)
+            _die_between(config, folder, epoch)  # options.die_between: before the checkpoint covering this epoch
             if folder is not None and epoch % config.checkpoint_every == 0:
                 state = {"identity": identity, "history": history, "resumes": resumes}
                 _write_atomic(folder / CHECKPOINT, json.dumps(state))
@@ -147,6 +164,32 @@ def fit(config: Any, reporter: Any) -> dict[str, float]:
         if folder is not None:  # this process runs the trial no more
             with contextlib.suppress(FileNotFoundError):
                 (folder / PIDFILE).unlink()
+
+
+def _die_between(config: Any, folder: Path | None, epoch: int) -> None:
+    """``options.die_between = P``: with chance P (drawn from the trial's seed, the epoch and its deaths) SIGKILL
+    this process (its Dask worker) once the report of ``epoch`` reached the controller (its line is in the trial's
+    ``metrics.jsonl``) and before the checkpoint covering it; at most ``options.die_max`` times (1) per trial."""
+    chance = float(config.options.get("die_between", 0.0))
+    if not chance or folder is None:
+        return
+    deaths = int(_read_text(folder / DEATHS) or 0)
+    if deaths >= int(config.options.get("die_max", 1)):
+        return
+    if random.Random(f"{config.seed}-{epoch}-{deaths}").random() >= chance:  # the trial's seed: from --seed
+        return
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and epoch not in _metrics_steps(folder / "metrics.jsonl"):
+        time.sleep(0.01)
+    _write_atomic(folder / DEATHS, str(deaths + 1))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -171,7 +214,7 @@ def _load_checkpoint(path: Path) -> dict[str, Any] | None:
         return None
 
 
-declare(fit, TrainerInfo(accepted_params={"x", "y"}, reported_metrics={"score"}))
+declare(fit, TrainerInfo(accepted_params={"x", "y"}, reported_metrics={"score", "epoch_seconds"}))
 
 
 # --- the checks, with plain Optuna ---------------------------------------------------------------
@@ -201,6 +244,7 @@ class ChaosResult:
     resumed_runs: int = 0  # runs of fit that started from a checkpoint (a retry or a resume)
     resent_reports: int = 0  # reports those runs sent again
     gaps_filled: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # number -> steps kept from a re-send
+    worker_deaths: int = 0  # workers fit killed between a report and its checkpoint (``options.die_between``)
     seconds: float = 0.0
 
     @property
@@ -251,6 +295,12 @@ class ChaosResult:
             f"repeated reports:  {repeated} step(s) in {len(self.repeated_reports)} trial(s) "
             f"{self.repeated_reports or ''}  {verdict(self.repeated_reports)}",
         ]  # fmt: skip
+        torn = [kill for kill in self.kills if kill.get("torn")]
+        if any("torn" in kill for kill in self.kills):
+            out.append(f"torn journals:     {len(torn)} of {len(self.kills)} kills tore the line after the last trial "
+                       f"creation ({sum(k['cut_bytes'] for k in torn)} bytes cut in all)")  # fmt: skip
+        if self.worker_deaths:
+            out.append(f"worker deaths:     {self.worker_deaths} between a report and its checkpoint")
         out.append(f"re-sent reports:   {self.resent_reports} in {self.resumed_runs} run(s) resumed from a checkpoint; "
                    f"{sum(map(len, self.gaps_filled.values()))} of them filled a gap {self.gaps_filled or ''}")
         if self.signal == "TERM":
@@ -302,6 +352,7 @@ def check_study(folder: Path, result: ChaosResult, name: str = STUDY) -> ChaosRe
             result.repeated_reports[t.number] = repeated
     for t in trials:
         _count_resends(folder / "trials" / str(t.number), t.number, result)
+        result.worker_deaths += int(_read_text(folder / "trials" / str(t.number) / DEATHS) or 0)
     return result
 
 
@@ -508,23 +559,28 @@ def chaos(
     signal: str = "KILL",
     kill_workers: int = 0,
     term_grace: float = 60.0,
+    after_kill: Any = None,
+    options: str = "",
 ) -> ChaosResult:
     """Run the campaign, kill its controller ``reps`` times (``signal`` ``"KILL"`` or ``"TERM"``, each
     ``uniform(0, window)`` s after its storage grew), resume each time, and check the study. ``kill_workers``:
     also SIGKILL a worker that many times (see :class:`_WorkerKills`). ``root``: where the campaign lives (a
-    temporary folder otherwise, removed afterwards)."""
+    temporary folder otherwise, removed afterwards). ``after_kill(folder) -> dict``: done to the campaign folder
+    after each kill (its answer joins the kill's record); ``options``: more trainer options (TOML, ``, k = v``)."""
     if signal not in ("KILL", "TERM"):
         raise ValueError(f"signal={signal!r}: KILL or TERM")
     if root is None:
         with tempfile.TemporaryDirectory(prefix="hypersweep-chaos-") as tmp:
             return chaos(sampler, reps, seed, trials, epochs, sleep, workers, window, Path(tmp), timeout, say,
-                         signal, kill_workers, term_grace)  # fmt: skip
+                         signal, kill_workers, term_grace, after_kill, options)  # fmt: skip
     started = time.monotonic()
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "chaos.toml"
-    spec.write_text(textwrap.dedent(SPEC.format(name=STUDY, sampler=sampler, seed=seed, trials=trials,
-                                                epochs=epochs, sleep=sleep, workers=workers)))  # fmt: skip
+    text = SPEC.format(name=STUDY, sampler=sampler, seed=seed, trials=trials, epochs=epochs, sleep=sleep,
+                       workers=workers)  # fmt: skip
+    sleeps = f"options = {{ sleep = {sleep} }}"
+    spec.write_text(textwrap.dedent(text.replace(sleeps, f"{sleeps[:-2]}{options} }}")))
     runs = root / "runs"
     folder = runs / STUDY
     journal = folder / "study.journal"
@@ -566,6 +622,8 @@ def chaos(
             result.finished_early = True
             result.final_returncode = 0
             break
+        if after_kill is not None:
+            stopped.update(after_kill(folder))
         result.kills.append({"delay": delay, "trials": _count_trials(folder), **stopped})
         say(f"kill {len(result.kills)} ({signal}): {delay:.2f} s in, {_count_trials(folder)} trial(s) in the storage"
             + (f", exit status {stopped['returncode']}" if signal == "TERM" else ""))  # fmt: skip
@@ -584,6 +642,43 @@ def chaos(
     check_study(folder, result)
     result.seconds = time.monotonic() - started
     return result
+
+
+# --- a torn journal; a death between a report and its checkpoint -------------------------------------------
+
+
+def tear_journal(folder: Path) -> dict[str, Any]:
+    """Cut ``study.journal`` as a crash inside its last commit would, right after a trial's creation: the last
+    ``"op_code":4`` line (CREATE_TRIAL) is kept, the line after it loses its last 40 bytes (half of it when it is
+    shorter) and everything after goes. Nothing is torn when no line follows the last creation."""
+    journal = folder / "study.journal"
+    try:
+        lines = journal.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return {"torn": False, "cut_bytes": 0}
+    creations = [i for i, line in enumerate(lines) if b'"op_code":4' in line]
+    if not creations or creations[-1] + 1 >= len(lines):
+        return {"torn": False, "cut_bytes": 0}
+    kept = sum(map(len, lines[: creations[-1] + 1]))
+    after = len(lines[creations[-1] + 1])
+    end = kept + (after - 40 if after > 40 else after // 2)
+    size = sum(map(len, lines))
+    with open(journal, "r+b") as fh:
+        fh.truncate(end)
+    return {"torn": True, "cut_bytes": size - end, "torn_trial": len(creations) - 1}
+
+
+def torn_journal_chaos(**kwargs: Any) -> ChaosResult:
+    """:func:`chaos` (its arguments) with each controller kill followed by :func:`tear_journal`."""
+    return chaos(after_kill=tear_journal, **kwargs)
+
+
+def die_between_chaos(chance: float = 0.3, die_max: int = 2, **kwargs: Any) -> ChaosResult:
+    """:func:`chaos` (its arguments; ``reps`` 0 unless given: no controller kill) whose trainer kills its own worker
+    (SIGKILL) right after a report reached the controller and before the checkpoint covering it, with ``chance``
+    per epoch, at most ``die_max`` times per trial (the default ``max_retries`` is 2: no trial runs out of them)."""
+    kwargs.setdefault("reps", 0)
+    return chaos(options=f", die_between = {float(chance)}, die_max = {int(die_max)}", **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -608,15 +703,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None,
                         help="run in this folder and keep it (default: a temporary one)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the result as one JSON line")
+    parser.add_argument("--tear-journal", action="store_true",
+                        help="after each controller kill, tear the journal inside the line after its last trial "
+                             "creation (the line's last 40 bytes and all after it)")  # fmt: skip
+    parser.add_argument("--die-between", type=float, default=0.0, metavar="P",
+                        help="the trainer SIGKILLs its worker between a report and its checkpoint with chance P per "
+                             "epoch, at most --die-max times per trial (use with --reps 0 for these deaths alone)")  # fmt: skip
+    parser.add_argument("--die-max", type=int, default=2, help="deaths per trial with --die-between (default 2)")
     parser.add_argument("--pbt", action="store_true",
                         help="population-based training: kill mid-segment and right after a rung's decision "
                              "(bench/chaos_pbt.py; uses --reps, --seed, --keep, --timeout)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.pbt:
         return _main_pbt(args)
-    result = chaos(args.sampler, args.reps, args.seed, args.trials, args.epochs, args.sleep, args.workers,
-                   args.window, args.keep, args.timeout, signal=args.signal, kill_workers=args.kill_workers,
-                   term_grace=args.term_grace)  # fmt: skip
+    common = dict(sampler=args.sampler, reps=args.reps, seed=args.seed, trials=args.trials, epochs=args.epochs,
+                  sleep=args.sleep, workers=args.workers, window=args.window, root=args.keep, timeout=args.timeout,
+                  signal=args.signal, kill_workers=args.kill_workers, term_grace=args.term_grace)  # fmt: skip
+    if args.die_between:
+        result = die_between_chaos(args.die_between, args.die_max, **common,
+                                   **({"after_kill": tear_journal} if args.tear_journal else {}))  # fmt: skip
+    elif args.tear_journal:
+        result = torn_journal_chaos(**common)
+    else:
+        result = chaos(**common)  # type: ignore[arg-type]
     print("\n".join(result.lines()))
     if args.json:
         print(json.dumps(dataclasses.asdict(result) | {"ok": result.ok, "final_stderr": None}))

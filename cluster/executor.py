@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from distributed import CancelledError, Client, Future
+from distributed import Event as DaskEvent
 from distributed.client import ClosedClientError, FutureCancelledError
 
 # torch-free: the trial's config crosses this seam typed, and the trainer is found where the controller found it
@@ -149,6 +150,24 @@ class Outcome:
             stopped=bool(data.get("stopped", False)),
             disk_error=str(data.get("disk_error") or ""),
         )
+
+
+def run_once(key: str, run: Callable[..., Any], numbers: list[int], *args: Any) -> Any:
+    """On a worker: ``run(*args)`` the first time task ``key`` starts; a lost outcome for each trial after that.
+
+    Dask runs a task again, on another worker, when the worker running it dies (up to the scheduler's
+    ``allowed-failures`` times, 3 by default, which the controller cannot set on a cluster it joins). A trial
+    is attempted at most ``1 + max_retries`` times on any cluster because only the controller retries: a task
+    of this executor that Dask starts again (a named ``distributed.Event`` per task, on the scheduler, says
+    it ran before) ends at once as lost, and the controller's retry policy decides.
+    """
+    ran = DaskEvent(f"{key}-ran")
+    if ran.is_set():
+        error = "its worker died while it ran (Dask started the task again; only the controller retries)"
+        lost = [{"status": LOST, "error": error, "metrics": {}} for _ in numbers]
+        return lost if run is run_trials else lost[0]
+    ran.set()
+    return run(*args)
 
 
 def ship_trainer(trainer: str | Callable[..., Any]) -> TrainerShipment:
@@ -307,10 +326,14 @@ class DaskExecutor:
         if len(requests) == 1:
             trainer = self._shipment(first.trainer)
             return self._client.submit(
-                run_trial, trainer, first.config.to_dict(), self._topic, self._resource, first.width, **where
-            )
+                run_once, key, run_trial, [first.number], trainer, first.config.to_dict(), self._topic,
+                self._resource, first.width, **where,
+            )  # fmt: skip
         batch = [(self._shipment(r.trainer), r.config.to_dict()) for r in requests]
-        return self._client.submit(run_trials, batch, self._topic, self._resource, first.width, **where)
+        numbers = [r.number for r in requests]
+        return self._client.submit(
+            run_once, key, run_trials, numbers, batch, self._topic, self._resource, first.width, **where
+        )
 
     def _shipment(self, trainer: str | Callable[..., Any]) -> TrainerShipment:
         """How ``trainer`` travels (see :class:`TrialRequest`); made once per trainer, pickled once."""

@@ -19,7 +19,10 @@ from distributed.security import Security
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["LOOPBACK", "Backend", "ClusterOptions", "TLSFiles", "is_loopback", "scheduler_address"]
+__all__ = [
+    "LOOPBACK", "Backend", "ClusterOptions", "TLSFiles", "is_loopback", "scheduler_address", "plain_tcp_warning",
+    "key_file_problem",
+]  # fmt: skip
 
 LOOPBACK = "127.0.0.1"
 
@@ -46,6 +49,32 @@ def scheduler_address(target: str) -> str:
             return str(json.load(fh)["address"])
     except (OSError, ValueError, KeyError, TypeError):
         return target
+
+
+def plain_tcp_warning(address: str) -> str:
+    """One line for a user about to join ``address`` over plain TCP ("" for anything else).
+
+    Dask authenticates nothing on ``tcp://``: whoever can connect (every local user, on loopback) can
+    run code on its workers, as the user they run as.
+    """
+    if not address.startswith("tcp://"):
+        return ""
+    who = "any local user" if is_loopback(_host_of(address)) else "anyone who can reach it"
+    return (f"the scheduler {address} is plain TCP: {who} can run code on its workers, as the user they run as; "
+            "use a tls:// scheduler with TLS files (--tls CA CERT KEY) to keep them out")
+
+
+def key_file_problem(path: str) -> str:
+    """Why the private key file ``path`` must not be used ("" when it is fine): readable or writable by group
+    or others (ssh refuses such keys the same way)."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return ""
+    if mode & 0o077:
+        return (f"tls key_file={path!r} is accessible by others (mode {mode:04o}): a private key must be readable "
+                f"by its owner only; run chmod 600 {path}")
+    return ""
 
 
 def _host_of(address: str) -> str:
@@ -116,6 +145,9 @@ class TLSFiles:
             path = getattr(self, name)
             if not path or not os.path.isfile(path):
                 raise ValueError(f"tls {name}={path!r}: must be an existing PEM file")
+        problem = key_file_problem(self.key_file)
+        if problem:
+            raise ValueError(problem)
 
     def security(self) -> Security:
         return Security(
@@ -193,6 +225,11 @@ class ClusterOptions:
         if joined.startswith("tcp://") and not is_loopback(_host_of(joined)):
             return f"the scheduler {joined} is joined over plain TCP"
         return ""
+
+    def plain_tcp_warning(self) -> str:
+        """The one-line warning for joining a plain ``tcp://`` scheduler, loopback included ("" otherwise)."""
+        joins = self.backend.joins_scheduler if self.backend is not None else bool(self.address)
+        return plain_tcp_warning(scheduler_address(self.address)) if joins and self.address else ""
 
     def plain_local_cluster(self) -> bool:
         """Whether a cluster started here talks plain TCP: only when told so (``insecure``) off loopback without TLS

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from .backends import NO_HTTP_ENV, worker_args
 from .errors import ClusterError
-from .options import TLSFiles, is_loopback
+from .options import TLSFiles, is_loopback, plain_tcp_warning
 from .resources import detect_gpus
 
 __all__ = ["WorkerOptions", "worker_command", "check_reachable", "start_worker"]
@@ -71,6 +71,10 @@ class WorkerOptions:
         if not self.insecure or self.tls is not None or not exposed:
             return ""
         return f"this worker talks plain TCP over {exposed[0]}"
+
+    def plain_tcp_warning(self) -> str:
+        """The one-line warning for a worker joining a plain ``tcp://`` scheduler, loopback included."""
+        return plain_tcp_warning(self.address)
 
     @property
     def address(self) -> str:

@@ -40,6 +40,7 @@ from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
+from search.stops import decide_stop, settle_decided
 from search.supply import TrialSupply
 from search.trials import RunningTrial
 
@@ -102,6 +103,7 @@ class Campaign:
     def run(self) -> None:
         """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
         resumable = self.ledger.load(self.study.get_trials(deepcopy=False))
+        resumable = settle_decided(resumable, self.study, self.reports, self.ledger)  # stopped before a kill
         self.dispatch.check_capacity()
         try:
             self.supply.start(resumable)
@@ -149,6 +151,7 @@ class Campaign:
             return
         reason = first_stop_reason(self.policies, running, report.metrics)
         if reason:
+            decide_stop(running, reason, self._flush)  # durable before it is acted on: a resume keeps it
             self.dispatch.request_stop(running, reason, report.time)
 
     def _on_finished(self, event: Finished) -> None:

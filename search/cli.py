@@ -133,11 +133,20 @@ def _warn_insecure(exposure: str) -> None:
 
 
 def _warn_insecure_cluster(spec: CampaignSpec, options: RunOptions) -> None:
-    """With ``--insecure``: the cluster settings checked (as ``run``/``resume`` would), then the warning."""
-    if options.insecure:
-        from search.runner import _cluster_options
+    """The cluster settings checked (as ``run``/``resume`` would), then the warnings: what ``--insecure`` lets
+    through, and (in one line) that a plain-TCP scheduler, on loopback too, runs anyone's code."""
+    from search.runner import _cluster_options
 
-        _warn_insecure(_cluster_options(spec, options).insecure_exposure())
+    cluster = _cluster_options(spec, options)
+    _warn_plain_tcp(cluster.plain_tcp_warning(), cluster.insecure_exposure() if options.insecure else "")
+    if options.insecure:
+        _warn_insecure(cluster.insecure_exposure())
+
+
+def _warn_plain_tcp(warning: str, insecure_exposure: str) -> None:
+    """Joining a plain ``tcp://`` scheduler: one line on stderr, unless ``--insecure``'s warning says it already."""
+    if warning and not insecure_exposure:
+        print(f"hypersweep: warning: {warning}", file=sys.stderr)
 
 
 def _options(args: argparse.Namespace):
@@ -243,7 +252,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
     options = _options(args)
     frozen = CampaignFolder(Path(args.folder).resolve()).spec
-    if options.insecure and frozen.exists():
+    if frozen.exists():
         _warn_insecure_cluster(load_spec(frozen, check_trainer=False), options)
     folder = resume_campaign(args.folder, options)  # checks the frozen spec against its trainer
     return _finished(load_spec(folder.spec, check_trainer=False), folder)
@@ -304,6 +313,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         connect_timeout=args.timeout,
     )
+    _warn_plain_tcp(options.plain_tcp_warning(), options.insecure_exposure())
     if options.insecure:
         _warn_insecure(options.insecure_exposure())
     if args.print:

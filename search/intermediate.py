@@ -4,14 +4,14 @@ intermediate value (keyed by the pruning resource), and the pruner is set up fro
 A report the event stream had not delivered by the time its trial ended comes with the
 outcome's history and is replayed here, so neither the file nor the study misses a step.
 A trial run again from its checkpoint (a retry, or after ``resume``) sends the reports the
-checkpoint covers again: each (step, metrics) is kept once, so one lost with a dying worker
-fills its gap and the others are dropped. After ``resume``, a trial's earlier reports are read
+checkpoint covers again: a report is identified by its trial and step, never by its content
+(a re-sent copy differs in ``epoch_seconds`` and the like), and the first one kept for a step
+wins; so one lost with a dying worker fills its gap and every other copy is dropped. After ``resume``, a trial's earlier reports are read
 back from its ``metrics.jsonl`` (and any the study missed are told to it) before the first new one.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -21,7 +21,7 @@ import optuna
 from search.sampling.pruning import make_pruner, ready_at_start, resource_of
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.records import append_metrics_line, encode_metrics, read_metrics_lines
+from search.store.records import append_metrics_line, read_metrics_lines
 from search.store.sinks import ReportSinks
 from search.trials import RunningTrial
 
@@ -46,7 +46,7 @@ class IntermediateValues:
         study.pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
 
     def record(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
-        """Keep a report, unless the trial already made this one (same step, same metrics)."""
+        """Keep a report, unless the trial already reported this step (the first copy of a step wins)."""
         self._restore(running)
         if not self._remember(running, step, metrics, at):
             return
@@ -61,10 +61,10 @@ class IntermediateValues:
             self.record(running, int(step), metrics, float(at), "")
 
     def _remember(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float) -> bool:
-        key = json.dumps([step, encode_metrics(metrics)], sort_keys=True)
-        if key in running.report_keys:
+        """Whether this is the trial's first report of ``step`` (then it joins the trial's reports)."""
+        if step in running.report_steps:
             return False
-        running.report_keys.add(key)
+        running.report_steps.add(step)
         running.reports.append((step, dict(metrics), at))
         return True
 

@@ -9,8 +9,10 @@ tells whatever order now allows.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import time
 from collections.abc import Callable
 
 import optuna
@@ -190,6 +192,9 @@ class Ledger:
         return verdict, found
 
     def _record_outcome(self, running: RunningTrial, outcome: Outcome) -> None:
+        """What the outcome says; a run that never sent one (its worker killed or lost) gets where and when it
+        started from its ``Started`` event, and its end from the controller's clock."""
+        outcome = _with_run_times(running, outcome)
         fields: dict[str, object] = {}
         if outcome.worker:
             fields.update(worker=outcome.worker, host=outcome.host)
@@ -223,6 +228,15 @@ class Ledger:
         value = float(values[0])
         better = max if self._spec.objective_directions[0] == "maximize" else min
         self.best = value if self.best is None else better(self.best, value)
+
+
+def _with_run_times(running: RunningTrial, outcome: Outcome) -> Outcome:
+    """``outcome`` with the worker and start of ``running``'s last run where it has none, and an end (now)."""
+    if outcome.started is not None or running.started_at is None:
+        return outcome
+    worker = outcome.worker or running.worker
+    finished = outcome.finished if outcome.finished is not None else time.time()
+    return dataclasses.replace(outcome, worker=worker, started=running.started_at, finished=finished)
 
 
 def _finite(metrics: dict[str, float], names: tuple[str, ...]) -> dict[str, float]:

@@ -215,8 +215,7 @@ class Pruning:
     def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
         if self.multi_objective or not self.values.should_prune(running.trial):
             return None
-        log.info("trial %d pruned at step %d", running.number, running.reports[-1][0] if running.reports else -1)
-        return "pruned"
+        return "pruned"  # the campaign records and logs it (search.stops) before the trial is asked to stop
 
     def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
         return None

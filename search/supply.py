@@ -47,6 +47,7 @@ from search.seeds import component_seed, trial_seed
 from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
+from search.store.trial_params import read_params, restore_params, set_aside_stale_folder, write_params
 from search.trials import Prepared
 
 __all__ = [
@@ -247,12 +248,23 @@ class TrialSupply:
             self._ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
 
     def _reopen(self, frozen: FrozenTrial) -> optuna.Trial:
-        """A trial left running, to run again; parameters a crash cut from its record are sampled now."""
-        trial = optuna.Trial(self._study, frozen._trial_id)
-        cut = self._spec.space.suggest_missing(trial)
-        if cut:
-            log.warning("trial %d's record was cut short (no %s): sampled now", trial.number, ", ".join(cut))
-        return trial
+        """A trial left running, to run again. Parameters a torn journal cut from its record are taken back from
+        its folder (``trials/<n>/params.json``: its checkpoint was made with them); any still missing (it never
+        reached its folder) are sampled now by a seeded random sampler, never the campaign's (a sampler child
+        only hands out what it sampled itself)."""
+        restored = restore_params(self._study, frozen, self._spec.space.distributions(),
+                                  read_params(self._folder, frozen.number))  # fmt: skip
+        completer = optuna.load_study(study_name=self._study.study_name, storage=self._study._storage,
+                                      sampler=optuna.samplers.RandomSampler(self._cut_seed(frozen.number)))  # fmt: skip
+        sampled = self._spec.space.suggest_missing(optuna.Trial(completer, frozen._trial_id))
+        if restored or sampled:
+            how = [f"{', '.join(restored)} restored from its folder"] if restored else []
+            how += [f"{', '.join(sampled)} sampled now"] if sampled else []
+            log.warning("trial %d's record was cut short: %s", frozen.number, "; ".join(how))
+        return optuna.Trial(self._study, frozen._trial_id)
+
+    def _cut_seed(self, number: int) -> int:
+        return component_seed(self._spec.study.seed, f"cut-{number}")
 
     def _take(self) -> Prepared | None:
         """A trial the asker has ready; a sampler child that died is replaced first (None this turn)."""
@@ -285,10 +297,12 @@ class TrialSupply:
 
     def _ask(self) -> optuna.Trial:
         """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
-        conditional parameter whose condition holds (from the child's values when a child samples)."""
+        conditional parameter whose condition holds (from the child's values when a child samples). A folder
+        its number already has belongs to a trial the storage lost: it is moved aside."""
         space = self._spec.space
         trial = self._study.ask(fixed_distributions=space.base_distributions())
         space.suggest(trial)
+        set_aside_stale_folder(self._folder, trial.number)
         return trial
 
     def _configure(self, trial: optuna.Trial, saw: int) -> Prepared:
@@ -296,6 +310,7 @@ class TrialSupply:
             config = self._trial_config(trial)
         except (SpaceError, ValueError, TypeError) as exc:  # e.g. a genome over the parameter limit
             return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
+        write_params(self._folder, trial.number, trial.params)  # before it runs: resume's copy of its record
         return Prepared(trial, config, config.data_parallel, saw)
 
     def _trial_config(self, trial: optuna.Trial) -> TrialConfig:

@@ -36,7 +36,7 @@ class RunningTrial:
     width: int
     submitted: float
     reports: list[ReportRecord] = dataclasses.field(default_factory=list)
-    report_keys: set[str] = dataclasses.field(default_factory=set)  # (step, metrics) of each report, to keep one
+    report_steps: set[int] = dataclasses.field(default_factory=set)  # steps reported: a report is (trial, step), kept once
     recorded_steps: set[int] = dataclasses.field(default_factory=set)  # resources with an intermediate value
     restored: bool = False  # the reports of an earlier controller (metrics.jsonl) were read back
     stop_reason: str = ""

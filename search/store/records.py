@@ -71,6 +71,7 @@ class Attr:
     # why it ended, and how
     FAIL_REASON: Final = "fail_reason"  # str: one line, for FAIL trials
     STOP_REASON: Final = "stop_reason"  # str: pruned, target reached, never started, ...
+    STOP_DECIDED: Final = "stop_decided"  # {"reason", "step"}: a stop decided, durable before it was sent
     TRACEBACK: Final = "traceback"  # str: the failure's traceback (tail)
     INTERRUPTED: Final = "interrupted"  # bool: the controller stopped while it ran (resumable)
     RETRIES: Final = "retries"  # int: times it was re-run after losing its worker
@@ -102,6 +103,7 @@ class Files:
     # inside trials/<number>/ (the controller's own records; the trainer writes its checkpoints beside them)
     TRIAL_METRICS: Final = "metrics.jsonl"  # one JSON object per report: step, time, worker, metrics
     TRIAL_ERROR_LOG: Final = "error.log"  # a failed trial's reason and traceback
+    TRIAL_PARAMS: Final = "params.json"  # its parameters, written before it runs (search.store.trial_params)
     # scaling/: a batch-size scaling sweep's analysis
     SCALING: Final = "scaling"
     SCALING_TABLE: Final = "scaling.csv"
@@ -121,7 +123,7 @@ def _constants(cls: type) -> frozenset[str]:
 TRIAL_ATTRS: Final = _constants(Attr)
 OUTCOME_ATTRS: Final = (Attr.WORKER, Attr.HOST, Attr.DEVICES, Attr.STARTED, Attr.FINISHED)  # copied from the outcome
 MODEL_SIZE_ATTRS: Final = (Attr.N_PARAMS, Attr.MACS)  # copied from the final metrics, where present
-CONTROLLER_FILES: Final = frozenset({Files.TRIAL_METRICS, Files.TRIAL_ERROR_LOG})  # in trials/<n>/, not the trainer's
+CONTROLLER_FILES: Final = frozenset({Files.TRIAL_METRICS, Files.TRIAL_ERROR_LOG, Files.TRIAL_PARAMS})  # in trials/<n>/, not the trainer's
 
 
 # --- writing -----------------------------------------------------------------------------------

@@ -386,7 +386,9 @@ def test_an_address_that_is_not_a_dask_scheduler_fails_within_connect_timeout(tm
         proc = hypersweep("run", str(join_spec(tmp_path)), "--scheduler", f"tcp://127.0.0.1:{port}",
                           "--runs-dir", str(runs), timeout=60)  # fmt: skip
     assert proc.returncode == 3, proc.stderr
-    assert "gave no Dask answer within 2s" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    warning, error = proc.stderr.strip().splitlines()  # plain TCP, even on loopback: one line of warning first
+    assert warning.startswith("hypersweep: warning: the scheduler tcp://127.0.0.1:") and "any local user" in warning
+    assert "gave no Dask answer within 2s" in error
     assert not (runs / "joined").exists()
 
 
@@ -400,3 +402,35 @@ def test_what_insecure_lets_through_is_named() -> None:
     assert open_to_all.insecure_exposure() == "the scheduler and workers listen on 0.0.0.0 over plain TCP"
     joined = ClusterOptions(address="tcp://192.0.2.1:8786", insecure=True)
     assert joined.insecure_exposure() == "the scheduler tcp://192.0.2.1:8786 is joined over plain TCP"
+
+
+def test_joining_a_plain_tcp_scheduler_warns_in_one_line_even_on_loopback(tmp_path: Path) -> None:
+    from cluster.options import plain_tcp_warning
+    from cluster.worker_cli import WorkerOptions
+
+    loopback = plain_tcp_warning("tcp://127.0.0.1:8786")
+    assert "any local user can run code on its workers" in loopback and "--tls CA CERT KEY" in loopback
+    assert "anyone who can reach it" in plain_tcp_warning("tcp://192.0.2.1:8786")
+    assert plain_tcp_warning("tls://127.0.0.1:8786") == ""
+    assert ClusterOptions(address="tcp://127.0.0.1:8786").plain_tcp_warning() == loopback
+    assert ClusterOptions().plain_tcp_warning() == ""  # the embedded cluster: TLS with its own key
+    assert WorkerOptions("tcp://127.0.0.1:8786", slots=1).plain_tcp_warning() == loopback
+    # `hypersweep worker`: the same line on stderr, then it goes on (here: prints its command)
+    proc = hypersweep("worker", "tcp://127.0.0.1:8786", "--slots", "1", "--print")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"hypersweep: warning: {loopback}"]
+
+
+def test_a_tls_key_file_readable_by_others_is_refused_as_ssh_does(tmp_path: Path) -> None:
+    ca, cert, key = make_certs(tmp_path, ["127.0.0.1"])
+    assert TLSFiles(ca, cert, key).key_file == key  # 0600: fine
+    os.chmod(key, 0o644)
+    with pytest.raises(ValueError, match=r"accessible by others \(mode 0644\).*chmod 600"):
+        TLSFiles(ca, cert, key)
+    os.chmod(key, 0o640)
+    with pytest.raises(ValueError, match=r"mode 0640"):
+        TLSFiles(ca, cert, key)
+    os.chmod(key, 0o644)
+    proc = hypersweep("worker", "tls://127.0.0.1:8786", "--slots", "1", "--tls", ca, cert, key, "--print")
+    assert proc.returncode == 2, proc.stderr
+    assert "chmod 600" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

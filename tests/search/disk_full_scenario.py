@@ -57,6 +57,9 @@ def main(work: Path) -> None:
         "first": [first.returncode, first.stderr], "leftovers": leftovers,
         "second": [second.returncode, second.stderr],
         "trials": [[t.number, t.state.name, len(t.intermediate_values)] for t in trials],
+        "history": [[s for s, _m in t.user_attrs.get("history", ())] for t in trials],
+        "lines": [[json.loads(line)["step"] for line in (runs / "full" / "trials" / str(t.number) / "metrics.jsonl")
+                   .read_text().splitlines()] for t in trials],  # fmt: skip
     }))  # fmt: skip
 
 

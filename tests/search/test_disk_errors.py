@@ -59,6 +59,9 @@ def test_a_full_disk_stops_the_campaign_in_one_line_and_resume_reruns_what_it_cu
     assert code == 0, stderr
     # the budget, exactly, and every trial complete: the one whose checkpoint failed ran again
     assert [(n, state, reports) for n, state, reports in result["trials"]] == [(n, "COMPLETE", 3) for n in range(4)]
+    # each step once, though trial 1 re-sent the reports its checkpoint covers and reported step 2 again (another
+    # epoch_seconds) after the checkpoint of step 2 failed
+    assert result["history"] == result["lines"] == [[1, 2, 3]] * 4
 
 
 SPEC = """

@@ -167,3 +167,65 @@ def test_scheduler_lost_the_controller_exits_3_and_resume_continues_on_a_new_clu
     assert resumed.returncode == 0, resumed.stderr
     trials = load(folder).get_trials()
     assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+
+
+OOM_SPEC = """
+[study]
+name = "oom"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 4
+n_trials = 1
+max_retries = 1
+
+[trainer]
+entry = "fault_trainers:eats_memory"
+epochs = 1
+options = {{ starts = "{starts}" }}
+
+[space]
+quality = {{ type = "float", low = 0.0, high = 1.0 }}
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_trainer_that_exhausts_its_workers_memory_is_started_at_most_one_plus_max_retries_times(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    """An external cluster with Dask's default ``allowed-failures`` (3): Dask would run the task again on each
+    restarted worker; with ``max_retries = 1`` the trainer was started 8 times. Now: twice."""
+    starts = tmp_path / "starts"
+    spec = write_spec(tmp_path / "oom.toml", OOM_SPEC.format(starts=starts))
+    env = {**subprocess_env, "DASK_LOGGING__DISTRIBUTED": "error"}
+    file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--no-dashboard", "--scheduler-file", str(file)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    worker = None
+    try:
+        wait_for(lambda: file.exists() and "address" in file.read_text(), 60, "the scheduler file")
+        address = json.loads(file.read_text())["address"]
+        worker = subprocess.Popen(  # with a nanny, which kills it at its memory limit and starts it again
+            [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--resources", "CPU=1",
+             "--memory-limit", "600MB", "--nanny", "--no-dashboard", "--host", "127.0.0.1"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        runs = tmp_path / "runs"
+        done = subprocess.run(
+            [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--scheduler", address,
+             "--no-progress"],
+            capture_output=True, text=True, env=env, timeout=240,
+        )  # fmt: skip
+    finally:
+        for proc in (worker, scheduler):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+    assert done.returncode == 4, done.stderr  # its one trial failed: "all 1 trials failed"
+    assert len(starts.read_text().splitlines()) == 2  # 1 + max_retries, Dask's own re-runs included
+    (trial,) = load_campaign(runs / "oom", "oom").get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["retries"] == 1
+    assert "retries spent" in trial.user_attrs["fail_reason"]

@@ -83,6 +83,10 @@ def test_a_trial_that_hangs_past_its_timeout_is_killed_and_recorded(tmp_path: Pa
     assert failed.state == State.FAIL
     assert failed.user_attrs["fail_reason"].startswith("trial timeout: killed after")
     assert "retries" not in failed.user_attrs  # a kill is not a lost worker: no retry charged
+    for killed in (pruned, failed):  # where and how long it ran, though its worker never sent an outcome
+        attrs = killed.user_attrs
+        assert attrs["worker"].startswith(("tcp://", "tls://")) and isinstance(attrs["started"], float)
+        assert attrs["duration"] >= 3.0 and attrs["finished"] >= attrs["started"] + attrs["duration"] - 1e-6
     assert_children_gone(pids)
 
 

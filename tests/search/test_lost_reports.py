@@ -136,3 +136,40 @@ def test_a_torn_metrics_line_costs_only_itself(tmp_path: Path) -> None:
     steps = [(step, at) for step, _m, at in read_metrics_lines(path)]
     assert steps == [(1, 10.0), (3, 12.0)]
     assert read_metrics_lines(tmp_path / "none.jsonl") == []
+
+
+def run_killed(tmp_path: Path, retries: int, epochs: int, marker: str) -> tuple[optuna.trial.FrozenTrial, Path]:
+    """One trial of ``fault_trainers:killed_after_report``: its worker SIGKILLed after report(4), before checkpoint 4."""
+    extra = ", kill_after = 4" + (f', kill_marker = "{marker}"' if marker else "")
+    text = SPEC.format(trials=1, entry="fault_trainers:killed_after_report", epochs=epochs, samples=600, extra=extra)
+    spec = load_spec(write_spec(tmp_path / "killed.toml", text.replace("max_retries = 2", f"max_retries = {retries}")))
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path / "runs", progress=False))
+    (trial,) = load_campaign(folder.root, "lost").get_trials()
+    return trial, folder.root
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_killed_after_a_report_and_before_its_checkpoint_leaves_that_step_once(tmp_path: Path) -> None:
+    marker = tmp_path / "killed-once"
+    trial, folder = run_killed(tmp_path, retries=2, epochs=6, marker=str(marker))
+
+    assert marker.exists()  # the first run was SIGKILLed after report(4) reached the controller, before checkpoint 4
+    assert len((folder / "trials" / "0" / "starts").read_text().splitlines()) == 2  # it ran again from checkpoint 3
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    assert steps_in_file(folder, 0) == [1, 2, 3, 4, 5, 6]  # step 4 twice before: the copies' epoch_seconds differ
+    assert [step for step, _m in trial.user_attrs["history"]] == [1, 2, 3, 4, 5, 6]
+    assert len(trial.intermediate_values) == 6
+
+
+@pytest.mark.timeout(240)
+def test_a_trial_killed_on_every_attempt_fails_with_each_step_once_after_one_plus_max_retries_runs(
+    tmp_path: Path,
+) -> None:
+    trial, folder = run_killed(tmp_path, retries=1, epochs=6, marker="")
+
+    assert len((folder / "trials" / "0" / "starts").read_text().splitlines()) == 2  # 1 + max_retries, no more
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs["retries"] == 1 and "retries spent" in trial.user_attrs["fail_reason"]
+    assert steps_in_file(folder, 0) == [1, 2, 3, 4]  # [1, 2, 3, 4, 4] before
+    assert [step for step, _m in trial.user_attrs["history"]] == [1, 2, 3, 4]
+    assert len(trial.intermediate_values) == 4

@@ -509,7 +509,7 @@ def test_the_folder_paths_use_the_record_file_names(tmp_path: Path) -> None:
     assert folder.trial_error_log(3).name == Files.TRIAL_ERROR_LOG == "error.log"
     assert (folder.spec.name, folder.environment.name) == ("spec.toml", "environment.json")
     assert folder.scaling_table == tmp_path / "scaling" / "scaling.csv"
-    assert CONTROLLER_FILES == {"metrics.jsonl", "error.log"}
+    assert CONTROLLER_FILES == {"metrics.jsonl", "error.log", "params.json"}
     folder.trial(3).mkdir(parents=True)
     append_metrics_line(folder.trial_metrics(3), 1, {"loss": float("inf")}, at=5.0, worker="w")
     assert json.loads(folder.trial_metrics(3).read_text()) == {"step": 1, "time": 5.0, "worker": "w", "loss": "inf"}

@@ -136,7 +136,9 @@ def checkpointing(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     for epoch, metrics in enumerate(state["history"], start=1):
         reporter.report(epoch, metrics)
     for epoch in range(int(state["epoch"]) + 1, config.epochs + 1):
-        metrics = {"score": float(config.params["quality"]) * epoch / config.epochs}
+        started = time.perf_counter()  # epoch_seconds: a copy re-sent after a failed checkpoint differs from it
+        metrics = {"score": float(config.params["quality"]) * epoch / config.epochs,
+                   "epoch_seconds": time.perf_counter() - started}  # fmt: skip
         reporter.report(epoch, metrics)
         if epoch == 2 and config.number == 1 and config.options.get("fill"):
             _fill_once(*config.options["fill"])

@@ -1,0 +1,96 @@
+"""A trial's parameters, kept in its own folder too: ``trials/<n>/params.json``.
+
+The study storage is the record of a trial's parameters, but a journal torn inside its last
+commit (a crash mid-write, a power cut) may keep a trial's creation and lose some of its
+parameters, while the trial's folder already holds checkpoints and reports made with them.
+The controller writes the parameters here before the trial is sent out, so that ``resume``
+runs the trial again with exactly those (its checkpoint still fits) instead of sampling new
+ones. A trial number asked anew whose folder already holds files (the journal lost the whole
+earlier trial with that number) gets a fresh folder: the old one is moved aside, never reused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial
+
+from search.store.folder import CampaignFolder, write_atomic
+from search.store.records import Files
+
+__all__ = ["PARAMS_FILE", "write_params", "read_params", "restore_params", "set_aside_stale_folder"]
+
+log = logging.getLogger(__name__)
+
+PARAMS_FILE = Files.TRIAL_PARAMS  # in trials/<n>/: {"number": n, "params": {name: value}}
+ORPHANS = "orphaned-trials"  # in the campaign folder: folders of trials the storage lost
+
+
+def write_params(folder: CampaignFolder, number: int, params: Mapping[str, Any]) -> None:
+    """Record trial ``number``'s parameters in its folder (atomically)."""
+    path = folder.trial(number) / PARAMS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps({"number": int(number), "params": dict(params)}, sort_keys=True))
+
+
+def read_params(folder: CampaignFolder, number: int) -> dict[str, Any] | None:
+    """The parameters recorded for trial ``number``, or None (none recorded, or unreadable)."""
+    return _read(folder.trial(number), number)
+
+
+def _read(path: Path, number: int | None = None) -> dict[str, Any] | None:
+    try:
+        data = json.loads((path / PARAMS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+        return None
+    return dict(data["params"]) if number is None or data.get("number") == number else None
+
+
+def restore_params(
+    study: optuna.Study,
+    frozen: FrozenTrial,
+    distributions: Mapping[str, BaseDistribution],
+    recorded: Mapping[str, Any] | None,
+) -> list[str]:
+    """Set on ``frozen`` (in the storage) each recorded parameter its record lacks; the names set, in order.
+
+    Only searched parameters whose recorded value fits its distribution; what the trial has keeps its value.
+    """
+    restored = []
+    for name, value in (recorded or {}).items():
+        dist = distributions.get(name)
+        if name in frozen.params or dist is None:
+            continue
+        try:
+            internal = dist.to_internal_repr(value)
+        except (ValueError, TypeError):
+            continue
+        if not dist._contains(internal):
+            continue
+        study._storage.set_trial_param(frozen._trial_id, name, internal, dist)
+        restored.append(name)
+    return restored
+
+
+def set_aside_stale_folder(folder: CampaignFolder, number: int) -> Path | None:
+    """A new trial ``number`` found a folder left by a trial the storage lost: move it to ``orphaned-trials/``.
+
+    Returns where it went (None when there was nothing to move)."""
+    path = folder.trial(number)
+    if not path.exists() or not any(path.iterdir()):
+        return None
+    target = folder.root / ORPHANS / f"{number}-{time.time_ns()}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path.rename(target)
+    log.warning("trial %d: its folder held a trial the storage lost (%s); moved to %s", number,
+                _read(target) or "no parameters recorded", target)  # fmt: skip
+    return target

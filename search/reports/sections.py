@@ -23,6 +23,7 @@ from search.reports.data import (
     history_points,
     importances,
     lr_curve,
+    searched_params,
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
 from search.store.records import spec_sha256_of
@@ -61,7 +62,7 @@ def spec(data: CampaignData) -> Section:
     check = "matches the study's record" if recorded == s.sha256 else f"DIFFERS from the study's record {recorded}"
     dataset = dataset_of(s)
     pairs = [
-        ("study", s.study.name), ("spec sha256", f"{s.sha256} ({check})"),
+        ("study", s.study.name), ("frozen spec.toml sha256", f"{s.sha256} ({check})"),
         ("objective", ", ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))),
         ("sampler", s.study.sampler), ("pruner", s.study.pruner), ("trials (budget)", s.study.n_trials),
         ("study seed", s.study.seed), ("deterministic", s.study.deterministic),
@@ -92,17 +93,19 @@ def best(data: CampaignData) -> Section:
         top = data.best()
         if not top:
             raise LeftOut("no complete trial yet")
-        names = sorted({k for t in top for k in t.params})
-        has_genome = any(genome_of(t) for t in top)
+        space = data.spec.space
+        chosen = {t.number: searched_params(data.record(t), space) for t in top}
+        names = list(dict.fromkeys(k for params in chosen.values() for k in params))
+        genomes = {t.number: genome_of(data.record(t), space) for t in top}
+        has_genome = any(g and g not in chosen[n].values() for n, g in genomes.items())  # else a column shows it
         columns = ["rank", "trial", *data.metrics, "seed", "epochs", "duration s", *names]
         columns += ["genome"] if has_genome else []
         rows = []
         for rank, t in enumerate(top, 1):
             r = data.record(t)
-            params = r.trainer_params if data.spec.pbt is not None else r.params  # PBT: what it ended with
             row = [rank, r.number, *(r.values or []), r.seed, epochs_spent(r), r.duration,
-                   *(params.get(n) for n in names)]
-            rows.append(row + ([genome_of(r)] if has_genome else []))
+                   *(chosen[r.number].get(n) for n in names)]
+            rows.append(row + ([genomes[r.number]] if has_genome else []))
         label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
         return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)
 
@@ -145,7 +148,7 @@ def history(data: CampaignData) -> Section:
         for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
             points = history_points(data, i)
             drawn = plots.optimization_history(points.complete, points.pruned, points.failed,
-                                               direction == "maximize", metric)
+                                               direction == "maximize", metric, points.cuts)
             counts = (f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
                       f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}")
             body += figure(drawn, f"optimization history of {metric}: {counts}, with the best so far")
@@ -240,9 +243,11 @@ def pareto(data: CampaignData) -> Section:
             raise LeftOut("a single-objective study has no Pareto front")
         front = own_trials(data.study.best_trials)  # not warm-start copies
         names = data.metrics
-        rows: list[Sequence[Any]] = [(t.number, *t.values, *t.params.values())
+        chosen = {t.number: searched_params(data.record(t), data.spec.space) for t in front}
+        params = list(dict.fromkeys(k for p in chosen.values() for k in p))
+        rows: list[Sequence[Any]] = [(t.number, *t.values, *(chosen[t.number].get(k) for k in params))
                                      for t in sorted(front, key=lambda t: t.values[0])]
-        columns = ["trial", *names, *(front[0].params if front else [])]
+        columns = ["trial", *names, *params]
         body = table(columns, rows)
         if len(names) >= 2 and data.complete():
             points = [(t.values[0], t.values[1]) for t in data.complete()]

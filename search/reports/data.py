@@ -327,10 +327,20 @@ def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:
                 warnings.simplefilter("ignore")
                 target = None if len(data.metrics) == 1 else (lambda t, i=i: t.values[i])
                 values = optuna.importance.get_param_importances(study, target=target)
-            result[metric] = {str(k): float(v) for k, v in values.items()}
+            result[metric] = _by_parameter({str(k): float(v) for k, v in values.items()}, data.spec.space)
         except Exception as exc:  # noqa: BLE001 - any evaluator failure becomes a note in the report
             notes.append(f"{metric}: {type(exc).__name__}: {exc}")
     return result, "; ".join(notes)
+
+
+def _by_parameter(values: dict[str, float], space: SearchSpace) -> dict[str, float]:
+    """Importances per spec parameter: an architecture's is the sum over its flat ``<name>.*`` parameters."""
+    folded: dict[str, float] = {}
+    composite = [p.name for p in space if list(p.distributions()) not in ([], [p.name])]
+    for key, value in values.items():
+        name = next((c for c in composite if key.startswith(f"{c}.")), key)
+        folded[name] = folded.get(name, 0.0) + value
+    return dict(sorted(folded.items(), key=lambda kv: -kv[1]))
 
 
 def _study_of(directions: Sequence[optuna.study.StudyDirection], trials: Sequence[FrozenTrial]) -> optuna.Study:

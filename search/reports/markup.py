@@ -69,7 +69,7 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-LONG_CELL = 40  # characters: a longer cell wraps in a box of its own (at '|', ',' and spaces)
+LONG_CELL = 40  # characters: a longer genome string wraps in a box of its own, after its '|' and '+'
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
@@ -82,11 +82,12 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") 
 
 
 def _cell(value: Any) -> str:
-    """A cell's escaped text; a long one (an architecture's genome string) may break after '|', '+' and ','."""
+    """A cell's escaped text; a long architecture genome string (blocks or cell nodes joined by '|') may break
+    after each '|' and '+' (other long text breaks at its spaces)."""
     text = fmt(value)
-    if len(text) <= LONG_CELL:
+    if len(text) <= LONG_CELL or "|" not in text:
         return e(text)
-    breakable = "".join(e(ch) + ("<wbr>" if ch in "|+," else "") for ch in text)
+    breakable = "".join(e(ch) + ("<wbr>" if ch in "|+" else "") for ch in text)
     return f'<span class="long">{breakable}</span>'
 
 

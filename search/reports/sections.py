@@ -26,6 +26,7 @@ from search.reports.data import (
     searched_params,
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
+from search.spec.campaign_spec import CampaignSpec
 from search.store.records import spec_sha256_of
 from search.warm_start import own_trials
 
@@ -38,13 +39,29 @@ TOP_K = 5  # the best trials the LR figure and the learning curves single out
 def _question(data: CampaignData) -> str:
     s = data.spec
     goals = " and ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))
-    searched = ", ".join(s.space.distributions()) or "no parameters"
+    searched = ", ".join(name for name, _what in _space_rows(s)) or "no parameters"
     dataset = dataset_of(s)
     on = f" on {dataset!r}" if dataset else ""
     return (
         f"Which settings of {searched} {goals} for the trainer {s.trainer.entry}{on} "
         f"({s.trainer.epochs} epochs per trial), within {s.study.n_trials} trials of the {s.study.sampler} sampler?"
     )
+
+
+def _space_rows(s: CampaignSpec) -> list[tuple[str, str]]:
+    """Each searched parameter and what it ranges over; an architecture as one row, not its flat parameters."""
+    rows = []
+    for param in s.space:
+        flat = param.distributions()
+        if not flat:
+            continue  # a fixed value: in the frozen spec
+        if list(flat) == [param.name]:
+            rows.append((param.name, repr(flat[param.name])))
+        else:
+            genomes = getattr(param, "space", None)
+            rows.append((param.name, f"architecture genome {genomes!r} (searched as {len(flat)} Optuna parameters "
+                                     f"{param.name}.*)"))
+    return rows
 
 
 def _spec_comment(text: str) -> str:
@@ -71,7 +88,7 @@ def spec(data: CampaignData) -> Section:
         ("device", s.trainer.device),
     ]  # fmt: skip
     kv_html, kv_md = kv(pairs)
-    space = [(name, repr(dist)) for name, dist in s.space.distributions().items()]
+    space = _space_rows(s)
     comment = _spec_comment(s.text)
     body = (
         f'<p class="question">{e(_question(data))}</p>'
@@ -197,6 +214,9 @@ def importance(data: CampaignData) -> Section:
         values, problem = importances(data)
         basis = (f"based on {n} complete trials (pruned and failed ones are not used; importances are shown from "
                  f"{MIN_IMPORTANCE_TRIALS} complete trials on)")
+        genomes = [p.name for p in data.spec.space if len(p.distributions()) > 1]
+        if genomes:
+            basis += f"; an architecture's ({', '.join(genomes)}) is the sum over its flat Optuna parameters"
         body, md = note(basis), basis + "\n\n"
         for metric, scores in values.items():
             body += figure(plots.importance_bars(scores, metric), f"parameter importances for {metric}")

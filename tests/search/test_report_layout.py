@@ -135,7 +135,7 @@ OVERFLOW_PROBE = """(() => {
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 @pytest.mark.skipif(not available(), reason=f"{CHROMIUM} is not installed (.ci/run installs Debian's chromium)")
 def test_an_evolution_report_fits_a_1400_px_page_in_headless_chromium(evolution: CampaignFolder) -> None:
     result = open_page((evolution.report / "index.html").as_uri(), width=WIDTH, probe=OVERFLOW_PROBE)
@@ -160,7 +160,7 @@ def test_the_overflow_probe_sees_a_table_wider_than_the_page(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_the_architecture_reads_the_same_in_status_the_run_table_and_the_report(evolution: CampaignFolder) -> None:
     data = load_campaign(evolution.root)
     best = data.best(k=1)[0]
@@ -200,7 +200,7 @@ def test_a_trial_with_only_flat_architecture_parameters_is_shown_as_its_genome_s
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_a_resumed_campaigns_time_axes_cut_the_real_idle_gap_between_its_runs(resumed: CampaignFolder) -> None:
     data = load_campaign(resumed.root)
     records = data.records()
@@ -236,16 +236,16 @@ def test_the_time_axis_maps_times_around_a_cut() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_each_spec_digest_of_a_resumed_campaign_says_which_spec_it_is(resumed: CampaignFolder) -> None:
     page = (resumed.report / "index.html").read_text()
     frozen = load_spec(resumed.spec).sha256
     spec = _section(page, "spec")
-    assert f"<td>frozen spec.toml sha256</td><td><span class=\"long\">{frozen} (matches" in spec
+    assert f"<td>frozen spec.toml sha256</td><td>{frozen} (matches the study" in spec
     environment = _section(page, "environment")
-    first = re.search(r"<td>spec sha256 at the first run</td><td>(?:<span[^>]*>)?([0-9a-f]{64}) \(([^)]*)\)",
+    first = re.search(r"<td>spec sha256 at the first run</td><td>([0-9a-f]{64}) \(([^)]*)\)",
                       environment)
-    again = re.search(r"<td>spec sha256 at resume 1 \([^)]*\)</td><td>(?:<span[^>]*>)?([0-9a-f]{64}) \(([^)]*)\)",
+    again = re.search(r"<td>spec sha256 at resume 1 \([^)]*\)</td><td>([0-9a-f]{64}) \(([^)]*)\)",
                       environment)
     assert first and again, environment
     assert first.group(1) != frozen and first.group(2) == "differs from the frozen spec.toml"  # --n-trials 4
@@ -284,7 +284,7 @@ def _tick_values(axis: object) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_trial_number_and_step_axes_tick_whole_numbers(resumed: CampaignFolder) -> None:
     drawn = _figures_of(load_campaign(resumed.root))
     integer_axes = {
@@ -300,7 +300,7 @@ def test_trial_number_and_step_axes_tick_whole_numbers(resumed: CampaignFolder) 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_no_figure_of_the_report_clips_a_label(resumed: CampaignFolder) -> None:
     for name, drawn in _figures_of(load_campaign(resumed.root)).items():
         assert drawn.figure is not None and plots.clipped(drawn.figure) == [], name

@@ -77,11 +77,12 @@ class CampaignData:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return self.spec.study.metrics
+        """What the study optimised (steps to target in a scaling sweep), one name per objective value."""
+        return self.spec.objective_metrics
 
     @property
     def directions(self) -> tuple[str, ...]:
-        return self.spec.study.directions
+        return self.spec.objective_directions
 
     def complete(self) -> list[FrozenTrial]:
         return [t for t in self.trials if t.state == TrialState.COMPLETE]

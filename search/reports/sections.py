@@ -189,8 +189,8 @@ def curves(data: CampaignData) -> Section:
         rest = [n for n in sorted(reported) if n not in top][: max(0, MAX_CURVE_TRIALS - len(top))]
         shown = {n: reported[n] for n in sorted([*top, *rest])}
         seen = {k for _s, h in shown.values() for _step, m in h for k in m}
-        extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in data.metrics]
-        metrics = [m for m in data.metrics if m in seen] + extra
+        extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in data.spec.study.metrics]
+        metrics = [m for m in dict.fromkeys([*data.metrics, *data.spec.study.metrics]) if m in seen] + extra
         if not metrics:
             raise LeftOut(f"the trials reported none of the study's metrics ({', '.join(data.metrics)})")
         drawn = plots.learning_curves(shown, metrics, top)

@@ -78,7 +78,7 @@ def _drawn(fig: Figure, legend: Sequence[str] = ()) -> Drawn:
 
 def _integer_ticks(axis: Any) -> None:
     """Trial numbers, steps and epochs: whole numbers only on this axis (no 2.5)."""
-    axis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one report: the one integer tick
 
 
 def clipped(fig: Figure) -> list[str]:
@@ -204,7 +204,7 @@ def optimization_history(
     ts = [t for _n, _v, t in by_time]
     right.plot(ts, [v for _n, v, _t in by_time], "o", color=STATE_COLORS["COMPLETE"], ms=4, alpha=0.5)
     right.step(ts, _best_so_far([v for _n, v, _t in by_time], maximize), where="post", color="#2ca02c", lw=2)
-    right.set_xlabel("run time since the first trial started (s)" + (", idle gaps between runs cut" if cuts else ""))
+    right.set_xlabel("run time (s), idle gaps between runs cut" if cuts else "run time since the first trial started (s)")
     right.set_ylabel(f"best {metric}")
     right.set_title("best so far against run time (complete trials)", fontsize=9)
     legend += _cut_marks(right, cuts)

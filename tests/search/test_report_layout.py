@@ -327,3 +327,21 @@ def test_log_lr_curves_keep_their_y_label() -> None:
     drawn = plots.lr_curves(curves)
     assert drawn.figure is not None and drawn.figure.axes[0].get_yscale() == "log"
     assert plots.clipped(drawn.figure) == []
+
+
+def test_hand_made_pbt_segments_around_a_resume_have_the_gap_between_them_cut() -> None:
+    from optuna.trial import TrialState
+
+    from search.store.records import TrialRecord
+
+    member = TrialRecord(number=0, state=TrialState.COMPLETE, params={}, values=(1.0,), started=100.0,
+                         finished=300.0, worker="w1", pbt_segments=((100.0, 150.0, "w1"), (250.0, 300.0, "w2")))
+    other = TrialRecord(number=1, state=TrialState.COMPLETE, params={}, values=(1.0,), started=100.0, finished=140.0,
+                        worker="w2")
+    asked = {0: 90.0, 1: 95.0}
+    assert idle_gaps([member, other], [200.0], asked) == [(150.0, 250.0)]  # the member's own run spans the resume
+    assert idle_gaps([member, other], [145.0], asked) == []  # a segment was running then: nothing is cut
+    spans = timeline([member, other], asked)
+    axis = TimeAxis.since(90.0, [(150.0, 250.0)])
+    assert [(s.number, s.worker) for s in spans] == [(0, "w1"), (1, "w2"), (0, "w2")]
+    assert utilization(spans, 2, axis)["span_s"] == pytest.approx((300.0 - 100.0) - (250.0 - 150.0))

@@ -399,8 +399,8 @@ def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path
     folder = _hand_made_campaign(tmp_path / "runs" / "toy-mo")
     files = write_report(folder.root)
     page = files.index.read_text()
-    for section in SECTION_IDS:  # a trainer with no lr, 5 complete trials: no LR figure, no importances
-        assert (f'<section id="{section}">' in page) == (section not in ("lr", "importance")), section
+    for section in SECTION_IDS:  # a trainer with no lr, 5 complete trials, no PBT: no LR, importances, lineage
+        assert (f'<section id="{section}">' in page) == (section not in ("lr", "importance", "pbt")), section
     assert "reported no &#x27;lr&#x27; metric" in page and "importances skipped: only 5 complete" in page
     assert "digits" not in page  # toy_trainers:fit is not the built-in trainer: no dataset to name
     assert HOSTILE not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page

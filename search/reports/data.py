@@ -25,7 +25,19 @@ from search.store.folder import CampaignFolder
 from search.store.records import TrialRecord
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.store.storage import open_storage, storage_url
-from search.reports.summary import best_table, state_counts, trials_frame
+from search.reports.summary import best_table, state_counts, trial_params, trials_frame
+from search.reports.timing import (  # the timeline's names, read here as before
+    Span,
+    TimeAxis,
+    idle_gaps,
+    resume_times,
+    slot_count,
+    timeline,
+    timeline_origin,
+    utilization,
+    worker_labels,
+)
+from spaces.params import SearchSpace
 from search.warm_start import own_trials
 
 __all__ = [
@@ -47,6 +59,7 @@ __all__ = [
     "history_points",
     "worker_labels",
     "genome_of",
+    "searched_params",
     "report_frame",
 ]
 
@@ -64,11 +77,12 @@ class CampaignData:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return self.spec.study.metrics
+        """What the study optimised (steps to target in a scaling sweep), one name per objective value."""
+        return self.spec.objective_metrics
 
     @property
     def directions(self) -> tuple[str, ...]:
-        return self.spec.study.directions
+        return self.spec.objective_directions
 
     def complete(self) -> list[FrozenTrial]:
         return [t for t in self.trials if t.state == TrialState.COMPLETE]
@@ -105,6 +119,10 @@ class CampaignData:
     def asked_times(self) -> dict[int, float]:
         """When the controller asked each trial (Optuna's ``datetime_start``), in epoch seconds."""
         return {t.number: t.datetime_start.timestamp() for t in self.trials if t.datetime_start is not None}
+
+    def time_axis(self, origin: float) -> TimeAxis:
+        """The time axis of figures counting from ``origin``: the idle gaps between the runs of a resume cut."""
+        return TimeAxis.since(origin, idle_gaps(self.records(), resume_times(self.environment), self.asked_times()))
 
     @property
     def builtin_trainer(self) -> bool:
@@ -152,13 +170,25 @@ def epochs_spent(trial: Trial) -> float:
     return float(epoch) if epoch is not None and math.isfinite(epoch) else float(len(history))
 
 
-def genome_of(trial: Trial) -> str:
-    """An architecture genome: the ``genome`` user attribute, else params named like a genome."""
+def genome_of(trial: Trial, space: SearchSpace | None = None) -> str:
+    """The trial's architecture as its canonical genome string (:func:`trial_params`'s form), "" if it has none.
+
+    The ``genome`` a sampler recorded, else the string of each parameter searched through
+    flat ``<name>.*`` parameters (several joined by a space).
+    """
     record = TrialRecord.of(trial)
     if record.genome is not None:
         return record.genome
-    parts = [f"{k}={v}" for k, v in record.params.items() if "genome" in k or k.startswith("arch")]
-    return " ".join(parts)
+    shown = trial_params(record, space)
+    names = dict.fromkeys(k.split(".", 1)[0] for k in record.params if "." in k)
+    return " ".join(str(shown[n]) for n in names if n in shown)
+
+
+def searched_params(trial: Trial, space: SearchSpace | None = None) -> dict[str, Any]:
+    """The parameters the search chose for the trial (:func:`trial_params`'s form, fixed values left out)."""
+    record = TrialRecord.of(trial)
+    shown = trial_params(record, space)
+    return {k: v for k, v in shown.items() if k in record.params or any(n.startswith(f"{k}.") for n in record.params)}
 
 
 def lr_schedule_points(trial: Trial) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
@@ -255,9 +285,10 @@ def dataset_of(spec: CampaignSpec) -> str | None:
 class HistoryPoints:
     """One objective's optimization history, every trial that ended placed on it."""
 
-    complete: list[tuple[int, float, float]]  # (number, value, seconds from the first start to its end)
+    complete: list[tuple[int, float, float]]  # (number, value, run time from the first start to its end)
     pruned: list[tuple[int, float | None]]  # (number, its last reported value of the metric, if any)
     failed: list[int]  # numbers
+    cuts: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # TimeAxis.marks of the time axis
 
 
 def history_points(data: CampaignData, i: int) -> HistoryPoints:
@@ -265,113 +296,18 @@ def history_points(data: CampaignData, i: int) -> HistoryPoints:
     metric = data.metrics[i]
     records = data.records()
     origin = min((r.started for r in records if r.started is not None), default=0.0)
+    axis = data.time_axis(origin)
     complete, pruned, failed = [], [], []
     for r in records:
         if r.state == TrialState.COMPLETE and r.values is not None and len(r.values) > i:
             end = r.finished if r.finished is not None else origin
-            complete.append((r.number, float(r.values[i]), end - origin))
+            complete.append((r.number, float(r.values[i]), axis(end - origin)))
         elif r.state == TrialState.PRUNED:
             last = [m[metric] for _s, m in r.history if metric in m and math.isfinite(m[metric])]
             pruned.append((r.number, last[-1] if last else None))
         elif r.state == TrialState.FAIL:
             failed.append(r.number)
-    return HistoryPoints(complete, pruned, failed)
-
-
-def worker_labels(workers: Sequence[str]) -> dict[str, str]:
-    """Short, readable names for worker addresses: ``w1 :port`` on one host, ``w1 host:port`` across hosts."""
-    ordered = sorted(set(workers))
-    parts = {}
-    for w in ordered:
-        bare = w.split("://", 1)[-1]
-        host, _, port = bare.rpartition(":")
-        parts[w] = (host, port) if host and port.isdigit() else (bare, "")
-    one_host = len({h for h, _p in parts.values()}) == 1
-    labels = {}
-    for i, w in enumerate(ordered, 1):
-        host, port = parts[w]
-        if not host.replace(".", "").isdigit() and "." in host:
-            host = host.split(".", 1)[0]  # a DNS name: its first label
-        where = (f":{port}" if port else host) if one_host else (f"{host[:18]}:{port}" if port else host[:24])
-        labels[w] = f"w{i} {where}"
-    return labels
-
-
-@dataclasses.dataclass(frozen=True)
-class Span:
-    """One trial's time on one worker, in seconds since the campaign's first start."""
-
-    number: int
-    worker: str
-    devices: str
-    start: float
-    end: float
-    state: str
-    asked: float | None = None  # when the controller asked it (same origin): asked -> start is waiting, not training
-
-    @property
-    def waited(self) -> float:
-        """Seconds from being asked to starting on the worker (queue, dispatch, worker start-up); 0 if unknown."""
-        return max(0.0, self.start - self.asked) if self.asked is not None else 0.0
-
-
-def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) -> list[Span]:
-    """Each timed trial's run on its worker; ``asked``: epoch seconds each trial was asked, where known.
-
-    Times are seconds since the earliest of those starts and asks. An ask recorded after
-    the start (clocks of different hosts) is dropped rather than drawn backwards.
-    """
-    asked = asked or {}
-    timed = [r for r in map(TrialRecord.of, trials) if r.timed]
-    if not timed:
-        return []
-    ask = {r.number: asked[r.number] for r in timed
-           if r.number in asked and asked[r.number] <= r.started}  # type: ignore[operator]
-    origin = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var] - timed: both are set
-    spans = []
-    for r in timed:
-        # a PBT member: a span per segment, the time since the previous one as its wait
-        runs = r.pbt_segments or ((r.started, r.finished, "?" if r.worker is None else r.worker),)
-        for i, (start, end, worker) in enumerate(runs):
-            wait_from = (ask.get(r.number) if i == 0 else runs[i - 1][1])
-            spans.append(Span(
-                number=r.number,
-                worker=worker,
-                devices=",".join(str(d) for d in r.devices),
-                start=start - origin,  # type: ignore[operator]
-                end=end - origin,  # type: ignore[operator]
-                state=r.state.name,
-                asked=wait_from - origin if wait_from is not None else None,
-            ))  # fmt: skip
-    return sorted(spans, key=lambda s: (s.worker, s.start))
-
-
-def slot_count(environment: Mapping[str, Any] | None, spans: list[Span]) -> int:
-    """Trial slots of the cluster: its GPU (else CPU) resource total, else one per worker seen."""
-    cluster = (environment or {}).get("cluster") or {}
-    resources = cluster.get("resources") or {}
-    for key in ("GPU", "CPU"):
-        if resources.get(key):
-            return max(1, int(resources[key]))
-    return max(1, len({s.worker for s in spans}))
-
-
-def utilization(spans: list[Span], slots: int) -> dict[str, Any]:
-    """Busy time / (slots x span of the campaign), overall and per worker."""
-    if not spans:
-        return {"slots": slots, "span_s": 0.0, "busy_s": 0.0, "utilization": None, "per_worker": {}}
-    span = max(s.end for s in spans) - min(s.start for s in spans)
-    busy = sum(max(0.0, s.end - s.start) for s in spans)
-    per_worker: dict[str, float] = {}
-    for s in spans:
-        per_worker[s.worker] = per_worker.get(s.worker, 0.0) + max(0.0, s.end - s.start)
-    return {
-        "slots": slots,
-        "span_s": span,
-        "busy_s": busy,
-        "utilization": busy / (slots * span) if span > 0 else None,
-        "per_worker": {w: (b / span if span > 0 else None) for w, b in sorted(per_worker.items())},
-    }
+    return HistoryPoints(complete, pruned, failed, axis.marks())
 
 
 def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:
@@ -392,10 +328,20 @@ def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:
                 warnings.simplefilter("ignore")
                 target = None if len(data.metrics) == 1 else (lambda t, i=i: t.values[i])
                 values = optuna.importance.get_param_importances(study, target=target)
-            result[metric] = {str(k): float(v) for k, v in values.items()}
+            result[metric] = _by_parameter({str(k): float(v) for k, v in values.items()}, data.spec.space)
         except Exception as exc:  # noqa: BLE001 - any evaluator failure becomes a note in the report
             notes.append(f"{metric}: {type(exc).__name__}: {exc}")
     return result, "; ".join(notes)
+
+
+def _by_parameter(values: dict[str, float], space: SearchSpace) -> dict[str, float]:
+    """Importances per spec parameter: an architecture's is the sum over its flat ``<name>.*`` parameters."""
+    folded: dict[str, float] = {}
+    composite = [p.name for p in space if list(p.distributions()) not in ([], [p.name])]
+    for key, value in values.items():
+        name = next((c for c in composite if key.startswith(f"{c}.")), key)
+        folded[name] = folded.get(name, 0.0) + value
+    return dict(sorted(folded.items(), key=lambda kv: -kv[1]))
 
 
 def _study_of(directions: Sequence[optuna.study.StudyDirection], trials: Sequence[FrozenTrial]) -> optuna.Study:
@@ -420,7 +366,7 @@ def report_frame(data: CampaignData) -> pd.DataFrame:
         "started": lambda r: r.started,
         "finished": lambda r: r.finished,
         "epochs": epochs_spent,
-        "genome": genome_of,
+        "genome": lambda r: genome_of(r, data.spec.space),
     }
     for column, get in extra.items():
         frame[column] = [get(by_number[int(n)]) for n in frame["number"]]

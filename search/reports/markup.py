@@ -69,12 +69,26 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+LONG_CELL = 40  # characters: a longer genome string wraps in a box of its own, after its '|' and '+'
+
+
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
+    """An HTML table inside a box that scrolls sideways when the table is wider than its section."""
     head = "".join(f"<th>{e(c)}</th>" for c in columns)
     thead = f"<thead><tr>{head}</tr></thead>" if any(columns) else ""
-    body = "".join("<tr>" + "".join(f"<td>{e(fmt(v))}</td>" for v in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
     klass = f' class="{e(cls)}"' if cls else ""
-    return f"<table{klass}>{thead}<tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table{klass}>{thead}<tbody>{body}</tbody></table></div>'
+
+
+def _cell(value: Any) -> str:
+    """A cell's escaped text; a long architecture genome string (blocks or cell nodes joined by '|') may break
+    after each '|' and '+' (other long text breaks at its spaces)."""
+    text = fmt(value)
+    if len(text) <= LONG_CELL or "|" not in text:
+        return e(text)
+    breakable = "".join(e(ch) + ("<wbr>" if ch in "|+" else "") for ch in text)
+    return f'<span class="long">{breakable}</span>'
 
 
 def md_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

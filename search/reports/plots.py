@@ -11,14 +11,17 @@ import dataclasses
 import io
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.text import Text
+from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
-from search.reports.data import Span
+from search.reports.timing import Span, TimeAxis
 
 __all__ = [
     "STATE_COLORS",
@@ -30,6 +33,7 @@ __all__ = [
     "epochs_bars",
     "gantt",
     "pareto",
+    "clipped",
 ]
 
 STATE_COLORS = {
@@ -52,13 +56,12 @@ class Drawn:
 
     uri: str
     legend: tuple[str, ...] = ()
+    figure: Figure | None = dataclasses.field(default=None, repr=False, compare=False)  # drawn, for checks
 
 
-def _figure(width: float = 7.5, height: float = 3.6, left: float = 0.75, bottom: float = 0.55) -> Figure:
-    """Fixed margins in inches: a layout engine would cost seconds per report on a busy machine."""
-    fig = Figure(figsize=(width, height), dpi=_DPI)
-    fig.subplots_adjust(left=left / width, right=1 - 0.2 / width, bottom=bottom / height, top=1 - 0.35 / height,
-                        wspace=0.3)
+def _figure(width: float = 7.5, height: float = 3.6) -> Figure:
+    """Constrained layout: every tick label, axis label, title and legend fits inside the figure."""
+    fig = Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -67,6 +70,65 @@ def _png(fig: Figure) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=_DPI, metadata={"Software": None})
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _drawn(fig: Figure, legend: Sequence[str] = ()) -> Drawn:
+    return Drawn(_png(fig), tuple(legend), fig)
+
+
+def _integer_ticks(axis: Any) -> None:
+    """Trial numbers, steps and epochs: whole numbers only on this axis (no 2.5)."""
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one report: the one integer tick
+
+
+def clipped(fig: Figure) -> list[str]:
+    """The visible texts of a drawn figure that reach outside it (by more than a pixel): should be none."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    box = fig.bbox
+    skip = _undrawn_tick_labels(fig)
+    out = []
+    for text in fig.findobj(Text):
+        if id(text) in skip or not text.get_visible() or not text.get_text().strip():
+            continue
+        if text.axes is not None and not text.axes.get_visible():
+            continue
+        extent = text.get_window_extent(renderer)
+        if extent.x0 < box.x0 - 1 or extent.y0 < box.y0 - 1 or extent.x1 > box.x1 + 1 or extent.y1 > box.y1 + 1:
+            out.append(text.get_text())
+    return out
+
+
+def _undrawn_tick_labels(fig: Figure) -> set[int]:
+    """Tick labels matplotlib keeps but does not draw: their tick lies outside the axis' view."""
+    skip = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            tol = 1e-9 * max(1.0, abs(hi - lo))
+            for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
+                loc = tick.get_loc()
+                if loc is None or not lo - tol <= loc <= hi + tol or not tick.get_visible():
+                    skip.update({id(tick.label1), id(tick.label2)})
+    return skip
+
+
+def _cut_marks(ax: Any, cuts: Sequence[tuple[float, float]]) -> list[str]:
+    """A dashed line where an idle gap between runs was cut from a time axis, its length written beside it."""
+    labels = []
+    lo, hi = ax.get_xlim()
+    for at, seconds in cuts:
+        ax.axvline(at, color="#555555", lw=1.2, ls=(0, (4, 2)), zorder=4)
+        right = at > (lo + hi) / 2  # the note on the side with room
+        ax.text(at, 0.98, f" {_duration(seconds)} idle cut ", transform=blended_transform_factory(ax.transData,
+                ax.transAxes), ha="right" if right else "left", va="top", fontsize=7, color="#333333", zorder=5)
+        labels.append(f"dashed line: {_duration(seconds)} idle between runs, cut from the axis")
+    return labels
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]]) -> Drawn:
@@ -87,8 +149,9 @@ def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]]) -> 
     ax.set_ylabel("learning rate")
     if all(lr > 0 for points, _s in curves.values() for _, lr in points):
         ax.set_yscale("log")
+    _integer_ticks(ax.xaxis)
     ax.legend(fontsize=8)
-    return Drawn(_png(fig), tuple(legend))
+    return _drawn(fig, legend)
 
 
 def optimization_history(
@@ -97,14 +160,15 @@ def optimization_history(
     failed: Sequence[int],
     maximize: bool,
     metric: str,
+    cuts: Sequence[tuple[float, float]] = (),
 ) -> Drawn:
     """Objective per trial number with the best so far, pruned and failed trials marked; best against wall time.
 
     ``complete``: (number, value, seconds to its end); ``pruned``: (number, last reported
     value or None); ``failed``: numbers. A trial with no value sits on the bottom edge.
+    ``cuts``: the idle gaps between runs cut from the time axis (:meth:`TimeAxis.marks`), marked on it.
     """
     fig = _figure(10.0, 4.2)
-    fig.subplots_adjust(wspace=0.3)
     left, right = fig.subplots(1, 2)
     ordered = sorted(complete)
     xs = [n for n, _v, _t in ordered]
@@ -132,6 +196,7 @@ def optimization_history(
         left.step([*xs, last], [*best, best[-1]], where="post", color="#2ca02c", lw=2, label="best so far")
         legend.append("best so far")
     left.set_xlabel("trial number")
+    _integer_ticks(left.xaxis)
     left.set_ylabel(metric)
     left.set_title(f"{metric} per trial ({'higher' if maximize else 'lower'} is better)", fontsize=9)
     left.legend(fontsize=8, loc="best")  # where it hides the fewest points
@@ -139,10 +204,11 @@ def optimization_history(
     ts = [t for _n, _v, t in by_time]
     right.plot(ts, [v for _n, v, _t in by_time], "o", color=STATE_COLORS["COMPLETE"], ms=4, alpha=0.5)
     right.step(ts, _best_so_far([v for _n, v, _t in by_time], maximize), where="post", color="#2ca02c", lw=2)
-    right.set_xlabel("wall time since the first trial started (s)")
+    right.set_xlabel("run time (s), idle gaps between runs cut" if cuts else "run time since the first trial started (s)")
     right.set_ylabel(f"best {metric}")
-    right.set_title("best so far against wall time (complete trials)", fontsize=9)
-    return Drawn(_png(fig), tuple(legend))
+    right.set_title("best so far against run time (complete trials)", fontsize=9)
+    legend += _cut_marks(right, cuts)
+    return _drawn(fig, legend)
 
 
 def _best_so_far(values: Sequence[float], maximize: bool) -> list[float]:
@@ -168,8 +234,7 @@ def learning_curves(
     """
     cols = 1 if len(metrics) == 1 else 2
     rows = math.ceil(len(metrics) / cols)
-    fig = _figure(11.0, 4.6 * rows, left=0.8)
-    fig.subplots_adjust(hspace=0.35, wspace=0.22)
+    fig = _figure(11.0, 4.6 * rows)
     axes = list(fig.subplots(rows, cols, squeeze=False).flat)
     named = list(highlight) if len(curves) > FEW_CURVES else sorted(curves)
     palette = HIGHLIGHT_COLORS if len(named) < len(curves) else [f"C{i}" for i in range(10)]  # others: state colours
@@ -194,6 +259,7 @@ def learning_curves(
             else:
                 ax.plot(xs, ys, "-", color=STATE_COLORS.get(state, "#7f7f7f"), alpha=0.35, lw=0.9)
         ax.set_xlabel("step (as reported)")
+        _integer_ticks(ax.xaxis)
         ax.set_title(metric, fontsize=10)
     for ax in axes[len(metrics):]:
         ax.set_visible(False)
@@ -205,19 +271,19 @@ def learning_curves(
                 for s in others]
     legend += [f"other trials: {s.lower()}" for s in others]
     axes[0].legend(handles=handles, fontsize=8)
-    return Drawn(_png(fig), tuple(legend))
+    return _drawn(fig, legend)
 
 
-def importance_bars(values: Mapping[str, float], metric: str) -> str:
-    fig = _figure(6.0, 0.4 * max(3, len(values)) + 1.0, left=1.6)
+def importance_bars(values: Mapping[str, float], metric: str) -> Drawn:
+    fig = _figure(6.0, 0.4 * max(3, len(values)) + 1.0)
     ax = fig.add_subplot()
     names = list(values)[::-1]
     ax.barh(names, [values[n] for n in names], color="#2ca02c")
     ax.set_xlabel(f"importance for {metric}")
-    return _png(fig)
+    return _drawn(fig)
 
 
-def epochs_bars(rows: Sequence[tuple[int, float, str]], budget: int) -> str:
+def epochs_bars(rows: Sequence[tuple[int, float, str]], budget: int) -> Drawn:
     """Epochs each trial trained, coloured by state, against the per-trial budget."""
     fig = _figure(7.5, 3.0)
     ax = fig.add_subplot()
@@ -226,55 +292,62 @@ def epochs_bars(rows: Sequence[tuple[int, float, str]], budget: int) -> str:
     ax.axhline(budget, color="black", lw=0.8, ls="--")
     ax.set_xlabel("trial number")
     ax.set_ylabel("epochs trained")
-    return _png(fig)
+    _integer_ticks(ax.xaxis)
+    _integer_ticks(ax.yaxis)
+    return _drawn(fig)
 
 
-def gantt(spans: Sequence[Span], labels: Mapping[str, str]) -> Drawn:
+def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | None = None) -> Drawn:
     """Trials per worker over time: a bar per run coloured by state, labelled with the trial number where it fits.
 
     A light hatched bar before a run is its wait between being asked and starting on
-    the worker (queue, dispatch, worker start-up); runs are drawn over it.
+    the worker (queue, dispatch, worker start-up); runs are drawn over it. ``axis`` cuts
+    the idle gaps between the runs of a resumed campaign; a dashed line marks each cut.
     """
+    axis = axis or TimeAxis()
     workers = sorted({s.worker for s in spans})
-    fig = _figure(10.0, 0.55 * len(workers) + 2.2, left=1.3)
-    fig.subplots_adjust(top=1 - 0.75 / (0.55 * len(workers) + 2.2))
+    fig = _figure(10.0, 0.55 * len(workers) + 2.2)
     ax = fig.add_subplot()
-    x0 = min((s.asked if s.asked is not None else s.start) for s in spans)
-    x1 = max(s.end for s in spans)
+    x0 = axis(min((s.asked if s.asked is not None else s.start) for s in spans))
+    x1 = axis(max(s.end for s in spans))
     ax.set_xlim(x0, x1 + 0.01 * (x1 - x0 or 1.0))
-    px_per_s = (fig.get_figwidth() * fig.subplotpars.right - fig.get_figwidth() * fig.subplotpars.left) * _DPI / (
-        (x1 - x0) or 1.0)
+    px_per_s = fig.get_figwidth() * 0.85 * _DPI / ((x1 - x0) or 1.0)  # about: the axes take most of the width
     waited = False
     for s in spans:
         row = workers.index(s.worker)
-        if s.waited > 0:
+        start, end = axis(s.start), axis(s.end)
+        if s.waited > 0 and s.asked is not None:
             waited = True
-            ax.barh(row, s.waited, left=s.asked, height=0.6, color=WAIT_COLOR, hatch="///", edgecolor="#bbbbbb",
-                    lw=0, zorder=1)
-        ax.barh(row, max(s.end - s.start, 3 / px_per_s), left=s.start, height=0.6,  # a 1 ms run stays visible
+            ax.barh(row, start - axis(s.asked), left=axis(s.asked), height=0.6, color=WAIT_COLOR, hatch="///",
+                    edgecolor="#bbbbbb", lw=0, zorder=1)
+        ax.barh(row, max(end - start, 3 / px_per_s), left=start, height=0.6,  # a 1 ms run stays visible
                 color=STATE_COLORS.get(s.state, "#7f7f7f"), edgecolor="white", zorder=2)
-        width_px = (s.end - s.start) * px_per_s
+        width_px = (end - start) * px_per_s
         for label in (f"{s.number}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}"):
             if len(label) * 8 * 0.62 * _DPI / 72 + 4 <= width_px:
-                ax.text(s.start + (s.end - s.start) / 2, row, label, ha="center", va="center", fontsize=8,
+                ax.text(start + (end - start) / 2, row, label, ha="center", va="center", fontsize=8,
                         color="white", zorder=3)
                 break
     ax.set_yticks(range(len(workers)), [labels.get(w, w) for w in workers], fontsize=9)
-    ax.set_xlabel("seconds since the first trial was asked")
+    ax.set_xlabel("run time since the first trial was asked (s)" + (", idle gaps between runs cut" if axis.gaps else ""))
     ax.invert_yaxis()
     states = sorted({s.state for s in spans}, key=lambda st: list(STATE_COLORS).index(st) if st in STATE_COLORS else 99)
-    handles = [Patch(color=STATE_COLORS.get(st, "#7f7f7f"), label=f"running, ended {st.lower()}") for st in states]
+    handles: list[Any] = [Patch(color=STATE_COLORS.get(st, "#7f7f7f"), label=f"running, ended {st.lower()}")
+                          for st in states]
     if waited:
         handles.append(Patch(facecolor=WAIT_COLOR, hatch="///", edgecolor="#bbbbbb",
                              label="waiting: asked -> started (queue, worker start-up)"))
+    cuts = _cut_marks(ax, axis.marks())
+    if cuts:
+        handles.append(Line2D([], [], color="#555555", lw=1.2, ls=(0, (4, 2)), label="idle between runs, cut"))
     ax.legend(handles=handles, fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=min(3, len(handles)),
               frameon=False)
-    return Drawn(_png(fig), tuple(h.get_label() for h in handles))
+    return _drawn(fig, [h.get_label() for h in handles] + cuts)
 
 
 def pareto(
     all_points: Sequence[tuple[float, float]], front: Sequence[tuple[int, float, float]], names: Sequence[str]
-) -> str:
+) -> Drawn:
     fig = _figure(6.0, 4.0)
     ax = fig.add_subplot()
     ax.plot([x for x, _ in all_points], [y for _, y in all_points], "o", color="#aaaaaa", ms=5, label="trials")
@@ -285,4 +358,4 @@ def pareto(
     ax.set_xlabel(names[0])
     ax.set_ylabel(names[1])
     ax.legend(fontsize=8)
-    return _png(fig)
+    return _drawn(fig)

@@ -90,8 +90,10 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:0 auto;max-width:1100px;
 padding:1em 2em;color:#222;line-height:1.4}
 h1{margin-bottom:.2em}nav a{margin-right:.8em;font-size:.9em}section{border-top:1px solid #ddd;margin-top:1.5em}
+.wide{max-width:100%;overflow-x:auto;margin:.6em 0}.wide table{margin:0}
 table{border-collapse:collapse;margin:.6em 0;font-size:.85em}th,td{border:1px solid #ccc;padding:.25em .5em;
 text-align:left;vertical-align:top}th{background:#f3f3f3}table.kv td:first-child{font-weight:600;white-space:nowrap}
+table.kv td:last-child{overflow-wrap:anywhere}.long{display:inline-block;min-width:16em;max-width:30em}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em;white-space:pre-wrap}
 figure{margin:.6em 0}img{max-width:100%}.note{color:#555;font-style:italic}.question{font-size:1.1em}
 figcaption{font-size:.8em;color:#444}

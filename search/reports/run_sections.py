@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from search.reports import plots
-from search.reports.data import CampaignData, slot_count, timeline, utilization, worker_labels
+from search.reports.data import CampaignData, searched_params
+from search.reports.timing import slot_count, timeline, timeline_origin, utilization, worker_labels
 from search.reports.markup import LeftOut, Section, e, figure, guard, kv, left_out, md_table, note, table
 from search.store.records import Files
 
@@ -25,13 +26,18 @@ MAX_TRACEBACK = 4000
 def timeline_section(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         spans = timeline(data.records(), data.asked_times())
-        if not spans:
+        origin = timeline_origin(data.records(), data.asked_times())
+        if not spans or origin is None:
             raise LeftOut("no trial recorded its start and end times")
-        use = utilization(spans, slot_count(data.environment, spans))
+        axis = data.time_axis(origin)
+        use = utilization(spans, slot_count(data.environment, spans), axis)
         share = use["utilization"]
         text = (f"{len(spans)} trials on {len(use['per_worker'])} worker(s), {use['slots']} slot(s); "
-                f"busy {use['busy_s']:.1f} s of {use['slots']} x {use['span_s']:.1f} s: utilization "
+                f"busy {use['busy_s']:.1f} s of {use['slots']} x {use['span_s']:.1f} s of run time: utilization "
                 + (f"{share:.0%}" if share is not None else "n/a"))  # fmt: skip
+        if axis.gaps:
+            text += (f"; the campaign was resumed: {len(axis.gaps)} idle gap(s) between its runs "
+                     f"({use['cut_s']:.1f} s in all) are cut from the time axis (dashed lines) and not counted")
         waits = [(s.waited, s.number) for s in spans if s.asked is not None]
         if waits:
             longest = max(waits)
@@ -44,8 +50,8 @@ def timeline_section(data: CampaignData) -> Section:
             runs.setdefault(s.worker, []).append(str(s.number))
         rows = [(labels.get(w, w), w, f"{u:.0%}" if u is not None else "n/a", " ".join(runs.get(w, [])))
                 for w, u in use["per_worker"].items()]
-        columns = ("worker", "address", "busy share of the span", "trials, in order")
-        drawn = plots.gantt(spans, labels)
+        columns = ("worker", "address", "busy share of the run time", "trials, in order")
+        drawn = plots.gantt(spans, labels, axis)
         body = note(text) + figure(drawn, "trials per worker over time, with the wait before each trial")
         body += table(columns, rows)
         return body, text + "\n\n" + md_table(columns, rows)
@@ -79,8 +85,9 @@ def failures(data: CampaignData) -> Section:
     interrupted = [r for r in data.records() if r.state_name == "INTERRUPTED"]
     if not failed and not interrupted:
         return left_out("failures", "Failures", "no trial failed or was interrupted")
-    rows = [(r.number, r.fail_reason or "unknown", json.dumps(r.params, default=str)) for r in failed]
-    rows += [(r.number, "interrupted (resume to finish)", json.dumps(r.params, default=str)) for r in interrupted]
+    shown = {r.number: json.dumps(searched_params(r, data.spec.space), default=str) for r in [*failed, *interrupted]}
+    rows = [(r.number, r.fail_reason or "unknown", shown[r.number]) for r in failed]
+    rows += [(r.number, "interrupted (resume to finish)", shown[r.number]) for r in interrupted]
     body = table(("trial", "reason", "params"), rows)
     for r in failed:
         tb = r.traceback[-MAX_TRACEBACK:]
@@ -112,13 +119,28 @@ def environment(data: CampaignData) -> Section:
         ("trainer", trainer.get("entry")), ("trainer source", trainer.get("source")),
         ("trainer source sha256", trainer.get("source_sha256")),
         ("trainer files", _trainer_files_text(trainer)), ("trainer files sha256", trainer.get("files_sha256")),
-        ("study seed", study.get("seed")), ("spec sha256", study.get("spec_sha256")),
+        ("study seed", study.get("seed")), *_spec_digests(env, data.spec.sha256),
         ("resumed", len(env.get("resumes") or [])),
     ]  # fmt: skip
     kv_html, kv_md = kv(pairs)
     full = json.dumps(env, indent=2, sort_keys=True, default=str)
     body = kv_html + f"<details><summary>environment.json</summary><pre>{e(full)}</pre></details>"
     return Section("environment", "Environment", body, kv_md)
+
+
+def _spec_digests(env: dict[str, Any], frozen: str) -> list[tuple[str, str]]:
+    """The spec's sha256 as each run recorded it (the first run, then each resume), each said to match or not
+    the frozen spec.toml the report read (a resume with ``--n-trials`` or ``--allow-changes`` rewrites it)."""
+    def text(record: Any) -> str:
+        digest = ((record or {}).get("study") or {}).get("spec_sha256") if isinstance(record, dict) else None
+        if not digest:
+            return "not recorded"
+        return f"{digest} ({'the frozen spec.toml' if digest == frozen else 'differs from the frozen spec.toml'})"
+
+    resumes = [r for r in env.get("resumes") or [] if isinstance(r, dict)]
+    rows = [("spec sha256 at the first run", text(env))]
+    rows += [(f"spec sha256 at resume {i} ({r.get('captured') or '?'})", text(r)) for i, r in enumerate(resumes, 1)]
+    return rows
 
 
 def _trainer_files_text(trainer: dict[str, Any]) -> str | None:

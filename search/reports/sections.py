@@ -23,8 +23,10 @@ from search.reports.data import (
     history_points,
     importances,
     lr_curve,
+    searched_params,
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
+from search.spec.campaign_spec import CampaignSpec
 from search.store.records import spec_sha256_of
 from search.warm_start import own_trials
 
@@ -37,13 +39,29 @@ TOP_K = 5  # the best trials the LR figure and the learning curves single out
 def _question(data: CampaignData) -> str:
     s = data.spec
     goals = " and ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))
-    searched = ", ".join(s.space.distributions()) or "no parameters"
+    searched = ", ".join(name for name, _what in _space_rows(s)) or "no parameters"
     dataset = dataset_of(s)
     on = f" on {dataset!r}" if dataset else ""
     return (
         f"Which settings of {searched} {goals} for the trainer {s.trainer.entry}{on} "
         f"({s.trainer.epochs} epochs per trial), within {s.study.n_trials} trials of the {s.study.sampler} sampler?"
     )
+
+
+def _space_rows(s: CampaignSpec) -> list[tuple[str, str]]:
+    """Each searched parameter and what it ranges over; an architecture as one row, not its flat parameters."""
+    rows = []
+    for param in s.space:
+        flat = param.distributions()
+        if not flat:
+            continue  # a fixed value: in the frozen spec
+        if list(flat) == [param.name]:
+            rows.append((param.name, repr(flat[param.name])))
+        else:
+            genomes = getattr(param, "space", None)
+            rows.append((param.name, f"architecture genome {genomes!r} (searched as {len(flat)} Optuna parameters "
+                                     f"{param.name}.*)"))
+    return rows
 
 
 def _spec_comment(text: str) -> str:
@@ -61,7 +79,7 @@ def spec(data: CampaignData) -> Section:
     check = "matches the study's record" if recorded == s.sha256 else f"DIFFERS from the study's record {recorded}"
     dataset = dataset_of(s)
     pairs = [
-        ("study", s.study.name), ("spec sha256", f"{s.sha256} ({check})"),
+        ("study", s.study.name), ("frozen spec.toml sha256", f"{s.sha256} ({check})"),
         ("objective", ", ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))),
         ("sampler", s.study.sampler), ("pruner", s.study.pruner), ("trials (budget)", s.study.n_trials),
         ("study seed", s.study.seed), ("deterministic", s.study.deterministic),
@@ -70,7 +88,7 @@ def spec(data: CampaignData) -> Section:
         ("device", s.trainer.device),
     ]  # fmt: skip
     kv_html, kv_md = kv(pairs)
-    space = [(name, repr(dist)) for name, dist in s.space.distributions().items()]
+    space = _space_rows(s)
     comment = _spec_comment(s.text)
     body = (
         f'<p class="question">{e(_question(data))}</p>'
@@ -92,17 +110,19 @@ def best(data: CampaignData) -> Section:
         top = data.best()
         if not top:
             raise LeftOut("no complete trial yet")
-        names = sorted({k for t in top for k in t.params})
-        has_genome = any(genome_of(t) for t in top)
+        space = data.spec.space
+        chosen = {t.number: searched_params(data.record(t), space) for t in top}
+        names = list(dict.fromkeys(k for params in chosen.values() for k in params))
+        genomes = {t.number: genome_of(data.record(t), space) for t in top}
+        has_genome = any(g and g not in chosen[n].values() for n, g in genomes.items())  # else a column shows it
         columns = ["rank", "trial", *data.metrics, "seed", "epochs", "duration s", *names]
         columns += ["genome"] if has_genome else []
         rows = []
         for rank, t in enumerate(top, 1):
             r = data.record(t)
-            params = r.trainer_params if data.spec.pbt is not None else r.params  # PBT: what it ended with
             row = [rank, r.number, *(r.values or []), r.seed, epochs_spent(r), r.duration,
-                   *(params.get(n) for n in names)]
-            rows.append(row + ([genome_of(r)] if has_genome else []))
+                   *(chosen[r.number].get(n) for n in names)]
+            rows.append(row + ([genomes[r.number]] if has_genome else []))
         label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
         return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)
 
@@ -145,7 +165,7 @@ def history(data: CampaignData) -> Section:
         for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
             points = history_points(data, i)
             drawn = plots.optimization_history(points.complete, points.pruned, points.failed,
-                                               direction == "maximize", metric)
+                                               direction == "maximize", metric, points.cuts)
             counts = (f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
                       f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}")
             body += figure(drawn, f"optimization history of {metric}: {counts}, with the best so far")
@@ -169,8 +189,8 @@ def curves(data: CampaignData) -> Section:
         rest = [n for n in sorted(reported) if n not in top][: max(0, MAX_CURVE_TRIALS - len(top))]
         shown = {n: reported[n] for n in sorted([*top, *rest])}
         seen = {k for _s, h in shown.values() for _step, m in h for k in m}
-        extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in data.metrics]
-        metrics = [m for m in data.metrics if m in seen] + extra
+        extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in data.spec.study.metrics]
+        metrics = [m for m in dict.fromkeys([*data.metrics, *data.spec.study.metrics]) if m in seen] + extra
         if not metrics:
             raise LeftOut(f"the trials reported none of the study's metrics ({', '.join(data.metrics)})")
         drawn = plots.learning_curves(shown, metrics, top)
@@ -194,6 +214,9 @@ def importance(data: CampaignData) -> Section:
         values, problem = importances(data)
         basis = (f"based on {n} complete trials (pruned and failed ones are not used; importances are shown from "
                  f"{MIN_IMPORTANCE_TRIALS} complete trials on)")
+        genomes = [p.name for p in data.spec.space if len(p.distributions()) > 1]
+        if genomes:
+            basis += f"; an architecture's ({', '.join(genomes)}) is the sum over its flat Optuna parameters"
         body, md = note(basis), basis + "\n\n"
         for metric, scores in values.items():
             body += figure(plots.importance_bars(scores, metric), f"parameter importances for {metric}")
@@ -240,9 +263,11 @@ def pareto(data: CampaignData) -> Section:
             raise LeftOut("a single-objective study has no Pareto front")
         front = own_trials(data.study.best_trials)  # not warm-start copies
         names = data.metrics
-        rows: list[Sequence[Any]] = [(t.number, *t.values, *t.params.values())
+        chosen = {t.number: searched_params(data.record(t), data.spec.space) for t in front}
+        params = list(dict.fromkeys(k for p in chosen.values() for k in p))
+        rows: list[Sequence[Any]] = [(t.number, *t.values, *(chosen[t.number].get(k) for k in params))
                                      for t in sorted(front, key=lambda t: t.values[0])]
-        columns = ["trial", *names, *(front[0].params if front else [])]
+        columns = ["trial", *names, *params]
         body = table(columns, rows)
         if len(names) >= 2 and data.complete():
             points = [(t.values[0], t.values[1]) for t in data.complete()]

@@ -9,11 +9,12 @@ import optuna
 from optuna.trial import TrialState
 
 from spaces.errors import InputError
+from spaces.params import SearchSpace
 
 from search.store.folder import CampaignFolder, ControllerLock
 from search.spec.campaign_spec import load_spec
 from search.store.storage import missing_storage, open_storage, storage_url
-from search.reports.summary import state_counts
+from search.reports.summary import params_text, state_counts, trial_params
 from search.warm_start import describe, is_warm_start, own_trials
 
 __all__ = ["status_text"]
@@ -36,13 +37,14 @@ def status_text(path: str | Path) -> str:
     warm = describe(study)
     if warm:
         lines.append(f"  warm start: {warm['used']} trial(s) from {warm['source']} inform the sampler (not counted)")
-    lines += _best_lines(study, spec.study.metrics, spec.study.directions)
+    lines += _best_lines(study, spec.study.metrics, spec.study.directions, spec.space)
     running = [t for t in trials if t.state == TrialState.RUNNING]
     for trial in running:
         label = "running" if alive else "interrupted (resume to finish it)"
         since = trial.datetime_start.strftime("%H:%M:%S") if trial.datetime_start else "?"
         steps = len(trial.intermediate_values)
-        lines.append(f"  trial {trial.number}: {label}, since {since}, {steps} report(s), params {trial.params}")
+        lines.append(f"  trial {trial.number}: {label}, since {since}, {steps} report(s), "
+                     f"params {params_text(trial_params(trial, spec.space))}")
     if running and not alive:
         lines.append(f"  continue with: hypersweep resume {path}")
     return "\n".join(lines)
@@ -60,7 +62,8 @@ def _read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:
                          "spec.toml?)") from None  # fmt: skip
 
 
-def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...]) -> list[str]:
+def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...],
+                space: SearchSpace | None = None) -> list[str]:
     complete = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == TrialState.COMPLETE]
     if not complete:
         return ["  best: none yet"]
@@ -70,7 +73,8 @@ def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple
     best = study.best_trial
     if is_warm_start(best):  # a warm-start copy: the best of the campaign's own trials instead
         best = (max if directions[0] == "maximize" else min)(complete, key=lambda t: t.value)
-    return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), params {best.params}"]
+    return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), "
+            f"params {params_text(trial_params(best, space))}"]
 
 
 def _now() -> str:

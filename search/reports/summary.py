@@ -9,10 +9,13 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial
 
+from spaces.errors import SpaceError
+from spaces.params import SearchSpace
+
 from search.store.records import TrialRecord
 from search.warm_start import own_trials
 
-__all__ = ["trials_frame", "best_table", "state_counts", "trial_params"]
+__all__ = ["trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
 
 
 def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
@@ -22,14 +25,42 @@ def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
     for i, name in enumerate(metrics):
         row[name] = values[i] if i < len(values) else None
     row["duration_s"] = record.duration
-    row.update({f"params.{k}": v for k, v in record.trainer_params.items()})
+    row.update({f"params.{k}": v for k, v in trial_params(record).items()})
     row["reason"] = record.reason
     return row
 
 
-def trial_params(trial: FrozenTrial | TrialRecord) -> dict:
-    """The parameters the trainer got (genomes as their strings), else Optuna's flat ones."""
-    return TrialRecord.of(trial).trainer_params
+def trial_params(trial: FrozenTrial | TrialRecord, space: SearchSpace | None = None) -> dict:
+    """The parameters as the trainer got them, each architecture as its one canonical genome string.
+
+    This is the one form ``status``, ``run``'s table and the report show. A trial that recorded
+    no config (asked, not yet started) has only Optuna's flat ``arch.*`` parameters: with the
+    ``space``, each genome's flat parameters are folded back into its string.
+    """
+    record = TrialRecord.of(trial)
+    if record.config is not None and isinstance(record.config.get("params"), dict):
+        return dict(record.config["params"])
+    return _fold_genomes(dict(record.params), space) if space is not None else dict(record.params)
+
+
+def _fold_genomes(params: dict, space: SearchSpace) -> dict:
+    for param in space:  # an architecture is searched through flat parameters '<name>.*'
+        flat = [name for name in params if name.startswith(f"{param.name}.")]
+        if not flat or param.name in params:
+            continue
+        try:
+            text = param.value_from(params)
+        except SpaceError:  # cut short (a crash between its parameters): left as it is
+            continue
+        at = list(params).index(flat[0])
+        items = [(k, v) for k, v in params.items() if k not in flat]
+        params = dict([*items[:at], (param.name, text), *items[at:]])
+    return params
+
+
+def params_text(params: dict) -> str:
+    """``name=value`` pairs, as one line (an architecture's string as it is)."""
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def trials_frame(study: optuna.Study, metrics: tuple[str, ...]) -> pd.DataFrame:

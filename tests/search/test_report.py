@@ -54,7 +54,7 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*", "--window-size=1280,900",
+    "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*",
 )  # fmt: skip
 
 
@@ -69,23 +69,26 @@ class PageResult:
     texts: dict[str, str] = dataclasses.field(default_factory=dict)  # section id -> its rendered text (innerText)
     nav: str = ""  # the table of contents as rendered (with the note on sections left out)
     figures: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # alt, natural and shown size per image
+    probe: Any = None  # what the caller's ``probe`` expression returned
 
 
 def available() -> bool:
     return Path(CHROMIUM).exists()
 
 
-def open_page(url: str, screenshot: Path | None = None, timeout: float = 45.0) -> PageResult:
-    """Load ``url`` in a fresh headless Chromium; return what the page showed and every error it logged."""
+def open_page(url: str, screenshot: Path | None = None, timeout: float = 45.0, width: int = 1280,
+              probe: str = "null") -> PageResult:
+    """Load ``url`` in a fresh headless Chromium ``width`` CSS pixels wide; return what the page showed, every
+    error it logged and what the JavaScript expression ``probe`` evaluated to in the page."""
     profile = tempfile.mkdtemp(prefix="hypersweep-chromium-")
     proc = subprocess.Popen(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        [CHROMIUM, *FLAGS, f"--window-size={width},900", f"--user-data-dir={profile}", "about:blank"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         port = _devtools_port(proc, timeout)
         page_ws = _page_websocket(port, timeout)
-        return asyncio.run(asyncio.wait_for(_drive(page_ws, url, screenshot), timeout))
+        return asyncio.run(asyncio.wait_for(_drive(page_ws, url, screenshot, probe), timeout))
     finally:
         proc.terminate()
         try:
@@ -160,7 +163,7 @@ class _Session:
         return message
 
 
-async def _drive(page_ws: str, url: str, screenshot: Path | None) -> PageResult:
+async def _drive(page_ws: str, url: str, screenshot: Path | None, probe_js: str = "null") -> PageResult:
     from tornado.websocket import websocket_connect
 
     ws = await websocket_connect(page_ws, max_message_size=256 * 1024 * 1024)
@@ -182,6 +185,7 @@ async def _drive(page_ws: str, url: str, screenshot: Path | None) -> PageResult:
             "   height: i.naturalHeight, shown: i.getBoundingClientRect().width}))})"
         ))  # fmt: skip
         value = probe["result"]["value"]
+        asked = await s.call("Runtime.evaluate", returnByValue=True, expression=f"({probe_js})")
         shot = None
         if screenshot is not None:
             metrics = await s.call("Page.getLayoutMetrics")
@@ -192,7 +196,7 @@ async def _drive(page_ws: str, url: str, screenshot: Path | None) -> PageResult:
             shot = screenshot
         await s.call("Runtime.evaluate", expression="0")  # drain events that arrived meanwhile
         return PageResult(_errors(s.events), value["ids"], value["title"], value["images"], value["broken"], shot,
-                          value["texts"], value["nav"], value["figures"])
+                          value["texts"], value["nav"], value["figures"], asked["result"].get("value"))
     finally:
         ws.close()
 
@@ -395,8 +399,8 @@ def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path
     folder = _hand_made_campaign(tmp_path / "runs" / "toy-mo")
     files = write_report(folder.root)
     page = files.index.read_text()
-    for section in SECTION_IDS:  # a trainer with no lr, 5 complete trials: no LR figure, no importances
-        assert (f'<section id="{section}">' in page) == (section not in ("lr", "importance")), section
+    for section in SECTION_IDS:  # a trainer with no lr, 5 complete trials, no PBT: no LR, importances, lineage
+        assert (f'<section id="{section}">' in page) == (section not in ("lr", "importance", "pbt")), section
     assert "reported no &#x27;lr&#x27; metric" in page and "importances skipped: only 5 complete" in page
     assert "digits" not in page  # toy_trainers:fit is not the built-in trainer: no dataset to name
     assert HOSTILE not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -29,6 +30,8 @@ __all__ = [
     "plot_examples_to_target",
     "plot_lr_rule",
     "plot_noise_scale",
+    "draw_noise_scale",
+    "NoiseReading",
 ]
 
 REGIME_COLOURS = {
@@ -280,28 +283,70 @@ def plot_lr_rule(path: str | Path, lr_fit: LRRuleFit, *, ci: float = 0.9) -> Pat
     return _save(fig, path)
 
 
-def plot_noise_scale(path: str | Path, histories: Mapping[int, Sequence[tuple[float, float]]]) -> Path:
-    """``B_simple`` over training, one line per batch size: ``{B: [(step, b_simple), ...]}``.
+class NoiseReading(NamedTuple):
+    """One ``B_simple`` report: the estimate and its interval; above the measurable range ``b_simple`` and
+    ``high`` are ``inf`` and ``low`` is a lower bound. NaN: not reported."""
 
-    Non-finite values are left out; the y axis is logarithmic when every
-    value drawn is positive (early estimates can be negative).
+    step: float
+    b_simple: float
+    low: float = math.nan
+    high: float = math.nan
+
+    @property
+    def above_range(self) -> bool:
+        return math.isinf(self.b_simple) and self.b_simple > 0
+
+
+def _readings(points: Sequence[Sequence[float]]) -> list[NoiseReading]:
+    """``(step, b_simple[, low, high])`` tuples as readings; NaN estimates (too few measurements) left out."""
+    readings = [NoiseReading(*(float(v) for v in p)) for p in points]
+    return [r for r in readings if not math.isnan(r.b_simple)]
+
+
+def draw_noise_scale(histories: Mapping[int, Sequence[Sequence[float]]]) -> Figure:
+    """``B_simple`` over training, one line per batch size, its interval shaded, above-range readings marked.
+
+    ``histories`` is ``{B: [(step, b_simple, low, high), ...]}`` (``low``/``high``
+    may be left out). A reading above the measurable range is drawn as an
+    upward triangle at its lower bound (no estimate and no upper end exist);
+    the y axis is logarithmic when every value drawn is positive (early
+    estimates can be negative).
     """
     fig, ax = _figure()
     drawn: list[float] = []
-    for b in sorted(histories):
-        points = [(float(s), float(v)) for s, v in histories[b] if math.isfinite(float(v))]
-        if not points:
-            continue
-        steps, values = zip(*points, strict=True)
-        ax.plot(steps, values, "-", label=f"B={b}")
-        drawn.extend(values)
+    above_any = False
+    for i, b in enumerate(sorted(histories)):
+        readings = _readings(histories[b])
+        colour = f"C{i % 10}"
+        finite = [r for r in readings if math.isfinite(r.b_simple)]
+        if finite:
+            ax.plot([r.step for r in finite], [r.b_simple for r in finite], "-", color=colour, label=f"B={b}")
+            drawn.extend(r.b_simple for r in finite)
+        bounded = [r for r in finite if math.isfinite(r.low) and math.isfinite(r.high)]
+        if bounded:
+            ax.fill_between([r.step for r in bounded], [r.low for r in bounded], [r.high for r in bounded],
+                            color=colour, alpha=0.15, linewidth=0)  # fmt: skip
+            drawn.extend(v for r in bounded for v in (r.low, r.high))
+        above = [r for r in readings if r.above_range and math.isfinite(r.low)]
+        if above:
+            above_any = True
+            ax.plot([r.step for r in above], [r.low for r in above], "^", color=colour, markersize=6,
+                    label=None if finite else f"B={b}")  # fmt: skip
+            drawn.extend(r.low for r in above)
     if drawn and min(drawn) > 0:
         ax.set_yscale("log")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("B_simple = tr(Σ) / |G|²")
-    ax.set_title("Gradient noise scale over training")
+    ax.set_title("Gradient noise scale over training (shaded: interval)")
+    if above_any:
+        ax.plot([], [], "^", color="#555555", label="above measurable range (at its lower bound)")
     if drawn:
         ax.legend(fontsize="small")
     else:
         ax.text(0.5, 0.5, "no noise-scale measurements", ha="center", va="center", transform=ax.transAxes)
-    return _save(fig, path)
+    return fig
+
+
+def plot_noise_scale(path: str | Path, histories: Mapping[int, Sequence[Sequence[float]]]) -> Path:
+    """:func:`draw_noise_scale`, written as a PNG."""
+    return _save(draw_noise_scale(histories), path)

@@ -1,8 +1,8 @@
 """Every file in examples/ end to end, as a new user runs it on a 2-worker machine.
 
-Each example runs through the CLI (``python -m search run``, or ``scaling`` for a
-spec with a ``[scaling]`` section) with 2 workers, then ``status``, ``report``
-and ``reproduce`` of one trial; the exit codes are asserted, and the report's
+Each example runs through the CLI's ``main`` (``hypersweep run``, or ``scaling``
+for a spec with a ``[scaling]`` section) with 2 workers, then ``status``,
+``report`` and ``reproduce`` of one trial; the exit codes are asserted, and the report's
 best trial must be the one the study's direction says (the most accurate, the
 Pareto front, or in a scaling sweep the fewest steps among the trials that
 reached the target). The budgets are cut so that the file runs in CI (the full
@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -24,6 +21,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from search.cli import main
 from search.store.records import TrialRecord
 from tests.campaign_storage import load
 
@@ -56,10 +54,10 @@ def cut_copy(name: str, folder: Path) -> Path:
     return path
 
 
-def cli(*args: str | Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "search", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+def cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str]:
+    """``hypersweep ARGS`` in this process (the function the console script calls): exit code and stdout."""
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().out
 
 
 def report_best(report_md: str) -> list[int]:
@@ -103,36 +101,36 @@ def reproduced_trial(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_runs_end_to_end(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_example_runs_end_to_end(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
+) -> None:
     spec_path = cut_copy(name, tmp_path)
     spec = tomllib.loads(spec_path.read_text())
     command = "scaling" if "scaling" in spec else "run"
     runs = tmp_path / "runs"
-    done = cli(command, spec_path, "--runs-dir", runs, "--workers", "2", "--no-progress", timeout=360)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    code, out = cli(capsys, command, spec_path, "--runs-dir", runs, "--workers", "2", "--no-progress")
+    assert code == 0, out[-3000:]
     folder = runs / spec["study"]["name"]
 
-    status = cli("status", folder, timeout=120)
-    assert status.returncode == 0, status.stderr
-    assert "controller not running" in status.stdout
-    report = cli("report", folder, timeout=180)
-    assert report.returncode == 0, report.stderr
+    code, status = cli(capsys, "status", folder)
+    assert code == 0 and "controller not running" in status, status
+    code, out = cli(capsys, "report", folder)
+    assert code == 0, out
     trials = load(folder, spec["study"]["name"]).get_trials()
     best = expected_best(spec, trials)
-    shown = report_best((folder / "report" / "report.md").read_text())
+    report_md = (folder / "report" / "report.md").read_text()
+    shown = report_best(report_md)
     assert (sorted(shown) if "directions" in spec["study"] else shown[:1]) == best, (shown, best)
     if "scaling" in spec:  # the sweep's objective, only over the trials that reached the target
-        assert f"best steps_to_target = {trials[best[0]].value:.6g} (trial {best[0]})" in status.stdout
-        assert "Conclusion" in (folder / "report" / "index.html").read_text()
-        assert (folder / "scaling" / "conclusion.txt").read_text().strip() in \
-            (folder / "report" / "report.md").read_text()  # fmt: skip
+        assert f"best steps_to_target = {trials[best[0]].value:.6g} (trial {best[0]})" in status, status
+        assert (folder / "scaling" / "conclusion.txt").read_text().strip() in report_md
+        assert "<h3>Conclusion</h3>" in (folder / "report" / "index.html").read_text()
 
     if "pbt" in spec:
         request.applymarker(PBT_REPRODUCE)
     number = reproduced_trial(spec, trials)
-    again = cli("reproduce", folder, number, timeout=240)
-    assert again.returncode == 0 and f"MATCH: trial {number} reproduces" in again.stdout, again.stdout[-3000:]
-    summary = {"example": name, "trials": len(trials), "best": best, "reproduced": number}
-    print(json.dumps(summary))
+    code, again = cli(capsys, "reproduce", folder, number)
+    assert code == 0 and f"MATCH: trial {number} reproduces" in again, again[-3000:]
+    print(json.dumps({"example": name, "trials": len(trials), "best": best, "reproduced": number}))

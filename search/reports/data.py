@@ -65,7 +65,7 @@ class CampaignData:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        """What the study optimises (steps to target in a scaling sweep); the reported ones are ``spec.study.metrics``."""
+        """What the study optimises (steps to target in a sweep); the reported ones are ``spec.study.metrics``."""
         return self.spec.objective_metrics
 
     @property

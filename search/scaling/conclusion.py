@@ -5,7 +5,10 @@ Every regime it names for a batch size is the one the scaling table lists
 digits as it takes to fall on the same side of every measured batch size
 as the regimes say; the ``B_crit`` interval is stated with its open ends
 spelled out; batch sizes whose regime flips within that interval are named;
-and a learning-rate rule is recommended only when the exponent's interval
+the measured ``S(2B)/S(B)`` ratios are set against the fitted regimes; every
+fitted figure outside the measured batch sizes (``S_min`` and ``E_min``
+always) is named an extrapolation, with an interval or "not determined by
+these batch sizes" (:mod:`search.scaling.measured`); and a learning-rate rule is recommended only when the exponent's interval
 contains exactly one of the two reference exponents (0.5 and 1).
 """
 
@@ -130,7 +133,7 @@ def _boundaries(
                   f"interval it could be a neighbouring one."]  # fmt: skip
 
 
-def _limits(fit: ScalingFit, measured: Mapping[int, float], interval: tuple[float, float] | None, ci: str) -> str:
+def _limits(measured: Mapping[int, float], interval: tuple[float, float] | None, ci: str) -> str:
     """``S_min`` and ``E_min``: limits of the fit outside any batch size, so always extrapolations; their interval."""
     text = "S_min and E_min are the fit's limits for an unbounded and a vanishing batch size, so extrapolations"
     if measured:
@@ -148,11 +151,11 @@ def _limits(fit: ScalingFit, measured: Mapping[int, float], interval: tuple[floa
 def _critical(
     fit: ScalingFit, measured: Mapping[int, float], b_crit_interval: tuple[float, float] | None, ci: str
 ) -> list[str]:
+    notes = _notes(fit.b_crit, sorted(measured), b_crit_interval, ci)
     return [
-        f"The critical batch size is B_crit≈{_num(fit.b_crit)}{_notes(fit.b_crit, sorted(measured), b_crit_interval, ci)}"
-        f": there a run needs "
+        f"The critical batch size is B_crit≈{_num(fit.b_crit)}{notes}: there a run needs "
         f"2x the minimum steps (S_min≈{_num(fit.s_min)}) and 2x the minimum examples (E_min≈{_num(fit.e_min)}).",
-        _limits(fit, measured, b_crit_interval, ci),
+        _limits(measured, b_crit_interval, ci),
     ]
 
 
@@ -202,12 +205,13 @@ def conclusion(
     """One plain-language paragraph: each measured batch size's regime, the boundaries, B_crit, the LR rule.
 
     ``regimes`` must be the mapping the scaling table shows; every regime
-    statement is read from it; the measured steps per batch size
-    (``measured``, by default the fit's own points) are set against it: their
-    ``S(2B)/S(B)`` ratios, and every fitted figure outside their range is named
-    an extrapolation. ``interpolated=False`` (steps counted at
-    report granularity) adds that the steps are upper bounds and bias
-    ``B_crit`` upward.
+    statement is read from it. The measured steps per batch size (``measured``,
+    by default the fit's own points) are set against the fit: their
+    ``S(2B)/S(B)`` ratios are compared with the fitted regimes, every fitted
+    figure outside the measured batch sizes is named an extrapolation, and
+    ``S_min``/``E_min`` get intervals from ``b_crit_interval``.
+    ``interpolated=False`` (steps counted at report granularity) adds that the
+    steps are upper bounds and bias ``B_crit`` upward.
     """
     halve = f"{1 - perfect / 2:.2g}"  # S(2B)/S(B) at the perfect threshold
     keep = f"{1 - maximal / 2:.2g}"  # S(2B)/S(B) at the maximal threshold

@@ -82,7 +82,7 @@ class SweepOutcomes:
         return sorted(n for n, o in self.outcomes.items() if o is outcome)
 
     def state_label(self, number: int, state: str) -> str:
-        """``state`` (a trial state's name), or ``NOT REACHED``/``DIVERGED`` for a complete trial short of the target."""
+        """``state`` (a trial state's name), or ``NOT REACHED``/``DIVERGED`` for a complete trial short of it."""
         outcome = self.outcomes.get(number)
         return state if outcome is None or outcome is TargetOutcome.REACHED else outcome.value.upper()
 

@@ -109,14 +109,16 @@ def _interval_label(interval: tuple[float, float], ci: float) -> str:
 
 
 def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None, y: float, x: np.ndarray,
-                 colour: str, ci: float) -> None:  # fmt: skip
+                 colour: str, ci: float, measured: tuple[float, float]) -> None:  # fmt: skip
     """The B_crit line and, when given, its interval as a horizontal error bar at height ``y``.
 
     An end outside the plotted range (``0`` or ``inf`` included) is drawn to
     the edge with an arrow head: "further than shown".
     """
     if math.isfinite(fit.b_crit) and fit.b_crit > 0:
-        ax.axvline(fit.b_crit, color=colour, linestyle=":", label=f"B_crit≈{fit.b_crit:.3g}")
+        outside = not measured[0] <= fit.b_crit <= measured[1]
+        ax.axvline(fit.b_crit, color=colour, linestyle=":",
+                   label=f"B_crit≈{fit.b_crit:.3g}" + (" (outside the measured B: extrapolated)" if outside else ""))
     if interval is None:
         return
     low, high = (float(v) for v in interval)
@@ -135,24 +137,30 @@ def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None
 
 def _draw_fit(ax: Axes, fit: ScalingFit, x: np.ndarray, interval: tuple[float, float] | None, ci: float, *,
               curve: np.ndarray, scale: np.ndarray | float, label: str, colour: str, bar_colour: str,
-              minimum: float, points: Sequence[float], minimum_label: str = "") -> None:  # fmt: skip
+              minimum: float, points: Sequence[float], measured: tuple[float, float],
+              minimum_label: str = "") -> None:  # fmt: skip
     """The fitted curve on ``ax`` with, given ``interval``, its band and the ``B_crit`` error bar.
 
     ``curve`` is the fit over ``x`` and ``scale`` turns steps into the plotted quantity (``1`` for
     steps, ``x`` for examples). The band is the envelope of the fits with ``B_crit`` in the interval;
     the error bar sits at twice the curve's ``minimum`` (where it crosses ``B_crit``), or at the
     median of ``points`` when there is none. With ``minimum_label``, a positive minimum is also
-    drawn as a dotted horizontal line.
+    drawn as a dotted horizontal line. ``measured`` is the range of the measured batch sizes: the
+    curve is solid over it and dashed (extrapolated) beyond.
     """
     band = _band(fit, interval, x) if interval is not None else None
     if band is not None:
         ax.fill_between(x, band[0] * scale, band[1] * scale, color=colour, alpha=0.2, linewidth=0, zorder=1,
                         label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
-    ax.plot(x, curve, "-", color=colour, zorder=2, label=label)
+    low, high = measured
+    if x[0] < low or x[-1] > high:  # dashed where no batch size was measured, solid over the measured ones
+        ax.plot(x, curve, "--", color=colour, zorder=2, label="the fit outside the measured batch sizes (extrapolated)")
+    inside = (x >= low) & (x <= high)
+    ax.plot(x[inside], np.asarray(curve)[inside], "-", color=colour, zorder=2, label=label)
     if minimum_label and minimum > 0:
         ax.axhline(minimum, color=colour, linestyle=":", label=minimum_label)
     height = 2 * minimum if minimum > 0 else float(np.median(points))
-    _draw_b_crit(ax, fit, interval, height, x, bar_colour, ci)
+    _draw_b_crit(ax, fit, interval, height, x, bar_colour, ci, measured)
 
 
 def draw_steps_to_target(
@@ -174,8 +182,9 @@ def draw_steps_to_target(
     ax.plot(batch_sizes, steps, "o", color="black", label="best steps to target", zorder=3)
     if fit is not None:
         _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_steps(x), scale=1,
-                  label=f"fit: S_min={fit.s_min:.3g}, B_noise={fit.b_noise:.3g}", colour="tab:blue",
-                  bar_colour="tab:blue", minimum=fit.s_min, points=steps)  # fmt: skip
+                  label=f"fit: S_min={fit.s_min:.3g} (its B→∞ limit: extrapolated), B_noise={fit.b_noise:.3g}",
+                  colour="tab:blue", bar_colour="tab:blue", minimum=fit.s_min, points=steps,
+                  measured=(min(batch_sizes), max(batch_sizes)))  # fmt: skip
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")
@@ -226,7 +235,8 @@ def draw_examples_to_target(
     if fit is not None:
         _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_examples(x), scale=x,
                   label=f"fit: E_min={fit.e_min:.3g}", colour="tab:orange", bar_colour="tab:red",
-                  minimum=fit.e_min, points=examples, minimum_label="E_min")  # fmt: skip
+                  minimum=fit.e_min, points=examples, measured=(min(batch_sizes), max(batch_sizes)),
+                  minimum_label="E_min (its B→0 limit: extrapolated)")  # fmt: skip
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")

@@ -58,7 +58,8 @@ def replay_plan(goal: TargetGoal, trial: TrialRecord) -> ReplayPlan:
     history = trial.history
     if not history:
         raise ValueError(f"trial {trial.number} of the scaling sweep recorded no reports: where it reached "
-                         f"{goal.metric} {_sign(goal)} {goal.target:g} is unknown, so it cannot be replayed")  # fmt: skip
+                         f"{goal.metric} {_sign(goal)} {goal.target:g} is unknown, "
+                         f"so it cannot be replayed")  # fmt: skip
     hit = first_target_report(history, goal)
     return ReplayPlan(goal, len(history) if hit is not None else None, hit)
 
@@ -73,7 +74,8 @@ def replay_notes(plan: ReplayPlan, recorded: History, reproduced: History) -> li
         return [f"MISMATCH: the record never reached {target}, the replay did at step {reproduced[hit][0]}"]
     where = f"step {recorded[plan.recorded_hit][0]} (report {plan.recorded_hit + 1} of {len(recorded)})"
     if hit is None:
-        return [f"MISMATCH: the record reached {target} at {where}, the replay never did in {len(reproduced)} report(s)"]
+        return [f"MISMATCH: the record reached {target} at {where}, "
+                f"the replay never did in {len(reproduced)} report(s)"]
     if hit != plan.recorded_hit:
         return [f"MISMATCH: the record reached {target} at {where}, the replay at step {reproduced[hit][0]}"]
     return [f"scaling sweep: stopped at the target as the campaign did: {target} reached at {where} in the record "

@@ -168,3 +168,21 @@ def test_noise_scale_plot_draws_intervals_and_marks_above_range_readings() -> No
     assert ax.get_yscale() == "log"
     plain = draw_noise_scale({32: [(1, 10.0), (2, 12.0)]})  # (step, b_simple) pairs still draw
     assert not [c for c in plain.axes[0].collections if isinstance(c, PolyCollection)]
+
+
+def test_the_steps_plot_draws_the_fit_dashed_where_nothing_was_measured() -> None:
+    from matplotlib.figure import Figure
+
+    from search.scaling.plots import draw_steps_to_target
+
+    fit = fit_mccandlish(SIZES, STEPS)
+    assert fit.b_crit > max(SIZES)
+    fig = Figure()
+    draw_steps_to_target(fig.add_subplot(), SIZES, STEPS, fit, b_crit_interval=(fit.b_crit * 0.8, fit.b_crit * 1.2))
+    lines = {str(line.get_label()): line for line in fig.axes[0].get_lines()}
+    dashed = lines["the fit outside the measured batch sizes (extrapolated)"]
+    assert dashed.get_linestyle() == "--"
+    solid = next(line for label, line in lines.items() if label.startswith("fit: S_min="))
+    assert min(solid.get_xdata()) >= 8 and max(solid.get_xdata()) <= 256
+    assert "(its B→∞ limit: extrapolated)" in solid.get_label()
+    assert f"B_crit≈{fit.b_crit:.3g} (outside the measured B: extrapolated)" in lines

@@ -67,7 +67,9 @@ def scaling(data: CampaignData) -> Section:
             if rows:
                 body += table(columns, rows)
                 md += md_table(columns, rows) + "\n\n"
-        for png in sorted(data.scaling_dir.glob("*.png")):
+        order = list(FIGURE_CAPTIONS)
+        for png in sorted(data.scaling_dir.glob("*.png"), key=lambda p: (order.index(p.name) if p.name in order
+                                                                          else len(order), p.name)):
             uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
             body += figure(uri, FIGURE_CAPTIONS.get(png.name, f"scaling figure {png.name}"))
             md += f"- figure scaling/{png.name} (embedded in index.html)\n"

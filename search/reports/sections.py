@@ -36,7 +36,8 @@ TOP_K = 5  # the best trials the LR figure and the learning curves single out
 
 def _question(data: CampaignData) -> str:
     s = data.spec
-    goals = " and ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))
+    goals = " and ".join(f"{d} {m}" for d, m in zip(s.objective_directions, s.objective_metrics, strict=True))
+    goals += f" (optimizer steps until {data.sweep.target_text})" if data.sweep else ""
     searched = ", ".join(s.space.distributions()) or "no parameters"
     dataset = dataset_of(s)
     on = f" on {dataset!r}" if dataset else ""

@@ -139,8 +139,8 @@ def _limits(measured: Mapping[int, float], interval: tuple[float, float] | None,
     if measured:
         b_s = min(measured, key=lambda b: measured[b])
         b_e = min(measured, key=lambda b: measured[b] * b)
-        text += (f": the fewest steps measured were {_measured(measured[b_s])} (B={b_s}) and the fewest examples "
-                 f"{_measured(measured[b_e] * b_e)} (B={b_e})")  # fmt: skip
+        text += (f": the fewest steps measured were {_measured(measured[b_s])} (B={b_s}) and the fewest "
+                 f"examples (steps × B) {_measured(measured[b_e] * b_e)} (B={b_e})")  # fmt: skip
     if interval is None or not measured:
         why = "no interval was computed" if interval is None else "the measured steps were not given"
         return text + f", not determined by these batch sizes ({why})."

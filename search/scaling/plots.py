@@ -320,11 +320,15 @@ def draw_noise_scale(histories: Mapping[int, Sequence[Sequence[float]]]) -> Figu
     may be left out). A reading above the measurable range is drawn as an
     upward triangle at its lower bound (no estimate and no upper end exist);
     the y axis is logarithmic when every value drawn is positive (early
-    estimates can be negative).
+    estimates can be negative); a lower end (of an interval, or an above-range
+    bound) that is not positive is drawn at a tenth of the smallest positive value.
     """
     fig, ax = _figure()
     drawn: list[float] = []
     above_any = False
+    positive = [r.b_simple for h in histories.values() for r in _readings(h) if 0 < r.b_simple < math.inf]
+    positive += [r.low for h in histories.values() for r in _readings(h) if 0 < r.low < math.inf]
+    floor = min(positive) / 10 if positive else 0.0  # a non-positive interval end is drawn down to here
     for i, b in enumerate(sorted(histories)):
         readings = _readings(histories[b])
         colour = f"C{i % 10}"
@@ -334,15 +338,14 @@ def draw_noise_scale(histories: Mapping[int, Sequence[Sequence[float]]]) -> Figu
             drawn.extend(r.b_simple for r in finite)
         bounded = [r for r in finite if math.isfinite(r.low) and math.isfinite(r.high)]
         if bounded:
-            ax.fill_between([r.step for r in bounded], [r.low for r in bounded], [r.high for r in bounded],
-                            color=colour, alpha=0.15, linewidth=0)  # fmt: skip
-            drawn.extend(v for r in bounded for v in (r.low, r.high))
+            ax.fill_between([r.step for r in bounded], [max(r.low, floor) for r in bounded],
+                            [r.high for r in bounded], color=colour, alpha=0.15, linewidth=0)  # fmt: skip
         above = [r for r in readings if r.above_range and math.isfinite(r.low)]
         if above:
             above_any = True
-            ax.plot([r.step for r in above], [r.low for r in above], "^", color=colour, markersize=6,
+            ax.plot([r.step for r in above], [max(r.low, floor) for r in above], "^", color=colour, markersize=6,
                     label=None if finite else f"B={b}")  # fmt: skip
-            drawn.extend(r.low for r in above)
+            drawn.extend(max(r.low, floor) for r in above)
     if drawn and min(drawn) > 0:
         ax.set_yscale("log")
     ax.set_xlabel("optimizer step")

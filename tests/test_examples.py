@@ -74,20 +74,22 @@ def dominated(a: tuple[float, ...], b: tuple[float, ...], signs: tuple[int, ...]
 
 
 def expected_best(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
-    """What the study's direction says is best, worked out here from the stored trials alone."""
+    """What the study's direction says is best, worked out here from the stored trials alone: the trials
+    tied for the best value (one objective), or the Pareto front."""
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     study = spec["study"]
     if "scaling" in spec:  # fewest steps, among the trials whose reports reached the target
         metric, target = study["metric"], spec["scaling"]["target"]
         hit = [t for t in done if any(m.get(metric, -math.inf) >= target for _s, m in TrialRecord.of(t).history)]
-        return [min(hit, key=lambda t: (t.value, t.number)).number] if hit else []
+        fewest = min((t.value for t in hit), default=None)
+        return [t.number for t in hit if t.value == fewest]
     if "directions" in study:  # the Pareto front, as a set
         signs = tuple(1 if d == "maximize" else -1 for d in study["directions"])
         return sorted(t.number for t in done
                       if not any(dominated(tuple(t.values), tuple(o.values), signs) for o in done))  # fmt: skip
     pick = max if study["direction"] == "maximize" else min
     best = pick(t.value for t in done)
-    return [min(t.number for t in done if t.value == best)]
+    return [t.number for t in done if t.value == best]
 
 
 def reproduced_trial(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> int:
@@ -122,9 +124,12 @@ def test_example_runs_end_to_end(
     best = expected_best(spec, trials)
     report_md = (folder / "report" / "report.md").read_text()
     shown = report_best(report_md)
-    assert (sorted(shown) if "directions" in spec["study"] else shown[:1]) == best, (shown, best)
+    if "directions" in spec["study"]:
+        assert sorted(shown) == best, (shown, best)
+    else:  # the first row is one of the trials tied for the best value
+        assert shown and shown[0] in best, (shown, best)
     if "scaling" in spec:  # the sweep's objective, only over the trials that reached the target
-        assert f"best steps_to_target = {trials[best[0]].value:.6g} (trial {best[0]})" in status, status
+        assert f"best steps_to_target = {trials[best[0]].value:.6g} (trial " in status, status
         assert (folder / "scaling" / "conclusion.txt").read_text().strip() in report_md
         assert "<h3>Conclusion</h3>" in (folder / "report" / "index.html").read_text()
 

@@ -32,6 +32,7 @@ from trainers.api import TrialConfig
 from search.intermediate import IntermediateValues
 from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
+from search.scaling.outcomes import goal_of
 from search.scaling.sweep import TargetGoal
 from search.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
@@ -202,7 +203,8 @@ class ScalingTarget:
     def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
         if not outcome.ok or running.stop_reason not in ("", TARGET_REACHED):
             return None
-        return Verdict(TrialState.COMPLETE, (self.goal.value(running.history()),))
+        # the stop reason is recorded ("target reached"), so reports and reproduce know where it was stopped
+        return Verdict(TrialState.COMPLETE, (self.goal.value(running.history()),), running.stop_reason)
 
 
 class Pruning:
@@ -247,9 +249,8 @@ def policies_for(
     policies: list[Policy] = [HaltOnDiskErrors(folder), KilledTrials(), RetryLostTrials(spec.study.max_retries)]
     if population is not None:
         policies.append(PopulationSegments(population))
-    if spec.scaling is not None:
-        mode = "max" if spec.study.directions[0] == "maximize" else "min"
-        goal = TargetGoal(spec.study.metrics[0], spec.scaling.target, mode, spec.scaling.interpolate)
+    goal = goal_of(spec)
+    if goal is not None:
         policies.append(ScalingTarget(goal))
     policies.append(Pruning(values, spec.study.multi_objective))
     return policies

@@ -37,7 +37,8 @@ from search.store.records import StudyAttr
 from search.progress import Progress
 from search.sampling import components
 from search.sampling.pruning import make_pruner
-from search.scaling.sweep import SweepResult, TargetGoal, analyze_sweep
+from search.scaling.outcomes import goal_of
+from search.scaling.sweep import SweepResult, analyze_sweep
 from search.spec.campaign_spec import CampaignSpec
 from search.store.storage import open_storage, storage_url
 from search.supply import campaign_sampler
@@ -224,9 +225,8 @@ def _write_summary(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Stu
 
 def analyze_scaling(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> SweepResult:
     """The sweep's fit, table, plots and conclusion, in ``scaling/``."""
-    assert spec.scaling is not None
-    mode = "max" if spec.study.directions[0] == "maximize" else "min"
-    goal = TargetGoal(spec.study.metrics[0], spec.scaling.target, mode, spec.scaling.interpolate)
+    goal = goal_of(spec)
+    assert spec.scaling is not None and goal is not None
     return analyze_sweep(study, spec.scaling, goal, folder.scaling, spec.study.seed)
 
 

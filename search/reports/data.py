@@ -26,6 +26,7 @@ from search.store.records import TrialRecord
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.store.storage import open_storage, storage_url
 from search.reports.summary import best_table, state_counts, trial_params, trials_frame
+from search.scaling.outcomes import SweepOutcomes, sweep_outcomes
 from search.reports.timing import (  # the timeline's names, read here as before
     Span,
     TimeAxis,
@@ -77,12 +78,17 @@ class CampaignData:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        """What the study optimised (steps to target in a scaling sweep), one name per objective value."""
+        """What the study optimises (steps to target in a sweep); the reported ones are ``spec.study.metrics``."""
         return self.spec.objective_metrics
 
     @property
     def directions(self) -> tuple[str, ...]:
         return self.spec.objective_directions
+
+    @functools.cached_property
+    def sweep(self) -> SweepOutcomes | None:
+        """A scaling sweep's trials by outcome against the target (``None`` without ``[scaling]``)."""
+        return sweep_outcomes(self.spec, self.records())
 
     def complete(self) -> list[FrozenTrial]:
         return [t for t in self.trials if t.state == TrialState.COMPLETE]
@@ -92,9 +98,12 @@ class CampaignData:
 
     def best(self, k: int = 5) -> list[FrozenTrial]:
         """The ``k`` best complete trials (single objective) or the whole Pareto front (several)."""
-        table = best_table(self.study, self.metrics, self.directions, k=k)
+        table = best_table(self.study, self.metrics, self.directions, k=k if self.sweep is None else len(self.trials))
         by_number = {t.number: t for t in self.trials}
-        return [by_number[int(n)] for n in table["number"]] if not table.empty else []
+        numbers = [int(n) for n in table["number"]] if not table.empty else []
+        if self.sweep is not None:  # a sweep ranks only the trials that reached the target
+            numbers = [n for n in numbers if n in self.sweep.reached][:k]
+        return [by_number[n] for n in numbers]
 
     def counts(self) -> dict[str, int]:
         return state_counts(self.study)
@@ -289,6 +298,7 @@ class HistoryPoints:
     pruned: list[tuple[int, float | None]]  # (number, its last reported value of the metric, if any)
     failed: list[int]  # numbers
     cuts: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # TimeAxis.marks of the time axis
+    not_reached: list[int] = dataclasses.field(default_factory=list)  # a sweep's complete trials short of the target
 
 
 def history_points(data: CampaignData, i: int) -> HistoryPoints:
@@ -297,9 +307,11 @@ def history_points(data: CampaignData, i: int) -> HistoryPoints:
     records = data.records()
     origin = min((r.started for r in records if r.started is not None), default=0.0)
     axis = data.time_axis(origin)
-    complete, pruned, failed = [], [], []
+    complete, pruned, failed, not_reached = [], [], [], []
     for r in records:
-        if r.state == TrialState.COMPLETE and r.values is not None and len(r.values) > i:
+        if data.sweep is not None and r.number in data.sweep.outcomes and r.number not in data.sweep.reached:
+            not_reached.append(r.number)  # told twice its steps, which are not steps to the target
+        elif r.state == TrialState.COMPLETE and r.values is not None and len(r.values) > i:
             end = r.finished if r.finished is not None else origin
             complete.append((r.number, float(r.values[i]), axis(end - origin)))
         elif r.state == TrialState.PRUNED:
@@ -307,7 +319,7 @@ def history_points(data: CampaignData, i: int) -> HistoryPoints:
             pruned.append((r.number, last[-1] if last else None))
         elif r.state == TrialState.FAIL:
             failed.append(r.number)
-    return HistoryPoints(complete, pruned, failed, axis.marks())
+    return HistoryPoints(complete, pruned, failed, cuts=axis.marks(), not_reached=not_reached)
 
 
 def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:

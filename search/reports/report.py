@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.reports import pbt_section, run_sections, sections
+from search.reports import pbt_section, run_sections, scaling_section, sections
 from search.reports.data import CampaignData, load_campaign, report_frame
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
@@ -33,7 +33,7 @@ SECTION_IDS = (
 _BUILDERS: dict[str, Callable[[CampaignData], Section]] = {
     "spec": sections.spec, "best": sections.best, "lr": sections.lr, "history": sections.history,
     "curves": sections.curves, "importance": sections.importance, "pruning": sections.pruning,
-    "timeline": run_sections.timeline_section, "pareto": sections.pareto, "scaling": run_sections.scaling,
+    "timeline": run_sections.timeline_section, "pareto": sections.pareto, "scaling": scaling_section.scaling,
     "failures": run_sections.failures, "environment": run_sections.environment, "reproduce": run_sections.reproduce,
     pbt_section.SECTION_ID: pbt_section.pbt_section,
 }  # fmt: skip

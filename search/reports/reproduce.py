@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from search.scaling.replay import replay_notes, sweep_replay
 from search.store.folder import CampaignFolder
 from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
 from search.spec.campaign_spec import CampaignSpec, load_spec
@@ -104,14 +105,17 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     config = _local_config(trial)
     exact = bool(config.get("deterministic")) and _runs_on_cpu(config)
     notes = _spec_notes(spec, study) + _trainer_notes(spec, folder)
+    sweep = sweep_replay(spec, trial)  # a scaling-sweep trial stops where the campaign stopped it, at its target
     if spec.pbt is not None:  # a population member: its whole schedule and inherited checkpoints
         from search.pbt.replay import replay_member
         from trainers.api import load_trainer
 
         reports, metrics, error = replay_member(spec, study, folder, number, load_trainer(spec.trainer.entry))
     else:
-        reports, metrics, error = _run(spec.trainer.entry, config, stop_after=_stop_after(trial))
+        reports, metrics, error = _run(spec.trainer.entry, config,
+                                       stop_after=_stop_after(trial) if sweep is None else sweep.stop_after)
     checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
+    notes += replay_notes(sweep, trial.history, reports) if sweep is not None else []
     return Reproduction(spec.study.name, number, spec.trainer.entry, config, exact,
                         0.0 if exact else tolerance, tuple(checks), tuple(notes), error)  # fmt: skip
 

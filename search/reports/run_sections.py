@@ -1,24 +1,20 @@
-"""The report's sections about the run: the worker timeline, scaling results, failures, the environment
+"""The report's sections about the run: the worker timeline, failures, the environment
 and how to reproduce. Like :mod:`search.reports.sections`, each returns a :class:`Section`, left out
 (with the reason) when it has nothing to show.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import shlex
 from typing import Any
-
-import pandas as pd
 
 from search.reports import plots
 from search.reports.data import CampaignData, searched_params
 from search.reports.timing import slot_count, timeline, timeline_origin, utilization, worker_labels
 from search.reports.markup import LeftOut, Section, e, figure, guard, kv, left_out, md_table, note, table
-from search.store.records import Files
 
-__all__ = ["timeline_section", "scaling", "failures", "environment", "reproduce", "MAX_TRACEBACK"]
+__all__ = ["timeline_section", "failures", "environment", "reproduce", "MAX_TRACEBACK"]
 
 MAX_TRACEBACK = 4000
 
@@ -57,27 +53,6 @@ def timeline_section(data: CampaignData) -> Section:
         return body, text + "\n\n" + md_table(columns, rows)
 
     return guard("timeline", "Worker and GPU timeline", build)
-
-
-def scaling(data: CampaignData) -> Section:
-    def build() -> tuple[str, str]:
-        if data.scaling_dir is None:
-            raise LeftOut("no batch-size scaling results (no scaling/ folder)")
-        body, md = "", ""
-        csv = data.scaling_dir / Files.SCALING_TABLE
-        if csv.exists():
-            frame = pd.read_csv(csv)
-            body += table(list(frame.columns), frame.itertuples(index=False, name=None))
-            md += md_table(list(frame.columns), frame.itertuples(index=False, name=None)) + "\n"
-        else:
-            body += note(f"{Files.SCALING}/ holds no {Files.SCALING_TABLE}")
-        for png in sorted(data.scaling_dir.glob("*.png")):
-            uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
-            body += figure(uri, f"scaling figure {png.name}")
-            md += f"- figure scaling/{png.name} (embedded in index.html)\n"
-        return body, md
-
-    return guard("scaling", "Batch-size scaling", build)
 
 
 def failures(data: CampaignData) -> Section:

@@ -38,7 +38,8 @@ TOP_K = 5  # the best trials the LR figure and the learning curves single out
 
 def _question(data: CampaignData) -> str:
     s = data.spec
-    goals = " and ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))
+    goals = " and ".join(f"{d} {m}" for d, m in zip(s.objective_directions, s.objective_metrics, strict=True))
+    goals += f" (optimizer steps until {data.sweep.target_text})" if data.sweep else ""
     searched = ", ".join(name for name, _what in _space_rows(s)) or "no parameters"
     dataset = dataset_of(s)
     on = f" on {dataset!r}" if dataset else ""
@@ -80,7 +81,8 @@ def spec(data: CampaignData) -> Section:
     dataset = dataset_of(s)
     pairs = [
         ("study", s.study.name), ("frozen spec.toml sha256", f"{s.sha256} ({check})"),
-        ("objective", ", ".join(f"{d} {m}" for d, m in zip(s.study.directions, s.study.metrics, strict=True))),
+        ("objective", ", ".join(f"{d} {m}" for d, m in zip(s.objective_directions, s.objective_metrics, strict=True))
+         + (f" (optimizer steps until {data.sweep.target_text})" if data.sweep else "")),
         ("sampler", s.study.sampler), ("pruner", s.study.pruner), ("trials (budget)", s.study.n_trials),
         ("study seed", s.study.seed), ("deterministic", s.study.deterministic),
         ("trainer", s.trainer.entry + ("" if data.builtin_trainer else " (your own trainer)")),
@@ -124,6 +126,8 @@ def best(data: CampaignData) -> Section:
                    *(chosen[r.number].get(n) for n in names)]
             rows.append(row + ([genomes[r.number]] if has_genome else []))
         label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
+        if data.sweep is not None:
+            label = f"the {len(top)} trials with the fewest steps to target: {data.sweep.counts_text()}"
         return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)
 
     return guard("best", "Best trials", build)
@@ -168,6 +172,8 @@ def history(data: CampaignData) -> Section:
                                                direction == "maximize", metric, points.cuts)
             counts = (f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
                       f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}")
+            if points.not_reached:
+                counts += f"; not drawn: {len(points.not_reached)} that never reached the target"
             body += figure(drawn, f"optimization history of {metric}: {counts}, with the best so far")
             body += note(f"{metric}: {counts}")
             md += f"- {metric}: {counts}\n"
@@ -182,17 +188,19 @@ def _best_value(values: Sequence[float], direction: str) -> float:
 
 def curves(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
-        reported = {r.number: (r.state.name, history_of(r)) for r in data.records() if r.history}
+        label = data.sweep.state_label if data.sweep is not None else (lambda _n, state: state)
+        reported = {r.number: (label(r.number, r.state.name), history_of(r)) for r in data.records() if r.history}
         if not reported:
             raise LeftOut("no trial reported yet")
         top = [t.number for t in data.best()[:TOP_K] if t.number in reported]
         rest = [n for n in sorted(reported) if n not in top][: max(0, MAX_CURVE_TRIALS - len(top))]
         shown = {n: reported[n] for n in sorted([*top, *rest])}
         seen = {k for _s, h in shown.values() for _step, m in h for k in m}
-        extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in data.spec.study.metrics]
-        metrics = [m for m in dict.fromkeys([*data.metrics, *data.spec.study.metrics]) if m in seen] + extra
+        reported_metrics = data.spec.study.metrics  # a sweep's target metric, not its steps-to-target objective
+        extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in reported_metrics]
+        metrics = [m for m in reported_metrics if m in seen] + extra
         if not metrics:
-            raise LeftOut(f"the trials reported none of the study's metrics ({', '.join(data.metrics)})")
+            raise LeftOut(f"the trials reported none of the study's metrics ({', '.join(reported_metrics)})")
         drawn = plots.learning_curves(shown, metrics, top)
         cut = f" (the best {len(top)} and the first others, of {len(reported)})" if len(reported) > len(shown) else ""
         best_text = f"the best: trial(s) {', '.join(map(str, top))}, drawn thick; " if top else ""

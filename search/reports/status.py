@@ -15,6 +15,7 @@ from search.store.folder import CampaignFolder, ControllerLock
 from search.spec.campaign_spec import load_spec
 from search.store.storage import missing_storage, open_storage, storage_url
 from search.reports.summary import params_text, state_counts, trial_params
+from search.scaling.outcomes import status_lines as sweep_status_lines
 from search.warm_start import describe, is_warm_start, own_trials
 
 __all__ = ["status_text"]
@@ -37,7 +38,10 @@ def status_text(path: str | Path) -> str:
     warm = describe(study)
     if warm:
         lines.append(f"  warm start: {warm['used']} trial(s) from {warm['source']} inform the sampler (not counted)")
-    lines += _best_lines(study, spec.study.metrics, spec.study.directions, spec.space)
+    if spec.scaling is not None:  # the sweep's objective: steps to target, only over trials that reached it
+        lines += sweep_status_lines(spec, trials)
+    else:
+        lines += _best_lines(study, spec.study.metrics, spec.study.directions, spec.space)
     running = [t for t in trials if t.state == TrialState.RUNNING]
     for trial in running:
         label = "running" if alive else "interrupted (resume to finish it)"

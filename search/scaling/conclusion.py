@@ -5,7 +5,10 @@ Every regime it names for a batch size is the one the scaling table lists
 digits as it takes to fall on the same side of every measured batch size
 as the regimes say; the ``B_crit`` interval is stated with its open ends
 spelled out; batch sizes whose regime flips within that interval are named;
-and a learning-rate rule is recommended only when the exponent's interval
+the measured ``S(2B)/S(B)`` ratios are set against the fitted regimes; every
+fitted figure outside the measured batch sizes (``S_min`` and ``E_min``
+always) is named an extrapolation, with an interval or "not determined by
+these batch sizes" (:mod:`search.scaling.measured`); and a learning-rate rule is recommended only when the exponent's interval
 contains exactly one of the two reference exponents (0.5 and 1).
 """
 
@@ -16,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from search.scaling.lr_rule import LRRuleFit
 from search.scaling.mccandlish import ScalingFit
+from search.scaling.measured import limit_intervals, outside_text, ratio_sentence
 from search.scaling.regimes import MAXIMAL_EFFICIENCY, PERFECT_EFFICIENCY, Regime, regime_boundaries
 
 __all__ = ["conclusion", "lr_sentence", "boundary_text"]
@@ -46,6 +50,11 @@ def boundary_text(x: float, fits: Callable[[float], bool]) -> str:
         if fits(v):
             return _plain(v)
     return _plain(float(f"{x:.12g}"))
+
+
+def _measured(x: float) -> str:
+    """A measured count for prose: 4 significant figures, thousands separated."""
+    return _plain(float(f"{x:.4g}"))
 
 
 def _range(low: float, high: float) -> str:
@@ -79,6 +88,19 @@ def _regime_sentence(by_regime: Mapping[Regime, list[int]], halve: str, keep: st
     return f"On the fitted curve, doubling the batch size cut the steps to target {joined}."
 
 
+def _notes(x: float, measured: Sequence[int], interval: tuple[float, float] | None, ci: str) -> str:
+    """After "B≈x": where it lies when outside the measured batch sizes (an extrapolation, and with no
+    bounded interval one these batch sizes do not determine), then its interval; "" when neither applies."""
+    notes = []
+    where = outside_text(x, measured) if measured else ""
+    if where:
+        bounded = interval is not None and interval[0] > 0 and math.isfinite(interval[1])
+        notes.append(where[2:] + ("" if bounded else ", not determined by these batch sizes"))
+    if interval is not None:
+        notes.append(_interval_text(*interval, ci))
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def _boundaries(
     fit: ScalingFit,
     by_regime: Mapping[Regime, list[int]],
@@ -94,21 +116,47 @@ def _boundaries(
     rest_m = [b for bs in by_regime.values() for b in bs if b not in beyond]
     p_text = boundary_text(b_perfect, lambda v: all(b <= v for b in inside) and all(b > v for b in rest_p))
     m_text = boundary_text(b_maximal, lambda v: all(b >= v for b in beyond) and all(b < v for b in rest_m))
-    text = (
-        f"The fit puts the end of perfect scaling at B≈{p_text} "
-        f"and the start of maximal data parallelism at B≈{m_text}"
-    )
-    if interval is None:
-        return [text + "."]
-    kp, km = 1 / perfect - 1, 1 / maximal - 1  # boundary = B_noise x k
-    low, high = interval
-    text += f" ({ci} intervals: {_range(low * kp, high * kp)} and {_range(low * km, high * km)})."
     measured = sorted(b for bs in by_regime.values() for b in bs)
-    unsettled = [b for b in measured if low * kp <= b <= high * kp or low * km <= b <= high * km]
+    kp, km = 1 / perfect - 1, 1 / maximal - 1  # boundary = B_noise x k
+    p_interval = None if interval is None else (interval[0] * kp, interval[1] * kp)
+    m_interval = None if interval is None else (interval[0] * km, interval[1] * km)
+    text = (
+        f"The fit puts the end of perfect scaling at B≈{p_text}{_notes(b_perfect, measured, p_interval, ci)} "
+        f"and the start of maximal data parallelism at B≈{m_text}{_notes(b_maximal, measured, m_interval, ci)}."
+    )
+    if p_interval is None or m_interval is None:
+        return [text]
+    unsettled = [b for b in measured if p_interval[0] <= b <= p_interval[1] or m_interval[0] <= b <= m_interval[1]]
     if not unsettled:
         return [text]
     return [text, f"The regime of B={_listed(unsettled)} is not settled: with B_crit elsewhere in its "
                   f"interval it could be a neighbouring one."]  # fmt: skip
+
+
+def _limits(measured: Mapping[int, float], interval: tuple[float, float] | None, ci: str) -> str:
+    """``S_min`` and ``E_min``: limits of the fit outside any batch size, so always extrapolations; their interval."""
+    text = "S_min and E_min are the fit's limits for an unbounded and a vanishing batch size, so extrapolations"
+    if measured:
+        b_s = min(measured, key=lambda b: measured[b])
+        b_e = min(measured, key=lambda b: measured[b] * b)
+        text += (f": the fewest steps measured were {_measured(measured[b_s])} (B={b_s}) and the fewest "
+                 f"examples (steps × B) {_measured(measured[b_e] * b_e)} (B={b_e})")  # fmt: skip
+    if interval is None or not measured:
+        why = "no interval was computed" if interval is None else "the measured steps were not given"
+        return text + f", not determined by these batch sizes ({why})."
+    (s_lo, s_hi), (e_lo, e_hi) = limit_intervals(sorted(measured), [measured[b] for b in sorted(measured)], interval)
+    return text + f"; S_min {_interval_text(s_lo, s_hi, ci)}; E_min {_interval_text(e_lo, e_hi, ci)}."
+
+
+def _critical(
+    fit: ScalingFit, measured: Mapping[int, float], b_crit_interval: tuple[float, float] | None, ci: str
+) -> list[str]:
+    notes = _notes(fit.b_crit, sorted(measured), b_crit_interval, ci)
+    return [
+        f"The critical batch size is B_crit≈{_num(fit.b_crit)}{notes}: there a run needs "
+        f"2x the minimum steps (S_min≈{_num(fit.s_min)}) and 2x the minimum examples (E_min≈{_num(fit.e_min)}).",
+        _limits(measured, b_crit_interval, ci),
+    ]
 
 
 def lr_sentence(lr_fit: LRRuleFit, ci: float = 0.9) -> str:
@@ -152,13 +200,18 @@ def conclusion(
     perfect: float = PERFECT_EFFICIENCY,
     maximal: float = MAXIMAL_EFFICIENCY,
     interpolated: bool = True,
+    measured: Mapping[int, float] | None = None,
 ) -> str:
     """One plain-language paragraph: each measured batch size's regime, the boundaries, B_crit, the LR rule.
 
     ``regimes`` must be the mapping the scaling table shows; every regime
-    statement is read from it. ``interpolated=False`` (steps counted at
-    report granularity) adds that the steps are upper bounds and bias
-    ``B_crit`` upward.
+    statement is read from it. The measured steps per batch size (``measured``,
+    by default the fit's own points) are set against the fit: their
+    ``S(2B)/S(B)`` ratios are compared with the fitted regimes, every fitted
+    figure outside the measured batch sizes is named an extrapolation, and
+    ``S_min``/``E_min`` get intervals from ``b_crit_interval``.
+    ``interpolated=False`` (steps counted at report granularity) adds that the
+    steps are upper bounds and bias ``B_crit`` upward.
     """
     halve = f"{1 - perfect / 2:.2g}"  # S(2B)/S(B) at the perfect threshold
     keep = f"{1 - maximal / 2:.2g}"  # S(2B)/S(B) at the maximal threshold
@@ -166,8 +219,12 @@ def conclusion(
     level = f"{ci:.0%}"
     by_regime = {r: sorted(b for b, rr in regimes.items() if rr is r) for r in Regime}
     parts: list[str] = []
+    if measured is None:
+        measured = {int(b): float(v) for b, v in zip(fit.batch_sizes, fit.steps, strict=True)}
     if any(by_regime.values()):
         parts.append(_regime_sentence(by_regime, halve, keep, saves))
+        ratios = ratio_sentence(measured, regimes, perfect, maximal)
+        parts += [ratios] if ratios else []
     interval = "" if b_crit_interval is None else f" ({_interval_text(*b_crit_interval, level)})"
     if math.isinf(fit.b_noise):
         parts.append(
@@ -179,11 +236,7 @@ def conclusion(
     else:
         if any(by_regime.values()):
             parts.extend(_boundaries(fit, by_regime, b_crit_interval, level, perfect, maximal))
-        parts.append(
-            f"The critical batch size is B_crit≈{_num(fit.b_crit)}{interval}: there a run needs "
-            f"2x the minimum steps (S_min≈{_num(fit.s_min)}) and 2x the minimum examples "
-            f"(E_min≈{_num(fit.e_min)})."
-        )
+        parts.extend(_critical(fit, measured, b_crit_interval, level))
     if not_reached:
         parts.append(f"No trial reached the target at B={_listed(sorted(not_reached))}.")
     if not interpolated:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -29,6 +30,8 @@ __all__ = [
     "plot_examples_to_target",
     "plot_lr_rule",
     "plot_noise_scale",
+    "draw_noise_scale",
+    "NoiseReading",
 ]
 
 REGIME_COLOURS = {
@@ -106,14 +109,16 @@ def _interval_label(interval: tuple[float, float], ci: float) -> str:
 
 
 def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None, y: float, x: np.ndarray,
-                 colour: str, ci: float) -> None:  # fmt: skip
+                 colour: str, ci: float, measured: tuple[float, float]) -> None:  # fmt: skip
     """The B_crit line and, when given, its interval as a horizontal error bar at height ``y``.
 
     An end outside the plotted range (``0`` or ``inf`` included) is drawn to
     the edge with an arrow head: "further than shown".
     """
     if math.isfinite(fit.b_crit) and fit.b_crit > 0:
-        ax.axvline(fit.b_crit, color=colour, linestyle=":", label=f"B_crit≈{fit.b_crit:.3g}")
+        outside = not measured[0] <= fit.b_crit <= measured[1]
+        ax.axvline(fit.b_crit, color=colour, linestyle=":",
+                   label=f"B_crit≈{fit.b_crit:.3g}" + (" (outside the measured B: extrapolated)" if outside else ""))
     if interval is None:
         return
     low, high = (float(v) for v in interval)
@@ -132,24 +137,30 @@ def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None
 
 def _draw_fit(ax: Axes, fit: ScalingFit, x: np.ndarray, interval: tuple[float, float] | None, ci: float, *,
               curve: np.ndarray, scale: np.ndarray | float, label: str, colour: str, bar_colour: str,
-              minimum: float, points: Sequence[float], minimum_label: str = "") -> None:  # fmt: skip
+              minimum: float, points: Sequence[float], measured: tuple[float, float],
+              minimum_label: str = "") -> None:  # fmt: skip
     """The fitted curve on ``ax`` with, given ``interval``, its band and the ``B_crit`` error bar.
 
     ``curve`` is the fit over ``x`` and ``scale`` turns steps into the plotted quantity (``1`` for
     steps, ``x`` for examples). The band is the envelope of the fits with ``B_crit`` in the interval;
     the error bar sits at twice the curve's ``minimum`` (where it crosses ``B_crit``), or at the
     median of ``points`` when there is none. With ``minimum_label``, a positive minimum is also
-    drawn as a dotted horizontal line.
+    drawn as a dotted horizontal line. ``measured`` is the range of the measured batch sizes: the
+    curve is solid over it and dashed (extrapolated) beyond.
     """
     band = _band(fit, interval, x) if interval is not None else None
     if band is not None:
         ax.fill_between(x, band[0] * scale, band[1] * scale, color=colour, alpha=0.2, linewidth=0, zorder=1,
                         label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
-    ax.plot(x, curve, "-", color=colour, zorder=2, label=label)
+    low, high = measured
+    if x[0] < low or x[-1] > high:  # dashed where no batch size was measured, solid over the measured ones
+        ax.plot(x, curve, "--", color=colour, zorder=2, label="the fit outside the measured batch sizes (extrapolated)")
+    inside = (x >= low) & (x <= high)
+    ax.plot(x[inside], np.asarray(curve)[inside], "-", color=colour, zorder=2, label=label)
     if minimum_label and minimum > 0:
         ax.axhline(minimum, color=colour, linestyle=":", label=minimum_label)
     height = 2 * minimum if minimum > 0 else float(np.median(points))
-    _draw_b_crit(ax, fit, interval, height, x, bar_colour, ci)
+    _draw_b_crit(ax, fit, interval, height, x, bar_colour, ci, measured)
 
 
 def draw_steps_to_target(
@@ -171,8 +182,9 @@ def draw_steps_to_target(
     ax.plot(batch_sizes, steps, "o", color="black", label="best steps to target", zorder=3)
     if fit is not None:
         _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_steps(x), scale=1,
-                  label=f"fit: S_min={fit.s_min:.3g}, B_noise={fit.b_noise:.3g}", colour="tab:blue",
-                  bar_colour="tab:blue", minimum=fit.s_min, points=steps)  # fmt: skip
+                  label=f"fit: S_min={fit.s_min:.3g} (its B→∞ limit: extrapolated), B_noise={fit.b_noise:.3g}",
+                  colour="tab:blue", bar_colour="tab:blue", minimum=fit.s_min, points=steps,
+                  measured=(min(batch_sizes), max(batch_sizes)))  # fmt: skip
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")
@@ -223,7 +235,8 @@ def draw_examples_to_target(
     if fit is not None:
         _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_examples(x), scale=x,
                   label=f"fit: E_min={fit.e_min:.3g}", colour="tab:orange", bar_colour="tab:red",
-                  minimum=fit.e_min, points=examples, minimum_label="E_min")  # fmt: skip
+                  minimum=fit.e_min, points=examples, measured=(min(batch_sizes), max(batch_sizes)),
+                  minimum_label="E_min (its B→0 limit: extrapolated)")  # fmt: skip
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")
@@ -280,28 +293,73 @@ def plot_lr_rule(path: str | Path, lr_fit: LRRuleFit, *, ci: float = 0.9) -> Pat
     return _save(fig, path)
 
 
-def plot_noise_scale(path: str | Path, histories: Mapping[int, Sequence[tuple[float, float]]]) -> Path:
-    """``B_simple`` over training, one line per batch size: ``{B: [(step, b_simple), ...]}``.
+class NoiseReading(NamedTuple):
+    """One ``B_simple`` report: the estimate and its interval; above the measurable range ``b_simple`` and
+    ``high`` are ``inf`` and ``low`` is a lower bound. NaN: not reported."""
 
-    Non-finite values are left out; the y axis is logarithmic when every
-    value drawn is positive (early estimates can be negative).
+    step: float
+    b_simple: float
+    low: float = math.nan
+    high: float = math.nan
+
+    @property
+    def above_range(self) -> bool:
+        return math.isinf(self.b_simple) and self.b_simple > 0
+
+
+def _readings(points: Sequence[Sequence[float]]) -> list[NoiseReading]:
+    """``(step, b_simple[, low, high])`` tuples as readings; NaN estimates (too few measurements) left out."""
+    readings = [NoiseReading(*(float(v) for v in p)) for p in points]
+    return [r for r in readings if not math.isnan(r.b_simple)]
+
+
+def draw_noise_scale(histories: Mapping[int, Sequence[Sequence[float]]]) -> Figure:
+    """``B_simple`` over training, one line per batch size, its interval shaded, above-range readings marked.
+
+    ``histories`` is ``{B: [(step, b_simple, low, high), ...]}`` (``low``/``high``
+    may be left out). A reading above the measurable range is drawn as an
+    upward triangle at its lower bound (no estimate and no upper end exist);
+    the y axis is logarithmic when every value drawn is positive (early
+    estimates can be negative); a lower end (of an interval, or an above-range
+    bound) that is not positive is drawn at a tenth of the smallest positive value.
     """
     fig, ax = _figure()
     drawn: list[float] = []
-    for b in sorted(histories):
-        points = [(float(s), float(v)) for s, v in histories[b] if math.isfinite(float(v))]
-        if not points:
-            continue
-        steps, values = zip(*points, strict=True)
-        ax.plot(steps, values, "-", label=f"B={b}")
-        drawn.extend(values)
+    above_any = False
+    positive = [r.b_simple for h in histories.values() for r in _readings(h) if 0 < r.b_simple < math.inf]
+    positive += [r.low for h in histories.values() for r in _readings(h) if 0 < r.low < math.inf]
+    floor = min(positive) / 10 if positive else 0.0  # a non-positive interval end is drawn down to here
+    for i, b in enumerate(sorted(histories)):
+        readings = _readings(histories[b])
+        colour = f"C{i % 10}"
+        finite = [r for r in readings if math.isfinite(r.b_simple)]
+        if finite:
+            ax.plot([r.step for r in finite], [r.b_simple for r in finite], "-", color=colour, label=f"B={b}")
+            drawn.extend(r.b_simple for r in finite)
+        bounded = [r for r in finite if math.isfinite(r.low) and math.isfinite(r.high)]
+        if bounded:
+            ax.fill_between([r.step for r in bounded], [max(r.low, floor) for r in bounded],
+                            [r.high for r in bounded], color=colour, alpha=0.15, linewidth=0)  # fmt: skip
+        above = [r for r in readings if r.above_range and math.isfinite(r.low)]
+        if above:
+            above_any = True
+            ax.plot([r.step for r in above], [max(r.low, floor) for r in above], "^", color=colour, markersize=6,
+                    label=None if finite else f"B={b}")  # fmt: skip
+            drawn.extend(max(r.low, floor) for r in above)
     if drawn and min(drawn) > 0:
         ax.set_yscale("log")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("B_simple = tr(Σ) / |G|²")
-    ax.set_title("Gradient noise scale over training")
+    ax.set_title("Gradient noise scale over training (shaded: interval)")
+    if above_any:
+        ax.plot([], [], "^", color="#555555", label="above measurable range (at its lower bound)")
     if drawn:
         ax.legend(fontsize="small")
     else:
         ax.text(0.5, 0.5, "no noise-scale measurements", ha="center", va="center", transform=ax.transAxes)
-    return _save(fig, path)
+    return fig
+
+
+def plot_noise_scale(path: str | Path, histories: Mapping[int, Sequence[Sequence[float]]]) -> Path:
+    """:func:`draw_noise_scale`, written as a PNG."""
+    return _save(draw_noise_scale(histories), path)

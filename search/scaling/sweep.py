@@ -197,12 +197,24 @@ def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
     return outcomes
 
 
-def _noise_histories(study: optuna.Study, best_trials: Mapping[int, int]) -> dict[int, list[tuple[float, float]]]:
-    histories: dict[int, list[tuple[float, float]]] = {}
+def _noise_reading(step: float, metrics: Mapping[str, float]) -> tuple[float, float, float, float] | None:
+    """A report's ``(step, b_simple, low, high)``; above the measurable range ``(step, inf, low, inf)``."""
+    low = float(metrics.get("b_simple_lo", math.nan))
+    if metrics.get("b_simple_above_range") == 1.0:
+        return (step, math.inf, low, math.inf)
+    if "b_simple" not in metrics or not math.isfinite(metrics["b_simple"]):
+        return None
+    return (step, float(metrics["b_simple"]), low, float(metrics.get("b_simple_hi", math.nan)))
+
+
+def _noise_histories(
+    study: optuna.Study, best_trials: Mapping[int, int]
+) -> dict[int, list[tuple[float, float, float, float]]]:
+    histories: dict[int, list[tuple[float, float, float, float]]] = {}
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for b, number in best_trials.items():
-        points = [(m.get("steps", s), m["b_simple"]) for s, m in _history(by_number[number]) if "b_simple" in m]
-        points = [(float(x), float(y)) for x, y in points if math.isfinite(y)]
+        readings = [_noise_reading(float(m.get("steps", s)), m) for s, m in _history(by_number[number])]
+        points = [r for r in readings if r is not None]
         if points:
             histories[b] = points
     return histories

@@ -1,0 +1,78 @@
+"""The report's batch-size scaling section: the conclusion, the table, the trials short of the target, the figures.
+
+Everything comes from the campaign's ``scaling/`` folder (written by the sweep's
+analysis) and the trials' records; nothing is refitted here, so the page says
+exactly what ``conclusion.txt`` and ``scaling.csv`` say.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pandas as pd
+
+from search.reports.data import CampaignData
+from search.reports.markup import LeftOut, Section, e, figure, guard, md_table, note, table
+from search.store.records import Files
+
+__all__ = ["scaling", "FIGURE_CAPTIONS"]
+
+FIGURE_CAPTIONS = {
+    "steps_to_target.png": "steps to target per batch size (measured points, the fit, regimes shaded, interval band)",
+    "examples_to_target.png": "examples to target per batch size, with the fit",
+    "lr_rule.png": "the best learning rate per batch size against the linear and square-root rules",
+    "noise_scale.png": "gradient noise scale B_simple over training of each batch size's best trial, with intervals",
+}
+
+
+def _short_of_target(data: CampaignData) -> tuple[list[str], list[tuple[object, ...]]]:
+    """The complete trials that never reached the target, with their outcome and the best value they got to."""
+    sweep = data.sweep
+    columns = ["trial", "batch size", "outcome", f"best {sweep.goal.metric}" if sweep else "best", "steps run", "lr"]
+    if sweep is None:
+        return columns, []
+    rows = []
+    for number in sorted(set(sweep.outcomes) - sweep.reached):
+        record = data.record(number)
+        values = [m[sweep.goal.metric] for _s, m in record.history if sweep.goal.metric in m]
+        best = (max if sweep.goal.mode == "max" else min)(values) if values else None
+        steps = record.history[-1][1].get("steps") if record.history else None
+        rows.append((number, sweep.batch[number], sweep.outcomes[number].value, best, steps, record.params.get("lr")))
+    return columns, rows
+
+
+def scaling(data: CampaignData) -> Section:
+    def build() -> tuple[str, str]:
+        if data.scaling_dir is None:
+            raise LeftOut("no batch-size scaling results (no scaling/ folder)")
+        body, md = "", ""
+        conclusion = data.scaling_dir / Files.SCALING_CONCLUSION
+        if conclusion.exists():
+            text = conclusion.read_text().strip()
+            body += f'<h3>Conclusion</h3><p class="conclusion">{e(text)}</p>'
+            md += f"**Conclusion.** {text}\n\n"
+        csv = data.scaling_dir / Files.SCALING_TABLE
+        if csv.exists():
+            frame = pd.read_csv(csv)
+            body += "<h3>Per batch size</h3>" + table(list(frame.columns), frame.itertuples(index=False, name=None))
+            md += md_table(list(frame.columns), frame.itertuples(index=False, name=None)) + "\n\n"
+        else:
+            body += note(f"{Files.SCALING}/ holds no {Files.SCALING_TABLE}")
+        if data.sweep is not None:
+            columns, rows = _short_of_target(data)
+            counts = data.sweep.counts_text()
+            body += "<h3>Trials short of the target</h3>" + note(
+                counts + ("; each is told twice the steps it ran, and is not ranked" if rows else ""))
+            md += counts + "\n\n"
+            if rows:
+                body += table(columns, rows)
+                md += md_table(columns, rows) + "\n\n"
+        order = list(FIGURE_CAPTIONS)
+        for png in sorted(data.scaling_dir.glob("*.png"), key=lambda p: (order.index(p.name) if p.name in order
+                                                                          else len(order), p.name)):
+            uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+            body += figure(uri, FIGURE_CAPTIONS.get(png.name, f"scaling figure {png.name}"))
+            md += f"- figure scaling/{png.name} (embedded in index.html)\n"
+        return body, md
+
+    return guard("scaling", "Batch-size scaling", build)

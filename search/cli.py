@@ -135,9 +135,9 @@ def _warn_insecure(exposure: str) -> None:
 def _warn_insecure_cluster(spec: CampaignSpec, options: RunOptions) -> None:
     """The cluster settings checked (as ``run``/``resume`` would), then the warnings: what ``--insecure`` lets
     through, and (in one line) that a plain-TCP scheduler, on loopback too, runs anyone's code."""
-    from search.runner import _cluster_options
+    from search.preflight import cluster_for
 
-    cluster = _cluster_options(spec, options)
+    cluster = cluster_for(spec, options)  # every cluster setting checked first: a bad one is the spec's one line
     _warn_plain_tcp(cluster.plain_tcp_warning(), cluster.insecure_exposure() if options.insecure else "")
     if options.insecure:
         _warn_insecure(cluster.insecure_exposure())

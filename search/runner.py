@@ -156,17 +156,17 @@ _DIVERTED = ("distributed", "tornado", "asyncio")
 
 @contextlib.contextmanager
 def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
-    handler = logging.FileHandler(folder.log)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    ours = _log_file(folder)
+    theirs = _log_file(folder)  # Dask's own: LocalCluster(silence_logs=...) sets the level of its loggers' handlers
     loggers = [logging.getLogger(name) for name in ("search", "cluster")]
     diverted = [logging.getLogger(name) for name in _DIVERTED]
     saved = [(logger.level, logger.propagate, list(logger.handlers)) for logger in loggers + diverted]
     for logger in loggers:
-        logger.addHandler(handler)
+        logger.addHandler(ours)
         logger.setLevel(logging.INFO)
         logger.propagate = False  # INFO goes to campaign.log; the terminal shows progress
     for logger in diverted:
-        logger.handlers = [handler]  # at the levels they have (Dask's warnings and errors)
+        logger.handlers = [theirs]  # at the levels they have (Dask's warnings and errors)
         logger.propagate = False
     try:
         yield
@@ -175,7 +175,14 @@ def _campaign_log(folder: CampaignFolder) -> Iterator[None]:
             logger.handlers = handlers
             logger.setLevel(level)
             logger.propagate = propagate
-        handler.close()
+        ours.close()
+        theirs.close()
+
+
+def _log_file(folder: CampaignFolder) -> logging.FileHandler:
+    handler = logging.FileHandler(folder.log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    return handler
 
 
 def _execute(

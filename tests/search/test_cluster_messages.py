@@ -40,6 +40,14 @@ quality = { type = "float", low = 0.0, high = 1.0 }
 """
 
 
+
+def _past_the_tcp_warning(stderr: str) -> list[str]:
+    """stderr's lines after the one warning that joining a plain-TCP scheduler always prints."""
+    lines = stderr.splitlines()
+    assert lines and "is plain TCP: any local user can run code on its workers" in lines[0], stderr
+    return lines[1:]
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
 
@@ -54,7 +62,7 @@ def test_workers_without_slot_resources_are_named_with_the_flag_that_fixes_it(tm
             capture_output=True, text=True, env=_env(), timeout=180,
         )  # fmt: skip
     assert proc.returncode == EXIT_CLUSTER, proc.stderr
-    lines = proc.stderr.splitlines()
+    lines = _past_the_tcp_warning(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert "1 worker(s) declare no CPU slots" in lines[0] and "--resources CPU=n" in lines[0], lines[0]
     assert "hypersweep worker" in lines[0], lines[0]
@@ -80,6 +88,6 @@ def test_a_lost_scheduler_is_one_line_with_the_resume_command(tmp_path: Path) ->
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
     assert proc.returncode == EXIT_CLUSTER, err
-    lines = err.splitlines()
+    lines = _past_the_tcp_warning(err)
     assert len(lines) == 1 and "lost the Dask scheduler" in lines[0], err  # no Dask ERROR traceback before it
     assert f"hypersweep resume {folder}" in lines[0], lines[0]

@@ -118,7 +118,8 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     already in the storage (:func:`~search.supply.campaign_sampler`), so that a resumed campaign never
     replays a random stream whose trials are already in the storage.
     """
-    storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer)
+    storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer,
+                           create=create)
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
         try:

@@ -68,7 +68,7 @@ DATA_PARALLEL = "data_parallel"  # a [space] name the controller consumes: the t
 BATCH_SIZE = "batch_size"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-_ENTRY_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+_ENTRY_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}(\.<locals>\.{_DOTTED})*$")  # a function defined in a function too
 # Bounds no campaign reaches and no machine holds: a value beyond one is a typo (10**23 trials), refused.
 MAX_TRIALS = 10**6
 MAX_EPOCHS = 10**6

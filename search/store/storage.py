@@ -73,15 +73,15 @@ def _sync_normal(storage: RDBStorage) -> None:
     storage.engine.dispose()  # connections made before the listener reconnect with it
 
 
-def open_storage(url: str, writer: bool = False) -> BaseStorage:
+def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseStorage:
     """An Optuna storage for ``url`` (``journal:PATH`` for a journal file).
 
     The controller opens the journal as its ``writer`` (group commit, repairs a torn
     last line); everyone else (status, report, reproduce) reads it with Optuna's own
     backend and never modifies the file, nor creates a storage file that is missing
-    (:class:`MissingStorageError`).
+    (:class:`MissingStorageError`), unless asked to ``create`` the study.
     """
-    missing = None if writer else missing_storage(url)
+    missing = None if writer or create else missing_storage(url)
     if missing is not None:
         raise MissingStorageError(f"{missing}: no such storage file (the campaign has no study there)")
     if url.startswith("journal:"):

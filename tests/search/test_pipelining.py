@@ -138,7 +138,7 @@ def test_a_trial_asked_after_the_time_budget_ends_pruned_not_running(tmp_path: P
 @pytest.mark.parametrize("value", ["0", "-1", '"many"', "true"])
 def test_batch_trials_must_be_auto_or_a_positive_integer(tmp_path: Path, value: str) -> None:
     text = SPEC.format(n_trials=2, sleep=0, study_extra=f"batch_trials = {value}", options="", choices="0.5")
-    with pytest.raises(SpecError, match=r"batch_trials.*\"auto\" or an integer >= 1"):
+    with pytest.raises(SpecError, match=r"batch_trials.*\"auto\" or an integer from 1 to 10,000"):
         parse_spec(tomllib.loads(text), "pipe.toml", text)
 
 

@@ -23,7 +23,7 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 import pandas as pd
 
 from cluster import quiet_dask_logs
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import parse_spec
 from search.store.records import TrialRecord
 

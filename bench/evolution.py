@@ -4,7 +4,7 @@
                               [--datasets cifar10 cifar100 imagenet]
                               [--methods evolution random tpe evolution-classic]
 
-Each run is a real ``search.campaign.Campaign`` (the controller users run, with an
+Each run is a real ``search.loop.campaign.Campaign`` (the controller users run, with an
 in-memory Optuna study) on a :class:`cluster.simulated.SimulatedExecutor` of
 ``--workers`` asynchronous workers whose trials look up the NAS-Bench-201 12-epoch
 table (``bench/data/nb201_12epoch.csv``): the space is one ``cell`` parameter
@@ -56,10 +56,10 @@ import optuna
 from scipy.stats import mannwhitneyu
 
 from cluster.simulated import SimulatedExecutor, TableModel
-from search.campaign import Campaign
+from search.loop.campaign import Campaign
 from search.sampling.evolution import RegularizedEvolutionSampler
 from search.sampling.samplers import make_sampler
-from search.seeds import component_seed
+from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 

@@ -202,10 +202,10 @@ def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = 
                    sampling: str | None = None) -> dict[str, Any]:
     from bench.simulate import bench_spec
     from cluster import DaskExecutor
-    from search.campaign import Campaign
+    from search.loop.campaign import Campaign
     from search.store.folder import CampaignFolder
     from search.store.records import TrialRecord
-    from search.runner import load_study
+    from search.session.runner import load_study
 
     spec = bench_spec(f"hs-{uuid.uuid4().hex[:6]}", SPACE, sampler, n, seed=ctx.seed, epochs=1, metric="score",
                       storage=storage, options={"sleep": sleep})  # fmt: skip
@@ -345,14 +345,14 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
     """Run in a fresh process: RSS growth and per-trial real time over ``n`` trials."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     import bench.simulate  # noqa: F401 - import cost before the baseline
-    import search.campaign  # noqa: F401
+    import search.loop.campaign  # noqa: F401
 
     before = _rss_mb()
     with tempfile.TemporaryDirectory() as tmp:
         if kind.startswith("hypersweep"):
             from bench.simulate import bench_spec, open_study
             from cluster.simulated import CurveModel, SimulatedExecutor
-            from search.campaign import Campaign
+            from search.loop.campaign import Campaign
             from search.store.folder import CampaignFolder
 
             from bench.simulate import storage_setting

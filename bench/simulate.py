@@ -3,7 +3,7 @@
     python -m bench.simulate [--quick] [--workers 16 64 256 1024] [--samplers random tpe] [--reps 3]
                              [--storages sqlite journal] [--storage-workers 256 1024] [--no-curve]
 
-Each run is a real ``search.campaign.Campaign`` with a real Optuna study, on a
+Each run is a real ``search.loop.campaign.Campaign`` with a real Optuna study, on a
 :class:`cluster.simulated.SimulatedExecutor` whose trials take 60 virtual seconds
 (12 epochs of 5 s, NAS-Bench-201 accuracies). The controller's real time is
 charged to the virtual clock, so a slow controller shows up as idle workers.
@@ -51,10 +51,10 @@ from typing import Any
 import optuna
 
 from cluster.simulated import NB201_OPS, CurveModel, SimulatedExecutor, TableModel, TrialModel
-from search.campaign import Campaign
+from search.loop.campaign import Campaign
 from search.store.folder import CampaignFolder
 from search.sampling.pruning import make_pruner
-from search.runner import load_study
+from search.session.runner import load_study
 from search.sampling.samplers import make_sampler
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.records import TrialRecord

@@ -1,7 +1,7 @@
 """The controller: specs, the ask/tell campaign loop, samplers, pruning, summaries, the CLI and the Python API.
 
 ``search.run(spec, trainer=fit)``, ``search.resume(folder)`` and ``search.load(folder)`` (see
-:mod:`search.api`), :class:`StopCampaign` (:mod:`search.hooks`) and :class:`CampaignExistsError` are
+:mod:`search.api`), :class:`StopCampaign` (:mod:`search.loop.hooks`) and :class:`CampaignExistsError` are
 imported on first use, so ``import search`` stays cheap.
 """
 
@@ -14,7 +14,7 @@ __all__ = ["run", "resume", "load", "Result", "StopCampaign", "CampaignExistsErr
 # name -> the module that defines it, imported on first use
 _LAZY = {
     "run": "search.api", "resume": "search.api", "load": "search.api", "Result": "search.api",
-    "StopCampaign": "search.hooks", "CampaignExistsError": "search.runner",
+    "StopCampaign": "search.loop.hooks", "CampaignExistsError": "search.session.runner",
 }  # fmt: skip
 
 

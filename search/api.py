@@ -43,7 +43,7 @@ from search.toml_text import to_toml
 if TYPE_CHECKING:
     import optuna
 
-    from search.hooks import Callback, CampaignHooks, ReportHook
+    from search.loop.hooks import Callback, CampaignHooks, ReportHook
     import pandas as pd
 
     from search.reports.reproduce import Reproduction
@@ -109,7 +109,7 @@ class Result:
     def _best_trial(self) -> optuna.trial.FrozenTrial | None:
         if self.spec.study.multi_objective:
             raise ValueError("a multi-objective study has a Pareto front, not one best trial: see .best")
-        from search.warm_start import is_warm_start
+        from search.session.warm_start import is_warm_start
 
         trials = self.study.get_trials(deepcopy=False)
         if any(is_warm_start(t) for t in trials):  # the best of this campaign's own trials
@@ -122,7 +122,7 @@ class Result:
 
     def summary(self) -> str:
         """The end-of-campaign text ``hypersweep run`` prints: the best trials, the counts by state, the files."""
-        from search.runner import summary_text
+        from search.session.runner import summary_text
         from search.store.folder import CampaignFolder
 
         return summary_text(self.spec, CampaignFolder(self.folder), self.study)
@@ -180,20 +180,20 @@ def run(
     names its class; the object is kept pickled in the folder for ``resume``). ``callbacks``: functions
     ``fn(study, frozen_trial)`` called after each tell; ``on_report``: ``hook(trial_number, step, metrics)``
     for each report; either may end the campaign with ``study.stop()`` or :class:`StopCampaign` (see
-    :mod:`search.hooks`). ``exist_ok``: a folder that already holds this campaign is an error
+    :mod:`search.loop.hooks`). ``exist_ok``: a folder that already holds this campaign is an error
     (``"error"``), is continued (``"resume"``, as :func:`resume`) or is deleted and started anew (``"overwrite"``).
     Raises what the command reports as one line (a :class:`~search.spec.table.SpecError`, an existing
     campaign folder, a cluster that cannot start).
     """
     from cluster.executor import ship_trainer
-    from search.lifecycle import enqueue_from
-    from search.runner import RunOptions, run_campaign
+    from search.session.lifecycle import enqueue_from
+    from search.session.runner import RunOptions, run_campaign
 
     if exist_ok not in EXIST_OK:
         raise ValueError(f"exist_ok={exist_ok!r}: must be one of {', '.join(map(repr, EXIST_OK))}")
     if trainer is not None:
         ship_trainer(trainer)  # one that cannot go to the workers fails here, before anything starts
-    from search.hooks import CampaignHooks
+    from search.loop.hooks import CampaignHooks
 
     hooks = CampaignHooks(callbacks, on_report)
     campaign = load_spec_like(spec, trainer, _registered("sampler", sampler), _registered("pruner", pruner))
@@ -242,7 +242,7 @@ def resume(
     the objects :func:`run` was given, again (needed only where they did not pickle); ``callbacks`` and
     ``on_report``: as for :func:`run`.
     """
-    from search.runner import RunOptions, resume_campaign
+    from search.session.runner import RunOptions, resume_campaign
     from search.spec.campaign_spec import load_spec
     from trainers.api import register_trainer
 
@@ -254,7 +254,7 @@ def resume(
     options = _options(RunOptions, "runs", n_workers, scheduler, progress, insecure, tls)
     _registered("sampler", sampler)
     _registered("pruner", pruner)
-    from search.hooks import CampaignHooks
+    from search.loop.hooks import CampaignHooks
 
     hooks = CampaignHooks(callbacks, on_report)
     options = dataclasses.replace(options, n_trials=n_trials, allow_changes=allow_changes,
@@ -305,7 +305,7 @@ def _remove_campaign(root: Path) -> None:
 @contextlib.contextmanager
 def _python_hint() -> Iterator[None]:
     """A :class:`CampaignExistsError` names the Python calls that continue or replace the campaign."""
-    from search.runner import CampaignExistsError
+    from search.session.runner import CampaignExistsError
 
     try:
         yield
@@ -317,7 +317,7 @@ def _python_hint() -> Iterator[None]:
 
 
 def _result(root: Path, spec: CampaignSpec) -> Result:
-    from search.runner import load_study
+    from search.session.runner import load_study
     from search.store.folder import CampaignFolder
 
     with _quiet(dask=False):

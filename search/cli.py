@@ -23,7 +23,7 @@ from spaces.errors import EXIT_ALL_FAILED, EXIT_CLUSTER, EXIT_ERROR, EXIT_INPUT,
 if TYPE_CHECKING:
     import optuna
 
-    from search.runner import RunOptions
+    from search.session.runner import RunOptions
     from search.spec.campaign_spec import CampaignSpec
     from search.store.folder import CampaignFolder
 
@@ -135,7 +135,7 @@ def _warn_insecure(exposure: str) -> None:
 def _warn_insecure_cluster(spec: CampaignSpec, options: RunOptions) -> None:
     """The cluster settings checked (as ``run``/``resume`` would), then the warnings: what ``--insecure`` lets
     through, and (in one line) that a plain-TCP scheduler, on loopback too, runs anyone's code."""
-    from search.preflight import cluster_for
+    from search.session.preflight import cluster_for
 
     cluster = cluster_for(spec, options)  # every cluster setting checked first: a bad one is the spec's one line
     _warn_plain_tcp(cluster.plain_tcp_warning(), cluster.insecure_exposure() if options.insecure else "")
@@ -150,9 +150,9 @@ def _warn_plain_tcp(warning: str, insecure_exposure: str) -> None:
 
 
 def _options(args: argparse.Namespace):
-    from search.runner import RunOptions
+    from search.session.runner import RunOptions
 
-    from search.preflight import check_workers_flag
+    from search.session.preflight import check_workers_flag
 
     check_workers_flag(args.workers)
     if getattr(args, "n_trials", None) is not None and args.n_trials < 1:
@@ -174,7 +174,7 @@ def _options(args: argparse.Namespace):
 def _cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from search.runner import run_campaign
+    from search.session.runner import run_campaign
     from search.spec.campaign_spec import load_spec
     from search.spec.enqueue import load_enqueue_file
 
@@ -190,7 +190,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _finished(spec: CampaignSpec, folder: CampaignFolder) -> int:
     """Print the final table; every trial failed: raise that, summarised, for exit status 4."""
-    from search.runner import load_study, summary_text
+    from search.session.runner import load_study, summary_text
 
     study = load_study(spec, folder, create=False)
     print(summary_text(spec, folder, study))
@@ -206,7 +206,7 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     from optuna.trial import TrialState
 
     from search.store.records import TrialRecord
-    from search.warm_start import own_trials
+    from search.session.warm_start import own_trials
 
     trials = own_trials(study.get_trials(deepcopy=False))
     if not trials or any(t.state != TrialState.FAIL for t in trials):
@@ -246,7 +246,7 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from search.runner import resume_campaign
+    from search.session.runner import resume_campaign
     from search.spec.campaign_spec import load_spec
     from search.store.folder import CampaignFolder
 
@@ -266,9 +266,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from search.lifecycle import check_new
-    from search.preflight import cluster_for
-    from search.runner import RunOptions
+    from search.session.lifecycle import check_new
+    from search.session.preflight import cluster_for
+    from search.session.runner import RunOptions
     from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
@@ -326,7 +326,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 def _cmd_cluster_script(args: argparse.Namespace) -> int:
     from cluster.backends import submission_text
 
-    from search.runner import RunOptions, _cluster_options
+    from search.session.runner import RunOptions, _cluster_options
     from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec, check_trainer=False)  # a job script needs no trainer

@@ -29,7 +29,7 @@ def test_no_module_in_search_is_over_500_lines() -> None:
 
 
 def test_the_campaign_class_is_under_300_lines() -> None:
-    assert _class_lines(ROOT / "search" / "campaign.py", "Campaign") < MAX_CAMPAIGN_LINES
+    assert _class_lines(ROOT / "search" / "loop" / "campaign.py", "Campaign") < MAX_CAMPAIGN_LINES
 
 
 def test_the_checks_catch_what_they_look_for(tmp_path: Path) -> None:

@@ -21,13 +21,13 @@ from optuna.trial import TrialState
 
 from cluster.executor import Outcome
 
-from search.dispatch import TIME_BUDGET, Dispatcher
-from search.ledger import Ledger
+from search.loop.dispatch import TIME_BUDGET, Dispatcher
+from search.loop.ledger import Ledger
 from search.pbt.population import Population
-from search.policies import Verdict
+from search.loop.policies import Verdict
 from search.store.records import Attr, write_attrs
 from search.store.sinks import ReportSinks
-from search.trials import RunningTrial
+from search.loop.trials import RunningTrial
 
 __all__ = ["Barrier", "SEGMENTS_ATTR", "EXPLOIT_METRIC"]
 

@@ -1,6 +1,6 @@
 """Tables of a study's trials (pandas): the best trials, the Pareto front, counts by state.
 
-Only the campaign's own trials: warm-start copies (``search.warm_start``) inform its sampler and are left out.
+Only the campaign's own trials: warm-start copies (``search.session.warm_start``) inform its sampler and are left out.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from spaces.errors import SpaceError
 from spaces.params import SearchSpace
 
 from search.store.records import TrialRecord
-from search.warm_start import own_trials
+from search.session.warm_start import own_trials
 
 __all__ = ["trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
 

@@ -24,7 +24,7 @@ and the study gets it as its sampler again.
 
 A child that exits unexpectedly (killed, out of memory) makes :meth:`ProcessAsker.take`
 raise :class:`SamplerDied`, which the trial supply answers with a new child and a fresh,
-newly seeded sampler (``search.supply``): the dead child's random stream is never
+newly seeded sampler (``search.loop.supply``): the dead child's random stream is never
 continued, so none of its asks is repeated. A sampler that *raises* in the child is a
 bug, not an accident: :class:`~search.sampling.asker.AskFailed`, and the campaign stops.
 """

@@ -23,7 +23,7 @@ from optuna.samplers import BaseSampler
 from spaces.params import SearchSpace
 
 from search.sampling import components
-from search.seeds import component_seed
+from search.sampling.seeds import component_seed
 
 __all__ = [
     "SamplerInfo",
@@ -155,7 +155,7 @@ def sampler_info(name: str) -> SamplerInfo:
 
 def _user_sampler(entry: str) -> SamplerInfo:
     """A class the spec names, or an object passed to ``search.run``: it runs in a child process if it pickles
-    (else on a thread, see ``search.supply``), and may read ``[study] constraints``."""
+    (else on a thread, see ``search.loop.supply``), and may read ``[study] constraints``."""
 
     def build(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
         return components.build("sampler", entry, options, seed)

@@ -39,7 +39,7 @@ from search.scaling.fit import (
     steps_to_target,
     write_scaling_table,
 )
-from search.seeds import component_seed
+from search.sampling.seeds import component_seed
 
 # Re-exported: the [scaling] section is parsed in search.spec.
 from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes

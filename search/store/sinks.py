@@ -63,7 +63,7 @@ class ReportSinks:
         return cls(sinks)
 
     def add(self, sink: ReportSink) -> None:
-        """One more sink (e.g. the user's hooks, :mod:`search.hooks`)."""
+        """One more sink (e.g. the user's hooks, :mod:`search.loop.hooks`)."""
         self._sinks.append(sink)
 
     def record(self, number: int, step: int, metrics: Mapping[str, float], at: float) -> None:

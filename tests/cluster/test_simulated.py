@@ -13,7 +13,7 @@ import pytest
 
 from cluster.executor import Finished, Report, Started, TrialRequest
 from cluster.simulated import CurveModel, SimulatedExecutor, TableModel, TrialPlan, nb201_cell
-from search.campaign import Campaign
+from search.loop.campaign import Campaign
 from search.store.folder import CampaignFolder
 
 ROOT = Path(__file__).resolve().parents[2]

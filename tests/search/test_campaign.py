@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search.runner import CampaignExistsError, RunOptions, run_campaign
+from search.session.runner import CampaignExistsError, RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 
 from tests.spec_files import write_spec

@@ -20,8 +20,8 @@ from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.simulated import SimulatedExecutor, TrialPlan
-from search.campaign import Campaign
-from search.runner import load_study
+from search.loop.campaign import Campaign
+from search.session.runner import load_study
 from search.spec.campaign_spec import SpecError, parse_spec
 from search.store.folder import CampaignFolder
 from search.store.records import TrialRecord

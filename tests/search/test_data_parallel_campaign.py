@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import SpecError, parse_spec
 from tests.campaign_storage import load
 

@@ -11,8 +11,8 @@ import pytest
 from optuna.trial import TrialState
 
 from cluster.simulated import SimulatedExecutor, TrialPlan
-from search.campaign import Campaign
-from search.runner import RunOptions, load_study, run_campaign
+from search.loop.campaign import Campaign
+from search.session.runner import RunOptions, load_study, run_campaign
 from search.spec.campaign_spec import SpecError, parse_spec
 from search.store.folder import CampaignFolder
 from tests.campaign_storage import load

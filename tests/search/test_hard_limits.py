@@ -12,7 +12,7 @@ import optuna
 import psutil
 import pytest
 
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 
 from tests.campaign_storage import load as load_campaign

@@ -20,16 +20,16 @@ from optuna.trial import TrialState
 
 import search
 from search.api import _quiet, to_toml
-from search.ledger import Ledger
-from search.lifecycle import ENQUEUED, spec_to_resume
+from search.loop.ledger import Ledger
+from search.session.lifecycle import ENQUEUED, spec_to_resume
 from search.reports.data import load_campaign
 from search.reports.status import status_text
-from search.runner import CampaignExistsError, RunOptions
+from search.session.runner import CampaignExistsError, RunOptions
 from search.spec.campaign_spec import parse_spec
 from search.spec.changes import SPEC_CHANGES, SpecChangedError, spec_changes, with_n_trials
 from search.spec.table import SpecError
 from search.store.folder import CampaignFolder
-from search.warm_start import WARM_START, WarmStartError, is_warm_start, source_trials
+from search.session.warm_start import WARM_START, WarmStartError, is_warm_start, source_trials
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -184,7 +184,7 @@ def test_warm_start_from_an_optuna_study_takes_complete_and_reported_pruned_tria
     found = source_trials(f"{url}#old", spec)
     assert [t.params["quality"] for t in found] == [0.3, 0.2, 0.9]
     assert [t.params["quality"] for t in source_trials(url, spec)] == [0.3, 0.2, 0.9]  # the storage's only study
-    from search.warm_start import warm_start
+    from search.session.warm_start import warm_start
 
     study = optuna.create_study(direction="maximize")
     done = warm_start(study, spec, f"{url}#old", found)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from cluster.trial_output import STDOUT_LOG, ThreadRouter, TrialLog, route_output
-from search.campaign import Snapshot
-from search.progress import Progress
+from search.loop.campaign import Snapshot
+from search.loop.progress import Progress
 from search.spec.campaign_spec import SpecError, parse_spec
 from search.spec.logs import LoggingSpec
 from search.store.folder import CampaignFolder

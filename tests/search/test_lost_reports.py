@@ -18,7 +18,7 @@ import optuna
 import pytest
 import torch
 
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 
 from dask_processes import external_cluster, wait_for

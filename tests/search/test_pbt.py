@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
-from search.campaign import Campaign
+from search.loop.campaign import Campaign
 from search.store.folder import CampaignFolder
 from search.pbt.journal import PBTJournal
 from search.pbt.policy import Action, Decision, Member, PBTPolicy, PBTSpec, recorded_schedule
@@ -19,7 +19,7 @@ from search.pbt.replay import NotReplayable, replay_member
 from search.reports.data import timeline
 from search.reports.report import write_report
 from search.reports.reproduce import comparison_text, reproduce_trial
-from search.runner import load_study
+from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, SpecError, parse_spec
 from trainers.api import RecordingReporter, TrialConfig
 from trainers.classifier import fit

@@ -15,10 +15,10 @@ from optuna.trial import TrialState
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.executor import Finished, TrialRequest
 from cluster.simulated import SimulatedExecutor, TrialPlan
-from search.campaign import NEVER_STARTED, Campaign, RunningTrial
-from search.dispatch import Dispatcher
+from search.loop.campaign import NEVER_STARTED, Campaign, RunningTrial
+from search.loop.dispatch import Dispatcher
 from search.store.folder import CampaignFolder
-from search.runner import load_study
+from search.session.runner import load_study
 from search.sampling.samplers import make_sampler
 from search.spec.campaign_spec import SpecError, parse_spec
 

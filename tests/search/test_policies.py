@@ -11,12 +11,12 @@ from optuna.trial import TrialState
 
 from cluster.executor import CANCELLED, ERROR, LOST, OK, Outcome
 from cluster.simulated import SimulatedExecutor, TrialPlan
-from search.campaign import Campaign
-from search.policies import KilledTrials, Resubmit, RetryLostTrials, Verdict
-from search.runner import load_study
+from search.loop.campaign import Campaign
+from search.loop.policies import KilledTrials, Resubmit, RetryLostTrials, Verdict
+from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
-from search.trials import RunningTrial
+from search.loop.trials import RunningTrial
 from trainers.api import TrialConfig
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard; these run in about a second

@@ -9,9 +9,9 @@ import optuna
 import pytest
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
-from search.campaign import Campaign
+from search.loop.campaign import Campaign
 from search.store.folder import CampaignFolder
-from search.runner import load_study
+from search.session.runner import load_study
 from search.spec.campaign_spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.slow

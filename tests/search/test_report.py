@@ -42,7 +42,7 @@ from search.store.records import (
     write_attrs,
 )
 from search.reports.report import SECTION_IDS, write_report
-from search.runner import RunOptions, load_study, run_campaign
+from search.session.runner import RunOptions, load_study, run_campaign
 from search.store.storage import flusher
 from search.spec.campaign_spec import load_spec
 
@@ -431,7 +431,7 @@ def test_importances_rest_on_the_campaigns_own_trials_not_its_warm_start_copies(
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     from search.reports.data import CampaignData, importances
-    from search.warm_start import WARM_START, own_trials
+    from search.session.warm_start import WARM_START, own_trials
 
     spec = load_spec(write_spec(tmp_path / "toy-mo.toml", TOY_MO))
     study = optuna.create_study(directions=["maximize", "minimize"])

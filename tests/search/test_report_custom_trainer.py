@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from search.cli import main
 from search.reports.data import MIN_IMPORTANCE_TRIALS, dataset_of, load_campaign, lr_curve, worker_labels
 from search.reports.report import SECTION_IDS
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from search.store.records import TrialRecord

@@ -27,7 +27,7 @@ from search.reports.timing import (
 from search.reports.report import write_report
 from search.reports.status import status_text
 from search.reports.summary import best_table, trial_params
-from search.runner import RunOptions, resume_campaign, run_campaign
+from search.session.runner import RunOptions, resume_campaign, run_campaign
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from spaces.architecture import genome_from_string

@@ -15,7 +15,7 @@ import pytest
 from search.cli import main
 from search.store.folder import CampaignFolder
 from search.reports.reproduce import Check, compare, reproduce_trial
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 
 from tests.spec_files import write_spec

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import SPEC, chaos
-from search.runner import load_study
+from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
-from search.supply import campaign_sampler, sampler_seed
+from search.loop.supply import campaign_sampler, sampler_seed
 
 
 def _spec(sampler: str, trials: int = 12) -> tuple:

@@ -21,9 +21,9 @@ from optuna.trial import TrialState
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.sampling.asker import AskFailed
-from search.campaign import Campaign
+from search.loop.campaign import Campaign
 from search.store.folder import CampaignFolder
-from search.runner import load_study
+from search.session.runner import load_study
 from search.sampling.process import NotPortable, ProcessAsker, ReplaySampler, SamplerDied
 from search.sampling.samplers import make_sampler
 from search.spec.campaign_spec import REPLICA_SAFE, SpecError, parse_spec

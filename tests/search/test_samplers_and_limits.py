@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from search.sampling.pruning import make_pruner
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.sampling.samplers import make_sampler
 from search.spec.campaign_spec import PRUNERS, SAMPLERS, PrunerSpec, parse_spec
 from spaces import parse_space
@@ -117,9 +117,9 @@ def test_an_evolution_campaign_runs_with_real_training_and_records_genomes(tmp_p
 
 
 def test_a_genome_over_its_parameter_limit_fails_before_it_reaches_a_worker(tmp_path: Path) -> None:
-    from search.campaign import Campaign
+    from search.loop.campaign import Campaign
     from search.store.folder import CampaignFolder
-    from search.runner import load_study
+    from search.session.runner import load_study
 
     text = EVOLUTION.format(max_params=200).replace('sampler = "evolution"', 'sampler = "random"')
     spec = parse_spec(tomllib.loads(text), "evo.toml", text)

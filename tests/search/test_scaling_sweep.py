@@ -11,7 +11,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from search.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, run_campaign
 from search.scaling.sweep import BATCH, ScalingSampler, ScalingSpec, TargetGoal, analyze_sweep
 from search.scaling.synthetic import SyntheticScaling, synthetic_history
 from search.store.records import Attr, encode_history

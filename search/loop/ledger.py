@@ -20,13 +20,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cluster.executor import LOST, CANCELLED, Outcome
 
-from search.policies import TARGET_REACHED, Verdict
+from search.loop.policies import TARGET_REACHED, Verdict
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
-from search.trials import RunningTrial
-from search.warm_start import is_warm_start
+from search.loop.trials import RunningTrial
+from search.session.warm_start import is_warm_start
 
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
 

@@ -4,7 +4,7 @@
 one from its folder (the frozen spec and the storage), re-running trials a dead
 controller left RUNNING under their own numbers and parameters. A resumed campaign
 samples with a new sampler seeded from the study seed and the number of trials in the
-storage (``search.supply.campaign_sampler``), never with a saved one: a saved sampler
+storage (``search.loop.supply.campaign_sampler``), never with a saved one: a saved sampler
 lags behind the trials asked ahead of it, and would sample them again.
 """
 
@@ -26,22 +26,22 @@ import optuna
 from cluster import ClusterError, ClusterOptions, DaskExecutor, TLSFiles, open_cluster
 from spaces.errors import InputError
 
-from search.campaign import Campaign, CampaignError
-from search.hooks import CampaignHooks
-from search.lifecycle import NewStudy, check_environment_record, check_new, record_spec_changes, spec_to_resume
-from search.preflight import cluster_for
+from search.loop.campaign import Campaign, CampaignError
+from search.loop.hooks import CampaignHooks
+from search.session.lifecycle import NewStudy, check_environment_record, check_new, record_spec_changes, spec_to_resume
+from search.session.preflight import cluster_for
 from search.spec.changes import SPEC_TEXT
 from search.store.environment import capture_environment, record_environment, scheduler_info
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
-from search.progress import Progress
+from search.loop.progress import Progress
 from search.sampling import components
 from search.sampling.pruning import make_pruner
 from search.scaling.outcomes import goal_of
 from search.scaling.sweep import SweepResult, analyze_sweep
 from search.spec.campaign_spec import CampaignSpec
 from search.store.storage import open_storage, storage_url
-from search.supply import campaign_sampler
+from search.loop.supply import campaign_sampler
 from search.reports.summary import best_table, trials_frame
 
 __all__ = [
@@ -115,7 +115,7 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     """The campaign's study, with its seeded sampler and pruner (``writer``: the controller's own).
 
     A new study's sampler gets the study seed; a loaded one's, a seed of its own for the number of trials
-    already in the storage (:func:`~search.supply.campaign_sampler`), so that a resumed campaign never
+    already in the storage (:func:`~search.loop.supply.campaign_sampler`), so that a resumed campaign never
     replays a random stream whose trials are already in the storage.
     """
     storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer,
@@ -286,7 +286,7 @@ def _has_trials(folder: CampaignFolder) -> bool:
 
 def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     """Continue the campaign in ``path`` to its budget (``options.n_trials``: a new one; a changed spec: see
-    :func:`~search.lifecycle.spec_to_resume`)."""
+    :func:`~search.session.lifecycle.spec_to_resume`)."""
     folder = CampaignFolder(Path(path).resolve())
     if not folder.exists():
         raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")

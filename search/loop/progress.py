@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from search.campaign import Snapshot
+from search.loop.campaign import Snapshot
 
 __all__ = ["Progress"]
 

@@ -1,6 +1,6 @@
 """A campaign between its runs: what a new study starts with, and what a resumed one may change.
 
-- A new study gets the warm-start source's finished trials (:mod:`search.warm_start`), then the
+- A new study gets the warm-start source's finished trials (:mod:`search.session.warm_start`), then the
   enqueued configurations (``[[enqueue]]``, ``--enqueue FILE``, ``search.run(enqueue=...)``) as
   waiting trials, which the first asks run; they count in the trial budget. Neither happens again
   on ``resume``, but for the ``[[enqueue]]`` entries a changed spec adds (:func:`added_enqueue`).
@@ -26,17 +26,17 @@ from spaces.errors import InputError
 
 from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
 from search.spec.changes import SPEC_CHANGES, SPEC_TEXT, resume_text
-from search.preflight import cluster_for
+from search.session.preflight import cluster_for
 from search.spec.enqueue import parse_enqueue
 from search.spec.reading import parse_toml, read_spec_text
 from search.spec.table import SpecError
 from search.store.folder import CampaignFolder, write_atomic
 from search.store.records import StudyAttr, spec_sha256_of
 from search.store.storage import flusher, missing_storage, open_storage, storage_url
-from search.warm_start import WarmStartError, own_trials, source_trials, warm_start
+from search.session.warm_start import WarmStartError, own_trials, source_trials, warm_start
 
 if TYPE_CHECKING:
-    from search.runner import RunOptions
+    from search.session.runner import RunOptions
 
 __all__ = [
     "ENQUEUED", "NewStudy", "check_new", "check_environment_record", "spec_to_resume", "added_enqueue",

@@ -29,16 +29,16 @@ from optuna.trial import TrialState
 from cluster.executor import CANCELLED, LOST, Outcome
 from trainers.api import TrialConfig
 
-from search.intermediate import IntermediateValues
+from search.loop.intermediate import IntermediateValues
 from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
 from search.scaling.outcomes import goal_of
 from search.scaling.sweep import TargetGoal
-from search.seeds import component_seed
+from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
-from search.trials import RunningTrial
+from search.loop.trials import RunningTrial
 
 __all__ = [
     "Policy", "Resubmit", "Verdict", "Halt", "Park", "Decision", "TARGET_REACHED", "HaltOnDiskErrors", "KilledTrials",
@@ -217,7 +217,7 @@ class Pruning:
     def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
         if self.multi_objective or not self.values.should_prune(running.trial):
             return None
-        return "pruned"  # the campaign records and logs it (search.stops) before the trial is asked to stop
+        return "pruned"  # the campaign records and logs it (search.loop.stops) before the trial is asked to stop
 
     def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
         return None

@@ -20,11 +20,11 @@ from optuna.trial import FrozenTrial, TrialState
 from cluster.executor import OK, Outcome
 from trainers.api import TrialConfig
 
-from search.intermediate import IntermediateValues
-from search.ledger import Ledger
-from search.policies import TARGET_REACHED, Verdict
+from search.loop.intermediate import IntermediateValues
+from search.loop.ledger import Ledger
+from search.loop.policies import TARGET_REACHED, Verdict
 from search.store.records import Attr, write_attrs
-from search.trials import RunningTrial
+from search.loop.trials import RunningTrial
 
 __all__ = ["decide_stop", "decided_stop", "settle_decided"]
 

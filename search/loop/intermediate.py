@@ -23,7 +23,7 @@ from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import append_metrics_line, read_metrics_lines
 from search.store.sinks import ReportSinks
-from search.trials import RunningTrial
+from search.loop.trials import RunningTrial
 
 __all__ = ["IntermediateValues"]
 

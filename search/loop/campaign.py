@@ -8,12 +8,12 @@ Nothing here blocks a worker: a trial only ever waits on its own training.
 
 The loop's parts, each in its own module:
 
-- :class:`~search.supply.TrialSupply`: where trials come from (resumed ones, then the sampler's);
-- :class:`~search.dispatch.Dispatcher`: slots, tasks, pipeline depth, placement;
-- :mod:`search.policies`: what stops a trial early, what a finished one becomes (retry,
+- :class:`~search.loop.supply.TrialSupply`: where trials come from (resumed ones, then the sampler's);
+- :class:`~search.loop.dispatch.Dispatcher`: slots, tasks, pipeline depth, placement;
+- :mod:`search.loop.policies`: what stops a trial early, what a finished one becomes (retry,
   next PBT segment, a verdict);
-- :class:`~search.intermediate.IntermediateValues`: reports into ``metrics.jsonl`` and the study;
-- :class:`~search.ledger.Ledger`: tells the study, counts, keeps the best.
+- :class:`~search.loop.intermediate.IntermediateValues`: reports into ``metrics.jsonl`` and the study;
+- :class:`~search.loop.ledger.Ledger`: tells the study, counts, keeps the best.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import optuna
 
 from cluster.executor import Finished, Report, Started, TrialExecutor
 
-from search.dispatch import CampaignError, Dispatcher
-from search.hooks import CampaignHooks
-from search.intermediate import IntermediateValues
-from search.ledger import NEVER_STARTED, Ledger
+from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.hooks import CampaignHooks
+from search.loop.intermediate import IntermediateValues
+from search.loop.ledger import NEVER_STARTED, Ledger
 from search.pbt.barrier import Barrier
-from search.policies import (
+from search.loop.policies import (
     TARGET_REACHED, Halt, Park, Resubmit, Verdict, first_decision, first_stop_reason, policies_for, population_of,
 )
 from search.spec.campaign_spec import CampaignSpec
@@ -40,9 +40,9 @@ from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
-from search.stops import decide_stop, settle_decided
-from search.supply import TrialSupply
-from search.trials import RunningTrial
+from search.loop.stops import decide_stop, settle_decided
+from search.loop.supply import TrialSupply
+from search.loop.trials import RunningTrial
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial", "NEVER_STARTED", "TARGET_REACHED"]
 

@@ -19,7 +19,7 @@ from search.spec.cluster import MAX_WORKERS
 from search.spec.table import SpecError
 
 if TYPE_CHECKING:
-    from search.runner import RunOptions
+    from search.session.runner import RunOptions
 
 __all__ = ["cluster_for", "check_workers_flag"]
 
@@ -34,7 +34,7 @@ def check_workers_flag(n_workers: int | None) -> None:
 
 def cluster_for(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     """The cluster options a run of ``spec`` uses, every setting checked (see the module's docstring)."""
-    from search.runner import _cluster_options
+    from search.session.runner import _cluster_options
 
     check_workers_flag(options.n_workers)
     _check_tls_flag(options.tls)

@@ -37,18 +37,18 @@ from cluster.executor import TrialExecutor
 from spaces.errors import SpaceError
 from trainers.api import TrialConfig
 
-from search.ledger import Ledger
+from search.loop.ledger import Ledger
 from search.pbt.population import Population
-from search.pipeline import SLOW_ASK_SECONDS
+from search.loop.pipeline import SLOW_ASK_SECONDS
 from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
 from search.scaling.sweep import scaling_sampler
-from search.seeds import component_seed, trial_seed
+from search.sampling.seeds import component_seed, trial_seed
 from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import read_params, restore_params, set_aside_stale_folder, write_params
-from search.trials import Prepared
+from search.loop.trials import Prepared
 
 __all__ = [
     "TrialSupply", "sampling_mode", "sampler_seed", "campaign_sampler", "MAX_CHILD_RESTARTS",

@@ -1,9 +1,9 @@
 """Dispatch: which trials go out, when, where and how many per task.
 
 The dispatcher owns the cluster's slots as the controller sees them: the trials
-running (:class:`~search.trials.RunningTrial`), the tasks they run in (a batch of
+running (:class:`~search.loop.trials.RunningTrial`), the tasks they run in (a batch of
 short trials is one task holding its slots until all are done), how deep the queue
-at the workers is (:class:`~search.pipeline.Pipeline`) and, with a short queue,
+at the workers is (:class:`~search.loop.pipeline.Pipeline`) and, with a short queue,
 which worker a queued task waits at.
 """
 
@@ -19,12 +19,12 @@ from cluster.executor import Started, TrialExecutor, TrialRequest
 from spaces.errors import HypersweepError
 from trainers.api import TrialConfig
 
-from search.pipeline import Pipeline
+from search.loop.pipeline import Pipeline
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
-from search.supply import TrialSupply
-from search.trials import Prepared, RunningTrial
+from search.loop.supply import TrialSupply
+from search.loop.trials import Prepared, RunningTrial
 
 __all__ = ["Dispatcher", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
 

@@ -1,6 +1,6 @@
 """A simulated cluster: the :class:`TrialExecutor` protocol against virtual time.
 
-The controller's own code (``search.campaign.Campaign``) runs unchanged against
+The controller's own code (``search.loop.campaign.Campaign``) runs unchanged against
 :class:`SimulatedExecutor`; only time is simulated. Each submitted trial gets a
 :class:`TrialPlan` from a :class:`TrialModel` (how long each epoch takes, what it
 reports), occupies a simulated slot, and produces ``Report`` events at its epoch

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from search.toml_text import to_toml
+from search.spec.toml_text import to_toml
 
 if TYPE_CHECKING:
     import optuna

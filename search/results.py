@@ -10,7 +10,7 @@ import pandas as pd
 
 from search.store.folder import CampaignFolder
 from search.store.records import TrialRecord, read_metrics_lines
-from search.session.warm_start import own_trials
+from search.store.warm_marks import own_trials
 
 __all__ = ["trials_table", "history_frame", "checkpoint_of", "HISTORY_COLUMNS"]
 

@@ -31,7 +31,7 @@ from search.loop.dispatch import CampaignError, Dispatcher
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger
-from search.pbt.barrier import Barrier
+from search.loop.barrier import Barrier
 from search.loop.policies import (
     TARGET_REACHED, Halt, Park, Resubmit, Verdict, first_decision, first_stop_reason, policies_for, population_of,
 )

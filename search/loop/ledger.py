@@ -26,7 +26,7 @@ from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
 from search.loop.trials import RunningTrial
-from search.session.warm_start import is_warm_start
+from search.store.warm_marks import is_warm_start
 
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
 

@@ -174,7 +174,7 @@ class RetryLostTrials:
 
 class PopulationSegments:
     """Population-based training: a member that finished a segment waits at its rung (:class:`Park`), holding
-    no slot, until the whole rung is decided (:class:`~search.pbt.barrier.Barrier` sends its next segment)."""
+    no slot, until the whole rung is decided (:class:`~search.loop.barrier.Barrier` sends its next segment)."""
 
     def __init__(self, population: Population) -> None:
         self.population = population

@@ -39,7 +39,7 @@ from search.reports.timing import (  # the timeline's names, read here as before
     worker_labels,
 )
 from spaces.params import SearchSpace
-from search.session.warm_start import own_trials
+from search.store.warm_marks import own_trials
 
 __all__ = [
     "CampaignData",

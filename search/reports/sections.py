@@ -28,7 +28,7 @@ from search.reports.data import (
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
 from search.spec.campaign_spec import CampaignSpec
 from search.store.records import spec_sha256_of
-from search.session.warm_start import own_trials
+from search.store.warm_marks import own_trials
 
 __all__ = ["spec", "best", "lr", "history", "curves", "importance", "pruning", "pareto", "MAX_CURVE_TRIALS"]
 

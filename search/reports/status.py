@@ -16,7 +16,7 @@ from search.spec.campaign_spec import load_spec
 from search.store.storage import missing_storage, open_storage, storage_url
 from search.reports.summary import params_text, state_counts, trial_params
 from search.scaling.outcomes import status_lines as sweep_status_lines
-from search.session.warm_start import describe, is_warm_start, own_trials
+from search.store.warm_marks import describe, is_warm_start, own_trials
 
 __all__ = ["status_text"]
 

@@ -13,7 +13,7 @@ from spaces.errors import SpaceError
 from spaces.params import SearchSpace
 
 from search.store.records import TrialRecord
-from search.session.warm_start import own_trials
+from search.store.warm_marks import own_trials
 
 __all__ = ["trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
 

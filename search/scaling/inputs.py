@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from search.spec.batch_sizes import ScalingError, validate_batch_sizes  # re-exported: every scaling check's error
+
 __all__ = ["ScalingError", "validate_batch_sizes", "positive_pairs", "fit_points"]
-
-
-class ScalingError(ValueError):
-    """A scaling-sweep input broke a rule, or the data cannot support a fit.
-
-    ``key`` names the offending input (``"batch_sizes[2]"``); ``problem`` says
-    what was wrong and what would be right.
-    """
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}")
-        self.key = key
-        self.problem = problem
-
-    def __reduce__(self) -> tuple[type[ScalingError], tuple[str, str]]:
-        return (type(self), (self.key, self.problem))
 
 
 def positive_pairs(
@@ -53,30 +38,3 @@ def fit_points(batch_sizes: Sequence[float], steps: Sequence[float]) -> tuple[np
             f"that reached the target, got {len(distinct)} ({', '.join(f'{x:g}' for x in distinct)})",
         )
     return b, s
-
-
-def validate_batch_sizes(values: object, *, key: str = "batch_sizes") -> tuple[int, ...]:
-    """The batch sizes of a sweep as builtin ints, sorted ascending.
-
-    Each must be an integer (not a bool, not a float such as ``8.0``) ``>= 1``,
-    each may appear once, and a fit needs at least 3. Otherwise raises
-    :class:`ScalingError` naming the value and the rule.
-    """
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ScalingError(key, f"must be a list of positive integers, got {values!r}")
-    seen: dict[int, int] = {}
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ScalingError(f"{key}[{i}]", f"must be a positive integer, got {v!r} ({type(v).__name__})")
-        if v < 1:
-            raise ScalingError(f"{key}[{i}]", f"must be a positive integer (>= 1), got {v!r}")
-        if int(v) in seen:
-            raise ScalingError(
-                f"{key}[{i}]", f"{int(v)} already appears at {key}[{seen[int(v)]}]; list each batch size once"
-            )
-        seen[int(v)] = i
-    if len(seen) < 3:
-        raise ScalingError(
-            key, f"a scaling fit needs at least 3 batch sizes, got {len(seen)} ({list(seen)}); e.g. [8, 16, 32, 64]"
-        )
-    return tuple(sorted(seen))

@@ -36,7 +36,7 @@ from search.store.storage import flusher, missing_storage, open_storage, storage
 from search.session.warm_start import WarmStartError, own_trials, source_trials, warm_start
 
 if TYPE_CHECKING:
-    from search.session.runner import RunOptions
+    from search.session.options import RunOptions
 
 __all__ = [
     "ENQUEUED", "NewStudy", "check_new", "check_environment_record", "spec_to_resume", "added_enqueue",

@@ -14,12 +14,13 @@ from cluster import ClusterOptions
 from cluster.connect import is_loopback
 from spaces.errors import InputError
 
+from search.session.options import cluster_options
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.spec.cluster import MAX_WORKERS
 from search.spec.table import SpecError
 
 if TYPE_CHECKING:
-    from search.session.runner import RunOptions
+    from search.session.options import RunOptions
 
 __all__ = ["cluster_for", "check_workers_flag"]
 
@@ -34,13 +35,11 @@ def check_workers_flag(n_workers: int | None) -> None:
 
 def cluster_for(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     """The cluster options a run of ``spec`` uses, every setting checked (see the module's docstring)."""
-    from search.session.runner import _cluster_options
-
     check_workers_flag(options.n_workers)
     _check_tls_flag(options.tls)
     _check_listen(spec, options)
     try:
-        cluster = _cluster_options(spec, options)
+        cluster = cluster_options(spec, options)
     except SpecError:
         raise
     except ValueError as exc:  # ClusterOptions' own rule, not tied to one key

@@ -11,7 +11,6 @@ lags behind the trials asked ahead of it, and would sample them again.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import shutil
@@ -19,16 +18,15 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import optuna
 
-from cluster import ClusterError, ClusterOptions, DaskExecutor, TLSFiles, open_cluster
+from cluster import ClusterError, ClusterOptions, DaskExecutor, open_cluster
 from spaces.errors import InputError
 
 from search.loop.campaign import Campaign, CampaignError
-from search.loop.hooks import CampaignHooks
 from search.session.lifecycle import NewStudy, check_environment_record, check_new, record_spec_changes, spec_to_resume
+from search.session.options import RunOptions, cluster_options as _cluster_options  # noqa: F401 - re-exported
 from search.session.preflight import cluster_for
 from search.spec.changes import SPEC_TEXT
 from search.store.environment import capture_environment, record_environment, scheduler_info
@@ -61,54 +59,6 @@ class CampaignInterrupted(KeyboardInterrupt):
     def __init__(self, folder: Path | None) -> None:
         super().__init__(str(folder or ""))
         self.folder = folder
-
-
-@dataclasses.dataclass(frozen=True)
-class RunOptions:
-    """Command-line overrides of the spec and display settings."""
-
-    runs_dir: Path = Path("runs")
-    scheduler: str | None = None
-    n_workers: int | None = None
-    progress: bool = True
-    insecure: bool = False
-    tls: tuple[str, str, str] | None = None  # (ca, cert, key) from the command line
-    enqueue: tuple[dict[str, Any], ...] = ()  # configurations to run first (checked against the spec's space)
-    enqueue_source: str = "enqueue"  # where they came from (a file, search.run), recorded on their trials
-    warm_start: str | None = None  # a warm-start source replacing [study] warm_start
-    n_trials: int | None = None  # resume: the new trial budget
-    allow_changes: bool = False  # resume: run under a spec that differs from the recorded one
-    spec_file: Path | None = None  # resume: the spec to run the rest under (default: the folder's spec.toml)
-    hooks: CampaignHooks | None = None  # search.run(callbacks=..., on_report=...)
-
-
-def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
-    from cluster.backends import backend_named
-
-    from search.spec.table import SpecError
-
-    c = spec.cluster
-    files = options.tls or ((c.tls_ca_file, c.tls_cert_file, c.tls_key_file) if c.tls else None)
-    address = options.scheduler if options.scheduler is not None else c.scheduler
-    # A scheduler address joins that scheduler: --scheduler whatever the spec's backend, and the spec's own
-    # scheduler unless its backend has deploy settings (the spec refuses a scheduler for those).
-    joined = bool(options.scheduler) or bool(address and c.deploy is None)
-    backend = backend_named("address") if joined else backend_named(c.backend, c.deploy)
-    if backend.joins_scheduler and not address:
-        raise SpecError(spec.source, "cluster.scheduler", f"backend {backend.kind!r} needs a scheduler address "
-                        "(tcp://host:port, tls://host:port or a scheduler file), or pass --scheduler")  # fmt: skip
-    backend.require()  # a missing optional extra fails here, before anything is created
-    return ClusterOptions(
-        address=address,
-        backend=backend,
-        n_workers=options.n_workers or c.n_workers or None,
-        slots_per_worker=c.slots_per_worker,
-        host=c.listen,
-        dashboard=c.dashboard,
-        connect_timeout=c.connect_timeout,
-        tls=TLSFiles(*files) if files else None,
-        insecure=options.insecure,
-    )
 
 
 def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer: bool | None = None) -> optuna.Study:

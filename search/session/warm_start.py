@@ -12,9 +12,8 @@ appear in none of its counts, tables or best values (:func:`own_trials`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -22,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from spaces.errors import InputError
 
 from search.spec.enqueue import misfit
+from search.store.warm_marks import WARM_START, WARM_START_TRIAL, describe, is_warm_start, own_trials
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
@@ -31,8 +31,7 @@ __all__ = [
     "describe",
 ]  # fmt: skip
 
-WARM_START = "warm_start"  # user attribute of a copied trial (its source) and of the study (what was used)
-WARM_START_TRIAL = "warm_start_trial"  # user attribute of a copied trial: its number in the source
+# the marks a copied trial carries, and the readers that leave such trials out, live in search.store.warm_marks
 
 
 class WarmStartError(InputError):
@@ -50,16 +49,6 @@ class WarmStart:
     def line(self) -> str:
         return (f"warm start from {self.source}: {self.used} finished trial(s) used, {self.skipped} skipped "
                 "(parameters outside this space); they inform the sampler, not this campaign's counts")  # fmt: skip
-
-
-def is_warm_start(trial: FrozenTrial) -> bool:
-    """Whether ``trial`` was copied from a warm-start source (not one of this campaign's trials)."""
-    return WARM_START in trial.user_attrs
-
-
-def own_trials(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
-    """The campaign's own trials: ``trials`` without the warm-start copies."""
-    return [t for t in trials if not is_warm_start(t)]
 
 
 def warm_start(
@@ -147,9 +136,3 @@ def _locate(source: str) -> tuple[str, str]:
         if url.startswith(prefix) and not Path(url.removeprefix(prefix)).is_file():
             raise WarmStartError(f"warm start {source!r}: no such file {url.removeprefix(prefix)}")
     return url, name
-
-
-def describe(study: optuna.Study) -> dict[str, Any] | None:
-    """What the study's warm start used (``WarmStart`` as a dict), if it had one."""
-    value = study.user_attrs.get(WARM_START)
-    return value if isinstance(value, dict) else None

@@ -35,6 +35,7 @@ from search.sampling.samplers import (
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, parse_cluster
 from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
 from search.spec.enqueue import parse_enqueue
+from search.spec.keys import BATCH_SIZE, DATA_PARALLEL
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.spec.reading import parse_toml, read_spec_text
@@ -64,8 +65,6 @@ SCHEDULERS = ("none", "pbt")
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
 DIRECTIONS = ("maximize", "minimize")
 DEVICES = ("auto", "cpu", "cuda")
-DATA_PARALLEL = "data_parallel"  # a [space] name the controller consumes: the trial's width
-BATCH_SIZE = "batch_size"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 _ENTRY_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}(\.<locals>\.{_DOTTED})*$")  # a function defined in a function too

@@ -17,6 +17,8 @@ from typing import Any
 
 from spaces.errors import InputError
 
+from search.spec.toml_text import to_toml
+
 __all__ = ["SPEC_TEXT", "SPEC_CHANGES", "SpecChangedError", "spec_changes", "with_n_trials", "resume_text"]
 
 SPEC_TEXT = "spec_text"  # study user attribute: the text of the spec the campaign runs under
@@ -59,8 +61,7 @@ def with_n_trials(text: str, n_trials: int) -> str:
     edited = _edit_n_trials(text, n_trials)
     if edited is not None and _loads(edited) == want:
         return edited
-    from search.api import to_toml  # a spec the line edit cannot reach (an inline [study] table): rewritten
-
+    # a spec the line edit cannot reach (an inline [study] table): rewritten
     return to_toml(want, header=f"# n_trials set to {n_trials} by hypersweep resume")
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from spaces.params import CategoricalParam, SearchSpace
 
+from search.spec.batch_sizes import ScalingError, validate_batch_sizes
 from search.spec.table import SpecTable
 
 __all__ = ["ScalingSpec", "SCALING_KEYS", "parse_scaling", "OBJECTIVE", "BATCH", "with_batch_sizes"]
@@ -35,8 +36,6 @@ class ScalingSpec:
 
 
 def parse_scaling(t: SpecTable) -> ScalingSpec:
-    from search.scaling.fit import ScalingError, validate_batch_sizes  # lazily: the fits bring scipy and pandas
-
     if "batch_sizes" not in t.data:
         raise t.error("batch_sizes", "is required: the global batch sizes to sweep, e.g. [16, 32, 64, 128]")
     try:

@@ -13,10 +13,15 @@ import os
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from search.spec.campaign_spec import DATA_PARALLEL, RESOURCE_METRIC, CampaignSpec
+from search.sampling.pruning import RESOURCE_METRIC
+from search.spec.kept_trainer import recorded_trainer_paths, stored_trainer
+from search.spec.keys import DATA_PARALLEL
 from search.spec.table import SpecError, _closest
+
+if TYPE_CHECKING:
+    from search.spec.campaign_spec import CampaignSpec
 
 __all__ = ["check_trainer", "find_trainer", "trainer_paths"]
 
@@ -98,8 +103,6 @@ def trainer_paths(spec: CampaignSpec) -> tuple[str, ...]:
     """The folders the trainer is looked for in after ``sys.path``: the spec's folder, the current directory,
     and, for a campaign's frozen spec, the folders its campaign recorded (``environment.json``), so that
     ``resume``, ``reproduce`` and a re-run of the frozen spec find the trainer the campaign ran."""
-    from search.store.environment import recorded_trainer_paths
-
     spec_file = Path(spec.source)
     here = spec_file.resolve().parent if spec_file.is_file() else None
     paths = ([str(here)] if here else []) + [os.getcwd()] + (recorded_trainer_paths(here) if here else [])
@@ -110,7 +113,6 @@ def find_trainer(spec: CampaignSpec) -> Any:
     """The spec's trainer function, looked for on ``sys.path`` and in :func:`trainer_paths` (which its workers get
     too); for a campaign's frozen spec whose trainer was handed over by value (defined in a script or notebook),
     the copy the campaign kept. A trainer that cannot be found is a :class:`SpecError` on ``trainer.entry``."""
-    from search.store.environment import stored_trainer
     from trainers.api import TrainerImportError, load_trainer, register_trainer  # by name, only to validate
 
     entry = spec.trainer.entry

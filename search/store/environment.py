@@ -22,7 +22,6 @@ import importlib.metadata
 import importlib.util
 import inspect
 import json
-import pickle
 import platform
 import socket
 import sys
@@ -31,6 +30,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from search.spec.kept_trainer import (  # re-exported: the environment record's readers
+    TRAINER_PICKLE, read_environment, recorded_trainer_paths, stored_trainer,
+)  # fmt: skip
 from search.store.folder import write_atomic, write_atomic_bytes
 
 if TYPE_CHECKING:
@@ -52,7 +54,6 @@ __all__ = [
 ]
 
 PACKAGES = ("hypersweep", "optuna", "dask", "distributed", "pandas", "numpy", "torch", "scipy")
-TRAINER_PICKLE = "trainer.pkl"  # a by-value trainer, as its workers got it (next to environment.json)
 OWN_PACKAGES = frozenset({"search", "spaces", "trainers", "cluster"})  # hypersweep's: recorded by its version
 MAX_FILES = 2000  # files hashed for one trainer
 
@@ -306,32 +307,6 @@ def changed_trainer_files(recorded: Mapping[str, Any]) -> list[str]:
     return changed
 
 
-def recorded_trainer_paths(folder: Path) -> list[str]:
-    """The folders a campaign's trainer was looked for in, as its ``environment.json`` (and resumes) recorded them."""
-    return [str(p) for r in _trainer_records(folder) for p in r.get("paths") or () if isinstance(p, str)]
-
-
-def _trainer_records(folder: Path) -> list[dict[str, Any]]:
-    """The ``trainer`` records of the campaign in ``folder``: its start's, then each resume's."""
-    env = read_environment(folder / "environment.json") or {}
-    resumes = env.get("resumes")
-    records = [env, *(resumes if isinstance(resumes, list) else [])]
-    trainers = [r.get("trainer") for r in records if isinstance(r, dict)]
-    return [t for t in trainers if isinstance(t, dict)]
-
-
-def stored_trainer(folder: Path, entry: str | None = None) -> Callable[..., Any] | None:
-    """The by-value trainer the campaign in ``folder`` kept (``trainer.pkl``; ``entry``: only if recorded under that
-    entry), or None. It is code: load only your own campaigns."""
-    path = folder / TRAINER_PICKLE
-    if not path.is_file():
-        return None
-    if entry is not None and not any(r.get("entry") == entry and r.get("pickle") for r in _trainer_records(folder)):
-        return None
-    fn = pickle.loads(path.read_bytes())  # noqa: S301 - the campaign's own trainer, from its owner-only folder
-    return fn if callable(fn) else None
-
-
 def _store_trainer(folder: Path, entry: str) -> None:
     fn = _by_value(entry)
     if fn is not None:
@@ -358,12 +333,3 @@ def record_environment(path: Path, env: Mapping[str, Any]) -> None:
             write_atomic(path, json.dumps(first, indent=2, sort_keys=True, default=str) + "\n")
             return
     write_atomic(path, json.dumps(dict(env), indent=2, sort_keys=True, default=str) + "\n")
-
-
-def read_environment(path: Path) -> dict[str, Any] | None:
-    """The recorded environment, or ``None`` when the campaign has none (or it is unreadable)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None

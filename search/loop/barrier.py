@@ -3,8 +3,9 @@
 A member that ends a segment before its rung is complete is parked here: it stays in
 the campaign (the budget counts it, ``resume`` finds it RUNNING) but holds no slot, so
 the members behind it get the workers (time-sharing, as Ray Tune's PBT pauses trials).
-:meth:`Barrier.step`, once per loop iteration, sends on every member of each rung the
-population has decided; past the time budget the waiting members end PRUNED.
+:meth:`Barrier.step`, once per loop iteration, returns what the campaign does next: send on
+every member of each rung the population has decided (:class:`Release`), or, past the time
+budget, tell the waiting members PRUNED (:class:`Expire`).
 
 Every run of a member (each segment, each retry) is kept as ``pbt_segments``
 (``[[started, finished, worker], ...]``), so the timeline draws segments as runs and the
@@ -20,28 +21,43 @@ from typing import Any
 from optuna.trial import TrialState
 
 from cluster.executor import Outcome
+from trainers.api import TrialConfig
 
-from search.loop.dispatch import TIME_BUDGET, Dispatcher
-from search.loop.ledger import Ledger
+from search.loop.dispatch import TIME_BUDGET
 from search.pbt.population import Population
 from search.loop.policies import Verdict
 from search.store.records import Attr, write_attrs
 from search.store.sinks import ReportSinks
 from search.loop.trials import RunningTrial
 
-__all__ = ["Barrier", "SEGMENTS_ATTR", "EXPLOIT_METRIC"]
+__all__ = ["Barrier", "Release", "Expire", "SEGMENTS_ATTR", "EXPLOIT_METRIC"]
 
 SEGMENTS_ATTR = Attr.PBT_SEGMENTS
 EXPLOIT_METRIC = "pbt_exploit_source"  # TensorBoard/MLflow: at the exploit step, the trial whose checkpoint was copied
 
 
-class Barrier:
-    """Parks members at their rung and sends them on when the population has decided it."""
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """A parked member goes on with its next segment's ``config``."""
 
-    def __init__(self, population: Population, dispatch: Dispatcher, ledger: Ledger, sinks: ReportSinks) -> None:
+    running: RunningTrial
+    config: TrialConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Expire:
+    """A parked member ends: its last segment's ``outcome`` is told with ``verdict`` (out of time)."""
+
+    running: RunningTrial
+    outcome: Outcome
+    verdict: Verdict
+
+
+class Barrier:
+    """Parks members at their rung and says which go on when the population has decided it."""
+
+    def __init__(self, population: Population, sinks: ReportSinks) -> None:
         self.population = population
-        self._dispatch = dispatch
-        self._ledger = ledger
         self._sinks = sinks
         self.parked: dict[int, tuple[RunningTrial, Outcome]] = {}
         self._runs: dict[int, list[list[Any]]] = {}
@@ -60,21 +76,27 @@ class Barrier:
         return dataclasses.replace(outcome, started=min(r[0] for r in runs))
 
     def park(self, running: RunningTrial, outcome: Outcome) -> None:
-        running.started_at, running.worker = None, ""  # not running: no trial timeout counts while it waits
+        running.not_running()  # no trial timeout counts while it waits
         self.parked[running.number] = (running, outcome)
 
-    def step(self, time_left: bool) -> None:
-        """Send on the members of each decided rung; without time left, end the waiting ones PRUNED."""
+    def step(self, time_left: bool) -> list[Release] | list[Expire]:
+        """The members of each decided rung, to send on; without time left, every waiting one, to end PRUNED."""
         if not time_left:
-            for number, (running, outcome) in sorted(self.parked.items()):
-                self._dispatch.forget(number)
-                self._ledger.finish(running, outcome, Verdict(TrialState.PRUNED, (), f"{TIME_BUDGET} (waiting at "
-                                                              f"epoch {running.config.epochs})"))  # fmt: skip
+            expired = [
+                Expire(running, outcome, Verdict(TrialState.PRUNED, (), _waited_out(running)))
+                for _number, (running, outcome) in sorted(self.parked.items())
+            ]
             self.parked.clear()
-            return
+            return expired
+        released_now = []
         for released in self.population.release():
             running, _outcome = self.parked.pop(released.config.number)
             if released.source is not None:
                 self._sinks.record(running.number, released.epoch, {EXPLOIT_METRIC: float(released.source)},
                                    time.time())  # fmt: skip
-            self._dispatch.resubmit(running, released.config)
+            released_now.append(Release(running, released.config))
+        return released_now
+
+
+def _waited_out(running: RunningTrial) -> str:
+    return f"{TIME_BUDGET} (waiting at epoch {running.config.epochs})"

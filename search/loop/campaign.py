@@ -13,7 +13,11 @@ The loop's parts, each in its own module:
 - :mod:`search.loop.policies`: what stops a trial early, what a finished one becomes (retry,
   next PBT segment, a verdict);
 - :class:`~search.loop.intermediate.IntermediateValues`: reports into ``metrics.jsonl`` and the study;
-- :class:`~search.loop.ledger.Ledger`: tells the study, counts, keeps the best.
+- :class:`~search.loop.ledger.Ledger`: tells the study, counts, keeps the best;
+- :class:`~search.loop.budget.Budget`: trials left to ask, time left to start them.
+
+The campaign alone moves a trial between them (supply -> dispatcher -> ledger, and a PBT
+member's park and release) and applies what the policies decide; no part calls back into it.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from collections.abc import Callable
 
 import optuna
 
-from cluster.executor import Finished, Report, Started, TrialExecutor
+from cluster.executor import Finished, Outcome, Report, Started, TrialExecutor
 
+from search.loop.barrier import Barrier, Expire
+from search.loop.budget import Budget
 from search.loop.dispatch import CampaignError, Dispatcher
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger
-from search.loop.barrier import Barrier
 from search.loop.policies import (
-    TARGET_REACHED, Halt, Park, Resubmit, Verdict, first_decision, first_stop_reason, policies_for, population_of,
+    TARGET_REACHED, Halt, Park, Resubmit, Verdict, decide, first_stop_reason, policies_for, population_of,
 )
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
@@ -84,19 +89,20 @@ class Campaign:
         self.executor = executor
         self._on_progress = on_progress or (lambda _s: None)
         self._poll = poll_interval
-        self._clock = clock  # wall-clock seconds; a simulated executor passes its virtual clock
         self._flush = flush or flusher(study._storage)  # group commit: this iteration's writes, durable
-        self._started = clock()
+        self.hooks = hooks or CampaignHooks()  # the user's callbacks and report hook; they may stop the campaign
+        self.budget = Budget(  # clock: wall-clock seconds; a simulated executor passes its virtual clock
+            spec.study.n_trials, spec.study.time_budget, clock, self.hooks
+        )
         population = population_of(spec, folder, study)
         self.sinks = ReportSinks.for_campaign(spec.logging, folder, spec.study.name)  # closed when run() ends
-        self.hooks = hooks or CampaignHooks()  # the user's callbacks and report hook; they may stop the campaign
         self.sinks.add(self.hooks.sink(study))
-        self.ledger = Ledger(spec, study, folder, all_asked=self._all_asked, sinks=self.sinks)
+        self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports)
         self.dispatch = Dispatcher(spec, folder, executor, clock)
-        self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self._budget_left, population, sampling)
-        self.barrier = Barrier(population, self.dispatch, self.ledger, self.sinks) if population else None
+        self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
+        self.barrier = Barrier(population, self.sinks) if population else None
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -104,20 +110,22 @@ class Campaign:
         """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
         resumable = self.ledger.load(self.study.get_trials(deepcopy=False))
         resumable = settle_decided(resumable, self.study, self.reports, self.ledger)  # stopped before a kill
+        self.ledger.flush(self._all_asked())
         self.dispatch.check_capacity()
         try:
             self.supply.start(resumable)
             while True:
-                self.dispatch.fill(self.supply, self._may_start)
-                self.ledger.flush()  # deterministic: the budget may be fully asked now
+                self._fill()
+                self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
                 self._flush()
-                if not self.dispatch.running and not self.supply.more_coming(self._may_start()):
+                launched = len(self.dispatch.running)
+                if not launched and not self.supply.more_coming(self.budget.may_start(), launched):
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
                 if self.barrier is not None:
-                    self.barrier.step(self._time_left())  # PBT: members of a decided rung go on
-                self.dispatch.enforce_time_limits(campaign_over=not self._time_left())
+                    self._step_population()
+                self.dispatch.enforce_time_limits(campaign_over=not self.budget.time_left())
                 self._on_progress(self.snapshot())
         except BaseException:
             self.supply.close()
@@ -134,6 +142,40 @@ class Campaign:
                 self.sinks.close()
         self._on_progress(self.snapshot())
 
+    def _fill(self) -> None:
+        """Move asked trials from the supply to the dispatcher while there is room and trials may start."""
+        plan = self.dispatch.plan(self.supply.ask_seconds())
+        while self.budget.may_start():
+            launched = len(self.dispatch.running)
+            free, slot_free = self.dispatch.free_tasks(plan), self.dispatch.slot_free(plan)
+            self.supply.want(free, plan.batch, plan.spare, slot_free, True, launched)
+            if not self.dispatch.has_room(plan):
+                return  # no room, not even in the queue: ask nothing, so the next trial sees the latest results
+            group = self.supply.next_group(plan.batch, launched)
+            if not group:
+                return
+            # sampling may outlast the time budget; a child process may still be sending this batch
+            on_its_way = self.supply.batch_on_its_way(group, plan.batch)
+            if not self.budget.may_start() or not self.dispatch.fits(group, plan) or on_its_way:
+                self.supply.put_back(group)
+                return
+            self.dispatch.launch(group, plan)
+        self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False, len(self.dispatch.running))
+
+    def _step_population(self) -> None:
+        """PBT: members of a decided rung go on; past the time budget the waiting ones are told PRUNED."""
+        assert self.barrier is not None
+        for move in self.barrier.step(self.budget.time_left()):
+            if isinstance(move, Expire):
+                self.dispatch.forget(move.running.number)
+                self._finish(move.running, move.outcome, move.verdict)
+            else:
+                self.dispatch.resubmit(move.running, move.config)
+
+    def _finish(self, running: RunningTrial, outcome: Outcome, verdict: Verdict | None) -> None:
+        self.ledger.finish(running, outcome, verdict)
+        self.ledger.flush(self._all_asked())  # deterministic: told in number order, as far as it may now
+
     def _handle(self, event: Started | Report | Finished) -> None:
         if isinstance(event, Report):
             self._on_report(event)
@@ -149,7 +191,7 @@ class Campaign:
         self.reports.record(running, report.step, report.metrics, report.time, report.worker)
         if running.stop_reason:
             return
-        reason = first_stop_reason(self.policies, running, report.metrics)
+        reason = first_stop_reason(self.policies, running.view(), report.metrics)
         if reason:
             decide_stop(running, reason, self._flush)  # durable before it is acted on: a resume keeps it
             self.dispatch.request_stop(running, reason, report.time)
@@ -162,37 +204,27 @@ class Campaign:
         self.reports.replay(running, outcome.history)
         if self.barrier is not None:
             outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment
-        decision = first_decision(self.policies, running, outcome)
+        ruling = decide(self.policies, running.view(), outcome)
+        if ruling.attrs:
+            write_attrs(running.trial, **ruling.attrs)
+        decision = ruling.decision
         if isinstance(decision, Halt):
             raise CampaignError(decision.reason)  # the trial stays in flight: marked interrupted, resumable
         if isinstance(decision, Park) and self.barrier is not None:
             self.barrier.park(running, decision.outcome)  # it keeps its place in the campaign, not its slot
             return
         if isinstance(decision, Resubmit):
+            running.counted(requeue=decision.requeue, retry=decision.retry)
             self.dispatch.resubmit(running, decision.config)
             return
         self.dispatch.forget(event.number)
-        self.ledger.finish(running, outcome, decision if isinstance(decision, Verdict) else None)
+        self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
 
     # --- budget ------------------------------------------------------------------------------
 
-    def _budget_left(self) -> int:
-        """Trials not asked yet (asked ones in hand, queued, running or waiting to be told count as spent)."""
-        if self.hooks.stopped:
-            return 0
-        in_hand = len(self.dispatch.running) + len(self.ledger.waiting) + self.supply.in_hand()
-        return max(0, self.spec.study.n_trials - self.ledger.finished - in_hand)
-
     def _all_asked(self) -> bool:
-        return self._budget_left() == 0 and not self.supply.pending
-
-    def _time_left(self) -> bool:
-        budget = self.spec.study.time_budget
-        return budget <= 0 or self._clock() - self._started < budget
-
-    def _may_start(self) -> bool:
-        """New trials may start: time is left and no hook stopped the campaign (running ones finish either way)."""
-        return self._time_left() and not self.hooks.stopped
+        """The whole budget is asked: no trial left to ask, none asked waiting for a slot."""
+        return self.supply.trials_left(len(self.dispatch.running)) == 0 and not self.supply.pending
 
     def _mark_interrupted(self) -> None:
         """Leave unfinished trials RUNNING (resumable, same number and params) and say so."""
@@ -215,5 +247,5 @@ class Campaign:
             running=len(self.dispatch.running),
             budget=self.spec.study.n_trials,
             best=self.ledger.best,
-            elapsed=self._clock() - self._started,
+            elapsed=self.budget.elapsed(),
         )

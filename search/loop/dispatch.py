@@ -4,11 +4,13 @@ The dispatcher owns the cluster's slots as the controller sees them: the trials
 running (:class:`~search.loop.trials.RunningTrial`), the tasks they run in (a batch of
 short trials is one task holding its slots until all are done), how deep the queue
 at the workers is (:class:`~search.loop.pipeline.Pipeline`) and, with a short queue,
-which worker a queued task waits at.
+which worker a queued task waits at. It never takes trials itself: the campaign moves them
+from the supply to :meth:`Dispatcher.launch` within the room a :class:`FillPlan` gives.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 from collections import deque
@@ -23,10 +25,9 @@ from search.loop.pipeline import Pipeline
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
-from search.loop.supply import TrialSupply
 from search.loop.trials import Prepared, RunningTrial
 
-__all__ = ["Dispatcher", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
+__all__ = ["Dispatcher", "FillPlan", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
 
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
 TIME_BUDGET = "time budget"
@@ -38,6 +39,19 @@ log = logging.getLogger(__name__)
 
 class CampaignError(HypersweepError, RuntimeError):
     """The campaign cannot go on (a message for the user, one line; exit status 1)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FillPlan:
+    """One round of filling slots: the cluster's ``slots``, trials per task (``batch``), the slots launched
+    tasks may hold (``capacity``: free slots plus the queue at the workers), whether a queued task is placed
+    at a worker (``place``) and how many spare trials a background sampler keeps ready (``spare``)."""
+
+    slots: int
+    batch: int
+    capacity: int
+    place: bool
+    spare: int
 
 
 class Dispatcher:
@@ -80,39 +94,46 @@ class Dispatcher:
 
     # --- filling slots ------------------------------------------------------------------------------
 
-    def fill(self, supply: TrialSupply, time_left: Callable[[], bool]) -> None:
-        """Launch tasks while there are free slots, plus ``ahead`` tasks queued at the workers.
+    def plan(self, ask_seconds: float) -> FillPlan:
+        """This round's room: tasks launch while there are free slots, plus ``ahead`` tasks queued at the workers.
 
         A free slot gets whatever is asked (a partial batch); the queue beyond the
-        free slots gets full batches only.
+        free slots gets full batches only (:meth:`fits`).
         """
         slots = self._executor.slots().total
-        batch = self._batch_size(supply)
+        batch = self._batch_size(ask_seconds)
         ahead = self._pipeline.ahead(slots, self._median_duration(), batch)
         capacity = slots + ahead * self._min_width
         place = ahead < slots  # a short queue: which worker a queued task waits at matters
-        spare = self._pipeline.spare(slots, self._median_duration(), supply.ask_seconds())
-        while time_left():
-            free_tasks = max(0, capacity - self._busy) // max(1, self._min_width)
-            supply.want(free_tasks, batch, spare, self._busy < slots, time_left=True)
-            if self.running and self._busy + self._min_width > capacity:
-                return  # no room, not even in the queue: ask nothing, so the next trial sees the latest results
-            group = supply.next_group(batch)
-            if not group:
-                return
-            width = group[0].width
-            fits = self._busy + width <= slots or (self._busy + width <= capacity and len(group) == batch)
-            # sampling may outlast the time budget; a child process may still be sending this batch
-            if not time_left() or (self.running and not fits) or supply.batch_on_its_way(group, batch):
-                supply.put_back(group)
-                return
-            self._launch(group, self._preferred_worker(width) if place and self._busy + width > slots else "")
-        supply.want(0, batch, 0, self._busy < slots, time_left=False)
+        spare = self._pipeline.spare(slots, self._median_duration(), ask_seconds)
+        return FillPlan(slots, batch, capacity, place, spare)
 
-    def _batch_size(self, supply: TrialSupply) -> int:
+    def free_tasks(self, plan: FillPlan) -> int:
+        """Tasks of the narrowest width that still fit in the plan's capacity."""
+        return max(0, plan.capacity - self._busy) // max(1, self._min_width)
+
+    def slot_free(self, plan: FillPlan) -> bool:
+        return self._busy < plan.slots
+
+    def has_room(self, plan: FillPlan) -> bool:
+        """Room for one more task, at least in the queue (with nothing running there always is)."""
+        return not self.running or self._busy + self._min_width <= plan.capacity
+
+    def fits(self, group: list[Prepared], plan: FillPlan) -> bool:
+        """Whether ``group`` may launch now: into free slots, or as a full batch into the queue."""
+        width = group[0].width
+        fits = self._busy + width <= plan.slots or (self._busy + width <= plan.capacity and len(group) == plan.batch)
+        return not self.running or fits
+
+    def launch(self, group: list[Prepared], plan: FillPlan) -> None:
+        """Send ``group`` as one task; one that will queue waits behind the oldest running task (placement)."""
+        width = group[0].width
+        self._launch(group, self._preferred_worker(width) if plan.place and self._busy + width > plan.slots else "")
+
+    def _batch_size(self, ask_seconds: float) -> int:
         if not self._executor.supports_batch:
             return 1
-        return self._pipeline.batch(self._median_duration(), supply.ask_seconds())
+        return self._pipeline.batch(self._median_duration(), ask_seconds)
 
     def _median_duration(self) -> float | None:
         return statistics.median(self._durations) if self._durations else None
@@ -141,9 +162,8 @@ class Dispatcher:
 
     def resubmit(self, running: RunningTrial, config: TrialConfig) -> None:
         """The same trial again, on its own (a retry, or a population member's next segment)."""
-        running.config = config
+        running.rerun(config)  # a new run: its own Started event will come
         write_attrs(running.trial, config=config.to_dict())  # a PBT member's current params and segment
-        running.started_at, running.worker = None, ""  # a new run: its own Started event will come
         self._new_task([running])
         self._executor.submit(TrialRequest(running.number, self._spec.trainer.entry, config, running.width))
 
@@ -155,7 +175,7 @@ class Dispatcher:
         self._tasks[self._task_seq] = [members[0].width, len(members)]
         self._busy += members[0].width
         for running in members:
-            running.task = self._task_seq
+            running.in_task(self._task_seq)
 
     def _leave_task(self, running: RunningTrial) -> None:
         task = self._tasks.get(running.task)
@@ -166,7 +186,7 @@ class Dispatcher:
             self._busy -= task[0]
             del self._tasks[running.task]
             self._claimed.discard(running.task)
-        running.task = 0
+        running.in_task(0)
 
     def _preferred_worker(self, width: int) -> str:
         """For a task that will queue: the worker of the oldest running task no queued task follows yet.
@@ -194,7 +214,7 @@ class Dispatcher:
     def started(self, event: Started) -> None:
         running = self.running.get(event.number)
         if running is not None:
-            running.started_at, running.worker = event.time, event.worker
+            running.began(event.time, event.worker)
 
     def ended(self, number: int, duration: float | None) -> RunningTrial | None:
         """A trial's run ended (its slots free up with its task); None for one not running here."""
@@ -212,9 +232,7 @@ class Dispatcher:
 
     def request_stop(self, running: RunningTrial, reason: str, trigger_time: float) -> None:
         """Ask a trial to stop at its next report; it ends PRUNED with ``reason``."""
-        running.stop_reason = reason
-        running.stop_trigger_time = trigger_time
-        running.stop_requested_at = self._clock()
+        running.stop(reason, trigger_time, self._clock())
         self._executor.stop(running.number)
 
     def enforce_time_limits(self, campaign_over: bool) -> None:
@@ -239,12 +257,12 @@ class Dispatcher:
         waited = now - max(running.stop_requested_at, running.started_at)
         if waited <= self._spec.study.stop_grace:
             return
-        running.kill_tried = True
+        running.kill_attempted()
         if not running.worker or not self._executor.kill(running.number, running.worker):
             return  # the executor said why; the trial keeps its slot until it ends by itself
-        running.killed = f"{running.stop_reason}: killed after {waited:.0f} s without answering the stop request"
+        running.was_killed(f"{running.stop_reason}: killed after {waited:.0f} s without answering the stop request")
         log.warning("trial %d %s; its worker %s is restarted", running.number, running.killed, running.worker)
         for other in self.running.values():
             same_task = other.task == running.task and other.task != 0
             if other is not running and not other.killed and (same_task or other.worker == running.worker):
-                other.collateral = True
+                other.hit_by_kill()

@@ -62,25 +62,20 @@ class IntermediateValues:
 
     def _remember(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float) -> bool:
         """Whether this is the trial's first report of ``step`` (then it joins the trial's reports)."""
-        if step in running.report_steps:
-            return False
-        running.report_steps.add(step)
-        running.reports.append((step, dict(metrics), at))
-        return True
+        return running.keep_report(step, metrics, at)
 
     def _restore(self, running: RunningTrial) -> None:
         """Once per trial: the reports an earlier controller recorded (``resume``), from the trial's file.
 
         The study is told those it lacks (its journal may have lost the last writes before a crash).
         """
-        if running.restored:
+        if not running.restore_once():
             return
-        running.restored = True
         earlier = read_metrics_lines(self._folder.trial_metrics(running.number))
         if not earlier:
             return
         frozen = self._study._storage.get_trial(running.trial._trial_id)
-        running.recorded_steps.update(frozen.intermediate_values)
+        running.recorded(frozen.intermediate_values)
         for step, metrics, at in earlier:
             if self._remember(running, step, metrics, at):
                 self._report_value(running, step, metrics)
@@ -97,7 +92,7 @@ class IntermediateValues:
         resource = resource_of(step, metrics, self._spec.pruning.resource)
         if resource in running.recorded_steps:
             return
-        running.recorded_steps.add(resource)
+        running.recorded((resource,))
         running.trial.report(float(value), resource)
         self._ensure_pruner(resource)
 

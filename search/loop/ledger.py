@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -38,21 +37,19 @@ _KEY = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState
 
 
 class Ledger:
-    """Tells the study and counts; ``all_asked()`` says whether the budget is fully asked (for the order)."""
+    """Tells the study and counts; a deterministic campaign's trials are told in number order (:meth:`flush`)."""
 
     def __init__(
         self,
         spec: CampaignSpec,
         study: optuna.Study,
         folder: CampaignFolder,
-        all_asked: Callable[[], bool],
         sinks: ReportSinks | None = None,
     ) -> None:
         self._spec = spec
         self._sinks = sinks or ReportSinks()  # told trials close their TensorBoard file, end their MLflow run
         self._study = study
         self._folder = folder
-        self._all_asked = all_asked
         self.counts = {"complete": 0, "pruned": 0, "failed": 0}
         self.best: float | None = None
         self.next_number = 0  # the number the next ask gets
@@ -96,13 +93,15 @@ class Ledger:
             return True
         return self._next_to_tell >= self.next_number - self._spec.study.parallelism
 
-    def flush(self) -> None:
-        """Tell trial j in number order, once trial j+P has been asked (or the whole budget has)."""
+    def flush(self, all_asked: bool = False) -> None:
+        """Tell trial j in number order, once trial j+P has been asked (or, ``all_asked``, the whole budget has).
+
+        The campaign, which knows where every asked trial is, flushes with ``all_asked`` after each finish."""
         if not self._spec.study.deterministic:
             return
         lag = self._spec.study.parallelism
         while self._next_to_tell in self.waiting and (
-            self._next_to_tell + lag < self.next_number or self._all_asked()
+            self._next_to_tell + lag < self.next_number or all_asked
         ):
             self._tell(*self.waiting.pop(self._next_to_tell))
 

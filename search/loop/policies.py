@@ -2,15 +2,19 @@
 
 A policy sees two moments of a trial (as Syne Tune's schedulers and Dask's
 ``AdaptiveCore`` do) and the campaign asks each in turn; the first that answers
-decides:
+decides. A policy gets a frozen :class:`~search.loop.trials.TrialView` (as Optuna's
+hooks get a ``FrozenTrial``) and changes nothing: what is to be written comes back with
+its decision, and the campaign, the one owner of the trial's state, applies it.
 
-- ``on_report(running, metrics) -> str | None``: a stop reason (the trial ends at its
+- ``on_report(trial, metrics) -> str | None``: a stop reason (the trial ends at its
   next report and is told PRUNED with that reason, unless the reason is
   :data:`TARGET_REACHED`), or None.
-- ``on_finished(running, outcome) -> Resubmit | Verdict | Halt | None``: run the same trial
-  again with a config (a retry, a population member's next segment), the verdict
-  to tell, stop the campaign (a full disk), or None to leave it to the next policy (and, last, to the campaign's
-  default verdict: the spec's metrics).
+- ``on_finished(trial, outcome) -> Resubmit | Verdict | Halt | Park | Note | None``: run the same
+  trial again with a config (a retry, a population member's next segment; whether the re-run is
+  counted as a retry or a free re-send, and the attributes to record), the verdict to tell, stop the
+  campaign (a full disk), park it, or leave it to the next policy (None, or a :class:`Note` of
+  attributes to record; last comes the campaign's default verdict: the spec's metrics).
+  :func:`decide` asks them in turn and returns a :class:`Ruling`: the decision and the attributes.
 
 A new scheduling rule (ASHA's promotions, a budget per rung, ...) is one more class
 here, added in :func:`policies_for`.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import TrialState
@@ -37,13 +41,12 @@ from search.scaling.sweep import TargetGoal
 from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.records import write_attrs
-from search.loop.trials import RunningTrial
+from search.loop.trials import TrialView
 
 __all__ = [
-    "Policy", "Resubmit", "Verdict", "Halt", "Park", "Decision", "TARGET_REACHED", "HaltOnDiskErrors", "KilledTrials",
-    "RetryLostTrials", "PopulationSegments", "ScalingTarget", "Pruning", "population_of", "policies_for",
-    "first_stop_reason", "first_decision",
+    "Policy", "Resubmit", "Verdict", "Halt", "Park", "Note", "Decision", "Ruling", "TARGET_REACHED",
+    "HaltOnDiskErrors", "KilledTrials", "RetryLostTrials", "PopulationSegments", "ScalingTarget", "Pruning",
+    "population_of", "policies_for", "first_stop_reason", "decide",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,9 +56,16 @@ TARGET_REACHED = "target reached"
 
 @dataclasses.dataclass(frozen=True)
 class Resubmit:
-    """Run the trial again (same number, same slot width) with ``config``."""
+    """Run the trial again (same number, same slot width) with ``config``.
+
+    ``requeue``: a free re-send (it only shared a lost or killed worker); ``retry``: charged as a retry;
+    ``attrs``: user attributes to record on the trial first.
+    """
 
     config: TrialConfig
+    requeue: bool = False
+    retry: bool = False
+    attrs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +91,28 @@ class Park:
     outcome: Outcome
 
 
-Decision = Resubmit | Verdict | Halt | Park | None
+@dataclasses.dataclass(frozen=True)
+class Note:
+    """No decision (the next policy decides), but user attributes to record on the trial."""
+
+    attrs: Mapping[str, Any]
+
+
+Decision = Resubmit | Verdict | Halt | Park | Note | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Ruling:
+    """What the policies decided about a finished trial, and every attribute they asked to record."""
+
+    decision: Resubmit | Verdict | Halt | Park | None
+    attrs: Mapping[str, Any]
 
 
 class Policy(Protocol):
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None: ...
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None: ...
 
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision: ...
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision: ...
 
 
 class HaltOnDiskErrors:
@@ -97,10 +122,10 @@ class HaltOnDiskErrors:
     def __init__(self, folder: CampaignFolder) -> None:
         self.folder = folder
 
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         return None
 
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         if not outcome.disk_error:
             return None
         where = f" on {outcome.host}" if outcome.host else ""
@@ -117,23 +142,21 @@ class KilledTrials:
     PRUNED (or FAIL) with its own stop reason.
     """
 
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         return None
 
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         if running.killed:
             return _ended_without_result(running, running.killed)
         if not running.collateral or outcome.status not in (LOST, CANCELLED):
             return None
-        running.collateral = False
         if running.stop_reason:
             return _ended_without_result(running, f"{running.stop_reason} (its worker was restarted)")
-        running.requeues += 1
         log.info("trial %d ended with another trial's worker; sent again (not a retry)", running.number)
-        return Resubmit(running.config)
+        return Resubmit(running.config, requeue=True)
 
 
-def _ended_without_result(running: RunningTrial, reason: str) -> Verdict:
+def _ended_without_result(running: TrialView, reason: str) -> Verdict:
     """PRUNED when it reported (its intermediate values stand) or never started; FAIL when it ran and said nothing."""
     pruned = bool(running.reports) or running.started_at is None
     return Verdict(TrialState.PRUNED if pruned else TrialState.FAIL, (), reason)
@@ -151,25 +174,23 @@ class RetryLostTrials:
     def __init__(self, max_retries: int) -> None:
         self.max_retries = max_retries
 
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         return None
 
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         if outcome.status != LOST:
             return None
         if running.stop_reason:  # it was ending anyway (pruned, out of time): no retry, its stop is the verdict
             return _ended_without_result(running, f"{running.stop_reason} (then its worker was lost)")
         if running.started_at is None and running.requeues < self.MAX_REQUEUES:
-            running.requeues += 1
             log.info("trial %d had not started on its lost worker; sent again (not a retry)", running.number)
-            return Resubmit(running.config)
+            return Resubmit(running.config, requeue=True)
         if running.attempts >= self.max_retries:
             return None
-        running.attempts += 1
-        write_attrs(running.trial, retries=running.attempts)
+        attempt = running.attempts + 1
         log.warning("trial %d lost its worker (%s); retry %d of %d",
-                    running.number, outcome.error, running.attempts, self.max_retries)  # fmt: skip
-        return Resubmit(running.config)
+                    running.number, outcome.error, attempt, self.max_retries)  # fmt: skip
+        return Resubmit(running.config, retry=True, attrs={"retries": attempt})
 
 
 class PopulationSegments:
@@ -179,16 +200,15 @@ class PopulationSegments:
     def __init__(self, population: Population) -> None:
         self.population = population
 
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         return None
 
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         if not outcome.ok or running.stop_reason:
             return None
         if not self.population.arrive(running.config, outcome.metrics):
             return Park(outcome)
-        write_attrs(running.trial, **self.population.attributes(running.number, running.history()))
-        return None
+        return Note(self.population.attributes(running.number, running.history()))
 
 
 class ScalingTarget:
@@ -197,10 +217,10 @@ class ScalingTarget:
     def __init__(self, goal: TargetGoal) -> None:
         self.goal = goal
 
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         return TARGET_REACHED if self.goal.reached(metrics) else None
 
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         if not outcome.ok or running.stop_reason not in ("", TARGET_REACHED):
             return None
         # the stop reason is recorded ("target reached"), so reports and reproduce know where it was stopped
@@ -214,12 +234,12 @@ class Pruning:
         self.values = values
         self.multi_objective = multi_objective
 
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         if self.multi_objective or not self.values.should_prune(running.trial):
             return None
         return "pruned"  # the campaign records and logs it (search.loop.stops) before the trial is asked to stop
 
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Decision:
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         return None
 
 
@@ -256,7 +276,7 @@ def policies_for(
     return policies
 
 
-def first_stop_reason(policies: list[Policy], running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
+def first_stop_reason(policies: list[Policy], running: TrialView, metrics: Mapping[str, float]) -> str | None:
     for policy in policies:
         reason = policy.on_report(running, metrics)
         if reason:
@@ -264,9 +284,14 @@ def first_stop_reason(policies: list[Policy], running: RunningTrial, metrics: Ma
     return None
 
 
-def first_decision(policies: list[Policy], running: RunningTrial, outcome: Outcome) -> Decision:
+def decide(policies: list[Policy], running: TrialView, outcome: Outcome) -> Ruling:
+    """The first decision of ``policies`` (None: the campaign's default verdict), with every attribute to record."""
+    attrs: dict[str, Any] = {}
     for policy in policies:
         decision = policy.on_finished(running, outcome)
-        if decision is not None:
-            return decision
-    return None
+        if isinstance(decision, Note):
+            attrs.update(decision.attrs)
+        elif decision is not None:
+            attrs.update(decision.attrs if isinstance(decision, Resubmit) else {})
+            return Ruling(decision, attrs)
+    return Ruling(None, attrs)

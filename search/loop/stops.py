@@ -59,7 +59,7 @@ def settle_decided(
             rest.append(frozen)
             continue
         running = RunningTrial(optuna.Trial(study, frozen._trial_id), TrialConfig.from_dict(config), 1, 0.0)
-        running.stop_reason = reason
+        running.stop(reason)
         reports.replay(running, ())  # its reports so far, from its metrics.jsonl (any the study lacks are told)
         log.info("trial %d was stopped before the controller died (%s): told PRUNED, not run again",
                  frozen.number, reason)  # fmt: skip

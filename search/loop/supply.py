@@ -2,9 +2,11 @@
 ones from the sampler, through an :class:`~search.sampling.asker.Asker` (on the loop, on a
 thread, or in a child process; see :func:`sampling_mode`).
 
-Each trial is configured here (its :class:`~trainers.api.TrialConfig`); one whose
-parameters cannot run is told FAIL at once, without a slot. Asked trials wait in
-``pending`` until the dispatcher has slots for them; the budget counts them as spent.
+Each trial is configured (its :class:`~trainers.api.TrialConfig`) by a
+:class:`~search.loop.trial_maker.TrialMaker`, which the asker calls; one whose parameters
+cannot run is told FAIL at once, without a slot. Asked trials wait in
+``pending`` until the campaign moves them to the dispatcher; the budget counts them as spent
+(:meth:`TrialSupply.spent`; the campaign says how many the dispatcher holds, ``launched``).
 
 No trial is sampled twice from one random stream. Trials are asked ahead of need, so a
 saved sampler state is always behind what reached the storage: restoring it would replay
@@ -28,26 +30,25 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from cluster.executor import TrialExecutor
-from spaces.errors import SpaceError
-from trainers.api import TrialConfig
 
+from search.loop.budget import Budget
 from search.loop.ledger import Ledger
+from search.loop.trial_maker import TrialMaker
 from search.pbt.population import Population
 from search.loop.pipeline import SLOW_ASK_SECONDS
 from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
 from search.scaling.sweep import scaling_sampler
-from search.sampling.seeds import component_seed, trial_seed
+from search.sampling.seeds import component_seed
 from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
-from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
+from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.trial_params import read_params, restore_params, set_aside_stale_folder, write_params
+from search.store.trial_params import read_params, restore_params
 from search.loop.trials import Prepared
 
 __all__ = [
@@ -91,7 +92,7 @@ def sampling_mode(requested: str, sampler: str, ordered: bool) -> str:
 
 
 class TrialSupply:
-    """Resumed trials, then sampled ones; ``budget_left()``: trials the campaign may still ask."""
+    """Resumed trials, then sampled ones, as many as the :class:`~search.loop.budget.Budget` allows."""
 
     def __init__(
         self,
@@ -100,7 +101,7 @@ class TrialSupply:
         study: optuna.Study,
         executor: TrialExecutor,
         ledger: Ledger,
-        budget_left: Callable[[], int],
+        budget: Budget,
         population: Population | None,
         sampling: str | None = None,
     ) -> None:
@@ -109,12 +110,12 @@ class TrialSupply:
         self._study = study
         self._executor = executor
         self._ledger = ledger
-        self._budget_left = budget_left
-        self._population = population
+        self._budget = budget
         self._sampling_asked = sampling or spec.study.sampling
         ordered = spec.study.deterministic or population is not None or executor.virtual_time
         self.sampling = sampling_mode(self._sampling_asked, spec.study.sampler, ordered)
-        self._asker: Asker[Prepared] = InlineAsker(self._ask_inline, ledger.may_ask)
+        self._maker = TrialMaker(spec, folder, study, ledger, population)  # what the askers call, on any thread
+        self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, ledger.may_ask)
         self._resumable: deque[FrozenTrial] = deque()
         self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
         self._restarts = 0  # samplers built by this controller after the first (a dead child replaced)
@@ -140,11 +141,11 @@ class TrialSupply:
     def _process_asker(self) -> ProcessAsker[Prepared]:
         space = self._spec.space
         suggest = space.suggest if space.conditional else None  # the child suggests the conditional parameters
-        return ProcessAsker(self._study, space.base_distributions(), self._produce, self._executor.wake,
+        return ProcessAsker(self._study, space.base_distributions(), self._maker.produce, self._executor.wake,
                             f"sampler-{self._spec.study.name}", suggest)  # fmt: skip
 
     def _thread_asker(self) -> BackgroundAsker[Prepared]:
-        return BackgroundAsker(self._produce, self._executor.wake, f"sampler-{self._spec.study.name}")
+        return BackgroundAsker(self._maker.produce, self._executor.wake, f"sampler-{self._spec.study.name}")
 
     def _replace_dead_child(self, died: SamplerDied) -> None:
         """A new sampler child (a fresh sampler, seeded anew), or a thread once it died too often."""
@@ -184,11 +185,19 @@ class TrialSupply:
         """Trials asked (or to be run again) and not yet launched: the budget counts them as spent."""
         return self._asker.in_hand() + len(self._resumable) + len(self.pending)
 
-    def more_coming(self, time_left: bool) -> bool:
+    def spent(self, launched: int) -> int:
+        """Trials of the budget spent: told, waiting to be told, ``launched`` (the dispatcher's) or in hand here."""
+        return self._ledger.finished + len(self._ledger.waiting) + launched + self.in_hand()
+
+    def trials_left(self, launched: int) -> int:
+        """Trials the campaign may still ask."""
+        return self._budget.trials_left(self.spent(launched))
+
+    def more_coming(self, time_left: bool, launched: int) -> bool:
         """Whether a background sampler still owes trials (nothing runs while it samples the first ones)."""
         if not self._asker.background or not time_left:
             return False
-        return self._asker.in_hand() > 0 or self._budget_left() > 0
+        return self._asker.in_hand() > 0 or self.trials_left(launched) > 0
 
     @property
     def times(self) -> AskTimes:
@@ -198,7 +207,7 @@ class TrialSupply:
     def ask_seconds(self) -> float:
         return self._asker.times.ask_seconds
 
-    def want(self, free_tasks: int, batch: int, spare: int, slot_free: bool, time_left: bool) -> None:
+    def want(self, free_tasks: int, batch: int, spare: int, slot_free: bool, time_left: bool, launched: int) -> None:
         """Tell a background sampler how many trials to have ready: what is free plus spares, within budget.
 
         A fast sampler that the loop may ask itself gets 0: it is asked on the loop's thread, when needed.
@@ -206,15 +215,15 @@ class TrialSupply:
         wanted = 0
         if time_left and (self._sampler_is_slow() or not self._asker.asks_here):
             wanted = max(0, batch * free_tasks + spare - len(self.pending))
-            wanted = min(wanted, self._asker.in_hand() + self._budget_left())
+            wanted = min(wanted, self._asker.in_hand() + self.trials_left(launched))
         starved = not self.pending and slot_free and self._asker.asks_here  # a slot waits for a trial
         self._asker.want(wanted, wake_at=1 if starved else batch)
 
     # --- the next trials --------------------------------------------------------------------------------
 
-    def next_group(self, batch: int) -> list[Prepared]:
-        """Up to ``batch`` prepared trials of one width, the pending ones first."""
-        while len(self.pending) < batch and (item := self._fetch()) is not None:
+    def next_group(self, batch: int, launched: int) -> list[Prepared]:
+        """Up to ``batch`` prepared trials of one width, the pending ones first (``launched``: see :meth:`spent`)."""
+        while len(self.pending) < batch and (item := self._fetch(launched)) is not None:
             self.pending.append(item)
         group: list[Prepared] = []
         while self.pending and len(group) < batch and (not group or self.pending[0].width == group[0].width):
@@ -234,15 +243,15 @@ class TrialSupply:
         """
         return not self._asker.asks_here and len(group) < batch and self._asker.in_hand() > 0
 
-    def _fetch(self) -> Prepared | None:
+    def _fetch(self, launched: int) -> Prepared | None:
         """The next trial to launch: one to run again, else one asked (ahead, or now); invalid ones are told FAIL."""
         while True:
             if self._resumable:
                 frozen = self._resumable.popleft()
                 log.info("trial %d was left running; starting it again", frozen.number)
-                item = self._configure(self._reopen(frozen), self._ledger.finished)
+                item = self._maker.configure(self._reopen(frozen), self._ledger.finished)
             else:
-                item = self._take() or self._ask_here()
+                item = self._take() or self._ask_here(launched)
             if item is None or not item.invalid:
                 return item
             self._ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
@@ -274,62 +283,12 @@ class TrialSupply:
             self._replace_dead_child(died)
             return None
 
-    def _ask_here(self) -> Prepared | None:
+    def _ask_here(self, launched: int) -> Prepared | None:
         """A fast sampler is asked on this thread (cheaper than a hand-over); a slow one only on its own."""
-        if self._budget_left() <= 0 or self._sampler_is_slow():
+        if self.trials_left(launched) <= 0 or self._sampler_is_slow():
             return None
         return self._asker.ask_here()
 
     def _sampler_is_slow(self) -> bool:
         times = self._asker.times
         return self._asker.background and times.asked > 0 and times.ask_seconds >= SLOW_ASK_SECONDS
-
-    def _ask_inline(self) -> Prepared:
-        saw = self._ledger.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
-        trial = self._ask()
-        self._ledger.asked(trial.number)
-        return self._configure(trial, saw)
-
-    def _produce(self, saw: int | None = None) -> Prepared:
-        """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
-        saw = self._ledger.finished if saw is None else saw
-        return self._configure(self._ask(), saw)
-
-    def _ask(self) -> optuna.Trial:
-        """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
-        conditional parameter whose condition holds (from the child's values when a child samples). A folder
-        its number already has belongs to a trial the storage lost: it is moved aside."""
-        space = self._spec.space
-        trial = self._study.ask(fixed_distributions=space.base_distributions())
-        space.suggest(trial)
-        set_aside_stale_folder(self._folder, trial.number)
-        return trial
-
-    def _configure(self, trial: optuna.Trial, saw: int) -> Prepared:
-        try:
-            config = self._trial_config(trial)
-        except (SpaceError, ValueError, TypeError) as exc:  # e.g. a genome over the parameter limit
-            return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
-        write_params(self._folder, trial.number, trial.params)  # before it runs: resume's copy of its record
-        return Prepared(trial, config, config.data_parallel, saw)
-
-    def _trial_config(self, trial: optuna.Trial) -> TrialConfig:
-        spec, trainer = self._spec, self._spec.trainer
-        params = spec.space.complete(trial.params)
-        data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
-        config = TrialConfig(
-            study=spec.study.name,
-            number=trial.number,
-            params=params,
-            seed=trial_seed(spec.study.seed, trial.number),
-            epochs=trainer.epochs,
-            dataset=trainer.dataset,
-            device=trainer.device,
-            data_parallel=data_parallel,
-            checkpoint_dir=str(self._folder.trial(trial.number)),
-            log_dir=str(self._folder.trial(trial.number)),  # the trainer's output: trials/<n>/stdout.log
-            checkpoint_every=trainer.checkpoint_every,
-            deterministic=spec.study.deterministic,
-            options=dict(trainer.options),
-        )
-        return self._population.first_segment(config) if self._population else config

@@ -1,14 +1,20 @@
-"""The controller's record of a trial in flight: asked and configured, then sent out."""
+"""The controller's record of a trial in flight: asked and configured, then sent out.
+
+:class:`RunningTrial` is changed only by its own methods, here (its transitions: a report kept,
+a stop requested, a start, a re-run, a kill); every other module reads it. Policies see a
+:class:`TrialView`, a frozen copy, and return what to change instead of changing it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 
 import optuna
 
 from trainers.api import TrialConfig
 
-__all__ = ["Prepared", "RunningTrial", "ReportRecord"]
+__all__ = ["Prepared", "RunningTrial", "TrialView", "ReportRecord"]
 
 ReportRecord = tuple[int, dict[str, float], float]  # (step, metrics, worker time)
 
@@ -25,6 +31,29 @@ class Prepared:
     width: int
     sampler_saw: int = 0  # finished trials when it was sampled
     invalid: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialView:
+    """A frozen copy of a :class:`RunningTrial`: what a policy decides from (``trial``: to read the study)."""
+
+    trial: optuna.Trial
+    config: TrialConfig
+    reports: tuple[ReportRecord, ...]
+    stop_reason: str
+    killed: str
+    collateral: bool
+    attempts: int
+    requeues: int
+    started_at: float | None
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+    def history(self) -> list[tuple[int, dict[str, float]]]:
+        """Its reports as ``(step, metrics)``, in arrival order."""
+        return [(step, metrics) for step, metrics, _t in self.reports]
 
 
 @dataclasses.dataclass
@@ -58,3 +87,71 @@ class RunningTrial:
     def history(self) -> list[tuple[int, dict[str, float]]]:
         """Its reports as ``(step, metrics)``, in arrival order."""
         return [(step, metrics) for step, metrics, _t in self.reports]
+
+    def view(self) -> TrialView:
+        return TrialView(
+            self.trial, self.config, tuple(self.reports), self.stop_reason, self.killed, self.collateral,
+            self.attempts, self.requeues, self.started_at,
+        )
+
+    # --- its transitions (the only writers of its fields) ---------------------------------------------
+
+    def keep_report(self, step: int, metrics: Mapping[str, float], at: float) -> bool:
+        """Keep the first report of ``step``; False for a step already reported (a report is kept once)."""
+        if step in self.report_steps:
+            return False
+        self.report_steps.add(step)
+        self.reports.append((step, dict(metrics), at))
+        return True
+
+    def restore_once(self) -> bool:
+        """True the first time only: an earlier controller's reports are to be read back now."""
+        if self.restored:
+            return False
+        self.restored = True
+        return True
+
+    def recorded(self, resources: Iterable[int]) -> None:
+        """Resources that have an intermediate value in the study."""
+        self.recorded_steps.update(resources)
+
+    def stop(self, reason: str, trigger_time: float = 0.0, requested_at: float = 0.0) -> None:
+        """A stop decided (``trigger_time``: when the report behind it was sent; ``requested_at``: controller clock)."""
+        self.stop_reason = reason
+        self.stop_trigger_time = trigger_time
+        self.stop_requested_at = requested_at
+
+    def began(self, at: float, worker: str) -> None:
+        self.started_at, self.worker = at, worker
+
+    def not_running(self) -> None:
+        """Not running now (waiting, or sent again): no trial timeout counts until its next start."""
+        self.started_at, self.worker = None, ""
+
+    def rerun(self, config: TrialConfig) -> None:
+        """Sent again with ``config`` (a retry, a population member's next segment)."""
+        self.config = config
+        self.not_running()
+
+    def counted(self, requeue: bool = False, retry: bool = False) -> None:
+        """A policy's re-run, counted: a free re-send (``requeue``; no longer collateral) or a ``retry``."""
+        if requeue:
+            self.requeues += 1
+            self.collateral = False
+        if retry:
+            self.attempts += 1
+
+    def in_task(self, task: int) -> None:
+        self.task = task
+
+    def kill_attempted(self) -> None:
+        """A kill is tried once, whether or not the executor can do it."""
+        self.kill_tried = True
+
+    def was_killed(self, why: str) -> None:
+        """Its worker's processes were killed (it did not answer a time limit's stop request)."""
+        self.killed = why
+
+    def hit_by_kill(self) -> None:
+        """Another trial's worker was killed under it: its run ends, it runs again free of charge."""
+        self.collateral = True

@@ -131,7 +131,7 @@ def test_deterministic_campaign_with_more_enqueued_trials_than_its_lag_may_ask()
     study = optuna.create_study(direction="maximize")
     for q in (0.1, 0.2, 0.3, 0.4, 0.5):
         study.enqueue_trial({"quality": q})
-    ledger = Ledger(spec, study, CampaignFolder(Path("/nonexistent")), all_asked=lambda: False)
+    ledger = Ledger(spec, study, CampaignFolder(Path("/nonexistent")))
     ledger.load(study.get_trials())
     assert ledger.next_number == 0 and ledger.may_ask()  # the waiting trials are the next asks
 

@@ -12,11 +12,12 @@ from optuna.trial import TrialState
 from cluster.executor import CANCELLED, ERROR, LOST, OK, Outcome
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.loop.campaign import Campaign
-from search.loop.policies import KilledTrials, Resubmit, RetryLostTrials, Verdict
+from search.loop.policies import Decision, KilledTrials, Policy, Resubmit, RetryLostTrials, Verdict
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
 from search.loop.trials import RunningTrial
+from search.store.records import write_attrs
 from trainers.api import TrialConfig
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard; these run in about a second
@@ -32,6 +33,17 @@ def lost() -> Outcome:
     return Outcome(LOST, error="worker died")
 
 
+def ends(policy: Policy, running: RunningTrial, outcome: Outcome) -> Decision:
+    """The policy's decision on a frozen view of ``running``, applied as the campaign applies it."""
+    view = running.view()
+    decision = policy.on_finished(view, outcome)
+    assert running.view() == view  # the policy changed nothing
+    if isinstance(decision, Resubmit):
+        write_attrs(running.trial, **decision.attrs)
+        running.counted(requeue=decision.requeue, retry=decision.retry)
+    return decision
+
+
 @pytest.mark.parametrize("max_retries", [0, 1, 2, 5])
 def test_a_lost_trial_is_retried_exactly_max_retries_times(max_retries: int) -> None:
     study = optuna.create_study()  # in memory
@@ -40,7 +52,7 @@ def test_a_lost_trial_is_retried_exactly_max_retries_times(max_retries: int) -> 
     decisions = []
     for _ in range(max_retries + 3):
         running.started_at = 1.0  # each run started before its worker died
-        decisions.append(policy.on_finished(running, lost()))
+        decisions.append(ends(policy, running, lost()))
     resubmits = [d for d in decisions if isinstance(d, Resubmit)]
     assert len(resubmits) == max_retries
     assert decisions[:max_retries] == resubmits  # the retries come first, then the cap holds for good
@@ -56,11 +68,11 @@ def test_only_a_lost_worker_is_retried_and_never_a_stopped_trial() -> None:
     policy = RetryLostTrials(3)
     for status in (OK, ERROR, CANCELLED):
         running = running_trial(study)
-        assert policy.on_finished(running, Outcome(status, error="x" if status != OK else "")) is None
+        assert ends(policy, running, Outcome(status, error="x" if status != OK else "")) is None
         assert running.attempts == 0
     stopped = running_trial(study)
     stopped.stop_reason = "pruned"
-    assert not isinstance(policy.on_finished(stopped, lost()), Resubmit) and stopped.attempts == 0
+    assert not isinstance(ends(policy, stopped, lost()), Resubmit) and stopped.attempts == 0
     assert all("retries" not in t.user_attrs for t in study.trials)
 
 
@@ -120,12 +132,12 @@ def test_a_trial_lost_before_it_started_is_sent_again_without_being_charged_a_re
     study = optuna.create_study()
     policy = RetryLostTrials(max_retries=0)
     queued = running_trial(study, started=False)
-    decisions = [policy.on_finished(queued, lost()) for _ in range(RetryLostTrials.MAX_REQUEUES)]
+    decisions = [ends(policy, queued, lost()) for _ in range(RetryLostTrials.MAX_REQUEUES)]
     assert all(isinstance(d, Resubmit) for d in decisions) and queued.attempts == 0
     assert "retries" not in study.trials[0].user_attrs
-    assert policy.on_finished(queued, lost()) is None  # a bound: a trial no worker can keep alive ends
+    assert ends(policy, queued, lost()) is None  # a bound: a trial no worker can keep alive ends
     started = running_trial(study)
-    assert policy.on_finished(started, lost()) is None  # max_retries=0: a started trial is charged
+    assert ends(policy, started, lost()) is None  # max_retries=0: a started trial is charged
 
 
 @pytest.mark.parametrize("status", [LOST, CANCELLED])
@@ -134,15 +146,15 @@ def test_a_trial_that_only_shared_a_killed_worker_runs_again_free_unless_it_was_
     policy = KilledTrials()
     innocent = running_trial(study)
     innocent.collateral = True
-    decision = policy.on_finished(innocent, Outcome(status, error="killed"))
+    decision = ends(policy, innocent, Outcome(status, error="killed"))
     assert isinstance(decision, Resubmit) and decision.config is innocent.config
     assert (innocent.attempts, innocent.requeues, innocent.collateral) == (0, 1, False)
-    assert policy.on_finished(innocent, Outcome(status, error="lost again")) is None  # a later loss is a loss
+    assert ends(policy, innocent, Outcome(status, error="lost again")) is None  # a later loss is a loss
 
     stopping = running_trial(study)
     stopping.collateral, stopping.stop_reason = True, "time budget"
     stopping.reports.append((1, {"score": 0.5}, 2.0))
-    assert policy.on_finished(stopping, Outcome(status, error="killed")) == Verdict(
+    assert ends(policy, stopping, Outcome(status, error="killed")) == Verdict(
         TrialState.PRUNED, (), "time budget (its worker was restarted)"
     )
 
@@ -152,14 +164,14 @@ def test_a_killed_trial_is_pruned_when_it_reported_else_failed_with_the_kill_as_
     policy = KilledTrials()
     silent = running_trial(study)
     silent.killed = "trial timeout: killed after 61 s without answering the stop request"
-    assert policy.on_finished(silent, Outcome(CANCELLED, error="cancelled")) == Verdict(
+    assert ends(policy, silent, Outcome(CANCELLED, error="cancelled")) == Verdict(
         TrialState.FAIL, (), silent.killed
     )
     spoke = running_trial(study)
     spoke.killed = silent.killed
     spoke.reports.append((1, {"score": 0.5}, 2.0))
-    assert policy.on_finished(spoke, Outcome(LOST, error="gone")).state == TrialState.PRUNED
-    assert policy.on_finished(running_trial(study), Outcome(LOST, error="gone")) is None  # not killed: not ours
+    assert ends(policy, spoke, Outcome(LOST, error="gone")).state == TrialState.PRUNED
+    assert ends(policy, running_trial(study), Outcome(LOST, error="gone")) is None  # not killed: not ours
 
 
 def test_a_trial_asked_to_stop_whose_worker_is_then_lost_keeps_its_stop_as_the_verdict_not_a_retry() -> None:
@@ -167,10 +179,10 @@ def test_a_trial_asked_to_stop_whose_worker_is_then_lost_keeps_its_stop_as_the_v
     policy = RetryLostTrials(3)
     stopping = running_trial(study)
     stopping.stop_reason = "time budget"
-    assert policy.on_finished(stopping, lost()) == Verdict(TrialState.FAIL, (), "time budget (then its worker was lost)")
+    assert ends(policy, stopping, lost()) == Verdict(TrialState.FAIL, (), "time budget (then its worker was lost)")
     stopping.reports.append((1, {"score": 0.5}, 2.0))
-    assert policy.on_finished(stopping, lost()).state == TrialState.PRUNED
+    assert ends(policy, stopping, lost()).state == TrialState.PRUNED
     assert stopping.attempts == 0
     queued = running_trial(study, started=False)  # still queued at the time budget's end when its worker died
     queued.stop_reason = "time budget"
-    assert policy.on_finished(queued, lost()).state == TrialState.PRUNED
+    assert ends(policy, queued, lost()).state == TrialState.PRUNED

@@ -1,0 +1,93 @@
+"""New trials for the campaign: asked from the study, their parameters suggested, their config made.
+
+What an :class:`~search.sampling.asker.Asker` calls to get a trial, on the loop's thread, on its
+own thread, or (for a sampler child) with the parameters the child sampled. The
+:class:`~search.loop.supply.TrialSupply` decides when and how many; this only makes them.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from spaces.errors import SpaceError
+from trainers.api import TrialConfig
+
+from search.loop.ledger import Ledger
+from search.loop.trials import Prepared
+from search.pbt.population import Population
+from search.sampling.seeds import trial_seed
+from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
+from search.store.folder import CampaignFolder
+from search.store.trial_params import set_aside_stale_folder, write_params
+
+__all__ = ["TrialMaker"]
+
+
+class TrialMaker:
+    """Asks the study for a trial and configures it (:class:`~search.loop.trials.Prepared`)."""
+
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        folder: CampaignFolder,
+        study: optuna.Study,
+        ledger: Ledger,
+        population: Population | None,
+    ) -> None:
+        self._spec = spec
+        self._folder = folder
+        self._study = study
+        self._ledger = ledger
+        self._population = population
+
+    def ask_inline(self) -> Prepared:
+        """One new trial, asked on the loop's thread, its ask recorded with the ledger (deterministic order)."""
+        saw = self._ledger.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
+        trial = self._ask()
+        self._ledger.asked(trial.number)
+        return self.configure(trial, saw)
+
+    def produce(self, saw: int | None = None) -> Prepared:
+        """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
+        saw = self._ledger.finished if saw is None else saw
+        return self.configure(self._ask(), saw)
+
+    def _ask(self) -> optuna.Trial:
+        """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
+        conditional parameter whose condition holds (from the child's values when a child samples). A folder
+        its number already has belongs to a trial the storage lost: it is moved aside."""
+        space = self._spec.space
+        trial = self._study.ask(fixed_distributions=space.base_distributions())
+        space.suggest(trial)
+        set_aside_stale_folder(self._folder, trial.number)
+        return trial
+
+    def configure(self, trial: optuna.Trial, saw: int) -> Prepared:
+        """``trial`` with its config; one whose parameters cannot run is marked ``invalid`` (told FAIL at once)."""
+        try:
+            config = self._trial_config(trial)
+        except (SpaceError, ValueError, TypeError) as exc:  # e.g. a genome over the parameter limit
+            return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
+        write_params(self._folder, trial.number, trial.params)  # before it runs: resume's copy of its record
+        return Prepared(trial, config, config.data_parallel, saw)
+
+    def _trial_config(self, trial: optuna.Trial) -> TrialConfig:
+        spec, trainer = self._spec, self._spec.trainer
+        params = spec.space.complete(trial.params)
+        data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
+        config = TrialConfig(
+            study=spec.study.name,
+            number=trial.number,
+            params=params,
+            seed=trial_seed(spec.study.seed, trial.number),
+            epochs=trainer.epochs,
+            dataset=trainer.dataset,
+            device=trainer.device,
+            data_parallel=data_parallel,
+            checkpoint_dir=str(self._folder.trial(trial.number)),
+            log_dir=str(self._folder.trial(trial.number)),  # the trainer's output: trials/<n>/stdout.log
+            checkpoint_every=trainer.checkpoint_every,
+            deterministic=spec.study.deterministic,
+            options=dict(trainer.options),
+        )
+        return self._population.first_segment(config) if self._population else config

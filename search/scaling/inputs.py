@@ -7,10 +7,12 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from spaces.errors import InputError
+
 __all__ = ["ScalingError", "validate_batch_sizes", "positive_pairs", "fit_points"]
 
 
-class ScalingError(ValueError):
+class ScalingError(InputError):
     """A scaling-sweep input broke a rule, or the data cannot support a fit.
 
     ``key`` names the offending input (``"batch_sizes[2]"``); ``problem`` says

@@ -5,7 +5,7 @@ search, and torch only inside a running trial.
 """
 
 from .connect import open_cluster, quiet_dask_logs
-from .errors import ClusterError, MissingExtraError
+from .errors import ClusterError, MissingExtraError, SettingError
 from .executor import DaskExecutor, Finished, Report, Slots, Started, TrialExecutor, TrialRequest
 from .options import Backend, ClusterOptions, TLSFiles
 from .resources import detect_gpus, slot_resource
@@ -17,6 +17,7 @@ __all__ = [
     "DaskExecutor",
     "Finished",
     "MissingExtraError",
+    "SettingError",
     "Report",
     "Slots",
     "Started",

@@ -40,7 +40,7 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 from distributed.security import Security
 
-from .errors import ClusterError, InvalidSetting, MissingExtraError, one_line
+from .errors import ClusterError, InvalidSetting, MissingExtraError, SettingError, one_line
 from .options import Backend, ClusterOptions, scheduler_address
 from .resources import detect_gpus
 
@@ -174,6 +174,7 @@ class LocalBackend(Backend):
     """
 
     kind: ClassVar[str] = "local"
+    summary: ClassVar[str] = "an embedded LocalCluster of worker processes on this machine (the default)"
 
     def describe(self, options: ClusterOptions) -> str:
         n_workers, resources = local_shape(options)
@@ -270,6 +271,7 @@ class AddressBackend(Backend):
 
     kind: ClassVar[str] = "address"
     joins_scheduler: ClassVar[bool] = True
+    summary: ClassVar[str] = "join a running Dask scheduler (tcp://, tls:// or a scheduler file); start nothing"
 
     def describe(self, options: ClusterOptions) -> str:
         return f"the running Dask scheduler at {options.address}"
@@ -373,7 +375,7 @@ class _Deployed(Backend):
     @classmethod
     def from_settings(cls, kind: str, settings: Backend | None) -> Backend:
         if not isinstance(settings, cls) or settings.kind != kind:
-            raise ValueError(f"backend {kind!r} needs its [cluster.{kind}] settings, got {settings!r}")
+            raise SettingError(f"backend {kind!r} needs its [cluster.{kind}] settings, got {settings!r}")
         return settings
 
     def require(self) -> Any:
@@ -424,6 +426,7 @@ class JobQueueBackend(_Deployed):
     """
 
     extra: ClassVar[str] = "dask_jobqueue"
+    summary: ClassVar[str] = "workers as {kind} batch jobs, one per node, through dask-jobqueue ([cluster.{kind}])"
 
     system: str
     walltime: str
@@ -584,7 +587,7 @@ def _network_kwargs(options: ClusterOptions) -> dict[str, Any]:
 def _jobqueue_backend(options: ClusterOptions) -> JobQueueBackend:
     backend = options.backend
     if not isinstance(backend, JobQueueBackend):
-        raise ValueError(f"backend={backend!r}: not a SLURM/PBS backend")
+        raise SettingError(f"backend={backend!r}: not a SLURM/PBS backend")
     return backend
 
 
@@ -637,6 +640,7 @@ class KubernetesBackend(_Deployed):
 
     kind: ClassVar[str] = "kubernetes"
     extra: ClassVar[str] = "dask_kubernetes"
+    summary: ClassVar[str] = "worker pods of a DaskCluster for the dask-kubernetes operator ([cluster.kubernetes])"
 
     image: str
     name: str = "hypersweep"
@@ -743,13 +747,13 @@ def _kube_cluster(backend: KubernetesBackend) -> Any:
 
 # --- the registry --------------------------------------------------------------------------------
 
-#: ``[cluster] backend`` name -> the class that implements it.
+#: ``[cluster] backend`` name -> the class that implements it: each name is written once, as the class's ``kind``
+#: (the job-queue class serves every system in ``JOBQUEUE_SYSTEMS``). ``search.vocab.registry.backends()`` reads it.
 REGISTRY: Mapping[str, type[Backend]] = MappingProxyType({
-    "local": LocalBackend,
-    "address": AddressBackend,
-    "slurm": JobQueueBackend,
-    "pbs": JobQueueBackend,
-    "kubernetes": KubernetesBackend,
+    LocalBackend.kind: LocalBackend,
+    AddressBackend.kind: AddressBackend,
+    **{system: JobQueueBackend for system in JOBQUEUE_SYSTEMS},
+    KubernetesBackend.kind: KubernetesBackend,
 })  # fmt: skip
 
 
@@ -758,7 +762,7 @@ def backend_named(kind: str, settings: Backend | None = None) -> Backend:
     try:
         cls = REGISTRY[kind]
     except KeyError:
-        raise ValueError(f"backend={kind!r}: must be one of {', '.join(REGISTRY)}") from None
+        raise SettingError(f"backend={kind!r}: must be one of {', '.join(REGISTRY)}") from None
     return cls.from_settings(kind, settings)
 
 

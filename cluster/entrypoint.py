@@ -1,7 +1,7 @@
 """What runs on a Dask worker for one trial.
 
 It leases devices, loads the trainer, builds the trial config, runs
-``fit(config, reporter)`` and returns a plain-dict outcome. The trainer comes as a
+``fit(config, reporter)`` and returns its :class:`~cluster.outcome.Outcome`. The trainer comes as a
 :class:`TrainerShipment`: its entry name, the folders to look for it in (the spec's
 folder, the controller's current directory), and, for a function handed over in the
 controller's process (defined in a script or a notebook), the function itself,
@@ -29,6 +29,7 @@ import cloudpickle  # Dask's own serializer of callables (a dependency of dask a
 from distributed import get_worker
 
 from .channel import WorkerReporter
+from .outcome import Outcome, TrialStatus, error_type_of
 from .resources import worker_device_pool
 from .trial_output import route_output
 
@@ -131,8 +132,8 @@ def _finite_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
 
 def run_trial(
     trainer: TrainerShipment | str, config: dict[str, Any], topic: str, resource: str, width: int
-) -> dict[str, Any]:
-    """Run one trial on this worker and return its outcome as builtins (``trainer``: a shipment, or an entry name)."""
+) -> Outcome:
+    """Run one trial on this worker and return its :class:`Outcome` (``trainer``: a shipment, or an entry name)."""
     from trainers.api import TrialConfig, running_trainer  # at run time only
 
     started = time.time()
@@ -141,43 +142,37 @@ def run_trial(
     reporter.started()
     devices, pool = _lease_devices(resource, width)
     output = route_output(config.get("log_dir"), int(config["number"]))  # the trainer's prints: its stdout.log
-    outcome: dict[str, Any] = {
-        "status": "ok",
-        "metrics": {},
-        "error": "",
-        "traceback": "",
-        "worker": worker.address,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "devices": list(devices),
-        "started": started,
-    }
+    metrics: dict[str, float] = {}
+    failure: dict[str, str] = {}
+    stopped = False
     try:
         shipment = trainer if isinstance(trainer, TrainerShipment) else TrainerShipment(trainer)
         fit = shipment.load()
         trial_config = TrialConfig.from_dict({**config, "devices": devices})
         with running_trainer(shipment.entry, fit):  # a trainer shipped by value launches its ranks by its entry
-            outcome["metrics"] = _finite_metrics(fit(trial_config, reporter))
-        outcome["stopped"] = reporter.stopped
+            metrics = _finite_metrics(fit(trial_config, reporter))
+        stopped = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - any trainer error is a failed trial, kept with its traceback
-        outcome.update(status="error", error=_one_line(exc), traceback=traceback.format_exc())
-        outcome["disk_error"] = disk_error_of(exc)
-        output.write(outcome["traceback"])
+        failure = {"error": _one_line(exc), "error_type": error_type_of(exc), "traceback": traceback.format_exc(),
+                   "disk_error": disk_error_of(exc)}  # fmt: skip
+        output.write(failure["traceback"])
     finally:
         output.close()
         if pool is not None:
             pool.release(devices)
-    outcome["history"] = [[step, metrics, t] for step, metrics, t in reporter.history]
-    outcome["finished"] = time.time()
-    if outcome["status"] == "ok" and not all(math.isfinite(v) for v in outcome["metrics"].values()):
-        outcome["status"] = "error"
-        bad = {k: v for k, v in outcome["metrics"].items() if not math.isfinite(v)}
-        outcome["error"] = f"trainer returned non-finite metrics {bad}"
-    return outcome
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    if bad and not failure:
+        failure = {"error": f"trainer returned non-finite metrics {bad}"}
+    return Outcome(
+        TrialStatus.ERROR if failure else TrialStatus.OK, metrics, worker=worker.address, host=socket.gethostname(),
+        pid=os.getpid(), devices=tuple(devices), started=started, finished=time.time(),
+        history=tuple((step, m, t) for step, m, t in reporter.history), stopped=stopped,
+        **failure,
+    )  # fmt: skip
 
 
 def run_trials(
     batch: list[tuple[TrainerShipment | str, dict[str, Any]]], topic: str, resource: str, width: int
-) -> list[dict[str, Any]]:
+) -> list[Outcome]:
     """Run several (trainer, config) trials one after another in this task; their outcomes in order."""
     return [run_trial(trainer, config, topic, resource, width) for trainer, config in batch]

@@ -27,11 +27,12 @@ from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
+from .outcome import Outcome, TrialStatus
 from .restart import kill_worker_tree
 
 __all__ = [
     "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
-    "Slots", "ship_trainer",
+    "Slots", "ship_trainer", "TrialStatus",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,69 +88,7 @@ class Started:
     worker: str
 
 
-OK, ERROR, LOST, CANCELLED = "ok", "error", "lost", "cancelled"
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """How a trial ended, as its worker (or the executor, for a lost one) tells it.
-
-    ``status``: ``ok``; ``error`` (the trainer raised; ``error`` is one line, ``traceback``
-    the whole); ``lost`` (its worker died); ``cancelled``. ``history`` holds every report
-    as ``(step, metrics, time)``, so none is missing when the event stream lagged.
-    ``disk_error``: the errno name (``ENOSPC``, ...) when the trainer failed because its
-    storage did (a full disk is the campaign's problem, not the trial's).
-    On the wire (a Dask task's result) an outcome is a plain dict: :meth:`from_dict`.
-    """
-
-    status: str
-    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    error: str = ""
-    traceback: str = ""
-    worker: str = ""
-    host: str = ""
-    pid: int | None = None
-    devices: tuple[int, ...] = ()
-    started: float | None = None
-    finished: float | None = None
-    history: tuple[tuple[int, Mapping[str, float], float], ...] = ()
-    stopped: bool = False
-    disk_error: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in (OK, ERROR, LOST, CANCELLED):
-            raise ValueError(f"status={self.status!r}: must be one of {OK}, {ERROR}, {LOST}, {CANCELLED}")
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    @property
-    def duration(self) -> float | None:
-        """Seconds from start to finish on the worker (None when either is unknown)."""
-        if self.started is None or self.finished is None:
-            return None
-        return float(self.finished) - float(self.started)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
-        """The worker's dict; unknown keys are ignored (a newer worker may send more)."""
-        history = tuple((int(s), dict(m), float(t)) for s, m, t in data.get("history") or ())
-        return cls(
-            status=str(data.get("status", ERROR)),
-            metrics=dict(data.get("metrics") or {}),
-            error=str(data.get("error") or ""),
-            traceback=str(data.get("traceback") or ""),
-            worker=str(data.get("worker") or ""),
-            host=str(data.get("host") or ""),
-            pid=data.get("pid"),
-            devices=tuple(int(d) for d in data.get("devices") or ()),
-            started=_float_or_none(data.get("started")),
-            finished=_float_or_none(data.get("finished")),
-            history=history,
-            stopped=bool(data.get("stopped", False)),
-            disk_error=str(data.get("disk_error") or ""),
-        )
+OK, ERROR, LOST, CANCELLED = TrialStatus.OK, TrialStatus.ERROR, TrialStatus.LOST, TrialStatus.CANCELLED
 
 
 def run_once(key: str, run: Callable[..., Any], numbers: list[int], *args: Any) -> Any:
@@ -164,7 +103,7 @@ def run_once(key: str, run: Callable[..., Any], numbers: list[int], *args: Any) 
     ran = DaskEvent(f"{key}-ran")
     if ran.is_set():
         error = "its worker died while it ran (Dask started the task again; only the controller retries)"
-        lost = [{"status": LOST, "error": error, "metrics": {}} for _ in numbers]
+        lost = [Outcome(LOST, error=error) for _ in numbers]
         return lost if run is run_trials else lost[0]
     ran.set()
     return run(*args)
@@ -181,10 +120,6 @@ def ship_trainer(trainer: str | Callable[..., Any]) -> TrainerShipment:
     if fn is not None:
         return TrainerShipment.by_value(trainer, fn, trainer_folders(trainer))
     return TrainerShipment(trainer, trainer_folders(trainer))
-
-
-def _float_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,18 +365,16 @@ class DaskExecutor:
     def _outcomes(cls, future: Future | None, n: int) -> list[Outcome]:
         """One outcome per trial of the task (a batch returns a list of them)."""
         outcome = cls._outcome(future)
-        if isinstance(outcome, list):
-            return [Outcome.from_dict(o) for o in outcome]
-        return [Outcome.from_dict(outcome) for _ in range(n)]
+        return list(outcome) if isinstance(outcome, list) else [outcome] * n
 
     @staticmethod
-    def _outcome(future: Future | None) -> dict[str, Any] | list[dict[str, Any]]:
+    def _outcome(future: Future | None) -> Outcome | list[Outcome]:
+        """The task's result: the worker's :class:`Outcome` (a list for a batch), else why there is none."""
         if future is None:
-            return {"status": "cancelled", "error": "cancelled", "metrics": {}}
+            return Outcome(CANCELLED, error="cancelled")
         try:
-            result = future.result(timeout=30)
-            return list(result) if isinstance(result, list) else dict(result)
+            return future.result(timeout=30)
         except (CancelledError, FutureCancelledError) as exc:
-            return {"status": "cancelled", "error": f"cancelled: {exc}", "metrics": {}}
+            return Outcome(CANCELLED, error=f"cancelled: {exc}")
         except Exception as exc:  # noqa: BLE001 - KilledWorker, comm errors: the trial's worker is gone
-            return {"status": "lost", "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "metrics": {}}
+            return Outcome(LOST, error=f"{type(exc).__name__}: {exc}".splitlines()[0])

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from distributed.security import Security
 
+from .errors import SettingError
+
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -95,12 +97,19 @@ class Backend(abc.ABC):
     joins_scheduler: ClassVar[bool] = False
     #: The optional deploy project it imports when used ("" : none); ``require`` names the pip extra.
     extra: ClassVar[str] = ""
+    #: One line on the backend for the docs and ``search.vocab.registry.backends()``; ``{kind}``: the name it is given.
+    summary: ClassVar[str] = ""
+
+    @classmethod
+    def description_of(cls, kind: str) -> str:
+        """The one line on the backend named ``kind`` (one class may serve several names: slurm, pbs)."""
+        return cls.summary.format(kind=kind)
 
     @classmethod
     def from_settings(cls, kind: str, settings: Backend | None) -> Backend:
         """The backend for ``[cluster] backend = kind``, from its ``[cluster.<kind>]`` settings where it has any."""
         if settings is not None:
-            raise ValueError(f"backend {kind!r} takes no settings, got {settings!r}")
+            raise SettingError(f"backend {kind!r} takes no settings, got {settings!r}")
         return cls()
 
     @property
@@ -118,7 +127,7 @@ class Backend(abc.ABC):
 
     def submission(self, options: ClusterOptions) -> str:
         """What this backend would submit (a job script, a cluster resource); most submit nothing."""
-        raise ValueError("cluster-script: this backend submits nothing (only slurm, pbs and kubernetes do)")
+        raise SettingError("cluster-script: this backend submits nothing (only slurm, pbs and kubernetes do)")
 
     def require(self) -> None:
         """Fail now, in one line naming the pip extra, if the optional deploy project is missing."""
@@ -126,10 +135,10 @@ class Backend(abc.ABC):
     def check(self, options: ClusterOptions) -> None:
         """Refuse options this backend cannot use (``ValueError``); ``ClusterOptions`` calls it."""
         if self.joins_scheduler and not options.address:
-            raise ValueError(f"backend {self.kind!r} needs a scheduler address "
+            raise SettingError(f"backend {self.kind!r} needs a scheduler address "
                              "(tcp://host:port, tls://host:port or a scheduler file)")  # fmt: skip
         if not self.joins_scheduler and options.address:
-            raise ValueError(f"address={options.address!r}: a {type(self).__name__} starts its own scheduler")
+            raise SettingError(f"address={options.address!r}: a {type(self).__name__} starts its own scheduler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,10 +153,10 @@ class TLSFiles:
         for name in ("ca_file", "cert_file", "key_file"):
             path = getattr(self, name)
             if not path or not os.path.isfile(path):
-                raise ValueError(f"tls {name}={path!r}: must be an existing PEM file")
+                raise SettingError(f"tls {name}={path!r}: must be an existing PEM file")
         problem = key_file_problem(self.key_file)
         if problem:
-            raise ValueError(problem)
+            raise SettingError(problem)
 
     def security(self) -> Security:
         return Security(
@@ -189,22 +198,22 @@ class ClusterOptions:
         if self.backend is not None:
             self.backend.check(self)
         if self.n_workers is not None and (not isinstance(self.n_workers, int) or self.n_workers < 1):
-            raise ValueError(f"n_workers={self.n_workers!r}: must be an int >= 1")
+            raise SettingError(f"n_workers={self.n_workers!r}: must be an int >= 1")
         if not isinstance(self.slots_per_worker, int) or self.slots_per_worker < 1:
-            raise ValueError(f"slots_per_worker={self.slots_per_worker!r}: must be an int >= 1")
+            raise SettingError(f"slots_per_worker={self.slots_per_worker!r}: must be an int >= 1")
         if self.connect_timeout <= 0:
-            raise ValueError(f"connect_timeout={self.connect_timeout!r}: must be > 0")
+            raise SettingError(f"connect_timeout={self.connect_timeout!r}: must be > 0")
         if not is_loopback(self.host) and self.tls is None and not self.insecure:
-            raise ValueError(
+            raise SettingError(
                 f"listening on {self.host!r} without TLS is refused: anyone who reaches that address could "
                 "run code on the workers; give TLS files (tls_ca_file, tls_cert_file, tls_key_file) "
                 "or pass --insecure to accept the risk"
             )
         if self.address.startswith("tls://") and self.tls is None:
-            raise ValueError(f"scheduler {self.address!r} uses TLS: give tls_ca_file, tls_cert_file and tls_key_file")
+            raise SettingError(f"scheduler {self.address!r} uses TLS: give tls_ca_file, tls_cert_file and tls_key_file")
         joined = scheduler_address(self.address) if self.address else ""
         if joined.startswith("tcp://") and not is_loopback(_host_of(joined)) and not self.insecure:
-            raise ValueError(
+            raise SettingError(
                 f"joining the scheduler {joined!r} over plain TCP is refused: anyone who reaches it could run code "
                 "on its workers and read the traffic; use its tls:// address with TLS files (--tls CA CERT KEY), "
                 "or pass --insecure to accept the risk"

@@ -19,7 +19,7 @@ import time
 from urllib.parse import urlsplit
 
 from .backends import NO_HTTP_ENV, worker_args
-from .errors import ClusterError
+from .errors import ClusterError, SettingError
 from .options import TLSFiles, is_loopback, plain_tcp_warning
 from .resources import detect_gpus
 
@@ -44,23 +44,23 @@ class WorkerOptions:
 
     def __post_init__(self) -> None:
         if self.gpus is not None and self.slots is not None:
-            raise ValueError("--gpus and --slots: give one (GPUs are the slots where there are any)")
+            raise SettingError("--gpus and --slots: give one (GPUs are the slots where there are any)")
         if self.gpus is not None and self.gpus < 0:
-            raise ValueError(f"--gpus={self.gpus}: must be >= 0")
+            raise SettingError(f"--gpus={self.gpus}: must be >= 0")
         if self.slots is not None and self.slots < 1:
-            raise ValueError(f"--slots={self.slots}: must be >= 1")
+            raise SettingError(f"--slots={self.slots}: must be >= 1")
         if self.connect_timeout <= 0:
-            raise ValueError(f"--timeout={self.connect_timeout:g}: must be > 0")
+            raise SettingError(f"--timeout={self.connect_timeout:g}: must be > 0")
         address = self.address
         if not address.startswith(("tcp://", "tls://")):
-            raise ValueError(f"scheduler {address!r}: must be tcp://host:port, tls://host:port or a scheduler file")
+            raise SettingError(f"scheduler {address!r}: must be tcp://host:port, tls://host:port or a scheduler file")
         if address.startswith("tls://") and self.tls is None:
-            raise ValueError(f"scheduler {address!r} uses TLS: give --tls CA CERT KEY")
+            raise SettingError(f"scheduler {address!r} uses TLS: give --tls CA CERT KEY")
         if address.startswith("tcp://") and self.tls is not None:
-            raise ValueError(f"--tls given but the scheduler {address!r} is plain tcp://; use its tls:// address")
+            raise SettingError(f"--tls given but the scheduler {address!r} is plain tcp://; use its tls:// address")
         exposed = [h for h in (self.scheduler_host, self.host) if h and not is_loopback(h)]
         if exposed and self.tls is None and not self.insecure:
-            raise ValueError(
+            raise SettingError(
                 f"a worker talking plain TCP over {exposed[0]!r} is refused: anyone who reaches it could run code "
                 "on it; use a tls:// scheduler with --tls CA CERT KEY, or pass --insecure to accept the risk"
             )
@@ -98,7 +98,7 @@ def _resolve(scheduler: str) -> str:
         with open(scheduler) as fh:
             return str(json.load(fh)["address"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"scheduler file {scheduler!r}: no scheduler address in it ({exc})") from exc
+        raise SettingError(f"scheduler file {scheduler!r}: no scheduler address in it ({exc})") from exc
 
 
 def worker_command(options: WorkerOptions) -> list[str]:
@@ -140,7 +140,7 @@ def check_reachable(address: str, timeout: float) -> None:
     """
     parts = urlsplit(address)
     if not parts.hostname or not parts.port:
-        raise ValueError(f"scheduler {address!r}: needs a host and a port")
+        raise SettingError(f"scheduler {address!r}: needs a host and a port")
     deadline = time.monotonic() + timeout
     while True:
         left = max(deadline - time.monotonic(), 0.1)

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spaces.errors import InputError
+
 from search.spec.toml_text import to_toml
 
 if TYPE_CHECKING:
@@ -190,7 +192,7 @@ def run(
     from search.session.runner import RunOptions, run_campaign
 
     if exist_ok not in EXIST_OK:
-        raise ValueError(f"exist_ok={exist_ok!r}: must be one of {', '.join(map(repr, EXIST_OK))}")
+        raise InputError(f"exist_ok={exist_ok!r}: must be one of {', '.join(map(repr, EXIST_OK))}")
     if trainer is not None:
         ship_trainer(trainer)  # one that cannot go to the workers fails here, before anything starts
     from search.loop.hooks import CampaignHooks
@@ -250,7 +252,7 @@ def resume(
     if trainer is not None and (root / "spec.toml").is_file():
         register_trainer(trainer, load_spec(root / "spec.toml", check_trainer=False).trainer.entry)
     if n_trials is not None and n_trials < 1:
-        raise ValueError(f"n_trials={n_trials!r}: must be >= 1")
+        raise InputError(f"n_trials={n_trials!r}: must be >= 1")
     options = _options(RunOptions, "runs", n_workers, scheduler, progress, insecure, tls)
     _registered("sampler", sampler)
     _registered("pruner", pruner)
@@ -328,7 +330,7 @@ def _result(root: Path, spec: CampaignSpec) -> Result:
 def _options(cls: Any, runs_dir: str | Path, n_workers: int | None, scheduler: str | None, progress: bool,
              insecure: bool, tls: tuple[str, str, str] | None) -> Any:  # fmt: skip
     if n_workers is not None and n_workers < 1:
-        raise ValueError(f"n_workers={n_workers!r}: must be >= 1")
+        raise InputError(f"n_workers={n_workers!r}: must be >= 1")
     return cls(runs_dir=Path(runs_dir), scheduler=scheduler, n_workers=n_workers, progress=progress,
                insecure=insecure, tls=tuple(tls) if tls else None)  # fmt: skip
 

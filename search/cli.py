@@ -3,7 +3,8 @@
 Exit status: 0 done, 1 an unexpected error, 2 bad input (spec, arguments,
 folder), 3 the cluster could not be reached, 4 every trial of the campaign
 failed, 130 interrupted (Ctrl-C). Any :class:`spaces.errors.HypersweepError`
-becomes its one-line message on stderr and its ``exit_code``.
+(and ``cluster``'s own user errors) becomes its one-line message on stderr and
+its ``exit_code``; anything else is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spaces.errors import EXIT_ALL_FAILED, EXIT_CLUSTER, EXIT_ERROR, EXIT_INPUT, EXIT_INTERRUPTED, HypersweepError
+from spaces.errors import EXIT_ALL_FAILED, EXIT_ERROR, EXIT_INTERRUPTED, HypersweepError, InputError
 
 if TYPE_CHECKING:
     import optuna
@@ -156,7 +157,7 @@ def _options(args: argparse.Namespace):
 
     check_workers_flag(args.workers)
     if getattr(args, "n_trials", None) is not None and args.n_trials < 1:
-        raise ValueError(f"--n-trials={args.n_trials}: must be >= 1")
+        raise InputError(f"--n-trials={args.n_trials}: must be >= 1")
     return RunOptions(
         runs_dir=getattr(args, "runs_dir", Path("runs")),
         scheduler=args.scheduler,
@@ -213,9 +214,9 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
         return ""
     groups: dict[str, list[str]] = {}
     for trial in trials:
-        reason = " ".join((TrialRecord.of(trial).fail_reason or "no reason recorded").split())
-        kind = reason.split(": ", 1)[0] if _EXCEPTION_NAME.match(reason.split(": ", 1)[0]) else reason
-        groups.setdefault(kind, []).append(reason)
+        record = TrialRecord.of(trial)
+        reason = " ".join((record.fail_reason or "no reason recorded").split())
+        groups.setdefault(record.error_type or _legacy_kind(reason), []).append(reason)
     ranked = sorted(groups.values(), key=len, reverse=True)
     parts = [f"{len(reasons)}x {_clip(reasons[0])}" for reasons in ranked[:kinds]]
     if len(ranked) > kinds:
@@ -224,6 +225,13 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
 
 
 _EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Exit|Interrupt)$")
+
+
+def _legacy_kind(reason: str) -> str:
+    """The kind of a failure recorded without its ``error_type`` (a trial that failed without raising, or a
+    campaign recorded before workers sent it): the exception name its reason starts with, else the reason."""
+    head = reason.split(": ", 1)[0]
+    return head if _EXCEPTION_NAME.match(head) else reason
 
 
 def _shown(path: Path) -> str:
@@ -361,26 +369,20 @@ def _fail(code: int, message: str) -> int:
 
 
 def _exit_code(exc: BaseException) -> int | None:
-    """The exit status for ``exc`` (None: not a user-facing error; let it show its traceback)."""
-    if isinstance(exc, HypersweepError):
-        return exc.exit_code
-    for types, code in _other_errors():
-        if isinstance(exc, types):
-            return code
+    """The exit status for ``exc`` (None: not an error meant for the user, a bug: let it show its traceback).
+
+    Only our own errors are one line: every :class:`HypersweepError`, and ``cluster``'s
+    (``cluster.errors.USER_ERRORS``: that package must not import ``spaces``, which loads optuna), each with its
+    ``exit_code``. An ``OSError`` (a full disk, a permission) outside a campaign is the machine's, not a bug: its
+    one line and status 1. A plain ``ValueError`` is a bug: its traceback shows.
+    """
+    from cluster.errors import USER_ERRORS
+
+    if isinstance(exc, (HypersweepError, *USER_ERRORS)):
+        return int(getattr(exc, "exit_code"))
+    if isinstance(exc, OSError):
+        return EXIT_ERROR
     return None
-
-
-def _other_errors() -> list[tuple[tuple[type[BaseException], ...], int]]:
-    """Errors that are not HypersweepErrors: those of ``cluster``, which must not import ``spaces``
-    (it would load optuna), and builtins."""
-    from cluster import ClusterError
-    from cluster.backends import MissingExtraError
-
-    return [
-        ((ClusterError,), EXIT_CLUSTER),
-        ((MissingExtraError, FileNotFoundError, ValueError), EXIT_INPUT),
-        ((OSError,), EXIT_ERROR),  # a full disk or the like outside a campaign: its one line, not a traceback
-    ]
 
 
 def _interrupt_on_sigterm() -> None:

@@ -26,12 +26,13 @@ from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
 from search.loop.trials import Prepared, RunningTrial
+from search.vocab.terms import StopReason
 
 __all__ = ["Dispatcher", "FillPlan", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
 
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
-TIME_BUDGET = "time budget"
-TRIAL_TIMEOUT = "trial timeout"
+TIME_BUDGET = StopReason.TIME_BUDGET
+TRIAL_TIMEOUT = StopReason.TRIAL_TIMEOUT
 TIME_LIMITS = (TIME_BUDGET, TRIAL_TIMEOUT)  # stop reasons that end in a kill when not answered
 
 log = logging.getLogger(__name__)

@@ -26,13 +26,14 @@ from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_
 from search.store.sinks import ReportSinks
 from search.loop.trials import RunningTrial
 from search.store.warm_marks import is_warm_start
+from search.vocab.terms import StopReason, maximizing
 
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
 
 log = logging.getLogger(__name__)
 
 MAX_TRACEBACK = 20_000
-NEVER_STARTED = "time budget: never started"
+NEVER_STARTED = StopReason.NEVER_STARTED
 _KEY = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
 
 
@@ -203,6 +204,8 @@ class Ledger:
             fields.update(finished=outcome.finished)
         if outcome.duration is not None:
             fields.update(duration=outcome.duration)
+        if outcome.error_type:  # the trainer raised: its exception's class, so no one parses the reason for it
+            fields.update(error_type=outcome.error_type)
         if running.stop_reason and outcome.finished is not None:
             # report sent -> trial stopped: how long a stop decision takes to take effect
             fields.update(stop_latency=outcome.finished - running.stop_trigger_time,
@@ -225,7 +228,7 @@ class Ledger:
         if self._spec.study.multi_objective or not values:
             return
         value = float(values[0])
-        better = max if self._spec.objective_directions[0] == "maximize" else min
+        better = max if maximizing(self._spec.objective_directions[0]) else min
         self.best = value if self.best is None else better(self.best, value)
 
 

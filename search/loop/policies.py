@@ -42,6 +42,7 @@ from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.loop.trials import TrialView
+from search.vocab.terms import StopReason, maximizing
 
 __all__ = [
     "Policy", "Resubmit", "Verdict", "Halt", "Park", "Note", "Decision", "Ruling", "TARGET_REACHED",
@@ -51,7 +52,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TARGET_REACHED = "target reached"
+TARGET_REACHED = StopReason.TARGET_REACHED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +238,7 @@ class Pruning:
     def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         if self.multi_objective or not self.values.should_prune(running.trial):
             return None
-        return "pruned"  # the campaign records and logs it (search.loop.stops) before the trial is asked to stop
+        return StopReason.PRUNED  # the campaign records and logs it (search.loop.stops) before the trial is asked to stop
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         return None
@@ -250,7 +251,7 @@ def population_of(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Stud
     """
     if spec.pbt is None:
         return None
-    maximize = spec.study.directions[0] == "maximize"
+    maximize = maximizing(spec.study.directions[0])
     policy = PBTPolicy(spec.pbt, maximize, spec.space.distributions(), component_seed(spec.study.seed, "pbt"))
 
     def left() -> set[int]:

@@ -35,6 +35,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from cluster.executor import TrialExecutor
+from spaces.errors import InputError
 
 from search.loop.budget import Budget
 from search.loop.ledger import Ledger
@@ -50,6 +51,7 @@ from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import read_params, restore_params
 from search.loop.trials import Prepared
+from search.vocab.terms import SamplingMode
 
 __all__ = [
     "TrialSupply", "sampling_mode", "sampler_seed", "campaign_sampler", "MAX_CHILD_RESTARTS",
@@ -77,18 +79,18 @@ def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> o
                            lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options))  # fmt: skip
 
 
-def sampling_mode(requested: str, sampler: str, ordered: bool) -> str:
+def sampling_mode(requested: str, sampler: str, ordered: bool) -> SamplingMode:
     """Where the sampler runs: ``inline`` when the order of asks matters (deterministic, PBT, virtual
     time); otherwise, on ``auto``, in a child ``process`` for the samplers that allow it, else on a ``thread``.
     """
     problem = sampling_problem(requested, sampler, ordered)
     if problem:
-        raise ValueError(f"sampling: {problem}")
+        raise InputError(f"sampling: {problem}")
     if ordered:
-        return "inline"
-    if requested == "auto":
-        return "process" if runs_in_process(sampler) else "thread"
-    return requested
+        return SamplingMode.INLINE
+    if requested == SamplingMode.AUTO:
+        return SamplingMode.PROCESS if runs_in_process(sampler) else SamplingMode.THREAD
+    return SamplingMode(requested)
 
 
 class TrialSupply:
@@ -125,17 +127,17 @@ class TrialSupply:
     def start(self, resumable: list[FrozenTrial]) -> None:
         """Trials to run again first; then the sampler, on a thread or in a child process if the mode says so."""
         self._resumable.extend(resumable)
-        if self.sampling == "inline":
+        if self.sampling == SamplingMode.INLINE:
             return
-        if self.sampling == "process":
+        if self.sampling == SamplingMode.PROCESS:
             try:
                 self._asker = self._process_asker()
                 return
             except NotPortable as exc:
-                if self._sampling_asked == "process":
-                    raise ValueError(f"sampling='process': {exc}") from exc
+                if self._sampling_asked == SamplingMode.PROCESS:
+                    raise InputError(f"sampling='process': {exc}") from exc
                 log.warning("sampling on a thread instead of a child process: %s", exc)
-                self.sampling = "thread"
+                self.sampling = SamplingMode.THREAD
         self._asker = self._thread_asker()
 
     def _process_asker(self) -> ProcessAsker[Prepared]:
@@ -163,7 +165,7 @@ class TrialSupply:
                 log.warning("the sampler process could not start again: %s", exc)
         else:
             log.warning("%s; %d restarts already: sampling on a thread from now on", died, MAX_CHILD_RESTARTS)
-        self.sampling = "thread"
+        self.sampling = SamplingMode.THREAD
         self._asker = self._thread_asker()
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from search.store.environment import read_environment
-from search.store.folder import CampaignFolder
+from search.store.folder import CampaignFolder, NoCampaignError
 from search.store.records import TrialRecord
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.store.storage import open_storage, storage_url
@@ -139,15 +139,13 @@ class CampaignData:
 
 
 def load_campaign(path: str | Path) -> CampaignData:
-    folder = CampaignFolder(Path(path).resolve())
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    folder = CampaignFolder.existing(path)
     spec = load_spec(folder.spec, check_trainer=False)  # a report needs no trainer (nor torch)
     storage = open_storage(storage_url(spec.study.storage, folder))
     try:
         study = optuna.load_study(study_name=spec.study.name, storage=storage)
     except KeyError:
-        raise FileNotFoundError(f"{folder.root}: the storage holds no study {spec.study.name!r}") from None
+        raise NoCampaignError(f"{folder.root}: the storage holds no study {spec.study.name!r}") from None
     scaling = folder.scaling
     return CampaignData(
         folder=folder,

@@ -20,23 +20,33 @@ import pandas as pd
 
 from search.reports import pbt_section, run_sections, scaling_section, sections
 from search.reports.data import CampaignData, load_campaign, report_frame
+from search.vocab.registry import Registry
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
 from search.store.records import Files
 
-__all__ = ["SECTION_IDS", "ReportFiles", "write_report", "build_sections", "Section"]
+__all__ = ["SECTION_REGISTRY", "SECTION_IDS", "ReportFiles", "write_report", "build_sections", "Section"]
 
-SECTION_IDS = (
-    "spec", "best", "lr", "history", "curves", "importance", "pruning", "timeline",
-    "pareto", "scaling", "failures", "environment", "reproduce",
-) + (pbt_section.SECTION_ID,)  # fmt: skip
-_BUILDERS: dict[str, Callable[[CampaignData], Section]] = {
-    "spec": sections.spec, "best": sections.best, "lr": sections.lr, "history": sections.history,
-    "curves": sections.curves, "importance": sections.importance, "pruning": sections.pruning,
-    "timeline": run_sections.timeline_section, "pareto": sections.pareto, "scaling": scaling_section.scaling,
-    "failures": run_sections.failures, "environment": run_sections.environment, "reproduce": run_sections.reproduce,
-    pbt_section.SECTION_ID: pbt_section.pbt_section,
-}  # fmt: skip
+#: Every section of the report, in page order: its id (the element's id, stable) -> its builder.
+SECTION_REGISTRY: Registry[Callable[[CampaignData], Section]] = Registry("report section")
+for _id, _builder, _line in (
+    ("spec", sections.spec, "the question, the searched space and the frozen spec"),
+    ("best", sections.best, "the best trials and their settings"),
+    ("lr", sections.lr, "the learning-rate schedules of the best trials"),
+    ("history", sections.history, "the objective over the trials, with the best so far"),
+    ("curves", sections.curves, "the learning curves the trials reported"),
+    ("importance", sections.importance, "which parameters mattered (Optuna's importances)"),
+    ("pruning", sections.pruning, "what the pruner stopped, and when"),
+    ("timeline", run_sections.timeline_section, "when each trial ran, on which worker"),
+    ("pareto", sections.pareto, "the Pareto front of a multi-objective study"),
+    ("scaling", scaling_section.scaling, "the batch-size scaling sweep: steps to target, the critical batch"),
+    ("failures", run_sections.failures, "the failed trials and why"),
+    ("environment", run_sections.environment, "the software and machines the campaign ran on"),
+    ("reproduce", run_sections.reproduce, "the commands that re-run a trial"),
+    (pbt_section.SECTION_ID, pbt_section.pbt_section, "the population-based training lineage"),
+):  # fmt: skip
+    SECTION_REGISTRY.add(_id, _builder, _line)
+SECTION_IDS = SECTION_REGISTRY.names()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +91,7 @@ def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 def build_sections(data: CampaignData) -> list[Section]:
     """Every section in :data:`SECTION_IDS` order, those left out included (``Section.omitted`` says why)."""
-    return [_BUILDERS[key](data) for key in SECTION_IDS]
+    return [build(data) for _id, build in SECTION_REGISTRY.items()]
 
 
 # --- the page ----------------------------------------------------------------------------------

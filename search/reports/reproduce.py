@@ -24,6 +24,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from spaces.errors import InputError
+
 from search.scaling.replay import replay_notes, sweep_replay
 from search.store.folder import CampaignFolder
 from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
@@ -94,10 +96,8 @@ class Reproduction:
 def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TOLERANCE) -> Reproduction:
     """Run trial ``number`` of the campaign in ``path`` again and compare it with its record."""
     if not (tolerance >= 0.0 and math.isfinite(tolerance)):
-        raise ValueError(f"--tolerance={tolerance}: must be a finite number >= 0")
-    folder = CampaignFolder(Path(path).resolve())
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+        raise InputError(f"--tolerance={tolerance}: must be a finite number >= 0")
+    folder = CampaignFolder.existing(path)
     spec = load_spec(folder.spec, check_trainer=False)
     study = optuna.load_study(study_name=spec.study.name, storage=open_storage(storage_url(spec.study.storage, folder)))
     trial = _recorded_trial(study, number, folder)
@@ -123,13 +123,13 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
 def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) -> TrialRecord:
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     if number not in trials:
-        raise ValueError(f"{folder.root}: no trial {number} (trials are 0..{max(trials, default=-1)})")
+        raise InputError(f"{folder.root}: no trial {number} (trials are 0..{max(trials, default=-1)})")
     trial = TrialRecord.of(trials[number])
     if trial.state not in (TrialState.COMPLETE, TrialState.PRUNED):
         reason = trial.fail_reason or "it has no final result"
-        raise ValueError(f"trial {number} is {trial.state.name} ({reason}): only a finished trial can be reproduced")
+        raise InputError(f"trial {number} is {trial.state.name} ({reason}): only a finished trial can be reproduced")
     if trial.config is None or trial.metrics is None:
-        raise ValueError(f"trial {number} has no recorded config or metrics "
+        raise InputError(f"trial {number} has no recorded config or metrics "
                          f"(user attrs {Attr.CONFIG!r}, {Attr.METRICS!r})")  # fmt: skip
     return trial
 

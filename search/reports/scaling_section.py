@@ -14,6 +14,7 @@ import pandas as pd
 from search.reports.data import CampaignData
 from search.reports.markup import LeftOut, Section, e, figure, guard, md_table, note, table
 from search.store.records import Files
+from search.vocab.terms import maximizing
 
 __all__ = ["scaling", "FIGURE_CAPTIONS"]
 
@@ -35,7 +36,7 @@ def _short_of_target(data: CampaignData) -> tuple[list[str], list[tuple[object, 
     for number in sorted(set(sweep.outcomes) - sweep.reached):
         record = data.record(number)
         values = [m[sweep.goal.metric] for _s, m in record.history if sweep.goal.metric in m]
-        best = (max if sweep.goal.mode == "max" else min)(values) if values else None
+        best = (max if maximizing(sweep.goal.mode) else min)(values) if values else None
         steps = record.history[-1][1].get("steps") if record.history else None
         rows.append((number, sweep.batch[number], sweep.outcomes[number].value, best, steps, record.params.get("lr")))
     return columns, rows

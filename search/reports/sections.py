@@ -29,6 +29,7 @@ from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, l
 from search.spec.campaign_spec import CampaignSpec
 from search.store.records import spec_sha256_of
 from search.store.warm_marks import own_trials
+from search.vocab.terms import maximizing
 
 __all__ = ["spec", "best", "lr", "history", "curves", "importance", "pruning", "pareto", "MAX_CURVE_TRIALS"]
 
@@ -169,7 +170,7 @@ def history(data: CampaignData) -> Section:
         for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
             points = history_points(data, i)
             drawn = plots.optimization_history(points.complete, points.pruned, points.failed,
-                                               direction == "maximize", metric, points.cuts)
+                                               maximizing(direction), metric, points.cuts)
             counts = (f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
                       f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}")
             if points.not_reached:
@@ -183,7 +184,7 @@ def history(data: CampaignData) -> Section:
 
 
 def _best_value(values: Sequence[float], direction: str) -> float:
-    return max(values) if direction == "maximize" else min(values)
+    return max(values) if maximizing(direction) else min(values)
 
 
 def curves(data: CampaignData) -> Section:

@@ -17,14 +17,13 @@ from search.store.storage import missing_storage, open_storage, storage_url
 from search.reports.summary import params_text, state_counts, trial_params
 from search.scaling.outcomes import status_lines as sweep_status_lines
 from search.store.warm_marks import describe, is_warm_start, own_trials
+from search.vocab.terms import maximizing
 
 __all__ = ["status_text"]
 
 
 def status_text(path: str | Path) -> str:
-    folder = CampaignFolder(Path(path).resolve())
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    folder = CampaignFolder.existing(path)
     spec = load_spec(folder.spec, check_trainer=False)  # reading a campaign needs no trainer
     study = _read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))
     alive = ControllerLock.held(folder.lock)
@@ -76,7 +75,7 @@ def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple
         return [f"  Pareto front: {len(front)} trial(s): {[t.number for t in front]}"]
     best = study.best_trial
     if is_warm_start(best):  # a warm-start copy: the best of the campaign's own trials instead
-        best = (max if directions[0] == "maximize" else min)(complete, key=lambda t: t.value)
+        best = (max if maximizing(directions[0]) else min)(complete, key=lambda t: t.value)
     return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), "
             f"params {params_text(trial_params(best, space))}"]
 

@@ -14,6 +14,7 @@ from spaces.params import SearchSpace
 
 from search.store.records import TrialRecord
 from search.store.warm_marks import own_trials
+from search.vocab.terms import maximizing
 
 __all__ = ["trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
 
@@ -77,11 +78,11 @@ def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[
     done = frame[frame["state"] == "COMPLETE"]
     if len(directions) > 1:
         front = {t.number for t in study.best_trials}
-        return done[done["number"].isin(front)].sort_values(metrics[0], ascending=directions[0] == "minimize")
+        return done[done["number"].isin(front)].sort_values(metrics[0], ascending=not maximizing(directions[0]))
     infeasible = _infeasible(study)
     if infeasible and not done["number"].isin(infeasible).all():
         done = done[~done["number"].isin(infeasible)]  # with [study] constraints, the best are feasible ones
-    ascending = directions[0] == "minimize"  # ties: the first trial, as Optuna's best_trial
+    ascending = not maximizing(directions[0])  # ties: the first trial, as Optuna's best_trial
     return done.sort_values(metrics[0], ascending=ascending, kind="stable").head(k)
 
 

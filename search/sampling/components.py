@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spaces.errors import InputError
+
 __all__ = ["ENTRY_RE", "is_entry", "entry_of", "register", "registered", "build", "keep", "restore_kept", "KINDS"]
 
 log = logging.getLogger(__name__)
@@ -72,7 +74,7 @@ def registered(kind: str, entry: str) -> Any | None:
 def build(kind: str, entry: str, options: Mapping[str, Any], seed: int | None = None) -> Any:
     """A new ``kind`` for ``entry``: a copy of the registered object, else ``Class(**options)`` (+ ``seed``).
 
-    ``ValueError`` (one line) when the class cannot be imported or built with these arguments.
+    ``InputError`` (a ``ValueError``, one line) when the class cannot be imported or built with these arguments.
     """
     held = _OBJECTS.get((kind, entry))
     if held is not None:
@@ -85,25 +87,25 @@ def build(kind: str, entry: str, options: Mapping[str, Any], seed: int | None = 
         obj = cls(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a user class: its error, as one line
         again = "" if options else f"; an object passed to search.run is passed again: search.resume(folder, {kind}=...)"
-        raise ValueError(f"{kind} {entry}({_args(kwargs)}) failed: {type(exc).__name__}: {exc}{again}") from None
+        raise InputError(f"{kind} {entry}({_args(kwargs)}) failed: {type(exc).__name__}: {exc}{again}") from None
     base = _base_class(kind)
     if not isinstance(obj, base):
-        raise ValueError(f"{kind} {entry} built a {type(obj).__name__}, not an optuna {base.__name__}")
+        raise InputError(f"{kind} {entry} built a {type(obj).__name__}, not an optuna {base.__name__}")
     return obj
 
 
 def import_entry(kind: str, entry: str) -> Any:
-    """The class an entry names; ``ValueError`` naming the entry otherwise."""
+    """The class an entry names; ``InputError`` naming the entry otherwise."""
     if not ENTRY_RE.match(entry):
-        raise ValueError(f"{kind} {entry!r} must be a built-in name or 'package.module:Class'")
+        raise InputError(f"{kind} {entry!r} must be a built-in name or 'package.module:Class'")
     module_name, _, attr = entry.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"{kind} {entry!r}: cannot import {module_name!r} ({exc})") from None
+        raise InputError(f"{kind} {entry!r}: cannot import {module_name!r} ({exc})") from None
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"{kind} {entry!r}: module {module_name!r} has no {attr!r}")
+            raise InputError(f"{kind} {entry!r}: module {module_name!r} has no {attr!r}")
         target = getattr(target, part)
     return target
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.pruners import BasePruner
 
+from search.vocab.registry import Registry
 from search.sampling import components
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class PrunerInfo:
     name: str
     build: Callable[[PrunerSpec, int], BasePruner]
     needs_resource: bool = False
+    description: str = ""
+    """One line on the pruner, for the docs (the registry refuses an entry without one)."""
 
 
 def _median(spec: PrunerSpec, _min_resource: int) -> BasePruner:
@@ -64,26 +67,27 @@ def _hyperband(spec: PrunerSpec, min_resource: int) -> BasePruner:
     )
 
 
-PRUNER_REGISTRY: dict[str, PrunerInfo] = {
-    info.name: info
-    for info in (
-        PrunerInfo("none", lambda spec, _r: optuna.pruners.NopPruner()),
-        PrunerInfo("median", _median),
-        PrunerInfo("percentile", _percentile),
-        PrunerInfo("asha", _asha, needs_resource=True),
-        PrunerInfo("hyperband", _hyperband, needs_resource=True),
-    )
-}
+_BUILT_IN = (
+    PrunerInfo("none", lambda spec, _r: optuna.pruners.NopPruner(), description="every trial runs to its end"),
+    PrunerInfo("median", _median, description="stop a trial below the median of earlier trials at the same step"),
+    PrunerInfo("percentile", _percentile, description="stop a trial outside the best [pruner] percentile"),
+    PrunerInfo("asha", _asha, needs_resource=True, description="asynchronous successive halving over rungs"),
+    PrunerInfo("hyperband", _hyperband, needs_resource=True,
+               description="Hyperband: several successive-halving brackets"),
+)
+PRUNER_REGISTRY: Registry[PrunerInfo] = Registry(
+    "pruner", lambda name, names: f"pruner {name!r} is not one of {', '.join(names)}, nor a 'package.module:Class'"
+)
+for _info in _BUILT_IN:
+    PRUNER_REGISTRY.add(_info.name, _info, _info.description)
 PRUNERS = tuple(PRUNER_REGISTRY)  # every built-in name a spec may give, in the order the docs list them
 
 
 def pruner_info(name: str) -> PrunerInfo:
-    """The registry entry of ``name`` (a ``module:Class`` entry gets one of its own); ``ValueError`` otherwise."""
+    """The registry entry of ``name`` (a ``module:Class`` entry gets one of its own); ``UnknownName`` otherwise."""
     if components.is_entry(name):
         return PrunerInfo(name, lambda spec, _r: components.build("pruner", name, spec.options))
-    if name not in PRUNER_REGISTRY:
-        raise ValueError(f"pruner {name!r} is not one of {', '.join(PRUNERS)}, nor a 'package.module:Class'")
-    return PRUNER_REGISTRY[name]
+    return PRUNER_REGISTRY.get(name)
 
 
 def resource_of(step: int, metrics: Mapping[str, float], resource: str) -> int:

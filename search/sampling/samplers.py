@@ -20,10 +20,13 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 
+from spaces.errors import InputError
 from spaces.params import SearchSpace
 
+from search.vocab.registry import Registry
 from search.sampling import components
 from search.sampling.seeds import component_seed
+from search.vocab.terms import SamplingMode
 
 __all__ = [
     "SamplerInfo",
@@ -60,6 +63,8 @@ class SamplerInfo:
     replica_safe: bool = False
     check_space: SpaceCheck | None = None
     supports_constraints: bool = False
+    description: str = ""
+    """One line on the sampler, for the docs (the registry refuses an entry without one)."""
 
 
 def grid_of(distributions: dict[str, BaseDistribution]) -> dict[str, list]:
@@ -90,7 +95,7 @@ def _evolution(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
     from search.sampling.evolution import evolution_sampler_for
 
     if options:
-        raise ValueError(f"'evolution' takes no [sampler] options (got {', '.join(options)}); see [space] genomes")
+        raise InputError(f"'evolution' takes no [sampler] options (got {', '.join(options)}); see [space] genomes")
     return evolution_sampler_for(space, seed)
 
 
@@ -118,39 +123,44 @@ def _evolution_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] |
     return None
 
 
-SAMPLER_REGISTRY: dict[str, SamplerInfo] = {
-    info.name: info
-    for info in (
-        SamplerInfo("tpe", lambda space, seed, **kw: optuna.samplers.TPESampler(seed=seed, **kw), replica_safe=True,
-                    supports_constraints=True),
-        SamplerInfo("random", lambda space, seed, **kw: optuna.samplers.RandomSampler(seed=seed, **kw)),
-        SamplerInfo("cmaes", lambda space, seed, **kw: optuna.samplers.CmaEsSampler(
-            seed=seed, **{"warn_independent_sampling": False, **kw})),
-        SamplerInfo("gp", lambda space, seed, **kw: optuna.samplers.GPSampler(  # conditional params: random, quietly
-            seed=seed, **{"warn_independent_sampling": not space.conditional, **kw}), replica_safe=True,
-            supports_constraints=True),
-        SamplerInfo("qmc", lambda space, seed, **kw: optuna.samplers.QMCSampler(
-            seed=seed, **{"warn_independent_sampling": False, **kw})),
-        SamplerInfo("grid", lambda space, seed, **kw: AskTellGridSampler(grid_of(space.distributions()), seed=seed,
-                    **kw), check_space=_grid_space),
-        SamplerInfo("nsga2", lambda space, seed, **kw: optuna.samplers.NSGAIISampler(seed=seed, **kw),
-                    supports_constraints=True),  # one objective works too
-        SamplerInfo("evolution", _evolution, check_space=_evolution_space),
-    )
-}  # fmt: skip
+_BUILT_IN = (
+    SamplerInfo("tpe", lambda space, seed, **kw: optuna.samplers.TPESampler(seed=seed, **kw), replica_safe=True,
+                supports_constraints=True, description="Tree-structured Parzen Estimator (Optuna's default)"),
+    SamplerInfo("random", lambda space, seed, **kw: optuna.samplers.RandomSampler(seed=seed, **kw),
+                description="independent uniform draws; the baseline"),
+    SamplerInfo("cmaes", lambda space, seed, **kw: optuna.samplers.CmaEsSampler(
+        seed=seed, **{"warn_independent_sampling": False, **kw}),
+        description="CMA evolution strategy over the continuous parameters"),
+    SamplerInfo("gp", lambda space, seed, **kw: optuna.samplers.GPSampler(  # conditional params: random, quietly
+        seed=seed, **{"warn_independent_sampling": not space.conditional, **kw}), replica_safe=True,
+        supports_constraints=True, description="Gaussian-process Bayesian optimisation"),
+    SamplerInfo("qmc", lambda space, seed, **kw: optuna.samplers.QMCSampler(
+        seed=seed, **{"warn_independent_sampling": False, **kw}),
+        description="quasi-Monte Carlo (Sobol) points that cover the space evenly"),
+    SamplerInfo("grid", lambda space, seed, **kw: AskTellGridSampler(grid_of(space.distributions()), seed=seed,
+                **kw), check_space=_grid_space, description="every combination of the discrete parameters"),
+    SamplerInfo("nsga2", lambda space, seed, **kw: optuna.samplers.NSGAIISampler(seed=seed, **kw),
+                supports_constraints=True,  # one objective works too
+                description="NSGA-II genetic algorithm, for one or several objectives"),
+    SamplerInfo("evolution", _evolution, check_space=_evolution_space,
+                description="regularized (aging) evolution over one architecture parameter"),
+)  # fmt: skip
+SAMPLER_REGISTRY: Registry[SamplerInfo] = Registry(
+    "sampler", lambda name, names: f"sampler {name!r} is not one of {', '.join(names)}, nor a 'package.module:Class'"
+)
+for _info in _BUILT_IN:
+    SAMPLER_REGISTRY.add(_info.name, _info, _info.description)
 SAMPLERS = tuple(SAMPLER_REGISTRY)  # every name a spec may give, in the order the docs list them
 REPLICA_SAFE = tuple(name for name, info in SAMPLER_REGISTRY.items() if info.replica_safe)
 CONSTRAINED = tuple(name for name, info in SAMPLER_REGISTRY.items() if info.supports_constraints)
-SAMPLING = ("auto", "process", "thread", "inline")  # where the sampler runs (see search.sampling.process)
+SAMPLING = tuple(SamplingMode)  # where the sampler runs (see search.sampling.process)
 
 
 def sampler_info(name: str) -> SamplerInfo:
-    """The registry entry of ``name`` (a ``module:Class`` entry gets one of its own); ``ValueError`` otherwise."""
+    """The registry entry of ``name`` (a ``module:Class`` entry gets one of its own); ``UnknownName`` otherwise."""
     if components.is_entry(name):
         return _user_sampler(name)
-    if name not in SAMPLER_REGISTRY:
-        raise ValueError(f"sampler {name!r} is not one of {', '.join(SAMPLERS)}, nor a 'package.module:Class'")
-    return SAMPLER_REGISTRY[name]
+    return SAMPLER_REGISTRY.get(name)
 
 
 def _user_sampler(entry: str) -> SamplerInfo:
@@ -160,7 +170,7 @@ def _user_sampler(entry: str) -> SamplerInfo:
     def build(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
         return components.build("sampler", entry, options, seed)
 
-    return SamplerInfo(entry, build, replica_safe=True, supports_constraints=True)
+    return SamplerInfo(entry, build, replica_safe=True, supports_constraints=True, description="a user's class")
 
 
 def runs_in_process(name: str) -> bool:
@@ -179,10 +189,10 @@ def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
     time) samples in order on the loop, and only ``REPLICA_SAFE`` samplers run on a replica study."""
     if sampling not in SAMPLING:
         return f"{sampling!r} is not one of {', '.join(SAMPLING)}"
-    if ordered and sampling in ("process", "thread"):
+    if ordered and sampling in (SamplingMode.PROCESS, SamplingMode.THREAD):
         return (f"{sampling!r}: a deterministic, population-based or simulated campaign samples in order "
                 "on the loop; use 'auto' or 'inline'")  # fmt: skip
-    if sampling == "process" and not runs_in_process(sampler):
+    if sampling == SamplingMode.PROCESS and not runs_in_process(sampler):
         return (f"'process' runs only {', '.join(REPLICA_SAFE)} (or a sampler class) on a replica study; "
                 f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
     return ""
@@ -195,4 +205,4 @@ def make_sampler(
     try:
         return sampler_info(name).build(space, component_seed(study_seed, "sampler"), **dict(options or {}))
     except TypeError as exc:  # a keyword the built-in sampler does not take
-        raise ValueError(f"sampler {name!r} with [sampler] {dict(options or {})}: {exc}") from None
+        raise InputError(f"sampler {name!r} with [sampler] {dict(options or {})}: {exc}") from None

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.scaling.sweep import TargetGoal
 from search.spec.scaling import BATCH, OBJECTIVE
 from search.store.records import TrialRecord
+from search.vocab.terms import direction_of
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
@@ -41,8 +42,8 @@ def goal_of(spec: CampaignSpec) -> TargetGoal | None:
     """The sweep's per-trial goal (``None`` for a spec without ``[scaling]``)."""
     if spec.scaling is None:
         return None
-    mode = "max" if spec.study.directions[0] == "maximize" else "min"
-    return TargetGoal(spec.study.metrics[0], spec.scaling.target, mode, spec.scaling.interpolate)
+    return TargetGoal(spec.study.metrics[0], spec.scaling.target, direction_of(spec.study.directions[0]),
+                      spec.scaling.interpolate)
 
 
 def _diverged(history: Sequence[tuple[int, Mapping[str, float]]]) -> bool:
@@ -89,7 +90,7 @@ class SweepOutcomes:
     @property
     def target_text(self) -> str:
         """``val_accuracy >= 0.95``: what reaching the target means."""
-        return f"{self.goal.metric} {'>=' if self.goal.mode == 'max' else '<='} {self.goal.target:g}"
+        return f"{self.goal.metric} {self.goal.comparison} {self.goal.target:g}"
 
     def counts_text(self) -> str:
         """``30 of 44 complete trials reached val_accuracy >= 0.95; 10 never did; 4 diverged``."""

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 
 from typing import TYPE_CHECKING
 
+from spaces.errors import InputError
+
 from search.scaling.outcomes import goal_of
 from search.scaling.sweep import TargetGoal
 from search.store.records import TrialRecord
@@ -52,13 +54,13 @@ def sweep_replay(spec: CampaignSpec, trial: TrialRecord) -> ReplayPlan | None:
 def replay_plan(goal: TargetGoal, trial: TrialRecord) -> ReplayPlan:
     """Stop the replay after the recorded reports when the record reached the target; else run every epoch.
 
-    Raises ``ValueError`` (one line) for a complete sweep trial with no recorded
+    Raises ``InputError`` (one line) for a complete sweep trial with no recorded
     reports: where it reached its target cannot be known, so it cannot be replayed.
     """
     history = trial.history
     if not history:
-        raise ValueError(f"trial {trial.number} of the scaling sweep recorded no reports: where it reached "
-                         f"{goal.metric} {_sign(goal)} {goal.target:g} is unknown, "
+        raise InputError(f"trial {trial.number} of the scaling sweep recorded no reports: where it reached "
+                         f"{goal.metric} {goal.comparison} {goal.target:g} is unknown, "
                          f"so it cannot be replayed")  # fmt: skip
     hit = first_target_report(history, goal)
     return ReplayPlan(goal, len(history) if hit is not None else None, hit)
@@ -66,7 +68,7 @@ def replay_plan(goal: TargetGoal, trial: TrialRecord) -> ReplayPlan:
 
 def replay_notes(plan: ReplayPlan, recorded: History, reproduced: History) -> list[str]:
     """Where the record and the replay reached the target; a ``MISMATCH`` note when not at the same report."""
-    target = f"{plan.goal.metric} {_sign(plan.goal)} {plan.goal.target:g}"
+    target = f"{plan.goal.metric} {plan.goal.comparison} {plan.goal.target:g}"
     hit = first_target_report(reproduced, plan.goal)
     if plan.recorded_hit is None:
         if hit is None:
@@ -80,7 +82,3 @@ def replay_notes(plan: ReplayPlan, recorded: History, reproduced: History) -> li
         return [f"MISMATCH: the record reached {target} at {where}, the replay at step {reproduced[hit][0]}"]
     return [f"scaling sweep: stopped at the target as the campaign did: {target} reached at {where} in the record "
             f"and in the replay, which made the same {plan.stop_after} report(s)"]  # fmt: skip
-
-
-def _sign(goal: TargetGoal) -> str:
-    return ">=" if goal.mode == "max" else "<="

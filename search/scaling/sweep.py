@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
-from optuna.study import Study
+from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from search.store.records import TrialRecord
@@ -40,6 +40,7 @@ from search.scaling.fit import (
     write_scaling_table,
 )
 from search.sampling.seeds import component_seed
+from search.vocab.terms import direction_of
 
 # Re-exported: the [scaling] section is parsed in search.spec.
 from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
@@ -151,17 +152,26 @@ class TargetGoal:
 
     metric: str
     target: float
-    mode: str  # "max" or "min"
+    mode: StudyDirection
+    """Which way the metric improves; ``"max"``/``"min"`` (or ``"maximize"``/``"minimize"``) are read as such."""
     interpolate: bool = True  # steps to target interpolated between reports (False: report granularity)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", direction_of(self.mode))
+
+    @property
+    def comparison(self) -> str:
+        """``>=`` (the metric must reach the target from below) or ``<=``."""
+        return ">=" if self.mode == StudyDirection.MAXIMIZE else "<="
 
     def reached(self, metrics: Mapping[str, float]) -> bool:
         value = metrics.get(self.metric)
         if value is None or not math.isfinite(value):
             return False
-        return value >= self.target if self.mode == "max" else value <= self.target
+        return value >= self.target if self.mode == StudyDirection.MAXIMIZE else value <= self.target
 
     def value(self, history: Sequence[tuple[int, Mapping[str, float]]]) -> float:
-        hit = steps_to_target(history, self.metric, self.target, self.mode, interpolate=self.interpolate)  # type: ignore[arg-type]
+        hit = steps_to_target(history, self.metric, self.target, self.mode, interpolate=self.interpolate)
         if hit is not None:
             return float(hit.steps)
         last = history[-1][1] if history else {}
@@ -232,7 +242,7 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
     plots: list[Path] = []
     if len(set(sizes)) < 3:
         text = (
-            f"Only {len(sizes)} batch size(s) reached {goal.metric} {'>=' if goal.mode == 'max' else '<='} "
+            f"Only {len(sizes)} batch size(s) reached {goal.metric} {goal.comparison} "
             f"{goal.target:g} ({sizes}); a fit needs 3. Not reached: {not_reached}."
         )
     else:

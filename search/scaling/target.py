@@ -7,11 +7,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from optuna.study import StudyDirection
+
 from search.scaling.inputs import ScalingError
+from search.vocab.terms import maximizing
 
 __all__ = ["Mode", "TargetHit", "steps_to_target"]
 
-Mode = Literal["max", "min"]
+#: A goal's direction: ``"max"`` (reached when ``metric >= target``), ``"min"``, or Optuna's ``StudyDirection``.
+Mode = Literal["max", "min"] | StudyDirection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +36,7 @@ class TargetHit:
 
 
 def _reached(value: float, target: float, mode: Mode) -> bool:
-    return value >= target if mode == "max" else value <= target
+    return value >= target if maximizing(mode) else value <= target
 
 
 def _counter(metrics: Mapping[str, float], key: str, report: int) -> float:
@@ -78,7 +82,7 @@ def steps_to_target(
     ``N/2`` to every ``E_min`` and so biases ``B_crit`` upward (+14% on
     digits-like synthetic sweeps, ``python -m bench.scaling_coverage``).
     """
-    if mode not in ("max", "min"):
+    if not isinstance(mode, StudyDirection) and mode not in ("max", "min"):
         raise ScalingError("mode", f"must be 'max' or 'min', got {mode!r}")
     target = float(target)
     if not math.isfinite(target):

@@ -237,9 +237,7 @@ def _has_trials(folder: CampaignFolder) -> bool:
 def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     """Continue the campaign in ``path`` to its budget (``options.n_trials``: a new one; a changed spec: see
     :func:`~search.session.lifecycle.spec_to_resume`)."""
-    folder = CampaignFolder(Path(path).resolve())
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder.root} holds no campaign (no spec.toml)")
+    folder = CampaignFolder.existing(path)
     lock = ControllerLock(folder.lock)
     with lock.held_quietly():  # a refused resume leaves the folder as it was, controller.lock included
         check_environment_record(folder.environment)

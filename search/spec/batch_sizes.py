@@ -6,10 +6,12 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterable
 
+from spaces.errors import InputError
+
 __all__ = ["ScalingError", "validate_batch_sizes"]
 
 
-class ScalingError(ValueError):
+class ScalingError(InputError):
     """A scaling-sweep input broke a rule, or the data cannot support a fit.
 
     ``key`` names the offending input (``"batch_sizes[2]"``); ``problem`` says

@@ -28,9 +28,11 @@ from spaces.errors import SpaceError
 from spaces.params import SearchSpace, parse_space
 
 from search.sampling import components
-from search.sampling.pruning import PRUNERS, RESOURCE_METRIC
+from search.sampling.pruning import PRUNER_REGISTRY, PRUNERS, RESOURCE_METRIC
+from search.spec.schedulers import POLICY_REGISTRY, SCHEDULERS
+from search.vocab.terms import DIRECTIONS
 from search.sampling.samplers import (
-    REPLICA_SAFE, SAMPLERS, SAMPLING, sampler_info, sampling_problem, space_problem,
+    REPLICA_SAFE, SAMPLER_REGISTRY, SAMPLERS, SAMPLING, sampler_info, sampling_problem, space_problem,
 )  # fmt: skip
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, parse_cluster
 from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
@@ -61,9 +63,7 @@ __all__ = [
     "sampling_problem",
 ]
 
-SCHEDULERS = ("none", "pbt")
 PRUNING_RESOURCES = ("examples", "steps", "epochs")
-DIRECTIONS = ("maximize", "minimize")
 DEVICES = ("auto", "cpu", "cuda")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -200,8 +200,8 @@ def _study(t: SpecTable) -> StudySpec:
     metrics = _str_list(t, "metric", "metrics")
     if len(metrics) != len(directions):
         raise t.error("metrics", f"{len(metrics)} metric(s) for {len(directions)} direction(s): give one per direction")
-    sampler = _component(t, "sampler", SAMPLERS, "tpe")
-    pruner = _component(t, "pruner", PRUNERS, "none")
+    sampler = _component(t, "sampler", SAMPLER_REGISTRY.names(), "tpe")
+    pruner = _component(t, "pruner", PRUNER_REGISTRY.names(), "none")
     if pruner != "none" and len(directions) > 1:
         raise t.error("pruner", f"{pruner!r} prunes on one objective; a multi-objective study must use 'none'")
     if t.data.get("deterministic") and pruner != "none":
@@ -226,7 +226,7 @@ def _study(t: SpecTable) -> StudySpec:
         pruner=pruner,
         deterministic=t.bool("deterministic", False),
         parallelism=t.int("parallelism", 4, minimum=1, maximum=MAX_COUNT),
-        scheduler=t.choice("scheduler", SCHEDULERS, "none"),
+        scheduler=t.choice("scheduler", POLICY_REGISTRY.names(), "none"),
         dispatch_ahead=_auto_int(t, "dispatch_ahead", 0),
         batch_trials=_auto_int(t, "batch_trials", 1),
         sampling=sampling,
@@ -282,7 +282,7 @@ def _constraints(t: SpecTable, sampler: str) -> tuple[str, ...]:
         if name in names[:i]:
             raise t.error("constraints", f"{name!r} is listed twice")
     if names and not sampler_info(sampler).supports_constraints:
-        constrained = [name for name in SAMPLERS if sampler_info(name).supports_constraints]
+        constrained = [name for name, info in SAMPLER_REGISTRY.items() if info.supports_constraints]
         raise t.error("constraints", f"sampler {sampler!r} ignores constraints; use {', '.join(constrained)}")
     return tuple(names)
 

@@ -12,14 +12,14 @@ import dataclasses
 import os
 from typing import Any
 
-from cluster.backends import JobQueueBackend, KubernetesBackend
+from cluster.backends import JOBQUEUE_SYSTEMS, REGISTRY, JobQueueBackend, KubernetesBackend
 
 from search.spec.table import SpecError, SpecTable
 from cluster.connect import is_loopback
 
 __all__ = ["BACKENDS", "ClusterSpec", "CLUSTER_KEYS", "parse_cluster", "check_tls_files"]
 
-BACKENDS = ("local", "address", "slurm", "pbs", "kubernetes")
+BACKENDS = tuple(REGISTRY)  # the names are written once, in cluster.backends (search.vocab.registry.backends())
 CLUSTER_KEYS = (
     "scheduler", "n_workers", "slots_per_worker", "connect_timeout", "dashboard",
     "listen", "tls_ca_file", "tls_cert_file", "tls_key_file", "backend", "slurm", "pbs", "kubernetes",
@@ -68,8 +68,8 @@ class ClusterSpec:
 
 def parse_cluster(t: SpecTable) -> ClusterSpec:
     scheduler = t.str("scheduler", "")
-    backend = t.choice("backend", BACKENDS, "address" if scheduler else "local")
-    if backend in ("slurm", "pbs", "kubernetes") and scheduler:
+    backend = t.choice("backend", tuple(REGISTRY), "address" if scheduler else "local")
+    if REGISTRY[backend].extra and scheduler:  # a deploy project starts the scheduler
         raise t.error("scheduler", f"backend {backend!r} starts its own scheduler; remove scheduler or use "
                       "backend = 'address'")  # fmt: skip
     spec = ClusterSpec(
@@ -109,7 +109,7 @@ def check_tls_files(source: str, spec: ClusterSpec) -> None:
 
 
 def _check_backend(t: SpecTable, spec: ClusterSpec) -> None:
-    if spec.backend in ("slurm", "pbs") and is_loopback(spec.listen):
+    if spec.backend in JOBQUEUE_SYSTEMS and is_loopback(spec.listen):
         raise t.error("listen", f"{spec.listen!r} is loopback, but {spec.backend} workers run on other nodes: "
                       "listen on this host's address they can reach (with TLS files, or --insecure)")  # fmt: skip
     if spec.backend == "kubernetes" and spec.tls:

@@ -19,7 +19,7 @@ from spaces.errors import InputError
 from search.store.records import Files
 
 __all__ = [
-    "CampaignFolder", "ControllerLock", "FolderLockedError", "make_private", "write_atomic", "write_atomic_bytes",
+    "CampaignFolder", "ControllerLock", "FolderLockedError", "NoCampaignError", "make_private", "write_atomic", "write_atomic_bytes",
     "replaced_atomically",
 ]  # fmt: skip
 
@@ -32,11 +32,23 @@ class FolderLockedError(InputError, RuntimeError):
     """Another controller holds this campaign folder."""
 
 
+class NoCampaignError(InputError, FileNotFoundError):
+    """A folder given as a campaign holds none (no ``spec.toml``), or its storage lacks the study: exit status 2."""
+
+
 @dataclasses.dataclass(frozen=True)
 class CampaignFolder:
     """Paths inside ``runs/<study>/``; nothing outside ``root`` is ever written."""
 
     root: Path
+
+    @classmethod
+    def existing(cls, path: str | Path) -> CampaignFolder:
+        """The campaign folder at ``path``; :class:`NoCampaignError` if it holds no campaign."""
+        folder = cls(Path(path).resolve())
+        if not folder.exists():
+            raise NoCampaignError(f"{folder.root} holds no campaign (no spec.toml)")
+        return folder
 
     @classmethod
     def for_study(cls, runs_dir: str | Path, name: str) -> CampaignFolder:
@@ -45,7 +57,7 @@ class CampaignFolder:
             raise InputError(f"runs folder {runs} (--runs-dir): is not a folder")
         root = (runs / name).resolve()
         if root.parent != runs:
-            raise ValueError(f"study name {name!r} would leave the runs folder {runs}")
+            raise InputError(f"study name {name!r} would leave the runs folder {runs}")
         return cls(root)
 
     @property

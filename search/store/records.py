@@ -70,6 +70,7 @@ class Attr:
     HISTORY: Final = "history"  # list of [step, {metric: number}]: every report, in order
     # why it ended, and how
     FAIL_REASON: Final = "fail_reason"  # str: one line, for FAIL trials
+    ERROR_TYPE: Final = "error_type"  # str: the class of the trainer's exception (ValueError, mypkg.BadBatch)
     STOP_REASON: Final = "stop_reason"  # str: pruned, target reached, never started, ...
     STOP_DECIDED: Final = "stop_decided"  # {"reason", "step"}: a stop decided, durable before it was sent
     TRACEBACK: Final = "traceback"  # str: the failure's traceback (tail)
@@ -291,6 +292,7 @@ class TrialRecord:
     macs: float | None = None
     recorded_history: tuple[Any, ...] = dataclasses.field(default=(), repr=False)  # as stored; see ``history``
     fail_reason: str = ""
+    error_type: str = ""
     stop_reason: str = ""
     traceback: str = ""
     interrupted: bool = False
@@ -331,6 +333,7 @@ class TrialRecord:
             macs=_opt_float(a.get(Attr.MACS)),
             recorded_history=tuple(a.get(Attr.HISTORY) or ()),
             fail_reason=str(a.get(Attr.FAIL_REASON) or ""),
+            error_type=str(a.get(Attr.ERROR_TYPE) or ""),
             stop_reason=str(a.get(Attr.STOP_REASON) or ""),
             traceback=str(a.get(Attr.TRACEBACK) or ""),
             interrupted=bool(a.get(Attr.INTERRUPTED)),

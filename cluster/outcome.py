@@ -1,0 +1,72 @@
+"""How a trial ended: the :class:`Outcome` its worker builds (or the executor, for a lost or cancelled one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+
+__all__ = ["TrialStatus", "Outcome", "error_type_of"]
+
+
+class TrialStatus(enum.StrEnum):
+    """How a trial's run ended on the cluster (its string value is what logs and records show)."""
+
+    OK = "ok"
+    """The trainer returned its metrics."""
+    ERROR = "error"
+    """The trainer raised (or returned non-finite metrics)."""
+    LOST = "lost"
+    """Its worker died, or the task could not be run."""
+    CANCELLED = "cancelled"
+    """The controller cancelled it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a trial ended, as its worker (or the executor, for a lost one) tells it; a Dask task's result as it is.
+
+    ``status``: see :class:`TrialStatus`. ``error``: one line (``Type: message``), ``error_type``: the exception's
+    class (``ValueError``, ``mypkg.errors.BadBatch``), so nothing downstream parses ``error`` to recover it;
+    ``traceback`` the whole. ``history`` holds every report as ``(step, metrics, time)``, so none is missing
+    when the event stream lagged. ``disk_error``: the errno name (``ENOSPC``, ...) when the trainer failed
+    because its storage did (a full disk is the campaign's problem, not the trial's).
+    """
+
+    status: TrialStatus
+    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    error: str = ""
+    traceback: str = ""
+    worker: str = ""
+    host: str = ""
+    pid: int | None = None
+    devices: tuple[int, ...] = ()
+    started: float | None = None
+    finished: float | None = None
+    history: tuple[tuple[int, Mapping[str, float], float], ...] = ()
+    stopped: bool = False
+    disk_error: str = ""
+    error_type: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "status", TrialStatus(self.status))
+        except ValueError:
+            raise ValueError(f"status={self.status!r}: must be one of {', '.join(TrialStatus)}") from None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == TrialStatus.OK
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to finish on the worker (None when either is unknown)."""
+        if self.started is None or self.finished is None:
+            return None
+        return float(self.finished) - float(self.started)
+
+
+def error_type_of(exc: BaseException) -> str:
+    """The class of ``exc`` as a record names it: ``ValueError`` for a builtin, else ``module.QualName``."""
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"

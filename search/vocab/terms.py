@@ -1,0 +1,67 @@
+"""The words the code branches on, typed: stop reasons, where the sampler runs, and study directions.
+
+Each enum is a ``StrEnum``: its members *are* their strings, so what is stored in a study, printed in a
+message or written to a spec is exactly what it was as a plain string (``StopReason.PRUNED == "pruned"``).
+Directions are Optuna's own :class:`~optuna.study.StudyDirection`; the spec keeps its words
+(``"maximize"``/``"minimize"``), read with :func:`direction_of`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from optuna.study import StudyDirection
+
+from cluster.outcome import TrialStatus
+
+__all__ = ["TrialStatus", "StopReason", "SamplingMode", "StudyDirection", "direction_of", "maximizing", "DIRECTIONS"]
+
+
+class StopReason(enum.StrEnum):
+    """Why the controller stopped a trial before its last epoch (the trial's ``stop_reason``)."""
+
+    PRUNED = "pruned"
+    """The pruner judged it behind (told PRUNED)."""
+    TARGET_REACHED = "target reached"
+    """A scaling sweep's trial reached its target (told COMPLETE with its steps)."""
+    TIME_BUDGET = "time budget"
+    """The campaign's ``time_budget`` ran out while it ran."""
+    TRIAL_TIMEOUT = "trial timeout"
+    """It ran longer than ``trial_timeout``."""
+    NEVER_STARTED = "time budget: never started"
+    """Asked, but the time budget ran out before it was launched."""
+
+
+class SamplingMode(enum.StrEnum):
+    """Where the sampler runs (``[study] sampling``; see :mod:`search.sampling.process`)."""
+
+    AUTO = "auto"
+    """A child process for the samplers that allow it, else a thread; inline for an ordered campaign."""
+    PROCESS = "process"
+    """A child process, on a replica study."""
+    THREAD = "thread"
+    """A thread of the controller, ahead of the loop."""
+    INLINE = "inline"
+    """On the loop itself, in trial order."""
+
+
+#: The spec's words for a direction, in the order its messages list them.
+DIRECTIONS = ("maximize", "minimize")
+#: Every word for a direction: the spec's, and a scaling goal's ``"max"``/``"min"``.
+_WORDS = {"maximize": StudyDirection.MAXIMIZE, "max": StudyDirection.MAXIMIZE,
+          "minimize": StudyDirection.MINIMIZE, "min": StudyDirection.MINIMIZE}  # fmt: skip
+
+
+def direction_of(word: str | StudyDirection) -> StudyDirection:
+    """The :class:`StudyDirection` a word names: the spec's ``"maximize"``/``"minimize"``, or ``"max"``/``"min"``
+    (a scaling goal's); a ``StudyDirection`` is returned as it is."""
+    if isinstance(word, StudyDirection):
+        return word
+    if word not in _WORDS:
+        raise ValueError(f"direction {word!r}: must be one of {', '.join(_WORDS)}")
+    return _WORDS[word]
+
+
+def maximizing(direction: str | StudyDirection) -> bool:
+    """Whether ``direction`` (a spec word or a :class:`StudyDirection`) maximizes."""
+    return direction_of(direction) == StudyDirection.MAXIMIZE

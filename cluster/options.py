@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar
 
-from distributed.security import Security
-
 if TYPE_CHECKING:
     from distributed import Client
+    from distributed.security import Security
 
 __all__ = [
     "LOOPBACK", "Backend", "ClusterOptions", "TLSFiles", "is_loopback", "scheduler_address", "plain_tcp_warning",
@@ -150,6 +149,8 @@ class TLSFiles:
             raise ValueError(problem)
 
     def security(self) -> Security:
+        from distributed.security import Security  # distributed loads only when a cluster is opened
+
         return Security(
             tls_ca_file=self.ca_file,
             tls_client_cert=self.cert_file,

@@ -10,16 +10,19 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
-from sqlalchemy import event
-from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from spaces.errors import InputError
 
 from search.store.folder import CampaignFolder
 from search.store.journal import ControllerJournalStorage, GroupCommitJournal
+
+if TYPE_CHECKING:  # sqlalchemy loads for an SQLite or RDB storage only
+    from optuna.storages import RDBStorage
 
 __all__ = ["storage_url", "open_storage", "describe_storage", "flusher", "missing_storage", "MissingStorageError"]
 
@@ -69,6 +72,8 @@ def _sync_normal(storage: RDBStorage) -> None:
     def on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
+    from sqlalchemy import event
+
     event.listen(storage.engine, "connect", on_connect)
     storage.engine.dispose()  # connections made before the listener reconnect with it
 
@@ -92,6 +97,8 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
         path.parent.mkdir(parents=True, exist_ok=True)
         _enable_wal(path)
         # The busy timeout makes SQLite retry, rather than fail, on 'database is locked'.
+        from optuna.storages import RDBStorage
+
         storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
         _sync_normal(storage)
         return storage

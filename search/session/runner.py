@@ -37,7 +37,7 @@ from search.store.records import StudyAttr
 from search.sampling import components
 from search.sampling.pruning import make_pruner
 from search.spec.campaign_spec import CampaignSpec, load_spec
-from search.store.storage import open_storage, storage_url
+from search.store.storage import final_snapshot, open_storage, storage_url
 
 if TYPE_CHECKING:  # the loop, the sweep analysis and pandas load when a campaign runs, not to read a folder
     from search.loop.hooks import CampaignHooks
@@ -217,6 +217,7 @@ def _execute(
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
             executor = DaskExecutor(client, topic)
             Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
+        final_snapshot(study._storage)  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:
         if create and not _has_trials(folder):
             raise

@@ -14,17 +14,20 @@ from typing import TYPE_CHECKING
 
 import optuna
 from optuna.storages import BaseStorage
-from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.storages.journal import JournalFileBackend
 
 from spaces.errors import InputError
 
 from search.store.folder import CampaignFolder
-from search.store.journal import ControllerJournalStorage, GroupCommitJournal
+from search.store.journal import ControllerJournalStorage, GroupCommitJournal, SnapshotJournalStorage
 
 if TYPE_CHECKING:  # sqlalchemy loads for an SQLite or RDB storage only
     from optuna.storages import RDBStorage
 
-__all__ = ["storage_url", "open_storage", "describe_storage", "flusher", "missing_storage", "MissingStorageError"]
+__all__ = [
+    "storage_url", "open_storage", "describe_storage", "flusher", "final_snapshot", "missing_storage",
+    "MissingStorageError",
+]  # fmt: skip
 
 JOURNAL = "journal"
 SQLITE = "sqlite"
@@ -91,7 +94,9 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
         raise MissingStorageError(f"{missing}: no such storage file (the campaign has no study there)")
     if url.startswith("journal:"):
         path = url.removeprefix("journal:")
-        return ControllerJournalStorage(GroupCommitJournal(path)) if writer else JournalStorage(JournalFileBackend(path))
+        if writer:
+            return ControllerJournalStorage(GroupCommitJournal(path))
+        return SnapshotJournalStorage(JournalFileBackend(path), path)  # from its snapshot when it has one
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,9 +111,19 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
 
 
 def flusher(storage: BaseStorage) -> Callable[[], object]:
-    """What the campaign calls once per loop iteration to make its writes durable."""
+    """What the campaign calls once per loop iteration to make its writes durable (and, now and then, to write
+    the journal's snapshot)."""
+    if isinstance(storage, ControllerJournalStorage):
+        return storage.flush
     backend = getattr(storage, "_backend", None)
     return backend.flush if isinstance(backend, GroupCommitJournal) else (lambda: None)
+
+
+def final_snapshot(storage: BaseStorage) -> None:
+    """The campaign's run ended: a last snapshot of a big journal, so that ``status``, ``report`` and ``resume``
+    replay nothing (see :mod:`search.store.snapshot`)."""
+    if isinstance(storage, ControllerJournalStorage):
+        storage.snapshot()
 
 
 def describe_storage(url: str) -> str:

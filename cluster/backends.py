@@ -28,21 +28,19 @@ import importlib
 import logging
 import os
 import re
-import signal
 import socket
-import threading
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import dask
-from distributed import Client, LocalCluster
-from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
-from distributed.security import Security
 
 from .errors import ClusterError, InvalidSetting, MissingExtraError, SettingError, one_line
 from .options import Backend, ClusterOptions, scheduler_address
 from .resources import detect_gpus
+
+if TYPE_CHECKING:  # distributed loads when a cluster is opened, not when a light command reads a spec
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
 
 __all__ = [
     "AddressBackend",
@@ -114,47 +112,6 @@ NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.h
 NO_HTTP_ENV = {"DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]", "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]"}
 
 
-def _close_http_server(server: Any) -> None:
-    http = getattr(server, "http_server", None)
-    if http is not None:
-        http.stop()  # stops listening; Dask's own close stops it again, which does nothing
-        server.services.pop("dashboard", None)
-
-
-class CloseSchedulerHTTP(SchedulerPlugin):
-    """Closes the scheduler's HTTP server when the scheduler starts (no dashboard asked for)."""
-
-    name = "hypersweep-no-http"
-
-    async def start(self, scheduler: Any) -> None:
-        _close_http_server(scheduler)
-
-
-class IgnoreInterrupt(WorkerPlugin):
-    """A worker process started here ignores SIGINT (and so do the processes it starts, data-parallel ranks).
-
-    A terminal's Ctrl-C goes to the whole foreground process group: the controller stops the campaign and
-    closes the cluster in order, and its workers, left alone, print nothing (not ~50 lines of their own
-    ``KeyboardInterrupt`` tracebacks and the scheduler's 'workers died')."""
-
-    name = "hypersweep-ignore-sigint"
-    idempotent = True
-
-    def setup(self, worker: Any) -> None:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class CloseWorkerHTTP(WorkerPlugin):
-    """Closes a worker's HTTP server when it starts, before it registers (restarted workers too)."""
-
-    name = "hypersweep-no-http"
-    idempotent = True
-
-    def setup(self, worker: Any) -> None:
-        _close_http_server(worker)
-
-
 # --- the embedded cluster ------------------------------------------------------------------------
 
 
@@ -188,10 +145,15 @@ class LocalBackend(Backend):
     def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
         n_workers, resources = local_shape(options)
         threads = int(sum(resources.values()))
+        from distributed import Client
+        from distributed.security import Security
+
         security = options.security() or (Security() if options.plain_local_cluster() else _temporary_security())
         # A worker that dies mid-trial fails the task at once: the controller retries it
         # (max_retries) from its checkpoint, rather than Dask retrying it silently.
         settings: dict[str, Any] = {"distributed.scheduler.allowed-failures": 0}
+        import dask
+
         with dask.config.set({**settings, **({} if options.dashboard else NO_HTTP_ROUTES)}):
             cluster = _local_cluster(options, n_workers, threads, resources, env, security)
         try:
@@ -206,6 +168,8 @@ class LocalBackend(Backend):
 
 def _temporary_security() -> Security:
     """Mutual TLS with a key and self-signed certificate made now, for this cluster alone (in memory)."""
+    from distributed.security import Security
+
     try:
         return Security.temporary()
     except ImportError as exc:
@@ -238,6 +202,10 @@ def _local_cluster(
     # errors while the cluster closes (a heartbeat to a scheduler already gone) are noise after a Ctrl-C; what a
     # trial raised is recorded by the controller (trials/<n>/error.log).
     quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "critical"}
+    from distributed import LocalCluster
+
+    from .plugins import CloseSchedulerHTTP, CloseWorkerHTTP, IgnoreInterrupt
+
     plugins = (IgnoreInterrupt(),) if options.dashboard else (IgnoreInterrupt(), CloseWorkerHTTP())
     return LocalCluster(
         n_workers=n_workers,
@@ -291,6 +259,9 @@ def _connect(options: ClusterOptions) -> Client:
     if not target.startswith(("tcp://", "tls://", "inproc://", "ucx://")) and os.path.exists(target):
         kwargs["scheduler_file"] = target
         target = None  # type: ignore[assignment]
+    from distributed import Client
+    from distributed.security import Security
+
     address = scheduler_address(options.address)
     if "://" in address:
         check_scheduler(address, options.security() or Security(), options.connect_timeout)
@@ -394,6 +365,8 @@ class _Deployed(Backend):
         cluster = self._start(options)
         try:
             self._grow(cluster)
+            from distributed import Client
+
             client = Client(cluster, timeout=options.connect_timeout, security=options.security())
             try:
                 _wait_for_first_worker(client, self.start_timeout)
@@ -615,6 +588,8 @@ def _jobqueue_cluster(options: ClusterOptions) -> Any:
     }
     # Same policy as the embedded cluster: a worker lost mid-trial fails the task at once and the
     # controller retries it (max_retries) from its checkpoint.
+    import dask
+
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         return _cluster_class(backend.system)(
             n_workers=0,

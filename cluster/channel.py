@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from distributed import Client, Event, get_worker
+if TYPE_CHECKING:  # distributed loads when a trial reports or a stop is sent, not on import
+    from distributed import Client, Event
 
 __all__ = ["WorkerReporter", "stop_event_name", "request_stop", "subscribe_reports"]
 
@@ -35,6 +36,8 @@ class WorkerReporter:
     def __init__(self, topic: str, number: int) -> None:
         self._topic = topic
         self._number = number
+        from distributed import get_worker
+
         self._worker = get_worker()
         self._event: Event | None = None
         self.history: list[tuple[int, dict[str, float], float]] = []
@@ -61,6 +64,8 @@ class WorkerReporter:
         if self._stop_seen:
             return True
         if self._event is None:
+            from distributed import Event
+
             self._event = Event(stop_event_name(self._topic, self._number))
         self._stop_seen = bool(self._event.is_set())
         return self._stop_seen
@@ -68,6 +73,8 @@ class WorkerReporter:
 
 def request_stop(client: Client, topic: str, number: int) -> None:
     """Ask trial ``number`` to stop at its next report (returns at once)."""
+    from distributed import Event
+
     Event(stop_event_name(topic, number), client=client).set()
 
 

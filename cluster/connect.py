@@ -12,14 +12,14 @@ import logging
 import sys
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from distributed import Client
-
-from .backends import backend_of
 from .errors import ClusterError
 from .options import LOOPBACK, ClusterOptions, TLSFiles, is_loopback
 from .resources import detect_gpus, slot_resource
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = [
     "LOOPBACK",
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> AbstractContextManager[Client]:
     """A context manager yielding a connected ``Client``; it closes whatever was started on exit, errors and Ctrl-C
     included. ``env``: extra environment for worker processes started on this machine."""
+    from .backends import backend_of  # distributed loads here, not when a light command reads a spec
+
     backend = backend_of(options)
     if log.isEnabledFor(logging.INFO):  # a campaign's log says where its trials ran
         log.info("cluster: %s", backend.describe(options))

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import cloudpickle  # Dask's own serializer of callables (a dependency of dask and distributed)
-from distributed import get_worker
 
 from .channel import WorkerReporter
 from .outcome import Outcome, TrialStatus, error_type_of
@@ -96,6 +95,8 @@ def _add_folders(folders: Iterable[str]) -> None:
 def _lease_devices(resource: str, width: int) -> tuple[tuple[int, ...], Any]:
     if resource != "GPU":
         return (), None
+    from distributed import get_worker  # on the worker, where distributed is loaded already
+
     worker = get_worker()
     owned = int((worker.state.total_resources or {}).get("GPU", 0))
     pool = worker_device_pool(worker.address, owned)
@@ -137,6 +138,8 @@ def run_trial(
     from trainers.api import TrialConfig, running_trainer  # at run time only
 
     started = time.time()
+    from distributed import get_worker  # on the worker, where distributed is loaded already
+
     worker = get_worker()
     reporter = WorkerReporter(topic, int(config["number"]))
     reporter.started()

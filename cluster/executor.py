@@ -15,11 +15,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from distributed import CancelledError, Client, Future
-from distributed import Event as DaskEvent
-from distributed.client import ClosedClientError, FutureCancelledError
 
 # torch-free: the trial's config crosses this seam typed, and the trainer is found where the controller found it
 from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer, trainer_folders
@@ -29,6 +26,9 @@ from .connect import ClusterError, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
 from .outcome import Outcome, TrialStatus
 from .restart import kill_worker_tree
+
+if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's modules import this one for its events
+    from distributed import Client, Future
 
 __all__ = [
     "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
@@ -100,6 +100,8 @@ def run_once(key: str, run: Callable[..., Any], numbers: list[int], *args: Any) 
     of this executor that Dask starts again (a named ``distributed.Event`` per task, on the scheduler, says
     it ran before) ends at once as lost, and the controller's retry policy decides.
     """
+    from distributed import Event as DaskEvent
+
     ran = DaskEvent(f"{key}-ran")
     if ran.is_set():
         error = "its worker died while it ran (Dask started the task again; only the controller retries)"
@@ -242,6 +244,8 @@ class DaskExecutor:
         width = requests[0].width
         if any(r.width != width for r in requests):
             raise ValueError(f"a batch holds trials of one width; got widths {sorted({r.width for r in requests})}")
+        from distributed.client import ClosedClientError
+
         try:
             future = self._submit(requests)
         except ClosedClientError as exc:
@@ -370,6 +374,9 @@ class DaskExecutor:
     @staticmethod
     def _outcome(future: Future | None) -> Outcome | list[Outcome]:
         """The task's result: the worker's :class:`Outcome` (a list for a batch), else why there is none."""
+        from distributed import CancelledError
+        from distributed.client import FutureCancelledError
+
         if future is None:
             return Outcome(CANCELLED, error="cancelled")
         try:

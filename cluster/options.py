@@ -14,12 +14,11 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, ClassVar
 
-from distributed.security import Security
-
 from .errors import SettingError
 
 if TYPE_CHECKING:
     from distributed import Client
+    from distributed.security import Security
 
 __all__ = [
     "LOOPBACK", "Backend", "ClusterOptions", "TLSFiles", "is_loopback", "scheduler_address", "plain_tcp_warning",
@@ -159,6 +158,8 @@ class TLSFiles:
             raise SettingError(problem)
 
     def security(self) -> Security:
+        from distributed.security import Security  # distributed loads only when a cluster is opened
+
         return Security(
             tls_ca_file=self.ca_file,
             tls_client_cert=self.cert_file,

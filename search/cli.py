@@ -191,9 +191,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _finished(spec: CampaignSpec, folder: CampaignFolder) -> int:
     """Print the final table; every trial failed: raise that, summarised, for exit status 4."""
-    from search.session.runner import load_study, summary_text
+    from search.reports.status import read_study
+    from search.session.runner import summary_text
+    from search.store.storage import storage_url
 
-    study = load_study(spec, folder, create=False)
+    study = read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))  # no sampler: only read
     print(summary_text(spec, folder, study))
     failed = failure_summary(study)
     if failed:

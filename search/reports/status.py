@@ -15,17 +15,16 @@ from search.store.folder import CampaignFolder, ControllerLock
 from search.spec.campaign_spec import load_spec
 from search.store.storage import missing_storage, open_storage, storage_url
 from search.reports.summary import params_text, state_counts, trial_params
-from search.scaling.outcomes import status_lines as sweep_status_lines
 from search.store.warm_marks import describe, is_warm_start, own_trials
 from search.vocab.terms import maximizing
 
-__all__ = ["status_text"]
+__all__ = ["status_text", "read_study"]
 
 
 def status_text(path: str | Path) -> str:
     folder = CampaignFolder.existing(path)
     spec = load_spec(folder.spec, check_trainer=False)  # reading a campaign needs no trainer
-    study = _read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))
+    study = read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))
     alive = ControllerLock.held(folder.lock)
     counts = state_counts(study)
     trials = own_trials(study.get_trials(deepcopy=False))
@@ -38,6 +37,8 @@ def status_text(path: str | Path) -> str:
     if warm:
         lines.append(f"  warm start: {warm['used']} trial(s) from {warm['source']} inform the sampler (not counted)")
     if spec.scaling is not None:  # the sweep's objective: steps to target, only over trials that reached it
+        from search.scaling.outcomes import status_lines as sweep_status_lines  # with scipy: only for a sweep
+
         lines += sweep_status_lines(spec, trials)
     else:
         lines += _best_lines(study, spec.study.metrics, spec.study.directions, spec.space)
@@ -53,7 +54,7 @@ def status_text(path: str | Path) -> str:
     return "\n".join(lines)
 
 
-def _read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:
+def read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:
     """The campaign's study, read without writing anything (a missing storage is an error, never created)."""
     missing = missing_storage(url)
     if missing is not None:

@@ -5,8 +5,9 @@ Only the campaign's own trials: warm-start copies (``search.session.warm_start``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import optuna
-import pandas as pd
 from optuna.trial import FrozenTrial
 
 from spaces.errors import SpaceError
@@ -15,6 +16,9 @@ from spaces.params import SearchSpace
 from search.store.records import TrialRecord
 from search.store.warm_marks import own_trials
 from search.vocab.terms import maximizing
+
+if TYPE_CHECKING:  # pandas loads for a table, not for ``hypersweep status``
+    import pandas as pd
 
 __all__ = ["trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
 
@@ -66,6 +70,8 @@ def params_text(params: dict) -> str:
 
 def trials_frame(study: optuna.Study, metrics: tuple[str, ...]) -> pd.DataFrame:
     """One row per trial, with values named by the study's metrics."""
+    import pandas as pd
+
     rows = [_row(t, metrics) for t in own_trials(study.get_trials(deepcopy=False))]
     return pd.DataFrame(rows)
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from search.session.options import RunOptions
 
 __all__ = [
-    "ENQUEUED", "NewStudy", "check_new", "check_environment_record", "spec_to_resume", "added_enqueue",
+    "ENQUEUED", "NewStudy", "check_new", "check_environment_record", "spec_to_resume", "nothing_left", "added_enqueue",
     "record_spec_changes",
 ]  # fmt: skip
 
@@ -102,8 +102,11 @@ def enqueue_from(entries: Any, spec: CampaignSpec, source: str = "enqueue") -> t
 # --- resume --------------------------------------------------------------------------------------
 
 
-def spec_to_resume(folder: CampaignFolder, options: RunOptions) -> tuple[CampaignSpec, list[str]]:
-    """The spec a resume runs under (written into ``spec.toml``), and its changes from the recorded one."""
+def spec_to_resume(
+    folder: CampaignFolder, options: RunOptions, check_trainer: bool = True
+) -> tuple[CampaignSpec, list[str]]:
+    """The spec a resume runs under (written into ``spec.toml``), and its changes from the recorded one;
+    ``check_trainer=False``: not checked against its trainer yet (a finished campaign never imports it)."""
     frozen = load_spec(folder.spec, check_trainer=False)
     study = _read_study(frozen, folder)
     where = str(options.spec_file or folder.spec)
@@ -117,7 +120,7 @@ def spec_to_resume(folder: CampaignFolder, options: RunOptions) -> tuple[Campaig
     cluster_for(parsed, options)  # a spec.toml a refused resume would leave rewritten: checked before the write
     if text != folder.spec.read_text():
         write_atomic(folder.spec, text)
-    return load_spec(folder.spec), changes  # and checked against its trainer
+    return load_spec(folder.spec, check_trainer=check_trainer), changes  # and checked against its trainer
 
 
 def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
@@ -132,6 +135,18 @@ def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
     except KeyError:
         raise InputError(f"{folder.root}: the storage holds no study {spec.study.name!r} "
                          "(was [study] name changed in spec.toml?)") from None  # fmt: skip
+
+
+def nothing_left(spec: CampaignSpec, folder: CampaignFolder) -> bool:
+    """The campaign has finished its trial budget and left no trial running or waiting: a resume has nothing to
+    run, and needs neither the trainer nor a cluster. (PBT populations and a sweep without its conclusion
+    written are left to the loop.)"""
+    if spec.pbt is not None or (spec.scaling is not None and not folder.scaling_conclusion.exists()):
+        return False
+    trials = own_trials(_read_study(spec, folder).get_trials(deepcopy=False))
+    if any(not t.state.is_finished() for t in trials):
+        return False
+    return len(trials) >= spec.study.n_trials
 
 
 def _check_budget(n_trials: int, study: optuna.Study) -> None:

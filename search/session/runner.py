@@ -18,29 +18,30 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from cluster import ClusterError, ClusterOptions, DaskExecutor, open_cluster
+from cluster import ClusterError, ClusterOptions, open_cluster
 from spaces.errors import InputError
 
-from search.loop.campaign import Campaign, CampaignError
-from search.session.lifecycle import NewStudy, check_environment_record, check_new, record_spec_changes, spec_to_resume
+from search.session.lifecycle import (
+    NewStudy, check_environment_record, check_new, nothing_left, record_spec_changes, spec_to_resume,
+)
 from search.session.options import RunOptions, cluster_options as _cluster_options  # noqa: F401 - re-exported
 from search.session.preflight import cluster_for
 from search.spec.changes import SPEC_TEXT
 from search.store.environment import capture_environment, record_environment, scheduler_info
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
-from search.loop.progress import Progress
 from search.sampling import components
 from search.sampling.pruning import make_pruner
-from search.scaling.outcomes import goal_of
-from search.scaling.sweep import SweepResult, analyze_sweep
-from search.spec.campaign_spec import CampaignSpec
-from search.store.storage import open_storage, storage_url
-from search.loop.supply import campaign_sampler
-from search.reports.summary import best_table, trials_frame
+from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.store.storage import final_snapshot, open_storage, storage_url
+
+if TYPE_CHECKING:  # the loop, the sweep analysis and pandas load when a campaign runs, not to read a folder
+    from search.loop.hooks import CampaignHooks
+    from search.scaling.sweep import SweepResult
 
 __all__ = [
     "RunOptions", "run_campaign", "resume_campaign", "load_study", "CampaignExistsError", "CampaignInterrupted",
@@ -68,6 +69,8 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     already in the storage (:func:`~search.loop.supply.campaign_sampler`), so that a resumed campaign never
     replays a random stream whose trials are already in the storage.
     """
+    from search.loop.supply import campaign_sampler
+
     storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer,
                            create=create)
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
@@ -141,6 +144,11 @@ def _execute(
     new: NewStudy | None = None, changes: list[str] | None = None,
 ) -> None:
     """Run the campaign: a ``new`` study (seeded with its warm start and enqueued trials), or a resumed one."""
+    from cluster import DaskExecutor
+    from search.loop.campaign import Campaign, CampaignError
+    from search.loop.progress import Progress
+    from search.loop.supply import campaign_sampler
+
     create = new is not None
     study = load_study(spec, folder, create, writer=True)
     if new is not None:
@@ -161,6 +169,7 @@ def _execute(
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
             executor = DaskExecutor(client, topic)
             Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
+        final_snapshot(study._storage)  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:
         if create and not _has_trials(folder):
             raise
@@ -176,6 +185,8 @@ def _execute(
 
 
 def _write_summary(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> None:
+    from search.reports.summary import trials_frame
+
     if spec.scaling is not None:
         analyze_scaling(spec, folder, study)
     trials_frame(study, spec.objective_metrics).to_csv(folder.summary, index=False)
@@ -183,6 +194,9 @@ def _write_summary(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Stu
 
 def analyze_scaling(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> SweepResult:
     """The sweep's fit, table, plots and conclusion, in ``scaling/``."""
+    from search.scaling.outcomes import goal_of
+    from search.scaling.sweep import analyze_sweep
+
     goal = goal_of(spec)
     assert spec.scaling is not None and goal is not None
     return analyze_sweep(study, spec.scaling, goal, folder.scaling, spec.study.seed)
@@ -242,7 +256,10 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     with lock.held_quietly():  # a refused resume leaves the folder as it was, controller.lock included
         check_environment_record(folder.environment)
         components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
-        spec, changes = spec_to_resume(folder, options)
+        spec, changes = spec_to_resume(folder, options, check_trainer=False)
+        if not changes and nothing_left(spec, folder):
+            return folder  # finished: no trainer import, no cluster; the caller prints its summary
+        spec = load_spec(folder.spec)  # checked in full now: the trainer, TLS files, components
         cluster = cluster_for(spec, options)
         lock.announce()
         try:
@@ -257,7 +274,7 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     """The end-of-campaign table, the trials by state (COMPLETE, PRUNED and FAIL always) and where to find everything."""
     import pandas as pd
 
-    from search.reports.summary import state_counts
+    from search.reports.summary import best_table, state_counts
 
     table = best_table(study, spec.objective_metrics, spec.objective_directions)
     title = "Pareto front" if spec.study.multi_objective else "Best trials"

@@ -10,18 +10,24 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
-from sqlalchemy import event
-from optuna.storages import BaseStorage, RDBStorage
-from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.storages import BaseStorage
+from optuna.storages.journal import JournalFileBackend
 
 from spaces.errors import InputError
 
 from search.store.folder import CampaignFolder
-from search.store.journal import ControllerJournalStorage, GroupCommitJournal
+from search.store.journal import ControllerJournalStorage, GroupCommitJournal, SnapshotJournalStorage
 
-__all__ = ["storage_url", "open_storage", "describe_storage", "flusher", "missing_storage", "MissingStorageError"]
+if TYPE_CHECKING:  # sqlalchemy loads for an SQLite or RDB storage only
+    from optuna.storages import RDBStorage
+
+__all__ = [
+    "storage_url", "open_storage", "describe_storage", "flusher", "final_snapshot", "missing_storage",
+    "MissingStorageError",
+]  # fmt: skip
 
 JOURNAL = "journal"
 SQLITE = "sqlite"
@@ -69,6 +75,8 @@ def _sync_normal(storage: RDBStorage) -> None:
     def on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
+    from sqlalchemy import event
+
     event.listen(storage.engine, "connect", on_connect)
     storage.engine.dispose()  # connections made before the listener reconnect with it
 
@@ -86,12 +94,16 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
         raise MissingStorageError(f"{missing}: no such storage file (the campaign has no study there)")
     if url.startswith("journal:"):
         path = url.removeprefix("journal:")
-        return ControllerJournalStorage(GroupCommitJournal(path)) if writer else JournalStorage(JournalFileBackend(path))
+        if writer:
+            return ControllerJournalStorage(GroupCommitJournal(path))
+        return SnapshotJournalStorage(JournalFileBackend(path), path)  # from its snapshot when it has one
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         path.parent.mkdir(parents=True, exist_ok=True)
         _enable_wal(path)
         # The busy timeout makes SQLite retry, rather than fail, on 'database is locked'.
+        from optuna.storages import RDBStorage
+
         storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
         _sync_normal(storage)
         return storage
@@ -99,9 +111,19 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
 
 
 def flusher(storage: BaseStorage) -> Callable[[], object]:
-    """What the campaign calls once per loop iteration to make its writes durable."""
+    """What the campaign calls once per loop iteration to make its writes durable (and, now and then, to write
+    the journal's snapshot)."""
+    if isinstance(storage, ControllerJournalStorage):
+        return storage.flush
     backend = getattr(storage, "_backend", None)
     return backend.flush if isinstance(backend, GroupCommitJournal) else (lambda: None)
+
+
+def final_snapshot(storage: BaseStorage) -> None:
+    """The campaign's run ended: a last snapshot of a big journal, so that ``status``, ``report`` and ``resume``
+    replay nothing (see :mod:`search.store.snapshot`)."""
+    if isinstance(storage, ControllerJournalStorage):
+        storage.snapshot()
 
 
 def describe_storage(url: str) -> str:

@@ -1,0 +1,56 @@
+"""The Dask plugins of the embedded cluster: no HTTP servers unless a dashboard is asked for, no SIGINT in workers.
+
+Apart from :mod:`cluster.backends` because defining them imports ``distributed``, which a light command
+(``hypersweep check``, ``status``) never needs.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+
+__all__ = ["CloseSchedulerHTTP", "CloseWorkerHTTP", "IgnoreInterrupt"]
+
+
+def _close_http_server(server: Any) -> None:
+    http = getattr(server, "http_server", None)
+    if http is not None:
+        http.stop()  # stops listening; Dask's own close stops it again, which does nothing
+        server.services.pop("dashboard", None)
+
+
+class CloseSchedulerHTTP(SchedulerPlugin):
+    """Closes the scheduler's HTTP server when the scheduler starts (no dashboard asked for)."""
+
+    name = "hypersweep-no-http"
+
+    async def start(self, scheduler: Any) -> None:
+        _close_http_server(scheduler)
+
+
+class IgnoreInterrupt(WorkerPlugin):
+    """A worker process started here ignores SIGINT (and so do the processes it starts, data-parallel ranks).
+
+    A terminal's Ctrl-C goes to the whole foreground process group: the controller stops the campaign and
+    closes the cluster in order, and its workers, left alone, print nothing (not ~50 lines of their own
+    ``KeyboardInterrupt`` tracebacks and the scheduler's 'workers died')."""
+
+    name = "hypersweep-ignore-sigint"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class CloseWorkerHTTP(WorkerPlugin):
+    """Closes a worker's HTTP server when it starts, before it registers (restarted workers too)."""
+
+    name = "hypersweep-no-http"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        _close_http_server(worker)

@@ -7,6 +7,7 @@ search, and torch only inside a running trial.
 from .connect import open_cluster, quiet_dask_logs
 from .errors import ClusterError, MissingExtraError
 from .executor import DaskExecutor, Finished, Report, Slots, Started, TrialExecutor, TrialRequest
+from .packing import GpuPacking
 from .options import Backend, ClusterOptions, TLSFiles
 from .resources import detect_gpus, slot_resource
 
@@ -16,6 +17,7 @@ __all__ = [
     "ClusterOptions",
     "DaskExecutor",
     "Finished",
+    "GpuPacking",
     "MissingExtraError",
     "Report",
     "Slots",

@@ -26,6 +26,7 @@ from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
 from search.loop.trials import RunningTrial
+from search.loop.oom import device_fields
 from search.session.warm_start import is_warm_start
 
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
@@ -208,6 +209,7 @@ class Ledger:
             # report sent -> trial stopped: how long a stop decision takes to take effect
             fields.update(stop_latency=outcome.finished - running.stop_trigger_time,
                           stop_requested_at=running.stop_requested_at)  # fmt: skip
+        fields.update(device_fields(outcome))
         metrics = encode_metrics(outcome.metrics)
         fields.update({size: metrics[size] for size in MODEL_SIZE_ATTRS if size in metrics})  # where measured
         write_attrs(running.trial, **fields, metrics=metrics, history=encode_history(running.reports))

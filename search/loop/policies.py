@@ -30,6 +30,8 @@ from cluster.executor import CANCELLED, LOST, Outcome
 from trainers.api import TrialConfig
 
 from search.loop.intermediate import IntermediateValues
+from search.loop.oom import OutOfMemory
+from search.sampling.samplers import sampler_info
 from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
 from search.scaling.outcomes import goal_of
@@ -246,7 +248,8 @@ def policies_for(
     spec: CampaignSpec, folder: CampaignFolder, population: Population | None, values: IntermediateValues
 ) -> list[Policy]:
     """The spec's policies, in the order they are asked."""
-    policies: list[Policy] = [HaltOnDiskErrors(folder), KilledTrials(), RetryLostTrials(spec.study.max_retries)]
+    policies: list[Policy] = [HaltOnDiskErrors(folder), OutOfMemory(sampler_info(spec.study.sampler).supports_constraints), KilledTrials(),
+                              RetryLostTrials(spec.study.max_retries)]  # fmt: skip
     if population is not None:
         policies.append(PopulationSegments(population))
     goal = goal_of(spec)

@@ -40,6 +40,7 @@ from search.sampling.pruning import make_pruner
 from search.scaling.outcomes import goal_of
 from search.scaling.sweep import SweepResult, analyze_sweep
 from search.spec.campaign_spec import CampaignSpec
+from search.spec.gpu import gpu_packing
 from search.store.storage import open_storage, storage_url
 from search.loop.supply import campaign_sampler
 from search.reports.summary import best_table, trials_frame
@@ -108,6 +109,7 @@ def _cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
         connect_timeout=c.connect_timeout,
         tls=TLSFiles(*files) if files else None,
         insecure=options.insecure,
+        trials_per_gpu=gpu_packing(spec).trials_per_gpu,
     )
 
 
@@ -209,7 +211,7 @@ def _execute(
     try:
         with open_cluster(cluster, env=env) as client:
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
-            executor = DaskExecutor(client, topic)
+            executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
             Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
     except ClusterError as exc:
         if create and not _has_trials(folder):

@@ -184,8 +184,8 @@ def campaign(
             done = None
         wall = time.perf_counter() - started
         sampler.stop()
-        result: dict[str, Any] = {"trials": trials, "per_gpu": per_gpu, "wall_s": wall, "utilization": sampler.summary(n),
-                                  "trials_per_hour": trials / wall * 3600}  # fmt: skip
+        result: dict[str, Any] = {"trials": trials, "per_gpu": per_gpu, "wall_s": wall,
+                                  "utilization": sampler.summary(n), "trials_per_hour": trials / wall * 3600}
         if done is None:
             result["error"] = f"hypersweep run did not finish in {timeout:.0f} s"
         elif done.returncode != 0:

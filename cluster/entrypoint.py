@@ -33,7 +33,9 @@ from .device_figures import TrialMonitor
 from .resources import DevicePool, Lease, physical_ids, worker_device_pool
 from .trial_output import route_output
 
-__all__ = ["run_trial", "run_trials", "TrainerShipment", "pack_trainer", "unpack_trainer", "disk_error_of", "out_of_memory"]
+__all__ = [
+    "run_trial", "run_trials", "TrainerShipment", "pack_trainer", "unpack_trainer", "disk_error_of", "out_of_memory",
+]
 
 OOM_TEXTS = ("OutOfMemoryError", "CUDA out of memory")  # an OOM as a rank's traceback names it
 LEASE_WAIT = 600.0  # seconds a trial waits for memory to free on a device before it takes the emptiest anyway

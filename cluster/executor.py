@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 SLOTS_TTL = 1.0  # seconds between fresh looks at the cluster's workers
 SHARE_EPS = 1e-9
 HOST_OOM_NEAR = 0.6  # a worker killed with at least this fraction of its memory limit in use ran out of memory
-MEMORY_WORDS = ("memory budget", "out of memory", "oom-kill", "oom kill", "memoryerror")  # in a lost worker's error: why
+MEMORY_WORDS = ("memory budget", "out of memory", "oom-kill", "oom kill", "memoryerror")  # a lost worker's error: why
 
 
 def host_out_of_memory(error: str, memory: int, limit: int) -> bool:
@@ -319,7 +319,8 @@ class DaskExecutor:
         now = time.monotonic()
         if self._slots is None or now - self._slots_at > SLOTS_TTL:
             share = self._share()
-            per_worker = [int(res.get(self._resource, 0) / share + SHARE_EPS) for res in worker_slots(self._client).values()]
+            owned = [res.get(self._resource, 0) for res in worker_slots(self._client).values()]
+            per_worker = [int(amount / share + SHARE_EPS) for amount in owned]
             self._memory_limits = worker_memory_limits(self._client)
             self._slots = Slots(self._resource, sum(per_worker), max(per_worker, default=0), len(per_worker))
             self._slots_at = now

@@ -185,7 +185,7 @@ class ClusterOptions:
     backend: Backend | None = None
     verbose: bool = False
     trials_per_gpu: int = 1
-    """Trials that share one GPU (``[trainer] gpus = 1/k``): a GPU worker started here runs that many threads per GPU."""
+    """Trials sharing one GPU (``[trainer] gpus = 1/k``): a GPU worker started here runs that many threads per GPU."""
 
     def __post_init__(self) -> None:
         if self.backend is not None:

@@ -248,7 +248,8 @@ def policies_for(
     spec: CampaignSpec, folder: CampaignFolder, population: Population | None, values: IntermediateValues
 ) -> list[Policy]:
     """The spec's policies, in the order they are asked."""
-    policies: list[Policy] = [HaltOnDiskErrors(folder), OutOfMemory(sampler_info(spec.study.sampler).supports_constraints), KilledTrials(),
+    constrained = sampler_info(spec.study.sampler).supports_constraints  # it reads an OOM trial's infeasibility
+    policies: list[Policy] = [HaltOnDiskErrors(folder), OutOfMemory(constrained), KilledTrials(),
                               RetryLostTrials(spec.study.max_retries)]  # fmt: skip
     if population is not None:
         policies.append(PopulationSegments(population))

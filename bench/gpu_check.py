@@ -12,7 +12,12 @@ One command, a few minutes on a GPU machine (well under 10). It measures
 2. a short campaign (``hypersweep run`` on a generated spec) of 1-GPU trials,
    2 per GPU, with ``nvidia-smi`` sampling each GPU's utilization every 0.5 s
    in a background thread: mean utilization while the campaign runs, and the
-   fraction of samples in which the GPU was busy (> 0%).
+   fraction of samples in which the GPU was busy (> 0%);
+3. packing: the same small trials with ``[trainer] gpus = 1``, ``0.5`` and ``0.25``
+   (1, 2 and 4 trials per GPU at once): trials per hour, the GPU busy fraction and
+   mean utilization, and the trials' peak device memory (``summary.csv``);
+4. a two-rank NCCL trial (``data_parallel = 2`` on GPUs 0 and 1; needs two GPUs,
+   else the record says why it was not run).
 
 It prints a short table and writes the figures (with the GPU model, driver,
 torch and CUDA versions, and the date) to JSON. With one GPU only the 1-GPU
@@ -139,6 +144,7 @@ entry = "trainers.classifier:fit"
 dataset = "synthetic"
 epochs = {epochs}
 device = "cuda"
+gpus = {gpus}
 options = {options}
 
 [space]
@@ -156,12 +162,17 @@ def _toml_inline(table: dict[str, Any]) -> str:
     return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"
 
 
-def campaign(n: int, epochs: int, quick: bool, timeout: float) -> dict[str, Any]:
-    """``hypersweep run`` on 2n one-GPU trials, with utilization sampled while it runs."""
+def campaign(
+    n: int, epochs: int, quick: bool, timeout: float, per_gpu: int = 1, trials: int = 0, batch: int = PER_GPU_BATCH,
+) -> dict[str, Any]:
+    """``hypersweep run`` on ``trials`` (default 2n) trials, ``per_gpu`` at once on each GPU (``gpus = 1/per_gpu``),
+    with utilization sampled while it runs."""
+    trials = trials or 2 * n
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:
         spec = Path(folder) / "gpu-check.toml"
         spec.write_text(SPEC.format(
-            n_trials=2 * n, parallelism=n, epochs=epochs, options=_toml_inline(_options(quick)), batch=PER_GPU_BATCH,
+            n_trials=trials, parallelism=n * per_gpu, epochs=epochs, options=_toml_inline(_options(quick)),
+            batch=batch, gpus=1 / per_gpu,
         ))  # fmt: skip
         command = [sys.executable, "-m", "search.cli", "run", str(spec), "--runs-dir", folder, "--no-progress"]
         sampler = UtilizationSampler()
@@ -173,7 +184,8 @@ def campaign(n: int, epochs: int, quick: bool, timeout: float) -> dict[str, Any]
             done = None
         wall = time.perf_counter() - started
         sampler.stop()
-        result: dict[str, Any] = {"trials": 2 * n, "wall_s": wall, "utilization": sampler.summary(n)}
+        result: dict[str, Any] = {"trials": trials, "per_gpu": per_gpu, "wall_s": wall,
+                                  "utilization": sampler.summary(n), "trials_per_hour": trials / wall * 3600}
         if done is None:
             result["error"] = f"hypersweep run did not finish in {timeout:.0f} s"
         elif done.returncode != 0:
@@ -183,9 +195,28 @@ def campaign(n: int, epochs: int, quick: bool, timeout: float) -> dict[str, Any]
             import csv
 
             with summary.open() as f:
-                states = [row.get("state", "") for row in csv.DictReader(f)]
+                rows = list(csv.DictReader(f))
+            states = [row.get("state", "") for row in rows]
             result["states"] = {s: states.count(s) for s in sorted(set(states))}
+            peaks = [float(row["peak_memory_mib"]) for row in rows if row.get("peak_memory_mib")]
+            result["peak_memory_mib"] = max(peaks) if peaks else None
         return result
+
+
+PACKING_TRIALS_PER_GPU = 8  # trials per GPU in each packing case: 8 runs of 1, 4 of 2, 2 of 4 at once
+
+
+def packing(n: int, epochs: int, quick: bool, timeout: float) -> list[dict[str, Any]]:
+    """The same small trials, 1, 2 and 4 per GPU at once: trials/hour and how busy the GPUs were."""
+    return [campaign(n, epochs, quick, timeout, per_gpu=k, trials=PACKING_TRIALS_PER_GPU * n, batch=256)
+            for k in (1, 2, 4)]  # fmt: skip
+
+
+def nccl_pair(n: int, epochs: int, quick: bool) -> dict[str, Any]:
+    """A two-rank NCCL trial on GPUs 0 and 1 (NCCL refuses two ranks on one GPU)."""
+    if n < 2:
+        return {"skipped": f"a two-rank NCCL trial needs 2 GPUs; this machine has {n}"}
+    return throughput(2, epochs, quick)
 
 
 def _environment() -> dict[str, Any]:
@@ -233,7 +264,27 @@ def _table(record: dict[str, Any]) -> str:
             lines.append(f"  utilization: {util.get('error')}")
         if camp.get("error"):
             lines.append(f"  error: {camp['error']}")
+    lines += _packing_lines(record)
     return "\n".join(lines)
+
+
+def _packing_lines(record: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    pair = record.get("nccl_pair") or {}
+    if pair:
+        lines += ["", "two-rank NCCL trial: " + (pair["skipped"] if "skipped" in pair else
+                  f"{pair['examples_per_s']:.0f} examples/s at global batch {pair['global_batch']}")]  # fmt: skip
+    if record.get("packing"):
+        lines += ["", "packing    trials  trials/hour  GPU busy  mean util  peak MiB"]
+    for case in record.get("packing", []):
+        util = case["utilization"]
+        busy = sum(util.get("busy_fraction", [0])) / max(1, len(util.get("busy_fraction", [0])))
+        mean = sum(util.get("mean_percent", [0])) / max(1, len(util.get("mean_percent", [0])))
+        peak = case.get("peak_memory_mib")
+        lines.append(f"  {case['per_gpu']} / GPU  {case['trials']:>6}  {case['trials_per_hour']:>11.0f}  {busy:>8.0%}"
+                     f"  {mean:>8.1f}%  {'' if peak is None else f'{peak:>8.0f}'}"
+                     + (f"  error: {case['error'][:200]}" if case.get("error") else ""))  # fmt: skip
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,8 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         record["throughput"].append(all_gpus)
     else:
         record["note"] = "one GPU: the data-parallel (all-GPU) trial was not run"
+    record["nccl_pair"] = nccl_pair(n, args.epochs, args.quick)
     if not args.no_campaign:
         record["campaign"] = campaign(n, 2, args.quick, args.campaign_timeout)
+        record["packing"] = packing(n, 2, args.quick, args.campaign_timeout)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(_table(record))

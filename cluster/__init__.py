@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .connect import open_cluster, quiet_dask_logs
 from .errors import ClusterError, MissingExtraError, SettingError
+from .packing import GpuPacking
 from .options import Backend, ClusterOptions, TLSFiles
 from .resources import detect_gpus, slot_resource
 
@@ -24,6 +25,7 @@ __all__ = [
     "ClusterOptions",
     "DaskExecutor",
     "Finished",
+    "GpuPacking",
     "MissingExtraError",
     "SettingError",
     "Report",

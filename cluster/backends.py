@@ -69,12 +69,15 @@ _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def worker_args(gpus: int, slots: int) -> list[str]:
-    """``dask worker`` flags for one worker per node: ``GPU=gpus`` (if any) else ``CPU=slots``, one thread each."""
-    if gpus < 0 or slots < 1:
-        raise ValueError(f"gpus={gpus!r}, slots={slots!r}: need gpus >= 0 and slots >= 1")
+def worker_args(gpus: int, slots: int, trials_per_gpu: int = 1) -> list[str]:
+    """``dask worker`` flags for one worker per node: ``GPU=gpus`` (if any) with ``trials_per_gpu`` threads per GPU
+    (``[trainer] gpus = 1/k`` packs k trials on one), else ``CPU=slots``, one thread each."""
+    if gpus < 0 or slots < 1 or trials_per_gpu < 1:
+        raise ValueError(f"gpus={gpus!r}, slots={slots!r}, trials_per_gpu={trials_per_gpu!r}: need gpus >= 0, "
+                         "slots >= 1 and trials_per_gpu >= 1")  # fmt: skip
     n = gpus if gpus > 0 else slots
-    return ["--nthreads", str(n), "--resources", f"{'GPU' if gpus > 0 else 'CPU'}={n}"]
+    threads = n * trials_per_gpu if gpus > 0 else n
+    return ["--nthreads", str(threads), "--resources", f"{'GPU' if gpus > 0 else 'CPU'}={n}"]
 
 
 def install_hint(kind: str, module: str) -> str:
@@ -144,7 +147,7 @@ class LocalBackend(Backend):
     @contextlib.contextmanager
     def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
         n_workers, resources = local_shape(options)
-        threads = int(sum(resources.values()))
+        threads = int(sum(resources.values())) * (options.trials_per_gpu if "GPU" in resources else 1)
         from distributed import Client
         from distributed.security import Security
 

@@ -42,6 +42,7 @@ class WorkerReporter:
         self._event: Event | None = None
         self.history: list[tuple[int, dict[str, float], float]] = []
         self._stop_seen = False
+        self.figures: Callable[[], int] | None = None  # the trial's peak device memory so far (bytes)
 
     def started(self) -> None:
         """Tell the controller the trial began on this worker (queued trials wait for a slot first)."""
@@ -51,9 +52,14 @@ class WorkerReporter:
         plain = _plain_metrics(metrics)
         now = time.time()
         self.history.append((int(step), plain, now))
-        self._worker.log_event(
-            self._topic, {"number": self._number, "step": int(step), "metrics": plain, "time": now}
-        )
+        message: dict[str, Any] = {"number": self._number, "step": int(step), "metrics": plain, "time": now}
+        if self.figures is not None:
+            message["memory"] = int(self.figures())  # the peak device (or host) memory so far, at each report
+        self._worker.log_event(self._topic, message)
+
+    def memory(self, peak: int) -> None:
+        """Send the trial's memory peak now (it grew): a worker killed for memory leaves its last figure."""
+        self._worker.log_event(self._topic, {"number": self._number, "memory": int(peak), "time": time.time()})
 
     @property
     def stopped(self) -> bool:

@@ -79,6 +79,11 @@ def worker_slots(client: Client) -> dict[str, dict[str, float]]:
     return {addr: dict(w.get("resources") or {}) for addr, w in _workers(client).items()}
 
 
+def worker_memory_limits(client: Client) -> dict[str, int]:
+    """Each worker's memory limit in bytes (0: none), by worker address."""
+    return {addr: int(w.get("memory_limit") or 0) for addr, w in _workers(client).items()}
+
+
 def worker_nanny(client: Client, worker: str) -> str:
     """The address of ``worker``'s nanny ("" when it runs without one or has left)."""
     return str((_workers(client).get(worker) or {}).get("nanny") or "")

@@ -28,12 +28,17 @@ from typing import Any
 import cloudpickle  # Dask's own serializer of callables (a dependency of dask and distributed)
 
 from .channel import WorkerReporter
+from .device_figures import TrialMonitor
 from .outcome import Outcome, TrialStatus, error_type_of
-from .resources import worker_device_pool
+from .resources import DevicePool, Lease, physical_ids, worker_device_pool
 from .trial_output import route_output
 
-__all__ = ["run_trial", "run_trials", "TrainerShipment", "pack_trainer", "unpack_trainer", "disk_error_of"]
+__all__ = [
+    "run_trial", "run_trials", "TrainerShipment", "pack_trainer", "unpack_trainer", "disk_error_of", "out_of_memory",
+]
 
+OOM_TEXTS = ("OutOfMemoryError", "CUDA out of memory")  # an OOM as a rank's traceback names it
+LEASE_WAIT = 600.0  # seconds a trial waits for memory to free on a device before it takes the emptiest anyway
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})  # the storage failed, not the trial
 
 
@@ -92,15 +97,40 @@ def _add_folders(folders: Iterable[str]) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(current + [f for f in missing if f not in current])
 
 
-def _lease_devices(resource: str, width: int) -> tuple[tuple[int, ...], Any]:
+def _lease_devices(
+    resource: str, width: int, share: float, memory: int, headroom: float
+) -> tuple[Lease | None, DevicePool | None]:
     if resource != "GPU":
-        return (), None
+        return None, None
     from distributed import get_worker  # on the worker, where distributed is loaded already
 
     worker = get_worker()
     owned = int((worker.state.total_resources or {}).get("GPU", 0))
     pool = worker_device_pool(worker.address, owned)
-    return pool.lease(width), pool
+    pool.headroom = headroom
+    return pool.take(share, width, memory, wait=LEASE_WAIT if memory else 0.0), pool
+
+
+def _use_leased_device(devices: tuple[int, ...]) -> None:
+    """Make the lease this thread's current CUDA device (CUDA keeps one per thread), where CUDA is up."""
+    torch = sys.modules.get("torch")
+    if devices and torch is not None and torch.cuda.is_available():
+        torch.cuda.set_device(devices[0])
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is memory running out: a CUDA ``OutOfMemoryError``
+    (recognised by name: this module never imports torch), a ``MemoryError``, or a rank's error naming one."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = {cls.__name__ for cls in type(current).__mro__}
+        text = str(getattr(current, "traceback", "") or "")
+        if "OutOfMemoryError" in names or "MemoryError" in names or any(n in text for n in OOM_TEXTS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _one_line(exc: BaseException) -> str:
@@ -132,9 +162,14 @@ def _finite_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
 
 
 def run_trial(
-    trainer: TrainerShipment | str, config: dict[str, Any], topic: str, resource: str, width: int
+    trainer: TrainerShipment | str, config: dict[str, Any], topic: str, resource: str, width: int,
+    share: float = 1.0, memory: int = 0, headroom: float = 0.9,
 ) -> Outcome:
-    """Run one trial on this worker and return its :class:`Outcome` (``trainer``: a shipment, or an entry name)."""
+    """Run one trial on this worker and return its :class:`Outcome` (``trainer``: a shipment, or an entry name).
+
+    ``share``: of each GPU (below 1: a part of one GPU, packed with other trials); ``memory``: the bytes it is
+    expected to need on it (0: unknown), placed within ``headroom`` of the device's memory.
+    """
     from trainers.api import TrialConfig, running_trainer  # at run time only
 
     started = time.time()
@@ -143,26 +178,37 @@ def run_trial(
     worker = get_worker()
     reporter = WorkerReporter(topic, int(config["number"]))
     reporter.started()
-    devices, pool = _lease_devices(resource, width)
+    lease, pool = _lease_devices(resource, width, share, memory, headroom)
+    devices = lease.ids if lease is not None else ()
+    monitor = TrialMonitor(devices, physical_ids(devices), on_memory=reporter.memory,
+                           tenants=(lambda: max(pool.tenants()[d] for d in devices)) if pool and devices else None)
+    reporter.figures = lambda: monitor.peak
     output = route_output(config.get("log_dir"), int(config["number"]))  # the trainer's prints: its stdout.log
     metrics: dict[str, float] = {}
-    failure: dict[str, str] = {}
+    failure: dict[str, Any] = {}
+    figures: dict[str, Any] = {}
     stopped = False
     try:
         shipment = trainer if isinstance(trainer, TrainerShipment) else TrainerShipment(trainer)
         fit = shipment.load()
-        trial_config = TrialConfig.from_dict({**config, "devices": devices})
+        visible = ",".join(str(d) for d in physical_ids(devices))
+        trial_config = TrialConfig.from_dict({**config, "devices": devices, "visible_devices": visible})
+        monitor.start()
+        _use_leased_device(devices)
         with running_trainer(shipment.entry, fit):  # a trainer shipped by value launches its ranks by its entry
             metrics = _finite_metrics(fit(trial_config, reporter))
         stopped = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - any trainer error is a failed trial, kept with its traceback
-        failure = {"error": _one_line(exc), "error_type": error_type_of(exc), "traceback": traceback.format_exc(),
-                   "disk_error": disk_error_of(exc)}  # fmt: skip
+        oom = out_of_memory(exc)
+        error = _one_line(exc)
+        failure = {"error": f"out of memory: {error}" if oom else error, "error_type": error_type_of(exc),
+                   "traceback": traceback.format_exc(), "disk_error": disk_error_of(exc), "oom": oom}  # fmt: skip
         output.write(failure["traceback"])
     finally:
+        figures = monitor.stop()
         output.close()
-        if pool is not None:
-            pool.release(devices)
+        if pool is not None and lease is not None:
+            pool.give(lease)
     bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
     if bad and not failure:
         failure = {"error": f"trainer returned non-finite metrics {bad}"}
@@ -170,12 +216,13 @@ def run_trial(
         TrialStatus.ERROR if failure else TrialStatus.OK, metrics, worker=worker.address, host=socket.gethostname(),
         pid=os.getpid(), devices=tuple(devices), started=started, finished=time.time(),
         history=tuple((step, m, t) for step, m, t in reporter.history), stopped=stopped,
-        **failure,
+        share=share if devices else 0.0, **figures, **failure,
     )  # fmt: skip
 
 
 def run_trials(
-    batch: list[tuple[TrainerShipment | str, dict[str, Any]]], topic: str, resource: str, width: int
+    batch: list[tuple[TrainerShipment | str, dict[str, Any]]], topic: str, resource: str, width: int,
+    share: float = 1.0, memory: int = 0, headroom: float = 0.9,
 ) -> list[Outcome]:
     """Run several (trainer, config) trials one after another in this task; their outcomes in order."""
-    return [run_trial(trainer, config, topic, resource, width) for trainer, config in batch]
+    return [run_trial(trainer, config, topic, resource, width, share, memory, headroom) for trainer, config in batch]

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer, trainer_folders
 
 from .channel import request_stop, subscribe_reports
-from .connect import ClusterError, worker_nanny, worker_slots
+from .connect import ClusterError, worker_memory_limits, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
 from .outcome import Outcome, TrialStatus
+from .packing import GpuPacking, MemoryModel
 from .restart import kill_worker_tree
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's modules import this one for its events
@@ -32,12 +33,24 @@ if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's m
 
 __all__ = [
     "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
-    "Slots", "ship_trainer", "TrialStatus",
+    "Slots", "ship_trainer", "TrialStatus", "GpuPacking", "host_out_of_memory",
 ]
 
 log = logging.getLogger(__name__)
 
 SLOTS_TTL = 1.0  # seconds between fresh looks at the cluster's workers
+SHARE_EPS = 1e-9
+HOST_OOM_NEAR = 0.6  # a worker killed with at least this fraction of its memory limit in use ran out of memory
+MEMORY_WORDS = ("memory budget", "out of memory", "oom-kill", "oom kill", "memoryerror")  # a lost worker's error: why
+
+
+def host_out_of_memory(error: str, memory: int, limit: int) -> bool:
+    """Whether a lost worker ran out of host memory: its error says so, or the trial's last memory figure was
+    within :data:`HOST_OOM_NEAR` of the worker's limit (the nanny kills a worker at 95% of it, the kernel's OOM
+    killer with SIGKILL; either way the task ends as a lost worker)."""
+    if any(word in error.lower() for word in MEMORY_WORDS):
+        return True
+    return limit > 0 and memory >= HOST_OOM_NEAR * limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,8 +203,16 @@ class DaskExecutor:
     supports_batch = True
     virtual_time = False
 
-    def __init__(self, client: Client, topic: str, resource: str | None = None, lost_after: float = 30.0) -> None:
+    def __init__(
+        self, client: Client, topic: str, resource: str | None = None, lost_after: float = 30.0,
+        packing: GpuPacking | None = None,
+    ) -> None:
         self._client = client
+        self._packing = packing or GpuPacking()
+        self._memory_model = MemoryModel()
+        self._params: dict[int, Mapping[str, Any]] = {}  # running trials' parameters, for the memory model
+        self._memory_seen: dict[int, int] = {}  # running trials' last memory figure (bytes)
+        self._memory_limits: dict[str, int] = {}
         self._lost_after = lost_after
         self._disconnected_since: float | None = None
         self._address = str(getattr(client.scheduler, "address", "") or "the scheduler")
@@ -222,10 +243,17 @@ class DaskExecutor:
         self._check_scheduler()
         now = time.monotonic()
         if self._slots is None or now - self._slots_at > SLOTS_TTL:
-            per_worker = [int(res.get(self._resource, 0)) for res in worker_slots(self._client).values()]
+            share = self._share()
+            owned = [res.get(self._resource, 0) for res in worker_slots(self._client).values()]
+            per_worker = [int(amount / share + SHARE_EPS) for amount in owned]
+            self._memory_limits = worker_memory_limits(self._client)
             self._slots = Slots(self._resource, sum(per_worker), max(per_worker, default=0), len(per_worker))
             self._slots_at = now
         return self._slots
+
+    def _share(self) -> float:
+        """Of the resource, what one slot is: ``gpus`` per trial slot on GPUs, one CPU slot otherwise."""
+        return self._packing.gpus if self._resource == "GPU" else 1.0
 
     def wait_for_workers(self, n: int, timeout: float) -> None:
         self._client.wait_for_workers(n, timeout=timeout)
@@ -252,27 +280,36 @@ class DaskExecutor:
             raise ClusterError(f"lost the Dask scheduler at {self._address} ({exc})") from exc
         numbers = tuple(r.number for r in requests)
         with self._lock:
-            for number in numbers:
-                self._futures[number] = future
+            for request in requests:
+                self._futures[request.number] = future
+                self._params[request.number] = dict(request.config.params)
         future.add_done_callback(lambda _f, ns=numbers: self._queue.put(("done", ns)))
 
     def _submit(self, requests: Sequence[TrialRequest]) -> Future:
         first = requests[0]
         key = f"{self._topic}-trial-{first.number}-{time.monotonic_ns()}"
-        where: dict[str, Any] = {"key": key, "resources": {self._resource: first.width}, "pure": False}
+        share = self._share()
+        where: dict[str, Any] = {"key": key, "resources": {self._resource: first.width * share}, "pure": False}
         if first.prefer:
             where.update(workers=[first.prefer], allow_other_workers=True)
+        packing = (share, self._expected_memory(requests), self._packing.headroom)
         if len(requests) == 1:
             trainer = self._shipment(first.trainer)
             return self._client.submit(
                 run_once, key, run_trial, [first.number], trainer, first.config.to_dict(), self._topic,
-                self._resource, first.width, **where,
+                self._resource, first.width, *packing, **where,
             )  # fmt: skip
         batch = [(self._shipment(r.trainer), r.config.to_dict()) for r in requests]
         numbers = [r.number for r in requests]
         return self._client.submit(
-            run_once, key, run_trials, numbers, batch, self._topic, self._resource, first.width, **where
+            run_once, key, run_trials, numbers, batch, self._topic, self._resource, first.width, *packing, **where
         )
+
+    def _expected_memory(self, requests: Sequence[TrialRequest]) -> int:
+        """The device memory the trials are expected to need (``gpu_memory = "auto"``), 0 when unknown or off."""
+        if not self._packing.auto_memory or self._resource != "GPU":
+            return 0
+        return max(self._memory_model.estimate(r.config.params) for r in requests)
 
     def _shipment(self, trainer: str | Callable[..., Any]) -> TrainerShipment:
         """How ``trainer`` travels (see :class:`TrialRequest`); made once per trainer, pickled once."""
@@ -353,6 +390,10 @@ class DaskExecutor:
             return []
         if kind == "report":
             msg, worker = payload
+            if "memory" in msg:
+                self._memory_seen[int(msg["number"])] = int(msg["memory"])
+            if "step" not in msg and "started" not in msg:
+                return []  # a memory figure only
             if "started" in msg:
                 return [Started(int(msg["number"]), float(msg["started"]), worker)]
             return [Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)]
@@ -363,7 +404,23 @@ class DaskExecutor:
         if any(o.status in (LOST, CANCELLED) for o in outcomes) and self._client.status != "running":
             # The scheduler went away, not the trial: leave it to `resume`, do not record a failure.
             raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
-        return [Finished(number, outcome) for number, outcome in zip(numbers, outcomes)]
+        return [Finished(number, self._account(number, outcome)) for number, outcome in zip(numbers, outcomes)]
+
+    def _account(self, number: int, outcome: Outcome) -> Outcome:
+        """A lost trial whose worker was killed near its memory limit ran out of memory; a measured peak
+        teaches the memory model."""
+        seen = self._memory_seen.pop(number, 0)
+        params = self._params.pop(number, {})
+        if outcome.status == LOST:
+            limit = self._memory_limits.get(outcome.worker, 0) or max(self._memory_limits.values(), default=0)
+            if host_out_of_memory(outcome.error, seen, limit):
+                error = (f"out of memory: its worker was killed with {seen / 2**20:.0f} MiB in use of a "
+                         f"{limit / 2**20:.0f} MiB limit ({outcome.error})")  # fmt: skip
+                return dataclasses.replace(outcome, oom=True, error=error, peak_memory=max(outcome.peak_memory, seen),
+                                           memory_kind=outcome.memory_kind or "rss")  # fmt: skip
+        if outcome.peak_memory and outcome.memory_kind == "cuda":
+            self._memory_model.observe(params, outcome.peak_memory)
+        return outcome
 
     @classmethod
     def _outcomes(cls, future: Future | None, n: int) -> list[Outcome]:

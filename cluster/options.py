@@ -194,6 +194,8 @@ class ClusterOptions:
     insecure: bool = False
     backend: Backend | None = None
     verbose: bool = False
+    trials_per_gpu: int = 1
+    """Trials sharing one GPU (``[trainer] gpus = 1/k``): a GPU worker started here runs that many threads per GPU."""
 
     def __post_init__(self) -> None:
         if self.backend is not None:
@@ -202,6 +204,8 @@ class ClusterOptions:
             raise SettingError(f"n_workers={self.n_workers!r}: must be an int >= 1")
         if not isinstance(self.slots_per_worker, int) or self.slots_per_worker < 1:
             raise SettingError(f"slots_per_worker={self.slots_per_worker!r}: must be an int >= 1")
+        if not isinstance(self.trials_per_gpu, int) or self.trials_per_gpu < 1:
+            raise SettingError(f"trials_per_gpu={self.trials_per_gpu!r}: must be an int >= 1")
         if self.connect_timeout <= 0:
             raise SettingError(f"connect_timeout={self.connect_timeout!r}: must be > 0")
         if not is_loopback(self.host) and self.tls is None and not self.insecure:

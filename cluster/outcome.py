@@ -47,6 +47,12 @@ class Outcome:
     stopped: bool = False
     disk_error: str = ""
     error_type: str = ""
+    oom: bool = False  # the trainer ran out of (device or host) memory
+    share: float = 0.0  # of each leased GPU (below 1: packed with other trials)
+    peak_memory: int = 0  # bytes: torch.cuda.max_memory_allocated, or the host RSS peak without CUDA
+    memory_kind: str = ""  # "cuda" or "rss"
+    memory_shared: int = 1  # trials sharing the device when the peak was read (an upper bound when > 1)
+    gpu_utilization: float | None = None  # percent, from NVML where it is there
 
     def __post_init__(self) -> None:
         try:

@@ -41,6 +41,7 @@ class WorkerOptions:
     name: str = ""
     insecure: bool = False
     connect_timeout: float = 10.0
+    trials_per_gpu: int = 1  # threads per GPU: trials packed on one GPU ([trainer] gpus = 1/k)
 
     def __post_init__(self) -> None:
         if self.gpus is not None and self.slots is not None:
@@ -49,6 +50,8 @@ class WorkerOptions:
             raise SettingError(f"--gpus={self.gpus}: must be >= 0")
         if self.slots is not None and self.slots < 1:
             raise SettingError(f"--slots={self.slots}: must be >= 1")
+        if self.trials_per_gpu < 1:
+            raise SettingError(f"--trials-per-gpu={self.trials_per_gpu}: must be >= 1")
         if self.connect_timeout <= 0:
             raise SettingError(f"--timeout={self.connect_timeout:g}: must be > 0")
         address = self.address
@@ -104,7 +107,7 @@ def _resolve(scheduler: str) -> str:
 def worker_command(options: WorkerOptions) -> list[str]:
     """The ``dask worker`` command line this worker runs."""
     gpus, slots = options.shape()
-    argv = [sys.executable, "-m", WORKER_MODULE, options.address, *worker_args(gpus, slots)]
+    argv = [sys.executable, "-m", WORKER_MODULE, options.address, *worker_args(gpus, slots, options.trials_per_gpu)]
     argv += ["--nworkers", "1", "--nanny", "--no-dashboard"]
     host = options.host or (options.scheduler_host if is_loopback(options.scheduler_host) else "")
     if host:

@@ -94,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     shape = worker.add_mutually_exclusive_group()
     shape.add_argument("--gpus", type=int, default=None, help="GPUs this worker owns (default: all it can see)")
     shape.add_argument("--slots", type=int, default=None, help="CPU slots when there are no GPUs (default: cores)")
+    worker.add_argument("--trials-per-gpu", type=int, default=1,
+                        help="trials one GPU holds at once, for [trainer] gpus = 1/k (default 1)")
     worker.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None, help="PEM files for mutual TLS")
     worker.add_argument("--host", default="", help="address the worker listens on (default: chosen by Dask)")
     worker.add_argument("--name", default="", help="worker name (default: chosen by Dask)")
@@ -322,6 +324,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         name=args.name,
         insecure=args.insecure,
         connect_timeout=args.timeout,
+        trials_per_gpu=args.trials_per_gpu,
     )
     _warn_plain_tcp(options.plain_tcp_warning(), options.insecure_exposure())
     if options.insecure:

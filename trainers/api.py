@@ -73,7 +73,15 @@ class TrialConfig:
 
     ``params`` are the sampled (and fixed) hyperparameters; ``options`` are the
     trainer's fixed settings from the spec's ``[trainer.options]`` table.
-    ``devices`` are the concrete accelerator ids leased to this trial (empty on CPU).
+    ``devices`` are the concrete accelerator ids leased to this trial (empty on CPU): indices into the
+    worker's visible CUDA devices, so ``cuda:{devices[0]}`` in the worker's process; ``visible_devices`` is
+    the same lease as a ``CUDA_VISIBLE_DEVICES`` value (physical ids) for the processes the trial starts
+    (the data-parallel launcher sets it per rank). In the worker's own process, where packed trials share
+    one environment, the trial's thread gets ``torch.cuda.set_device(devices[0])`` (CUDA's current device is
+    per thread), so a trainer that just says ``"cuda"`` runs on its lease.
+    With ``[trainer] gpus = 1/k`` several trials may hold the same device (a share of it each).
+    ``oom_retry``: ``"accumulate"`` lets the built-in trainer re-run an out-of-memory trial once at half
+    the micro-batch (``trainers.oom``); a custom trainer may read it too.
     ``checkpoint_dir`` is where the trainer may write checkpoints (``None``: don't).
     ``log_dir`` is where whoever runs the trial keeps what it prints (``stdout.log``; ``None``:
     nowhere special); ``trainers.ddp`` then copies its ranks' output into its own streams.
@@ -99,6 +107,8 @@ class TrialConfig:
     schedule_epochs: int | None = None
     inherit_checkpoint: bool = False
     log_dir: str | None = None
+    visible_devices: str = ""
+    oom_retry: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.number, int) or self.number < 0:
@@ -115,6 +125,8 @@ class TrialConfig:
             not isinstance(self.schedule_epochs, int) or self.schedule_epochs < self.epochs
         ):
             raise ValueError(f"schedule_epochs={self.schedule_epochs!r}: must be an int >= epochs ({self.epochs})")
+        if self.oom_retry not in ("none", "accumulate"):
+            raise ValueError(f"oom_retry={self.oom_retry!r}: must be 'none' or 'accumulate'")
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every={self.checkpoint_every!r}: must be an int >= 1")
         _check_builtin(dict(self.params), "params")

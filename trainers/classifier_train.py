@@ -30,6 +30,7 @@ from trainers.ddp_rank import current_rank, process_group, rank_device
 from trainers.genome_models import build_genome_model, count_params_and_macs
 from trainers.loop import CHECKPOINT_NAME, LoopSettings, Replica, Schedule, make_rngs, train
 from trainers.models import build_model, set_dropout_generator
+from trainers.oom import run_with_oom_retry
 
 __all__ = ["run", "resolve_device", "torch_settings", "make_optimizer", "make_lr_schedule"]
 
@@ -98,7 +99,7 @@ def _identity(config: TrialConfig) -> dict[str, Any]:
         "params": dict(config.params),
         "seed": config.seed,
         "dataset": config.dataset,
-        "options": dict(config.options),
+        "options": {k: v for k, v in config.options.items() if k != "max_micro_batch"},  # same math either way
     }
 
 
@@ -139,9 +140,21 @@ def run(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     check_data_parallel(params, config)
     max_micro_batch = _max_micro_batch(config.options)
     rank = current_rank()
+    if rank is None:  # the launching process: an out-of-memory error may be retried ([trainer] oom_retry)
+        return run_with_oom_retry(lambda micro: _fit_here(config, reporter, params, micro), max_micro_batch,
+                                  params.batch_size, config.data_parallel, config.oom_retry)  # fmt: skip
+    return _fit_here(config, reporter, params, max_micro_batch)
+
+
+def _fit_here(
+    config: TrialConfig, reporter: Reporter, params: ClassifierParams, max_micro_batch: int | None
+) -> dict[str, float]:
+    """This process's part: all of a one-process trial, one rank, or (data-parallel) the launch of the ranks."""
+    rank = current_rank()
     if rank is None and config.data_parallel > 1:
         make_lr_schedule(params, 1, config.schedule_epochs or config.epochs)  # fails here, not in k processes
-        return launch(ENTRY, config, reporter)
+        options = {**config.options, "max_micro_batch": max_micro_batch} if max_micro_batch else config.options
+        return launch(ENTRY, dataclasses.replace(config, options=options), reporter)
     if rank is not None and rank.world_size != config.data_parallel:
         raise ValueError(f"data_parallel={config.data_parallel} but this rank's WORLD_SIZE={rank.world_size}")
     replica = Replica(rank.rank, rank.world_size) if rank is not None else Replica()
@@ -150,6 +163,7 @@ def run(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     with torch_settings(_threads(config.options), config.deterministic, device), group:
         # The model (and its DDP reducer) is freed when _train returns, before the process group goes.
         return _train(config, reporter, params, max_micro_batch, replica, device)
+
 
 def _train(
     config: TrialConfig,

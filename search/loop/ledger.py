@@ -27,6 +27,7 @@ from search.store.sinks import ReportSinks
 from search.loop.trials import RunningTrial
 from search.store.warm_marks import is_warm_start
 from search.vocab.terms import StopReason, maximizing
+from search.loop.oom import device_fields
 
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
 
@@ -210,6 +211,7 @@ class Ledger:
             # report sent -> trial stopped: how long a stop decision takes to take effect
             fields.update(stop_latency=outcome.finished - running.stop_trigger_time,
                           stop_requested_at=running.stop_requested_at)  # fmt: skip
+        fields.update(device_fields(outcome))
         metrics = encode_metrics(outcome.metrics)
         fields.update({size: metrics[size] for size in MODEL_SIZE_ATTRS if size in metrics})  # where measured
         write_attrs(running.trial, **fields, metrics=metrics, history=encode_history(running.reports))

@@ -34,6 +34,8 @@ from cluster.executor import CANCELLED, LOST, Outcome
 from trainers.api import TrialConfig
 
 from search.loop.intermediate import IntermediateValues
+from search.loop.oom import OutOfMemory
+from search.sampling.samplers import sampler_info
 from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
 from search.scaling.outcomes import goal_of
@@ -267,7 +269,9 @@ def policies_for(
     spec: CampaignSpec, folder: CampaignFolder, population: Population | None, values: IntermediateValues
 ) -> list[Policy]:
     """The spec's policies, in the order they are asked."""
-    policies: list[Policy] = [HaltOnDiskErrors(folder), KilledTrials(), RetryLostTrials(spec.study.max_retries)]
+    constrained = sampler_info(spec.study.sampler).supports_constraints  # it reads an OOM trial's infeasibility
+    policies: list[Policy] = [HaltOnDiskErrors(folder), OutOfMemory(constrained), KilledTrials(),
+                              RetryLostTrials(spec.study.max_retries)]  # fmt: skip
     if population is not None:
         policies.append(PopulationSegments(population))
     goal = goal_of(spec)

@@ -89,5 +89,6 @@ class TrialMaker:
             checkpoint_every=trainer.checkpoint_every,
             deterministic=spec.study.deterministic,
             options=dict(trainer.options),
+            oom_retry=trainer.oom_retry,
         )
         return self._population.first_segment(config) if self._population else config

@@ -20,7 +20,7 @@ from search.vocab.terms import maximizing
 if TYPE_CHECKING:  # pandas loads for a table, not for ``hypersweep status``
     import pandas as pd
 
-__all__ = ["trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
+__all__ = ["device_columns", "trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
 
 
 def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
@@ -30,9 +30,23 @@ def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
     for i, name in enumerate(metrics):
         row[name] = values[i] if i < len(values) else None
     row["duration_s"] = record.duration
+    row.update(device_columns(record))
     row.update({f"params.{k}": v for k, v in trial_params(record).items()})
     row["reason"] = record.reason
     return row
+
+
+def device_columns(record: TrialRecord) -> dict:
+    """Peak memory (MiB; CUDA's, else the host's RSS), what measured it, the GPU share, GPU utilization (%)
+    and the out-of-memory re-runs, where the trial recorded them."""
+    metrics = record.metrics or {}
+    return {
+        "peak_memory_mib": None if record.peak_memory is None else round(record.peak_memory / 2**20, 1),
+        "memory_kind": record.memory_kind or None,
+        "gpu_share": record.gpu_share,
+        "gpu_utilization": record.gpu_utilization,
+        "oom_retries": int(metrics["oom_retries"]) if "oom_retries" in metrics else None,
+    }
 
 
 def trial_params(trial: FrozenTrial | TrialRecord, space: SearchSpace | None = None) -> dict:

@@ -11,6 +11,7 @@ from cluster import ClusterOptions, TLSFiles
 
 from search.loop.hooks import CampaignHooks
 from search.spec.campaign_spec import CampaignSpec
+from search.spec.gpu import gpu_packing
 
 __all__ = ["RunOptions", "cluster_options"]
 
@@ -61,4 +62,5 @@ def cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
         connect_timeout=c.connect_timeout,
         tls=TLSFiles(*files) if files else None,
         insecure=options.insecure,
+        trials_per_gpu=gpu_packing(spec).trials_per_gpu,
     )

@@ -37,6 +37,7 @@ from search.store.records import StudyAttr
 from search.sampling import components
 from search.sampling.pruning import make_pruner
 from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.spec.gpu import gpu_packing
 from search.store.storage import final_snapshot, open_storage, storage_url
 
 if TYPE_CHECKING:  # the loop, the sweep analysis and pandas load when a campaign runs, not to read a folder
@@ -167,7 +168,7 @@ def _execute(
     try:
         with open_cluster(cluster, env=env) as client:
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
-            executor = DaskExecutor(client, topic)
+            executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
             Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
         final_snapshot(study._storage)  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:

@@ -38,6 +38,7 @@ from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, pars
 from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
 from search.spec.enqueue import parse_enqueue
 from search.spec.keys import BATCH_SIZE, DATA_PARALLEL
+from search.spec.gpu import GPU_KEYS, gpu_fields
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.spec.reading import parse_toml, read_spec_text
@@ -112,7 +113,14 @@ class TrainerSpec:
     checkpoint_every: int = 1
     data_parallel: int = 1
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
+    gpus: float = 1.0
+    """GPUs per trial slot: an integer >= 1, or 1/k to pack k trials on one GPU (a fractional Dask ``GPU`` resource)."""
+    gpu_memory: str = "none"
+    """"auto": place later trials by the peak device memory similar trials used (within ``gpu_headroom``)."""
+    gpu_headroom: float = 0.9
+    """The fraction of a GPU's memory that the trials packed on it may be expected to use together."""
+    oom_retry: str = "none"
+    """"accumulate": the built-in trainer re-runs an out-of-memory trial once at half the micro-batch."""
 
 @dataclasses.dataclass(frozen=True)
 class PrunerSpec:
@@ -169,7 +177,7 @@ _STUDY = (
     "time_budget", "trial_timeout", "stop_grace", "storage", "pruner", "deterministic", "parallelism", "max_retries",
     "scheduler", "dispatch_ahead", "batch_trials", "sampling", "constraints", "warm_start",
 )  # fmt: skip
-_TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options")
+_TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options", *GPU_KEYS)
 _PRUNER = (
     "resource", "n_startup_trials", "n_warmup_steps", "percentile", "min_resource",
     "reduction_factor", "max_resource",
@@ -333,6 +341,7 @@ def _trainer(t: SpecTable) -> TrainerSpec:
         checkpoint_every=t.int("checkpoint_every", 1, minimum=1, maximum=MAX_EPOCHS),
         data_parallel=t.int("data_parallel", 1, minimum=1, maximum=MAX_WIDTH),
         options=dict(options),
+        **gpu_fields(t),
     )
 
 

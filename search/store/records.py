@@ -76,6 +76,13 @@ class Attr:
     TRACEBACK: Final = "traceback"  # str: the failure's traceback (tail)
     INTERRUPTED: Final = "interrupted"  # bool: the controller stopped while it ran (resumable)
     RETRIES: Final = "retries"  # int: times it was re-run after losing its worker
+    OUT_OF_MEMORY: Final = "out_of_memory"  # str: what ran out (CUDA or the host), one line; the trial is PRUNED
+    # device figures (cluster.device_figures)
+    GPU_SHARE: Final = "gpu_share"  # float: the share of each leased GPU (0.25: four trials on it)
+    PEAK_MEMORY: Final = "peak_memory"  # int: peak device memory in bytes (the host's RSS without CUDA)
+    MEMORY_KIND: Final = "memory_kind"  # str: what peak_memory measured, "cuda" or "rss"
+    MEMORY_SHARED: Final = "memory_shared"  # int: most trials on its device at once (the peak is then shared)
+    GPU_UTILIZATION: Final = "gpu_utilization"  # float: mean GPU utilization %, where NVML is there
     # architecture search and population-based training
     GENOME: Final = "genome"  # str: an architecture genome, where a sampler records one
     PBT_LINEAGE: Final = "pbt_lineage"  # list of {"epoch", "source", "params"}: whom it copied, when
@@ -297,6 +304,12 @@ class TrialRecord:
     traceback: str = ""
     interrupted: bool = False
     retries: int = 0
+    out_of_memory: str = ""
+    gpu_share: float | None = None
+    peak_memory: int | None = None
+    memory_kind: str = ""
+    memory_shared: int | None = None
+    gpu_utilization: float | None = None
     genome: str | None = None
     pbt_lineage: tuple[dict[str, Any], ...] = ()
     pbt_schedule: tuple[tuple[int, float], ...] = ()
@@ -338,6 +351,12 @@ class TrialRecord:
             traceback=str(a.get(Attr.TRACEBACK) or ""),
             interrupted=bool(a.get(Attr.INTERRUPTED)),
             retries=_opt_int(a.get(Attr.RETRIES)) or 0,
+            out_of_memory=str(a.get(Attr.OUT_OF_MEMORY) or ""),
+            gpu_share=_opt_float(a.get(Attr.GPU_SHARE)),
+            peak_memory=_opt_int(a.get(Attr.PEAK_MEMORY)),
+            memory_kind=str(a.get(Attr.MEMORY_KIND) or ""),
+            memory_shared=_opt_int(a.get(Attr.MEMORY_SHARED)),
+            gpu_utilization=_opt_float(a.get(Attr.GPU_UTILIZATION)),
             genome=None if a.get(Attr.GENOME) is None else str(a[Attr.GENOME]),
             pbt_lineage=tuple(dict(x) for x in (a.get(Attr.PBT_LINEAGE) or ()) if isinstance(x, Mapping)),
             pbt_schedule=_schedule(a.get(Attr.PBT_SCHEDULE)),

@@ -1,0 +1,168 @@
+"""What a trial used of its devices: peak memory and GPU utilization, sampled while it runs.
+
+On a CUDA lease the peak is ``torch.cuda.max_memory_allocated`` of the leased devices (torch's
+allocator statistics are per process and device, so trials packed on one device of one worker
+share them: the figure is then the device's peak while the trial ran, an upper bound, and
+``memory_shared`` says how many trials were on it at most). Without CUDA the host's resident
+memory (the worker process and the processes it started, e.g. a data-parallel trial's ranks)
+stands in. GPU utilization is NVML's (``pynvml``), averaged over the samples, where NVML is there.
+A sample whose memory grew by a tenth since the last one sent goes to the controller at once
+(``on_memory``), so a worker killed for memory leaves its last figure behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psutil  # a dependency of distributed
+
+__all__ = ["TrialMonitor", "cuda_peak", "rss_bytes", "nvml_utilization", "CUDA", "RSS"]
+
+CUDA, RSS = "cuda", "rss"  # what ``peak_memory`` measured
+GROWTH_SENT = 1.1  # memory grown by 10% since the last figure sent: send it
+
+
+def _cuda_ready() -> Any:
+    """The torch module when this process has CUDA up (never imports torch itself), else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch
+
+
+def cuda_peak(devices: Sequence[int]) -> int | None:
+    """The largest ``max_memory_allocated`` over ``devices`` in this process; None without CUDA."""
+    torch = _cuda_ready()
+    if torch is None or not devices:
+        return None
+    return max(int(torch.cuda.max_memory_allocated(d)) for d in devices)
+
+
+def reset_cuda_peak(devices: Sequence[int]) -> None:
+    """Start the peak afresh on ``devices`` (only where the trial is alone on them)."""
+    torch = _cuda_ready()
+    for d in devices if torch is not None else ():
+        torch.cuda.reset_peak_memory_stats(d)
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident memory of process ``pid`` (default: this one) and every process it started."""
+    try:
+        proc = psutil.Process(pid or os.getpid())
+        total = proc.memory_info().rss
+        for child in proc.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                continue
+        return int(total)
+    except psutil.Error:
+        return 0
+
+
+class _Nvml:
+    """NVML handles for the physical device ids, or nothing where ``pynvml`` or a driver is missing."""
+
+    def __init__(self, physical: Sequence[int]) -> None:
+        self.handles: list[Any] = []
+        try:
+            import pynvml  # optional: nvidia-ml-py
+        except ImportError:
+            return
+        try:
+            pynvml.nvmlInit()
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(int(d)) for d in physical]
+            self._pynvml = pynvml
+        except Exception:  # noqa: BLE001 - no driver, no device: no utilization figure
+            self.handles = []
+
+    def utilization(self) -> float | None:
+        if not self.handles:
+            return None
+        try:
+            rates = [self._pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles]
+        except Exception:  # noqa: BLE001
+            return None
+        return float(sum(rates)) / len(rates)
+
+
+def nvml_utilization(physical: Sequence[int]) -> float | None:
+    """GPU utilization (%) of the physical devices now, averaged; None without NVML."""
+    return _Nvml(physical).utilization()
+
+
+class TrialMonitor:
+    """Samples one trial's memory (and GPU utilization) every ``every`` s on a thread, from ``start`` to ``stop``."""
+
+    def __init__(
+        self,
+        devices: Sequence[int] = (),
+        physical: Sequence[int] = (),
+        every: float = 0.1,
+        on_memory: Callable[[int], None] | None = None,
+        tenants: Callable[[], int] | None = None,
+    ) -> None:
+        self.devices = tuple(devices)
+        self._physical = tuple(physical)
+        self._every = every
+        self._on_memory = on_memory
+        self._tenants = tenants
+        self._peak = 0
+        self._kind = RSS
+        self._sent = 0
+        self._utilization: list[float] = []
+        self.shared = 1
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hypersweep-trial-monitor", daemon=True)
+        self._nvml: _Nvml | None = None
+
+    def start(self) -> TrialMonitor:
+        if self._tenants is not None and self._tenants() <= 1:
+            reset_cuda_peak(self.devices)
+        self._nvml = _Nvml(self._physical) if self._physical else None
+        self.sample()
+        self._thread.start()
+        return self
+
+    def sample(self) -> int:
+        """Take one sample now; the peak so far (bytes)."""
+        cuda = cuda_peak(self.devices)
+        if cuda is not None:
+            self._kind, value = CUDA, cuda
+        else:
+            value = rss_bytes()
+        self._peak = max(self._peak, value)
+        if self._tenants is not None:
+            self.shared = max(self.shared, self._tenants())
+        if self._nvml is not None and (u := self._nvml.utilization()) is not None:
+            self._utilization.append(u)
+        if self._on_memory is not None and value > self._sent * GROWTH_SENT:
+            self._sent = value
+            self._on_memory(value)
+        return self._peak
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a figure missed is no reason to disturb the trial
+                continue
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling; the figures for the trial's outcome."""
+        self._done.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
+        self.sample()
+        figures: dict[str, Any] = {"peak_memory": self._peak, "memory_kind": self._kind, "memory_shared": self.shared}
+        if self._utilization:
+            figures["gpu_utilization"] = sum(self._utilization) / len(self._utilization)
+        return figures
+
+    @property
+    def peak(self) -> int:
+        return self._peak

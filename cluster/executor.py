@@ -28,6 +28,7 @@ from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
 from .restart import kill_worker_tree
+from .span_executor import PART_DONE, SpanRunner
 
 __all__ = [
     "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
@@ -115,6 +116,8 @@ class Outcome:
     history: tuple[tuple[int, Mapping[str, float], float], ...] = ()
     stopped: bool = False
     disk_error: str = ""
+    ranks: tuple[Mapping[str, Any], ...] = ()
+    """A trial wider than a worker: each rank's own timings (``rank``, ``host``, ``worker``, ``epoch_seconds``)."""
 
     def __post_init__(self) -> None:
         if self.status not in (OK, ERROR, LOST, CANCELLED):
@@ -149,6 +152,7 @@ class Outcome:
             history=history,
             stopped=bool(data.get("stopped", False)),
             disk_error=str(data.get("disk_error") or ""),
+            ranks=tuple(dict(r) for r in data.get("ranks") or ()),
         )
 
 
@@ -266,6 +270,7 @@ class DaskExecutor:
         self._futures: dict[int, Future] = {}
         self._lock = threading.Lock()
         self._shipments: dict[Any, TrainerShipment] = {}
+        self._spans = SpanRunner(client, topic, self._resource, self._queue, self._shipment, run_once)
         subscribe_reports(client, topic, self._on_report)
 
     def _infer_resource(self) -> str:
@@ -307,6 +312,10 @@ class DaskExecutor:
         width = requests[0].width
         if any(r.width != width for r in requests):
             raise ValueError(f"a batch holds trials of one width; got widths {sorted({r.width for r in requests})}")
+        if width > self.slots().widest:  # wider than any worker: parts on several (cluster.span)
+            for request in requests:
+                self._spans.submit(request)
+            return
         try:
             future = self._submit(requests)
         except ClosedClientError as exc:
@@ -346,10 +355,14 @@ class DaskExecutor:
         self._queue.put(("wake", None))
 
     def stop(self, number: int) -> None:
-        if number in self._futures:
-            request_stop(self._client, self._topic, number)
+        if self._spans.stop_waiting(number):
+            return
+        if number in self._futures or self._spans.has(number):
+            request_stop(self._client, self._topic, number)  # rank 0 broadcasts it to every rank
 
     def kill(self, number: int, worker: str) -> bool:
+        if self._spans.has(number):
+            return self._spans.kill(number)
         with self._lock:
             future = self._futures.get(number)
         nanny = worker_nanny(self._client, worker) if future is not None else ""
@@ -363,7 +376,7 @@ class DaskExecutor:
 
     def running(self) -> tuple[int, ...]:
         with self._lock:
-            return tuple(sorted(self._futures))
+            return tuple(sorted({*self._futures, *self._spans.running()}))
 
     def events(self, timeout: float) -> list[Event]:
         """Whatever happened since the last call; waits up to ``timeout`` s for the first event.
@@ -371,6 +384,7 @@ class DaskExecutor:
         Raises :class:`ClusterError` once the scheduler has been unreachable for ``lost_after`` s.
         """
         self._check_scheduler()
+        self._spans.check_workers()
         items: list[tuple[str, Any]] = []
         try:
             items.append(self._queue.get(timeout=max(0.0, timeout)))
@@ -394,7 +408,7 @@ class DaskExecutor:
     def close(self) -> None:
         """Cancel what is still running and stop listening."""
         with self._lock:
-            futures = list({id(f): f for f in self._futures.values()}.values())
+            futures = list({id(f): f for f in [*self._futures.values(), *self._spans.close()]}.values())
             self._futures.clear()
         if futures:
             try:
@@ -412,8 +426,12 @@ class DaskExecutor:
     def _to_events(self, kind: str, payload: Any) -> list[Event]:
         if kind == "wake":
             return []
+        if kind in (PART_DONE, "span-cancelled"):
+            return self._span_finished(kind, payload)
         if kind == "report":
             msg, worker = payload
+            if "part" in msg:
+                return [Started(n, t, w) for n, t, w in self._spans.part_started(msg, worker)]
             if "started" in msg:
                 return [Started(int(msg["number"]), float(msg["started"]), worker)]
             return [Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)]
@@ -425,6 +443,19 @@ class DaskExecutor:
             # The scheduler went away, not the trial: leave it to `resume`, do not record a failure.
             raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
         return [Finished(number, outcome) for number, outcome in zip(numbers, outcomes)]
+
+    def _span_finished(self, kind: str, payload: Any) -> list[Event]:
+        if kind == "span-cancelled":  # never placed: dropped by a stop, or no set of workers holds it now
+            number, why = payload
+            self._spans.forget(number)
+            return [Finished(int(number), Outcome(LOST if why.startswith("lost") else CANCELLED, error=why))]
+        merged = self._spans.part_done(*payload)
+        if merged is None:
+            return []
+        outcome = Outcome.from_dict(merged)
+        if outcome.status in (LOST, CANCELLED) and self._client.status != "running":
+            raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
+        return [Finished(int(payload[0]), outcome)]
 
     @classmethod
     def _outcomes(cls, future: Future | None, n: int) -> list[Outcome]:

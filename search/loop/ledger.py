@@ -204,6 +204,8 @@ class Ledger:
             fields.update(finished=outcome.finished)
         if outcome.duration is not None:
             fields.update(duration=outcome.duration)
+        if outcome.ranks:  # a trial spanning several workers: each rank's own timings
+            fields.update(ranks=[dict(r) for r in outcome.ranks])
         if running.stop_reason and outcome.finished is not None:
             # report sent -> trial stopped: how long a stop decision takes to take effect
             fields.update(stop_latency=outcome.finished - running.stop_trigger_time,

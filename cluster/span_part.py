@@ -12,7 +12,9 @@ with ``ranks``: each of its ranks' own timings.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import socket
 import time
 import traceback
@@ -42,6 +44,10 @@ def abort_why_name(key: str) -> str:
 
 def rendezvous_name(key: str) -> str:
     return f"{key}-rendezvous"
+
+
+def _published_name(key: str) -> str:
+    return f"{key}-rendezvous-set"  # an Event: waiting on it with a timeout logs nothing on the scheduler
 
 
 def abort(key: str, why: str, client: Any = None) -> None:
@@ -78,17 +84,17 @@ def _rendezvous(key: str, part: dict[str, Any], host: str, watch: _Watch) -> tup
     if part["first_rank"] == 0:
         store = host_store(host, int(part["world"]))
         Variable(rendezvous_name(key)).set(f"{host}:{store.port}")
+        Event(_published_name(key)).set()
         return host, int(store.port), store
     deadline = time.monotonic() + float(part.get("timeout", RENDEZVOUS_TIMEOUT))
+    published = Event(_published_name(key))
     while time.monotonic() < deadline:
         why = watch()
         if why:
             raise RuntimeError(f"the trial ended before its rendezvous: {why}")
-        try:
-            address = str(Variable(rendezvous_name(key)).get(timeout=1))
-        except TimeoutError:
+        if not published.wait(timeout=1):
             continue
-        master, _, port = address.rpartition(":")
+        master, _, port = str(Variable(rendezvous_name(key)).get(timeout=30)).rpartition(":")
         return master, int(port), None
     raise TimeoutError(f"rank 0's part did not publish the rendezvous within {part.get('timeout', RENDEZVOUS_TIMEOUT)} s")
 
@@ -102,6 +108,7 @@ def run_part(
     from trainers.ddp_span import RankSpan
 
     started = time.time()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <worker pid>: every thread's stack
     worker = get_worker()
     key, number = str(part["key"]), int(config["number"])
     reporter = WorkerReporter(topic, number)

@@ -76,7 +76,7 @@ def _rank_pids(marks: Path) -> dict[int, list[int]]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_a_trial_twice_a_workers_width_spans_both_with_one_seed_and_a_log_and_timings_per_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,7 +101,7 @@ def test_a_trial_twice_a_workers_width_spans_both_with_one_seed_and_a_log_and_ti
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_a_failing_rank_ends_every_rank_on_every_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec, marks = _spec(tmp_path, "rank1_fails", n=1)
     _folder, trials = _run(spec, tmp_path, monkeypatch)
@@ -116,7 +116,7 @@ def test_a_failing_rank_ends_every_rank_on_every_worker(tmp_path: Path, monkeypa
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_a_stop_reaches_every_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec, marks = _spec(tmp_path, "epochs", n=1, epochs=200, sleep=0.3, study_extra="trial_timeout = 4")
     _folder, trials = _run(spec, tmp_path, monkeypatch)

@@ -27,6 +27,7 @@ from .entrypoint import TrainerShipment, run_trial, run_trials
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
 from .restart import kill_worker_tree
+from .span_executor import PART_DONE, SpanRunner, outcome_of_parts
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's modules import this one for its events
     from distributed import Client, Future
@@ -224,6 +225,7 @@ class DaskExecutor:
         self._futures: dict[int, Future] = {}
         self._lock = threading.Lock()
         self._shipments: dict[Any, TrainerShipment] = {}
+        self._spans = SpanRunner(client, topic, self._resource, self._queue, self._shipment, run_once)
         subscribe_reports(client, topic, self._on_report)
 
     def _infer_resource(self) -> str:
@@ -274,6 +276,10 @@ class DaskExecutor:
             raise ValueError(f"a batch holds trials of one width; got widths {sorted({r.width for r in requests})}")
         from distributed.client import ClosedClientError
 
+        if width > self.slots().widest:  # wider than any worker: parts on several (cluster.span)
+            for request in requests:
+                self._spans.submit(request)
+            return
         try:
             future = self._submit(requests)
         except ClosedClientError as exc:
@@ -322,10 +328,14 @@ class DaskExecutor:
         self._queue.put(("wake", None))
 
     def stop(self, number: int) -> None:
-        if number in self._futures:
-            request_stop(self._client, self._topic, number)
+        if self._spans.stop_waiting(number):
+            return
+        if number in self._futures or self._spans.has(number):
+            request_stop(self._client, self._topic, number)  # rank 0 broadcasts it to every rank
 
     def kill(self, number: int, worker: str) -> bool:
+        if self._spans.has(number):
+            return self._spans.kill(number)
         with self._lock:
             future = self._futures.get(number)
         nanny = worker_nanny(self._client, worker) if future is not None else ""
@@ -339,7 +349,7 @@ class DaskExecutor:
 
     def running(self) -> tuple[int, ...]:
         with self._lock:
-            return tuple(sorted(self._futures))
+            return tuple(sorted({*self._futures, *self._spans.running()}))
 
     def events(self, timeout: float) -> list[Event]:
         """Whatever happened since the last call; waits up to ``timeout`` s for the first event.
@@ -347,6 +357,7 @@ class DaskExecutor:
         Raises :class:`ClusterError` once the scheduler has been unreachable for ``lost_after`` s.
         """
         self._check_scheduler()
+        self._spans.check_workers()
         items: list[tuple[str, Any]] = []
         try:
             items.append(self._queue.get(timeout=max(0.0, timeout)))
@@ -370,7 +381,7 @@ class DaskExecutor:
     def close(self) -> None:
         """Cancel what is still running and stop listening."""
         with self._lock:
-            futures = list({id(f): f for f in self._futures.values()}.values())
+            futures = list({id(f): f for f in [*self._futures.values(), *self._spans.close()]}.values())
             self._futures.clear()
         if futures:
             try:
@@ -388,8 +399,12 @@ class DaskExecutor:
     def _to_events(self, kind: str, payload: Any) -> list[Event]:
         if kind == "wake":
             return []
+        if kind in (PART_DONE, "span-cancelled"):
+            return self._span_finished(kind, payload)
         if kind == "report":
             msg, worker = payload
+            if "part" in msg:
+                return [Started(n, t, w) for n, t, w in self._spans.part_started(msg, worker)]
             if "memory" in msg:
                 self._memory_seen[int(msg["number"])] = int(msg["memory"])
             if "step" not in msg and "started" not in msg:
@@ -421,6 +436,19 @@ class DaskExecutor:
         if outcome.peak_memory and outcome.memory_kind == "cuda":
             self._memory_model.observe(params, outcome.peak_memory)
         return outcome
+
+    def _span_finished(self, kind: str, payload: Any) -> list[Event]:
+        if kind == "span-cancelled":  # never placed: dropped by a stop, or no set of workers holds it now
+            number, why = payload
+            self._spans.forget(number)
+            return [Finished(int(number), Outcome(LOST if why.startswith("lost") else CANCELLED, error=why))]
+        merged = self._spans.part_done(*payload)
+        if merged is None:
+            return []
+        outcome = outcome_of_parts(merged)
+        if outcome.status in (LOST, CANCELLED) and self._client.status != "running":
+            raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
+        return [Finished(int(payload[0]), outcome)]
 
     @classmethod
     def _outcomes(cls, future: Future | None, n: int) -> list[Outcome]:

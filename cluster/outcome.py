@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["TrialStatus", "Outcome", "error_type_of"]
 
@@ -53,6 +54,8 @@ class Outcome:
     memory_kind: str = ""  # "cuda" or "rss"
     memory_shared: int = 1  # trials sharing the device when the peak was read (an upper bound when > 1)
     gpu_utilization: float | None = None  # percent, from NVML where it is there
+    ranks: tuple[Mapping[str, Any], ...] = ()
+    """A trial wider than a worker: each rank's own timings (``rank``, ``host``, ``worker``, ``epoch_seconds``)."""
 
     def __post_init__(self) -> None:
         try:

@@ -68,10 +68,11 @@ import torch
 import torch.distributed as dist
 
 from trainers.api import Reporter, TrainerFn, TrialConfig, entry_of, registered_trainer
-from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT, ENV_PICKLED
+from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT, ENV_PICKLED, TIMINGS_SUFFIX
+from trainers.ddp_span import RankSpan, interface_of
 from trainers.rank_output import RankOutput
 
-__all__ = ["launch", "rank_devices", "rank_trainer", "RankError"]
+__all__ = ["launch", "launch_part", "rank_devices", "rank_trainer", "RankError", "RankSpan"]
 
 POLL_SECONDS = 0.05
 EXIT_SECONDS = 30.0  # after rank 0's result, how long the ranks may take to exit before they are killed
@@ -89,13 +90,14 @@ class RankError(RuntimeError):
         self.traceback = traceback
 
 
-def rank_devices(config: TrialConfig) -> tuple[int, ...]:
+def rank_devices(config: TrialConfig, local: int | None = None) -> tuple[int, ...]:
     """The CUDA ids the k ranks run on, one each; ``()`` for gloo on the CPU.
 
     ``device="cpu"``: none. Leased ``devices``: the first k (fewer than k is an
     error). No lease, ``device`` "auto" or "cuda", and CUDA present: ``0..k-1``.
+    ``local``: the ranks on this machine when the trial spans several (else all k).
     """
-    k = config.data_parallel
+    k = config.data_parallel if local is None else local
     if config.device == "cpu":
         return ()
     if config.devices:
@@ -144,6 +146,41 @@ def launch(
             ranks.stop(grace)
 
 
+def launch_part(
+    trainer: str | TrainerFn,
+    config: TrialConfig,
+    reporter: Reporter,
+    span: RankSpan,
+    *,
+    watch: Callable[[], str] | None = None,
+    grace: float = 5.0,
+    log_dir: Path | None = None,
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Run this host's part of a trial spanning several hosts: ranks ``span.ranks`` of ``span.world_size``.
+
+    The store must already listen at ``span.master_addr:master_port`` (rank 0's part hosts it,
+    :func:`trainers.ddp_span.host_store`). Returns rank 0's metrics (``{}`` on a part without rank 0)
+    and each local rank's timings (``rank``, ``host``, ``epoch_seconds``). ``watch`` is called as the
+    part waits; a non-empty answer (another part failed, its worker was lost, the trial was stopped
+    for good) ends every local rank with :class:`RankError`. ``log_dir``: each rank's output also goes
+    to ``rank<r>.log`` there (its own log).
+    """
+    entry, pickled = rank_trainer(trainer)
+    devices = rank_devices(config, span.local)
+    rank_config = TrialConfig.from_dict({**config.to_dict(), "devices": list(devices)})
+    prefix = f"hypersweep-ddp-{config.study}-{config.number}-part{span.first_rank}-"
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        ranks = _Ranks(Path(folder), span.local, devices, relay=config.log_dir is not None, span=span)
+        try:
+            ranks.start(entry, rank_config, pickled)
+            metrics = ranks.serve(reporter, None, watch)
+        finally:
+            ranks.stop(grace)
+            if log_dir is not None:
+                ranks.keep_logs(log_dir)
+        return metrics, ranks.timings()
+
+
 def rank_trainer(trainer: str | TrainerFn) -> tuple[str, bytes | None]:
     """The entry the ranks are told, and the pickled function they load instead (``None``: they import the entry)."""
     if isinstance(trainer, str):
@@ -164,9 +201,13 @@ def rank_trainer(trainer: str | TrainerFn) -> tuple[str, bytes | None]:
 class _Ranks:
     """The k processes of one launch, their channel to rank 0, and their clean-up."""
 
-    def __init__(self, folder: Path, world_size: int, devices: tuple[int, ...], relay: bool = False) -> None:
-        self.folder, self.world_size, self.devices = folder, world_size, devices
-        self.output = RankOutput(folder, world_size) if relay else None
+    def __init__(
+        self, folder: Path, world_size: int, devices: tuple[int, ...], relay: bool = False, span: RankSpan | None = None
+    ) -> None:
+        """``world_size``: the ranks started here (``span.local`` for a part of a wider trial)."""
+        self.folder, self.world_size, self.devices, self.span = folder, world_size, devices, span
+        self.first = span.first_rank if span is not None else 0  # the global rank of local rank 0
+        self.output = RankOutput(folder, range(self.first, self.first + world_size)) if relay else None
         self.procs: list[subprocess.Popen[bytes]] = []
         self.connection: Connection | None = None
         self.store: dist.TCPStore | None = None
@@ -182,14 +223,17 @@ class _Ranks:
         if pickled is not None:
             self.pickled_path = self.folder / PICKLE_NAME
             self.pickled_path.write_bytes(pickled)
-        self.store = loopback_store(self.world_size)
+        if self.span is None:
+            self.store = loopback_store(self.world_size)
         ours, theirs = socket.socketpair()
         try:
             self.connection = Connection(ours.detach())
-            for rank in range(self.world_size):
+            for rank in range(self.first, self.first + self.world_size):
                 command = [sys.executable, "-m", "trainers.ddp_rank", entry, str(config_path)]
                 fds = (theirs.fileno(),) if rank == 0 else ()
                 self.procs.append(self._popen(command, self._env(rank, theirs.fileno()), rank, fds))
+            if self.first > 0:
+                self.connection.close()  # no rank 0 here: no reports, and serve need not wait for them
         finally:
             theirs.close()
 
@@ -201,15 +245,17 @@ class _Ranks:
             )  # fmt: skip
 
     def _env(self, rank: int, fd: int) -> dict[str, str]:
-        assert self.store is not None
+        """Rank ``rank``'s environment (a global rank: local rank ``rank - self.first``)."""
+        span = self.span
+        assert self.store is not None or span is not None
         env = dict(os.environ)
         env.update(
             RANK=str(rank),
-            WORLD_SIZE=str(self.world_size),
-            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(self.world_size if span is None else span.world_size),
+            LOCAL_RANK=str(rank - self.first),
             LOCAL_WORLD_SIZE=str(self.world_size),
-            MASTER_ADDR=STORE_HOST,
-            MASTER_PORT=str(self.store.port),
+            MASTER_ADDR=STORE_HOST if span is None else span.master_addr,
+            MASTER_PORT=str(self.store.port if span is None else span.master_port),
             TORCHELASTIC_USE_AGENT_STORE="True",
             PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path),  # what the launcher can import
             PYTHONUNBUFFERED="1",
@@ -221,16 +267,31 @@ class _Ranks:
         if self.pickled_path is not None:
             env[ENV_PICKLED] = str(self.pickled_path)
         if self.devices:
-            env["CUDA_VISIBLE_DEVICES"] = _visible_id(self.devices[rank], os.environ.get("CUDA_VISIBLE_DEVICES"))
-        elif sys.platform == "linux" and "GLOO_SOCKET_IFNAME" not in env and Path("/sys/class/net/lo").exists():
+            local = rank - self.first
+            env["CUDA_VISIBLE_DEVICES"] = _visible_id(self.devices[local], os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if span is not None:
+            ifname = interface_of(span.host)
+            if ifname:  # the ranks of other hosts reach this one on the interface carrying its address
+                env.setdefault("GLOO_SOCKET_IFNAME", ifname)
+                env.setdefault("NCCL_SOCKET_IFNAME", ifname)
+        elif not self.devices and sys.platform == "linux" and "GLOO_SOCKET_IFNAME" not in env and Path("/sys/class/net/lo").exists():
             env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks are on this machine
         return env
 
-    def serve(self, reporter: Reporter, deadline: float | None) -> dict[str, float]:
-        """Forward rank 0's reports until every rank has exited; raise on the first failure."""
+    def serve(
+        self, reporter: Reporter, deadline: float | None, watch: Callable[[], str] | None = None
+    ) -> dict[str, float]:
+        """Forward rank 0's reports until every rank has exited; raise on the first failure.
+
+        ``watch`` (a part of a wider trial): a non-empty answer is why this part must end now.
+        """
         result: dict[str, float] | None = None
         exit_deadline = math.inf
         while True:
+            why = watch() if watch is not None else ""
+            if why:
+                raise RankError(f"data-parallel trial: ranks {self.first}..{self.first + self.world_size - 1} "
+                                f"ended: {why}", self.first, "")  # fmt: skip
             if self.output is not None:
                 self.output.pump()
             codes = [p.poll() for p in self.procs]
@@ -251,9 +312,9 @@ class _Ranks:
                 continue
             reporter.report(int(message["step"]), metrics)
             self._send({"stop": bool(reporter.should_stop())})
-        if result is None:
+        if result is None and self.first == 0:
             raise RankError("data-parallel trial: rank 0 exited without returning metrics", 0, self._stderr_tail(0))
-        return result
+        return result or {}
 
     def _receive(self) -> dict[str, Any] | None:
         if self.connection is None or self.connection.closed:
@@ -278,7 +339,7 @@ class _Ranks:
         for path in self.folder.glob("rank*.error"):
             with contextlib.suppress(OSError, ValueError):
                 errors.append((json.loads(path.read_text()), int(path.name[4:].split(".")[0])))
-        k = self.world_size
+        k = self.world_size if self.span is None else self.span.world_size
         if errors:
             record, rank = min(errors, key=lambda item: item[0]["time"])
             return RankError(
@@ -286,8 +347,8 @@ class _Ranks:
                 rank,
                 record["traceback"],
             )
-        rank = next(r for r, code in enumerate(codes) if code not in (None, 0))
-        code = codes[rank]
+        local = next(r for r, code in enumerate(codes) if code not in (None, 0))
+        code, rank = codes[local], self.first + local
         assert code is not None
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         tail = self._stderr_tail(rank)
@@ -317,6 +378,23 @@ class _Ranks:
             if self.connection is not None:
                 self.connection.close()
             self.store = None
+
+    def timings(self) -> list[dict[str, Any]]:
+        """What each rank that finished wrote about its own epochs (``trainers.ddp_rank``), by rank."""
+        out = []
+        for rank in range(self.first, self.first + self.world_size):
+            with contextlib.suppress(OSError, ValueError):
+                out.append(json.loads((self.folder / f"rank{rank}{TIMINGS_SUFFIX}").read_text()))
+        return out
+
+    def keep_logs(self, log_dir: Path) -> None:
+        """Each rank's stdout then stderr, as ``rank<r>.log`` in ``log_dir`` (the launch folder goes with the trial)."""
+        with contextlib.suppress(OSError):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            for rank in range(self.first, self.first + self.world_size):
+                parts = [self.folder / f"rank{rank}.{kind}" for kind in ("out", "err")]
+                data = b"".join(p.read_bytes() for p in parts if p.exists())
+                (log_dir / f"rank{rank}.log").write_bytes(data)
 
 
 def loopback_store(world_size: int) -> dist.TCPStore:

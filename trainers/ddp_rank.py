@@ -38,6 +38,7 @@ import faulthandler
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -59,6 +60,7 @@ ENV_DIR = "HYPERSWEEP_DDP_DIR"  # the launch folder (error files)
 ENV_FD = "HYPERSWEEP_DDP_FD"  # rank 0: the fd of its socket to the launcher
 ENV_PARENT = "HYPERSWEEP_DDP_PARENT"  # the launcher's pid, for the watchdog
 ENV_PICKLED = "HYPERSWEEP_DDP_TRAINER"  # the trainer pickled by the launcher (cloudpickle): loaded instead of ENTRY
+TIMINGS_SUFFIX = ".timings.json"  # rank<r>.timings.json in the launch folder: this rank's epoch times
 DEFAULT_PG_TIMEOUT = datetime.timedelta(minutes=10)
 
 
@@ -111,6 +113,13 @@ class RankReporter:
     def __init__(self, connection: Connection | None) -> None:
         self._connection = connection
         self._stop = False
+        self._marks = [time.time()]  # the rank's start, then each epoch end (every rank calls should_stop there)
+
+    def timings(self, rank: int) -> dict[str, Any]:
+        """This rank's own account: the seconds of each epoch, measured here (the first includes start-up)."""
+        seconds = [round(b - a, 6) for a, b in zip(self._marks, self._marks[1:])]
+        return {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "epoch_seconds": seconds,
+                "total_seconds": round(time.time() - self._marks[0], 6)}  # fmt: skip
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         if self._connection is None:
@@ -128,6 +137,7 @@ class RankReporter:
         flag = torch.tensor([int(self._stop)], dtype=torch.int32, device=device)
         dist.broadcast(flag, src=0)
         self._stop = bool(flag.item())
+        self._marks.append(time.time())
         return self._stop
 
     def send_result(self, metrics: Mapping[str, float]) -> None:
@@ -165,6 +175,12 @@ def _write_error(folder: Path, rank: int, exc: BaseException) -> None:
     tmp = folder / f".rank{rank}.error.tmp"
     tmp.write_text(json.dumps(record))
     os.replace(tmp, folder / f"rank{rank}.error")
+
+
+def _write_timings(folder: Path, record: Mapping[str, Any]) -> None:
+    tmp = folder / f".rank{record['rank']}.timings.tmp"
+    tmp.write_text(json.dumps(dict(record)))
+    os.replace(tmp, folder / f"rank{record['rank']}{TIMINGS_SUFFIX}")
 
 
 def _exit_failed() -> NoReturn:
@@ -208,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = TrialConfig.from_json_file(config_path)
         metrics: Any = _trainer(entry)(config, reporter)
+        own = {**reporter.timings(info.rank), "seed": config.seed, "master": os.environ.get("MASTER_ADDR", "")}
+        _write_timings(Path(os.environ[ENV_DIR]), own)
         reporter.send_result(metrics)
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, then the rank exits 1
         _write_error(Path(os.environ[ENV_DIR]), info.rank, exc)

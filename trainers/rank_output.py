@@ -19,10 +19,11 @@ CHUNK = 1 << 20  # bytes read from one file per pump, at most
 
 
 class RankOutput:
-    """Follows the ``world_size`` ranks' output files in ``folder``."""
+    """Follows the ranks' output files in ``folder``: ``ranks`` is their number, or the (global) ranks run here."""
 
-    def __init__(self, folder: Path, world_size: int) -> None:
-        self._files = [(folder / f"rank{r}.{kind}", r, kind) for r in range(world_size) for kind in ("out", "err")]
+    def __init__(self, folder: Path, ranks: int | range) -> None:
+        ranks = range(ranks) if isinstance(ranks, int) else ranks
+        self._files = [(folder / f"rank{r}.{kind}", r, kind) for r in ranks for kind in ("out", "err")]
         self._offsets = {path: 0 for path, _r, _k in self._files}
         self._partial = {path: b"" for path, _r, _k in self._files}
 

@@ -87,10 +87,11 @@ class Dispatcher:
         if slots.total < 1:
             raise CampaignError("the cluster has no worker with a free slot")
         width = max(self._spec.widths())
-        if width > slots.widest:
+        if width > slots.total:  # wider than one worker is fine: it spans several (cluster.span)
             raise CampaignError(
                 f"a trial may need {width} {slots.resource} slots (data_parallel) "
-                f"but the widest worker has {slots.widest}; give workers more slots or lower data_parallel"
+                f"but the cluster's {slots.workers} worker(s) have {slots.total} in all; add workers or slots, "
+                "or lower data_parallel"
             )
 
     # --- filling slots ------------------------------------------------------------------------------

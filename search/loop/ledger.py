@@ -207,6 +207,8 @@ class Ledger:
             fields.update(duration=outcome.duration)
         if outcome.error_type:  # the trainer raised: its exception's class, so no one parses the reason for it
             fields.update(error_type=outcome.error_type)
+        if outcome.ranks:  # a trial spanning several workers: each rank's own timings
+            fields.update(ranks=[dict(r) for r in outcome.ranks])
         if running.stop_reason and outcome.finished is not None:
             # report sent -> trial stopped: how long a stop decision takes to take effect
             fields.update(stop_latency=outcome.finished - running.stop_trigger_time,

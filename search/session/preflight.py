@@ -2,7 +2,7 @@
 
 Each refusal is one line naming the spec file and key (or the command-line flag): a non-loopback
 ``listen`` without TLS, TLS files that are not there, more local workers than any machine holds,
-and a data-parallel width no worker of a known cluster (the embedded one) can give a trial.
+and a data-parallel width the workers of a known cluster (the embedded one) cannot give a trial together.
 """
 
 from __future__ import annotations
@@ -65,16 +65,18 @@ def _check_listen(spec: CampaignSpec, options: RunOptions) -> None:
 
 
 def _check_widths(spec: CampaignSpec, cluster: ClusterOptions) -> None:
-    """On the embedded cluster, whose workers are known now, the widest trial fits on one worker."""
+    """On the embedded cluster, whose workers are known now, the widest trial fits on all of them together
+    (a trial wider than one worker spans several)."""
     from cluster.backends import local_shape
 
     if cluster.backend is None or cluster.backend.kind != "local":
         return
-    _n_workers, resources = local_shape(cluster)
+    n_workers, resources = local_shape(cluster)
     resource, per_worker = next(iter(resources.items()))
     width = max(spec.widths())
-    if width > per_worker:
+    if width > per_worker * n_workers:
         key = f"space.{DATA_PARALLEL}" if DATA_PARALLEL in spec.space else "trainer.data_parallel"
-        fix = "[cluster] slots_per_worker" if resource == "CPU" else "the GPUs per worker ([cluster] n_workers)"
-        raise SpecError(spec.source, key, f"a trial may take {width} {resource} slots, but each worker of the "
-                        f"embedded cluster has {per_worker:g}; lower it or raise {fix}")  # fmt: skip
+        fix = "[cluster] n_workers or slots_per_worker" if resource == "CPU" else "the GPUs ([cluster] n_workers)"
+        raise SpecError(spec.source, key, f"a trial may take {width} {resource} slots, but the embedded cluster's "
+                        f"{n_workers} worker(s) have {per_worker * n_workers:g} in all ({per_worker:g} each); "
+                        f"lower it or raise {fix}")  # fmt: skip

@@ -62,6 +62,7 @@ class Attr:
     STARTED: Final = "started"  # float: wall-clock seconds (epoch) the trainer started
     FINISHED: Final = "finished"  # float: ... and finished
     DURATION: Final = "duration"  # float: finished - started
+    RANKS: Final = "ranks"  # list: a trial spanning several workers: each rank's {rank, worker, epoch_seconds, ...}
     STOP_LATENCY: Final = "stop_latency"  # float: stop decision -> trial stopped, seconds
     STOP_REQUESTED_AT: Final = "stop_requested_at"  # float: when the controller asked it to stop (its clock)
     METRICS: Final = "metrics"  # dict: the trainer's final metrics (encoded numbers)

@@ -58,11 +58,11 @@ def test_mixed_widths_never_oversubscribe_the_declared_slots(tmp_path: Path) -> 
             assert in_use <= 2, f"worker {worker} ran {in_use} slots at once; it declares 2"
 
 
-def test_a_trial_wider_than_every_worker_is_refused_before_anything_is_created(tmp_path: Path) -> None:
-    text = SPEC.replace("choices = [1, 2]", "choices = [1, 4]")
+def test_a_trial_wider_than_all_workers_together_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+    text = SPEC.replace("choices = [1, 2]", "choices = [1, 8]")  # 4 would span both workers (test_wide_trials)
     spec = parse_spec(tomllib.loads(text), "dp.toml", text)
-    with pytest.raises(SpecError, match="space.data_parallel: a trial may take 4 CPU slots, but each worker of the "
-                                        "embedded cluster has 2"):  # fmt: skip
+    with pytest.raises(SpecError, match=r"space.data_parallel: a trial may take 8 CPU slots, but the embedded "
+                                        r"cluster's 2 worker\(s\) have 4 in all \(2 each\)"):  # fmt: skip
         run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
     assert not (tmp_path / "dp").exists()
 

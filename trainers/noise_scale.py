@@ -32,17 +32,16 @@ it from ``noise_scale_window`` epochs), and never fewer than the last
 lag behind the current parameters is about half the window whatever the batch
 size and measurement interval.
 
-**Confidence interval.** Fieller's interval for the ratio of two means, from the
-spread of the ``(T, A)`` pairs in the window (Student t with ``n - 1`` degrees of
-freedom): the ``R`` for which ``mean(T) - R mean(A)`` is not significantly
-different from 0. The point estimate always lies inside. When ``mean(A)`` is not
-significantly positive at that level, the interval has no upper end: ``B_simple``
-is *above the measurable range* (``b_simple = inf``, ``low`` a lower bound,
-``high = inf``; the reported metrics then carry only ``b_simple_lo`` and
-``b_simple_above_range = 1``, since a trial's metrics must be finite); the ratio
-of the noisy means would otherwise be a finite value many times too low. The pairs are not quite independent (batches
-of one epoch are drawn without replacement, the parameters drift), which makes
-the interval somewhat conservative at fixed parameters.
+**Confidence interval.** Fieller's interval for the ratio of the two means, with
+bootstrap-t critical values from the window's measurements (heavy-tailed
+per-example gradients make ``T`` skewed; :mod:`trainers.noise_interval`). It has no
+upper end when ``B_simple`` reaches the window's measurable ``limit`` (the largest
+value whose ``|G|²`` would be significantly positive); the reading is *above the
+measurable range* only when the interval's lower end exceeds that limit (or the
+window's ``|G|²`` is not positive): then ``b_simple = inf`` and the reported
+metrics carry only ``b_simple_lo``, ``b_simple_limit`` and ``b_simple_above_range = 1``,
+since a trial's metrics must be finite. The pairs are not quite independent
+(the parameters drift within a window).
 
 Where the two norms come from:
 
@@ -67,7 +66,7 @@ How the training loop uses it (the loop owns the wiring)::
         idx = measurement_batch(n_train, batch_size, seed, step)
         noise.update(*grad_sq_norms_two_batch_sizes(model, loss_fn, x[idx], y[idx], n_micro=4), at=examples_seen)
     ...
-    metrics.update(noise.estimate().metrics())  # b_simple, b_simple_lo, b_simple_hi, b_simple_above_range
+    metrics.update(noise.estimate().metrics())  # b_simple, _lo, _hi, _limit, _above_range (finite ones)
 
 Keep :meth:`NoiseScaleEstimator.state_dict` in the checkpoint so a resumed run
 continues with the same window.

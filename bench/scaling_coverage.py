@@ -12,7 +12,7 @@ above or below).
 Scenarios:
 
 - ``digits``: the full pipeline of :mod:`search.scaling.synthetic` (one
-  report per epoch of 1,437 examples, 8 trials per batch size, the fastest
+  report per epoch of 1,438 examples, 8 trials per batch size, the fastest
   kept, steps read by ``steps_to_target``), batch sizes 8..256, S_min = 100,
   B_noise = 64; steps interpolated between reports (the default) or counted
   at report granularity (``interpolate = false``, the former default).

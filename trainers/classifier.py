@@ -1,4 +1,4 @@
-"""The built-in trainer: an MLP or CNN classifier on "digits" or "synthetic".
+"""The built-in trainer: an MLP or CNN classifier on "digits", "synthetic" or "mnist1d" (MLP only).
 
 ``fit(config, reporter)`` parses the params, builds data, model, optimizer and LR
 schedule from ``config.seed``, and hands them to :func:`trainers.loop.train`.
@@ -156,7 +156,7 @@ declare(
         accepted_params=ACCEPTED_PARAMS,
         reported_metrics=frozenset(
             {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params",
-             "macs", "b_simple", "b_simple_lo", "b_simple_hi", "b_simple_above_range"}
+             "macs", "b_simple", "b_simple_lo", "b_simple_hi", "b_simple_limit", "b_simple_above_range"}
         ),
         supports_pbt=True,  # honours schedule_epochs and inherit_checkpoint
     ),

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers.mnist1d import DEFAULT_SAMPLES, load_arrays
+
 __all__ = ["Dataset", "DATASETS", "load_dataset", "shard", "micro_batches"]
 
 DIGITS_PATH = Path(__file__).with_name("data") / "digits.csv.gz"
@@ -106,7 +108,24 @@ def load_synthetic(options: Mapping[str, Any]) -> Dataset:
     return _as_dataset(x.astype(np.float32), y, data_seed, n_classes)
 
 
-DATASETS = {"digits": load_digits, "synthetic": load_synthetic}
+def load_mnist1d(options: Mapping[str, Any]) -> Dataset:
+    """MNIST-1D (:mod:`trainers.mnist1d`): ``n_samples`` sequences of 40 values (default 62,500: 50,000 to train).
+
+    Generated from ``data_seed``, which also draws the 80/20 split; ``data_cache``
+    names the folder of the generated arrays' cache.
+    """
+    n_samples = _int_option(options, "n_samples", DEFAULT_SAMPLES, 10)
+    if n_samples % 10:
+        raise ValueError(f"options.n_samples={n_samples}: must be a multiple of 10 for mnist1d (as many per class)")
+    data_seed = _int_option(options, "data_seed", 0, 0)
+    cache = options.get("data_cache")
+    if cache is not None and not isinstance(cache, str):
+        raise ValueError(f"options.data_cache={cache!r}: must be a folder path (a string)")
+    x, y = load_arrays(n_samples, data_seed, cache)
+    return _as_dataset(x, y, data_seed, n_classes=10)
+
+
+DATASETS = {"digits": load_digits, "synthetic": load_synthetic, "mnist1d": load_mnist1d}
 
 
 def load_dataset(name: str, options: Mapping[str, Any] | None = None) -> Dataset:

@@ -199,7 +199,7 @@ def train(
             "examples": float(progress.examples),
             "epoch_seconds": time.perf_counter() - started,
         }
-        if settings.noise_scale_every:  # b_simple, _lo, _hi, _above_range (then only _lo, a lower bound)
+        if settings.noise_scale_every:  # b_simple, _lo, _hi, _limit, _above_range (see NoiseScale.metrics)
             metrics.update(progress.noise.estimate().metrics())
         progress.epoch = epoch + 1
         progress.history.append(metrics)

@@ -32,17 +32,16 @@ it from ``noise_scale_window`` epochs), and never fewer than the last
 lag behind the current parameters is about half the window whatever the batch
 size and measurement interval.
 
-**Confidence interval.** Fieller's interval for the ratio of two means, from the
-spread of the ``(T, A)`` pairs in the window (Student t with ``n - 1`` degrees of
-freedom): the ``R`` for which ``mean(T) - R mean(A)`` is not significantly
-different from 0. The point estimate always lies inside. When ``mean(A)`` is not
-significantly positive at that level, the interval has no upper end: ``B_simple``
-is *above the measurable range* (``b_simple = inf``, ``low`` a lower bound,
-``high = inf``; the reported metrics then carry only ``b_simple_lo`` and
-``b_simple_above_range = 1``, since a trial's metrics must be finite); the ratio
-of the noisy means would otherwise be a finite value many times too low. The pairs are not quite independent (batches
-of one epoch are drawn without replacement, the parameters drift), which makes
-the interval somewhat conservative at fixed parameters.
+**Confidence interval.** Fieller's interval for the ratio of the two means, with
+bootstrap-t critical values from the window's measurements (heavy-tailed
+per-example gradients make ``T`` skewed; :mod:`trainers.noise_interval`). It has no
+upper end when ``B_simple`` reaches the window's measurable ``limit`` (the largest
+value whose ``|G|²`` would be significantly positive); the reading is *above the
+measurable range* only when the interval's lower end exceeds that limit (or the
+window's ``|G|²`` is not positive): then ``b_simple = inf`` and the reported
+metrics carry only ``b_simple_lo``, ``b_simple_limit`` and ``b_simple_above_range = 1``,
+since a trial's metrics must be finite. The pairs are not quite independent
+(the parameters drift within a window).
 
 Where the two norms come from:
 
@@ -67,7 +66,7 @@ How the training loop uses it (the loop owns the wiring)::
         idx = measurement_batch(n_train, batch_size, seed, step)
         noise.update(*grad_sq_norms_two_batch_sizes(model, loss_fn, x[idx], y[idx], n_micro=4), at=examples_seen)
     ...
-    metrics.update(noise.estimate().metrics())  # b_simple, b_simple_lo, b_simple_hi, b_simple_above_range
+    metrics.update(noise.estimate().metrics())  # b_simple, _lo, _hi, _limit, _above_range (finite ones)
 
 Keep :meth:`NoiseScaleEstimator.state_dict` in the checkpoint so a resumed run
 continues with the same window.
@@ -77,7 +76,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -86,7 +84,11 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["NoiseScale", "NoiseScaleEstimator", "grad_sq_norms_two_batch_sizes", "measurement_batch", "t_quantile"]
+from trainers.noise_interval import fieller, ratio_interval, t_quantile
+
+__all__ = [
+    "NoiseScale", "NoiseScaleEstimator", "fieller", "grad_sq_norms_two_batch_sizes", "measurement_batch", "t_quantile"
+]
 
 STATE_FORMAT = 2
 _MEASUREMENT_STREAM = 0x6E6F6973  # mixed into the seed of measurement_batch, apart from the trial's other streams
@@ -105,8 +107,10 @@ class _Measurement:
 class NoiseScale:
     """One reading of the estimator: ``B_simple`` and its interval over the current window.
 
-    ``b_simple`` is NaN before two measurements, ``inf`` when above the
-    measurable range (then ``low`` is a lower bound and ``high`` is ``inf``).
+    ``b_simple`` is NaN before two measurements; ``inf`` when the window mean of
+    ``|G|²`` is not positive or the reading is above the measurable range.
+    ``high`` is ``inf`` when the interval has no upper end. ``limit`` is the
+    largest ``B_simple`` this window could bound (:mod:`trainers.noise_interval`).
     ``g_sq`` and ``trace_sigma`` are the window means of the unbiased estimates.
     """
 
@@ -117,29 +121,31 @@ class NoiseScale:
     trace_sigma: float
     measurements: int
     confidence: float
+    limit: float = math.nan
 
     @property
     def above_range(self) -> bool:
-        """True when ``|G|²`` is not significantly positive: ``B_simple`` is too large to measure here."""
-        return math.isinf(self.b_simple)
+        """True when the whole interval lies beyond what this window can measure.
+
+        That is: no upper end, and ``low > limit`` or a window mean of ``|G|²`` that is not positive.
+        """
+        return math.isinf(self.high) and (self.low > self.limit or math.isinf(self.b_simple))
 
     def metrics(self) -> dict[str, float]:
-        """The reported metrics, all finite (a trial's metrics must be).
+        """The reported metrics, all finite (a trial's metrics must be); nothing before two measurements.
 
-        ``b_simple``, ``b_simple_lo``, ``b_simple_hi`` and ``b_simple_above_range = 0``;
-        above the measurable range only ``b_simple_lo`` (a lower bound) and
-        ``b_simple_above_range = 1``; nothing before two measurements.
+        ``b_simple_lo`` always; ``b_simple`` when finite; ``b_simple_hi`` when the
+        interval has an upper end; ``b_simple_limit`` (what the window can
+        measure) when finite; ``b_simple_above_range`` 1 or 0. Above the
+        measurable range there is no ``b_simple`` and no ``b_simple_hi``.
         """
         if math.isnan(self.b_simple):
             return {}
-        if self.above_range:
-            return {"b_simple_lo": self.low, "b_simple_above_range": 1.0}
-        return {
-            "b_simple": self.b_simple,
-            "b_simple_lo": self.low,
-            "b_simple_hi": self.high,
-            "b_simple_above_range": 0.0,
-        }
+        values = {"b_simple": self.b_simple, "b_simple_lo": self.low, "b_simple_hi": self.high,
+                  "b_simple_limit": self.limit}  # fmt: skip
+        metrics = {k: v for k, v in values.items() if math.isfinite(v)}
+        metrics["b_simple_above_range"] = 1.0 if self.above_range else 0.0
+        return metrics
 
 
 class NoiseScaleEstimator:
@@ -214,21 +220,18 @@ class NoiseScaleEstimator:
         return len(self._kept)
 
     def estimate(self) -> NoiseScale:
-        """``B_simple``, its interval and the window means of ``|G|²`` and ``tr(Σ)``."""
-        pairs = [self._unbiased(m) for m in self._kept]
+        """``B_simple``, its interval, the measurable limit and the window means of ``|G|²`` and ``tr(Σ)``."""
+        pairs = np.array([self._unbiased(m) for m in self._kept], dtype=np.float64).reshape(-1, 2)
         n = len(pairs)
         nan = math.nan
         if n == 0:
             return NoiseScale(nan, nan, nan, nan, nan, 0, self.confidence)
-        traces, g_sqs = [p[0] for p in pairs], [p[1] for p in pairs]
-        t_mean, a_mean = math.fsum(traces) / n, math.fsum(g_sqs) / n
+        t_mean, a_mean = float(pairs[:, 0].mean()), float(pairs[:, 1].mean())
         if n < 2:
             return NoiseScale(nan, nan, nan, a_mean, t_mean, n, self.confidence)
-        var_t = _covariance(traces, traces, t_mean, t_mean) / n  # variances of the means
-        var_a = _covariance(g_sqs, g_sqs, a_mean, a_mean) / n
-        cov_ta = _covariance(traces, g_sqs, t_mean, a_mean) / n
-        low, b_simple, high = fieller(t_mean, a_mean, var_t, var_a, cov_ta, t_quantile(self.confidence, n - 1))
-        return NoiseScale(b_simple, low, high, a_mean, t_mean, n, self.confidence)
+        interval = ratio_interval(pairs[:, 0], pairs[:, 1], self.confidence)
+        b_simple = math.inf if interval.above_range else interval.ratio
+        return NoiseScale(b_simple, interval.low, interval.high, a_mean, t_mean, n, self.confidence, interval.limit)
 
     @property
     def b_simple(self) -> float:
@@ -279,81 +282,6 @@ class NoiseScaleEstimator:
         for at, g_small_sq, g_big_sq, b_small, b_big in state["measurements"]:
             self.update(float(g_small_sq), float(g_big_sq), int(b_small), int(b_big), at=int(at))
         self._updates = int(state["updates"])
-
-
-def fieller(
-    num: float, den: float, var_num: float, var_den: float, cov: float, t: float
-) -> tuple[float, float, float]:
-    """``(low, ratio, high)`` for ``num/den`` (both means >= 0 in truth) by Fieller's method, clipped at 0.
-
-    The interval is ``{R >= 0 : (num - R den)² <= t² Var(num - R den)}``. When
-    ``den`` is not significantly positive (``den <= t·sd(den)``) it is unbounded
-    above: the ratio is reported as ``inf`` and ``low`` is the lower end.
-    """
-    # (num - R den)² - t² (var_num - 2 R cov + R² var_den) = a R² - 2 b R + c
-    a = den * den - t * t * var_den
-    b = num * den - t * t * cov
-    c = num * num - t * t * var_num
-    disc = max(b * b - a * c, 0.0)
-    if a > 0 and den > 0:  # den significantly positive: a bounded interval around num/den
-        ratio = max(num, 0.0) / den
-        low = max((b - math.sqrt(disc)) / a, 0.0)
-        high = max((b + math.sqrt(disc)) / a, ratio)
-        return min(low, ratio), ratio, high
-    if c <= 0 or (a > 0 and den <= 0):  # R = 0 is in the set, or den is significantly negative (no information)
-        low = 0.0
-    elif a < 0:  # roots of opposite signs; the set is R >= the positive root
-        low = (b - math.sqrt(disc)) / a
-    else:  # a == 0: a straight line
-        low = c / (2 * b) if b > 0 else 0.0
-    return low, math.inf, math.inf
-
-
-def t_quantile(confidence: float, dof: int) -> float:
-    """The two-sided Student-t quantile: ``P(|T_dof| <= t) = confidence``."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence: must be in (0, 1), got {confidence!r}")
-    if _not_int(dof) or dof < 1:
-        raise ValueError(f"dof: must be an integer >= 1, got {dof!r}")
-    if dof == 1:
-        return math.tan(math.pi * confidence / 2)
-    if dof == 2:
-        p = (1 + confidence) / 2
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
-    if dof > 2000:  # Cornish-Fisher: error far below the sampling error of the spread
-        return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
-    low, high = z, math.tan(math.pi * confidence / 2)  # the normal and Cauchy quantiles bracket it
-    for _ in range(100):
-        mid = (low + high) / 2
-        if _t_central(mid, dof) < confidence:
-            low = mid
-        else:
-            high = mid
-        if high - low <= 1e-12 * high:
-            break
-    return (low + high) / 2
-
-
-def _t_central(t: float, dof: int) -> float:
-    """``P(|T_dof| <= t)`` in closed form (Abramowitz and Stegun 26.7.3-4)."""
-    theta = math.atan(t / math.sqrt(dof))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if dof % 2 == 0:
-        term, total = 1.0, 1.0
-        for k in range(2, dof, 2):  # 1 + (1/2) c² + (1·3)/(2·4) c⁴ + ...
-            term *= c2 * (k - 1) / k
-            total += term
-        return s * total
-    term, total = math.cos(theta), math.cos(theta) if dof > 1 else 0.0
-    for k in range(3, dof - 1, 2):  # cos θ + (2/3) cos³ θ + ...
-        term *= c2 * (k - 1) / k
-        total += term
-    return 2 / math.pi * (theta + s * total)
-
-
-def _covariance(xs: list[float], ys: list[float], x_mean: float, y_mean: float) -> float:
-    return math.fsum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / (len(xs) - 1)
 
 
 def _not_int(value: object) -> bool:

@@ -193,7 +193,7 @@ def test_bootstrap_interval_contains_the_true_b_crit() -> None:
 
 def _coverage(method: str, sweeps: int, seed: int) -> tuple[float, float]:
     """(coverage of the true B_noise, median fitted B_crit / true) over seeded synthetic digits-like sweeps."""
-    truth = SyntheticScaling()  # S_min 100, B_noise 64, one report per epoch of 1,437 examples, best of 8 trials
+    truth = SyntheticScaling()  # S_min 100, B_noise 64, one report per epoch of 1,438 examples, best of 8 trials
     rng = np.random.default_rng(seed)
     covered, ratio = 0, []
     for _ in range(sweeps):

@@ -60,6 +60,7 @@ class SamplerInfo:
     replica_safe: bool = False
     check_space: SpaceCheck | None = None
     supports_constraints: bool = False
+    takes_budget: bool = False  # build(..., budget=[study] n_trials): its start scales with the budget
 
 
 def grid_of(distributions: dict[str, BaseDistribution]) -> dict[str, list]:
@@ -86,12 +87,12 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def _evolution(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
+def _evolution(space: SearchSpace, seed: int, budget: int | None = None, **options: Any) -> BaseSampler:
     from search.sampling.evolution import evolution_sampler_for
 
     if options:
         raise ValueError(f"'evolution' takes no [sampler] options (got {', '.join(options)}); see [space] genomes")
-    return evolution_sampler_for(space, seed)
+    return evolution_sampler_for(space, seed, budget=budget)
 
 
 def _grid_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
@@ -135,7 +136,7 @@ SAMPLER_REGISTRY: dict[str, SamplerInfo] = {
                     **kw), check_space=_grid_space),
         SamplerInfo("nsga2", lambda space, seed, **kw: optuna.samplers.NSGAIISampler(seed=seed, **kw),
                     supports_constraints=True),  # one objective works too
-        SamplerInfo("evolution", _evolution, check_space=_evolution_space),
+        SamplerInfo("evolution", _evolution, check_space=_evolution_space, takes_budget=True),
     )
 }  # fmt: skip
 SAMPLERS = tuple(SAMPLER_REGISTRY)  # every name a spec may give, in the order the docs list them
@@ -189,10 +190,14 @@ def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
 
 
 def make_sampler(
-    name: str, space: SearchSpace, study_seed: int, options: Mapping[str, Any] | None = None
+    name: str, space: SearchSpace, study_seed: int, options: Mapping[str, Any] | None = None,
+    budget: int | None = None,
 ) -> BaseSampler:
-    """The sampler ``name``, seeded from the study seed; ``options``: the spec's ``[sampler]`` keyword arguments."""
+    """The sampler ``name``, seeded from the study seed; ``options``: the spec's ``[sampler]`` keyword arguments;
+    ``budget``: the campaign's trial budget, for a sampler whose start scales with it (``takes_budget``)."""
+    info = sampler_info(name)
+    extra = {"budget": budget} if info.takes_budget else {}
     try:
-        return sampler_info(name).build(space, component_seed(study_seed, "sampler"), **dict(options or {}))
+        return info.build(space, component_seed(study_seed, "sampler"), **extra, **dict(options or {}))
     except TypeError as exc:  # a keyword the built-in sampler does not take
         raise ValueError(f"sampler {name!r} with [sampler] {dict(options or {})}: {exc}") from None

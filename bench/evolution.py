@@ -1,7 +1,7 @@
 """Architecture search under asynchrony: evolution against random search and TPE on NAS-Bench-201.
 
-    python -m bench.evolution [--seeds 50] [--workers 16 64] [--budgets 100 200]
-                              [--datasets cifar10 cifar100 imagenet]
+    python -m bench.evolution [--seeds 50] [--seed0 0] [--workers 1 16 64] [--budgets 100 200]
+                              [--datasets cifar10 cifar100 imagenet] [--jobs 1]
                               [--methods evolution random tpe evolution-classic]
 
 Each run is a real ``search.loop.campaign.Campaign`` (the controller users run, with an
@@ -19,10 +19,14 @@ charged to the virtual clock (``controller_time_scale = 0``), so the figures do 
 depend on how loaded the machine is; seed ``s`` seeds the study, the sampler and the
 executor. ``bench/NOTES.md`` has the 2026-12-01 figures and how the default was chosen.
 
-One campaign of ``max(--budgets)`` trials per (dataset, workers, method, seed); the
-figure "at B evaluations" is read from its first B trials by number, which are exactly
-the trials a campaign with ``n_trials = B`` runs (the controller asks trial k at the
-same moment with the same finished trials whatever the budget beyond k).
+Seeds are ``--seed0 .. --seed0 + --seeds - 1`` (the default was tuned on 0..49: give
+fresh ones, e.g. ``--seed0 1000``, to check it). A sampler whose start scales with the
+budget (``evolution``: ``takes_budget`` in the registry) runs one campaign per budget;
+every other method runs one campaign of ``max(--budgets)`` trials per (dataset,
+workers, method, seed) and the figure "at B evaluations" is read from its first B
+trials by number, which are exactly the trials a campaign with ``n_trials = B`` runs
+(the controller asks trial k at the same moment with the same finished trials whatever
+the budget beyond k). ``--jobs`` runs that many campaigns at once, in processes.
 
 Per run and budget: ``best_val`` (the best validation accuracy found, what the search
 maximises), ``regret`` (table optimum of the validation column minus ``best_val``) and
@@ -48,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +63,7 @@ from scipy.stats import mannwhitneyu
 from cluster.simulated import SimulatedExecutor, TableModel
 from search.loop.campaign import Campaign
 from search.sampling.evolution import RegularizedEvolutionSampler
-from search.sampling.samplers import make_sampler
+from search.sampling.samplers import make_sampler, sampler_info
 from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
@@ -114,7 +119,8 @@ def campaign(
     sampler_factory = sampler_factory or EXTRA_METHODS.get(method)
     registry_name = method if sampler_factory is None else "evolution"
     spec = bench_spec(registry_name, workers, budget, dataset, seed)
-    sampler = (sampler_factory or (lambda s, seed_: make_sampler(method, s.space, seed_)))(spec, spec.study.seed)
+    build = sampler_factory or (lambda s, seed_: make_sampler(method, s.space, seed_, budget=s.study.n_trials))
+    sampler = build(spec, spec.study.seed)
     with tempfile.TemporaryDirectory() as tmp:
         folder = CampaignFolder(Path(tmp) / spec.study.name)
         folder.create(spec.text)
@@ -183,6 +189,41 @@ def summarise(runs: Sequence[Run], methods: Sequence[str]) -> list[dict[str, Any
     return rows
 
 
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One campaign of the bench, and the budgets read from it."""
+
+    method: str
+    workers: int
+    budget: int
+    dataset: str
+    seed: int
+    read_at: tuple[int, ...]
+
+
+def _jobs(method: str, workers: int, budgets: Sequence[int], dataset: str, seeds: Sequence[int]) -> list[Job]:
+    """A campaign per budget for a sampler whose start scales with it, else one read at every budget."""
+    per_budget = method not in EXTRA_METHODS and sampler_info(method).takes_budget
+    if per_budget:
+        return [Job(method, workers, b, dataset, s, (b,)) for s in seeds for b in budgets]
+    return [Job(method, workers, max(budgets), dataset, s, tuple(budgets)) for s in seeds]
+
+
+_TABLE: TableModel | None = None
+
+
+def _run_job(job: Job) -> list[Run]:
+    """Run one :class:`Job` (in a pool process: the table is loaded once per process)."""
+    global _TABLE
+    if _TABLE is None:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        logging.getLogger("search").setLevel(logging.WARNING)
+        _TABLE = TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=JITTER)
+    trials = campaign(job.method, job.workers, job.budget, job.dataset, job.seed, table=_TABLE)
+    return runs_for(trials, job.read_at, _TABLE.best(job.dataset, "val"), dataset=job.dataset,
+                    workers=job.workers, method=job.method, seed=job.seed)  # fmt: skip
+
+
 def _write(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
@@ -208,8 +249,11 @@ def print_summary(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> Non
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m bench.evolution", description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=50, help="seeds 0 .. N-1 (default 50)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--seeds", type=int, default=50, help="how many seeds (default 50)")
+    parser.add_argument("--seed0", type=int, default=0, help="the first seed (default 0; the default was tuned "
+                        "on 0..49, so pass e.g. 1000 for fresh seeds)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--jobs", type=int, default=1, help="campaigns run at once, in processes (default 1)")
     parser.add_argument("--budgets", type=int, nargs="+", default=[100, 200])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--methods", nargs="+", default=["evolution", "random", "tpe", "evolution-classic"],
@@ -220,26 +264,24 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     if len(args.methods) < 2:
         parser.error("--methods needs at least two samplers")
+    if args.seeds < 1 or args.seed0 < 0 or args.jobs < 1:
+        parser.error("--seeds and --jobs must be >= 1, --seed0 >= 0")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("search").setLevel(logging.WARNING)
 
     started = time.perf_counter()
     print(f"# bench.evolution  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
-          f"  optuna {optuna.__version__}  seeds 0..{args.seeds - 1}  budgets {args.budgets}", flush=True)  # fmt: skip
-    table = TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=JITTER)
+          f"  optuna {optuna.__version__}  seeds {args.seed0}..{args.seed0 + args.seeds - 1}  budgets {args.budgets}", flush=True)  # fmt: skip
     budgets = sorted(set(args.budgets))
+    seeds = range(args.seed0, args.seed0 + args.seeds)
+    jobs = [job for dataset in args.datasets for workers in args.workers for method in args.methods
+            for job in _jobs(method, workers, budgets, dataset, seeds)]  # fmt: skip
     runs: list[Run] = []
-    for dataset in args.datasets:
-        optimum = table.best(dataset, "val")
-        for workers in args.workers:
-            for method in args.methods:
-                t0 = time.perf_counter()
-                for seed in range(args.seeds):
-                    trials = campaign(method, workers, budgets[-1], dataset, seed, table=table)
-                    runs += runs_for(trials, budgets, optimum, dataset=dataset, workers=workers,
-                                     method=method, seed=seed)  # fmt: skip
-                print(f"  {dataset:9s} {workers:4d} workers  {method:10s} {args.seeds} seeds  "
-                      f"{time.perf_counter() - t0:6.1f} s", flush=True)  # fmt: skip
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for done, found in enumerate(pool.map(_run_job, jobs), 1):
+            runs += found
+            if done % max(1, len(jobs) // 20) == 0 or done == len(jobs):
+                print(f"  {done}/{len(jobs)} campaigns  {time.perf_counter() - started:6.0f} s", flush=True)
     rows = summarise(runs, args.methods)
     print()
     print_summary(rows, args.methods)

@@ -23,7 +23,7 @@ from spaces.architecture import genome_from_string
 from spaces.batch import LRScaling
 from spaces.schedules import Piecewise, make_schedule
 from trainers.api import Reporter, TrialConfig
-from trainers.classifier import PIECEWISE, ClassifierParams, check_data_parallel, parse_params
+from trainers.classifier_params import PIECEWISE, ClassifierParams, check_data_parallel, parse_params
 from trainers.data import load_dataset
 from trainers.ddp import launch
 from trainers.ddp_rank import current_rank, process_group, rank_device

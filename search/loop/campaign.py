@@ -207,6 +207,8 @@ class Campaign:
         ruling = decide(self.policies, running.view(), outcome)
         if ruling.attrs:
             write_attrs(running.trial, **ruling.attrs)
+        for name, value in ruling.constraints.items():
+            running.trial.set_constraint(name, value)
         decision = ruling.decision
         if isinstance(decision, Halt):
             raise CampaignError(decision.reason)  # the trial stays in flight: marked interrupted, resumable

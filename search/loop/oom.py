@@ -10,42 +10,16 @@ the retry of lost trials (:mod:`search.loop.policies`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
 
-from optuna.trial import TrialState
 
 from cluster.executor import Outcome
 
-from search.loop.trials import RunningTrial
-from search.store.records import Attr, write_attrs
+from search.store.records import Attr
 
-__all__ = ["OUT_OF_MEMORY", "OOM_CONSTRAINT", "OutOfMemory", "device_fields"]
+__all__ = ["OUT_OF_MEMORY", "OOM_CONSTRAINT", "device_fields"]
 
 OUT_OF_MEMORY = "out of memory"  # the stop reason (the existing string form; the lead may make it an enum)
 OOM_CONSTRAINT = "out_of_memory"  # the constraint an out-of-memory trial carries (> 0: infeasible)
-
-
-class OutOfMemory:
-    """PRUNED with reason "out of memory", infeasible for a sampler that reads constraints; never retried."""
-
-    def __init__(self, constrained: bool) -> None:
-        self.constrained = constrained
-
-    def on_report(self, running: RunningTrial, metrics: Mapping[str, float]) -> str | None:
-        return None
-
-    def on_finished(self, running: RunningTrial, outcome: Outcome) -> Any:
-        from search.loop.policies import Verdict  # the seam's own types (policies imports this module)
-
-        if not outcome.oom:
-            return None
-        write_attrs(running.trial, **{Attr.OUT_OF_MEMORY: outcome.error or OUT_OF_MEMORY})
-        if outcome.traceback:
-            write_attrs(running.trial, **{Attr.TRACEBACK: outcome.traceback[-20_000:]})
-        if self.constrained:
-            running.trial.set_constraint(OOM_CONSTRAINT, 1.0)
-        return Verdict(TrialState.PRUNED, (), OUT_OF_MEMORY)
 
 
 def device_fields(outcome: Outcome) -> dict[str, object]:

@@ -34,7 +34,7 @@ from cluster.executor import CANCELLED, LOST, Outcome
 from trainers.api import TrialConfig
 
 from search.loop.intermediate import IntermediateValues
-from search.loop.oom import OutOfMemory
+from search.loop.oom import OOM_CONSTRAINT, OUT_OF_MEMORY
 from search.sampling.samplers import sampler_info
 from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
@@ -43,11 +43,12 @@ from search.scaling.sweep import TargetGoal
 from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
+from search.store.records import Attr
 from search.loop.trials import TrialView
 from search.vocab.terms import StopReason, maximizing
 
 __all__ = [
-    "Policy", "Resubmit", "Verdict", "Halt", "Park", "Note", "Decision", "Ruling", "TARGET_REACHED",
+    "Policy", "Resubmit", "Verdict", "Halt", "Park", "Note", "OutOfMemory", "Decision", "Ruling", "TARGET_REACHED",
     "HaltOnDiskErrors", "KilledTrials", "RetryLostTrials", "PopulationSegments", "ScalingTarget", "Pruning",
     "population_of", "policies_for", "first_stop_reason", "decide",
 ]
@@ -78,6 +79,10 @@ class Verdict:
     state: TrialState
     values: tuple[float, ...] = ()
     reason: str = ""
+    attrs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """User attributes to record on the trial first."""
+    constraints: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Constraint values to set (``Trial.set_constraint``; > 0: infeasible for a sampler that reads them)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +115,7 @@ class Ruling:
 
     decision: Resubmit | Verdict | Halt | Park | None
     attrs: Mapping[str, Any]
+    constraints: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Policy(Protocol):
@@ -134,6 +140,26 @@ class HaltOnDiskErrors:
         where = f" on {outcome.host}" if outcome.host else ""
         return Halt(f"trial {running.number} stopped by a disk error{where} ({outcome.error}); unfinished trials "
                     f"are kept: free space, then 'hypersweep resume {self.folder.root}'")  # fmt: skip
+
+
+class OutOfMemory:
+    """PRUNED with reason "out of memory", infeasible for a sampler that reads constraints; never retried as a loss
+    (it comes before :class:`RetryLostTrials`: a worker killed near its memory limit ran out of memory)."""
+
+    def __init__(self, constrained: bool) -> None:
+        self.constrained = constrained
+
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
+        return None
+
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
+        if not outcome.oom:
+            return None
+        attrs: dict[str, Any] = {Attr.OUT_OF_MEMORY: outcome.error or OUT_OF_MEMORY}
+        if outcome.traceback:
+            attrs[Attr.TRACEBACK] = outcome.traceback[-20_000:]
+        constraints = {OOM_CONSTRAINT: 1.0} if self.constrained else {}
+        return Verdict(TrialState.PRUNED, (), OUT_OF_MEMORY, attrs=attrs, constraints=constraints)
 
 
 class KilledTrials:
@@ -297,6 +323,6 @@ def decide(policies: list[Policy], running: TrialView, outcome: Outcome) -> Ruli
         if isinstance(decision, Note):
             attrs.update(decision.attrs)
         elif decision is not None:
-            attrs.update(decision.attrs if isinstance(decision, Resubmit) else {})
-            return Ruling(decision, attrs)
+            attrs.update(decision.attrs if isinstance(decision, (Resubmit, Verdict)) else {})
+            return Ruling(decision, attrs, decision.constraints if isinstance(decision, Verdict) else {})
     return Ruling(None, attrs)

@@ -74,7 +74,7 @@ def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> o
     """The spec's sampler, seeded with :func:`sampler_seed` (a scaling sweep's: one per batch size)."""
     seed = sampler_seed(spec.study.seed, trials, restart)
     if spec.scaling is None:
-        return make_sampler(spec.study.sampler, spec.space, seed, spec.sampler_options)
+        return make_sampler(spec.study.sampler, spec.space, seed, spec.sampler_options, budget=spec.study.n_trials)
     return scaling_sampler(spec.scaling.batch_sizes, seed,
                            lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options))  # fmt: skip
 

@@ -4,14 +4,18 @@ asynchronous workers.
 The architecture parameters -- the flat names of ``space.distributions(prefix)`` -- are
 sampled jointly by :meth:`RegularizedEvolutionSampler.sample_relative`:
 
-1. **Start.** While fewer than ``n_startup_trials`` COMPLETE trials carry a genome, a
-   uniformly random genome (``space.sample``). The default, ``"auto"``, starts evolving
-   from the first finished trials instead of waiting for a whole population:
-   ``min(population_size, max(4, ceil(in_flight / 8)))``, where ``in_flight`` counts the
-   study's other RUNNING and WAITING trials when this one is sampled (about the number of
-   busy workers): 4 on up to 32 workers, 8 on 64. On 64 workers a population of 20
-   would otherwise be complete only after 84 trials, i.e. nearly every trial of a
-   100-trial search would be random.
+1. **Start.** Random genomes (``space.sample``) until ``n_startup_trials`` COMPLETE trials
+   carry a genome. The default, ``"auto"``, scales the start with the budget as well as
+   the workers: a genome is random while fewer than ``max(4, ceil(in_flight / 8))``
+   trials have finished (``in_flight`` counts the study's other RUNNING and WAITING
+   trials when this one is sampled, about the number of busy workers: 4 on up to 32
+   workers, 8 on 64), or while fewer than ``ceil(budget / 10)`` trials carry a genome at
+   all (``budget`` is the campaign's trial budget, ``[study] n_trials``: 10 random of
+   100, 20 of 200), both capped at ``population_size``. On one worker the second rule
+   decides (a 4-trial start stalls on the first good cell: TPE was ahead at 200
+   evaluations, bench/NOTES.md); on 64 workers the first 64 asks are random anyway and
+   the first rule decides (a whole population of 20 finished first would leave nearly
+   every trial of a 100-trial search random). Without a budget only the first rule holds.
 2. **Population.** The ``population_size`` most recently completed such trials (ordered by
    ``datetime_complete``, ties by trial number), or all of them while there are fewer:
    older trials age out, however good.
@@ -106,6 +110,7 @@ RIDGE = 1.0  # the candidate model's ridge penalty (on one-hot features, ranks s
 MODEL_WINDOW = 200  # the candidate model reads at most this many of the most recent finished trials
 MAX_DRAWS = 100  # draws for new genomes per ask (skip_duplicates), then two mutations, then a repeat
 _ACTIVE = (TrialState.RUNNING, TrialState.WAITING)
+START_SHARE = 0.1  # of the trial budget drawn at random before the first mutation ("auto" start)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +140,10 @@ class RegularizedEvolutionSampler(BaseSampler):
         seed: seeds the sampler's ``numpy.random.Generator`` and the default base sampler.
         base_sampler: samples every non-architecture parameter.
         n_startup_trials: finished trials before the first mutation (random genomes until
-            then); ``"auto"`` (default) scales it to the trials in flight, see the module
-            docstring; ``population_size`` is the classic start.
+            then); ``"auto"`` (default) scales it to the trials in flight and ``budget``,
+            see the module docstring; ``population_size`` is the classic start.
+        budget: the campaign's trial budget (``[study] n_trials``), for the ``"auto"``
+            start; None (a time budget, or a bare study) scales it to the workers only.
         candidates: mutants of the parent rated by the model of the finished trials, the
             best one is the child; 1 is plain mutation.
         skip_duplicates: never propose a genome a trial of the study already has (until
@@ -155,6 +162,7 @@ class RegularizedEvolutionSampler(BaseSampler):
         n_startup_trials: int | Literal["auto"] = "auto",
         candidates: int = 16,
         skip_duplicates: bool = True,
+        budget: int | None = None,
     ) -> None:
         if not isinstance(space, (LayerSpace, CellSpace)):
             raise ValueError(f"space {space!r} must be a LayerSpace or a CellSpace")
@@ -171,6 +179,8 @@ class RegularizedEvolutionSampler(BaseSampler):
         if n_startup_trials != "auto":
             _check_int("n_startup_trials", n_startup_trials)
         _check_int("candidates", candidates)
+        if budget is not None:
+            _check_int("budget", budget)
         if not isinstance(skip_duplicates, bool):
             raise ValueError(f"skip_duplicates={skip_duplicates!r} must be a bool")
         if base_sampler is not None and not isinstance(base_sampler, BaseSampler):
@@ -182,6 +192,7 @@ class RegularizedEvolutionSampler(BaseSampler):
         self.n_startup_trials: int | Literal["auto"] = n_startup_trials
         self.candidates = candidates
         self.skip_duplicates = skip_duplicates
+        self.budget = budget
         evolution_seed, base_seed = np.random.SeedSequence(seed).spawn(2)
         self._rng = np.random.Generator(np.random.PCG64(evolution_seed))
         if base_sampler is None:
@@ -204,6 +215,7 @@ class RegularizedEvolutionSampler(BaseSampler):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("n_startup_trials", state.get("population_size", 20))  # pickled before the knobs
+        state.setdefault("budget", None)  # pickled before the budget-aware start
         state.setdefault("candidates", 1)
         state.setdefault("skip_duplicates", False)
         state.setdefault("_ended", {})
@@ -247,6 +259,16 @@ class RegularizedEvolutionSampler(BaseSampler):
         if self.n_startup_trials != "auto":
             return self.n_startup_trials
         return min(self.population_size, max(4, math.ceil(in_flight / 8)))
+
+    def startup_genomes(self) -> int:
+        """Trials with a genome (in any state) needed before the first mutation: the budget's share."""
+        if self.n_startup_trials != "auto" or self.budget is None:
+            return 0
+        return min(self.population_size, math.ceil(self.budget * START_SHARE))
+
+    def _starting(self, finished: int, in_flight: int, genomes: int) -> bool:
+        """Whether the next genome is still a random one (the start, see the module docstring)."""
+        return finished < self.startup_trials(in_flight) or genomes < self.startup_genomes()
 
     # -- BaseSampler
 
@@ -345,15 +367,19 @@ class RegularizedEvolutionSampler(BaseSampler):
         in_flight = sum(t.state in _ACTIVE for t in others)
         finished = self._finished(study, limit=max(self.population_size, MODEL_WINDOW))
         seen: set[str] = set()
-        if self.skip_duplicates:
+        genomes = 0
+        if self.skip_duplicates or self.startup_genomes():
             for t in others:
                 text = self._genome_and_text(study, t)[1]
                 if text is not None:
                     seen.add(text)
+                    genomes += 1
+        if not self.skip_duplicates:
+            seen.clear()
         population = finished[-self.population_size :]
         sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
         with self._lock:
-            if len(finished) < self.startup_trials(in_flight):
+            if self._starting(len(finished), in_flight, genomes):
                 genome = self._draw(lambda: self.space.sample(self._rng), seen, 1)[0][0]
                 return genome, Lineage(genome.to_string(), None, "random")
             size = min(self.sample_size, len(population))
@@ -447,7 +473,8 @@ def _ridge(design: np.ndarray, target: np.ndarray, penalty: float) -> np.ndarray
 
 
 def evolution_sampler_for(
-    space: SearchSpace, seed: int, population_size: int = 20, sample_size: int | None = None
+    space: SearchSpace, seed: int, population_size: int = 20, sample_size: int | None = None,
+    budget: int | None = None,
 ) -> RegularizedEvolutionSampler:
     """The evolution sampler (defaults as documented above) for the one architecture parameter of
     ``space``; TPE for the rest."""
@@ -458,5 +485,6 @@ def evolution_sampler_for(
             f"(type 'layers' or 'cell') in [space]; found {len(genomes)}"
         )
     return RegularizedEvolutionSampler(
-        genomes[0].space, prefix=genomes[0].name, population_size=population_size, sample_size=sample_size, seed=seed
+        genomes[0].space, prefix=genomes[0].name, population_size=population_size, sample_size=sample_size, seed=seed,
+        budget=budget,
     )

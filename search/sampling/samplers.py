@@ -65,6 +65,8 @@ class SamplerInfo:
     supports_constraints: bool = False
     description: str = ""
     """One line on the sampler, for the docs (the registry refuses an entry without one)."""
+    takes_budget: bool = False
+    """``build(..., budget=[study] n_trials)``: its start scales with the campaign's trial budget."""
 
 
 def grid_of(distributions: dict[str, BaseDistribution]) -> dict[str, list]:
@@ -91,12 +93,12 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def _evolution(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
+def _evolution(space: SearchSpace, seed: int, budget: int | None = None, **options: Any) -> BaseSampler:
     from search.sampling.evolution import evolution_sampler_for
 
     if options:
         raise InputError(f"'evolution' takes no [sampler] options (got {', '.join(options)}); see [space] genomes")
-    return evolution_sampler_for(space, seed)
+    return evolution_sampler_for(space, seed, budget=budget)
 
 
 def _grid_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
@@ -142,7 +144,7 @@ _BUILT_IN = (
     SamplerInfo("nsga2", lambda space, seed, **kw: optuna.samplers.NSGAIISampler(seed=seed, **kw),
                 supports_constraints=True,  # one objective works too
                 description="NSGA-II genetic algorithm, for one or several objectives"),
-    SamplerInfo("evolution", _evolution, check_space=_evolution_space,
+    SamplerInfo("evolution", _evolution, check_space=_evolution_space, takes_budget=True,
                 description="regularized (aging) evolution over one architecture parameter"),
 )  # fmt: skip
 SAMPLER_REGISTRY: Registry[SamplerInfo] = Registry(
@@ -199,10 +201,14 @@ def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
 
 
 def make_sampler(
-    name: str, space: SearchSpace, study_seed: int, options: Mapping[str, Any] | None = None
+    name: str, space: SearchSpace, study_seed: int, options: Mapping[str, Any] | None = None,
+    budget: int | None = None,
 ) -> BaseSampler:
-    """The sampler ``name``, seeded from the study seed; ``options``: the spec's ``[sampler]`` keyword arguments."""
+    """The sampler ``name``, seeded from the study seed; ``options``: the spec's ``[sampler]`` keyword arguments;
+    ``budget``: the campaign's trial budget, for a sampler whose start scales with it (``takes_budget``)."""
+    info = sampler_info(name)
+    extra = {"budget": budget} if info.takes_budget else {}
     try:
-        return sampler_info(name).build(space, component_seed(study_seed, "sampler"), **dict(options or {}))
+        return info.build(space, component_seed(study_seed, "sampler"), **extra, **dict(options or {}))
     except TypeError as exc:  # a keyword the built-in sampler does not take
         raise InputError(f"sampler {name!r} with [sampler] {dict(options or {})}: {exc}") from None

@@ -18,7 +18,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import optuna
 
@@ -41,7 +41,6 @@ from search.spec.gpu import gpu_packing
 from search.store.storage import final_snapshot, open_storage, storage_url
 
 if TYPE_CHECKING:  # the loop, the sweep analysis and pandas load when a campaign runs, not to read a folder
-    from search.loop.hooks import CampaignHooks
     from search.scaling.sweep import SweepResult
 
 __all__ = [

@@ -29,7 +29,7 @@ from spaces.params import SearchSpace, parse_space
 
 from search.sampling import components
 from search.sampling.pruning import PRUNER_REGISTRY, PRUNERS, RESOURCE_METRIC
-from search.spec.schedulers import POLICY_REGISTRY, SCHEDULERS
+from search.spec.schedulers import POLICY_REGISTRY
 from search.vocab.terms import DIRECTIONS
 from search.sampling.samplers import (
     REPLICA_SAFE, SAMPLER_REGISTRY, SAMPLERS, SAMPLING, sampler_info, sampling_problem, space_problem,

@@ -8,8 +8,8 @@ from optuna.trial import TrialState
 
 from cluster.backends import worker_args
 from cluster.executor import ERROR, LOST, Outcome
-from search.loop.oom import OOM_CONSTRAINT, OUT_OF_MEMORY, OutOfMemory, device_fields
-from search.loop.policies import RetryLostTrials, Verdict, first_decision
+from search.loop.oom import OOM_CONSTRAINT, OUT_OF_MEMORY, device_fields
+from search.loop.policies import OutOfMemory, RetryLostTrials, Verdict, decide
 from search.loop.trials import RunningTrial
 from trainers.api import TrialConfig
 
@@ -27,12 +27,11 @@ def test_an_oom_is_pruned_with_its_reason_and_infeasible_only_for_a_constrained_
     study = optuna.create_study()
     running = _running(study)
     oom = Outcome(ERROR, error="out of memory: CUDA out of memory. Tried to allocate 2 GiB", oom=True)
-    verdict = OutOfMemory(constrained).on_finished(running, oom)
-    assert verdict == Verdict(TrialState.PRUNED, (), OUT_OF_MEMORY)
-    study.tell(running.trial, state=TrialState.PRUNED)
-    frozen = study.trials[0]
-    assert frozen.user_attrs["out_of_memory"].startswith("out of memory: CUDA")
-    assert frozen.constraints == ({OOM_CONSTRAINT: 1.0} if constrained else {})
+    ruling = decide([OutOfMemory(constrained), RetryLostTrials(3)], running.view(), oom)
+    assert isinstance(ruling.decision, Verdict)
+    assert (ruling.decision.state, ruling.decision.reason) == (TrialState.PRUNED, OUT_OF_MEMORY)
+    assert ruling.attrs["out_of_memory"].startswith("out of memory: CUDA")
+    assert dict(ruling.constraints) == ({OOM_CONSTRAINT: 1.0} if constrained else {})
 
 
 def test_a_worker_killed_for_memory_is_never_retried_as_a_loss() -> None:
@@ -40,9 +39,10 @@ def test_a_worker_killed_for_memory_is_never_retried_as_a_loss() -> None:
     running = _running(study)
     policies = [OutOfMemory(False), RetryLostTrials(3)]
     killed = Outcome(LOST, error="out of memory: its worker was killed with 900 MiB in use", oom=True)
-    assert first_decision(policies, running, killed) == Verdict(TrialState.PRUNED, (), OUT_OF_MEMORY)
+    decision = decide(policies, running.view(), killed).decision
+    assert isinstance(decision, Verdict) and (decision.state, decision.reason) == (TrialState.PRUNED, OUT_OF_MEMORY)
     assert running.attempts == 0
-    assert OutOfMemory(False).on_finished(running, Outcome(LOST, error="worker died")) is None
+    assert OutOfMemory(False).on_finished(running.view(), Outcome(LOST, error="worker died")) is None
 
 
 def test_device_figures_become_trial_attributes_where_measured() -> None:

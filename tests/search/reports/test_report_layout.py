@@ -33,7 +33,7 @@ from search.store.folder import CampaignFolder
 from spaces.architecture import genome_from_string
 from spaces.genomes import CellSpace
 
-from tests.search.test_report import CHROMIUM, available, open_page
+from tests.search.reports.test_report import CHROMIUM, available, open_page
 from tests.spec_files import write_spec
 
 WIDTH = 1400

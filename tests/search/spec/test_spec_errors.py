@@ -160,7 +160,7 @@ def test_loading_the_example_spec_without_its_trainer_imports_no_torch() -> None
         "check_trainer(spec)\n"
         "print(before, 'torch' in sys.modules)\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[] True"  # nothing before the check; the check imports the trainer

@@ -31,7 +31,7 @@ from search.spec.table import SpecError
 from search.store.folder import CampaignFolder
 from search.session.warm_start import WARM_START, WarmStartError, is_warm_start, source_trials
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers
 ROOT = HERE.parents[1]
 BIN = Path(sys.executable).parent
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,3 +25,10 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
     return env
 
+
+@pytest.fixture(name="toy_spec")
+def toy_spec_fixture() -> Callable[..., dict[str, Any]]:
+    """``toy_spec(**overrides)``: the toy spec as a dict (``toy_specs.toy_spec``; its TOML text is ``toy_toml``)."""
+    from toy_specs import toy_spec
+
+    return toy_spec

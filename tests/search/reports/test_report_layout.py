@@ -146,6 +146,7 @@ def test_an_evolution_report_fits_a_1400_px_page_in_headless_chromium(evolution:
     assert 0 < fit["tallest"] < 80, f"a row of the best table is {fit['tallest']} px tall"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not available(), reason=f"{CHROMIUM} is not installed (.ci/run installs Debian's chromium)")
 def test_the_overflow_probe_sees_a_table_wider_than_the_page(tmp_path: Path) -> None:

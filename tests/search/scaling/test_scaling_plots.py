@@ -102,6 +102,7 @@ def test_lr_and_noise_scale_plots_are_written(tmp_path: Path) -> None:
     assert_png(plot_noise_scale(tmp_path / "empty.png", {}))
 
 
+@pytest.mark.slow
 def test_plots_do_not_touch_pyplot(tmp_path: Path) -> None:
     code = (
         "import sys\n"

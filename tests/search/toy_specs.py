@@ -3,7 +3,8 @@ one worker. Tests state only what they change: ``toy_spec(**overrides)`` for a d
 ``toy_toml(**overrides)`` for the same spec as TOML text (a spec file, the command line).
 
 Overrides: ``name``, ``n_trials``, ``epochs``; any other keyword is a ``[study]`` key; ``trainer`` and ``cluster``
-are merged into their tables; ``space`` replaces the space; ``tables`` adds whole tables (``logging``, ...).
+are merged into their tables; ``space`` replaces the space; ``top`` adds top-level keys as given (``logging``,
+``enqueue``, ...).
 A key given as ``None`` is left out.
 """
 
@@ -23,7 +24,7 @@ def toy_spec(
     trainer: Mapping[str, Any] | None = None,
     space: Mapping[str, Any] | None = None,
     cluster: Mapping[str, Any] | None = None,
-    tables: Mapping[str, Mapping[str, Any]] | None = None,
+    top: Mapping[str, Any] | None = None,
     **study: Any,
 ) -> dict[str, Any]:
     """The toy spec as a dict, with ``overrides`` applied (see the module docstring)."""
@@ -34,7 +35,7 @@ def toy_spec(
         "space": dict(space) if space is not None else {"quality": {"type": "float", "low": 0.0, "high": 1.0}},
         "cluster": _merged({"n_workers": 1}, cluster or {}),
     }  # fmt: skip
-    return {**spec, **{k: dict(v) for k, v in (tables or {}).items()}}
+    return {**spec, **(top or {})}
 
 
 def toy_toml(name: str = "toy", n_trials: int = 2, epochs: int = 2, **overrides: Any) -> str:

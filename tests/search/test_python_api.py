@@ -133,6 +133,7 @@ def test_the_spec_may_be_a_path_a_toml_string_or_a_dict(tmp_path: Path) -> None:
         to_toml({"study": {"seed": None}})
 
 
+@pytest.mark.slow
 def test_import_search_stays_light_and_exports_the_api() -> None:
     code = ("import sys, search\nheavy = [m for m in ('optuna', 'distributed', 'torch', 'pandas') if m in sys.modules]\n"
             "print(heavy, callable(search.run), callable(search.resume), callable(search.load), search.Result.__name__)")  # fmt: skip
@@ -337,6 +338,7 @@ def test_workers_started_elsewhere_find_the_trainer_beside_the_spec(tmp_path: Pa
     assert env["paths"][:2] == [str(project / "exp"), str(project)]
 
 
+@pytest.mark.slow
 def test_the_environment_hashes_the_whole_package_or_the_modules_a_script_imported(tmp_path: Path) -> None:
     write_trainer_package(tmp_path / "pkgcase")
     spec = load_spec_like(tmp_path / "pkgcase" / "spec.toml")  # imports mytrain from the spec's folder

@@ -43,6 +43,13 @@ def toy(name: str, n_trials: int = 3, high: float = 1.0, **top: Any) -> dict[str
     return toy_spec(name, n_trials, epochs=1, seed=5, space=space, top=top)
 
 
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run([str(BIN / "hypersweep"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
 def write_spec(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(to_toml(data))
     return path

@@ -56,7 +56,7 @@ Two more ways to die (each its own function, the same checks):
   ``epoch_seconds``, so "repeated reports" tests that the controller keeps one report per (trial, step).
 
 Exit status 0 when every check passes, 1 otherwise. :func:`chaos` is the same as a
-function (``tests/search/test_resume_no_duplicates.py`` calls it).
+function (``tests/search/session/test_resume_no_duplicates.py`` calls it).
 """
 
 from __future__ import annotations

@@ -17,28 +17,12 @@ from search.spec.campaign_spec import SpecError
 from spaces.errors import EXIT_ALL_FAILED, EXIT_CLUSTER, EXIT_INPUT, HypersweepError, SpaceError
 
 from tests.spec_files import write_spec
+from toy_specs import toy_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ALL_FAIL = """
-[study]
-name = "doomed"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 5
-n_trials = 3
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 2
-
-[space]
-quality = { type = "float", low = -2.0, high = -1.0 }
-
-[cluster]
-n_workers = 1
-"""
+# Every trial fails: the toy trainer refuses a negative quality.
+ALL_FAIL = toy_toml("doomed", n_trials=3, seed=5, space={"quality": {"type": "float", "low": -2.0, "high": -1.0}})
 
 
 def hypersweep(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
@@ -132,6 +116,7 @@ def test_every_hypersweep_error_maps_to_its_exit_code() -> None:
     assert isinstance(SpecError("s", "k", "p"), ValueError)  # callers catching ValueError still do
 
 
+@pytest.mark.slow
 def test_a_hypersweep_error_from_a_command_is_one_line_and_its_code(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = hypersweep(["status", str(tmp_path / "nowhere")], env, timeout=120)

@@ -1,14 +1,20 @@
-"""Hostile input through the real command line: every case exits 2 with one stderr line naming the file (or the
+"""Hostile input through the command line: every case exits 2 with one stderr line naming the file (or the
 argument) and the key, and leaves the file tree (the working directory, the runs folder, a campaign folder) as
-it was, at ``check`` as at ``run``; read-only commands and refused resumes write nothing."""
+it was, at ``check`` as at ``run``; read-only commands and refused resumes write nothing.
+
+Most cases call ``search.cli.main`` in this process (the same parser, commands and error mapping, at a
+fraction of an interpreter's start-up); those in ``REAL`` run the real command line, a fresh interpreter, as
+does the campaign the folder cases copy and the closed-pipe case."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,32 +22,16 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+from search.cli import main
 from tests.spec_files import write_spec
+from toy_specs import toy_toml
 
-pytestmark = pytest.mark.slow  # each case starts the command line (optuna, torch for the trainer check)
+pytestmark = pytest.mark.slow  # the real command-line cases start an interpreter (optuna, torch)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-GOOD = """
-[study]
-name = "toy"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 1
-n_trials = 2
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 2
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-
-[cluster]
-n_workers = 1
-"""
+GOOD = toy_toml()
 
 
 def good(old: str = "", new: str = "") -> str:
@@ -55,6 +45,39 @@ def hypersweep(args: list[str], cwd: Path, timeout: float = 180) -> subprocess.C
     return subprocess.run(
         [sys.executable, "-m", "search", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout
     )
+
+
+Hypersweep = Callable[..., subprocess.CompletedProcess]
+# Cases that run the real command line (a fresh interpreter): one of each kind, and the trainer that raises
+# on import (its traceback goes to a file in TMPDIR, and its import must leave no __pycache__).
+REAL = {"not UTF-8", "a trainer that raises on import", "--workers 0", "resume under a changed spec"}
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Hypersweep:
+    """``hypersweep ARGS`` in ``cwd``: ``search.cli.main`` in this process, or with ``real=True`` the real command
+    line; either way its exit status and output as a CompletedProcess."""
+
+    def call(args: list[str], cwd: Path, timeout: float = 120, real: bool = False) -> subprocess.CompletedProcess:
+        if real:
+            return hypersweep(args, cwd, timeout)
+        (cwd.parent / "tmp").mkdir(exist_ok=True)
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(tempfile, "tempdir", str(cwd.parent / "tmp"))
+        monkeypatch.setattr(sys, "dont_write_bytecode", sys.dont_write_bytecode)  # main sets it
+        monkeypatch.setenv("DASK_LOGGING__DISTRIBUTED", os.environ.get("DASK_LOGGING__DISTRIBUTED", "error"))
+        sigterm = signal.getsignal(signal.SIGTERM)
+        capsys.readouterr()
+        try:
+            code = main(args)
+        except SystemExit as exc:  # argparse's own refusals
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call
 
 
 def tree(root: Path) -> dict[str, tuple[int, int, int]]:
@@ -153,14 +176,14 @@ SPEC_CASES: list[tuple[str, Writer, str]] = [
 @pytest.mark.parametrize("command", ["check", "run"])
 @pytest.mark.parametrize(("case", "write", "key"), SPEC_CASES, ids=[c[0] for c in SPEC_CASES])
 def test_a_hostile_spec_is_one_line_naming_file_and_key_and_changes_nothing(
-    tmp_path: Path, case: str, write: Writer, key: str, command: str
+    tmp_path: Path, cli: Hypersweep, case: str, write: Writer, key: str, command: str
 ) -> None:
     cwd = tmp_path / "work"
     cwd.mkdir()
     spec = write(cwd)
     before = tree(cwd)
     args = [command, "spec.toml"] + (["--no-progress"] if command == "run" else [])
-    line = the_line(hypersweep(args, cwd, timeout=120))
+    line = the_line(cli(args, cwd, real=case in REAL))
     assert line.startswith(f"hypersweep: spec.toml: {key}"), line
     assert tree(cwd) == before, "the command changed the working directory"
     assert not (cwd / "runs").exists()
@@ -189,7 +212,7 @@ ARG_CASES: list[tuple[str, list[str], str]] = [
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("case", "args", "named"), ARG_CASES, ids=[c[0] for c in ARG_CASES])
 def test_a_hostile_argument_is_one_line_naming_it_and_changes_nothing(
-    tmp_path: Path, case: str, args: list[str], named: str
+    tmp_path: Path, cli: Hypersweep, case: str, args: list[str], named: str
 ) -> None:
     cwd = tmp_path / "work"
     cwd.mkdir()
@@ -197,7 +220,7 @@ def test_a_hostile_argument_is_one_line_naming_it_and_changes_nothing(
     (cwd / "afile").write_text("not a folder\n")
     (cwd / "latin1.json").write_bytes('{"quality": 0.5, "x": "\xe9"}'.encode("latin-1"))
     before = tree(cwd)
-    line = the_line(hypersweep(args, cwd, timeout=120))
+    line = the_line(cli(args, cwd, real=case in REAL))
     assert named in line, line
     assert tree(cwd) == before
 
@@ -248,26 +271,26 @@ FOLDER_CASES: list[tuple[str, Callable[[Path], None], list[str], str]] = [
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("case", "damage", "args", "named"), FOLDER_CASES, ids=[c[0] for c in FOLDER_CASES])
 def test_a_refused_command_on_a_campaign_folder_writes_nothing(
-    tmp_path: Path, campaign: Path, case: str, damage: Callable[[Path], None], args: list[str], named: str
+    tmp_path: Path, cli: Hypersweep, campaign: Path, case: str, damage: Callable[[Path], None], args: list[str], named: str
 ) -> None:
     folder = tmp_path / "runs" / "toy"
     shutil.copytree(campaign, folder)
     damage(folder)
     before = tree(tmp_path / "runs")
     command = [args[0], "toy", *args[1:]] + (["--no-progress"] if args[0] == "resume" else [])
-    line = the_line(hypersweep(command, folder.parent, timeout=120), listing=case == "resume under a changed spec")
+    line = the_line(cli(command, folder.parent, real=case in REAL), listing=case == "resume under a changed spec")
     assert named in line, line
     assert tree(tmp_path / "runs") == before, "a refused command changed the campaign folder"
 
 
 @pytest.mark.timeout(300)
 def test_status_and_report_of_a_campaign_write_no_storage_and_a_closed_pipe_is_quiet(
-    tmp_path: Path, campaign: Path
+    tmp_path: Path, cli: Hypersweep, campaign: Path
 ) -> None:
     folder = tmp_path / "toy"
     shutil.copytree(campaign, folder)
     before = {k: v for k, v in tree(folder).items() if not k.startswith("report")}
-    status = hypersweep(["status", "toy"], tmp_path)
+    status = cli(["status", "toy"], tmp_path)
     assert status.returncode == 0 and "2 of 2 trials" in status.stdout, status.stderr
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
     proc = subprocess.Popen([sys.executable, "-m", "search", "report", "toy"], cwd=tmp_path, env=env,

@@ -25,6 +25,7 @@ from search.spec.table import SpecError
 from search.store.environment import TRAINER_PICKLE, changed_trainer_files, trainer_record
 from trainers.api import entry_of
 
+import toy_specs
 from tests.search.dask_processes import external_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,13 +33,7 @@ BIN = Path(sys.executable).parent
 
 
 def toy_spec(name: str, n_trials: int = 3, **study: Any) -> dict[str, Any]:
-    return {
-        "study": {"name": name, "direction": "maximize", "metric": "score", "sampler": "random", "seed": 3,
-                  "n_trials": n_trials, **study},
-        "trainer": {"entry": "toy_trainers:fit", "epochs": 2},
-        "space": {"quality": {"type": "float", "low": 0.0, "high": 1.0}},
-        "cluster": {"n_workers": 1},
-    }  # fmt: skip
+    return toy_specs.toy_spec(name, n_trials, seed=3, **study)
 
 
 def make_fit(scale: float):
@@ -74,6 +69,7 @@ def hypersweep(*args: str, cwd: Path, timeout: float = 90) -> subprocess.Complet
 # --- in this process --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_run_load_and_reproduce_with_a_closure_trainer(tmp_path: Path) -> None:
     fit = make_fit(2.0)
@@ -99,6 +95,7 @@ def test_run_load_and_reproduce_with_a_closure_trainer(tmp_path: Path) -> None:
     assert check.matched and check.entry == entry
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_resume_with_a_new_trainer_keeps_it_for_the_campaign(tmp_path: Path) -> None:
     first = search.run(toy_spec("resumed", n_trials=2), trainer=make_fit(1.0), runs_dir=tmp_path, progress=False)
@@ -136,6 +133,7 @@ def test_the_spec_may_be_a_path_a_toml_string_or_a_dict(tmp_path: Path) -> None:
         to_toml({"study": {"seed": None}})
 
 
+@pytest.mark.slow
 def test_import_search_stays_light_and_exports_the_api() -> None:
     code = ("import sys, search\nheavy = [m for m in ('optuna', 'distributed', 'torch', 'pandas') if m in sys.modules]\n"
             "print(heavy, callable(search.run), callable(search.resume), callable(search.load), search.Result.__name__)")  # fmt: skip
@@ -143,6 +141,7 @@ def test_import_search_stays_light_and_exports_the_api() -> None:
     assert out.stdout.split() == ["[]", "True", "True", "True", "Result"], out.stderr
 
 
+@pytest.mark.slow
 def test_a_shipment_loads_in_a_process_that_never_saw_the_trainer(tmp_path: Path) -> None:
     """What a worker gets: a by-name trainer with the folders to find it in, or a closure by value."""
     from cluster.executor import ship_trainer
@@ -227,6 +226,7 @@ def script_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproce
     return tmp, python(["train_script.py"], cwd=tmp)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_script_without_a_main_guard_runs_its_own_trainer_once(script_run) -> None:  # noqa: ANN001
     tmp, proc = script_run
@@ -240,6 +240,7 @@ def test_a_script_without_a_main_guard_runs_its_own_trainer_once(script_run) -> 
     assert "Traceback" not in proc.stderr and "Port 8787" not in proc.stderr and "INFO" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_status_reproduce_and_resume_need_neither_the_script_nor_its_folder(script_run) -> None:  # noqa: ANN001
     tmp, proc = script_run
@@ -257,6 +258,7 @@ def test_status_reproduce_and_resume_need_neither_the_script_nor_its_folder(scri
     assert resumed.returncode == 0 and "trials: 4 COMPLETE" in resumed.stdout, resumed.stdout + resumed.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_notebook_style_session_ships_its_trainer_by_value(tmp_path: Path) -> None:
     # `python -` reads the code from stdin: __main__ has no file, as in a notebook; its functions come from <stdin>.
@@ -336,6 +338,7 @@ def test_workers_started_elsewhere_find_the_trainer_beside_the_spec(tmp_path: Pa
     assert env["paths"][:2] == [str(project / "exp"), str(project)]
 
 
+@pytest.mark.slow
 def test_the_environment_hashes_the_whole_package_or_the_modules_a_script_imported(tmp_path: Path) -> None:
     write_trainer_package(tmp_path / "pkgcase")
     spec = load_spec_like(tmp_path / "pkgcase" / "spec.toml")  # imports mytrain from the spec's folder

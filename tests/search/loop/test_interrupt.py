@@ -12,31 +12,13 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.spec_files import write_spec
 from tests.campaign_storage import load
+from tests.spec_files import write_spec
+from toy_specs import toy_toml
 
 pytestmark = pytest.mark.slow
 
-SPEC = """
-[study]
-name = "slow"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 5
-n_trials = 20
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 50
-options = { sleep = 0.2 }
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-
-[cluster]
-n_workers = 2
-"""
+SPEC = toy_toml("slow", n_trials=20, epochs=50, seed=5, trainer={"options": {"sleep": 0.2}}, cluster={"n_workers": 2})
 
 
 def group_alive(pgid: int) -> bool:

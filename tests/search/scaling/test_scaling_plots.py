@@ -102,6 +102,7 @@ def test_lr_and_noise_scale_plots_are_written(tmp_path: Path) -> None:
     assert_png(plot_noise_scale(tmp_path / "empty.png", {}))
 
 
+@pytest.mark.slow
 def test_plots_do_not_touch_pyplot(tmp_path: Path) -> None:
     code = (
         "import sys\n"
@@ -110,7 +111,7 @@ def test_plots_do_not_touch_pyplot(tmp_path: Path) -> None:
         f"plot_lr_rule({str(tmp_path / 'lr.png')!r}, lr_rule_fit([8, 16, 32], [0.1, 0.2, 0.4]))\n"
         "print('matplotlib.pyplot' in sys.modules)\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -321,6 +321,7 @@ def test_report_opens_in_headless_chromium_without_console_errors(
     print(f"screenshot: {shot}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not available(), reason=f"{CHROMIUM} is not installed (.ci/run installs Debian's chromium)")
 def test_the_browser_check_sees_console_errors(tmp_path: Path) -> None:
@@ -394,6 +395,7 @@ def _hand_made_campaign(root: Path) -> CampaignFolder:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path: Path) -> None:
     folder = _hand_made_campaign(tmp_path / "runs" / "toy-mo")

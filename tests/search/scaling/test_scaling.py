@@ -204,6 +204,7 @@ def _coverage(method: str, sweeps: int, seed: int) -> tuple[float, float]:
     return covered / sweeps, float(np.median(ratio))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_bootstrap_reaches_nominal_coverage_on_synthetic_sweeps_with_a_known_b_noise() -> None:
     """200 seeded sweeps through the whole pipeline (epoch reports, interpolated, best of 8 trials, 6 sizes).

@@ -25,7 +25,7 @@ from dask_processes import wait_for
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers
 
 
 def _can_mount_tmpfs() -> bool:

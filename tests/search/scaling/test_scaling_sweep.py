@@ -18,7 +18,7 @@ from search.store.records import Attr, encode_history
 from search.spec.campaign_spec import SpecError, parse_spec
 from tests.campaign_storage import load
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Recording(optuna.samplers.RandomSampler):

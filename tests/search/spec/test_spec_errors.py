@@ -86,6 +86,7 @@ def test_metrics_must_match_directions(tmp_path: Path) -> None:
         load_spec(path)
 
 
+@pytest.mark.slow
 def test_cli_exit_2_one_line_and_nothing_created(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
     path = spec_with(tmp_path, "low = 0.0, high = 1.0", "low = 2.0, high = 1.0")
     runs = tmp_path / "runs"
@@ -106,6 +107,7 @@ def test_cli_exit_2_one_line_and_nothing_created(tmp_path: Path, subprocess_env:
         ('scheduler = "pbt"\n', '[pbt]\ninterval = 1\nhyperparams = ["quality"]\n', "population-based training"),
     ],
 )
+@pytest.mark.slow
 def test_a_warm_start_with_scaling_or_pbt_is_a_spec_error_check_reports(
     tmp_path: Path, subprocess_env: dict[str, str], study: str, section: str, what: str
 ) -> None:
@@ -150,6 +152,7 @@ def test_pbt_support_is_a_trainer_check(tmp_path: Path) -> None:
     assert info.value.key == "study.scheduler"
 
 
+@pytest.mark.slow
 def test_loading_the_example_spec_without_its_trainer_imports_no_torch() -> None:
     code = (
         "import sys\n"
@@ -160,7 +163,7 @@ def test_loading_the_example_spec_without_its_trainer_imports_no_torch() -> None
         "check_trainer(spec)\n"
         "print(before, 'trainers.classifier' in sys.modules, 'torch' in sys.modules)\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert out.returncode == 0, out.stderr
     # nothing before the check; the check imports the trainer's module, which leaves torch to its trials

@@ -18,7 +18,7 @@ from tests.spec_files import write_spec
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers
 ROOT = HERE.parents[1]
 
 SPEC = """

@@ -24,7 +24,7 @@ from search.spec.campaign_spec import CampaignSpec, SpecError, parse_spec
 from trainers.api import RecordingReporter, TrialConfig
 from trainers.classifier import fit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def small() -> str:

@@ -30,22 +30,17 @@ from search.spec.changes import SPEC_CHANGES, SpecChangedError, spec_changes, wi
 from search.spec.table import SpecError
 from search.store.folder import CampaignFolder
 from search.session.warm_start import WARM_START, WarmStartError, is_warm_start, source_trials
+from toy_specs import toy_spec
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers
 ROOT = HERE.parents[1]
 BIN = Path(sys.executable).parent
 
 
 def toy(name: str, n_trials: int = 3, high: float = 1.0, **top: Any) -> dict[str, Any]:
-    return {
-        "study": {"name": name, "direction": "maximize", "metric": "score", "sampler": "random", "seed": 5,
-                  "n_trials": n_trials},
-        "trainer": {"entry": "toy_trainers:fit", "epochs": 1},
-        "space": {"quality": {"type": "float", "low": 0.0, "high": high},
-                  "tag": {"type": "categorical", "choices": ["a", "b"]}},
-        "cluster": {"n_workers": 1},
-        **top,
-    }  # fmt: skip
+    space = {"quality": {"type": "float", "low": 0.0, "high": high},
+             "tag": {"type": "categorical", "choices": ["a", "b"]}}  # fmt: skip
+    return toy_spec(name, n_trials, epochs=1, seed=5, space=space, top=top)
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -71,6 +66,7 @@ def enqueued(tmp_path_factory: pytest.TempPathFactory) -> search.Result:
 # --- enqueue -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)  # a hang guard
 def test_enqueued_configurations_run_first_within_the_budget(enqueued: search.Result) -> None:
     trials = enqueued.study.get_trials()
@@ -82,6 +78,7 @@ def test_enqueued_configurations_run_first_within_the_budget(enqueued: search.Re
     assert enqueued.trials["params.quality"].tolist()[:2] == [0.25, 0.75]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)  # a hang guard
 def test_resume_with_n_trials_extends_the_budget_keeps_it_and_enqueues_nothing_again(enqueued: search.Result) -> None:
     with pytest.raises(ValueError, match=r"--n-trials 2: must be >= 3, the trials this campaign has already finished"):
@@ -114,6 +111,7 @@ def test_enqueued_values_are_checked_against_the_space(tmp_path: Path) -> None:
     assert parse([{"quality": 1, "tag": "a"}]).enqueue == ({"quality": 1, "tag": "a"},)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)  # a hang guard
 def test_run_enqueue_file_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "toy.toml", toy("cli"))
@@ -139,6 +137,7 @@ def test_deterministic_campaign_with_more_enqueued_trials_than_its_lag_may_ask()
 # --- warm start ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)  # a hang guard
 def test_warm_start_from_a_campaign_feeds_the_sampler_and_counts_nothing(
     enqueued: search.Result, tmp_path: Path
@@ -166,6 +165,7 @@ def test_warm_start_from_a_campaign_feeds_the_sampler_and_counts_nothing(
     assert len(result.study.get_trials(states=(TrialState.COMPLETE,))) == 2 + len(fitting)
 
 
+@pytest.mark.slow
 def test_warm_start_from_an_optuna_study_takes_complete_and_reported_pruned_trials(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = optuna.create_study(study_name="old", storage=url, direction="maximize")
@@ -201,6 +201,7 @@ def test_warm_start_from_an_optuna_study_takes_complete_and_reported_pruned_tria
         source_trials(str(tmp_path / "nowhere"), spec)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)  # a hang guard
 def test_a_study_name_clash_is_one_line_exit_2_not_a_traceback(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
@@ -218,6 +219,7 @@ def test_a_study_name_clash_is_one_line_exit_2_not_a_traceback(tmp_path: Path) -
 # --- a changed spec --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # a hang guard
 def test_a_changed_spec_is_listed_and_refused_unless_allowed(tmp_path: Path) -> None:
     first = search.run(toy("changed", n_trials=1), runs_dir=tmp_path, progress=False)
@@ -244,6 +246,7 @@ def test_a_changed_spec_is_listed_and_refused_unless_allowed(tmp_path: Path) -> 
         search.resume(first.folder, spec=tmp_path / "renamed.toml", allow_changes=True, progress=False)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # a hang guard
 def test_resume_enqueues_the_entries_a_changed_spec_adds_within_the_budget(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -69,6 +69,7 @@ def _take(asker: ProcessAsker, timeout: float = 60.0) -> Any:
     return item
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_every_tell_reaches_the_child_before_its_next_ask_and_its_state_comes_back() -> None:
     study = optuna.create_study(direction="maximize", sampler=RecordingTPE(seed=3))
@@ -128,6 +129,7 @@ def test_the_child_samples_with_the_campaigns_own_seeded_sampler() -> None:
         asker.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_finished_trials_seed_the_replica_and_foreign_ones_reach_it() -> None:
     study = optuna.create_study(sampler=RecordingTPE(seed=2))
@@ -148,6 +150,7 @@ def test_finished_trials_seed_the_replica_and_foreign_ones_reach_it() -> None:
         asker.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_sampler_that_raises_in_the_child_fails_take_with_its_traceback() -> None:
     study = optuna.create_study(sampler=Broken(seed=0))
@@ -174,6 +177,7 @@ class StaysHome(optuna.samplers.TPESampler):
         return (_refuse_in_child, ())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_sampler_the_child_cannot_load_is_not_portable_and_leaves_nothing_behind() -> None:
     sampler = StaysHome(seed=0)

@@ -23,7 +23,7 @@ from search.spec.campaign_spec import parse_spec
 from search.spec.scaling import BATCH
 from search.store.records import Attr, TrialRecord, encode_history
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPEC = parse_spec(tomllib.loads((ROOT / "examples" / "digits-scaling.toml").read_text()), "digits-scaling.toml")
 
 

@@ -343,6 +343,7 @@ def test_classic_knobs_reproduce_the_classic_algorithm_draw_for_draw() -> None:
     assert genomes(study) == classic_reference(7, 80, 8, 3)
 
 
+@pytest.mark.slow
 def test_no_genome_is_proposed_twice() -> None:
     def run(**kwargs: object) -> list[str]:
         sampler = RegularizedEvolutionSampler(
@@ -385,6 +386,7 @@ def test_repeats_are_accepted_when_nothing_new_is_left() -> None:
     assert len(study.trials) == 60 and len(set(genomes(study))) < 60
 
 
+@pytest.mark.slow
 def test_the_candidate_model_steers_children_to_good_values() -> None:
     """On the additive cell_fitness, 16 rated candidates beat one blind mutation (same seeds, 16 workers)."""
 
@@ -453,6 +455,7 @@ def test_unpickling_a_sampler_from_before_the_knobs_keeps_the_classic_algorithm(
     assert all(t.system_attrs[PARENT_ATTR] is None for t in study.trials[:6])
 
 
+@pytest.mark.slow
 def test_bench_evolution_runs_and_reports_rank_tests(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from bench import evolution as bench_evolution
 

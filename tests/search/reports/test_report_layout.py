@@ -33,7 +33,7 @@ from search.store.folder import CampaignFolder
 from spaces.architecture import genome_from_string
 from spaces.genomes import CellSpace
 
-from tests.search.test_report import CHROMIUM, available, open_page
+from tests.search.reports.test_report import CHROMIUM, available, open_page
 from tests.spec_files import write_spec
 
 WIDTH = 1400
@@ -146,6 +146,7 @@ def test_an_evolution_report_fits_a_1400_px_page_in_headless_chromium(evolution:
     assert 0 < fit["tallest"] < 80, f"a row of the best table is {fit['tallest']} px tall"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not available(), reason=f"{CHROMIUM} is not installed (.ci/run installs Debian's chromium)")
 def test_the_overflow_probe_sees_a_table_wider_than_the_page(tmp_path: Path) -> None:

@@ -1,0 +1,47 @@
+"""The `slow` mark is kept honest: with ``HYPERSWEEP_SLOW_LIMIT=SECONDS`` set (CI sets it), a test that is not
+marked ``slow`` and takes longer than that (its set-up and call together) fails, naming its time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+
+import pytest
+
+LIMIT_VARIABLE = "HYPERSWEEP_SLOW_LIMIT"
+SETUP_SECONDS = pytest.StashKey[float]()
+LIMIT = pytest.StashKey["float | None"]()
+
+
+def slow_limit() -> float | None:
+    """The limit in seconds from the environment (None: not checked)."""
+    value = os.environ.get(LIMIT_VARIABLE, "").strip()
+    if not value:
+        return None
+    try:
+        limit = float(value)
+    except ValueError:
+        raise pytest.UsageError(f"{LIMIT_VARIABLE}={value!r}: must be a number of seconds") from None
+    if limit <= 0:
+        raise pytest.UsageError(f"{LIMIT_VARIABLE}={value!r}: must be above 0")
+    return limit
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[LIMIT] = slow_limit()  # read once: a test that sets the variable does not move it
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
+    report = yield
+    limit = item.config.stash.get(LIMIT, None)
+    if limit is None or not isinstance(report, pytest.TestReport) or item.get_closest_marker("slow"):
+        return report
+    if report.when == "setup":
+        item.stash[SETUP_SECONDS] = report.duration
+    elif report.when == "call" and report.passed:
+        took = item.stash.get(SETUP_SECONDS, 0.0) + report.duration
+        if took > limit:
+            report.outcome = "failed"
+            report.longrepr = f"took {took:.1f} s (set-up and call), over {LIMIT_VARIABLE}={limit:g}: mark it slow"
+    return report

@@ -43,7 +43,7 @@ def _run(text: str, runs: Path, scheduler: str | None = None) -> Path:
 def packing(trials: int, hold: float, folder: Path | None) -> None:
     from distributed import LocalCluster
 
-    from tests.search.test_gpu_packing_campaign import SPEC
+    from tests.search.loop.test_gpu_packing_campaign import SPEC
 
     if folder is not None:
         print_packing(_records(folder, "packed"))
@@ -57,7 +57,7 @@ def packing(trials: int, hold: float, folder: Path | None) -> None:
 
 
 def print_packing(records: list) -> None:
-    from tests.search.test_gpu_packing_campaign import concurrency
+    from tests.search.loop.test_gpu_packing_campaign import concurrency
 
     per_lease = concurrency(records, lambda r: (r.worker.rsplit(":", 1)[-1], r.devices[0]))
     print(f"{len(records)} trials, gpus = 0.25, 2 workers x GPU=2 (fake); states "
@@ -73,7 +73,7 @@ def print_packing(records: list) -> None:
 
 
 def oom(trials: int, folder: Path | None) -> None:
-    from tests.search.test_oom_campaign import SPEC
+    from tests.search.loop.test_oom_campaign import SPEC
 
     text = SPEC.format(sampler="tpe", oom_retry="accumulate").replace("n_trials = 6", f"n_trials = {trials}")
     if folder is not None:

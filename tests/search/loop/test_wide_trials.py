@@ -17,7 +17,7 @@ from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import SpecError, parse_spec
 from tests.campaign_storage import load
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/search: the helper trainers
 
 SPEC = """
 [study]

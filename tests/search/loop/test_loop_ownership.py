@@ -8,7 +8,7 @@ from pathlib import Path
 
 from search.loop.trials import RunningTrial
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIELDS = {f.name for f in dataclasses.fields(RunningTrial)}
 MUTATORS = {"append", "add", "update", "extend", "discard", "remove", "pop", "clear", "insert"}
 OWNER = ROOT / "search" / "loop" / "trials.py"

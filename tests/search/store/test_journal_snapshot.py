@@ -21,7 +21,7 @@ from search.store import snapshot
 from search.store.journal import ControllerJournalStorage, SnapshotJournalStorage
 from search.store.storage import open_storage
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 X = FloatDistribution(0.0, 1.0)
 
 

@@ -18,7 +18,7 @@ from tests.campaign_storage import load
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/search: the helper trainers
 
 SPEC = """
 [study]

@@ -24,7 +24,7 @@ def clip(text: str, width: int = LONGEST_SHOWN) -> str:
         half = (width - 3) // 2
         return f"{word[:half]}...{word[-half:]} ({len(word)} chars)"
 
-    return re.sub(r"\S{%d,}" % (width + 1), cut, text)
+    return re.sub(rf"\S{{{width + 1},}}", cut, text)
 
 
 def _one_line(text: str, longest: int) -> str:

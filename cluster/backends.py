@@ -325,7 +325,7 @@ def check_scheduler(address: str, security: Security, timeout: float) -> None:
     try:
         # A thread of its own: its own event loop, whatever the caller's thread runs.
         reply = pool.submit(asyncio.run, bounded()).result()
-    except (TimeoutError, asyncio.TimeoutError) as exc:
+    except TimeoutError as exc:
         if _port_open(address):
             raise ClusterError(
                 f"{address!r} accepts connections but gave no Dask answer within {timeout:g}s: is it a Dask "

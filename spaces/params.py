@@ -7,7 +7,7 @@ import math
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Union
+from typing import Any
 
 from optuna.distributions import (
     BaseDistribution,
@@ -27,7 +27,7 @@ from spaces.errors import (
     shown,
 )
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = str | int | float | bool | None
 _SCALARS = (str, int, float, bool, type(None))
 
 

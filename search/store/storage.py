@@ -88,9 +88,9 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
         path = url.removeprefix("journal:")
         return ControllerJournalStorage(GroupCommitJournal(path)) if writer else JournalStorage(JournalFileBackend(path))
     if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _enable_wal(path)
+        db = Path(url.removeprefix("sqlite:///"))
+        db.parent.mkdir(parents=True, exist_ok=True)
+        _enable_wal(db)
         # The busy timeout makes SQLite retry, rather than fail, on 'database is locked'.
         storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
         _sync_normal(storage)

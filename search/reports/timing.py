@@ -72,7 +72,7 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
     timed, ask = _timed_asks(trials, asked)
     if not timed:
         return []
-    origin: float = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var]  # timed: both set
+    origin: float = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var, assignment]
     spans = []
     for r in timed:
         # a PBT member: a span per segment, the time since the previous one as its wait
@@ -83,8 +83,8 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
                 number=r.number,
                 worker=worker,
                 devices=",".join(str(d) for d in r.devices),
-                start=start - origin,  # type: ignore[operator]
-                end=end - origin,  # type: ignore[operator]
+                start=start - origin,
+                end=end - origin,
                 state=r.state.name,
                 asked=wait_from - origin if wait_from is not None else None,
             ))  # fmt: skip

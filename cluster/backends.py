@@ -31,7 +31,7 @@ import re
 import socket
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 
 from .errors import ClusterError, InvalidSetting, MissingExtraError, SettingError, one_line
@@ -111,7 +111,7 @@ def _silence_logs(options: ClusterOptions) -> int | bool:
 # each scheduler or worker starts, before a worker registers: nothing but the TLS ports listens.
 
 #: Dask config (and, for processes started here, environment) that serves no HTTP routes.
-NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+NO_HTTP_ROUTES: dict[str, list[str]] = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
 NO_HTTP_ENV = {"DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]", "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]"}
 
 
@@ -301,7 +301,7 @@ def check_scheduler(address: str, security: Security, timeout: float) -> None:
     try:
         # A thread of its own: its own event loop, whatever the caller's thread runs.
         reply = pool.submit(asyncio.run, bounded()).result()
-    except (TimeoutError, asyncio.TimeoutError) as exc:
+    except TimeoutError as exc:
         if _port_open(address):
             raise ClusterError(
                 f"{address!r} accepts connections but gave no Dask answer within {timeout:g}s: is it a Dask "
@@ -453,7 +453,7 @@ class JobQueueBackend(_Deployed):
             raise InvalidSetting("start_timeout", f"start_timeout={self.start_timeout!r}: must be > 0")
 
     @property
-    def kind(self) -> str:  # type: ignore[override]
+    def kind(self) -> str:
         return self.system
 
     @property
@@ -526,7 +526,7 @@ def _cluster_class(system: str) -> type:
 @functools.cache
 def _job_class(system: str) -> type:
     """jobqueue's job class with threads = the worker's slots (jobqueue's own default is cores / processes)."""
-    base = _cluster_class(system).job_cls
+    base = cast(Any, _cluster_class(system)).job_cls  # dask-jobqueue's cluster classes carry their job class
 
     def __init__(self: Any, *args: Any, worker_threads: int, **kwargs: Any) -> None:
         self._worker_threads = worker_threads

@@ -49,7 +49,7 @@ def pack_trainer(fn: Callable[..., Any]) -> bytes:
 
 
 def unpack_trainer(data: bytes) -> Callable[..., Any]:
-    return cloudpickle.loads(data)  # type: ignore[no-any-return]
+    return cloudpickle.loads(data)
 
 
 @dataclasses.dataclass(frozen=True)

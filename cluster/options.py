@@ -130,6 +130,7 @@ class Backend(abc.ABC):
 
     def require(self) -> None:
         """Fail now, in one line naming the pip extra, if the optional deploy project is missing."""
+        return None  # the backends without an optional deploy project need nothing
 
     def check(self, options: ClusterOptions) -> None:
         """Refuse options this backend cannot use (``ValueError``); ``ClusterOptions`` calls it."""

@@ -593,7 +593,7 @@ class SimulatedExecutor:
             host="simulated",
             started=run.started,
             finished=at,
-            history=tuple(run.history),
+            history=tuple((int(e), m, float(t)) for e, m, t in run.history),
             stopped=run.stop_requested,
         )
         return Finished(run.request.number, outcome)

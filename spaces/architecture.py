@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from optuna.distributions import BaseDistribution
 
@@ -45,7 +45,7 @@ class GenomeParam(Param):
     def decode(self, sampled: Mapping[str, Any]) -> LayerGenome | CellGenome:
         try:
             genome = self.space.decode(sampled, self.name)
-            self.space.validate(genome)
+            self.space.validate(cast(Any, genome))  # decode gives a genome of its own space
         except SpaceError:
             raise
         except (KeyError, ValueError) as exc:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -473,8 +473,8 @@ class CellSpace:
         )
 
 
-Genome = Union[LayerGenome, CellGenome]
-GenomeSpace = Union[LayerSpace, CellSpace]
+Genome = LayerGenome | CellGenome
+GenomeSpace = LayerSpace | CellSpace
 
 
 def _lookup(params: Mapping[str, Any], name: str) -> Any:

@@ -120,7 +120,7 @@ def mutate_with_kind(
     for _ in range(MAX_ATTEMPTS):
         kind = kinds[int(rng.choice(len(kinds), p=p))]
         child = _APPLY[kind](genome, space, rng)
-        if space.is_valid(child):  # type: ignore[arg-type]
+        if space.is_valid(child):
             return child, kind
     return genome, Mutation.IDENTITY
 
@@ -246,7 +246,7 @@ def _identity(g: G, s: GenomeSpace, rng: np.random.Generator) -> G:
     return g
 
 
-_APPLY: Mapping[Mutation, Callable] = {  # type: ignore[type-arg]
+_APPLY: Mapping[Mutation, Callable] = {
     Mutation.IDENTITY: _identity,
     Mutation.OP: _layer_op,
     Mutation.WIDTH: _layer_width,

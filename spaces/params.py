@@ -7,7 +7,7 @@ import math
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Union
+from typing import Any, SupportsInt, cast
 
 from optuna.distributions import (
     BaseDistribution,
@@ -27,7 +27,7 @@ from spaces.errors import (
     shown,
 )
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = str | int | float | bool | None
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -39,7 +39,7 @@ def _builtin_scalar(key: str, value: object) -> Scalar:
         raise SpaceError(key, f"must be a str, int, float, bool or None, got {shown(value)}")
     if isinstance(value, float) and math.isnan(value):
         raise SpaceError(key, "must not be NaN")
-    return value  # type: ignore[return-value]
+    return value
 
 
 class Param(abc.ABC):
@@ -152,7 +152,7 @@ class IntParam(Param):
 
     def to_builtin(self, value: Any) -> int:
         if isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
-            return int(value)
+            return int(cast(SupportsInt, value))  # numbers.Real declares no __int__; ints, floats and numpy's do
         raise SpaceError(self.name, f"must be an integer, got {shown(value)}")
 
 
@@ -296,7 +296,7 @@ class ConditionalParam(Param):
         """Its distribution in a trial whose values so far are ``values`` (a dependent range resolved)."""
         if not self.bounds:
             return self.distributions()
-        return replace(self.param, **{side: values[other] for side, other in self.bounds}).distributions()
+        return replace(cast(Any, self.param), **{side: values[other] for side, other in self.bounds}).distributions()
 
     @property
     def depends_on(self) -> tuple[str, ...]:
@@ -667,10 +667,10 @@ def _dependent(name: str, value: Mapping[str, Any], singles: Mapping[str, Param]
     param = base.param if isinstance(base, ConditionalParam) else base
     for low in ends.get("low", (param.low,)):  # type: ignore[attr-defined]
         for high in ends.get("high", (param.high,)):  # type: ignore[attr-defined]
-            replace(param, low=low, high=high)  # a SpaceError names the end that breaks the rule
+            replace(cast(Any, param), low=low, high=high)  # a SpaceError names the end that breaks the rule
     when = base.when if isinstance(base, ConditionalParam) else ()
     has_default = isinstance(base, ConditionalParam) and base.has_default
-    return ConditionalParam(name, param, when, has_default, base.default if has_default else None,
+    return ConditionalParam(name, param, when, has_default, base.default if isinstance(base, ConditionalParam) and has_default else None,
                             bounds=tuple(refs.items()))  # fmt: skip
 
 

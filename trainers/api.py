@@ -300,7 +300,7 @@ def load_trainer(entry: str, paths: Iterable[str | Path] = ()) -> TrainerFn:
     if not callable(fn):
         raise TrainerImportError(f"trainer entry {entry!r} is not callable")
     _remember(entry, _module_root(module_name))
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _check_entry(entry: str) -> None:

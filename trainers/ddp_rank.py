@@ -204,7 +204,7 @@ def _trainer(entry: str) -> TrainerFn:
     """The function the launcher pickled for this rank, when it did; else ``entry`` imported by name."""
     pickled = os.environ.get(ENV_PICKLED)
     if pickled:
-        return cloudpickle.loads(Path(pickled).read_bytes())  # type: ignore[no-any-return]
+        return cloudpickle.loads(Path(pickled).read_bytes())
     return load_trainer(entry)
 
 

@@ -56,7 +56,7 @@ def image_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
         raise ValueError(
             f"input_shape {tuple(input_shape)!r} must be (C, H, W) or (D,) with positive sizes"
         )
-    return shape  # type: ignore[return-value]
+    return shape
 
 
 class _ToImage(nn.Module):

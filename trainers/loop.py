@@ -356,8 +356,8 @@ def _validate(model: nn.Module, data: Dataset, batch_size: int, replica: Replica
         dist.broadcast(buffer, src=0)
     part = shard(torch.arange(len(data.y_val), device=data.y_val.device), replica.rank, replica.world_size)
     loss_sum, correct = _evaluation_sums(module, data.x_val[part], data.y_val[part], batch_size)
-    loss_sum, correct = _all_reduce_sum([loss_sum, float(correct)], data.x_val.device)
-    return loss_sum / len(data.y_val), correct / len(data.y_val)
+    loss_sum, correct_sum = _all_reduce_sum([loss_sum, float(correct)], data.x_val.device)
+    return loss_sum / len(data.y_val), correct_sum / len(data.y_val)
 
 
 @torch.no_grad()

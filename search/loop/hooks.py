@@ -18,6 +18,7 @@ ends the campaign the same way, and ``search.run`` raises it once the campaign h
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -94,7 +95,7 @@ class HookSink:
         frozen = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
         for callback in self._hooks.callbacks:
             self._hooks._guarded(f"callback {getattr(callback, '__name__', callback)!r}",
-                                 lambda cb=callback: self._call(cb, frozen))  # fmt: skip
+                                 functools.partial(self._call, callback, frozen))  # fmt: skip
 
     def _call(self, callback: Callback, frozen: FrozenTrial) -> None:
         """Optuna's ``study.stop()`` works only inside ``optimize``: the callback runs as if it were there."""

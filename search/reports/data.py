@@ -32,9 +32,7 @@ from search.reports.timing import (  # the timeline's names, read here as before
     TimeAxis,
     idle_gaps,
     resume_times,
-    slot_count,
     timeline,
-    timeline_origin,
     utilization,
     worker_labels,
 )

@@ -76,7 +76,7 @@ def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple
         return [f"  Pareto front: {len(front)} trial(s): {[t.number for t in front]}"]
     best = study.best_trial
     if is_warm_start(best):  # a warm-start copy: the best of the campaign's own trials instead
-        best = (max if maximizing(directions[0]) else min)(complete, key=lambda t: t.value)
+        best = (max if maximizing(directions[0]) else min)(complete, key=lambda t: float(t.value or 0.0))  # complete: every value set
     return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), "
             f"params {params_text(trial_params(best, space))}"]
 

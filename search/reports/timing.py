@@ -72,7 +72,7 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
     timed, ask = _timed_asks(trials, asked)
     if not timed:
         return []
-    origin = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var] - timed: both are set
+    origin: float = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var, assignment]
     spans = []
     for r in timed:
         # a PBT member: a span per segment, the time since the previous one as its wait
@@ -83,8 +83,8 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
                 number=r.number,
                 worker=worker,
                 devices=",".join(str(d) for d in r.devices),
-                start=start - origin,  # type: ignore[operator]
-                end=end - origin,  # type: ignore[operator]
+                start=start - origin,
+                end=end - origin,
                 state=r.state.name,
                 asked=wait_from - origin if wait_from is not None else None,
             ))  # fmt: skip
@@ -134,7 +134,7 @@ def idle_gaps(
         before = [end for _n, _i, _start, end in runs if end <= at]
         after = [min(start, ask.get(n, start)) if i == 0 else start for n, i, start, _end in runs if start >= at]
         if before and after and not any(start < at < end for _n, _i, start, end in runs):
-            lo, hi = max(before), min(after)  # type: ignore[type-var]
+            lo, hi = max(before), min(after)
             if hi > lo:
                 gaps.add((lo, hi))
     return sorted(gaps)

@@ -41,7 +41,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -129,7 +129,7 @@ class _Replica:
                  distributions: dict[str, BaseDistribution], finished: list[FrozenTrial],
                  suggest: Suggest | None = None) -> None:  # fmt: skip
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(directions=list(directions), sampler=sampler)
+        self.study = optuna.create_study(directions=cast(list[Any], list(directions)), sampler=sampler)
         self.study.add_trials(finished)
         self.distributions = distributions
         self.suggest = suggest
@@ -233,10 +233,10 @@ class ReplaySampler(optuna.samplers.BaseSampler):
     def stage(self, asked: Asked) -> None:
         self._staged = asked
 
-    def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
+    def infer_relative_search_space(self, study, trial):
         return dict(self._distributions) if self._staged is not None else {}
 
-    def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
+    def sample_relative(self, study, trial, search_space):
         if self._staged is None:
             return {}
         staged, self._staged = self._staged, None
@@ -244,14 +244,14 @@ class ReplaySampler(optuna.samplers.BaseSampler):
         self._rest = (trial.number, {name: value for name, value in staged.params.items() if name not in search_space})
         return {name: value for name, value in staged.params.items() if name in search_space}
 
-    def sample_independent(self, study, trial, param_name, param_distribution):  # type: ignore[no-untyped-def]
+    def sample_independent(self, study, trial, param_name, param_distribution):
         number, rest = self._rest
         if trial.number == number and param_name in rest:
             return rest[param_name]  # a conditional parameter the child suggested
         raise RuntimeError(f"parameter {param_name!r} was not sampled by the sampler process "
                            "(only the campaign's fixed search space is sampled there)")  # fmt: skip
 
-    def after_trial(self, study, trial, state, values) -> None:  # type: ignore[no-untyped-def]
+    def after_trial(self, study, trial, state, values) -> None:
         self._forward(Done(self._replica_of.pop(trial.number, None), state, None if values is None else list(values),
                            dict(trial.params), dict(trial.distributions), dict(trial.intermediate_values),
                            dict(trial.constraints)))  # fmt: skip

@@ -89,7 +89,7 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
     ask/tell and stops at its own trial budget (past a covered grid, points repeat).
     """
 
-    def after_trial(self, study, trial, state, values) -> None:  # type: ignore[no-untyped-def]
+    def after_trial(self, study, trial, state, values) -> None:
         return None
 
 

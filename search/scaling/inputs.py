@@ -12,7 +12,7 @@ __all__ = ["ScalingError", "validate_batch_sizes", "positive_pairs", "fit_points
 
 
 def positive_pairs(
-    batch_sizes: Sequence[float], values: Sequence[float], name: str, hint: str = ""
+    batch_sizes: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray, name: str, hint: str = ""
 ) -> tuple[np.ndarray, np.ndarray]:
     """One finite value > 0 per batch size (itself finite and > 0), as float arrays."""
     b = np.asarray(batch_sizes, dtype=float)
@@ -27,7 +27,9 @@ def positive_pairs(
     return b, v
 
 
-def fit_points(batch_sizes: Sequence[float], steps: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def fit_points(
+    batch_sizes: Sequence[float] | np.ndarray, steps: Sequence[float] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The McCandlish fit's input: positive (B, steps) pairs over at least 3 distinct batch sizes."""
     b, s = positive_pairs(batch_sizes, steps, "steps", " (leave out batch sizes that did not reach the target)")
     distinct = np.unique(b)

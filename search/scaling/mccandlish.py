@@ -45,7 +45,7 @@ class ScalingFit:
 
     @classmethod
     def from_coefficients(
-        cls, s_min: float, e_min: float, batch_sizes: Sequence[float] = (), steps: Sequence[float] = ()
+        cls, s_min: float, e_min: float, batch_sizes: Sequence[float] | np.ndarray = (), steps: Sequence[float] | np.ndarray = ()
     ) -> ScalingFit:
         """The fit with ``S(B) = s_min + e_min / B``; residuals against the given points."""
         s_min, e_min = float(s_min), float(e_min)
@@ -102,7 +102,7 @@ def _refine_log(b: np.ndarray, s: np.ndarray, a: float, c: float) -> tuple[float
     return a_new, c_new
 
 
-def fit_mccandlish(batch_sizes: Sequence[float], steps: Sequence[float]) -> ScalingFit:
+def fit_mccandlish(batch_sizes: Sequence[float] | np.ndarray, steps: Sequence[float] | np.ndarray) -> ScalingFit:
     """Fit ``S(B) = S_min (1 + B_noise/B)`` to best steps-to-target per batch size.
 
     Needs at least 3 distinct batch sizes and positive, finite steps (repeated
@@ -143,7 +143,7 @@ def _start_many(b: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return (g11 * h0 - g01 * h1) / det, (g00 * h1 - g01 * h0) / det
 
 
-def fit_many(batch_sizes: Sequence[float], steps: np.ndarray, iterations: int = 60) -> tuple[np.ndarray, np.ndarray]:
+def fit_many(batch_sizes: Sequence[float] | np.ndarray, steps: np.ndarray, iterations: int = 60) -> tuple[np.ndarray, np.ndarray]:
     """``(s_min, e_min)`` of :func:`fit_mccandlish` for each row of ``steps`` (same batch sizes), vectorised.
 
     Rows whose weighted linear start is interior are refined together by

@@ -181,7 +181,7 @@ def draw_steps_to_target(
         _shade_regimes(ax, fit, x, perfect, maximal)
     ax.plot(batch_sizes, steps, "o", color="black", label="best steps to target", zorder=3)
     if fit is not None:
-        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_steps(x), scale=1,
+        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=np.asarray(fit.predict_steps(x)), scale=1,
                   label=f"fit: S_min={fit.s_min:.3g} (its B→∞ limit: extrapolated), B_noise={fit.b_noise:.3g}",
                   colour="tab:blue", bar_colour="tab:blue", minimum=fit.s_min, points=steps,
                   measured=(min(batch_sizes), max(batch_sizes)))  # fmt: skip
@@ -233,7 +233,7 @@ def draw_examples_to_target(
     x = _grid(batch_sizes, not_reached)
     ax.plot(batch_sizes, examples, "o", color="black", label="best examples to target", zorder=3)
     if fit is not None:
-        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=fit.predict_examples(x), scale=x,
+        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=np.asarray(fit.predict_examples(x)), scale=x,
                   label=f"fit: E_min={fit.e_min:.3g}", colour="tab:orange", bar_colour="tab:red",
                   minimum=fit.e_min, points=examples, measured=(min(batch_sizes), max(batch_sizes)),
                   minimum_label="E_min (its B→0 limit: extrapolated)")  # fmt: skip

@@ -25,7 +25,7 @@ _DECADES = 12.0  # the grid spans e^-12 x the smallest to e^12 x the largest bat
 _GRID = 1200
 
 
-def profile_rss(batch_sizes: Sequence[float], log_steps: np.ndarray, b0: np.ndarray) -> np.ndarray:
+def profile_rss(batch_sizes: Sequence[float] | np.ndarray, log_steps: np.ndarray, b0: np.ndarray) -> np.ndarray:
     """``RSS(B0)`` for each ``b0`` (finite, >= 0) against each row of ``log_steps``: shape ``(rows, len(b0))``."""
     b = np.asarray(batch_sizes, dtype=float)
     y = np.atleast_2d(np.asarray(log_steps, dtype=float))
@@ -35,7 +35,7 @@ def profile_rss(batch_sizes: Sequence[float], log_steps: np.ndarray, b0: np.ndar
     return (d * d).sum(axis=2)
 
 
-def rss_limits(batch_sizes: Sequence[float], log_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def rss_limits(batch_sizes: Sequence[float] | np.ndarray, log_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(RSS(0), RSS(inf))`` per row: the flat model and the pure ``1/B`` model."""
     b = np.asarray(batch_sizes, dtype=float)
     y = np.atleast_2d(np.asarray(log_steps, dtype=float))
@@ -94,7 +94,7 @@ def likelihood_interval(
 
 
 def profile_curves(
-    batch_sizes: Sequence[float], steps: Sequence[float], b0: Sequence[float], x: np.ndarray
+    batch_sizes: Sequence[float] | np.ndarray, steps: Sequence[float], b0: Sequence[float], x: np.ndarray
 ) -> np.ndarray:
     """The best-fitting ``S(x)`` with ``B_noise`` held at each ``b0`` (``0``, ``inf`` allowed), one row each."""
     b = np.asarray(batch_sizes, dtype=float)

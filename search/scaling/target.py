@@ -106,7 +106,7 @@ def steps_to_target(
                 f = (target - previous[0]) / (value - previous[0])
 
                 def lerp(a: float | None, b: float | None) -> float | None:
-                    return None if a is None or b is None else a + f * (b - a)
+                    return None if a is None or b is None else a + f * (b - a)  # noqa: B023 (called at once)
 
                 steps = lerp(previous[1], steps)  # type: ignore[assignment]
                 examples = lerp(previous[2], examples)

@@ -79,25 +79,67 @@ MAX_COUNT = 10**4  # parallelism, retries, trials dispatched ahead or batched pe
 @dataclasses.dataclass(frozen=True)
 class StudySpec:
     name: str
+    """Study name and campaign folder name: letters, digits, `_`, `-`, `.`. Required."""
     directions: tuple[str, ...]
+    """TOML `direction` (one) or `directions` (a list): `"maximize"` or `"minimize"`, or a list of them for a
+    multi-objective study. Required."""
     metrics: tuple[str, ...]
+    """TOML `metric` (one) or `metrics` (a list): the reported metric(s) to optimise, one per direction. Required."""
     sampler: str = "tpe"
+    """`tpe`, `random`, `cmaes`, `gp`, `qmc`, `grid` (discrete parameters only), `nsga2` (multi-objective), `evolution`,
+    or any sampler class as `"package.module:Class"`; keyword arguments in `[sampler]`."""
     seed: int = 0
+    """Seeds the sampler; each trial's seed derives from it and the trial number (below 2**32)."""
     n_trials: int = 20
+    """The trial budget (finished trials of any state count); at most 10^6."""
     time_budget: float = 0.0
+    """Seconds; after it no trial starts and running trials are stopped at their next report (recorded PRUNED with
+    `stop_reason = "time budget"`); 0: none. A trial asked but never started ends PRUNED with `stop_reason = "time
+    budget: never started"`."""
     trial_timeout: float = 0.0
+    """Seconds from the moment a worker starts the trial; past it the trial is stopped at its next report (PRUNED,
+    `stop_reason = "trial timeout"`); 0: none."""
     stop_grace: float = 60.0  # seconds a trial asked to stop by a time limit has to end before it is killed
+    """Seconds a trial asked to stop by `time_budget` or `trial_timeout` has to end; past it (a hung trainer that never
+    reports) its worker's processes are killed and restarted, and the trial is PRUNED (FAIL if it never reported) with
+    `stop_reason = "trial timeout: killed after N s ..."`; other trials on that worker run again, not charged a
+    retry."""
     storage: str = ""
+    """`""` or `"journal"`: Optuna's journal file `study.journal` in the campaign folder (group commit); `"sqlite"`:
+    SQLite `study.db` there (WAL mode); otherwise `journal:/abs/path`, `sqlite:////abs/path.db` or a database URL
+    SQLAlchemy knows (`postgresql://...`); a relative or in-memory path, or an unknown scheme, is refused."""
     pruner: str = "none"
+    """`none`, `median`, `percentile`, `asha` (successive halving), `hyperband`, or any pruner class as
+    `"package.module:Class"`; options in `[pruner]`. Single-objective, non-deterministic studies only."""
     deterministic: bool = False
+    """A deterministic campaign: trial k is sampled from trials 0..k-P-1 only (P = `parallelism`), told in number order;
+    trainers use deterministic torch settings. Refuses pruning and a time budget."""
     scheduler: str = "none"
+    """`"none"`, or `"pbt"`: population-based training, options in `[pbt]`."""
     dispatch_ahead: int = -1  # -1: automatic
+    """TOML: an int or `"auto"` (-1 here). Tasks queued at the workers beyond the free slots, so a slot that frees
+    restarts without waiting for the controller; `auto`: none until trial durations are known, then enough to cover 2 s
+    of finishes, at most one per slot. When fewer are queued than there are slots, each waits at the worker whose
+    running trial started first."""
     batch_trials: int = -1  # trials per task; -1: automatic
+    """TOML: an int or `"auto"` (-1 here). Trials run one after another in one Dask task; `auto`: 1 for trials longer
+    than 25 ms, else about 50 ms of trials per task (at most 32), so trivial trials are not dominated by task round
+    trips. Each trial still reports, stops, fails and is told on its own."""
     sampling: str = "auto"
+    """Where the sampler runs: `process` (a child process on a replica study; `tpe`, `gp` and sampler classes only),
+    `thread` (a thread of the controller, used once asks take 50 ms), `inline` (the controller's loop); `auto`:
+    `process` for `tpe`, `gp` and a sampler class that pickles, else `thread`; deterministic and PBT campaigns always
+    `inline`."""
     parallelism: int = 4
+    """Deterministic campaigns: trial k is sampled from trials 0..k-P-1 only."""
     max_retries: int = 2
+    """Times a trial is re-run (from its checkpoint, same number and parameters) after its worker died; then FAIL."""
     constraints: tuple[str, ...] = ()  # reported metrics that must be <= 0 for a feasible trial
+    """Names of metrics the trainer reports (final metrics, or a stopped trial's last report) that must each be `<= 0`
+    for a trial to be feasible; `tpe`, `gp` and `nsga2` only."""
     warm_start: str = ""  # an earlier campaign folder or Optuna storage URL[#study] whose trials seed the sampler
+    """An earlier campaign folder or `"sqlite:///old.db#study"`: its finished trials feed the sampler; not with
+    `[scaling]` or `[pbt]`."""
 
     @property
     def multi_objective(self) -> bool:
@@ -107,12 +149,21 @@ class StudySpec:
 @dataclasses.dataclass(frozen=True)
 class TrainerSpec:
     entry: str = "trainers.classifier:fit"
+    """The trainer, `module:function`; your own works the same way (`mypkg.train:fit`)."""
     dataset: str = "digits"
+    """`digits` (scikit-learn's 8x8 handwritten digits, shipped in the package), `synthetic` or `mnist1d`
+    (generated by the `mnist1d` package, `options.n_samples` examples; the built-in classifier)."""
     epochs: int = 10
+    """Epochs per trial; at most 10^6."""
     device: str = "auto"
+    """`auto` (CUDA when present), `cpu`, `cuda`."""
     checkpoint_every: int = 1
+    """Epochs between checkpoints in `trials/<n>/`."""
     data_parallel: int = 1
+    """Processes (GPUs) per trial, at most 1024; a `[space]` entry `data_parallel` overrides it per trial (fixed or
+    searched). A trial wider than one worker's slots spans several workers (all or nothing)."""
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Fixed trainer settings, e.g. `{ data_seed = 0, torch_threads = 1 }`."""
     gpus: float = 1.0
     """GPUs per trial slot: an integer >= 1, or 1/k to pack k trials on one GPU (a fractional Dask ``GPU`` resource)."""
     gpu_memory: str = "none"
@@ -122,34 +173,58 @@ class TrainerSpec:
     oom_retry: str = "none"
     """"accumulate": the built-in trainer re-runs an out-of-memory trial once at half the micro-batch."""
 
+
 @dataclasses.dataclass(frozen=True)
 class PrunerSpec:
     """Controller-side early stopping; ``resource`` is what a rung counts."""
 
     resource: str = "epochs"  # the report's epoch (else its step): optuna-dashboard's x axis
+    """What a rung counts, and the step of each intermediate value (optuna-dashboard's x axis): `epochs` (the report's
+    `epoch` metric, else its step), `examples` seen (fair for trials that report at different fractions of an epoch), or
+    optimizer `steps`."""
     n_startup_trials: int = 4
+    """median/percentile: trials before any pruning."""
     n_warmup_steps: int = 0
+    """median/percentile: resource before a trial may be pruned."""
     percentile: float = 25.0
+    """The percentile pruner's percentile, in (0, 100)."""
     min_resource: int = 0
+    """The first rung (asha, hyperband), in `resource` units; 0: the resource of the first report (one epoch's
+    worth)."""
     reduction_factor: int = 3
+    """asha/hyperband; must be >= 2."""
     max_resource: int = 0
+    """hyperband's maximum; 0: inferred."""
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a pruner class's keyword arguments
+    """A pruner class's keyword arguments: every `[pruner]` key but `resource` when `[study] pruner` names a class."""
 
 
 @dataclasses.dataclass(frozen=True)
 class CampaignSpec:
     study: StudySpec
+    """`[study]`."""
     trainer: TrainerSpec
+    """`[trainer]`."""
     space: SearchSpace
+    """`[space]`: the search space, one entry per parameter (see the spec guide)."""
     cluster: ClusterSpec
+    """`[cluster]`."""
     pruning: PrunerSpec
+    """`[pruner]`."""
     source: str
+    """Where the spec was read from (the file's path), named in every error message."""
     text: str
+    """The spec's TOML text, frozen as the campaign's `spec.toml`; its sha256 is a study user attribute."""
     scaling: ScalingSpec | None = None
+    """`[scaling]`: a batch-size scaling sweep, or None."""
     pbt: PBTSpec | None = None
+    """`[pbt]`: population-based training (with `[study] scheduler = "pbt"`), or None."""
     enqueue: tuple[dict[str, Any], ...] = ()  # ``[[enqueue]]``: configurations run first, flat parameter names
+    """`[[enqueue]]` tables: configurations run first, flat parameter names to values."""
     logging: LoggingSpec = dataclasses.field(default_factory=LoggingSpec)  # ``[logging]``: TensorBoard, MLflow
+    """`[logging]`: TensorBoard, MLflow, Weights & Biases."""
     sampler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # ``[sampler]``: keyword arguments
+    """`[sampler]`: the sampler's keyword arguments."""
 
     @property
     def objective_metrics(self) -> tuple[str, ...]:

@@ -43,18 +43,34 @@ MAX_SLOTS = 1024
 @dataclasses.dataclass(frozen=True)
 class ClusterSpec:
     scheduler: str = ""
+    """Empty: start an embedded `LocalCluster` on 127.0.0.1; else a scheduler address (`tcp://`, `tls://`) or a
+    scheduler JSON file (`--scheduler` overrides)."""
     n_workers: int = 0
+    """Embedded cluster workers, at most 1024; 0: one per CPU core, or one worker owning all GPUs."""
     slots_per_worker: int = 1
+    """CPU slots per worker (trials that may run at once on it), at most 1024."""
     connect_timeout: float = 10.0
+    """Seconds to reach a scheduler (then exit 3)."""
     dashboard: bool = False
+    """Start Dask's dashboard on the listen address (plain HTTP); without it no Dask HTTP server runs at all."""
     listen: str = "127.0.0.1"
+    """Where the embedded scheduler and workers listen; anything but loopback needs TLS or `--insecure`."""
     tls_ca_file: str = ""
+    """PEM file of the CA for mutual TLS between scheduler, workers and controller (all three `tls_*` files or none)."""
     tls_cert_file: str = ""
+    """PEM certificate for mutual TLS (with `tls_ca_file` and `tls_key_file`)."""
     tls_key_file: str = ""
+    """PEM private key for mutual TLS; refused if group or others may read it (`chmod 600`)."""
     backend: str = "local"
+    """Where workers come from: `local` (an embedded cluster, the default), `address` (a running scheduler; the default
+    when `scheduler` is set), `slurm`, `pbs` (batch jobs through dask-jobqueue) or `kubernetes` (the dask-kubernetes
+    operator)."""
     slurm: JobQueueBackend | None = None
+    """`[cluster.slurm]`: the batch jobs of the `slurm` backend (see the clusters how-to)."""
     pbs: JobQueueBackend | None = None
+    """`[cluster.pbs]`: the batch jobs of the `pbs` backend (see the clusters how-to)."""
     kubernetes: KubernetesBackend | None = None
+    """`[cluster.kubernetes]`: the worker pods of the `kubernetes` backend (see the clusters how-to)."""
 
     @property
     def tls(self) -> bool:

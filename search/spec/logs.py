@@ -29,11 +29,22 @@ LOGGING_KEYS = ("tensorboard", "mlflow", "mlflow_tracking_uri", "mlflow_experime
 @dataclasses.dataclass(frozen=True)
 class LoggingSpec:
     tensorboard: bool = True
+    """A TensorBoard event file per trial in `trials/<n>/`: one scalar per reported metric per step."""
     mlflow: bool = False
+    """An MLflow run per trial (params, metrics per step, final state); needs `pip install mlflow` (or `pip install -e
+    '.[mlflow]'`, the client only: mlflow-skinny)."""
     mlflow_tracking_uri: str = ""  # "": $MLFLOW_TRACKING_URI, else the campaign folder's mlflow.db
+    """Empty: `$MLFLOW_TRACKING_URI`, else `mlflow.db` (SQLite) in the campaign folder: `mlflow ui --backend-store-uri
+    sqlite:///runs/<study>/mlflow.db`."""
     mlflow_experiment: str = ""  # "": the study's name
+    """Empty: the study's name."""
     wandb: bool = False
+    """A Weights & Biases run per trial (its reports per step, its params in the config, state and objective in the
+    summary), grouped by study, files in the campaign folder's `wandb/`; needs `pip install wandb` (or `pip install -e
+    '.[wandb]'`). `WANDB_MODE=offline` keeps the runs there (`wandb sync runs/<study>/wandb/offline-run-*` uploads them
+    later)."""
     wandb_project: str = ""  # "": the study's name
+    """Empty: the study's name."""
 
 
 def parse_logging(t: SpecTable, check_installed: bool = True) -> LoggingSpec:

@@ -22,10 +22,15 @@ PBT_KEYS = ("interval", "quantile", "perturb", "resample_probability", "hyperpar
 @dataclasses.dataclass(frozen=True)
 class PBTSpec:
     interval: int
+    """Epochs per segment; below `[trainer] epochs`, a multiple of `checkpoint_every`. Required."""
     quantile: float = 0.25
+    """In (0, 0.5]: the bottom share exploits the top share."""
     perturb: tuple[float, ...] = (0.8, 1.25)
+    """Factors applied to each explored hyperparameter."""
     resample_probability: float = 0.25
+    """Chance to draw a hyperparameter afresh instead, in [0, 1]."""
     hyperparams: tuple[str, ...] = ("lr", "weight_decay")
+    """Searched float parameters to explore; default: those of `lr` and `weight_decay` that are in `[space]`."""
 
 
 def parse_pbt(t: SpecTable, epochs: int, checkpoint_every: int, space_dists: Mapping[str, BaseDistribution]) -> PBTSpec:

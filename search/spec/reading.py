@@ -61,7 +61,7 @@ def decode_text(source: str, data: bytes) -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise SpecError(source, "file", f"is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); "
-                        "save it as UTF-8")  # fmt: skip
+                        "save it as UTF-8") from None  # fmt: skip
 
 
 def parse_toml(source: str, text: str) -> dict[str, Any]:

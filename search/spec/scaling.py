@@ -25,10 +25,15 @@ class ScalingSpec:
     """The sweep: which global batch sizes, which target on the study's metric, how many trials each."""
 
     batch_sizes: tuple[int, ...]
+    """The global batch sizes to sweep: positive integers, at least 3, each once. Required."""
     target: float
+    """The target on the study's metric; `direction` says whether >= or <= reaches it. Required."""
     trials_per_batch: int = 6
+    """The inner search's budget per batch size (`n_trials` follows)."""
     bootstrap: int = 1000
+    """Resamples for the B_crit interval (at least 10)."""
     interpolate: bool = True  # steps to target interpolated between reports (False: report granularity)
+    """Steps to target interpolated between reports (false: at report granularity)."""
 
     @property
     def n_trials(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import math
 import re
@@ -24,7 +25,7 @@ def clip(text: str, width: int = LONGEST_SHOWN) -> str:
         half = (width - 3) // 2
         return f"{word[:half]}...{word[-half:]} ({len(word)} chars)"
 
-    return re.sub(r"\S{%d,}" % (width + 1), cut, text)
+    return re.sub(rf"\S{{{width + 1},}}", cut, text)
 
 
 def _one_line(text: str, longest: int) -> str:
@@ -73,14 +74,14 @@ class SpecTable:
             raise self.error(name, f"must be a string, got {_show(value)}")
         return value
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: bool) -> bool:
         value = self._get(name, default)
         if not isinstance(value, bool):
             raise self.error(name, f"must be true or false, got {_show(value)}")
         return value
 
     def int(
-        self, name: str, default: int | None = None, minimum: int | None = None, maximum: int | None = None
+        self, name: builtins.str, default: int | None = None, minimum: int | None = None, maximum: int | None = None
     ) -> int:
         value = self._get(name, default)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -91,7 +92,7 @@ class SpecTable:
             raise self.error(name, f"must be <= {maximum:,}, got {value:,}")
         return value
 
-    def float(self, name: str, default: float | None = None, minimum: float | None = None) -> float:
+    def float(self, name: builtins.str, default: float | None = None, minimum: float | None = None) -> float:
         value = self._get(name, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.error(name, f"must be a finite number, got {_show(value)}")
@@ -99,19 +100,19 @@ class SpecTable:
             raise self.error(name, f"must be >= {minimum:g}, got {value:g}")
         return float(value)
 
-    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
+    def choice(self, name: builtins.str, choices: tuple[builtins.str, ...], default: builtins.str | None = None) -> builtins.str:
         value = self.str(name, default)
         if value not in choices:
             raise self.error(name, f"{value!r} is not one of {', '.join(choices)}{_closest(value, choices)}")
         return value
 
-    def table(self, name: str) -> Mapping[str, Any]:
+    def table(self, name: builtins.str) -> Mapping[builtins.str, Any]:
         value = self.data.get(name, {})
         if not isinstance(value, Mapping):
             raise self.error(name, f"must be a table, got {_show(value)}")
         return value
 
-    def _get(self, name: str, default: Any) -> Any:
+    def _get(self, name: builtins.str, default: Any) -> Any:
         if name in self.data:
             return self.data[name]
         if default is None:

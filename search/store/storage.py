@@ -98,9 +98,9 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
             return ControllerJournalStorage(GroupCommitJournal(path))
         return SnapshotJournalStorage(JournalFileBackend(path), path)  # from its snapshot when it has one
     if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _enable_wal(path)
+        db = Path(url.removeprefix("sqlite:///"))
+        db.parent.mkdir(parents=True, exist_ok=True)
+        _enable_wal(db)
         # The busy timeout makes SQLite retry, rather than fail, on 'database is locked'.
         from optuna.storages import RDBStorage
 

@@ -29,7 +29,7 @@ def _general_name(host: str) -> x509.GeneralName:
 def make_certs(folder: Path, hosts: tuple[str, ...] = ("127.0.0.1",)) -> tuple[str, str, str]:
     """A CA and one certificate/key it signed, valid for ``hosts``; returns (ca, cert, key) paths (keys 0600)."""
     folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hypersweep-test-ca")])
     ca = (

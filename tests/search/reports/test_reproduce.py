@@ -179,7 +179,7 @@ def _user_shell() -> dict[str, str]:
     return env
 
 
-def _sh(command: str, cwd: Path) -> "subprocess.CompletedProcess[str]":
+def _sh(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, shell=True, cwd=cwd, env=_user_shell(), capture_output=True, text=True, timeout=120)
 
 

@@ -138,7 +138,7 @@ def test_a_disk_error_is_found_inside_the_error_a_library_wrapped_it_in() -> Non
         try:
             raise full
         except OSError:
-            raise RuntimeError("PytorchStreamWriter failed writing file")  # as torch.save does
+            raise RuntimeError("PytorchStreamWriter failed writing file")  # noqa: B904 (chained as torch.save does)
     except RuntimeError as wrapped:
         assert disk_error_of(wrapped) == "ENOSPC"
     assert disk_error_of(FileNotFoundError(errno.ENOENT, "missing")) == ""  # the trial's own problem

@@ -19,8 +19,8 @@ import tomllib
 from pathlib import Path
 
 import optuna
-from optuna.storages.journal import JournalFileBackend, JournalStorage
 import pandas as pd
+from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from cluster import quiet_dask_logs
 from search.session.runner import RunOptions, run_campaign
@@ -61,7 +61,9 @@ n_workers = {workers}
 
 def run_one(pruner: str, seed: int, args: argparse.Namespace, root: Path) -> dict:
     name = f"{pruner}-{seed}"
-    text = SPEC.format(name=name, seed=seed, trials=args.trials, pruner=pruner, epochs=args.epochs, workers=args.workers)
+    text = SPEC.format(
+        name=name, seed=seed, trials=args.trials, pruner=pruner, epochs=args.epochs, workers=args.workers
+    )
     spec = parse_spec(tomllib.loads(text), f"{name}.toml", text)
     started = time.perf_counter()
     folder = run_campaign(spec, RunOptions(runs_dir=root, progress=False))

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import optuna
 
+from bench.light import finished_campaign, time_command
+from bench.simulate import NB201_CSV, TRIAL_SECONDS
 from cluster.simulated import SimulatedExecutor, TableModel
 from search.loop.campaign import Campaign
 from search.session.runner import load_study
@@ -34,9 +36,6 @@ from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from search.store.snapshot import snapshot_path
 from search.store.storage import final_snapshot
-
-from bench.light import finished_campaign, time_command
-from bench.simulate import NB201_CSV, TRIAL_SECONDS
 
 __all__ = ["big_campaign", "controller_ms_per_trial", "main"]
 
@@ -73,9 +72,14 @@ def _repeat_last_lines(journal: Path, lines: int, more: int) -> None:
 
 def _copy(trial: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
     return optuna.trial.create_trial(
-        state=trial.state, values=trial.values, params=trial.params, distributions=trial.distributions,
-        user_attrs=trial.user_attrs, system_attrs=trial.system_attrs, intermediate_values=trial.intermediate_values,
-    )  # fmt: skip
+        state=trial.state,
+        values=trial.values,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs=trial.user_attrs,
+        system_attrs=trial.system_attrs,
+        intermediate_values=trial.intermediate_values,
+    )
 
 
 def controller_ms_per_trial(folder: Path, more: int, workers: int = 64) -> float:
@@ -105,9 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         folder = big_campaign(Path(tmp), args.trials)
-        print(f"made {args.trials} trials in {time.perf_counter() - started:.0f} s "
-              f"({_size_mb(folder / 'study.journal'):.0f} MB journal, "
-              f"{_size_mb(snapshot_path(folder / 'study.journal')):.0f} MB snapshot)", flush=True)
+        print(
+            f"made {args.trials} trials in {time.perf_counter() - started:.0f} s "
+            f"({_size_mb(folder / 'study.journal'):.0f} MB journal, "
+            f"{_size_mb(snapshot_path(folder / 'study.journal')):.0f} MB snapshot)",
+            flush=True,
+        )
         commands = {
             "status": [py, "-m", "search", "status", str(folder)],
             "resume (finished)": [py, "-m", "search", "resume", str(folder), "--no-progress"],
@@ -119,8 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(rows[-1], flush=True)
         load = os.getloadavg()[0]
         ms = controller_ms_per_trial(folder, args.more)
-        print(f"ctrl ms/trial at {args.trials} finished trials ({args.more} more, random, journal): {ms:.2f} "
-              f"(load {load:.1f})", flush=True)
+        print(
+            f"ctrl ms/trial at {args.trials} finished trials ({args.more} more, random, journal): {ms:.2f} "
+            f"(load {load:.1f})",
+            flush=True,
+        )
         snapshot_path(folder / "study.journal").unlink(missing_ok=True)  # the peer: the whole journal replayed
         label, command = "status", commands["status"]
         rows.append((label, "no snapshot", os.getloadavg()[0], statistics.median(time_command(command, args.reps))))

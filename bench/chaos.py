@@ -77,11 +77,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainers.api import declare, TrainerInfo
+from trainers.api import TrainerInfo, declare
 
 __all__ = [
-    "fit", "chaos", "check_study", "ChaosResult", "main", "tear_journal", "torn_journal_chaos", "die_between_chaos",
-]  # fmt: skip
+    "fit",
+    "chaos",
+    "check_study",
+    "ChaosResult",
+    "main",
+    "tear_journal",
+    "torn_journal_chaos",
+    "die_between_chaos",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = "chaos"
@@ -145,7 +152,9 @@ def fit(config: Any, reporter: Any) -> dict[str, float]:
         for epoch, metrics in enumerate(history, start=1):  # what the checkpoint covers, again
             reporter.report(epoch, metrics)
         if resumes:  # for the figures only: which re-sent report filled a gap (check_study)
-            _write_atomic(folder / CHECKPOINT, json.dumps({"identity": identity, "history": history, "resumes": resumes}))
+            _write_atomic(
+                folder / CHECKPOINT, json.dumps({"identity": identity, "history": history, "resumes": resumes})
+            )
         metrics = history[-1] if history else {"score": best - 1.0}
         for epoch in range(len(history) + 1, config.epochs + 1):
             started = time.perf_counter()
@@ -255,18 +264,28 @@ class ChaosResult:
     @property
     def ok(self) -> bool:
         return (
-            self.final_returncode == 0 and self.trials == self.budget and not self.lost and not self.failed
-            and not self.duplicated and not self.missing_reports and not self.repeated_reports
+            self.final_returncode == 0
+            and self.trials == self.budget
+            and not self.lost
+            and not self.failed
+            and not self.duplicated
+            and not self.missing_reports
+            and not self.repeated_reports
             and not self.bad_interrupts
-        )  # fmt: skip
+        )
 
     def lines(self) -> list[str]:
         how = "kill -9" if self.signal == "KILL" else "SIGTERM"
-        out = [f"sampler {self.sampler}: {len(self.kills)} {how} of the controller"
-               + (" (the budget was spent before the last one)" if self.finished_early else "")
-               + (f", {len(self.worker_kills)} kill -9 of a worker" if self.worker_kills_wanted else "")
-               + (f" (of {self.worker_kills_wanted}: the budget was spent first)"
-                  if len(self.worker_kills) < self.worker_kills_wanted else "")]  # fmt: skip
+        out = [
+            f"sampler {self.sampler}: {len(self.kills)} {how} of the controller"
+            + (" (the budget was spent before the last one)" if self.finished_early else "")
+            + (f", {len(self.worker_kills)} kill -9 of a worker" if self.worker_kills_wanted else "")
+            + (
+                f" (of {self.worker_kills_wanted}: the budget was spent first)"
+                if len(self.worker_kills) < self.worker_kills_wanted
+                else ""
+            )
+        ]
         for i, kill in enumerate(self.kills, 1):
             line = f"  kill {i}: {kill['delay']:.2f} s after the storage grew, {kill['trials']} trial(s) in the storage"
             if kill["signal"] == "TERM":
@@ -276,8 +295,11 @@ class ChaosResult:
                     line += f", still there 2 s later: {kill['stayed']}"
             out.append(line)
         for i, kill in enumerate(self.worker_kills, 1):
-            out.append(f"  worker kill {i}: pid {kill['pid']} at {kill['at']:.2f} s of running time (controller "
-                       f"run {kill['run']}), running trial(s) {kill['running']}, {kill['trials']} in the storage")
+            out.append(
+                f"  worker kill {i}: pid {kill['pid']} at {kill['at']:.2f} s of running time (controller "
+                f"run {kill['run']}), running trial(s) {kill['running']}, {kill['trials']} in the storage"
+            )
+
         def verdict(bad: object) -> str:
             return "FAIL" if bad else "OK"
 
@@ -294,18 +316,24 @@ class ChaosResult:
             f"{self.missing_reports or ''}  {verdict(self.missing_reports)}",
             f"repeated reports:  {repeated} step(s) in {len(self.repeated_reports)} trial(s) "
             f"{self.repeated_reports or ''}  {verdict(self.repeated_reports)}",
-        ]  # fmt: skip
+        ]
         torn = [kill for kill in self.kills if kill.get("torn")]
         if any("torn" in kill for kill in self.kills):
-            out.append(f"torn journals:     {len(torn)} of {len(self.kills)} kills tore the line after the last trial "
-                       f"creation ({sum(k['cut_bytes'] for k in torn)} bytes cut in all)")  # fmt: skip
+            out.append(
+                f"torn journals:     {len(torn)} of {len(self.kills)} kills tore the line after the last trial "
+                f"creation ({sum(k['cut_bytes'] for k in torn)} bytes cut in all)"
+            )
         if self.worker_deaths:
             out.append(f"worker deaths:     {self.worker_deaths} between a report and its checkpoint")
-        out.append(f"re-sent reports:   {self.resent_reports} in {self.resumed_runs} run(s) resumed from a checkpoint; "
-                   f"{sum(map(len, self.gaps_filled.values()))} of them filled a gap {self.gaps_filled or ''}")
+        out.append(
+            f"re-sent reports:   {self.resent_reports} in {self.resumed_runs} run(s) resumed from a checkpoint; "
+            f"{sum(map(len, self.gaps_filled.values()))} of them filled a gap {self.gaps_filled or ''}"
+        )
         if self.signal == "TERM":
-            out.append(f"interrupts:        {len(self.kills) - len(self.bad_interrupts)} of {len(self.kills)} "
-                       f"exited 130 {self.bad_interrupts or ''}  {verdict(self.bad_interrupts)}")  # fmt: skip
+            out.append(
+                f"interrupts:        {len(self.kills) - len(self.bad_interrupts)} of {len(self.kills)} "
+                f"exited 130 {self.bad_interrupts or ''}  {verdict(self.bad_interrupts)}"
+            )
         out += [f"wall time:         {self.seconds:.1f} s", "RESULT: " + ("PASS" if self.ok else "FAIL")]
         if self.final_returncode not in (0, None) and self.final_stderr:
             out.append("last resume's stderr (tail):\n" + self.final_stderr[-2000:])
@@ -332,8 +360,9 @@ def check_study(folder: Path, result: ChaosResult, name: str = STUDY) -> ChaosRe
     result.lost = [t.number for t in trials if not t.state.is_finished()]
     result.failed = {
         t.number: str(t.user_attrs.get("fail_reason") or t.user_attrs.get("stop_reason") or "?")
-        for t in trials if t.state == TrialState.FAIL
-    }  # fmt: skip
+        for t in trials
+        if t.state == TrialState.FAIL
+    }
     by_params: dict[tuple, list[int]] = collections.defaultdict(list)
     for t in trials:
         by_params[tuple(sorted(t.params.items()))].append(t.number)
@@ -399,9 +428,13 @@ def _env() -> dict[str, str]:
 def _start(args: list[str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "search", *args, "--no-progress"], cwd=ROOT, env=_env(),
-            stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [sys.executable, "-m", "search", *args, "--no-progress"],
+            cwd=ROOT,
+            env=_env(),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _group_alive(pgid: int) -> bool:
@@ -465,12 +498,20 @@ def _describe(pid: int) -> str:
     """``pid`` in a few words: what it runs (from its command line) and its thread count."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        threads = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                       if line.startswith("Threads:"))  # fmt: skip
+        threads = next(
+            line.split()[1]
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("Threads:")
+        )
     except (OSError, StopIteration):
         return f"{pid} (gone)"
-    kind = ("resource_tracker" if "resource_tracker" in cmdline else
-            "spawned child" if "spawn_main" in cmdline else cmdline[:60])  # fmt: skip
+    kind = (
+        "resource_tracker"
+        if "resource_tracker" in cmdline
+        else "spawned child"
+        if "spawn_main" in cmdline
+        else cmdline[:60]
+    )
     return f"{pid} {kind}, {threads} threads"
 
 
@@ -521,13 +562,20 @@ class _WorkerKills:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        kill = {"at": self.live, "pid": pid, "run": run, "running": sorted(running[pid]),
-                "trials": _count_trials(self.folder)}  # fmt: skip
+        kill = {
+            "at": self.live,
+            "pid": pid,
+            "run": run,
+            "running": sorted(running[pid]),
+            "trials": _count_trials(self.folder),
+        }
         self.done.append(kill)
         self.left -= 1
         self.due = self.live + self.rng.uniform(0.0, self.window)
-        self.say(f"worker kill {len(self.done)}: pid {pid} (trial(s) {kill['running']}), "
-                 f"{kill['trials']} trial(s) in the storage")  # fmt: skip
+        self.say(
+            f"worker kill {len(self.done)}: pid {pid} (trial(s) {kill['running']}), "
+            f"{kill['trials']} trial(s) in the storage"
+        )
 
 
 def _size(path: Path) -> int:
@@ -571,14 +619,31 @@ def chaos(
         raise ValueError(f"signal={signal!r}: KILL or TERM")
     if root is None:
         with tempfile.TemporaryDirectory(prefix="hypersweep-chaos-") as tmp:
-            return chaos(sampler, reps, seed, trials, epochs, sleep, workers, window, Path(tmp), timeout, say,
-                         signal, kill_workers, term_grace, after_kill, options)  # fmt: skip
+            return chaos(
+                sampler,
+                reps,
+                seed,
+                trials,
+                epochs,
+                sleep,
+                workers,
+                window,
+                Path(tmp),
+                timeout,
+                say,
+                signal,
+                kill_workers,
+                term_grace,
+                after_kill,
+                options,
+            )
     started = time.monotonic()
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "chaos.toml"
-    text = SPEC.format(name=STUDY, sampler=sampler, seed=seed, trials=trials, epochs=epochs, sleep=sleep,
-                       workers=workers)  # fmt: skip
+    text = SPEC.format(
+        name=STUDY, sampler=sampler, seed=seed, trials=trials, epochs=epochs, sleep=sleep, workers=workers
+    )
     sleeps = f"options = {{ sleep = {sleep} }}"
     spec.write_text(textwrap.dedent(text.replace(sleeps, f"{sleeps[:-2]}{options} }}")))
     runs = root / "runs"
@@ -625,8 +690,10 @@ def chaos(
         if after_kill is not None:
             stopped.update(after_kill(folder))
         result.kills.append({"delay": delay, "trials": _count_trials(folder), **stopped})
-        say(f"kill {len(result.kills)} ({signal}): {delay:.2f} s in, {_count_trials(folder)} trial(s) in the storage"
-            + (f", exit status {stopped['returncode']}" if signal == "TERM" else ""))  # fmt: skip
+        say(
+            f"kill {len(result.kills)} ({signal}): {delay:.2f} s in, {_count_trials(folder)} trial(s) in the storage"
+            + (f", exit status {stopped['returncode']}" if signal == "TERM" else "")
+        )
     if not result.finished_early:
         proc = _start(command, log)
         try:
@@ -684,44 +751,86 @@ def die_between_chaos(chance: float = 0.3, die_max: int = 2, **kwargs: Any) -> C
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="kill the controller this many times (default 5)")
-    parser.add_argument("--signal", choices=["KILL", "TERM"], default="KILL",
-                        help="KILL: kill -9 the controller (default); TERM: a clean interrupt, exit 130 expected")  # fmt: skip
-    parser.add_argument("--kill-workers", type=int, default=0, metavar="N",
-                        help="also kill -9 a Dask worker process N times while the campaign runs (default 0)")  # fmt: skip
+    parser.add_argument(
+        "--signal",
+        choices=["KILL", "TERM"],
+        default="KILL",
+        help="KILL: kill -9 the controller (default); TERM: a clean interrupt, exit 130 expected",
+    )
+    parser.add_argument(
+        "--kill-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also kill -9 a Dask worker process N times while the campaign runs (default 0)",
+    )
     parser.add_argument("--sampler", choices=["random", "tpe"], default="random")
     parser.add_argument("--seed", type=int, default=0, help="the study seed and the kill moments' seed")
     parser.add_argument("--trials", type=int, default=30, help="the trial budget (default 30)")
     parser.add_argument("--epochs", type=int, default=3, help="reports per trial (default 3)")
     parser.add_argument("--sleep", type=float, default=0.2, help="seconds per epoch (default 0.2)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--window", type=float, default=2.0,
-                        help="each kill lands uniform(0, WINDOW) s after the storage grows; worker kills "
-                             "uniform(0, WINDOW) s of running time apart (default 2)")  # fmt: skip
-    parser.add_argument("--term-grace", type=float, default=60.0,
-                        help="seconds a SIGTERMed controller has to exit on its own (default 60)")  # fmt: skip
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=2.0,
+        help="each kill lands uniform(0, WINDOW) s after the storage grows; worker kills "
+        "uniform(0, WINDOW) s of running time apart (default 2)",
+    )
+    parser.add_argument(
+        "--term-grace",
+        type=float,
+        default=60.0,
+        help="seconds a SIGTERMed controller has to exit on its own (default 60)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="run in this folder and keep it (default: a temporary one)")  # fmt: skip
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="run in this folder and keep it (default: a temporary one)"
+    )
     parser.add_argument("--json", action="store_true", help="also print the result as one JSON line")
-    parser.add_argument("--tear-journal", action="store_true",
-                        help="after each controller kill, tear the journal inside the line after its last trial "
-                             "creation (the line's last 40 bytes and all after it)")  # fmt: skip
-    parser.add_argument("--die-between", type=float, default=0.0, metavar="P",
-                        help="the trainer SIGKILLs its worker between a report and its checkpoint with chance P per "
-                             "epoch, at most --die-max times per trial (use with --reps 0 for these deaths alone)")  # fmt: skip
+    parser.add_argument(
+        "--tear-journal",
+        action="store_true",
+        help="after each controller kill, tear the journal inside the line after its last trial "
+        "creation (the line's last 40 bytes and all after it)",
+    )
+    parser.add_argument(
+        "--die-between",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="the trainer SIGKILLs its worker between a report and its checkpoint with chance P per "
+        "epoch, at most --die-max times per trial (use with --reps 0 for these deaths alone)",
+    )
     parser.add_argument("--die-max", type=int, default=2, help="deaths per trial with --die-between (default 2)")
-    parser.add_argument("--pbt", action="store_true",
-                        help="population-based training: kill mid-segment and right after a rung's decision "
-                             "(bench/chaos_pbt.py; uses --reps, --seed, --keep, --timeout)")  # fmt: skip
+    parser.add_argument(
+        "--pbt",
+        action="store_true",
+        help="population-based training: kill mid-segment and right after a rung's decision "
+        "(bench/chaos_pbt.py; uses --reps, --seed, --keep, --timeout)",
+    )
     args = parser.parse_args(argv)
     if args.pbt:
         return _main_pbt(args)
-    common = dict(sampler=args.sampler, reps=args.reps, seed=args.seed, trials=args.trials, epochs=args.epochs,
-                  sleep=args.sleep, workers=args.workers, window=args.window, root=args.keep, timeout=args.timeout,
-                  signal=args.signal, kill_workers=args.kill_workers, term_grace=args.term_grace)  # fmt: skip
+    common = dict(
+        sampler=args.sampler,
+        reps=args.reps,
+        seed=args.seed,
+        trials=args.trials,
+        epochs=args.epochs,
+        sleep=args.sleep,
+        workers=args.workers,
+        window=args.window,
+        root=args.keep,
+        timeout=args.timeout,
+        signal=args.signal,
+        kill_workers=args.kill_workers,
+        term_grace=args.term_grace,
+    )
     if args.die_between:
-        result = die_between_chaos(args.die_between, args.die_max, **common,
-                                   **({"after_kill": tear_journal} if args.tear_journal else {}))  # fmt: skip
+        result = die_between_chaos(
+            args.die_between, args.die_max, **common, **({"after_kill": tear_journal} if args.tear_journal else {})
+        )
     elif args.tear_journal:
         result = torn_journal_chaos(**common)
     else:

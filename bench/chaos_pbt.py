@@ -95,15 +95,25 @@ class PBTChaosResult:
 
     @property
     def ok(self) -> bool:
-        return (self.final_returncode == 0 and not self.lost and not self.failed and not self.missing
-                and not self.repeated and not self.lineage_wrong and not self.lr_wrong
-                and sum(self.states.values()) == self.members)  # fmt: skip
+        return (
+            self.final_returncode == 0
+            and not self.lost
+            and not self.failed
+            and not self.missing
+            and not self.repeated
+            and not self.lineage_wrong
+            and not self.lr_wrong
+            and sum(self.states.values()) == self.members
+        )
 
     def lines(self) -> list[str]:
-        out = [f"PBT: {self.members} members, {self.epochs} epochs in segments of {self.interval}; "
-               f"{len(self.kills)} kill -9 of the controller, {self.runs} controller run(s)"]
+        out = [
+            f"PBT: {self.members} members, {self.epochs} epochs in segments of {self.interval}; "
+            f"{len(self.kills)} kill -9 of the controller, {self.runs} controller run(s)"
+        ]
         for i, kill in enumerate(self.kills, 1):
             out.append(f"  kill {i} ({kill['moment']}): {kill['what']}")
+
         def verdict(bad: object) -> str:
             return "FAIL" if bad else "OK"
 
@@ -122,21 +132,30 @@ class PBTChaosResult:
             f"exploits:  {self.exploits} in pbt.jsonl",
             f"wall time: {self.seconds:.1f} s",
             "RESULT: " + ("PASS" if self.ok else "FAIL"),
-        ]  # fmt: skip
+        ]
         if self.final_returncode not in (0, None) and self.final_log:
             out.append("last resume's log (tail):\n" + self.final_log[-2000:])
         return out
 
 
-def chaos_pbt(root: Path, reps: int = 2, seed: int = 0, members: int = 4, epochs: int = 6, interval: int = 2,
-              timeout: float = 900.0, say: Any = print) -> PBTChaosResult:  # fmt: skip
+def chaos_pbt(
+    root: Path,
+    reps: int = 2,
+    seed: int = 0,
+    members: int = 4,
+    epochs: int = 6,
+    interval: int = 2,
+    timeout: float = 900.0,
+    say: Any = print,
+) -> PBTChaosResult:
     """Run the PBT campaign in ``root``, kill its controller ``reps`` times (at :data:`MOMENTS` in turn), resume
     each time, and check the study."""
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "chaos-pbt.toml"
-    spec.write_text(textwrap.dedent(PBT_SPEC.format(name=PBT_STUDY, seed=seed, members=members, epochs=epochs,
-                                                    interval=interval)))  # fmt: skip
+    spec.write_text(
+        textwrap.dedent(PBT_SPEC.format(name=PBT_STUDY, seed=seed, members=members, epochs=epochs, interval=interval))
+    )
     folder = root / "runs" / PBT_STUDY
     log = root / "controller.log"
     result = PBTChaosResult(members, epochs, interval)
@@ -183,8 +202,7 @@ def _count_trials_pbt(folder: Path) -> int:
         return _count_trials(folder)
 
 
-def _wait_for(moment: str, folder: Path, proc: Any, interval: int, deadline: float,
-              seen: set[tuple[str, int]]) -> str:  # fmt: skip
+def _wait_for(moment: str, folder: Path, proc: Any, interval: int, deadline: float, seen: set[tuple[str, int]]) -> str:
     """Poll until ``moment`` happens in ``folder``; what was seen ("" if the controller ended first)."""
     rungs_before = _rung_lines(folder)
     while proc.poll() is None and time.monotonic() < deadline:
@@ -227,8 +245,9 @@ def check_pbt_study(folder: Path, result: PBTChaosResult) -> PBTChaosResult:
     result.exploits = sum(1 for r in rungs for d in r["decisions"].values() if d["action"] == "exploit")
     result.states = dict(collections.Counter(t.state.name for t in trials))
     result.lost = [t.number for t in trials if not t.state.is_finished()]
-    result.failed = {t.number: str(t.user_attrs.get("fail_reason") or "?") for t in trials
-                     if t.state == TrialState.FAIL}  # fmt: skip
+    result.failed = {
+        t.number: str(t.user_attrs.get("fail_reason") or "?") for t in trials if t.state == TrialState.FAIL
+    }
     every = list(range(1, result.epochs + 1))
     for t in trials:
         if t.state != TrialState.COMPLETE:
@@ -250,20 +269,26 @@ def check_pbt_study(folder: Path, result: PBTChaosResult) -> PBTChaosResult:
 
 
 def _decided_lineage(number: int, rungs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"epoch": r["rung"], "source": d["source"], "params": d["params"]} for r in rungs
-            if (d := r["decisions"].get(str(number))) and d["action"] == "exploit"]  # fmt: skip
+    return [
+        {"epoch": r["rung"], "source": d["source"], "params": d["params"]}
+        for r in rungs
+        if (d := r["decisions"].get(str(number))) and d["action"] == "exploit"
+    ]
 
 
 def _check_lineage(t: Any, rungs: list[dict[str, Any]], result: PBTChaosResult) -> None:
     recorded = t.user_attrs.get("pbt_lineage") or []
     decided = _decided_lineage(t.number, rungs)
     if recorded != decided:
-        result.lineage_wrong[t.number] = f"recorded {[(x['epoch'], x['source']) for x in recorded]}, " \
-                                         f"decided {[(x['epoch'], x['source']) for x in decided]}"
+        result.lineage_wrong[t.number] = (
+            f"recorded {[(x['epoch'], x['source']) for x in recorded]}, "
+            f"decided {[(x['epoch'], x['source']) for x in decided]}"
+        )
 
 
-def _check_lr(t: Any, history: list[tuple[int, dict[str, Any]]], rungs: list[dict[str, Any]],
-              result: PBTChaosResult) -> None:  # fmt: skip
+def _check_lr(
+    t: Any, history: list[tuple[int, dict[str, Any]]], rungs: list[dict[str, Any]], result: PBTChaosResult
+) -> None:
     """Epoch ``s`` trains at the lr decided at the last rung before it (the sampled one before any)."""
     wrong = []
     for step, metrics in history:

@@ -60,6 +60,8 @@ import numpy as np
 import optuna
 from scipy.stats import mannwhitneyu
 
+from bench.simulate import NB201_CSV, RESULTS, TRIAL_SECONDS
+from bench.simulate import bench_spec as table_spec
 from cluster.simulated import SimulatedExecutor, TableModel
 from search.loop.campaign import Campaign
 from search.sampling.evolution import RegularizedEvolutionSampler
@@ -67,8 +69,6 @@ from search.sampling.samplers import make_sampler, sampler_info
 from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
-
-from bench.simulate import NB201_CSV, RESULTS, TRIAL_SECONDS, bench_spec as table_spec
 
 JITTER = 0.1
 PARAM = "cell"
@@ -85,9 +85,16 @@ def _classic(spec: CampaignSpec, study_seed: int) -> optuna.samplers.BaseSampler
     """The evolution sampler's algorithm before issue 17, seeded as the registry seeds it."""
     from spaces.genomes import CellSpace
 
-    return RegularizedEvolutionSampler(CellSpace(), prefix=PARAM, population_size=20, sample_size=5,
-                                       seed=component_seed(study_seed, "sampler"), n_startup_trials=20,
-                                       candidates=1, skip_duplicates=False)  # fmt: skip
+    return RegularizedEvolutionSampler(
+        CellSpace(),
+        prefix=PARAM,
+        population_size=20,
+        sample_size=5,
+        seed=component_seed(study_seed, "sampler"),
+        n_startup_trials=20,
+        candidates=1,
+        skip_duplicates=False,
+    )
 
 
 EXTRA_METHODS: dict[str, SamplerFactory] = {"evolution-classic": _classic}
@@ -124,8 +131,9 @@ def campaign(
     with tempfile.TemporaryDirectory() as tmp:
         folder = CampaignFolder(Path(tmp) / spec.study.name)
         folder.create(spec.text)
-        study = optuna.create_study(study_name=spec.study.name, sampler=sampler,
-                                    pruner=optuna.pruners.NopPruner(), direction="maximize")  # fmt: skip
+        study = optuna.create_study(
+            study_name=spec.study.name, sampler=sampler, pruner=optuna.pruners.NopPruner(), direction="maximize"
+        )
         executor = SimulatedExecutor(workers, table, seed=seed, controller_time_scale=0.0)
         Campaign(spec, folder, study, executor, clock=executor.clock).run()
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
@@ -151,30 +159,43 @@ class Run:
     test: float
 
 
-def runs_for(
-    trials: Sequence[tuple[float, float]], budgets: Sequence[int], optimum: float, **key: Any
-) -> list[Run]:
+def runs_for(trials: Sequence[tuple[float, float]], budgets: Sequence[int], optimum: float, **key: Any) -> list[Run]:
     """One :class:`Run` per budget from a campaign's trials (by number)."""
     out = []
     for budget in budgets:
         first = list(trials[:budget])
         best = max(range(len(first)), key=lambda i: (first[i][0], -i))  # first trial reaching the best value
-        out.append(Run(budget=budget, best_val=first[best][0], regret=round(optimum - first[best][0], 4),
-                       test=first[best][1], **key))  # fmt: skip
+        out.append(
+            Run(
+                budget=budget,
+                best_val=first[best][0],
+                regret=round(optimum - first[best][0], 4),
+                test=first[best][1],
+                **key,
+            )
+        )
     return out
 
 
 def summarise(runs: Sequence[Run], methods: Sequence[str]) -> list[dict[str, Any]]:
     """Medians per method and one-sided rank-test p-values of ``methods[0]`` against each other method."""
     first, peers = methods[0], methods[1:]
-    cells = sorted({(r.dataset, r.workers, r.budget) for r in runs},
-                   key=lambda c: (DATASETS.index(c[0]) if c[0] in DATASETS else 99, c[1], c[2]))  # fmt: skip
+    cells = sorted(
+        {(r.dataset, r.workers, r.budget) for r in runs},
+        key=lambda c: (DATASETS.index(c[0]) if c[0] in DATASETS else 99, c[1], c[2]),
+    )
     rows = []
     for dataset, workers, budget in cells:
-        sel = {m: [r for r in runs if (r.dataset, r.workers, r.budget, r.method) == (dataset, workers, budget, m)]
-               for m in methods}  # fmt: skip
-        row: dict[str, Any] = {"dataset": dataset, "workers": workers, "budget": budget,
-                               "seeds": min(len(v) for v in sel.values())}  # fmt: skip
+        sel = {
+            m: [r for r in runs if (r.dataset, r.workers, r.budget, r.method) == (dataset, workers, budget, m)]
+            for m in methods
+        }
+        row: dict[str, Any] = {
+            "dataset": dataset,
+            "workers": workers,
+            "budget": budget,
+            "seeds": min(len(v) for v in sel.values()),
+        }
         for m in methods:
             row[f"{m}_val"] = round(float(np.median([r.best_val for r in sel[m]])), 3)
             row[f"{m}_regret"] = round(float(np.median([r.regret for r in sel[m]])), 3)
@@ -220,8 +241,15 @@ def _run_job(job: Job) -> list[Run]:
         logging.getLogger("search").setLevel(logging.WARNING)
         _TABLE = TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=JITTER)
     trials = campaign(job.method, job.workers, job.budget, job.dataset, job.seed, table=_TABLE)
-    return runs_for(trials, job.read_at, _TABLE.best(job.dataset, "val"), dataset=job.dataset,
-                    workers=job.workers, method=job.method, seed=job.seed)  # fmt: skip
+    return runs_for(
+        trials,
+        job.read_at,
+        _TABLE.best(job.dataset, "val"),
+        dataset=job.dataset,
+        workers=job.workers,
+        method=job.method,
+        seed=job.seed,
+    )
 
 
 def _write(path: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -250,15 +278,22 @@ def print_summary(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> Non
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m bench.evolution", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=50, help="how many seeds (default 50)")
-    parser.add_argument("--seed0", type=int, default=0, help="the first seed (default 0; the default was tuned "
-                        "on 0..49, so pass e.g. 1000 for fresh seeds)")
+    parser.add_argument(
+        "--seed0",
+        type=int,
+        default=0,
+        help="the first seed (default 0; the default was tuned on 0..49, so pass e.g. 1000 for fresh seeds)",
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--jobs", type=int, default=1, help="campaigns run at once, in processes (default 1)")
     parser.add_argument("--budgets", type=int, nargs="+", default=[100, 200])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
-    parser.add_argument("--methods", nargs="+", default=["evolution", "random", "tpe", "evolution-classic"],
-                        help="registry sampler names or evolution-classic; the first is tested against "
-                             "each of the others")  # fmt: skip
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=["evolution", "random", "tpe", "evolution-classic"],
+        help="registry sampler names or evolution-classic; the first is tested against each of the others",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "evolution.csv")
     parser.add_argument("--runs-out", type=Path, default=RESULTS / "evolution_runs.csv")
     args = parser.parse_args(argv)
@@ -270,12 +305,20 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     logging.getLogger("search").setLevel(logging.WARNING)
 
     started = time.perf_counter()
-    print(f"# bench.evolution  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
-          f"  optuna {optuna.__version__}  seeds {args.seed0}..{args.seed0 + args.seeds - 1}  budgets {args.budgets}", flush=True)  # fmt: skip
+    print(
+        f"# bench.evolution  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
+        f"  optuna {optuna.__version__}  seeds {args.seed0}..{args.seed0 + args.seeds - 1}  budgets {args.budgets}",
+        flush=True,
+    )
     budgets = sorted(set(args.budgets))
     seeds = range(args.seed0, args.seed0 + args.seeds)
-    jobs = [job for dataset in args.datasets for workers in args.workers for method in args.methods
-            for job in _jobs(method, workers, budgets, dataset, seeds)]  # fmt: skip
+    jobs = [
+        job
+        for dataset in args.datasets
+        for workers in args.workers
+        for method in args.methods
+        for job in _jobs(method, workers, budgets, dataset, seeds)
+    ]
     runs: list[Run] = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for done, found in enumerate(pool.map(_run_job, jobs), 1):

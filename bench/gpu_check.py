@@ -72,9 +72,17 @@ def throughput(k: int, epochs: int, quick: bool) -> dict[str, float]:
     from trainers.classifier import fit
 
     config = TrialConfig(
-        study="gpu-check", number=k, params=_params(k), seed=0, epochs=epochs, dataset="synthetic",
-        device="cuda", devices=tuple(range(k)), data_parallel=k, options=_options(quick),
-    )  # fmt: skip
+        study="gpu-check",
+        number=k,
+        params=_params(k),
+        seed=0,
+        epochs=epochs,
+        dataset="synthetic",
+        device="cuda",
+        devices=tuple(range(k)),
+        data_parallel=k,
+        options=_options(quick),
+    )
     reporter = RecordingReporter()
     started = time.perf_counter()
     final = fit(config, reporter)
@@ -163,17 +171,29 @@ def _toml_inline(table: dict[str, Any]) -> str:
 
 
 def campaign(
-    n: int, epochs: int, quick: bool, timeout: float, per_gpu: int = 1, trials: int = 0, batch: int = PER_GPU_BATCH,
+    n: int,
+    epochs: int,
+    quick: bool,
+    timeout: float,
+    per_gpu: int = 1,
+    trials: int = 0,
+    batch: int = PER_GPU_BATCH,
 ) -> dict[str, Any]:
     """``hypersweep run`` on ``trials`` (default 2n) trials, ``per_gpu`` at once on each GPU (``gpus = 1/per_gpu``),
     with utilization sampled while it runs."""
     trials = trials or 2 * n
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:
         spec = Path(folder) / "gpu-check.toml"
-        spec.write_text(SPEC.format(
-            n_trials=trials, parallelism=n * per_gpu, epochs=epochs, options=_toml_inline(_options(quick)),
-            batch=batch, gpus=1 / per_gpu,
-        ))  # fmt: skip
+        spec.write_text(
+            SPEC.format(
+                n_trials=trials,
+                parallelism=n * per_gpu,
+                epochs=epochs,
+                options=_toml_inline(_options(quick)),
+                batch=batch,
+                gpus=1 / per_gpu,
+            )
+        )
         command = [sys.executable, "-m", "search.cli", "run", str(spec), "--runs-dir", folder, "--no-progress"]
         sampler = UtilizationSampler()
         sampler.start()
@@ -184,8 +204,13 @@ def campaign(
             done = None
         wall = time.perf_counter() - started
         sampler.stop()
-        result: dict[str, Any] = {"trials": trials, "per_gpu": per_gpu, "wall_s": wall,
-                                  "utilization": sampler.summary(n), "trials_per_hour": trials / wall * 3600}
+        result: dict[str, Any] = {
+            "trials": trials,
+            "per_gpu": per_gpu,
+            "wall_s": wall,
+            "utilization": sampler.summary(n),
+            "trials_per_hour": trials / wall * 3600,
+        }
         if done is None:
             result["error"] = f"hypersweep run did not finish in {timeout:.0f} s"
         elif done.returncode != 0:
@@ -208,8 +233,9 @@ PACKING_TRIALS_PER_GPU = 8  # trials per GPU in each packing case: 8 runs of 1, 
 
 def packing(n: int, epochs: int, quick: bool, timeout: float) -> list[dict[str, Any]]:
     """The same small trials, 1, 2 and 4 per GPU at once: trials/hour and how busy the GPUs were."""
-    return [campaign(n, epochs, quick, timeout, per_gpu=k, trials=PACKING_TRIALS_PER_GPU * n, batch=256)
-            for k in (1, 2, 4)]  # fmt: skip
+    return [
+        campaign(n, epochs, quick, timeout, per_gpu=k, trials=PACKING_TRIALS_PER_GPU * n, batch=256) for k in (1, 2, 4)
+    ]
 
 
 def nccl_pair(n: int, epochs: int, quick: bool) -> dict[str, Any]:
@@ -228,7 +254,9 @@ def _environment() -> dict[str, Any]:
         with_driver = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
         )
-        driver = with_driver.stdout.strip().splitlines()[0] if with_driver.returncode == 0 and with_driver.stdout else ""
+        driver = (
+            with_driver.stdout.strip().splitlines()[0] if with_driver.returncode == 0 and with_driver.stdout else ""
+        )
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "gpus": names,
@@ -242,9 +270,13 @@ def _environment() -> dict[str, Any]:
 
 
 def _table(record: dict[str, Any]) -> str:
-    lines = [f"GPU check, {record['environment']['date']}: {len(record['environment']['gpus'])} x "
-             f"{record['environment']['gpus'][0]} (torch {record['environment']['torch']}, CUDA "
-             f"{record['environment']['cuda']})", "", "one trial          GPUs  global batch  examples/s  efficiency"]  # fmt: skip
+    lines = [
+        f"GPU check, {record['environment']['date']}: {len(record['environment']['gpus'])} x "
+        f"{record['environment']['gpus'][0]} (torch {record['environment']['torch']}, CUDA "
+        f"{record['environment']['cuda']})",
+        "",
+        "one trial          GPUs  global batch  examples/s  efficiency",
+    ]
     for row in record["throughput"]:
         eff = row.get("efficiency")
         lines.append(
@@ -256,10 +288,15 @@ def _table(record: dict[str, Any]) -> str:
     camp = record.get("campaign")
     if camp:
         util = camp["utilization"]
-        lines += ["", f"campaign: {camp['trials']} one-GPU trials in {camp['wall_s']:.0f} s, states {camp.get('states')}"]
+        lines += [
+            "",
+            f"campaign: {camp['trials']} one-GPU trials in {camp['wall_s']:.0f} s, states {camp.get('states')}",
+        ]
         if util.get("samples"):
             for g, (mean, busy) in enumerate(zip(util["mean_percent"], util["busy_fraction"], strict=True)):
-                lines.append(f"  GPU {g}: mean utilization {mean:5.1f}%, busy in {busy:.0%} of {util['samples']} samples")
+                lines.append(
+                    f"  GPU {g}: mean utilization {mean:5.1f}%, busy in {busy:.0%} of {util['samples']} samples"
+                )
         else:
             lines.append(f"  utilization: {util.get('error')}")
         if camp.get("error"):
@@ -272,8 +309,15 @@ def _packing_lines(record: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     pair = record.get("nccl_pair") or {}
     if pair:
-        lines += ["", "two-rank NCCL trial: " + (pair["skipped"] if "skipped" in pair else
-                  f"{pair['examples_per_s']:.0f} examples/s at global batch {pair['global_batch']}")]  # fmt: skip
+        lines += [
+            "",
+            "two-rank NCCL trial: "
+            + (
+                pair["skipped"]
+                if "skipped" in pair
+                else f"{pair['examples_per_s']:.0f} examples/s at global batch {pair['global_batch']}"
+            ),
+        ]
     if record.get("packing"):
         lines += ["", "packing    trials  trials/hour  GPU busy  mean util  peak MiB"]
     for case in record.get("packing", []):
@@ -281,9 +325,11 @@ def _packing_lines(record: dict[str, Any]) -> list[str]:
         busy = sum(util.get("busy_fraction", [0])) / max(1, len(util.get("busy_fraction", [0])))
         mean = sum(util.get("mean_percent", [0])) / max(1, len(util.get("mean_percent", [0])))
         peak = case.get("peak_memory_mib")
-        lines.append(f"  {case['per_gpu']} / GPU  {case['trials']:>6}  {case['trials_per_hour']:>11.0f}  {busy:>8.0%}"
-                     f"  {mean:>8.1f}%  {'' if peak is None else f'{peak:>8.0f}'}"
-                     + (f"  error: {case['error'][:200]}" if case.get("error") else ""))  # fmt: skip
+        lines.append(
+            f"  {case['per_gpu']} / GPU  {case['trials']:>6}  {case['trials_per_hour']:>11.0f}  {busy:>8.0%}"
+            f"  {mean:>8.1f}%  {'' if peak is None else f'{peak:>8.0f}'}"
+            + (f"  error: {case['error'][:200]}" if case.get("error") else "")
+        )
     return lines
 
 

@@ -49,10 +49,17 @@ def packing(trials: int, hold: float, folder: Path | None) -> None:
         print_packing(_records(folder, "packed"))
         return
     text = SPEC.format(hold=hold).replace("n_trials = 24", f"n_trials = {trials}")
-    with tempfile.TemporaryDirectory() as tmp, LocalCluster(
-        n_workers=2, threads_per_worker=8, resources={"GPU": 2}, processes=True, host="127.0.0.1",
-        dashboard_address=None,
-    ) as cluster:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=8,
+            resources={"GPU": 2},
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+    ):
         print_packing(_records(_run(text, Path(tmp), cluster.scheduler_address), "packed"))
 
 
@@ -60,14 +67,18 @@ def print_packing(records: list) -> None:
     from tests.search.loop.test_gpu_packing_campaign import concurrency
 
     per_lease = concurrency(records, lambda r: (r.worker.rsplit(":", 1)[-1], r.devices[0]))
-    print(f"{len(records)} trials, gpus = 0.25, 2 workers x GPU=2 (fake); states "
-          f"{sorted({r.state.name for r in records})}")  # fmt: skip
+    print(
+        f"{len(records)} trials, gpus = 0.25, 2 workers x GPU=2 (fake); states "
+        f"{sorted({r.state.name for r in records})}"
+    )
     for (port, device), most in sorted(per_lease.items()):
         mine = [r for r in records if (r.worker.rsplit(":", 1)[-1], r.devices[0]) == (port, device)]
         busy = sum(r.finished - r.started for r in mine)
         span = max(r.finished for r in mine) - min(r.started for r in mine)
-        print(f"  worker :{port} GPU {device}: {len(mine)} trials, at most {most} at once, "
-              f"{busy / span:.2f} on average while it had any")  # fmt: skip
+        print(
+            f"  worker :{port} GPU {device}: {len(mine)} trials, at most {most} at once, "
+            f"{busy / span:.2f} on average while it had any"
+        )
     peaks = [r.peak_memory / 2**20 for r in records if r.peak_memory]
     print(f"  peak memory (rss, MiB): min {min(peaks):.0f}, max {max(peaks):.0f}")
 
@@ -83,11 +94,13 @@ def oom(trials: int, folder: Path | None) -> None:
             records = _records(_run(text, Path(tmp)), "oom")
     retried = [r for r in records if r.metrics and r.metrics.get("oom_retries")]
     infeasible = [r for r in records if r.stop_reason == "out of memory"]
-    print(f"{len(records)} trials: {sum(r.state.name == 'COMPLETE' for r in records)} complete, "
-          f"{len(retried)} retried at half the micro-batch (batch sizes "
-          f"{sorted(int(r.params['batch_size']) for r in retried)}), {len(infeasible)} infeasible (out of memory; "
-          f"batch sizes {sorted(int(r.params['batch_size']) for r in infeasible)}), "
-          f"{sum(r.retries for r in records)} worker-loss retries")  # fmt: skip
+    print(
+        f"{len(records)} trials: {sum(r.state.name == 'COMPLETE' for r in records)} complete, "
+        f"{len(retried)} retried at half the micro-batch (batch sizes "
+        f"{sorted(int(r.params['batch_size']) for r in retried)}), {len(infeasible)} infeasible (out of memory; "
+        f"batch sizes {sorted(int(r.params['batch_size']) for r in infeasible)}), "
+        f"{sum(r.retries for r in records)} worker-loss retries"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

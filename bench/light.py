@@ -23,14 +23,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.simulate import EPOCHS, NB201_CSV, TRAINER, TRIAL_SECONDS, nb201_space
 from cluster.simulated import SimulatedExecutor, TableModel
 from search.loop.campaign import Campaign
 from search.session.runner import load_study
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from search.toml_text import to_toml
-
-from bench.simulate import EPOCHS, NB201_CSV, TRAINER, TRIAL_SECONDS, nb201_space
 
 __all__ = ["finished_campaign", "time_command", "main"]
 
@@ -45,11 +44,17 @@ def finished_campaign(
     never imported (the simulated workers run nothing)."""
     name = f"light-{sampler}-{n_trials}"
     data = {
-        "study": {"name": name, "direction": "maximize", "metric": "accuracy", "sampler": sampler, "seed": seed,
-                  "n_trials": n_trials},
+        "study": {
+            "name": name,
+            "direction": "maximize",
+            "metric": "accuracy",
+            "sampler": sampler,
+            "seed": seed,
+            "n_trials": n_trials,
+        },
         "trainer": {"entry": trainer, "dataset": "cifar10", "epochs": EPOCHS, "checkpoint_every": 1},
         "space": nb201_space(),
-    }  # fmt: skip
+    }
     source = root / f"{name}.toml"
     source.write_text(to_toml(data))
     spec = load_spec(source, check_trainer=False)
@@ -99,8 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             load = os.getloadavg()[0]
             times = time_command(command, args.reps)
             rows.append((label, statistics.median(times), min(times), max(times), load))
-    print(f"{'command':32} {'median s':>9} {'min s':>7} {'max s':>7} {'load':>5}   (reps={args.reps}, "
-          f"{os.cpu_count()} cores, {args.trials} trials)")
+    print(
+        f"{'command':32} {'median s':>9} {'min s':>7} {'max s':>7} {'load':>5}   (reps={args.reps}, "
+        f"{os.cpu_count()} cores, {args.trials} trials)"
+    )
     for label, median, low, high, load in rows:
         print(f"{label:32} {median:9.2f} {low:7.2f} {high:7.2f} {load:5.1f}")
     return 0

@@ -88,7 +88,9 @@ def feed_like_the_loop(
     return estimator
 
 
-def trained_digits_mlp(epochs: int = 10, batch_size: int = 128, lr: float = 0.2, seed: int = 0) -> tuple[nn.Module, object]:
+def trained_digits_mlp(
+    epochs: int = 10, batch_size: int = 128, lr: float = 0.2, seed: int = 0
+) -> tuple[nn.Module, object]:
     """The classifier's default MLP on the digits after ``epochs`` epochs of the real loop; (model, data)."""
     params = parse_params({"lr": lr, "batch_size": batch_size})
     data = load_dataset("digits")
@@ -96,7 +98,9 @@ def trained_digits_mlp(epochs: int = 10, batch_size: int = 128, lr: float = 0.2,
     model = build_model(dataclasses.asdict(params), data.input_shape, data.n_classes, init)
     optimizer = make_optimizer(params, model)
     schedule = make_lr_schedule(params, math.ceil(len(data.y_train) / batch_size), epochs)
-    train(model, optimizer, schedule, data, LoopSettings(epochs=epochs, batch_size=batch_size), rngs, RecordingReporter())
+    train(
+        model, optimizer, schedule, data, LoopSettings(epochs=epochs, batch_size=batch_size), rngs, RecordingReporter()
+    )
     return model, data
 
 
@@ -143,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     top = np.sort(((per_example - per_example.mean(0)) ** 2).sum(1))[::-1]
     share = top[: max(1, len(top) // 100)].sum() / top.sum()
     result = coverage(per_example, args.batch_size, range(args.seeds), args.every)
-    print(f"digits MLP after {args.epochs} epochs at B={args.batch_size}: N={len(per_example)}, "
-          f"top 1% of examples carry {share:.0%} of tr(Σ)")  # fmt: skip
+    print(
+        f"digits MLP after {args.epochs} epochs at B={args.batch_size}: N={len(per_example)}, "
+        f"top 1% of examples carry {share:.0%} of tr(Σ)"
+    )
     print(" ".join(f"{k}={v:.4g}" for k, v in result.items()))
 
 

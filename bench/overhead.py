@@ -72,10 +72,26 @@ RESULTS = HERE / "results"
 SLOTS = 4
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 1.0}}
 
-DASK_PEERS = ("hypersweep", "hypersweep-sqlite", "hypersweep-inline", "hypersweep-thread", "optuna-threads",
-              "daskstorage-1", "daskstorage-250", "naive-mem", "naive-sqlite")  # fmt: skip
-SLOW_PEERS = ("hypersweep", "hypersweep-inline", "hypersweep-thread", "optuna-threads", "daskstorage-1",
-              "daskstorage-250", "naive-mem")
+DASK_PEERS = (
+    "hypersweep",
+    "hypersweep-sqlite",
+    "hypersweep-inline",
+    "hypersweep-thread",
+    "optuna-threads",
+    "daskstorage-1",
+    "daskstorage-250",
+    "naive-mem",
+    "naive-sqlite",
+)
+SLOW_PEERS = (
+    "hypersweep",
+    "hypersweep-inline",
+    "hypersweep-thread",
+    "optuna-threads",
+    "daskstorage-1",
+    "daskstorage-250",
+    "naive-mem",
+)
 ALL_PEERS = (*DASK_PEERS, "ray")
 SLOW_ASK, SLOW_TRIAL = 1.0, 6.0  # (d): seconds per ask and per trial: 4 slots need an ask every 1.5 s
 MEASURES = ("util_100ms", "util_1s", "trivial", "slow")  # --measures: (a) 100 ms, (a) 1 s, (b), (d)
@@ -198,17 +214,27 @@ class Ctx:
         return path
 
 
-def run_hypersweep(ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = "", delay: float = 0.0,
-                   sampling: str | None = None) -> dict[str, Any]:
+def run_hypersweep(
+    ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = "", delay: float = 0.0, sampling: str | None = None
+) -> dict[str, Any]:
     from bench.simulate import bench_spec
     from cluster import DaskExecutor
     from search.loop.campaign import Campaign
+    from search.session.runner import load_study
     from search.store.folder import CampaignFolder
     from search.store.records import TrialRecord
-    from search.session.runner import load_study
 
-    spec = bench_spec(f"hs-{uuid.uuid4().hex[:6]}", SPACE, sampler, n, seed=ctx.seed, epochs=1, metric="score",
-                      storage=storage, options={"sleep": sleep})  # fmt: skip
+    spec = bench_spec(
+        f"hs-{uuid.uuid4().hex[:6]}",
+        SPACE,
+        sampler,
+        n,
+        seed=ctx.seed,
+        epochs=1,
+        metric="score",
+        storage=storage,
+        options={"sleep": sleep},
+    )
     folder = CampaignFolder(ctx.scratch() / spec.study.name)
     folder.create(spec.text)
     study = load_study(spec, folder, create=True)
@@ -297,8 +323,14 @@ def run_ray(ctx: Ctx, n: int, sleep: float, sampler: str) -> dict[str, Any]:
     tuner = tune.Tuner(
         tune.with_resources(ray_trainable, {"cpu": 1}),
         param_space=space,
-        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=n, max_concurrent_trials=SLOTS,
-                                    search_alg=search_alg, reuse_actors=True),  # fmt: skip
+        tune_config=tune.TuneConfig(
+            metric="score",
+            mode="max",
+            num_samples=n,
+            max_concurrent_trials=SLOTS,
+            search_alg=search_alg,
+            reuse_actors=True,
+        ),
         run_config=tune.RunConfig(storage_path=str(ctx.scratch()), verbose=0),
     )
     started_at, start = time.time(), time.perf_counter()
@@ -350,21 +382,21 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
     before = _rss_mb()
     with tempfile.TemporaryDirectory() as tmp:
         if kind.startswith("hypersweep"):
-            from bench.simulate import bench_spec, open_study
+            from bench.simulate import bench_spec, open_study, storage_setting
             from cluster.simulated import CurveModel, SimulatedExecutor
             from search.loop.campaign import Campaign
             from search.store.folder import CampaignFolder
 
-            from bench.simulate import storage_setting
-
             storage = kind.removeprefix("hypersweep-") if "-" in kind else "journal"
-            spec = bench_spec("mem", SPACE, "random", n, seed=seed, epochs=10, metric="accuracy",
-                              storage=storage_setting(storage))  # fmt: skip
+            spec = bench_spec(
+                "mem", SPACE, "random", n, seed=seed, epochs=10, metric="accuracy", storage=storage_setting(storage)
+            )
             folder = CampaignFolder(Path(tmp) / "mem")
             folder.create(spec.text)
             study = open_study(spec, folder, storage)
-            ex = SimulatedExecutor(SLOTS, CurveModel(seed=seed, epoch_seconds=0.1, jitter=0.0),
-                                   controller_time_scale=0.0)  # fmt: skip
+            ex = SimulatedExecutor(
+                SLOTS, CurveModel(seed=seed, epoch_seconds=0.1, jitter=0.0), controller_time_scale=0.0
+            )
             start = time.perf_counter()
             Campaign(spec, folder, study, ex, clock=ex.clock).run()
             wall = time.perf_counter() - start
@@ -374,11 +406,17 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
             study.optimize(functools.partial(optuna_objective, timing_dir=tmp, sleep=0.0), n_trials=n, n_jobs=SLOTS)
             wall = time.perf_counter() - start
         else:
-            raise ValueError(f"memory probe {kind!r}: must be hypersweep-journal, hypersweep-memory, "
-                             "hypersweep-sqlite or optuna-threads")
+            raise ValueError(
+                f"memory probe {kind!r}: must be hypersweep-journal, hypersweep-memory, "
+                "hypersweep-sqlite or optuna-threads"
+            )
         after = _rss_mb()
-    return {"rss_before_mb": before, "rss_after_mb": after, "rss_growth_mb": after - before,
-            "ms_per_trial": 1e3 * wall / n}  # fmt: skip
+    return {
+        "rss_before_mb": before,
+        "rss_after_mb": after,
+        "rss_growth_mb": after - before,
+        "ms_per_trial": 1e3 * wall / n,
+    }
 
 
 def run_memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
@@ -426,8 +464,9 @@ class Recorder:
         self.rows: list[dict[str, Any]] = []
 
     def add(self, measure: str, sampler: str, peer: str, rep: int, value: float, unit: str) -> None:
-        self.rows.append({"measure": measure, "sampler": sampler, "peer": peer, "rep": rep, "value": value,
-                          "unit": unit})  # fmt: skip
+        self.rows.append(
+            {"measure": measure, "sampler": sampler, "peer": peer, "rep": rep, "value": value, "unit": unit}
+        )
         print(f"  {measure:21s} {sampler:6s} {peer:19s} rep {rep}: {value:.4g} {unit}", flush=True)
 
     def medians(self) -> dict[tuple[str, str, str], float]:
@@ -444,8 +483,15 @@ def startup_seconds(result: dict[str, Any]) -> float:
     return min(s for s, _ in result["spans"]) - result["started_at"]
 
 
-def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, int], samplers: Sequence[str],
-                 measures: Sequence[str] = MEASURES) -> None:
+def measure_peer(
+    rec: Recorder,
+    ctx: Ctx,
+    peer: str,
+    rep: int,
+    sizes: dict[str, int],
+    samplers: Sequence[str],
+    measures: Sequence[str] = MEASURES,
+) -> None:
     fn = PEERS[peer]
     for sampler in samplers:
         for measure, n, sleep in (("util_100ms", sizes["n100ms"], 0.1), ("util_1s", sizes["n1s"], 1.0)):
@@ -469,8 +515,9 @@ def measure_peer(rec: Recorder, ctx: Ctx, peer: str, rep: int, sizes: dict[str, 
         rec.add("trials_per_s", sampler, peer, rep, rate, "trials/s")
         startup = startup_seconds(result)
         rec.add("startup_s", sampler, peer, rep, startup, "s")
-        rec.add("trials_per_s_ex_start", sampler, peer, rep, len(result["spans"]) / (result["wall"] - startup),
-                "trials/s")  # fmt: skip
+        rec.add(
+            "trials_per_s_ex_start", sampler, peer, rep, len(result["spans"]) / (result["wall"] - startup), "trials/s"
+        )
         if peer == "hypersweep":
             rec.add("sampler_busy", sampler, peer, rep, result["sampler_busy"], "fraction")
             bound = sampler_bound(n, sampler, ctx.seed)  # right after, so both see the same machine load
@@ -509,7 +556,9 @@ def print_table(rec: Recorder, peers: Sequence[str]) -> list[str]:
         vals = [med.get((m, s, p)) for p in cols]
         lines.append(f"{m:21s} {s:7s} " + " ".join(f"{v:18.4g}" if v is not None else f"{'-':>18s}" for v in vals))
     lines.append("")
-    lines.append("ratio hypersweep / peer (util, trials/s: > 1 = hypersweep better; ms, MB: > 1 = hypersweep costs more)")
+    lines.append(
+        "ratio hypersweep / peer (util, trials/s: > 1 = hypersweep better; ms, MB: > 1 = hypersweep costs more)"
+    )
     lines.append(head)
     for m, s in keys:
         ours = med.get((m, s, "hypersweep"))
@@ -550,8 +599,10 @@ def profile_campaign(ctx: Ctx, n: int, sleep: float, sampler: str, out: Path) ->
     stats.sort_stats("cumulative").print_stats(45)
     stats.sort_stats("tottime").print_stats(25)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"# hypersweep {n} x {sleep * 1e3:g} ms, {sampler}: wall {result['wall']:.2f} s, "
-                   f"utilization {utilization(result['spans']):.3f}\n" + buf.getvalue())  # fmt: skip
+    out.write_text(
+        f"# hypersweep {n} x {sleep * 1e3:g} ms, {sampler}: wall {result['wall']:.2f} s, "
+        f"utilization {utilization(result['spans']):.3f}\n" + buf.getvalue()
+    )
     print(f"profile written to {out} (wall {result['wall']:.2f} s, utilization {utilization(result['spans']):.3f})")
 
 
@@ -561,8 +612,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--peers", nargs="+", default=list(ALL_PEERS), choices=ALL_PEERS)
     parser.add_argument("--samplers", nargs="+", default=["random", "tpe"], choices=["random", "tpe"])
-    parser.add_argument("--measures", nargs="+", default=list(MEASURES), choices=MEASURES,
-                        help="util_100ms, util_1s: (a); trivial: (b) trials/s; slow: (d) the slow sampler")  # fmt: skip
+    parser.add_argument(
+        "--measures",
+        nargs="+",
+        default=list(MEASURES),
+        choices=MEASURES,
+        help="util_100ms, util_1s: (a); trivial: (b) trials/s; slow: (d) the slow sampler",
+    )
     parser.add_argument("--memory-trials", type=int, default=10_000)
     parser.add_argument("--no-memory", action="store_true", help="skip (c)")
     parser.add_argument("--profile", action="store_true", help="only cProfile hypersweep on 200 x 100 ms trials")
@@ -587,9 +643,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         sizes = {"n100ms": 200, "n1s": 100, "ntrivial": 1000, "nslow": 20}
         reps, memory_n = args.reps, args.memory_trials
-    print(f"# bench.overhead  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {os.cpu_count()} cpus  "
-          f"python {sys.version.split()[0]}  optuna {optuna.__version__}  slots {SLOTS}  reps {reps}  "
-          f"sizes {sizes}  measures {' '.join(args.measures)}")  # fmt: skip
+    print(
+        f"# bench.overhead  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {os.cpu_count()} cpus  "
+        f"python {sys.version.split()[0]}  optuna {optuna.__version__}  slots {SLOTS}  reps {reps}  "
+        f"sizes {sizes}  measures {' '.join(args.measures)}"
+    )
     rec = Recorder()
     with tempfile.TemporaryDirectory() as tmp:
         dask_peers = [p for p in args.peers if p != "ray"]
@@ -630,8 +688,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("trials_per_s = trials / wall of the optimize call (every peer the same number of trials);")
     print("startup_s = optimize call start -> first trial start; trials_per_s_ex_start = trials / (wall - startup_s);")
     print("rss = controller RSS growth over the run;")
-    print("sampler_busy = share of the run hypersweep's sampler (thread or child process) spent asking (1 = sampling is the limit)")
-    print("share_of_bound = hypersweep trials/s / the sampler's serial ask+tell rate measured right after it (1 = the sampler is the limit)")
+    print(
+        "sampler_busy = share of the run hypersweep's sampler (thread or child process) spent asking (1 = sampling is the limit)"
+    )
+    print(
+        "share_of_bound = hypersweep trials/s / the sampler's serial ask+tell rate measured right after it (1 = the sampler is the limit)"
+    )
     print("util_slow_ask = steady-state busy slots (4th trial start .. last trial start), 1 s asks, 6 s trials")
     print("ms_per_trial (c) = controller real time per trial, 10 reports each (hypersweep on the simulated executor,")
     print("  journal storage; hypersweep-memory = in-memory storage; optuna-threads: 0 reports, in-memory)")

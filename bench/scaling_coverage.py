@@ -87,18 +87,20 @@ def run(sweeps: int, boot: int, seed: int, ci: float = 0.9) -> list[dict[str, ob
             seconds = time.perf_counter() - start
             covered = np.mean([low <= truth <= high for low, high in intervals])
             bounded = [(low, high) for low, high in intervals if low > 0 and math.isfinite(high)]
-            rows.append({
-                "scenario": name,
-                "steps": counting,
-                "method": method,
-                "sweeps": sweeps,
-                "coverage": round(float(covered), 3),
-                "mc_se": round(math.sqrt(ci * (1 - ci) / sweeps), 3),
-                "bias": round(bias, 3),
-                "width": round(float(np.median([h / lo for lo, h in bounded])), 2) if bounded else math.inf,
-                "open": round(1 - len(bounded) / sweeps, 3),
-                "ms_per_interval": round(1e3 * seconds / sweeps, 1),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "scenario": name,
+                    "steps": counting,
+                    "method": method,
+                    "sweeps": sweeps,
+                    "coverage": round(float(covered), 3),
+                    "mc_se": round(math.sqrt(ci * (1 - ci) / sweeps), 3),
+                    "bias": round(bias, 3),
+                    "width": round(float(np.median([h / lo for lo, h in bounded])), 2) if bounded else math.inf,
+                    "open": round(1 - len(bounded) / sweeps, 3),
+                    "ms_per_interval": round(1e3 * seconds / sweeps, 1),
+                }
+            )
             print("  ".join(f"{key}={value}" for key, value in rows[-1].items()), flush=True)
     return rows
 

@@ -52,11 +52,11 @@ import optuna
 
 from cluster.simulated import NB201_OPS, CurveModel, SimulatedExecutor, TableModel, TrialModel
 from search.loop.campaign import Campaign
-from search.store.folder import CampaignFolder
 from search.sampling.pruning import make_pruner
-from search.session.runner import load_study
 from search.sampling.samplers import make_sampler
+from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, parse_spec
+from search.store.folder import CampaignFolder
 from search.store.records import TrialRecord
 
 HERE = Path(__file__).resolve().parent
@@ -66,8 +66,17 @@ TRAINER = "bench.trivial:fit"
 TRIAL_SECONDS = 60.0
 EPOCHS = 12
 
-__all__ = ["nb201_space", "curve_space", "bench_spec", "open_study", "storage_setting", "simulate", "SimResult",
-           "median_rows", "main"]
+__all__ = [
+    "nb201_space",
+    "curve_space",
+    "bench_spec",
+    "open_study",
+    "storage_setting",
+    "simulate",
+    "SimResult",
+    "median_rows",
+    "main",
+]
 
 
 # --- specs and studies -------------------------------------------------------------------------
@@ -102,12 +111,24 @@ def bench_spec(
 ) -> CampaignSpec:
     """A validated spec for the trivial bench trainer."""
     data = {
-        "study": {"name": name, "direction": "maximize", "metric": metric, "sampler": sampler, "seed": seed,
-                  "n_trials": n_trials, "storage": storage},
-        "trainer": {"entry": TRAINER, "dataset": dataset, "epochs": epochs, "checkpoint_every": 1,
-                    "options": dict(options or {})},
+        "study": {
+            "name": name,
+            "direction": "maximize",
+            "metric": metric,
+            "sampler": sampler,
+            "seed": seed,
+            "n_trials": n_trials,
+            "storage": storage,
+        },
+        "trainer": {
+            "entry": TRAINER,
+            "dataset": dataset,
+            "epochs": epochs,
+            "checkpoint_every": 1,
+            "options": dict(options or {}),
+        },
         "space": dict(space),
-    }  # fmt: skip
+    }
     return parse_spec(data, source=f"<bench {name}>", text=json.dumps(data, indent=1))
 
 
@@ -204,13 +225,21 @@ def simulate(
     else:
         raise ValueError(f"bench={bench!r}: must be nb201 or curve")
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        spec = bench_spec(f"sim-{bench}-{sampler}-{n_workers}", space, sampler, n_trials, seed=seed,
-                          dataset=dataset, storage=storage_setting(storage))  # fmt: skip
+        spec = bench_spec(
+            f"sim-{bench}-{sampler}-{n_workers}",
+            space,
+            sampler,
+            n_trials,
+            seed=seed,
+            dataset=dataset,
+            storage=storage_setting(storage),
+        )
         folder = CampaignFolder(Path(tmp) / spec.study.name)
         folder.create(spec.text)
         study = open_study(spec, folder, storage)
-        executor = SimulatedExecutor(n_workers, model, seed=seed, failure_rate=failure_rate,
-                                     controller_time_scale=controller_time_scale)  # fmt: skip
+        executor = SimulatedExecutor(
+            n_workers, model, seed=seed, failure_rate=failure_rate, controller_time_scale=controller_time_scale
+        )
         started = time.perf_counter()
         Campaign(spec, folder, study, executor, clock=executor.clock).run()
         real = time.perf_counter() - started
@@ -250,9 +279,24 @@ def simulate(
 
 
 def _print_table(rows: Sequence[SimResult]) -> None:
-    cols = ["bench", "workers", "sampler", "storage", "trials", "util", "util_all", "ctrl_ms_per_trial",
-            "ctrl_trials_per_s", "needed_trials_per_s", "real_s", "best", "regret", "t_best", "t_regret1",
-            "lost"]  # fmt: skip
+    cols = [
+        "bench",
+        "workers",
+        "sampler",
+        "storage",
+        "trials",
+        "util",
+        "util_all",
+        "ctrl_ms_per_trial",
+        "ctrl_trials_per_s",
+        "needed_trials_per_s",
+        "real_s",
+        "best",
+        "regret",
+        "t_best",
+        "t_regret1",
+        "lost",
+    ]
     data = [[str(getattr(r, c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(d[i]) for d in data)) for i, c in enumerate(cols)]
     print("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
@@ -296,19 +340,35 @@ def median_rows(rows: Sequence[SimResult]) -> list[tuple[SimResult, int]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16 and 64 workers, fewer trials (< 1 min)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64, 256, 1024],
-                        help="cluster sizes for the memory-storage rows (every sampler)")  # fmt: skip
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[16, 64, 256, 1024],
+        help="cluster sizes for the memory-storage rows (every sampler)",
+    )
     parser.add_argument("--samplers", nargs="+", default=["random", "tpe"])
     parser.add_argument("--waves", type=float, default=4.0, help="trials per worker (default 4)")
     parser.add_argument("--min-trials", type=int, default=256)
-    parser.add_argument("--storages", nargs="+", default=["sqlite", "journal"], choices=["sqlite", "journal"],
-                        help="durable storages, measured with random sampling: journal = the default "
-                             "(group-commit journal file), sqlite = the campaign's SQLite file")  # fmt: skip
-    parser.add_argument("--storage-workers", type=int, nargs="+", default=[256],
-                        help="cluster sizes for the durable-storage rows (capped at the largest --workers)")  # fmt: skip
+    parser.add_argument(
+        "--storages",
+        nargs="+",
+        default=["sqlite", "journal"],
+        choices=["sqlite", "journal"],
+        help="durable storages, measured with random sampling: journal = the default "
+        "(group-commit journal file), sqlite = the campaign's SQLite file",
+    )
+    parser.add_argument(
+        "--storage-workers",
+        type=int,
+        nargs="+",
+        default=[256],
+        help="cluster sizes for the durable-storage rows (capped at the largest --workers)",
+    )
     parser.add_argument("--no-curve", action="store_true", help="skip the learning-curve (TPE) row")
-    parser.add_argument("--failure-rate", type=float, default=0.02,
-                        help="injected worker failures for one extra run (0 = none)")  # fmt: skip
+    parser.add_argument(
+        "--failure-rate", type=float, default=0.02, help="injected worker failures for one extra run (0 = none)"
+    )
     parser.add_argument("--reps", type=int, default=1, help="repetitions of every row; the table shows medians")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "simulate.csv")
@@ -322,17 +382,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     def n_trials(w: int) -> int:
         return max(min_trials, int(waves * w))
 
-    print(f"# bench.simulate  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
-          f"  optuna {optuna.__version__}  trials of {TRIAL_SECONDS:g} virtual s, {EPOCHS} reports each"
-          f"  reps {args.reps}")  # fmt: skip
+    print(
+        f"# bench.simulate  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
+        f"  optuna {optuna.__version__}  trials of {TRIAL_SECONDS:g} virtual s, {EPOCHS} reports each"
+        f"  reps {args.reps}"
+    )
     rows: list[SimResult] = []
 
     def run(*a: Any, **kw: Any) -> None:
         result, _ex, _study = simulate(*a, seed=args.seed, **kw)
         rows.append(result)
-        print(f"  {result.bench} {result.workers:5d} workers {result.sampler:6s} {result.storage:7s} "
-              f"util {result.util:.4f}  ctrl {result.ctrl_ms_per_trial:.2f} ms/trial  real {result.real_s:.1f} s",
-              flush=True)  # fmt: skip
+        print(
+            f"  {result.bench} {result.workers:5d} workers {result.sampler:6s} {result.storage:7s} "
+            f"util {result.util:.4f}  ctrl {result.ctrl_ms_per_trial:.2f} ms/trial  real {result.real_s:.1f} s",
+            flush=True,
+        )
 
     storage_sizes = list(dict.fromkeys(min(w, max(workers)) for w in args.storage_workers))
     for _rep in range(args.reps):
@@ -355,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = args.out.with_name(args.out.stem + "-raw.csv")
     _write_csv(rows, raw)
     print("\nstorage: memory = in-memory study (not durable); journal = the default, the group-commit journal file;")
-    print("  sqlite = the campaign's SQLite file ([study] storage = \"sqlite\")")
+    print('  sqlite = the campaign\'s SQLite file ([study] storage = "sqlite")')
     print(f"wrote {args.out} (medians) and {raw}")
     return 0
 

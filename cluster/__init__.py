@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from .connect import open_cluster, quiet_dask_logs
 from .errors import ClusterError, MissingExtraError, SettingError
-from .packing import GpuPacking
 from .options import Backend, ClusterOptions, TLSFiles
+from .packing import GpuPacking
 from .resources import detect_gpus, slot_resource
 
 if TYPE_CHECKING:

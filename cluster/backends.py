@@ -33,7 +33,6 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-
 from .errors import ClusterError, InvalidSetting, MissingExtraError, SettingError, one_line
 from .options import Backend, ClusterOptions, scheduler_address
 from .resources import detect_gpus
@@ -73,8 +72,10 @@ def worker_args(gpus: int, slots: int, trials_per_gpu: int = 1) -> list[str]:
     """``dask worker`` flags for one worker per node: ``GPU=gpus`` (if any) with ``trials_per_gpu`` threads per GPU
     (``[trainer] gpus = 1/k`` packs k trials on one), else ``CPU=slots``, one thread each."""
     if gpus < 0 or slots < 1 or trials_per_gpu < 1:
-        raise ValueError(f"gpus={gpus!r}, slots={slots!r}, trials_per_gpu={trials_per_gpu!r}: need gpus >= 0, "
-                         "slots >= 1 and trials_per_gpu >= 1")  # fmt: skip
+        raise ValueError(
+            f"gpus={gpus!r}, slots={slots!r}, trials_per_gpu={trials_per_gpu!r}: need gpus >= 0, "
+            "slots >= 1 and trials_per_gpu >= 1"
+        )
     n = gpus if gpus > 0 else slots
     threads = n * trials_per_gpu if gpus > 0 else n
     return ["--nthreads", str(threads), "--resources", f"{'GPU' if gpus > 0 else 'CPU'}={n}"]
@@ -139,10 +140,16 @@ class LocalBackend(Backend):
     def describe(self, options: ClusterOptions) -> str:
         n_workers, resources = local_shape(options)
         owned = ", ".join(f"{name}={amount:g}" for name, amount in resources.items())
-        keys = ("the given TLS files" if options.tls else "plain TCP (--insecure)" if options.plain_local_cluster()
-                else "TLS with a certificate made for it")  # fmt: skip
-        return (f"an embedded LocalCluster on {options.host} ({keys}): {n_workers} worker process(es), "
-                f"each owning {owned}")  # fmt: skip
+        keys = (
+            "the given TLS files"
+            if options.tls
+            else "plain TCP (--insecure)"
+            if options.plain_local_cluster()
+            else "TLS with a certificate made for it"
+        )
+        return (
+            f"an embedded LocalCluster on {options.host} ({keys}): {n_workers} worker process(es), each owning {owned}"
+        )
 
     @contextlib.contextmanager
     def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
@@ -423,9 +430,7 @@ class JobQueueBackend(_Deployed):
         if self.system not in JOBQUEUE_SYSTEMS:
             raise InvalidSetting("system", f"system={self.system!r}: must be one of {', '.join(JOBQUEUE_SYSTEMS)}")
         if not _WALLTIME.match(self.walltime):
-            raise InvalidSetting(
-                "walltime", f"walltime={self.walltime!r}: must look like HH:MM:SS (or D-HH:MM:SS)"
-            )
+            raise InvalidSetting("walltime", f"walltime={self.walltime!r}: must look like HH:MM:SS (or D-HH:MM:SS)")
         if not _MEMORY.match(self.memory):
             raise InvalidSetting("memory", f"memory={self.memory!r}: must be a size such as '64GB' or '32GiB'")
         for name in ("cores", "processes", "maximum_jobs"):
@@ -636,8 +641,13 @@ class KubernetesBackend(_Deployed):
         if not _K8S_NAME.match(self.name):
             raise InvalidSetting("name", f"name={self.name!r}: must be a lowercase DNS label (a-z, 0-9, '-')")
         if self.n_workers < 1 or self.slots_per_worker < 1 or self.gpus_per_worker < 0:
-            bad = "n_workers" if self.n_workers < 1 else "slots_per_worker" if self.slots_per_worker < 1 else (
-                "gpus_per_worker")  # fmt: skip
+            bad = (
+                "n_workers"
+                if self.n_workers < 1
+                else "slots_per_worker"
+                if self.slots_per_worker < 1
+                else ("gpus_per_worker")
+            )
             raise InvalidSetting(
                 bad,
                 f"n_workers={self.n_workers!r}, slots_per_worker={self.slots_per_worker!r}, "
@@ -658,8 +668,10 @@ class KubernetesBackend(_Deployed):
     def describe(self, options: ClusterOptions) -> str:
         where = f" in namespace {self.namespace!r}" if self.namespace else ""
         owns = worker_args(self.gpus_per_worker, self.slots_per_worker)[3]
-        return (f"Kubernetes DaskCluster {self.name!r}{where}: {self.n_workers} worker pod(s) of {self.image}, "
-                f"each owning {owns}")  # fmt: skip
+        return (
+            f"Kubernetes DaskCluster {self.name!r}{where}: {self.n_workers} worker pod(s) of {self.image}, "
+            f"each owning {owns}"
+        )
 
     def submission(self, options: ClusterOptions) -> str:
         """The DaskCluster resource as YAML."""
@@ -704,9 +716,19 @@ def _kube_cluster(backend: KubernetesBackend) -> Any:
     no_credentials = (OSError, ValueError, KeyError, TypeError, yaml.YAMLError)
     # No operator (RuntimeError), API refused or unreachable, pods that never start.
     refused = (
-        OSError, TimeoutError, ValueError, RuntimeError, httpx.HTTPError, kr8s.ServerError, kr8s.NotFoundError,
-        kr8s.APITimeoutError, kr8s.ConnectionClosedError, SchedulerStartupError, CrashLoopBackOffError, ValidationError,
-    )  # fmt: skip
+        OSError,
+        TimeoutError,
+        ValueError,
+        RuntimeError,
+        httpx.HTTPError,
+        kr8s.ServerError,
+        kr8s.NotFoundError,
+        kr8s.APITimeoutError,
+        kr8s.ConnectionClosedError,
+        SchedulerStartupError,
+        CrashLoopBackOffError,
+        ValidationError,
+    )
     try:
         kr8s.api()  # fail here, before a KubeCluster registers for cleanup at exit
     except no_credentials as exc:
@@ -727,12 +749,14 @@ def _kube_cluster(backend: KubernetesBackend) -> Any:
 
 #: ``[cluster] backend`` name -> the class that implements it: each name is written once, as the class's ``kind``
 #: (the job-queue class serves every system in ``JOBQUEUE_SYSTEMS``). ``search.vocab.registry.backends()`` reads it.
-REGISTRY: Mapping[str, type[Backend]] = MappingProxyType({
-    LocalBackend.kind: LocalBackend,
-    AddressBackend.kind: AddressBackend,
-    **{system: JobQueueBackend for system in JOBQUEUE_SYSTEMS},
-    KubernetesBackend.kind: KubernetesBackend,
-})  # fmt: skip
+REGISTRY: Mapping[str, type[Backend]] = MappingProxyType(
+    {
+        LocalBackend.kind: LocalBackend,
+        AddressBackend.kind: AddressBackend,
+        **{system: JobQueueBackend for system in JOBQUEUE_SYSTEMS},
+        KubernetesBackend.kind: KubernetesBackend,
+    }
+)
 
 
 def backend_named(kind: str, settings: Backend | None = None) -> Backend:

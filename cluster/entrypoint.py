@@ -34,7 +34,13 @@ from .resources import DevicePool, Lease, physical_ids, worker_device_pool
 from .trial_output import route_output
 
 __all__ = [
-    "run_trial", "run_trials", "TrainerShipment", "pack_trainer", "unpack_trainer", "disk_error_of", "out_of_memory",
+    "run_trial",
+    "run_trials",
+    "TrainerShipment",
+    "pack_trainer",
+    "unpack_trainer",
+    "disk_error_of",
+    "out_of_memory",
 ]
 
 OOM_TEXTS = ("OutOfMemoryError", "CUDA out of memory")  # an OOM as a rank's traceback names it
@@ -67,8 +73,9 @@ class TrainerShipment:
         try:
             data = pack_trainer(fn)
         except Exception as exc:  # noqa: BLE001 - pickling raises anything its objects raise
-            raise TypeError(f"trainer {entry} cannot be pickled to go to the workers "
-                            f"({type(exc).__name__}: {exc})".splitlines()[0]) from exc  # fmt: skip
+            raise TypeError(
+                f"trainer {entry} cannot be pickled to go to the workers ({type(exc).__name__}: {exc})".splitlines()[0]
+            ) from exc
         return cls(entry, tuple(folders), data, hashlib.sha256(data).hexdigest())
 
     def load(self) -> Callable[..., Any]:
@@ -162,8 +169,14 @@ def _finite_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
 
 
 def run_trial(
-    trainer: TrainerShipment | str, config: dict[str, Any], topic: str, resource: str, width: int,
-    share: float = 1.0, memory: int = 0, headroom: float = 0.9,
+    trainer: TrainerShipment | str,
+    config: dict[str, Any],
+    topic: str,
+    resource: str,
+    width: int,
+    share: float = 1.0,
+    memory: int = 0,
+    headroom: float = 0.9,
 ) -> Outcome:
     """Run one trial on this worker and return its :class:`Outcome` (``trainer``: a shipment, or an entry name).
 
@@ -180,8 +193,12 @@ def run_trial(
     reporter.started()
     lease, pool = _lease_devices(resource, width, share, memory, headroom)
     devices = lease.ids if lease is not None else ()
-    monitor = TrialMonitor(devices, physical_ids(devices), on_memory=reporter.memory,
-                           tenants=(lambda: max(pool.tenants()[d] for d in devices)) if pool and devices else None)
+    monitor = TrialMonitor(
+        devices,
+        physical_ids(devices),
+        on_memory=reporter.memory,
+        tenants=(lambda: max(pool.tenants()[d] for d in devices)) if pool and devices else None,
+    )
     reporter.figures = lambda: monitor.peak
     output = route_output(config.get("log_dir"), int(config["number"]))  # the trainer's prints: its stdout.log
     metrics: dict[str, float] = {}
@@ -201,8 +218,13 @@ def run_trial(
     except Exception as exc:  # noqa: BLE001 - any trainer error is a failed trial, kept with its traceback
         oom = out_of_memory(exc)
         error = _one_line(exc)
-        failure = {"error": f"out of memory: {error}" if oom else error, "error_type": error_type_of(exc),
-                   "traceback": traceback.format_exc(), "disk_error": disk_error_of(exc), "oom": oom}  # fmt: skip
+        failure = {
+            "error": f"out of memory: {error}" if oom else error,
+            "error_type": error_type_of(exc),
+            "traceback": traceback.format_exc(),
+            "disk_error": disk_error_of(exc),
+            "oom": oom,
+        }
         output.write(failure["traceback"])
     finally:
         figures = monitor.stop()
@@ -213,16 +235,30 @@ def run_trial(
     if bad and not failure:
         failure = {"error": f"trainer returned non-finite metrics {bad}"}
     return Outcome(
-        TrialStatus.ERROR if failure else TrialStatus.OK, metrics, worker=worker.address, host=socket.gethostname(),
-        pid=os.getpid(), devices=tuple(devices), started=started, finished=time.time(),
-        history=tuple((step, m, t) for step, m, t in reporter.history), stopped=stopped,
-        share=share if devices else 0.0, **figures, **failure,
-    )  # fmt: skip
+        TrialStatus.ERROR if failure else TrialStatus.OK,
+        metrics,
+        worker=worker.address,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        devices=tuple(devices),
+        started=started,
+        finished=time.time(),
+        history=tuple((step, m, t) for step, m, t in reporter.history),
+        stopped=stopped,
+        share=share if devices else 0.0,
+        **figures,
+        **failure,
+    )
 
 
 def run_trials(
-    batch: list[tuple[TrainerShipment | str, dict[str, Any]]], topic: str, resource: str, width: int,
-    share: float = 1.0, memory: int = 0, headroom: float = 0.9,
+    batch: list[tuple[TrainerShipment | str, dict[str, Any]]],
+    topic: str,
+    resource: str,
+    width: int,
+    share: float = 1.0,
+    memory: int = 0,
+    headroom: float = 0.9,
 ) -> list[Outcome]:
     """Run several (trainer, config) trials one after another in this task; their outcomes in order."""
     return [run_trial(trainer, config, topic, resource, width, share, memory, headroom) for trainer, config in batch]

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-
 # torch-free: the trial's config crosses this seam typed, and the trainer is found where the controller found it
 from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer, trainer_folders
 
@@ -33,8 +32,19 @@ if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's m
     from distributed import Client, Future
 
 __all__ = [
-    "TrialRequest", "Started", "Report", "Finished", "Outcome", "TrialExecutor", "BatchingExecutor", "DaskExecutor",
-    "Slots", "ship_trainer", "TrialStatus", "GpuPacking", "host_out_of_memory",
+    "TrialRequest",
+    "Started",
+    "Report",
+    "Finished",
+    "Outcome",
+    "TrialExecutor",
+    "BatchingExecutor",
+    "DaskExecutor",
+    "Slots",
+    "ship_trainer",
+    "TrialStatus",
+    "GpuPacking",
+    "host_out_of_memory",
 ]
 
 log = logging.getLogger(__name__)
@@ -205,7 +215,11 @@ class DaskExecutor:
     virtual_time = False
 
     def __init__(
-        self, client: Client, topic: str, resource: str | None = None, lost_after: float = 30.0,
+        self,
+        client: Client,
+        topic: str,
+        resource: str | None = None,
+        lost_after: float = 30.0,
         packing: GpuPacking | None = None,
     ) -> None:
         self._client = client
@@ -302,9 +316,18 @@ class DaskExecutor:
         if len(requests) == 1:
             trainer = self._shipment(first.trainer)
             return self._client.submit(
-                run_once, key, run_trial, [first.number], trainer, first.config.to_dict(), self._topic,
-                self._resource, first.width, *packing, **where,
-            )  # fmt: skip
+                run_once,
+                key,
+                run_trial,
+                [first.number],
+                trainer,
+                first.config.to_dict(),
+                self._topic,
+                self._resource,
+                first.width,
+                *packing,
+                **where,
+            )
         batch = [(self._shipment(r.trainer), r.config.to_dict()) for r in requests]
         numbers = [r.number for r in requests]
         return self._client.submit(
@@ -340,8 +363,11 @@ class DaskExecutor:
             future = self._futures.get(number)
         nanny = worker_nanny(self._client, worker) if future is not None else ""
         if not nanny:
-            log.warning("cannot kill trial %d: %s", number,
-                        "its worker runs without a nanny" if future is not None else "it is not running")  # fmt: skip
+            log.warning(
+                "cannot kill trial %d: %s",
+                number,
+                "its worker runs without a nanny" if future is not None else "it is not running",
+            )
             return False
         self._client.cancel([future], force=True)  # first, so that Dask does not run it again on another worker
         self._client.run(kill_worker_tree, workers=[worker], nanny=True, wait=False)
@@ -429,10 +455,17 @@ class DaskExecutor:
         if outcome.status == LOST:
             limit = self._memory_limits.get(outcome.worker, 0) or max(self._memory_limits.values(), default=0)
             if host_out_of_memory(outcome.error, seen, limit):
-                error = (f"out of memory: its worker was killed with {seen / 2**20:.0f} MiB in use of a "
-                         f"{limit / 2**20:.0f} MiB limit ({outcome.error})")  # fmt: skip
-                return dataclasses.replace(outcome, oom=True, error=error, peak_memory=max(outcome.peak_memory, seen),
-                                           memory_kind=outcome.memory_kind or "rss")  # fmt: skip
+                error = (
+                    f"out of memory: its worker was killed with {seen / 2**20:.0f} MiB in use of a "
+                    f"{limit / 2**20:.0f} MiB limit ({outcome.error})"
+                )
+                return dataclasses.replace(
+                    outcome,
+                    oom=True,
+                    error=error,
+                    peak_memory=max(outcome.peak_memory, seen),
+                    memory_kind=outcome.memory_kind or "rss",
+                )
         if outcome.peak_memory and outcome.memory_kind == "cuda":
             self._memory_model.observe(params, outcome.peak_memory)
         return outcome

@@ -21,9 +21,15 @@ if TYPE_CHECKING:
     from distributed.security import Security
 
 __all__ = [
-    "LOOPBACK", "Backend", "ClusterOptions", "TLSFiles", "is_loopback", "scheduler_address", "plain_tcp_warning",
+    "LOOPBACK",
+    "Backend",
+    "ClusterOptions",
+    "TLSFiles",
+    "is_loopback",
+    "scheduler_address",
+    "plain_tcp_warning",
     "key_file_problem",
-]  # fmt: skip
+]
 
 LOOPBACK = "127.0.0.1"
 
@@ -61,8 +67,10 @@ def plain_tcp_warning(address: str) -> str:
     if not address.startswith("tcp://"):
         return ""
     who = "any local user" if is_loopback(_host_of(address)) else "anyone who can reach it"
-    return (f"the scheduler {address} is plain TCP: {who} can run code on its workers, as the user they run as; "
-            "use a tls:// scheduler with TLS files (--tls CA CERT KEY) to keep them out")
+    return (
+        f"the scheduler {address} is plain TCP: {who} can run code on its workers, as the user they run as; "
+        "use a tls:// scheduler with TLS files (--tls CA CERT KEY) to keep them out"
+    )
 
 
 def key_file_problem(path: str) -> str:
@@ -73,8 +81,10 @@ def key_file_problem(path: str) -> str:
     except OSError:
         return ""
     if mode & 0o077:
-        return (f"tls key_file={path!r} is accessible by others (mode {mode:04o}): a private key must be readable "
-                f"by its owner only; run chmod 600 {path}")
+        return (
+            f"tls key_file={path!r} is accessible by others (mode {mode:04o}): a private key must be readable "
+            f"by its owner only; run chmod 600 {path}"
+        )
     return ""
 
 
@@ -135,8 +145,10 @@ class Backend(abc.ABC):
     def check(self, options: ClusterOptions) -> None:
         """Refuse options this backend cannot use (``ValueError``); ``ClusterOptions`` calls it."""
         if self.joins_scheduler and not options.address:
-            raise SettingError(f"backend {self.kind!r} needs a scheduler address "
-                             "(tcp://host:port, tls://host:port or a scheduler file)")  # fmt: skip
+            raise SettingError(
+                f"backend {self.kind!r} needs a scheduler address "
+                "(tcp://host:port, tls://host:port or a scheduler file)"
+            )
         if not self.joins_scheduler and options.address:
             raise SettingError(f"address={options.address!r}: a {type(self).__name__} starts its own scheduler")
 

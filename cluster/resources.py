@@ -19,7 +19,13 @@ import time
 from collections.abc import Mapping, Sequence
 
 __all__ = [
-    "DevicePool", "Lease", "LeaseError", "device_memory", "detect_gpus", "physical_ids", "slot_resource",
+    "DevicePool",
+    "Lease",
+    "LeaseError",
+    "device_memory",
+    "detect_gpus",
+    "physical_ids",
+    "slot_resource",
     "worker_device_pool",
 ]
 

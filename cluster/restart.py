@@ -41,4 +41,3 @@ async def kill_worker_tree(dask_worker: Any) -> int:
         except ProcessLookupError:
             continue
     return killed
-

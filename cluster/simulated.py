@@ -65,9 +65,7 @@ class TrialPlan:
         if not self.epoch_seconds:
             raise ValueError("a trial plan needs at least one epoch")
         if len(self.epoch_seconds) != len(self.metrics):
-            raise ValueError(
-                f"epoch_seconds has {len(self.epoch_seconds)} entries but metrics has {len(self.metrics)}"
-            )
+            raise ValueError(f"epoch_seconds has {len(self.epoch_seconds)} entries but metrics has {len(self.metrics)}")
         for i, seconds in enumerate(self.epoch_seconds):
             if not (math.isfinite(seconds) and seconds >= 0):
                 raise ValueError(f"epoch_seconds[{i}]={seconds!r}: must be a finite number >= 0")
@@ -403,9 +401,9 @@ class SimulatedExecutor:
 
     def slots(self) -> Slots:
         """The nominal capacity: a lost worker's slots come back, so requests just wait."""
-        return Slots(self.resource, len(self._workers) * self._slots_per_worker, self._slots_per_worker,
-                     len(self._workers))  # fmt: skip
-
+        return Slots(
+            self.resource, len(self._workers) * self._slots_per_worker, self._slots_per_worker, len(self._workers)
+        )
 
     def wake(self) -> None:
         """Nothing to wake: ``events`` never waits in real time."""
@@ -602,4 +600,3 @@ class SimulatedExecutor:
         for slot in run.slots:
             slot.busy.append((run.started, max(run.started, at)))
             self._free[slot.worker].add(slot.index)
-

@@ -142,9 +142,13 @@ def merge_outcomes(trial: SpanTrial) -> dict[str, Any]:
     merged: dict[str, Any] = {**rank0, "status": rank0.get("status", "lost")}
     if trial.first_failure is not None:
         failed = trial.outcomes[trial.first_failure]
-        merged.update(status=failed.get("status", "lost"), error=failed.get("error", ""),
-                      traceback=failed.get("traceback", ""), disk_error=failed.get("disk_error", ""),
-                      error_type=failed.get("error_type", ""))  # fmt: skip
+        merged.update(
+            status=failed.get("status", "lost"),
+            error=failed.get("error", ""),
+            traceback=failed.get("traceback", ""),
+            disk_error=failed.get("disk_error", ""),
+            error_type=failed.get("error_type", ""),
+        )
         part = trial.parts[trial.first_failure]
         if merged["error"] and len(trial.parts) > 1:
             merged["error"] = f"part {trial.first_failure} on {part.worker}: {merged['error']}"

@@ -13,13 +13,11 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .outcome import Outcome, TrialStatus
-
 from .connect import worker_slots
+from .outcome import Outcome, TrialStatus
 from .span import SpanPlacer, SpanTrial, merge_outcomes, plan_parts, scheduler_capacity
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor (status and check never import it)
@@ -34,6 +32,7 @@ def _parts() -> Any:
 
     return span_part
 
+
 log = logging.getLogger(__name__)
 
 PART_DONE = "span-part-done"
@@ -43,8 +42,15 @@ CHECK_SECONDS = 1.0  # between looks at whether every part's worker is still the
 class SpanRunner:
     """Wide trials of one executor (its client, topic, resource, event queue and trainer shipments)."""
 
-    def __init__(self, client: Client, topic: str, resource: str, events: queue.Queue[tuple[str, Any]],
-                 ship: Callable[[Any], Any], run_once: Callable[..., Any]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        resource: str,
+        events: queue.Queue[tuple[str, Any]],
+        ship: Callable[[Any], Any],
+        run_once: Callable[..., Any],
+    ) -> None:
         self._client, self._topic, self._resource = client, topic, resource
         self._queue, self._ship, self._run_once = events, ship, run_once
         self._placer = SpanPlacer(self._place)
@@ -77,17 +83,37 @@ class SpanRunner:
         shipment = self._ship(request.trainer)
         config = request.config.to_dict()
         for index, part in enumerate(trial.parts):
-            spec = {"key": key, "index": index, "first_rank": part.first_rank, "local": part.local,
-                    "world": request.width}  # fmt: skip
+            spec = {
+                "key": key,
+                "index": index,
+                "first_rank": part.first_rank,
+                "local": part.local,
+                "world": request.width,
+            }
             future = self._client.submit(
-                self._run_once, f"{key}-part{index}", _parts().run_part, [request.number], shipment, config, self._topic,
-                self._resource, spec, key=f"{key}-part{index}", resources={self._resource: part.local},
-                workers=[part.worker], allow_other_workers=False, pure=False,
-            )  # fmt: skip
+                self._run_once,
+                f"{key}-part{index}",
+                _parts().run_part,
+                [request.number],
+                shipment,
+                config,
+                self._topic,
+                self._resource,
+                spec,
+                key=f"{key}-part{index}",
+                resources={self._resource: part.local},
+                workers=[part.worker],
+                allow_other_workers=False,
+                pure=False,
+            )
             future.add_done_callback(lambda _f, n=request.number, i=index: self._queue.put((PART_DONE, (n, i))))
             trial.futures.append(future)
-        log.info("trial %d spans %d workers: %s", request.number, len(trial.parts),
-                 ", ".join(f"{p.worker} ranks {p.first_rank}..{p.first_rank + p.local - 1}" for p in trial.parts))  # fmt: skip
+        log.info(
+            "trial %d spans %d workers: %s",
+            request.number,
+            len(trial.parts),
+            ", ".join(f"{p.worker} ranks {p.first_rank}..{p.first_rank + p.local - 1}" for p in trial.parts),
+        )
         return trial
 
     # --- events -------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from distributed.comm import get_address_host
 
 from .channel import WorkerReporter
 from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, _one_line, disk_error_of
-from .trial_output import route_output
 from .outcome import error_type_of
+from .trial_output import route_output
 
 __all__ = ["run_part", "abort_event_name", "rendezvous_name", "abort_why_name", "RENDEZVOUS_TIMEOUT"]
 
@@ -97,7 +97,9 @@ def _rendezvous(key: str, part: dict[str, Any], host: str, watch: _Watch) -> tup
             continue
         master, _, port = str(Variable(rendezvous_name(key)).get(timeout=30)).rpartition(":")
         return master, int(port), None
-    raise TimeoutError(f"rank 0's part did not publish the rendezvous within {part.get('timeout', RENDEZVOUS_TIMEOUT)} s")
+    raise TimeoutError(
+        f"rank 0's part did not publish the rendezvous within {part.get('timeout', RENDEZVOUS_TIMEOUT)} s"
+    )
 
 
 def run_part(
@@ -119,10 +121,18 @@ def run_part(
     devices = lease.ids if lease is not None else ()
     output = route_output(config.get("log_dir"), number)
     outcome: dict[str, Any] = {
-        "status": "ok", "metrics": {}, "error": "", "traceback": "", "worker": worker.address,
-        "host": socket.gethostname(), "pid": os.getpid(), "devices": list(devices), "started": started,
-        "part": int(part["index"]), "ranks": [],
-    }  # fmt: skip
+        "status": "ok",
+        "metrics": {},
+        "error": "",
+        "traceback": "",
+        "worker": worker.address,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "devices": list(devices),
+        "started": started,
+        "part": int(part["index"]),
+        "ranks": [],
+    }
     watch = _Watch(key)
     store = None
     try:
@@ -137,7 +147,9 @@ def run_part(
         outcome["metrics"], outcome["ranks"] = _finite_metrics(metrics), timings
         outcome["stopped"] = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - a failed part is an outcome; every other part is ended too
-        outcome.update(status="error", error=_one_line(exc), error_type=error_type_of(exc), traceback=traceback.format_exc())
+        outcome.update(
+            status="error", error=_one_line(exc), error_type=error_type_of(exc), traceback=traceback.format_exc()
+        )
         outcome["disk_error"] = disk_error_of(exc)
         output.write(outcome["traceback"])
         try:

@@ -115,8 +115,14 @@ def worker_command(options: WorkerOptions) -> list[str]:
     if options.name:
         argv += ["--name", options.name]
     if options.tls is not None:
-        argv += ["--tls-ca-file", options.tls.ca_file, "--tls-cert", options.tls.cert_file,
-                 "--tls-key", options.tls.key_file]  # fmt: skip
+        argv += [
+            "--tls-ca-file",
+            options.tls.ca_file,
+            "--tls-cert",
+            options.tls.cert_file,
+            "--tls-key",
+            options.tls.key_file,
+        ]
     return argv
 
 

@@ -13,9 +13,13 @@ __all__ = ["run", "resume", "load", "Result", "StopCampaign", "CampaignExistsErr
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
-    "run": "search.api", "resume": "search.api", "load": "search.api", "Result": "search.api",
-    "StopCampaign": "search.loop.hooks", "CampaignExistsError": "search.session.runner",
-}  # fmt: skip
+    "run": "search.api",
+    "resume": "search.api",
+    "load": "search.api",
+    "Result": "search.api",
+    "StopCampaign": "search.loop.hooks",
+    "CampaignExistsError": "search.session.runner",
+}
 
 
 def __getattr__(name: str) -> Any:

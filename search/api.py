@@ -38,22 +38,21 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spaces.errors import InputError
-
 from search.spec.toml_text import to_toml
+from spaces.errors import InputError
 
 if TYPE_CHECKING:
     import optuna
-
-    from search.loop.hooks import Callback, CampaignHooks, ReportHook
     import pandas as pd
 
+    from search.loop.hooks import Callback, CampaignHooks, ReportHook
     from search.reports.reproduce import Reproduction
     from search.spec.campaign_spec import CampaignSpec
 
 __all__ = ["run", "resume", "load", "Result", "to_toml"]
 
 EXIST_OK = ("error", "resume", "overwrite")  # search.run(exist_ok=...): what a folder holding a campaign gets
+
 
 @dataclasses.dataclass(frozen=True)
 class Result:
@@ -201,16 +200,27 @@ def run(
     campaign = load_spec_like(spec, trainer, _registered("sampler", sampler), _registered("pruner", pruner))
     existing = Path(runs_dir) / campaign.study.name
     if exist_ok == "resume" and (existing / "spec.toml").is_file():
-        return resume(existing, trainer, n_workers=n_workers, scheduler=scheduler, progress=progress,
-                      insecure=insecure, tls=tls, callbacks=callbacks, on_report=on_report)  # fmt: skip
+        return resume(
+            existing,
+            trainer,
+            n_workers=n_workers,
+            scheduler=scheduler,
+            progress=progress,
+            insecure=insecure,
+            tls=tls,
+            callbacks=callbacks,
+            on_report=on_report,
+        )
     if exist_ok == "overwrite" and existing.is_dir():
         _remove_campaign(existing)
     options = _options(RunOptions, runs_dir, n_workers, scheduler, progress, insecure, tls)
     options = dataclasses.replace(
-        options, warm_start=None if warm_start is None else str(warm_start), enqueue_source="search.run(enqueue=...)",
+        options,
+        warm_start=None if warm_start is None else str(warm_start),
+        enqueue_source="search.run(enqueue=...)",
         enqueue=enqueue_from(enqueue, campaign, "search.run(enqueue=...)") if enqueue is not None else (),
         hooks=hooks,
-    )  # fmt: skip
+    )
     with _quiet(), main_kept_from_children(), _python_hint():
         folder = run_campaign(campaign, options)
     _raise_hook_error(hooks)
@@ -259,8 +269,13 @@ def resume(
     from search.loop.hooks import CampaignHooks
 
     hooks = CampaignHooks(callbacks, on_report)
-    options = dataclasses.replace(options, n_trials=n_trials, allow_changes=allow_changes,
-                                  spec_file=None if spec is None else Path(spec), hooks=hooks)  # fmt: skip
+    options = dataclasses.replace(
+        options,
+        n_trials=n_trials,
+        allow_changes=allow_changes,
+        spec_file=None if spec is None else Path(spec),
+        hooks=hooks,
+    )
     with _quiet(), main_kept_from_children():
         done = resume_campaign(root, options)
     _raise_hook_error(hooks)
@@ -313,8 +328,9 @@ def _python_hint() -> Iterator[None]:
         yield
     except CampaignExistsError as exc:
         message = str(exc).replace("continue it with 'hypersweep resume ", "continue it with search.resume('")
-        message = message.replace("' or pick another", "') or search.run(..., exist_ok='resume' or 'overwrite'), "
-                                  "or pick another")  # fmt: skip
+        message = message.replace(
+            "' or pick another", "') or search.run(..., exist_ok='resume' or 'overwrite'), or pick another"
+        )
         raise CampaignExistsError(message.replace("--runs-dir", "runs_dir")) from None
 
 
@@ -327,20 +343,35 @@ def _result(root: Path, spec: CampaignSpec) -> Result:
     return Result(root, spec, study)
 
 
-def _options(cls: Any, runs_dir: str | Path, n_workers: int | None, scheduler: str | None, progress: bool,
-             insecure: bool, tls: tuple[str, str, str] | None) -> Any:  # fmt: skip
+def _options(
+    cls: Any,
+    runs_dir: str | Path,
+    n_workers: int | None,
+    scheduler: str | None,
+    progress: bool,
+    insecure: bool,
+    tls: tuple[str, str, str] | None,
+) -> Any:
     if n_workers is not None and n_workers < 1:
         raise InputError(f"n_workers={n_workers!r}: must be >= 1")
-    return cls(runs_dir=Path(runs_dir), scheduler=scheduler, n_workers=n_workers, progress=progress,
-               insecure=insecure, tls=tuple(tls) if tls else None)  # fmt: skip
+    return cls(
+        runs_dir=Path(runs_dir),
+        scheduler=scheduler,
+        n_workers=n_workers,
+        progress=progress,
+        insecure=insecure,
+        tls=tuple(tls) if tls else None,
+    )
 
 
 # --- the spec ---------------------------------------------------------------------------------------
 
 
 def load_spec_like(
-    spec: str | Path | Mapping[str, Any] | CampaignSpec, trainer: Callable[..., Any] | None = None,
-    sampler: str | None = None, pruner: str | None = None,
+    spec: str | Path | Mapping[str, Any] | CampaignSpec,
+    trainer: Callable[..., Any] | None = None,
+    sampler: str | None = None,
+    pruner: str | None = None,
 ) -> CampaignSpec:
     """A checked spec from a path, a TOML string, a dict or a spec; ``trainer`` replaces ``[trainer] entry``,
     ``sampler`` / ``pruner`` (entries of registered objects) ``[study] sampler`` / ``pruner`` (and drop
@@ -374,15 +405,19 @@ def load_spec_like(
     return _rewritten(data, source, entry, sampler, pruner)
 
 
-def _rewritten(data: dict[str, Any], source: str, entry: str | None, sampler: str | None,
-               pruner: str | None) -> CampaignSpec:  # fmt: skip
+def _rewritten(
+    data: dict[str, Any], source: str, entry: str | None, sampler: str | None, pruner: str | None
+) -> CampaignSpec:
     """The spec ``data`` with what Python passed in (trainer, sampler, pruner entries), written out as TOML."""
     from search.spec.campaign_spec import parse_spec
 
     if entry is not None:
         data = {**data, "trainer": {**dict(data.get("trainer") or {}), "entry": entry}}
     if sampler is not None:
-        data = {**{k: v for k, v in data.items() if k != "sampler"}, "study": {**data.get("study", {}), "sampler": sampler}}
+        data = {
+            **{k: v for k, v in data.items() if k != "sampler"},
+            "study": {**data.get("study", {}), "sampler": sampler},
+        }
     if pruner is not None:
         kept = {k: v for k, v in dict(data.get("pruner") or {}).items() if k == "resource"}
         data = {**data, "study": {**data.get("study", {}), "pruner": pruner}, "pruner": kept}

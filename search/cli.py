@@ -48,27 +48,50 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("spec", type=Path, help="study spec (TOML)")
     _cluster_flags(run)
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)")
-    run.add_argument("--enqueue", type=Path, default=None, metavar="PARAMS.json",
-                     help="known-good configurations to run first (a JSON object or list of objects of parameter "
-                          "values); they count in the trial budget")  # fmt: skip
-    run.add_argument("--warm-start", default=None, metavar="SOURCE",
-                     help="feed the sampler the finished trials of an earlier campaign folder or an Optuna study "
-                          "(sqlite:///old.db#study); they do not count in this campaign (overrides [study] warm_start)")  # fmt: skip
+    run.add_argument(
+        "--enqueue",
+        type=Path,
+        default=None,
+        metavar="PARAMS.json",
+        help="known-good configurations to run first (a JSON object or list of objects of parameter "
+        "values); they count in the trial budget",
+    )
+    run.add_argument(
+        "--warm-start",
+        default=None,
+        metavar="SOURCE",
+        help="feed the sampler the finished trials of an earlier campaign folder or an Optuna study "
+        "(sqlite:///old.db#study); they do not count in this campaign (overrides [study] warm_start)",
+    )
 
     scaling = sub.add_parser("scaling", help="run a batch-size scaling sweep (a spec with a [scaling] section)")
     scaling.add_argument("spec", type=Path, help="study spec (TOML) with a [scaling] section")
     _cluster_flags(scaling)
-    scaling.add_argument("--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)")
+    scaling.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)"
+    )
 
     resume = sub.add_parser("resume", help="continue a campaign from its folder")
     resume.add_argument("folder", type=Path)
     _cluster_flags(resume)
-    resume.add_argument("--n-trials", type=int, default=None, metavar="N",
-                        help="the new trial budget (total, at least the trials already finished); kept for later resumes")
-    resume.add_argument("--spec", type=Path, default=None, help="run the rest under this spec (needs --allow-changes "
-                        "if it differs from the campaign's)")  # fmt: skip
-    resume.add_argument("--allow-changes", action="store_true",
-                        help="resume although the spec changed since the campaign started (the changes are recorded)")
+    resume.add_argument(
+        "--n-trials",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the new trial budget (total, at least the trials already finished); kept for later resumes",
+    )
+    resume.add_argument(
+        "--spec",
+        type=Path,
+        default=None,
+        help="run the rest under this spec (needs --allow-changes if it differs from the campaign's)",
+    )
+    resume.add_argument(
+        "--allow-changes",
+        action="store_true",
+        help="resume although the spec changed since the campaign started (the changes are recorded)",
+    )
 
     status = sub.add_parser("status", help="trials so far, best value, running trials")
     status.add_argument("folder", type=Path)
@@ -77,8 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("spec", type=Path)
     check.add_argument("--scheduler", default=None, help="as for run: the Dask scheduler the campaign will join")
     check.add_argument("--insecure", action="store_true", help="as for run: plain TCP on a non-loopback address")
-    check.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None,
-                       help="as for run: PEM files for mutual TLS")  # fmt: skip
+    check.add_argument(
+        "--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None, help="as for run: PEM files for mutual TLS"
+    )
 
     report = sub.add_parser("report", help="write report/index.html, report.md, trials.csv and trials.parquet")
     report.add_argument("folder", type=Path)
@@ -86,16 +110,24 @@ def _parser() -> argparse.ArgumentParser:
     reproduce = sub.add_parser("reproduce", help="re-run one trial alone and compare it with its record")
     reproduce.add_argument("folder", type=Path)
     reproduce.add_argument("trial", type=int, help="trial number")
-    reproduce.add_argument("--tolerance", type=float, default=None,
-                           help="relative tolerance when the trial is not deterministic on CPU (default 1e-6)")
+    reproduce.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="relative tolerance when the trial is not deterministic on CPU (default 1e-6)",
+    )
 
     worker = sub.add_parser("worker", help="start a Dask worker for campaigns on this machine (GPU=n or CPU slots)")
     worker.add_argument("scheduler", help="scheduler address (tcp://host:port, tls://host:port) or scheduler file")
     shape = worker.add_mutually_exclusive_group()
     shape.add_argument("--gpus", type=int, default=None, help="GPUs this worker owns (default: all it can see)")
     shape.add_argument("--slots", type=int, default=None, help="CPU slots when there are no GPUs (default: cores)")
-    worker.add_argument("--trials-per-gpu", type=int, default=1,
-                        help="trials one GPU holds at once, for [trainer] gpus = 1/k (default 1)")
+    worker.add_argument(
+        "--trials-per-gpu",
+        type=int,
+        default=1,
+        help="trials one GPU holds at once, for [trainer] gpus = 1/k (default 1)",
+    )
     worker.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None, help="PEM files for mutual TLS")
     worker.add_argument("--host", default="", help="address the worker listens on (default: chosen by Dask)")
     worker.add_argument("--name", default="", help="worker name (default: chosen by Dask)")
@@ -103,34 +135,56 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the scheduler to answer")
     worker.add_argument("--print", action="store_true", help="print the dask worker command and exit")
 
-    script = sub.add_parser("cluster-script",
-                            help="print what the spec's slurm/pbs/kubernetes backend would submit; submit nothing")
+    script = sub.add_parser(
+        "cluster-script", help="print what the spec's slurm/pbs/kubernetes backend would submit; submit nothing"
+    )
     script.add_argument("spec", type=Path)
     script.add_argument("--insecure", action="store_true", help="as for run: plain TCP on a non-loopback address")
-    script.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None,
-                        help="PEM files for mutual TLS (overrides the spec's tls_* keys)")
+    script.add_argument(
+        "--tls",
+        nargs=3,
+        metavar=("CA", "CERT", "KEY"),
+        default=None,
+        help="PEM files for mutual TLS (overrides the spec's tls_* keys)",
+    )
     return parser
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scheduler", default=None,
-                   help="join this Dask scheduler (tls://host:port, tcp://host:port or a scheduler file; plain tcp:// "
-                        "to a non-loopback host needs --insecure)")  # fmt: skip
-    p.add_argument("--workers", type=int, default=None, help="local worker processes (default: spec, else per core/GPU)")
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="join this Dask scheduler (tls://host:port, tcp://host:port or a scheduler file; plain tcp:// "
+        "to a non-loopback host needs --insecure)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=None, help="local worker processes (default: spec, else per core/GPU)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress display")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow plain TCP on a non-loopback listen address or to a non-loopback --scheduler "
-                        "(anyone reaching it can run code); prints a warning")  # fmt: skip
-    p.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None,
-                   help="PEM files for mutual TLS (overrides the spec's tls_* keys)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow plain TCP on a non-loopback listen address or to a non-loopback --scheduler "
+        "(anyone reaching it can run code); prints a warning",
+    )
+    p.add_argument(
+        "--tls",
+        nargs=3,
+        metavar=("CA", "CERT", "KEY"),
+        default=None,
+        help="PEM files for mutual TLS (overrides the spec's tls_* keys)",
+    )
 
 
 def _warn_insecure(exposure: str) -> None:
     """``--insecure`` was given: say on stderr, in one line, what it lets through (``exposure``) or that it does
     nothing."""
     if exposure:
-        print(f"hypersweep: warning: --insecure: {exposure}: anyone who can reach it can run code as this user "
-              "and read the traffic", file=sys.stderr)  # fmt: skip
+        print(
+            f"hypersweep: warning: --insecure: {exposure}: anyone who can reach it can run code as this user "
+            "and read the traffic",
+            file=sys.stderr,
+        )
     else:
         print("hypersweep: warning: --insecure: has no effect here (everything is on loopback or TLS)", file=sys.stderr)
 
@@ -153,9 +207,8 @@ def _warn_plain_tcp(warning: str, insecure_exposure: str) -> None:
 
 
 def _options(args: argparse.Namespace):
-    from search.session.runner import RunOptions
-
     from search.session.preflight import check_workers_flag
+    from search.session.runner import RunOptions
 
     check_workers_flag(args.workers)
     if getattr(args, "n_trials", None) is not None and args.n_trials < 1:
@@ -210,8 +263,8 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     the commonest kinds first, one example message each), else the empty string."""
     from optuna.trial import TrialState
 
-    from search.store.records import TrialRecord
     from search.session.warm_start import own_trials
+    from search.store.records import TrialRecord
 
     trials = own_trials(study.get_trials(deepcopy=False))
     if not trials or any(t.state != TrialState.FAIL for t in trials):
@@ -338,7 +391,6 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 def _cmd_cluster_script(args: argparse.Namespace) -> int:
     from cluster.backends import submission_text
-
     from search.session.runner import RunOptions, _cluster_options
     from search.spec.campaign_spec import load_spec
 
@@ -384,7 +436,7 @@ def _exit_code(exc: BaseException) -> int | None:
     from cluster.errors import USER_ERRORS
 
     if isinstance(exc, (HypersweepError, *USER_ERRORS)):
-        return int(getattr(exc, "exit_code"))
+        return int(exc.exit_code)
     if isinstance(exc, OSError):
         return EXIT_ERROR
     return None
@@ -419,10 +471,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     commands = {
-        "run": _cmd_run, "scaling": _cmd_scaling, "resume": _cmd_resume, "status": _cmd_status, "check": _cmd_check,
-        "report": _cmd_report, "reproduce": _cmd_reproduce, "worker": _cmd_worker,
+        "run": _cmd_run,
+        "scaling": _cmd_scaling,
+        "resume": _cmd_resume,
+        "status": _cmd_status,
+        "check": _cmd_check,
+        "report": _cmd_report,
+        "reproduce": _cmd_reproduce,
+        "worker": _cmd_worker,
         "cluster-script": _cmd_cluster_script,
-    }  # fmt: skip
+    }
     try:
         return commands[args.command](args)
     except BrokenPipeError:

@@ -30,10 +30,13 @@ def trials_table(study: optuna.Study, metrics: tuple[str, ...], folder: Campaign
     records = {t.number: TrialRecord.of(t) for t in own_trials(study.get_trials(deepcopy=False))}
     finals = pd.DataFrame([records[n].metrics or {} for n in frame["number"]], index=frame.index)
     finals = finals[[c for c in finals.columns if c not in frame.columns]]
-    where = pd.DataFrame({
-        "folder": [str(folder.trial(int(n))) for n in frame["number"]],
-        "checkpoint": [_str_or_none(checkpoint_of(folder.trial(int(n)))) for n in frame["number"]],
-    }, index=frame.index)  # fmt: skip
+    where = pd.DataFrame(
+        {
+            "folder": [str(folder.trial(int(n))) for n in frame["number"]],
+            "checkpoint": [_str_or_none(checkpoint_of(folder.trial(int(n)))) for n in frame["number"]],
+        },
+        index=frame.index,
+    )
     reason = frame.pop("reason")
     return pd.concat([frame, finals, where, reason], axis=1)
 

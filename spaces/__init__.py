@@ -1,5 +1,6 @@
 """What can be searched: parameters, LR schedules and batch sizes."""
 
+from spaces.architecture import GenomeParam, genome_from_string  # registers "layers" and "cell"
 from spaces.batch import LRScaling, power_of_two_sizes
 from spaces.errors import SpaceError
 from spaces.params import (
@@ -14,7 +15,6 @@ from spaces.params import (
     parse_space,
     register_param_type,
 )
-from spaces.architecture import GenomeParam, genome_from_string  # registers "layers" and "cell"
 from spaces.schedules import (
     SCHEDULE_FAMILIES,
     Constant,

@@ -23,8 +23,13 @@ from spaces.errors import SpaceError, shown
 __all__ = ["Comparison", "OPERATORS", "parse_comparison", "matches", "describe"]
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
-}  # fmt: skip
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
 _ORDERING = (">", ">=", "<", "<=")
 
 

@@ -14,10 +14,22 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 __all__ = [
-    "EXIT_ERROR", "EXIT_INPUT", "EXIT_CLUSTER", "EXIT_ALL_FAILED", "EXIT_INTERRUPTED",
-    "HypersweepError", "InputError", "SpaceError",
-    "shown", "did_you_mean", "check_number", "check_positive", "check_int", "check_name", "check_choice",
-]  # fmt: skip
+    "EXIT_ERROR",
+    "EXIT_INPUT",
+    "EXIT_CLUSTER",
+    "EXIT_ALL_FAILED",
+    "EXIT_INTERRUPTED",
+    "HypersweepError",
+    "InputError",
+    "SpaceError",
+    "shown",
+    "did_you_mean",
+    "check_number",
+    "check_positive",
+    "check_int",
+    "check_name",
+    "check_choice",
+]
 
 # The exit statuses of ``hypersweep`` (README, "Commands"); 0 is success.
 EXIT_ERROR = 1  # an unexpected error, or a failure that is not the user's input

@@ -97,9 +97,7 @@ class Block:
         if not _is_int(self.kernel) or self.kernel not in KERNELS:
             raise ValueError(f"block kernel {self.kernel!r} must be one of {KERNELS}")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"block activation {self.activation!r} is unknown; must be one of {ACTIVATIONS}"
-            )
+            raise ValueError(f"block activation {self.activation!r} is unknown; must be one of {ACTIVATIONS}")
         if not isinstance(self.skip, (bool, np.bool_)):
             raise ValueError(f"block skip {self.skip!r} must be a bool")
         object.__setattr__(self, "width", int(self.width))
@@ -121,9 +119,7 @@ class Block:
             or not parts[2].startswith("k")
             or parts[4] not in ("skip", "noskip")
         ):
-            raise ValueError(
-                f"block {text!r} is not in the form 'op:w<width>:k<kernel>:<activation>:skip|noskip'"
-            )
+            raise ValueError(f"block {text!r} is not in the form 'op:w<width>:k<kernel>:<activation>:skip|noskip'")
         try:
             width, kernel = int(parts[1][1:]), int(parts[2][1:])
         except ValueError:
@@ -182,9 +178,7 @@ class LayerSpace:
         if not _is_int(self.min_depth) or self.min_depth < 1:
             raise ValueError(f"min_depth {self.min_depth!r} must be an int >= 1")
         if not _is_int(self.max_depth) or self.max_depth < self.min_depth:
-            raise ValueError(
-                f"max_depth {self.max_depth!r} must be an int >= min_depth ({self.min_depth})"
-            )
+            raise ValueError(f"max_depth {self.max_depth!r} must be an int >= min_depth ({self.min_depth})")
         widths = tuple(self.widths)
         if not widths or any(not _is_int(w) or w < 1 for w in widths):
             raise ValueError(f"widths {self.widths!r} must be a non-empty list of positive ints")
@@ -237,16 +231,12 @@ class LayerSpace:
         if not isinstance(genome, LayerGenome):
             raise ValueError(f"{genome!r} is not a LayerGenome")
         if not self.min_depth <= genome.depth <= self.max_depth:
-            raise ValueError(
-                f"depth {genome.depth} is out of range [{self.min_depth}, {self.max_depth}]"
-            )
+            raise ValueError(f"depth {genome.depth} is out of range [{self.min_depth}, {self.max_depth}]")
         for i, b in enumerate(genome.blocks):
             if b.width not in self.widths:
                 raise ValueError(f"block {i}: width {b.width} is not allowed; widths are {self.widths}")
             if b.kernel not in self.kernels:
-                raise ValueError(
-                    f"block {i}: kernel {b.kernel} is not allowed; kernels are {self.kernels}"
-                )
+                raise ValueError(f"block {i}: kernel {b.kernel} is not allowed; kernels are {self.kernels}")
         if self.max_params is not None:
             n = self.count_params(genome)
             if n > self.max_params:
@@ -284,8 +274,7 @@ class LayerSpace:
             if self.max_params is None or self.count_params(genome) <= self.max_params:
                 return genome
         raise ValueError(
-            f"max_params={self.max_params} is too tight: no admissible genome in "
-            f"{_SAMPLE_ATTEMPTS} random draws"
+            f"max_params={self.max_params} is too tight: no admissible genome in {_SAMPLE_ATTEMPTS} random draws"
         )
 
     # -- flat Optuna parameters
@@ -293,9 +282,7 @@ class LayerSpace:
     def distributions(self, prefix: str) -> dict[str, BaseDistribution]:
         """``{prefix}.depth`` and ``{prefix}.b<i>.{op,width,kernel,activation,skip}`` for
         every ``i < max_depth``; blocks at or beyond the depth are ignored by :meth:`decode`."""
-        out: dict[str, BaseDistribution] = {
-            f"{prefix}.depth": IntDistribution(self.min_depth, self.max_depth)
-        }
+        out: dict[str, BaseDistribution] = {f"{prefix}.depth": IntDistribution(self.min_depth, self.max_depth)}
         for i in range(self.max_depth):
             out.update(self._block_distributions(prefix, i))
         return out
@@ -336,9 +323,7 @@ class LayerSpace:
         if not _is_int(depth):
             raise ValueError(f"{prefix}.depth = {depth!r} must be an int")
         if not self.min_depth <= depth <= self.max_depth:
-            raise ValueError(
-                f"{prefix}.depth = {depth} is out of range [{self.min_depth}, {self.max_depth}]"
-            )
+            raise ValueError(f"{prefix}.depth = {depth} is out of range [{self.min_depth}, {self.max_depth}]")
         blocks = []
         for i in range(int(depth)):
             p = f"{prefix}.b{i}"
@@ -407,15 +392,11 @@ class CellGenome:
                 raise ValueError(f"cell string {text!r}: node {to} {node!r} must be wrapped in '|'")
             items = node[1:-1].split("|")
             if len(items) != to:
-                raise ValueError(
-                    f"cell string {text!r}: node {to} has {len(items)} inputs; it needs {to}"
-                )
+                raise ValueError(f"cell string {text!r}: node {to} has {len(items)} inputs; it needs {to}")
             for src, item in enumerate(items):
                 op, sep, idx = item.partition("~")
                 if not sep or idx != str(src):
-                    raise ValueError(
-                        f"cell string {text!r}: {item!r} must be '<op>~{src}' (node {to})"
-                    )
+                    raise ValueError(f"cell string {text!r}: {item!r} must be '<op>~{src}' (node {to})")
                 edges.append(op)
         return cls(tuple(edges))
 
@@ -506,9 +487,7 @@ def parse_genome_space(name: str, table: Mapping[str, Any]) -> LayerSpace | Cell
         if key == "type":
             continue
         if key not in _LAYER_KEYS:
-            raise ValueError(
-                f"{name}.{key}: unknown key for a layers space; allowed: {', '.join(_LAYER_KEYS)}"
-            )
+            raise ValueError(f"{name}.{key}: unknown key for a layers space; allowed: {', '.join(_LAYER_KEYS)}")
         if key in ("widths", "kernels"):
             if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
                 raise ValueError(f"{name}.{key} = {value!r}: must be a list of integers")

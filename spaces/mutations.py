@@ -108,9 +108,7 @@ def mutate(genome: G, space: GenomeSpace, rng: np.random.Generator) -> G:
     return mutate_with_kind(genome, space, rng)[0]
 
 
-def mutate_with_kind(
-    genome: G, space: GenomeSpace, rng: np.random.Generator
-) -> tuple[G, Mutation]:
+def mutate_with_kind(genome: G, space: GenomeSpace, rng: np.random.Generator) -> tuple[G, Mutation]:
     """Like :func:`mutate`, also returning the kind that was applied."""
     space.validate(genome)  # type: ignore[arg-type]
     weights = _weights(space)
@@ -125,9 +123,7 @@ def mutate_with_kind(
     return genome, Mutation.IDENTITY
 
 
-def apply_mutation(
-    kind: Mutation, genome: G, space: GenomeSpace, rng: np.random.Generator
-) -> G:
+def apply_mutation(kind: Mutation, genome: G, space: GenomeSpace, rng: np.random.Generator) -> G:
     """Apply one given ``kind`` (it must be in :func:`possible_mutations`); the result
     obeys the space's structure but, under ``max_params``, may exceed the budget."""
     if kind not in possible_mutations(genome, space):
@@ -217,11 +213,7 @@ def _layer_remove(g: LayerGenome, s: LayerSpace, rng: np.random.Generator) -> La
 
 def _rewirable_nodes(genome: CellGenome) -> list[int]:
     """Nodes with at least two incoming edges carrying different ops."""
-    return [
-        node
-        for node in (2, 3)
-        if len({op for (dst, _), op in zip(CELL_EDGES, genome.edges) if dst == node}) > 1
-    ]
+    return [node for node in (2, 3) if len({op for (dst, _), op in zip(CELL_EDGES, genome.edges) if dst == node}) > 1]
 
 
 def _cell_edge_op(g: CellGenome, s: CellSpace, rng: np.random.Generator) -> CellGenome:

@@ -140,9 +140,7 @@ class IntParam(Param):
         if self.log and step != 1:
             raise SpaceError(f"{n}.step", f"must be 1 when log = true, got {step}")
         if (high - low) % step:
-            raise SpaceError(
-                f"{n}.high", f"high - low = {high - low} must be a multiple of step = {step}"
-            )
+            raise SpaceError(f"{n}.high", f"high - low = {high - low} must be a multiple of step = {step}")
         object.__setattr__(self, "low", low)
         object.__setattr__(self, "high", high)
         object.__setattr__(self, "step", step)
@@ -331,8 +329,10 @@ def _parse_when(name: str, when: Any) -> tuple[tuple[str, tuple[Scalar, ...]], .
         elif isinstance(allowed, (list, tuple)):
             if not allowed:
                 raise SpaceError(f"{key}.{other}", "must be a value or a non-empty list of values")
-            values = tuple(v if isinstance(v, Comparison) else _builtin_scalar(f"{key}.{other}[{i}]", v)
-                           for i, v in enumerate(allowed))  # fmt: skip
+            values = tuple(
+                v if isinstance(v, Comparison) else _builtin_scalar(f"{key}.{other}[{i}]", v)
+                for i, v in enumerate(allowed)
+            )
         else:
             values = (_builtin_scalar(f"{key}.{other}", allowed),)
         out.append((other, values))
@@ -361,8 +361,9 @@ def _allowed_values(param: Param, key: str, values: tuple[Scalar, ...]) -> tuple
         possible = tuple(range(inner.low, inner.high + 1, inner.step))
     else:
         kind = type(inner).__name__.removesuffix("Param").lower()
-        raise SpaceError(key, f"a condition may name a categorical, int, batch_size or fixed parameter; "
-                              f"{param.name!r} is {kind}")  # fmt: skip
+        raise SpaceError(
+            key, f"a condition may name a categorical, int, batch_size or fixed parameter; {param.name!r} is {kind}"
+        )
     for value in values:
         if isinstance(value, Comparison):
             if not any(value.holds_for(p) for p in possible):
@@ -533,7 +534,7 @@ def _dependency_order(params: tuple[Param, ...]) -> tuple[str, ...]:
         if state.get(name) == 2:
             return
         if state.get(name) == 1:
-            cycle = path[path.index(name):] + (name,)
+            cycle = path[path.index(name) :] + (name,)
             raise SpaceError(f"{cycle[0]}.when", f"conditions form a cycle: {' -> '.join(cycle)}")
         state[name] = 1
         param = by_name[name]
@@ -554,9 +555,7 @@ CONDITION_KEYS = ("when", "default", "repeat")  # in any parameter's table: sear
 REPEAT_INDEX = "{i}"  # in a repeated parameter's name: n_units_l{i} -> n_units_l0, n_units_l1, ...
 
 
-def _table_builder(
-    cls: Callable[..., Param], required: tuple[str, ...], optional: tuple[str, ...]
-) -> ParamBuilder:
+def _table_builder(cls: Callable[..., Param], required: tuple[str, ...], optional: tuple[str, ...]) -> ParamBuilder:
     """A builder that checks a table's keys, then calls ``cls(name, **table)``."""
 
     def build(name: str, table: Mapping[str, Any]) -> Param:
@@ -566,9 +565,7 @@ def _table_builder(
                 raise SpaceError(f"{name}.{key}", f"unknown key; {did_you_mean(str(key), (*valid, *CONDITION_KEYS))}")
         for key in required:
             if key not in table:
-                raise SpaceError(
-                    f"{name}.{key}", f"missing; type {table['type']!r} needs {', '.join(required)}"
-                )
+                raise SpaceError(f"{name}.{key}", f"missing; type {table['type']!r} needs {', '.join(required)}")
         return cls(name, **{k: v for k, v in table.items() if k != "type"})
 
     return build
@@ -608,12 +605,10 @@ def _parse_param(name: str, value: Any) -> Param:
         if "when" in value:
             return ConditionalParam(name, param, value["when"], "default" in value, value.get("default"))
         if "default" in value:
-            raise SpaceError(f"{name}.default", 'only a conditional parameter (with when = { ... }) has a default')
+            raise SpaceError(f"{name}.default", "only a conditional parameter (with when = { ... }) has a default")
         return param
     if isinstance(value, (list, tuple)):
-        raise SpaceError(
-            name, 'a list is not a parameter; use {type="categorical", choices=[...]}'
-        )
+        raise SpaceError(name, 'a list is not a parameter; use {type="categorical", choices=[...]}')
     if isinstance(value, _SCALARS):
         return FixedParam(name, value)
     raise SpaceError(name, f"must be a table or a scalar, got {shown(value)}")
@@ -632,8 +627,11 @@ def parse_space(table: Mapping[str, Any]) -> SearchSpace:
     if not isinstance(table, Mapping):
         raise SpaceError("space", f"must be a table, got {shown(table)}")
     plain = {check_name("space", name): value for name, value in table.items()}
-    singles = {name: _parse_param(name, value) for name, value in plain.items()
-               if not _is_repeated(name, value) and not _refs(value)}  # fmt: skip
+    singles = {
+        name: _parse_param(name, value)
+        for name, value in plain.items()
+        if not _is_repeated(name, value) and not _refs(value)
+    }
     params: list[Param] = []
     for name, value in plain.items():
         if name in singles:
@@ -659,8 +657,11 @@ def _dependent(name: str, value: Mapping[str, Any], singles: Mapping[str, Param]
     ends: dict[str, tuple[int, ...]] = {}
     for side, other in refs.items():
         if other not in singles or isinstance(singles[other], ConditionalParam):
-            raise SpaceError(f"{name}.{side}", f"must be a number, got {shown(other)}, or name an unconditional int, "
-                                               f"categorical or fixed parameter ({did_you_mean(other, singles)})")  # fmt: skip
+            raise SpaceError(
+                f"{name}.{side}",
+                f"must be a number, got {shown(other)}, or name an unconditional int, "
+                f"categorical or fixed parameter ({did_you_mean(other, singles)})",
+            )
         ends[side] = _counts(singles[other], f"{name}.{side}")
     widest = {**value, **{side: (min if side == "low" else max)(ends[side]) for side in refs}}
     base = _parse_param(name, widest)
@@ -670,15 +671,24 @@ def _dependent(name: str, value: Mapping[str, Any], singles: Mapping[str, Param]
             replace(cast(Any, param), low=low, high=high)  # a SpaceError names the end that breaks the rule
     when = base.when if isinstance(base, ConditionalParam) else ()
     has_default = isinstance(base, ConditionalParam) and base.has_default
-    return ConditionalParam(name, param, when, has_default, base.default if isinstance(base, ConditionalParam) and has_default else None,
-                            bounds=tuple(refs.items()))  # fmt: skip
+    return ConditionalParam(
+        name,
+        param,
+        when,
+        has_default,
+        base.default if isinstance(base, ConditionalParam) and has_default else None,
+        bounds=tuple(refs.items()),
+    )
 
 
 def _is_repeated(name: str, value: Any) -> bool:
     repeat = isinstance(value, Mapping) and "repeat" in value
     if repeat != (REPEAT_INDEX in name):
-        raise SpaceError(name, f"a repeated parameter has both {REPEAT_INDEX} in its name and repeat = \"<count "
-                               f"parameter>\", e.g. \"n_units_l{{i}}\" = {{ ..., repeat = \"n_layers\" }}")  # fmt: skip
+        raise SpaceError(
+            name,
+            f'a repeated parameter has both {REPEAT_INDEX} in its name and repeat = "<count '
+            f'parameter>", e.g. "n_units_l{{i}}" = {{ ..., repeat = "n_layers" }}',
+        )
     return repeat
 
 

@@ -218,8 +218,7 @@ class OneCycle(Schedule):
         if pct * total <= 1.0:
             raise SpaceError(
                 "onecycle.pct_start",
-                f"the rise must span more than one step: pct_start * total_steps = "
-                f"{pct * total:g} must be > 1",
+                f"the rise must span more than one step: pct_start * total_steps = {pct * total:g} must be > 1",
             )
         object.__setattr__(self, "total_steps", total)
         object.__setattr__(self, "pct_start", pct)
@@ -305,8 +304,7 @@ class Piecewise(Schedule):
 
 
 _CLASSES: dict[str, type[Schedule]] = {
-    cls.family: cls
-    for cls in (Constant, StepDecay, Exponential, Cosine, WarmupCosine, OneCycle, Piecewise)
+    cls.family: cls for cls in (Constant, StepDecay, Exponential, Cosine, WarmupCosine, OneCycle, Piecewise)
 }
 
 
@@ -337,9 +335,7 @@ def make_schedule(family: str, base_lr: float, total_steps: int, warmup_steps: i
     if family == "warmup_cosine" and warmup == 0:
         warmup = max(1, total // 20)
     if warmup >= total:
-        raise SpaceError(
-            "schedule.warmup_steps", f"must be < total_steps ({total}), got {warmup}"
-        )
+        raise SpaceError("schedule.warmup_steps", f"must be < total_steps ({total}), got {warmup}")
     if family == "constant":
         return Constant(base_lr, warmup)
     if family == "step":

@@ -90,8 +90,9 @@ def expected_best(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> list[in
         return [t.number for t in hit if t.value == fewest]
     if "directions" in study:  # the Pareto front, as a set
         signs = tuple(1 if d == "maximize" else -1 for d in study["directions"])
-        return sorted(t.number for t in done
-                      if not any(dominated(tuple(t.values), tuple(o.values), signs) for o in done))  # fmt: skip
+        return sorted(
+            t.number for t in done if not any(dominated(tuple(t.values), tuple(o.values), signs) for o in done)
+        )
     pick = max if study["direction"] == "maximize" else min
     best = pick(t.value for t in done)
     return [t.number for t in done if t.value == best]
@@ -110,9 +111,7 @@ def reproduced_trial(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_runs_end_to_end(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_example_runs_end_to_end(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_path = cut_copy(name, tmp_path)
     spec = tomllib.loads(spec_path.read_text())
     command = "scaling" if "scaling" in spec else "run"

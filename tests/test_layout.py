@@ -14,9 +14,10 @@ def _code_lines(path: Path) -> int:
     """Lines of a module outside its docstrings (module, class, function and attribute docstrings)."""
     text = path.read_text()
     docstrings = (
-        n for n in ast.walk(ast.parse(text))
+        n
+        for n in ast.walk(ast.parse(text))
         if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
-    )  # fmt: skip
+    )
     return len(text.splitlines()) - sum(int(n.end_lineno or n.lineno) - n.lineno + 1 for n in docstrings)
 
 

@@ -22,10 +22,15 @@ from typing import Any
 
 from trainers.api import Reporter, TrainerInfo, TrialConfig, declare
 from trainers.classifier_params import (  # noqa: F401 - re-exported: the params are read from here as before
-    ACCEPTED_PARAMS, OPTIMIZERS, PIECEWISE, ClassifierParams, check_data_parallel, parse_params,
+    ACCEPTED_PARAMS,
+    OPTIMIZERS,
+    PIECEWISE,
+    ClassifierParams,
+    check_data_parallel,
+    parse_params,
 )
 
-__all__ = ["ClassifierParams", "ACCEPTED_PARAMS", "parse_params", "resolve_device", "check_data_parallel", "fit"]
+__all__ = ["ClassifierParams", "ACCEPTED_PARAMS", "parse_params", "check_data_parallel", "fit"]
 
 # Defined in trainers.classifier_train (they need torch), read from here as before.
 _TRAINING = ("resolve_device", "torch_settings", "make_optimizer", "make_lr_schedule")
@@ -51,8 +56,23 @@ declare(
     TrainerInfo(
         accepted_params=ACCEPTED_PARAMS,
         reported_metrics=frozenset(
-            {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "steps", "examples", "epoch_seconds", "n_params",
-             "macs", "b_simple", "b_simple_lo", "b_simple_hi", "b_simple_limit", "b_simple_above_range"}
+            {
+                "epoch",
+                "train_loss",
+                "val_loss",
+                "val_accuracy",
+                "lr",
+                "steps",
+                "examples",
+                "epoch_seconds",
+                "n_params",
+                "macs",
+                "b_simple",
+                "b_simple_lo",
+                "b_simple_hi",
+                "b_simple_limit",
+                "b_simple_above_range",
+            }
         ),
         supports_pbt=True,  # honours schedule_epochs and inherit_checkpoint
     ),

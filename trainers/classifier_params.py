@@ -108,6 +108,7 @@ def parse_params(params: Mapping[str, Any]) -> ClassifierParams:
         raise ValueError(f"params.lr is required; the classifier accepts {sorted(ACCEPTED_PARAMS)}")
     return ClassifierParams(**{name: _coerce(name, value) for name, value in params.items()})
 
+
 def check_data_parallel(p: ClassifierParams, config: TrialConfig) -> None:
     """Raise ValueError unless the global batch splits evenly over the ``data_parallel`` replicas."""
     k = config.data_parallel

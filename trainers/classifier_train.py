@@ -141,8 +141,13 @@ def run(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     max_micro_batch = _max_micro_batch(config.options)
     rank = current_rank()
     if rank is None:  # the launching process: an out-of-memory error may be retried ([trainer] oom_retry)
-        return run_with_oom_retry(lambda micro: _fit_here(config, reporter, params, micro), max_micro_batch,
-                                  params.batch_size, config.data_parallel, config.oom_retry)  # fmt: skip
+        return run_with_oom_retry(
+            lambda micro: _fit_here(config, reporter, params, micro),
+            max_micro_batch,
+            params.batch_size,
+            config.data_parallel,
+            config.oom_retry,
+        )
     return _fit_here(config, reporter, params, max_micro_batch)
 
 

@@ -194,8 +194,11 @@ def rank_trainer(trainer: str | TrainerFn) -> tuple[str, bytes | None]:
     try:
         return entry, cloudpickle.dumps(fn)
     except Exception as exc:  # noqa: BLE001 - pickling raises anything its objects raise
-        raise TypeError(f"trainer {entry} cannot be pickled for its data-parallel ranks "
-                        f"({type(exc).__name__}: {exc})".splitlines()[0]) from exc  # fmt: skip
+        raise TypeError(
+            f"trainer {entry} cannot be pickled for its data-parallel ranks ({type(exc).__name__}: {exc})".splitlines()[
+                0
+            ]
+        ) from exc
 
 
 class _Ranks:
@@ -237,12 +240,19 @@ class _Ranks:
         finally:
             theirs.close()
 
-    def _popen(self, command: list[str], env: dict[str, str], rank: int, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    def _popen(
+        self, command: list[str], env: dict[str, str], rank: int, fds: tuple[int, ...]
+    ) -> subprocess.Popen[bytes]:
         with open(self.folder / f"rank{rank}.out", "wb") as out, open(self.folder / f"rank{rank}.err", "wb") as err:
             return subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                pass_fds=fds, start_new_session=True,
-            )  # fmt: skip
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=fds,
+                start_new_session=True,
+            )
 
     def _env(self, rank: int, fd: int) -> dict[str, str]:
         """Rank ``rank``'s environment (a global rank: local rank ``rank - self.first``)."""
@@ -274,7 +284,12 @@ class _Ranks:
             if ifname:  # the ranks of other hosts reach this one on the interface carrying its address
                 env.setdefault("GLOO_SOCKET_IFNAME", ifname)
                 env.setdefault("NCCL_SOCKET_IFNAME", ifname)
-        elif not self.devices and sys.platform == "linux" and "GLOO_SOCKET_IFNAME" not in env and Path("/sys/class/net/lo").exists():
+        elif (
+            not self.devices
+            and sys.platform == "linux"
+            and "GLOO_SOCKET_IFNAME" not in env
+            and Path("/sys/class/net/lo").exists()
+        ):
             env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks are on this machine
         return env
 
@@ -290,8 +305,11 @@ class _Ranks:
         while True:
             why = watch() if watch is not None else ""
             if why:
-                raise RankError(f"data-parallel trial: ranks {self.first}..{self.first + self.world_size - 1} "
-                                f"ended: {why}", self.first, "")  # fmt: skip
+                raise RankError(
+                    f"data-parallel trial: ranks {self.first}..{self.first + self.world_size - 1} ended: {why}",
+                    self.first,
+                    "",
+                )
             if self.output is not None:
                 self.output.pump()
             codes = [p.poll() for p in self.procs]
@@ -408,9 +426,14 @@ def loopback_store(world_size: int) -> dist.TCPStore:
         sock.bind((STORE_HOST, 0))
         sock.listen(128)
         store = dist.TCPStore(
-            STORE_HOST, sock.getsockname()[1], world_size, is_master=True, wait_for_workers=False,
-            timeout=datetime.timedelta(minutes=10), master_listen_fd=sock.fileno(),
-        )  # fmt: skip
+            STORE_HOST,
+            sock.getsockname()[1],
+            world_size,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(minutes=10),
+            master_listen_fd=sock.fileno(),
+        )
     except BaseException:
         sock.close()
         raise

@@ -118,8 +118,13 @@ class RankReporter:
     def timings(self, rank: int) -> dict[str, Any]:
         """This rank's own account: the seconds of each epoch, measured here (the first includes start-up)."""
         seconds = [round(b - a, 6) for a, b in zip(self._marks, self._marks[1:])]
-        return {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "epoch_seconds": seconds,
-                "total_seconds": round(time.time() - self._marks[0], 6)}  # fmt: skip
+        return {
+            "rank": rank,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "epoch_seconds": seconds,
+            "total_seconds": round(time.time() - self._marks[0], 6),
+        }
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         if self._connection is None:

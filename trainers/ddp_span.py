@@ -49,8 +49,9 @@ class RankSpan:
         if not 1 <= self.local <= self.world_size:
             raise ValueError(f"local={self.local}: a part runs from 1 to world_size={self.world_size} ranks")
         if not 0 <= self.first_rank <= self.world_size - self.local:
-            raise ValueError(f"first_rank={self.first_rank}: must leave room for {self.local} ranks of "
-                             f"{self.world_size}")  # fmt: skip
+            raise ValueError(
+                f"first_rank={self.first_rank}: must leave room for {self.local} ranks of {self.world_size}"
+            )
         if not 0 < self.master_port < 65536:
             raise ValueError(f"master_port={self.master_port}: must be a TCP port (1..65535)")
 
@@ -63,7 +64,9 @@ class RankSpan:
         return self.first_rank == 0
 
 
-def host_store(host: str, world_size: int, timeout: datetime.timedelta = datetime.timedelta(minutes=10)) -> dist.TCPStore:
+def host_store(
+    host: str, world_size: int, timeout: datetime.timedelta = datetime.timedelta(minutes=10)
+) -> dist.TCPStore:
     """The rendezvous store (server side) on a free port of ``host`` only (see :func:`trainers.ddp.loopback_store`)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -71,9 +74,14 @@ def host_store(host: str, world_size: int, timeout: datetime.timedelta = datetim
         sock.bind((host, 0))
         sock.listen(128)
         store = dist.TCPStore(
-            host, sock.getsockname()[1], world_size, is_master=True, wait_for_workers=False,
-            timeout=timeout, master_listen_fd=sock.fileno(),
-        )  # fmt: skip
+            host,
+            sock.getsockname()[1],
+            world_size,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timeout,
+            master_listen_fd=sock.fileno(),
+        )
     except BaseException:
         sock.close()
         raise

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from spaces.genomes import Block, CellGenome, CELL_EDGES, LayerGenome
+from spaces.genomes import CELL_EDGES, Block, CellGenome, LayerGenome
 from trainers.models import init_weights
 
 __all__ = [
@@ -53,9 +53,7 @@ def image_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
     if len(shape) == 1:
         shape = (1, 1, shape[0])
     if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(
-            f"input_shape {tuple(input_shape)!r} must be (C, H, W) or (D,) with positive sizes"
-        )
+        raise ValueError(f"input_shape {tuple(input_shape)!r} must be (C, H, W) or (D,) with positive sizes")
     return shape
 
 
@@ -143,13 +141,7 @@ class _Cell(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         nodes = [x]
         for to in (1, 2, 3):
-            nodes.append(
-                sum(
-                    edge(nodes[src])
-                    for edge, (dst, src) in zip(self.edges, CELL_EDGES)
-                    if dst == to
-                )
-            )
+            nodes.append(sum(edge(nodes[src]) for edge, (dst, src) in zip(self.edges, CELL_EDGES) if dst == to))
         return nodes[3]
 
 
@@ -169,9 +161,7 @@ class CellNet(nn.Module):
             raise ValueError(f"channels={channels} and n_cells={n_cells} must be >= 1")
         shape = image_shape(input_shape)
         self.to_image = _ToImage(shape)
-        self.stem = nn.Sequential(
-            nn.Conv2d(shape[0], channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
-        )
+        self.stem = nn.Sequential(nn.Conv2d(shape[0], channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels))
         self.cells = nn.Sequential(*(_Cell(genome, channels) for _ in range(n_cells)))
         self.last = nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU())
         self.head = nn.Linear(channels, n_classes)

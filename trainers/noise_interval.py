@@ -104,9 +104,7 @@ def _pivot_terms(traces: np.ndarray, g_sqs: np.ndarray) -> np.ndarray:
     return traces - (t_mean / a_mean) * g_sqs
 
 
-def fieller(
-    num: float, den: float, var_num: float, var_den: float, cov: float, t: float
-) -> tuple[float, float, float]:
+def fieller(num: float, den: float, var_num: float, var_den: float, cov: float, t: float) -> tuple[float, float, float]:
     """``(low, ratio, high)`` for ``num/den`` (both means >= 0 in truth) by Fieller's method, clipped at 0.
 
     The interval is ``{R >= 0 : (num - R den)² <= t² Var(num - R den)}``. When

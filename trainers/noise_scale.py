@@ -87,7 +87,12 @@ from torch import nn
 from trainers.noise_interval import fieller, ratio_interval, t_quantile
 
 __all__ = [
-    "NoiseScale", "NoiseScaleEstimator", "fieller", "grad_sq_norms_two_batch_sizes", "measurement_batch", "t_quantile"
+    "NoiseScale",
+    "NoiseScaleEstimator",
+    "fieller",
+    "grad_sq_norms_two_batch_sizes",
+    "measurement_batch",
+    "t_quantile",
 ]
 
 STATE_FORMAT = 2
@@ -141,8 +146,12 @@ class NoiseScale:
         """
         if math.isnan(self.b_simple):
             return {}
-        values = {"b_simple": self.b_simple, "b_simple_lo": self.low, "b_simple_hi": self.high,
-                  "b_simple_limit": self.limit}  # fmt: skip
+        values = {
+            "b_simple": self.b_simple,
+            "b_simple_lo": self.low,
+            "b_simple_hi": self.high,
+            "b_simple_limit": self.limit,
+        }
         metrics = {k: v for k, v in values.items() if math.isfinite(v)}
         metrics["b_simple_above_range"] = 1.0 if self.above_range else 0.0
         return metrics
@@ -180,9 +189,7 @@ class NoiseScaleEstimator:
         self._kept: deque[_Measurement] = deque()
         self._updates = 0
 
-    def update(
-        self, g_small_sq: float, g_big_sq: float, b_small: int, b_big: int, at: int | None = None
-    ) -> None:
+    def update(self, g_small_sq: float, g_big_sq: float, b_small: int, b_big: int, at: int | None = None) -> None:
         """Add one measurement: squared gradient norms at batch sizes ``b_small < b_big``.
 
         ``at``: training examples seen when it was taken (default: the previous

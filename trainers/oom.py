@@ -66,8 +66,11 @@ def run_with_oom_retry(
         half = halved_micro_batch(batch_size, data_parallel, micro_batch)
         if policy != "accumulate" or not is_out_of_memory(exc) or half is None:
             raise
-        print(f"out of memory at micro-batch {micro_batch or batch_size // data_parallel}: "
-              f"running again at {half} with gradient accumulation ({exc})".splitlines()[0], file=sys.stderr)
+        print(
+            f"out of memory at micro-batch {micro_batch or batch_size // data_parallel}: "
+            f"running again at {half} with gradient accumulation ({exc})".splitlines()[0],
+            file=sys.stderr,
+        )
     free_device_memory()
     metrics: dict[str, Any] = dict(run(half))
     return {**metrics, "oom_retries": 1.0, "micro_batch": float(half)}

@@ -21,14 +21,13 @@ from typing import Any
 from optuna.trial import TrialState
 
 from cluster.executor import Outcome
-from trainers.api import TrialConfig
-
 from search.loop.dispatch import TIME_BUDGET
-from search.pbt.population import Population
 from search.loop.policies import Verdict
+from search.loop.trials import RunningTrial
+from search.pbt.population import Population
 from search.store.records import Attr, write_attrs
 from search.store.sinks import ReportSinks
-from search.loop.trials import RunningTrial
+from trainers.api import TrialConfig
 
 __all__ = ["Barrier", "Release", "Expire", "SEGMENTS_ATTR", "EXPLOIT_METRIC"]
 
@@ -92,8 +91,9 @@ class Barrier:
         for released in self.population.release():
             running, _outcome = self.parked.pop(released.config.number)
             if released.source is not None:
-                self._sinks.record(running.number, released.epoch, {EXPLOIT_METRIC: float(released.source)},
-                                   time.time())  # fmt: skip
+                self._sinks.record(
+                    running.number, released.epoch, {EXPLOIT_METRIC: float(released.source)}, time.time()
+                )
             released_now.append(Release(running, released.config))
         return released_now
 

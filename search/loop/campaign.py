@@ -30,7 +30,6 @@ from collections.abc import Callable
 import optuna
 
 from cluster.executor import Finished, Outcome, Report, Started, TrialExecutor
-
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.dispatch import CampaignError, Dispatcher
@@ -38,16 +37,24 @@ from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger
 from search.loop.policies import (
-    TARGET_REACHED, Halt, Park, Resubmit, Verdict, decide, first_stop_reason, policies_for, population_of,
+    TARGET_REACHED,
+    Halt,
+    Park,
+    Resubmit,
+    Verdict,
+    decide,
+    first_stop_reason,
+    policies_for,
+    population_of,
 )
+from search.loop.stops import decide_stop, settle_decided
+from search.loop.supply import TrialSupply
+from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
-from search.loop.stops import decide_stop, settle_decided
-from search.loop.supply import TrialSupply
-from search.loop.trials import RunningTrial
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial", "NEVER_STARTED", "TARGET_REACHED"]
 

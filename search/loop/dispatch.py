@@ -18,15 +18,14 @@ from collections.abc import Callable
 
 from cluster.errors import ClusterError
 from cluster.executor import Started, TrialExecutor, TrialRequest
-from spaces.errors import HypersweepError
-from trainers.api import TrialConfig
-
 from search.loop.pipeline import Pipeline
+from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
-from search.loop.trials import Prepared, RunningTrial
 from search.vocab.terms import StopReason
+from spaces.errors import HypersweepError
+from trainers.api import TrialConfig
 
 __all__ = ["Dispatcher", "FillPlan", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
 
@@ -147,8 +146,9 @@ class Dispatcher:
             trial, config = prepared.trial, prepared.config
             assert config is not None, "invalid trials are told FAIL before dispatch"
             self._folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
-            write_attrs(trial, seed=config.seed, config=config.to_dict(), width=prepared.width,
-                        sampler_saw=prepared.sampler_saw)  # fmt: skip
+            write_attrs(
+                trial, seed=config.seed, config=config.to_dict(), width=prepared.width, sampler_saw=prepared.sampler_saw
+            )
             if len(group) > 1:
                 write_attrs(trial, batch=len(group))
             running = RunningTrial(trial, config, prepared.width, self._clock())

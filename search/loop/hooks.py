@@ -94,8 +94,9 @@ class HookSink:
         storage, study = self._study._storage, self._study
         frozen = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
         for callback in self._hooks.callbacks:
-            self._hooks._guarded(f"callback {getattr(callback, '__name__', callback)!r}",
-                                 functools.partial(self._call, callback, frozen))  # fmt: skip
+            self._hooks._guarded(
+                f"callback {getattr(callback, '__name__', callback)!r}", functools.partial(self._call, callback, frozen)
+            )
 
     def _call(self, callback: Callback, frozen: FrozenTrial) -> None:
         """Optuna's ``study.stop()`` works only inside ``optimize``: the callback runs as if it were there."""

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping
 
 import optuna
 
+from search.loop.trials import RunningTrial
 from search.sampling.pruning import make_pruner, ready_at_start, resource_of
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import append_metrics_line, read_metrics_lines
 from search.store.sinks import ReportSinks
-from search.loop.trials import RunningTrial
 
 __all__ = ["IntermediateValues"]
 

@@ -17,17 +17,16 @@ import time
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from cluster.executor import LOST, CANCELLED, Outcome
-
+from cluster.executor import CANCELLED, LOST, Outcome
+from search.loop.oom import device_fields
 from search.loop.policies import TARGET_REACHED, Verdict
+from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
-from search.loop.trials import RunningTrial
 from search.store.warm_marks import is_warm_start
 from search.vocab.terms import StopReason, maximizing
-from search.loop.oom import device_fields
 
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
 
@@ -102,9 +101,7 @@ class Ledger:
         if not self._spec.study.deterministic:
             return
         lag = self._spec.study.parallelism
-        while self._next_to_tell in self.waiting and (
-            self._next_to_tell + lag < self.next_number or all_asked
-        ):
+        while self._next_to_tell in self.waiting and (self._next_to_tell + lag < self.next_number or all_asked):
             self._tell(*self.waiting.pop(self._next_to_tell))
 
     # --- telling ------------------------------------------------------------------------------------
@@ -211,8 +208,9 @@ class Ledger:
             fields.update(ranks=[dict(r) for r in outcome.ranks])
         if running.stop_reason and outcome.finished is not None:
             # report sent -> trial stopped: how long a stop decision takes to take effect
-            fields.update(stop_latency=outcome.finished - running.stop_trigger_time,
-                          stop_requested_at=running.stop_requested_at)  # fmt: skip
+            fields.update(
+                stop_latency=outcome.finished - running.stop_trigger_time, stop_requested_at=running.stop_requested_at
+            )
         fields.update(device_fields(outcome))
         metrics = encode_metrics(outcome.metrics)
         fields.update({size: metrics[size] for size in MODEL_SIZE_ATTRS if size in metrics})  # where measured

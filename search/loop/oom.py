@@ -10,10 +10,7 @@ the retry of lost trials (:mod:`search.loop.policies`).
 
 from __future__ import annotations
 
-
-
 from cluster.executor import Outcome
-
 from search.store.records import Attr
 
 __all__ = ["OUT_OF_MEMORY", "OOM_CONSTRAINT", "device_fields"]
@@ -28,8 +25,13 @@ def device_fields(outcome: Outcome) -> dict[str, object]:
     if outcome.share:
         fields[Attr.GPU_SHARE] = outcome.share
     if outcome.peak_memory:
-        fields.update({Attr.PEAK_MEMORY: outcome.peak_memory, Attr.MEMORY_KIND: outcome.memory_kind,
-                       Attr.MEMORY_SHARED: outcome.memory_shared})  # fmt: skip
+        fields.update(
+            {
+                Attr.PEAK_MEMORY: outcome.peak_memory,
+                Attr.MEMORY_KIND: outcome.memory_kind,
+                Attr.MEMORY_SHARED: outcome.memory_shared,
+            }
+        )
     if outcome.gpu_utilization is not None:
         fields[Attr.GPU_UTILIZATION] = outcome.gpu_utilization
     return fields

@@ -31,26 +31,42 @@ import optuna
 from optuna.trial import TrialState
 
 from cluster.executor import CANCELLED, LOST, Outcome
-from trainers.api import TrialConfig
-
 from search.loop.intermediate import IntermediateValues
 from search.loop.oom import OOM_CONSTRAINT, OUT_OF_MEMORY
-from search.sampling.samplers import sampler_info
+from search.loop.trials import TrialView
 from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
+from search.sampling.samplers import sampler_info
+from search.sampling.seeds import component_seed
 from search.scaling.outcomes import goal_of
 from search.scaling.sweep import TargetGoal
-from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import Attr
-from search.loop.trials import TrialView
 from search.vocab.terms import StopReason, maximizing
+from trainers.api import TrialConfig
 
 __all__ = [
-    "Policy", "Resubmit", "Verdict", "Halt", "Park", "Note", "OutOfMemory", "Decision", "Ruling", "TARGET_REACHED",
-    "HaltOnDiskErrors", "KilledTrials", "RetryLostTrials", "PopulationSegments", "ScalingTarget", "Pruning",
-    "population_of", "policies_for", "first_stop_reason", "decide",
+    "Policy",
+    "Resubmit",
+    "Verdict",
+    "Halt",
+    "Park",
+    "Note",
+    "OutOfMemory",
+    "Decision",
+    "Ruling",
+    "TARGET_REACHED",
+    "HaltOnDiskErrors",
+    "KilledTrials",
+    "RetryLostTrials",
+    "PopulationSegments",
+    "ScalingTarget",
+    "Pruning",
+    "population_of",
+    "policies_for",
+    "first_stop_reason",
+    "decide",
 ]
 
 log = logging.getLogger(__name__)
@@ -138,8 +154,10 @@ class HaltOnDiskErrors:
         if not outcome.disk_error:
             return None
         where = f" on {outcome.host}" if outcome.host else ""
-        return Halt(f"trial {running.number} stopped by a disk error{where} ({outcome.error}); unfinished trials "
-                    f"are kept: free space, then 'hypersweep resume {self.folder.root}'")  # fmt: skip
+        return Halt(
+            f"trial {running.number} stopped by a disk error{where} ({outcome.error}); unfinished trials "
+            f"are kept: free space, then 'hypersweep resume {self.folder.root}'"
+        )
 
 
 class OutOfMemory:
@@ -217,8 +235,9 @@ class RetryLostTrials:
         if running.attempts >= self.max_retries:
             return None
         attempt = running.attempts + 1
-        log.warning("trial %d lost its worker (%s); retry %d of %d",
-                    running.number, outcome.error, attempt, self.max_retries)  # fmt: skip
+        log.warning(
+            "trial %d lost its worker (%s); retry %d of %d", running.number, outcome.error, attempt, self.max_retries
+        )
         return Resubmit(running.config, retry=True, attrs={"retries": attempt})
 
 
@@ -266,7 +285,9 @@ class Pruning:
     def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
         if self.multi_objective or not self.values.should_prune(running.trial):
             return None
-        return StopReason.PRUNED  # the campaign records and logs it (search.loop.stops) before the trial is asked to stop
+        return (
+            StopReason.PRUNED
+        )  # the campaign records and logs it (search.loop.stops) before the trial is asked to stop
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         return None
@@ -296,8 +317,12 @@ def policies_for(
 ) -> list[Policy]:
     """The spec's policies, in the order they are asked."""
     constrained = sampler_info(spec.study.sampler).supports_constraints  # it reads an OOM trial's infeasibility
-    policies: list[Policy] = [HaltOnDiskErrors(folder), OutOfMemory(constrained), KilledTrials(),
-                              RetryLostTrials(spec.study.max_retries)]  # fmt: skip
+    policies: list[Policy] = [
+        HaltOnDiskErrors(folder),
+        OutOfMemory(constrained),
+        KilledTrials(),
+        RetryLostTrials(spec.study.max_retries),
+    ]
     if population is not None:
         policies.append(PopulationSegments(population))
     goal = goal_of(spec)

@@ -18,13 +18,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from cluster.executor import OK, Outcome
-from trainers.api import TrialConfig
-
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import Ledger
 from search.loop.policies import TARGET_REACHED, Verdict
-from search.store.records import Attr, write_attrs
 from search.loop.trials import RunningTrial
+from search.store.records import Attr, write_attrs
+from trainers.api import TrialConfig
 
 __all__ = ["decide_stop", "decided_stop", "settle_decided"]
 
@@ -61,7 +60,8 @@ def settle_decided(
         running = RunningTrial(optuna.Trial(study, frozen._trial_id), TrialConfig.from_dict(config), 1, 0.0)
         running.stop(reason)
         reports.replay(running, ())  # its reports so far, from its metrics.jsonl (any the study lacks are told)
-        log.info("trial %d was stopped before the controller died (%s): told PRUNED, not run again",
-                 frozen.number, reason)  # fmt: skip
+        log.info(
+            "trial %d was stopped before the controller died (%s): told PRUNED, not run again", frozen.number, reason
+        )
         ledger.finish(running, Outcome(OK, stopped=True), Verdict(TrialState.PRUNED, (), reason))
     return rest

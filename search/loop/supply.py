@@ -35,27 +35,30 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from cluster.executor import TrialExecutor
-from spaces.errors import InputError
-
 from search.loop.budget import Budget
 from search.loop.ledger import Ledger
-from search.loop.trial_maker import TrialMaker
-from search.pbt.population import Population
 from search.loop.pipeline import SLOW_ASK_SECONDS
+from search.loop.trial_maker import TrialMaker
+from search.loop.trials import Prepared
+from search.pbt.population import Population
 from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
-from search.scaling.sweep import scaling_sampler
-from search.sampling.seeds import component_seed
 from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
+from search.sampling.seeds import component_seed
+from search.scaling.sweep import scaling_sampler
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import read_params, restore_params
-from search.loop.trials import Prepared
 from search.vocab.terms import SamplingMode
+from spaces.errors import InputError
 
 __all__ = [
-    "TrialSupply", "sampling_mode", "sampler_seed", "campaign_sampler", "MAX_CHILD_RESTARTS",
-]  # fmt: skip
+    "TrialSupply",
+    "sampling_mode",
+    "sampler_seed",
+    "campaign_sampler",
+    "MAX_CHILD_RESTARTS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +78,9 @@ def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> o
     seed = sampler_seed(spec.study.seed, trials, restart)
     if spec.scaling is None:
         return make_sampler(spec.study.sampler, spec.space, seed, spec.sampler_options, budget=spec.study.n_trials)
-    return scaling_sampler(spec.scaling.batch_sizes, seed,
-                           lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options))  # fmt: skip
+    return scaling_sampler(
+        spec.scaling.batch_sizes, seed, lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options)
+    )
 
 
 def sampling_mode(requested: str, sampler: str, ordered: bool) -> SamplingMode:
@@ -143,8 +147,14 @@ class TrialSupply:
     def _process_asker(self) -> ProcessAsker[Prepared]:
         space = self._spec.space
         suggest = space.suggest if space.conditional else None  # the child suggests the conditional parameters
-        return ProcessAsker(self._study, space.base_distributions(), self._maker.produce, self._executor.wake,
-                            f"sampler-{self._spec.study.name}", suggest)  # fmt: skip
+        return ProcessAsker(
+            self._study,
+            space.base_distributions(),
+            self._maker.produce,
+            self._executor.wake,
+            f"sampler-{self._spec.study.name}",
+            suggest,
+        )
 
     def _thread_asker(self) -> BackgroundAsker[Prepared]:
         return BackgroundAsker(self._maker.produce, self._executor.wake, f"sampler-{self._spec.study.name}")
@@ -156,8 +166,12 @@ class TrialSupply:
         trials = len(self._study.get_trials(deepcopy=False))
         self._study.sampler = campaign_sampler(self._spec, trials, self._restarts)
         if self._restarts <= MAX_CHILD_RESTARTS:
-            log.warning("%s; starting a new one with a fresh sampler (%d of %d), the campaign goes on",
-                        died, self._restarts, MAX_CHILD_RESTARTS)  # fmt: skip
+            log.warning(
+                "%s; starting a new one with a fresh sampler (%d of %d), the campaign goes on",
+                died,
+                self._restarts,
+                MAX_CHILD_RESTARTS,
+            )
             try:
                 self._asker = self._process_asker()
                 return
@@ -263,10 +277,14 @@ class TrialSupply:
         its folder (``trials/<n>/params.json``: its checkpoint was made with them); any still missing (it never
         reached its folder) are sampled now by a seeded random sampler, never the campaign's (a sampler child
         only hands out what it sampled itself)."""
-        restored = restore_params(self._study, frozen, self._spec.space.distributions(),
-                                  read_params(self._folder, frozen.number))  # fmt: skip
-        completer = optuna.load_study(study_name=self._study.study_name, storage=self._study._storage,
-                                      sampler=optuna.samplers.RandomSampler(self._cut_seed(frozen.number)))  # fmt: skip
+        restored = restore_params(
+            self._study, frozen, self._spec.space.distributions(), read_params(self._folder, frozen.number)
+        )
+        completer = optuna.load_study(
+            study_name=self._study.study_name,
+            storage=self._study._storage,
+            sampler=optuna.samplers.RandomSampler(self._cut_seed(frozen.number)),
+        )
         sampled = self._spec.space.suggest_missing(optuna.Trial(completer, frozen._trial_id))
         if restored or sampled:
             how = [f"{', '.join(restored)} restored from its folder"] if restored else []

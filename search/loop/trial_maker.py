@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import optuna
 
-from spaces.errors import SpaceError
-from trainers.api import TrialConfig
-
 from search.loop.ledger import Ledger
 from search.loop.trials import Prepared
 from search.pbt.population import Population
@@ -19,6 +16,8 @@ from search.sampling.seeds import trial_seed
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import set_aside_stale_folder, write_params
+from spaces.errors import SpaceError
+from trainers.api import TrialConfig
 
 __all__ = ["TrialMaker"]
 

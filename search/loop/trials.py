@@ -65,7 +65,9 @@ class RunningTrial:
     width: int
     submitted: float
     reports: list[ReportRecord] = dataclasses.field(default_factory=list)
-    report_steps: set[int] = dataclasses.field(default_factory=set)  # steps reported: a report is (trial, step), kept once
+    report_steps: set[int] = dataclasses.field(
+        default_factory=set
+    )  # steps reported: a report is (trial, step), kept once
     recorded_steps: set[int] = dataclasses.field(default_factory=set)  # resources with an intermediate value
     restored: bool = False  # the reports of an earlier controller (metrics.jsonl) were read back
     stop_reason: str = ""
@@ -90,8 +92,15 @@ class RunningTrial:
 
     def view(self) -> TrialView:
         return TrialView(
-            self.trial, self.config, tuple(self.reports), self.stop_reason, self.killed, self.collateral,
-            self.attempts, self.requeues, self.started_at,
+            self.trial,
+            self.config,
+            tuple(self.reports),
+            self.stop_reason,
+            self.killed,
+            self.collateral,
+            self.attempts,
+            self.requeues,
+            self.started_at,
         )
 
     # --- its transitions (the only writers of its fields) ---------------------------------------------

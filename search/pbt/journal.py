@@ -58,12 +58,16 @@ class PBTJournal:
         return dict(sorted(found.items()))
 
     def decided(self, epoch: int, scores: Mapping[int, float], decisions: Mapping[int, Decision]) -> None:
-        self._append({
-            "rung": int(epoch),
-            "scores": {str(n): _finite_or_none(s) for n, s in sorted(scores.items())},
-            "decisions": {str(n): {"action": d.action.value, "source": d.source, "params": dict(d.params)}
-                          for n, d in sorted(decisions.items())},
-        })  # fmt: skip
+        self._append(
+            {
+                "rung": int(epoch),
+                "scores": {str(n): _finite_or_none(s) for n, s in sorted(scores.items())},
+                "decisions": {
+                    str(n): {"action": d.action.value, "source": d.source, "params": dict(d.params)}
+                    for n, d in sorted(decisions.items())
+                },
+            }
+        )
 
     def applied(self, epoch: int) -> None:
         self._append({"applied": int(epoch)})

@@ -23,12 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainers.api import TrialConfig
-
 from search.pbt.journal import PBTJournal, RungRecord
 from search.pbt.policy import Action, Member, PBTPolicy, recorded_schedule
 from search.store.folder import CampaignFolder, replaced_atomically
 from search.store.records import CONTROLLER_FILES, Attr
+from trainers.api import TrialConfig
 
 __all__ = ["Population", "Released", "SNAPSHOT", "lineage_of", "is_state_file"]
 
@@ -50,9 +49,14 @@ class Population:
     """The rungs members have reached, the decided ones (from ``pbt.jsonl``), and who copied whom."""
 
     def __init__(
-        self, policy: PBTPolicy, folder: CampaignFolder, metric: str, total_epochs: int, size: int,
+        self,
+        policy: PBTPolicy,
+        folder: CampaignFolder,
+        metric: str,
+        total_epochs: int,
+        size: int,
         left: Callable[[], set[int]] = set,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.policy = policy
         self._folder = folder
         self._metric = metric
@@ -73,8 +77,9 @@ class Population:
         """The segment a member starts with: its first, or (``resume``) the one after its last decided rung."""
         last = max((e for e, r in self.decided.items() if config.number in r.decisions), default=0)
         params = dict(self.decided[last].decisions[config.number].params) if last else dict(config.params)
-        return dataclasses.replace(config, params=params, epochs=self._segment_end(last),
-                                   schedule_epochs=self._total, inherit_checkpoint=True)  # fmt: skip
+        return dataclasses.replace(
+            config, params=params, epochs=self._segment_end(last), schedule_epochs=self._total, inherit_checkpoint=True
+        )
 
     def arrive(self, config: TrialConfig, metrics: Mapping[str, float]) -> bool:
         """A member ended a segment: True when it has trained all epochs, else it waits at its rung."""
@@ -105,8 +110,9 @@ class Population:
             self._apply(record)
             del self.arrived[epoch]
             for number, decision in sorted(decisions.items()):
-                config = dataclasses.replace(self._configs.pop(number), params=dict(decision.params),
-                                             epochs=self._segment_end(epoch))  # fmt: skip
+                config = dataclasses.replace(
+                    self._configs.pop(number), params=dict(decision.params), epochs=self._segment_end(epoch)
+                )
                 released.append(Released(config, epoch, decision.source))
         return released
 
@@ -140,8 +146,9 @@ class Population:
                 continue
             files = _state_files(self._folder.trial(decision.source) / f"{SNAPSHOT}{record.epoch}")
             if not files:
-                raise RuntimeError(f"trial {decision.source} has no snapshot at epoch {record.epoch} "
-                                   f"for trial {number} to copy")  # fmt: skip
+                raise RuntimeError(
+                    f"trial {decision.source} has no snapshot at epoch {record.epoch} for trial {number} to copy"
+                )
             for path in files:
                 _copy_atomic(path, self._folder.trial(number) / path.name)
             _mark_log(self._folder.trial(number), record.epoch, decision.source, decision.params)
@@ -161,9 +168,11 @@ class Population:
 
 def lineage_of(rungs: Sequence[RungRecord] | Any, number: int) -> list[dict[str, Any]]:
     """Whom member ``number`` copied at which epoch, with its parameters after each explore."""
-    return [{"epoch": r.epoch, "source": d.source, "params": dict(d.params)}
-            for r in sorted(rungs, key=lambda r: r.epoch)
-            if (d := r.decisions.get(number)) is not None and d.action is Action.EXPLOIT]  # fmt: skip
+    return [
+        {"epoch": r.epoch, "source": d.source, "params": dict(d.params)}
+        for r in sorted(rungs, key=lambda r: r.epoch)
+        if (d := r.decisions.get(number)) is not None and d.action is Action.EXPLOIT
+    ]
 
 
 def _mark_log(trial: Path, epoch: int, source: int, params: Mapping[str, Any]) -> None:

@@ -26,15 +26,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from spaces.errors import InputError
-from trainers.api import RecordingReporter, TrialConfig
-
 from search.pbt.journal import PBTJournal, RungRecord
 from search.pbt.policy import Action
 from search.pbt.population import is_state_file
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import Attr
+from spaces.errors import InputError
+from trainers.api import RecordingReporter, TrialConfig
 
 __all__ = ["NotReplayable", "Stint", "stints_of", "replay_member"]
 
@@ -59,8 +58,11 @@ class Stint:
 
 def stints_of(number: int, end: int, rungs: Mapping[int, RungRecord], initial: Mapping[str, Any]) -> list[Stint]:
     """Member ``number``'s stints up to epoch ``end``: split at each exploit before ``end``."""
-    exploits = [(e, r.decisions[number]) for e, r in sorted(rungs.items())
-                if e < end and number in r.decisions and r.decisions[number].action is Action.EXPLOIT]  # fmt: skip
+    exploits = [
+        (e, r.decisions[number])
+        for e, r in sorted(rungs.items())
+        if e < end and number in r.decisions and r.decisions[number].action is Action.EXPLOIT
+    ]
     stints, start, params, source = [], 0, dict(initial), None
     for epoch, decision in exploits:
         stints.append(Stint(number, start, epoch, params, source))
@@ -72,8 +74,14 @@ def stints_of(number: int, end: int, rungs: Mapping[int, RungRecord], initial: M
 class _Replay:
     """Builds members' states at given epochs in a scratch folder, each once."""
 
-    def __init__(self, spec: CampaignSpec, trials: dict[int, optuna.trial.FrozenTrial], rungs: dict[int, RungRecord],
-                 fit: Fit, work: Path) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        trials: dict[int, optuna.trial.FrozenTrial],
+        rungs: dict[int, RungRecord],
+        fit: Fit,
+        work: Path,
+    ) -> None:
         self._spec = spec
         self._trials = trials
         self._rungs = rungs
@@ -104,9 +112,15 @@ class _Replay:
             for path in self.state(stint.source, stint.start).iterdir():
                 if path.is_file() and is_state_file(path):
                     shutil.copyfile(path, folder / path.name)
-        config = dataclasses.replace(self._config(stint.number), params=dict(stint.params), epochs=stint.end,
-                                     schedule_epochs=self._spec.trainer.epochs, inherit_checkpoint=True,
-                                     checkpoint_dir=str(folder), log_dir=None)  # fmt: skip
+        config = dataclasses.replace(
+            self._config(stint.number),
+            params=dict(stint.params),
+            epochs=stint.end,
+            schedule_epochs=self._spec.trainer.epochs,
+            inherit_checkpoint=True,
+            checkpoint_dir=str(folder),
+            log_dir=None,
+        )
         reporter = RecordingReporter()
         final = self._fit(config, reporter)
         return reporter.reports, {str(k): float(v) for k, v in dict(final).items()}, folder
@@ -127,18 +141,23 @@ class _Replay:
         return params
 
 
-def replay_member(spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, number: int,
-                  fit: Fit) -> tuple[Reports, dict[str, float], str]:  # fmt: skip
+def replay_member(
+    spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, number: int, fit: Fit
+) -> tuple[Reports, dict[str, float], str]:
     """Replay member ``number``'s whole schedule: (its own reports, its final metrics, an error or "")."""
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     trial = trials[number]
     if trial.state != TrialState.COMPLETE:
-        raise NotReplayable(f"trial {number} is a PBT member that did not train all {spec.trainer.epochs} epochs "
-                            f"({trial.state.name}): its schedule has no recorded end to replay")  # fmt: skip
+        raise NotReplayable(
+            f"trial {number} is a PBT member that did not train all {spec.trainer.epochs} epochs "
+            f"({trial.state.name}): its schedule has no recorded end to replay"
+        )
     journal = PBTJournal(folder.root)
     if not journal.path.exists():
-        raise NotReplayable(f"{folder.root} has no {journal.path.name}: the population's decisions were not "
-                            "recorded, so the member's schedule cannot be replayed")  # fmt: skip
+        raise NotReplayable(
+            f"{folder.root} has no {journal.path.name}: the population's decisions were not "
+            "recorded, so the member's schedule cannot be replayed"
+        )
     with tempfile.TemporaryDirectory(prefix="hypersweep-pbt-replay-") as work:
         replay = _Replay(spec, trials, journal.rungs(), fit, Path(work))
         try:

@@ -20,13 +20,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from search.store.environment import read_environment
-from search.store.folder import CampaignFolder, NoCampaignError
-from search.store.records import TrialRecord
-from search.spec.campaign_spec import CampaignSpec, load_spec
-from search.store.storage import open_storage, storage_url
 from search.reports.summary import best_table, state_counts, trial_params, trials_frame
-from search.scaling.outcomes import SweepOutcomes, sweep_outcomes
 from search.reports.timing import (  # the timeline's names, read here as before
     Span,
     TimeAxis,
@@ -36,8 +30,14 @@ from search.reports.timing import (  # the timeline's names, read here as before
     utilization,
     worker_labels,
 )
-from spaces.params import SearchSpace
+from search.scaling.outcomes import SweepOutcomes, sweep_outcomes
+from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.store.environment import read_environment
+from search.store.folder import CampaignFolder, NoCampaignError
+from search.store.records import TrialRecord
+from search.store.storage import open_storage, storage_url
 from search.store.warm_marks import own_trials
+from spaces.params import SearchSpace
 
 __all__ = [
     "CampaignData",
@@ -252,8 +252,12 @@ def _rebuild_schedule(
         if "batch_size" in params:
             rule = LRScaling(str(params.get("lr_scaling", "none")), int(params.get("base_batch_size", 32)))
             lr = rule(lr, int(params["batch_size"]))
-        schedule = make_schedule(str(params.get("schedule", "constant")), lr, total,
-                                 warmup_steps=int(float(params.get("warmup", 0.0)) * total))
+        schedule = make_schedule(
+            str(params.get("schedule", "constant")),
+            lr,
+            total,
+            warmup_steps=int(float(params.get("warmup", 0.0)) * total),
+        )
     except (SpaceError, ValueError, TypeError):
         return []
     stride = max(1, total // 400)

@@ -29,19 +29,40 @@ def pbt_section(data: CampaignData) -> Section:
             raise LeftOut("no rung was decided (no pbt.jsonl, or no member reached the first segment end)")
         names = data.spec.pbt.hyperparams
         rung_cols = ("epoch", "members ranked", "exploits (member <- source: explored parameters)")
-        rung_rows = [(e, len(r.scores), "; ".join(
-            f"{n} <- {d.source}: {_params(d.params, names)}" for n, d in sorted(r.decisions.items())
-            if d.action is Action.EXPLOIT) or "none") for e, r in rungs.items()]  # fmt: skip
+        rung_rows = [
+            (
+                e,
+                len(r.scores),
+                "; ".join(
+                    f"{n} <- {d.source}: {_params(d.params, names)}"
+                    for n, d in sorted(r.decisions.items())
+                    if d.action is Action.EXPLOIT
+                )
+                or "none",
+            )
+            for e, r in rungs.items()
+        ]
         member_cols = ("trial", "state", "lineage (epoch: source)", "ended with")
         member_rows = []
         for record in data.records():
-            lineage = [f"{e}: {r.decisions[record.number].source}" for e, r in rungs.items()
-                       if record.number in r.decisions and r.decisions[record.number].action is Action.EXPLOIT]
-            member_rows.append((record.number, record.state_name, ", ".join(lineage) or "own weights throughout",
-                                _params(record.trainer_params, names)))  # fmt: skip
+            lineage = [
+                f"{e}: {r.decisions[record.number].source}"
+                for e, r in rungs.items()
+                if record.number in r.decisions and r.decisions[record.number].action is Action.EXPLOIT
+            ]
+            member_rows.append(
+                (
+                    record.number,
+                    record.state_name,
+                    ", ".join(lineage) or "own weights throughout",
+                    _params(record.trainer_params, names),
+                )
+            )
         exploits = sum(1 for r in rungs.values() for d in r.decisions.values() if d.action is Action.EXPLOIT)
-        text = (f"{len(rungs)} rung(s) decided, {exploits} exploit(s); each rung ranks every member still in the "
-                f"population at that epoch")  # fmt: skip
+        text = (
+            f"{len(rungs)} rung(s) decided, {exploits} exploit(s); each rung ranks every member still in the "
+            f"population at that epoch"
+        )
         body = note(text) + table(rung_cols, rung_rows) + table(member_cols, member_rows)
         md = text + "\n\n" + md_table(rung_cols, rung_rows) + "\n\n" + md_table(member_cols, member_rows)
         return body, md

@@ -119,8 +119,17 @@ def _cut_marks(ax: Any, cuts: Sequence[tuple[float, float]]) -> list[str]:
     for at, seconds in cuts:
         ax.axvline(at, color="#555555", lw=1.2, ls=(0, (4, 2)), zorder=4)
         right = at > (lo + hi) / 2  # the note on the side with room
-        ax.text(at, 0.98, f" {_duration(seconds)} idle cut ", transform=blended_transform_factory(ax.transData,
-                ax.transAxes), ha="right" if right else "left", va="top", fontsize=7, color="#333333", zorder=5)
+        ax.text(
+            at,
+            0.98,
+            f" {_duration(seconds)} idle cut ",
+            transform=blended_transform_factory(ax.transData, ax.transAxes),
+            ha="right" if right else "left",
+            va="top",
+            fontsize=7,
+            color="#333333",
+            zorder=5,
+        )
         labels.append(f"dashed line: {_duration(seconds)} idle between runs, cut from the axis")
     return labels
 
@@ -140,12 +149,22 @@ def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]]) -> 
         if not points:
             continue
         label = f"trial {number} ({'reported by the trainer' if source == 'reported' else 'rebuilt from the rules'})"
-        ax.plot([s for s, _ in points], [lr for _, lr in points], "-" if source == "rebuilt" else "o-",
-                color=f"C{i % 10}", ms=4, lw=1.5, label=label)
+        ax.plot(
+            [s for s, _ in points],
+            [lr for _, lr in points],
+            "-" if source == "rebuilt" else "o-",
+            color=f"C{i % 10}",
+            ms=4,
+            lw=1.5,
+            label=label,
+        )
         legend.append(label)
     sources = {source for points, source in curves.values() if points}
-    ax.set_xlabel({"reported": "step (as the trainer reported it)", "rebuilt": "optimizer step"}.get(
-        next(iter(sources)) if len(sources) == 1 else "", "step (reported: report step; rebuilt: optimizer step)"))
+    ax.set_xlabel(
+        {"reported": "step (as the trainer reported it)", "rebuilt": "optimizer step"}.get(
+            next(iter(sources)) if len(sources) == 1 else "", "step (reported: report step; rebuilt: optimizer step)"
+        )
+    )
     ax.set_ylabel("learning rate")
     if all(lr > 0 for points, _s in curves.values() for _, lr in points):
         ax.set_yscale("log")
@@ -187,8 +206,17 @@ def optimization_history(
         legend.append(label)
     if failed:
         label = f"failed ({len(failed)}): no value, bottom edge"
-        left.plot(sorted(failed), [0.03] * len(failed), "x", color=STATE_COLORS["FAIL"], ms=7, mew=2,
-                  transform=edge, clip_on=False, label=label)
+        left.plot(
+            sorted(failed),
+            [0.03] * len(failed),
+            "x",
+            color=STATE_COLORS["FAIL"],
+            ms=7,
+            mew=2,
+            transform=edge,
+            clip_on=False,
+            label=label,
+        )
         legend.append(label)
     if xs:
         last = max([*xs, *(n for n, _ in pruned), *failed])
@@ -204,7 +232,9 @@ def optimization_history(
     ts = [t for _n, _v, t in by_time]
     right.plot(ts, [v for _n, v, _t in by_time], "o", color=STATE_COLORS["COMPLETE"], ms=4, alpha=0.5)
     right.step(ts, _best_so_far([v for _n, v, _t in by_time], maximize), where="post", color="#2ca02c", lw=2)
-    right.set_xlabel("run time (s), idle gaps between runs cut" if cuts else "run time since the first trial started (s)")
+    right.set_xlabel(
+        "run time (s), idle gaps between runs cut" if cuts else "run time since the first trial started (s)"
+    )
     right.set_ylabel(f"best {metric}")
     right.set_title("best so far against run time (complete trials)", fontsize=9)
     legend += _cut_marks(right, cuts)
@@ -249,10 +279,21 @@ def learning_curves(
                 continue
             xs, ys = [s for s, _ in points], [v for _, v in points]
             if number in colors:
-                label = f"trial {number}" + (f" (#{rank[number]})" if number in rank else "") + (
-                    f" {state.lower()}" if state != "COMPLETE" else "")
-                ax.plot(xs, ys, "-", marker=".", color=colors[number], lw=2.2 if number in rank else 1.2,
-                        label=label, zorder=3)
+                label = (
+                    f"trial {number}"
+                    + (f" (#{rank[number]})" if number in rank else "")
+                    + (f" {state.lower()}" if state != "COMPLETE" else "")
+                )
+                ax.plot(
+                    xs,
+                    ys,
+                    "-",
+                    marker=".",
+                    color=colors[number],
+                    lw=2.2 if number in rank else 1.2,
+                    label=label,
+                    zorder=3,
+                )
                 if label not in legend:
                     legend.append(label)
                     order[label] = (0, rank[number]) if number in rank else (1, number)
@@ -261,14 +302,16 @@ def learning_curves(
         ax.set_xlabel("step (as reported)")
         _integer_ticks(ax.xaxis)
         ax.set_title(metric, fontsize=10)
-    for ax in axes[len(metrics):]:
+    for ax in axes[len(metrics) :]:
         ax.set_visible(False)
     pairs = sorted(zip(*axes[0].get_legend_handles_labels(), strict=True), key=lambda hl: order.get(hl[1], (2, 0)))
     handles = [h for h, _l in pairs]
     legend = [label for _h, label in pairs]
     others = sorted({state for n, (state, _h) in curves.items() if n not in colors})
-    handles += [Line2D([], [], color=STATE_COLORS.get(s, "#7f7f7f"), alpha=0.6, label=f"other trials: {s.lower()}")
-                for s in others]
+    handles += [
+        Line2D([], [], color=STATE_COLORS.get(s, "#7f7f7f"), alpha=0.6, label=f"other trials: {s.lower()}")
+        for s in others
+    ]
     legend += [f"other trials: {s.lower()}" for s in others]
     axes[0].legend(handles=handles, fontsize=8)
     return _drawn(fig, legend)
@@ -287,8 +330,7 @@ def epochs_bars(rows: Sequence[tuple[int, float, str]], budget: int) -> Drawn:
     """Epochs each trial trained, coloured by state, against the per-trial budget."""
     fig = _figure(7.5, 3.0)
     ax = fig.add_subplot()
-    ax.bar([n for n, _, _ in rows], [e for _, e, _ in rows],
-           color=[STATE_COLORS.get(s, "#7f7f7f") for _, _, s in rows])
+    ax.bar([n for n, _, _ in rows], [e for _, e, _ in rows], color=[STATE_COLORS.get(s, "#7f7f7f") for _, _, s in rows])
     ax.axhline(budget, color="black", lw=0.8, ls="--")
     ax.set_xlabel("trial number")
     ax.set_ylabel("epochs trained")
@@ -318,30 +360,62 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
         start, end = axis(s.start), axis(s.end)
         if s.waited > 0 and s.asked is not None:
             waited = True
-            ax.barh(row, start - axis(s.asked), left=axis(s.asked), height=0.6, color=WAIT_COLOR, hatch="///",
-                    edgecolor="#bbbbbb", lw=0, zorder=1)
-        ax.barh(row, max(end - start, 3 / px_per_s), left=start, height=0.6,  # a 1 ms run stays visible
-                color=STATE_COLORS.get(s.state, "#7f7f7f"), edgecolor="white", zorder=2)
+            ax.barh(
+                row,
+                start - axis(s.asked),
+                left=axis(s.asked),
+                height=0.6,
+                color=WAIT_COLOR,
+                hatch="///",
+                edgecolor="#bbbbbb",
+                lw=0,
+                zorder=1,
+            )
+        ax.barh(
+            row,
+            max(end - start, 3 / px_per_s),
+            left=start,
+            height=0.6,  # a 1 ms run stays visible
+            color=STATE_COLORS.get(s.state, "#7f7f7f"),
+            edgecolor="white",
+            zorder=2,
+        )
         width_px = (end - start) * px_per_s
         for label in (f"{s.number}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}"):
             if len(label) * 8 * 0.62 * _DPI / 72 + 4 <= width_px:
-                ax.text(start + (end - start) / 2, row, label, ha="center", va="center", fontsize=8,
-                        color="white", zorder=3)
+                ax.text(
+                    start + (end - start) / 2, row, label, ha="center", va="center", fontsize=8, color="white", zorder=3
+                )
                 break
     ax.set_yticks(range(len(workers)), [labels.get(w, w) for w in workers], fontsize=9)
-    ax.set_xlabel("run time since the first trial was asked (s)" + (", idle gaps between runs cut" if axis.gaps else ""))
+    ax.set_xlabel(
+        "run time since the first trial was asked (s)" + (", idle gaps between runs cut" if axis.gaps else "")
+    )
     ax.invert_yaxis()
     states = sorted({s.state for s in spans}, key=lambda st: list(STATE_COLORS).index(st) if st in STATE_COLORS else 99)
-    handles: list[Any] = [Patch(color=STATE_COLORS.get(st, "#7f7f7f"), label=f"running, ended {st.lower()}")
-                          for st in states]
+    handles: list[Any] = [
+        Patch(color=STATE_COLORS.get(st, "#7f7f7f"), label=f"running, ended {st.lower()}") for st in states
+    ]
     if waited:
-        handles.append(Patch(facecolor=WAIT_COLOR, hatch="///", edgecolor="#bbbbbb",
-                             label="waiting: asked -> started (queue, worker start-up)"))
+        handles.append(
+            Patch(
+                facecolor=WAIT_COLOR,
+                hatch="///",
+                edgecolor="#bbbbbb",
+                label="waiting: asked -> started (queue, worker start-up)",
+            )
+        )
     cuts = _cut_marks(ax, axis.marks())
     if cuts:
         handles.append(Line2D([], [], color="#555555", lw=1.2, ls=(0, (4, 2)), label="idle between runs, cut"))
-    ax.legend(handles=handles, fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=min(3, len(handles)),
-              frameon=False)
+    ax.legend(
+        handles=handles,
+        fontsize=8,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.01),
+        ncol=min(3, len(handles)),
+        frameon=False,
+    )
     return _drawn(fig, [h.get_label() for h in handles] + cuts)
 
 

@@ -20,10 +20,10 @@ import pandas as pd
 
 from search.reports import pbt_section, run_sections, scaling_section, sections
 from search.reports.data import CampaignData, load_campaign, report_frame
-from search.vocab.registry import Registry
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
 from search.store.records import Files
+from search.vocab.registry import Registry
 
 __all__ = ["SECTION_REGISTRY", "SECTION_IDS", "ReportFiles", "write_report", "build_sections", "Section"]
 
@@ -44,7 +44,7 @@ for _id, _builder, _line in (
     ("environment", run_sections.environment, "the software and machines the campaign ran on"),
     ("reproduce", run_sections.reproduce, "the commands that re-run a trial"),
     (pbt_section.SECTION_ID, pbt_section.pbt_section, "the population-based training lineage"),
-):  # fmt: skip
+):
     SECTION_REGISTRY.add(_id, _builder, _line)
 SECTION_IDS = SECTION_REGISTRY.names()
 
@@ -63,8 +63,9 @@ def write_report(path: str | Path) -> ReportFiles:
     out = data.folder.report
     out.mkdir(parents=True, exist_ok=True)
     built = build_sections(data)
-    files = ReportFiles(out / Files.REPORT_HTML, out / Files.REPORT_MARKDOWN, out / Files.REPORT_CSV,
-                        out / Files.REPORT_PARQUET)
+    files = ReportFiles(
+        out / Files.REPORT_HTML, out / Files.REPORT_MARKDOWN, out / Files.REPORT_CSV, out / Files.REPORT_PARQUET
+    )
     frame = report_frame(data)
     _write_frame(frame, files.csv, lambda f, p: f.to_csv(p, index=False))
     _write_frame(_parquet_safe(frame), files.parquet, lambda f, p: f.to_parquet(p, index=False))
@@ -124,10 +125,10 @@ def _html_page(data: CampaignData, built: Sequence[Section]) -> str:
         nav += f'<div id="left-out" class="note">Left out, nothing to show:<ul>{omitted}</ul></div>'
     made = time.strftime("%Y-%m-%d %H:%M:%S")
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{e(title)}</h1><p class=\"note\">rendered {e(made)} from {e(data.folder.root)}; "
+        f'<h1>{e(title)}</h1><p class="note">rendered {e(made)} from {e(data.folder.root)}; '
         f"{len(data.trials)} trials</p><nav>{nav}</nav>{body}</body></html>\n"
     )
 

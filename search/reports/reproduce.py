@@ -24,14 +24,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from spaces.errors import InputError
-
 from search.scaling.replay import replay_notes, sweep_replay
-from search.store.folder import CampaignFolder
-from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.spec.trainer_check import check_trainer
+from search.store.folder import CampaignFolder
+from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
 from search.store.storage import open_storage, storage_url
+from spaces.errors import InputError
 
 __all__ = ["Check", "Reproduction", "reproduce_trial", "compare", "comparison_text", "DEFAULT_TOLERANCE"]
 
@@ -112,12 +111,22 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
 
         reports, metrics, error = replay_member(spec, study, folder, number, load_trainer(spec.trainer.entry))
     else:
-        reports, metrics, error = _run(spec.trainer.entry, config,
-                                       stop_after=_stop_after(trial) if sweep is None else sweep.stop_after)
+        reports, metrics, error = _run(
+            spec.trainer.entry, config, stop_after=_stop_after(trial) if sweep is None else sweep.stop_after
+        )
     checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
     notes += replay_notes(sweep, trial.history, reports) if sweep is not None else []
-    return Reproduction(spec.study.name, number, spec.trainer.entry, config, exact,
-                        0.0 if exact else tolerance, tuple(checks), tuple(notes), error)  # fmt: skip
+    return Reproduction(
+        spec.study.name,
+        number,
+        spec.trainer.entry,
+        config,
+        exact,
+        0.0 if exact else tolerance,
+        tuple(checks),
+        tuple(notes),
+        error,
+    )
 
 
 def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) -> TrialRecord:
@@ -129,8 +138,9 @@ def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) ->
         reason = trial.fail_reason or "it has no final result"
         raise InputError(f"trial {number} is {trial.state.name} ({reason}): only a finished trial can be reproduced")
     if trial.config is None or trial.metrics is None:
-        raise InputError(f"trial {number} has no recorded config or metrics "
-                         f"(user attrs {Attr.CONFIG!r}, {Attr.METRICS!r})")  # fmt: skip
+        raise InputError(
+            f"trial {number} has no recorded config or metrics (user attrs {Attr.CONFIG!r}, {Attr.METRICS!r})"
+        )
     return trial
 
 
@@ -177,24 +187,32 @@ def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
     recorded = (read_environment(folder.environment) or {}).get("trainer") or {}
     notes = []
     if recorded.get("pickle") and registered_trainer(spec.trainer.entry) is not None:
-        notes.append(f"the trainer {spec.trainer.entry} runs from the copy the campaign kept "
-                     f"({folder.root / recorded['pickle']}): it was defined in a script or notebook")  # fmt: skip
+        notes.append(
+            f"the trainer {spec.trainer.entry} runs from the copy the campaign kept "
+            f"({folder.root / recorded['pickle']}): it was defined in a script or notebook"
+        )
     if recorded.get("files"):
         changed = changed_trainer_files(recorded)
         if changed:
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-            return notes + [f"note: {len(changed)} of the trainer's {len(recorded['files'])} recorded file(s) "
-                            f"changed since the campaign ran: {shown} (under {recorded.get('root')})"]  # fmt: skip
-        return notes + [f"trainer files: sha256 {str(recorded.get('files_sha256'))[:12]}... over "
-                        f"{len(recorded['files'])} file(s) matches the campaign's record"]  # fmt: skip
+            return notes + [
+                f"note: {len(changed)} of the trainer's {len(recorded['files'])} recorded file(s) "
+                f"changed since the campaign ran: {shown} (under {recorded.get('root')})"
+            ]
+        return notes + [
+            f"trainer files: sha256 {str(recorded.get('files_sha256'))[:12]}... over "
+            f"{len(recorded['files'])} file(s) matches the campaign's record"
+        ]
     if recorded.get("source_sha256") is None:
         return notes + [f"the campaign recorded no trainer source hash (no {Files.ENVIRONMENT})"]
     if recorded.get("shipped") == "by value":
         return notes
     now = trainer_source_sha256(spec.trainer.entry).get("source_sha256")
     if recorded["source_sha256"] != now:
-        return notes + [f"note: the trainer's source changed since the campaign ran (sha256 "
-                        f"{recorded['source_sha256'][:12]}... then, {str(now)[:12]}... now)"]  # fmt: skip
+        return notes + [
+            f"note: the trainer's source changed since the campaign ran (sha256 "
+            f"{recorded['source_sha256'][:12]}... then, {str(now)[:12]}... now)"
+        ]
     return notes + [f"trainer source sha256 {recorded['source_sha256'][:12]}... matches the campaign's record"]
 
 
@@ -247,10 +265,13 @@ def _compare_one(where: str, recorded: Mapping[str, Any], reproduced: Mapping[st
 
 def comparison_text(result: Reproduction, max_rows: int = 40) -> str:
     """The comparison table (final metrics, then the steps that differ) and one verdict line."""
-    mode = ("exact (deterministic config on CPU: values must be identical)" if result.exact
-            else f"within relative tolerance {result.tolerance:g}"
-                 + ("" if result.config.get("deterministic") else " (the config is not deterministic)")
-                 + ("" if _runs_on_cpu(result.config) else " (the trial runs on CUDA)"))  # fmt: skip
+    mode = (
+        "exact (deterministic config on CPU: values must be identical)"
+        if result.exact
+        else f"within relative tolerance {result.tolerance:g}"
+        + ("" if result.config.get("deterministic") else " (the config is not deterministic)")
+        + ("" if _runs_on_cpu(result.config) else " (the trial runs on CUDA)")
+    )
     params = ", ".join(f"{k}={v}" for k, v in dict(result.config.get("params") or {}).items())
     lines = [
         f"reproducing trial {result.number} of study {result.study!r}: {result.entry}, "
@@ -265,8 +286,10 @@ def comparison_text(result: Reproduction, max_rows: int = 40) -> str:
     rows = final + bad_steps[: max(0, max_rows - len(final))]
     lines.append(_format_rows(rows, result.tolerance))
     compared_steps = sorted({c.where for c in steps})
-    lines.append(f"per-step history: {len(compared_steps)} step(s) x metrics compared, {len(bad_steps)} value(s) differ"
-                 + (f" (first {max_rows - len(final)} shown)" if len(bad_steps) > max_rows - len(final) else ""))
+    lines.append(
+        f"per-step history: {len(compared_steps)} step(s) x metrics compared, {len(bad_steps)} value(s) differ"
+        + (f" (first {max_rows - len(final)} shown)" if len(bad_steps) > max_rows - len(final) else "")
+    )
     if result.error:
         lines.append(f"error: {result.error}")
     bad = result.mismatches()
@@ -284,8 +307,9 @@ def _format_rows(rows: Sequence[Check], tolerance: float) -> str:
     for c in rows:
         rel = c.rel_diff()
         verdict = f"skipped ({c.skipped})" if c.skipped else ("ok" if c.ok(tolerance) else "DIFFERS")
-        table.append((c.where, c.metric, _show(c.recorded), _show(c.reproduced),
-                      "" if rel is None else f"{rel:.2e}", verdict))  # fmt: skip
+        table.append(
+            (c.where, c.metric, _show(c.recorded), _show(c.reproduced), "" if rel is None else f"{rel:.2e}", verdict)
+        )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from search.reports import plots
 from search.reports.data import CampaignData, searched_params
-from search.reports.timing import slot_count, timeline, timeline_origin, utilization, worker_labels
 from search.reports.markup import LeftOut, Section, e, figure, guard, kv, left_out, md_table, note, table
+from search.reports.timing import slot_count, timeline, timeline_origin, utilization, worker_labels
 
 __all__ = ["timeline_section", "failures", "environment", "reproduce", "MAX_TRACEBACK"]
 
@@ -28,24 +28,32 @@ def timeline_section(data: CampaignData) -> Section:
         axis = data.time_axis(origin)
         use = utilization(spans, slot_count(data.environment, spans), axis)
         share = use["utilization"]
-        text = (f"{len(spans)} trials on {len(use['per_worker'])} worker(s), {use['slots']} slot(s); "
-                f"busy {use['busy_s']:.1f} s of {use['slots']} x {use['span_s']:.1f} s of run time: utilization "
-                + (f"{share:.0%}" if share is not None else "n/a"))  # fmt: skip
+        text = (
+            f"{len(spans)} trials on {len(use['per_worker'])} worker(s), {use['slots']} slot(s); "
+            f"busy {use['busy_s']:.1f} s of {use['slots']} x {use['span_s']:.1f} s of run time: utilization "
+            + (f"{share:.0%}" if share is not None else "n/a")
+        )
         if axis.gaps:
-            text += (f"; the campaign was resumed: {len(axis.gaps)} idle gap(s) between its runs "
-                     f"({use['cut_s']:.1f} s in all) are cut from the time axis (dashed lines) and not counted")
+            text += (
+                f"; the campaign was resumed: {len(axis.gaps)} idle gap(s) between its runs "
+                f"({use['cut_s']:.1f} s in all) are cut from the time axis (dashed lines) and not counted"
+            )
         waits = [(s.waited, s.number) for s in spans if s.asked is not None]
         if waits:
             longest = max(waits)
-            text += (f"; waiting between being asked and starting on a worker (queue, dispatch, worker start-up), "
-                     f"not counted as busy: {sum(w for w, _n in waits):.1f} s in all, the longest "
-                     f"{longest[0]:.1f} s (trial {longest[1]})")  # fmt: skip
+            text += (
+                f"; waiting between being asked and starting on a worker (queue, dispatch, worker start-up), "
+                f"not counted as busy: {sum(w for w, _n in waits):.1f} s in all, the longest "
+                f"{longest[0]:.1f} s (trial {longest[1]})"
+            )
         labels = worker_labels([s.worker for s in spans])
         runs: dict[str, list[str]] = {}
         for s in spans:  # spans come sorted by worker, then start
             runs.setdefault(s.worker, []).append(str(s.number))
-        rows = [(labels.get(w, w), w, f"{u:.0%}" if u is not None else "n/a", " ".join(runs.get(w, [])))
-                for w, u in use["per_worker"].items()]
+        rows = [
+            (labels.get(w, w), w, f"{u:.0%}" if u is not None else "n/a", " ".join(runs.get(w, [])))
+            for w, u in use["per_worker"].items()
+        ]
         columns = ("worker", "address", "busy share of the run time", "trials, in order")
         drawn = plots.gantt(spans, labels, axis)
         body = note(text) + figure(drawn, "trials per worker over time, with the wait before each trial")
@@ -74,8 +82,10 @@ def failures(data: CampaignData) -> Section:
 def environment(data: CampaignData) -> Section:
     env = data.environment
     if env is None:
-        text = (f"{data.folder.environment.name} is missing: this campaign started before environment capture, "
-                "so the machine it ran on is unknown")  # fmt: skip
+        text = (
+            f"{data.folder.environment.name} is missing: this campaign started before environment capture, "
+            "so the machine it ran on is unknown"
+        )
         return Section("environment", "Environment", note(text), text + ".")
     torch = env.get("torch") or {}
     cluster = env.get("cluster") or {}
@@ -83,20 +93,27 @@ def environment(data: CampaignData) -> Section:
     study = env.get("study") or {}
     packages = ", ".join(f"{k} {v}" for k, v in sorted((env.get("packages") or {}).items()) if v)
     pairs = [
-        ("captured", env.get("captured")), ("command", " ".join(map(str, env.get("command") or []))),
-        ("host", env.get("hostname")), ("python", (env.get("python") or {}).get("version")),
+        ("captured", env.get("captured")),
+        ("command", " ".join(map(str, env.get("command") or []))),
+        ("host", env.get("hostname")),
+        ("python", (env.get("python") or {}).get("version")),
         ("platform", (env.get("platform") or {}).get("platform")),
-        ("torch", torch.get("version")), ("CUDA", torch.get("cuda") or "none"),
-        ("cuDNN", torch.get("cudnn") or "none"), ("NCCL", torch.get("nccl") or "none"),
+        ("torch", torch.get("version")),
+        ("CUDA", torch.get("cuda") or "none"),
+        ("cuDNN", torch.get("cudnn") or "none"),
+        ("NCCL", torch.get("nccl") or "none"),
         ("GPUs (controller)", ", ".join(torch.get("gpus") or []) or "none"),
         ("packages", packages),
         ("Dask cluster", _cluster_text(cluster)),
-        ("trainer", trainer.get("entry")), ("trainer source", trainer.get("source")),
+        ("trainer", trainer.get("entry")),
+        ("trainer source", trainer.get("source")),
         ("trainer source sha256", trainer.get("source_sha256")),
-        ("trainer files", _trainer_files_text(trainer)), ("trainer files sha256", trainer.get("files_sha256")),
-        ("study seed", study.get("seed")), *_spec_digests(env, data.spec.sha256),
+        ("trainer files", _trainer_files_text(trainer)),
+        ("trainer files sha256", trainer.get("files_sha256")),
+        ("study seed", study.get("seed")),
+        *_spec_digests(env, data.spec.sha256),
         ("resumed", len(env.get("resumes") or [])),
-    ]  # fmt: skip
+    ]
     kv_html, kv_md = kv(pairs)
     full = json.dumps(env, indent=2, sort_keys=True, default=str)
     body = kv_html + f"<details><summary>environment.json</summary><pre>{e(full)}</pre></details>"
@@ -106,6 +123,7 @@ def environment(data: CampaignData) -> Section:
 def _spec_digests(env: dict[str, Any], frozen: str) -> list[tuple[str, str]]:
     """The spec's sha256 as each run recorded it (the first run, then each resume), each said to match or not
     the frozen spec.toml the report read (a resume with ``--n-trials`` or ``--allow-changes`` rewrites it)."""
+
     def text(record: Any) -> str:
         digest = ((record or {}).get("study") or {}).get("spec_sha256") if isinstance(record, dict) else None
         if not digest:
@@ -131,8 +149,10 @@ def _cluster_text(cluster: dict[str, Any]) -> str:
     if not cluster:
         return "unknown"
     resources = ", ".join(f"{k}={v:g}" for k, v in sorted((cluster.get("resources") or {}).items()))
-    return (f"{cluster.get('workers')} worker(s), {cluster.get('threads')} thread(s), resources {resources or 'none'}, "
-            f"hosts {', '.join(cluster.get('hosts') or [])}")  # fmt: skip
+    return (
+        f"{cluster.get('workers')} worker(s), {cluster.get('threads')} thread(s), resources {resources or 'none'}, "
+        f"hosts {', '.join(cluster.get('hosts') or [])}"
+    )
 
 
 def reproduce(data: CampaignData) -> Section:
@@ -143,9 +163,13 @@ def reproduce(data: CampaignData) -> Section:
         ("run the whole campaign again", f"hypersweep run {shlex.quote(str(data.folder.spec))} --runs-dir rerun"),
     ]
     if best:
-        commands.append((f"re-run the best trial ({best[0].number}) alone and compare",
-                         f"hypersweep reproduce {shlex.quote(root)} {best[0].number}"))
+        commands.append(
+            (
+                f"re-run the best trial ({best[0].number}) alone and compare",
+                f"hypersweep reproduce {shlex.quote(root)} {best[0].number}",
+            )
+        )
     commands.append(("re-render this report", f"hypersweep report {shlex.quote(root)}"))
-    body = "".join(f"<p>{e(what)}:</p><pre class=\"cmd\">{e(cmd)}</pre>" for what, cmd in commands)
+    body = "".join(f'<p>{e(what)}:</p><pre class="cmd">{e(cmd)}</pre>' for what, cmd in commands)
     md = "\n".join(f"{what}:\n\n```sh\n{cmd}\n```\n" for what, cmd in commands)
     return Section("reproduce", "Reproduce", body, md)

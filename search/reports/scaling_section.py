@@ -63,14 +63,17 @@ def scaling(data: CampaignData) -> Section:
             columns, rows = _short_of_target(data)
             counts = data.sweep.counts_text()
             body += "<h3>Trials short of the target</h3>" + note(
-                counts + ("; each is told twice the steps it ran, and is not ranked" if rows else ""))
+                counts + ("; each is told twice the steps it ran, and is not ranked" if rows else "")
+            )
             md += counts + "\n\n"
             if rows:
                 body += table(columns, rows)
                 md += md_table(columns, rows) + "\n\n"
         order = list(FIGURE_CAPTIONS)
-        for png in sorted(data.scaling_dir.glob("*.png"), key=lambda p: (order.index(p.name) if p.name in order
-                                                                          else len(order), p.name)):
+        for png in sorted(
+            data.scaling_dir.glob("*.png"),
+            key=lambda p: (order.index(p.name) if p.name in order else len(order), p.name),
+        ):
             uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
             body += figure(uri, FIGURE_CAPTIONS.get(png.name, f"scaling figure {png.name}"))
             md += f"- figure scaling/{png.name} (embedded in index.html)\n"

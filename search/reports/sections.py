@@ -61,8 +61,12 @@ def _space_rows(s: CampaignSpec) -> list[tuple[str, str]]:
             rows.append((param.name, repr(flat[param.name])))
         else:
             genomes = getattr(param, "space", None)
-            rows.append((param.name, f"architecture genome {genomes!r} (searched as {len(flat)} Optuna parameters "
-                                     f"{param.name}.*)"))
+            rows.append(
+                (
+                    param.name,
+                    f"architecture genome {genomes!r} (searched as {len(flat)} Optuna parameters {param.name}.*)",
+                )
+            )
     return rows
 
 
@@ -81,15 +85,23 @@ def spec(data: CampaignData) -> Section:
     check = "matches the study's record" if recorded == s.sha256 else f"DIFFERS from the study's record {recorded}"
     dataset = dataset_of(s)
     pairs = [
-        ("study", s.study.name), ("frozen spec.toml sha256", f"{s.sha256} ({check})"),
-        ("objective", ", ".join(f"{d} {m}" for d, m in zip(s.objective_directions, s.objective_metrics, strict=True))
-         + (f" (optimizer steps until {data.sweep.target_text})" if data.sweep else "")),
-        ("sampler", s.study.sampler), ("pruner", s.study.pruner), ("trials (budget)", s.study.n_trials),
-        ("study seed", s.study.seed), ("deterministic", s.study.deterministic),
+        ("study", s.study.name),
+        ("frozen spec.toml sha256", f"{s.sha256} ({check})"),
+        (
+            "objective",
+            ", ".join(f"{d} {m}" for d, m in zip(s.objective_directions, s.objective_metrics, strict=True))
+            + (f" (optimizer steps until {data.sweep.target_text})" if data.sweep else ""),
+        ),
+        ("sampler", s.study.sampler),
+        ("pruner", s.study.pruner),
+        ("trials (budget)", s.study.n_trials),
+        ("study seed", s.study.seed),
+        ("deterministic", s.study.deterministic),
         ("trainer", s.trainer.entry + ("" if data.builtin_trainer else " (your own trainer)")),
-        *([("dataset", dataset)] if dataset else []), ("epochs per trial", s.trainer.epochs),
+        *([("dataset", dataset)] if dataset else []),
+        ("epochs per trial", s.trainer.epochs),
         ("device", s.trainer.device),
-    ]  # fmt: skip
+    ]
     kv_html, kv_md = kv(pairs)
     space = _space_rows(s)
     comment = _spec_comment(s.text)
@@ -97,14 +109,18 @@ def spec(data: CampaignData) -> Section:
         f'<p class="question">{e(_question(data))}</p>'
         + (f"<p>{e(comment)}</p>" if comment else "")
         + kv_html
-        + "<h3>Search space</h3>" + table(("parameter", "distribution"), space)
+        + "<h3>Search space</h3>"
+        + table(("parameter", "distribution"), space)
         + f"<details><summary>frozen spec.toml</summary><pre>{e(s.text)}</pre></details>"
-    )  # fmt: skip
+    )
     md = (
-        f"**Question.** {_question(data)}\n\n" + (f"{comment}\n\n" if comment else "") + kv_md
-        + "\n\nSearch space:\n\n" + md_table(("parameter", "distribution"), space)
+        f"**Question.** {_question(data)}\n\n"
+        + (f"{comment}\n\n" if comment else "")
+        + kv_md
+        + "\n\nSearch space:\n\n"
+        + md_table(("parameter", "distribution"), space)
         + f"\n\n```toml\n{s.text.rstrip()}\n```"
-    )  # fmt: skip
+    )
     return Section("spec", "The question and the spec", body, md)
 
 
@@ -123,8 +139,15 @@ def best(data: CampaignData) -> Section:
         rows = []
         for rank, t in enumerate(top, 1):
             r = data.record(t)
-            row = [rank, r.number, *(r.values or []), r.seed, epochs_spent(r), r.duration,
-                   *(chosen[r.number].get(n) for n in names)]
+            row = [
+                rank,
+                r.number,
+                *(r.values or []),
+                r.seed,
+                epochs_spent(r),
+                r.duration,
+                *(chosen[r.number].get(n) for n in names),
+            ]
             rows.append(row + ([genomes[r.number]] if has_genome else []))
         label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
         if data.sweep is not None:
@@ -144,14 +167,22 @@ def lr(data: CampaignData) -> Section:
         found = {t.number: lr_curve(data.record(t), data.builtin_trainer) for t in top}
         curves = {n: c for n, c in found.items() if c[0]}
         if not curves:
-            raise LeftOut("the best trials reported no 'lr' metric" + ("" if data.builtin_trainer else
-                          ", and only the built-in trainer's schedule can be rebuilt from its rules"))
+            raise LeftOut(
+                "the best trials reported no 'lr' metric"
+                + (
+                    ""
+                    if data.builtin_trainer
+                    else ", and only the built-in trainer's schedule can be rebuilt from its rules"
+                )
+            )
         sources = {
             "reported": "reported by the trainer (its 'lr' metric at each report)",
             "rebuilt": "rebuilt from the built-in trainer's schedule rules (it reported no lr)",
         }
-        rows = [(n, sources[src], len(pts), pts[0][1], pts[-1][1], min(v for _s, v in pts), max(v for _s, v in pts))
-                for n, (pts, src) in curves.items()]
+        rows = [
+            (n, sources[src], len(pts), pts[0][1], pts[-1][1], min(v for _s, v in pts), max(v for _s, v in pts))
+            for n, (pts, src) in curves.items()
+        ]
         columns = ("trial", "learning rate", "points", "first", "last", "min", "max")
         missing = sorted(set(found) - set(curves))
         text = "" if not missing else f"no lr for trial(s) {', '.join(map(str, missing))}"
@@ -169,10 +200,13 @@ def history(data: CampaignData) -> Section:
         body, md = "", ""
         for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
             points = history_points(data, i)
-            drawn = plots.optimization_history(points.complete, points.pruned, points.failed,
-                                               maximizing(direction), metric, points.cuts)
-            counts = (f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
-                      f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}")
+            drawn = plots.optimization_history(
+                points.complete, points.pruned, points.failed, maximizing(direction), metric, points.cuts
+            )
+            counts = (
+                f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
+                f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}"
+            )
             if points.not_reached:
                 counts += f"; not drawn: {len(points.not_reached)} that never reached the target"
             body += figure(drawn, f"optimization history of {metric}: {counts}, with the best so far")
@@ -216,13 +250,19 @@ def importance(data: CampaignData) -> Section:
     title = "Parameter importances (Optuna)"
     n = len(data.complete())
     if n < MIN_IMPORTANCE_TRIALS:
-        return left_out("importance", title, f"importances skipped: only {n} complete trial(s), fewer than the "
-                        f"{MIN_IMPORTANCE_TRIALS} they need to mean anything")
+        return left_out(
+            "importance",
+            title,
+            f"importances skipped: only {n} complete trial(s), fewer than the "
+            f"{MIN_IMPORTANCE_TRIALS} they need to mean anything",
+        )
 
     def build() -> tuple[str, str]:
         values, problem = importances(data)
-        basis = (f"based on {n} complete trials (pruned and failed ones are not used; importances are shown from "
-                 f"{MIN_IMPORTANCE_TRIALS} complete trials on)")
+        basis = (
+            f"based on {n} complete trials (pruned and failed ones are not used; importances are shown from "
+            f"{MIN_IMPORTANCE_TRIALS} complete trials on)"
+        )
         genomes = [p.name for p in data.spec.space if len(p.distributions()) > 1]
         if genomes:
             basis += f"; an architecture's ({', '.join(genomes)}) is the sum over its flat Optuna parameters"
@@ -274,14 +314,20 @@ def pareto(data: CampaignData) -> Section:
         names = data.metrics
         chosen = {t.number: searched_params(data.record(t), data.spec.space) for t in front}
         params = list(dict.fromkeys(k for p in chosen.values() for k in p))
-        rows: list[Sequence[Any]] = [(t.number, *t.values, *(chosen[t.number].get(k) for k in params))
-                                     for t in sorted(front, key=lambda t: t.values[0])]
+        rows: list[Sequence[Any]] = [
+            (t.number, *t.values, *(chosen[t.number].get(k) for k in params))
+            for t in sorted(front, key=lambda t: t.values[0])
+        ]
         columns = ["trial", *names, *params]
         body = table(columns, rows)
         if len(names) >= 2 and data.complete():
             points = [(t.values[0], t.values[1]) for t in data.complete()]
-            body = figure(plots.pareto(points, [(t.number, t.values[0], t.values[1]) for t in front], names),
-                          "Pareto front") + body
+            body = (
+                figure(
+                    plots.pareto(points, [(t.number, t.values[0], t.values[1]) for t in front], names), "Pareto front"
+                )
+                + body
+            )
         return body, md_table(columns, rows)
 
     return guard("pareto", "Pareto front", build)

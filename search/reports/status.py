@@ -8,15 +8,14 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from spaces.errors import InputError
-from spaces.params import SearchSpace
-
-from search.store.folder import CampaignFolder, ControllerLock
-from search.spec.campaign_spec import load_spec
-from search.store.storage import missing_storage, open_storage, storage_url
 from search.reports.summary import params_text, state_counts, trial_params
+from search.spec.campaign_spec import load_spec
+from search.store.folder import CampaignFolder, ControllerLock
+from search.store.storage import missing_storage, open_storage, storage_url
 from search.store.warm_marks import describe, is_warm_start, own_trials
 from search.vocab.terms import maximizing
+from spaces.errors import InputError
+from spaces.params import SearchSpace
 
 __all__ = ["status_text", "read_study"]
 
@@ -31,7 +30,9 @@ def status_text(path: str | Path) -> str:
     lines = [
         f"study {spec.study.name!r}: {len(trials)} of {spec.study.n_trials} trials, controller "
         + ("running" if alive else "not running"),
-        "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) if counts else "  no trials yet",
+        "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
+        if counts
+        else "  no trials yet",
     ]
     warm = describe(study)
     if warm:
@@ -47,8 +48,10 @@ def status_text(path: str | Path) -> str:
         label = "running" if alive else "interrupted (resume to finish it)"
         since = trial.datetime_start.strftime("%H:%M:%S") if trial.datetime_start else "?"
         steps = len(trial.intermediate_values)
-        lines.append(f"  trial {trial.number}: {label}, since {since}, {steps} report(s), "
-                     f"params {params_text(trial_params(trial, spec.space))}")
+        lines.append(
+            f"  trial {trial.number}: {label}, since {since}, {steps} report(s), "
+            f"params {params_text(trial_params(trial, spec.space))}"
+        )
     if running and not alive:
         lines.append(f"  continue with: hypersweep resume {path}")
     return "\n".join(lines)
@@ -62,12 +65,14 @@ def read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:
     try:
         return optuna.load_study(study_name=name, storage=open_storage(url))
     except KeyError:
-        raise InputError(f"{folder.root}: the storage holds no study {name!r} (was [study] name changed in "
-                         "spec.toml?)") from None  # fmt: skip
+        raise InputError(
+            f"{folder.root}: the storage holds no study {name!r} (was [study] name changed in spec.toml?)"
+        ) from None
 
 
-def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...],
-                space: SearchSpace | None = None) -> list[str]:
+def _best_lines(
+    study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], space: SearchSpace | None = None
+) -> list[str]:
     complete = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == TrialState.COMPLETE]
     if not complete:
         return ["  best: none yet"]
@@ -76,9 +81,12 @@ def _best_lines(study: optuna.Study, metrics: tuple[str, ...], directions: tuple
         return [f"  Pareto front: {len(front)} trial(s): {[t.number for t in front]}"]
     best = study.best_trial
     if is_warm_start(best):  # a warm-start copy: the best of the campaign's own trials instead
-        best = (max if maximizing(directions[0]) else min)(complete, key=lambda t: float(t.value or 0.0))  # complete: every value set
-    return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), "
-            f"params {params_text(trial_params(best, space))}"]
+        best = (max if maximizing(directions[0]) else min)(
+            complete, key=lambda t: float(t.value or 0.0)
+        )  # complete: every value set
+    return [
+        f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), params {params_text(trial_params(best, space))}"
+    ]
 
 
 def _now() -> str:

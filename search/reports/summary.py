@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import FrozenTrial
 
-from spaces.errors import SpaceError
-from spaces.params import SearchSpace
-
 from search.store.records import TrialRecord
 from search.store.warm_marks import own_trials
 from search.vocab.terms import maximizing
+from spaces.errors import SpaceError
+from spaces.params import SearchSpace
 
 if TYPE_CHECKING:  # pandas loads for a table, not for ``hypersweep status``
     import pandas as pd

@@ -78,16 +78,18 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
         # a PBT member: a span per segment, the time since the previous one as its wait
         runs = _runs(r)
         for i, (start, end, worker) in enumerate(runs):
-            wait_from = (ask.get(r.number) if i == 0 else runs[i - 1][1])
-            spans.append(Span(
-                number=r.number,
-                worker=worker,
-                devices=",".join(str(d) for d in r.devices),
-                start=start - origin,
-                end=end - origin,
-                state=r.state.name,
-                asked=wait_from - origin if wait_from is not None else None,
-            ))  # fmt: skip
+            wait_from = ask.get(r.number) if i == 0 else runs[i - 1][1]
+            spans.append(
+                Span(
+                    number=r.number,
+                    worker=worker,
+                    devices=",".join(str(d) for d in r.devices),
+                    start=start - origin,
+                    end=end - origin,
+                    state=r.state.name,
+                    asked=wait_from - origin if wait_from is not None else None,
+                )
+            )
     return sorted(spans, key=lambda s: (s.worker, s.start))
 
 
@@ -101,8 +103,7 @@ def _timed_asks(
 ) -> tuple[list[TrialRecord], dict[int, float]]:
     timed = [r for r in map(TrialRecord.of, trials) if r.timed]
     asked = asked or {}
-    ask = {r.number: asked[r.number] for r in timed
-           if r.number in asked and asked[r.number] <= r.started}  # type: ignore[operator]
+    ask = {r.number: asked[r.number] for r in timed if r.number in asked and asked[r.number] <= r.started}  # type: ignore[operator]
     return timed, ask
 
 

@@ -92,8 +92,7 @@ class InlineAsker(Generic[T]):
     background = False
     asks_here = True
 
-    def __init__(
-        self, produce: Callable[[], T], may_ask: Callable[[], bool]) -> None:
+    def __init__(self, produce: Callable[[], T], may_ask: Callable[[], bool]) -> None:
         self._produce = produce
         self._may_ask = may_ask
         self.times = AskTimes()

@@ -86,7 +86,9 @@ def build(kind: str, entry: str, options: Mapping[str, Any], seed: int | None = 
     try:
         obj = cls(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a user class: its error, as one line
-        again = "" if options else f"; an object passed to search.run is passed again: search.resume(folder, {kind}=...)"
+        again = (
+            "" if options else f"; an object passed to search.run is passed again: search.resume(folder, {kind}=...)"
+        )
         raise InputError(f"{kind} {entry}({_args(kwargs)}) failed: {type(exc).__name__}: {exc}{again}") from None
     base = _base_class(kind)
     if not isinstance(obj, base):
@@ -118,8 +120,9 @@ def keep(root: Path, kind: str, entry: str) -> Path | None:
     try:
         data = pickle.dumps(obj)
     except Exception as exc:  # noqa: BLE001 - then resume needs it passed again
-        log.warning("the %s %s does not pickle (%s); pass it again to search.resume(..., %s=...)", kind, entry, exc,
-                    kind)  # fmt: skip
+        log.warning(
+            "the %s %s does not pickle (%s); pass it again to search.resume(..., %s=...)", kind, entry, exc, kind
+        )
         return None
     path = root / f"{kind}.pkl"
     path.write_bytes(data)

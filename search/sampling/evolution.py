@@ -86,9 +86,9 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from spaces.architecture import GenomeParam
-from spaces.params import SearchSpace
 from spaces.genomes import CellGenome, CellSpace, Genome, LayerGenome, LayerSpace, SupportsSuggest
 from spaces.mutations import mutate_with_kind
+from spaces.params import SearchSpace
 
 __all__ = [
     "evolution_sampler_for",
@@ -173,9 +173,7 @@ class RegularizedEvolutionSampler(BaseSampler):
             sample_size = max(1, population_size // 2)
         _check_int("sample_size", sample_size)
         if sample_size > population_size:
-            raise ValueError(
-                f"sample_size={sample_size} must be <= population_size={population_size}"
-            )
+            raise ValueError(f"sample_size={sample_size} must be <= population_size={population_size}")
         if n_startup_trials != "auto":
             _check_int("n_startup_trials", n_startup_trials)
         _check_int("candidates", candidates)
@@ -245,9 +243,7 @@ class RegularizedEvolutionSampler(BaseSampler):
             return None
         try:
             genome = (
-                CellGenome.from_string(text)
-                if isinstance(self.space, CellSpace)
-                else LayerGenome.from_string(text)
+                CellGenome.from_string(text) if isinstance(self.space, CellSpace) else LayerGenome.from_string(text)
             )
             self.space.validate(genome)  # type: ignore[arg-type]
         except ValueError:
@@ -277,9 +273,7 @@ class RegularizedEvolutionSampler(BaseSampler):
             self._rng = np.random.default_rng()
         self.base_sampler.reseed_rng()
 
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         self._check_single_objective(study)
         return dict(self._distributions)
 
@@ -473,7 +467,10 @@ def _ridge(design: np.ndarray, target: np.ndarray, penalty: float) -> np.ndarray
 
 
 def evolution_sampler_for(
-    space: SearchSpace, seed: int, population_size: int = 20, sample_size: int | None = None,
+    space: SearchSpace,
+    seed: int,
+    population_size: int = 20,
+    sample_size: int | None = None,
     budget: int | None = None,
 ) -> RegularizedEvolutionSampler:
     """The evolution sampler (defaults as documented above) for the one architecture parameter of
@@ -485,6 +482,10 @@ def evolution_sampler_for(
             f"(type 'layers' or 'cell') in [space]; found {len(genomes)}"
         )
     return RegularizedEvolutionSampler(
-        genomes[0].space, prefix=genomes[0].name, population_size=population_size, sample_size=sample_size, seed=seed,
+        genomes[0].space,
+        prefix=genomes[0].name,
+        population_size=population_size,
+        sample_size=sample_size,
+        seed=seed,
         budget=budget,
     )

@@ -125,9 +125,14 @@ class _Inbox:
 class _Replica:
     """The child's study: asks on credit, records what the controller told."""
 
-    def __init__(self, sampler: optuna.samplers.BaseSampler, directions: Sequence[str],
-                 distributions: dict[str, BaseDistribution], finished: list[FrozenTrial],
-                 suggest: Suggest | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sampler: optuna.samplers.BaseSampler,
+        directions: Sequence[str],
+        distributions: dict[str, BaseDistribution],
+        finished: list[FrozenTrial],
+        suggest: Suggest | None = None,
+    ) -> None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(directions=cast(list[Any], list(directions)), sampler=sampler)
         self.study.add_trials(finished)
@@ -146,15 +151,23 @@ class _Replica:
     def record(self, done: Done) -> None:
         self.seen += 1
         if done.replica is not None:
-            frozen = self.study._storage.get_trial(self.study._storage.get_trial_id_from_study_id_trial_number(
-                self.study._study_id, done.replica))  # fmt: skip
+            frozen = self.study._storage.get_trial(
+                self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, done.replica)
+            )
             if frozen.params == done.params:
                 self._finish(frozen, done)
                 return
             self._finish(frozen, Done(done.replica, TrialState.FAIL, None, {}, {}, {}))  # run with other params
-        self.study.add_trial(optuna.trial.create_trial(
-            state=done.state, values=done.values, params=done.params, distributions=done.distributions,
-            intermediate_values=done.intermediate, constraints=done.constraints or None))  # fmt: skip
+        self.study.add_trial(
+            optuna.trial.create_trial(
+                state=done.state,
+                values=done.values,
+                params=done.params,
+                distributions=done.distributions,
+                intermediate_values=done.intermediate,
+                constraints=done.constraints or None,
+            )
+        )
 
     def _finish(self, frozen: FrozenTrial, done: Done) -> None:
         """What ``Study.tell`` does, as the controller already validated it: intermediate values, then state."""
@@ -170,9 +183,14 @@ class _Replica:
             storage.set_trial_state_values(frozen._trial_id, done.state, done.values)
 
 
-def serve(conn: Any, sampler_bytes: bytes, directions: Sequence[str],
-          distributions: dict[str, BaseDistribution], finished: list[FrozenTrial],
-          suggest: Suggest | None = None) -> None:  # fmt: skip
+def serve(
+    conn: Any,
+    sampler_bytes: bytes,
+    directions: Sequence[str],
+    distributions: dict[str, BaseDistribution],
+    finished: list[FrozenTrial],
+    suggest: Suggest | None = None,
+) -> None:
     """The child's main: tell what arrives, ask while there is credit, answer state requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's: it closes the child
     try:
@@ -248,13 +266,23 @@ class ReplaySampler(optuna.samplers.BaseSampler):
         number, rest = self._rest
         if trial.number == number and param_name in rest:
             return rest[param_name]  # a conditional parameter the child suggested
-        raise RuntimeError(f"parameter {param_name!r} was not sampled by the sampler process "
-                           "(only the campaign's fixed search space is sampled there)")  # fmt: skip
+        raise RuntimeError(
+            f"parameter {param_name!r} was not sampled by the sampler process "
+            "(only the campaign's fixed search space is sampled there)"
+        )
 
     def after_trial(self, study, trial, state, values) -> None:
-        self._forward(Done(self._replica_of.pop(trial.number, None), state, None if values is None else list(values),
-                           dict(trial.params), dict(trial.distributions), dict(trial.intermediate_values),
-                           dict(trial.constraints)))  # fmt: skip
+        self._forward(
+            Done(
+                self._replica_of.pop(trial.number, None),
+                state,
+                None if values is None else list(values),
+                dict(trial.params),
+                dict(trial.distributions),
+                dict(trial.intermediate_values),
+                dict(trial.constraints),
+            )
+        )
 
 
 class ProcessAsker(Generic[T]):
@@ -271,9 +299,15 @@ class ProcessAsker(Generic[T]):
     background = True
     asks_here = False  # the loop never samples itself: ``ask_here`` always answers None
 
-    def __init__(self, study: optuna.Study, distributions: dict[str, BaseDistribution], produce: Callable[[int], T],
-                 wake: Callable[[], None], name: str = "hypersweep-sampler",
-                 suggest: Suggest | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        study: optuna.Study,
+        distributions: dict[str, BaseDistribution],
+        produce: Callable[[int], T],
+        wake: Callable[[], None],
+        name: str = "hypersweep-sampler",
+        suggest: Suggest | None = None,
+    ) -> None:
         self._study = study
         self._produce = produce
         self._wake = wake
@@ -294,9 +328,11 @@ class ProcessAsker(Generic[T]):
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(
-            target=serve, name=name, daemon=True,
+            target=serve,
+            name=name,
+            daemon=True,
             args=(child, sampler_bytes, list(_directions(study)), distributions, finished, suggest),
-        )  # fmt: skip
+        )
         self._process.start()
         child.close()
         self._await_ready()
@@ -457,9 +493,13 @@ def _portable(sampler: optuna.samplers.BaseSampler) -> bytes:
 def _bare(trial: FrozenTrial) -> FrozenTrial:
     """A finished trial as the replica needs it: no user attributes (histories, configs)."""
     return optuna.trial.create_trial(
-        state=trial.state, values=trial.values, params=trial.params, distributions=trial.distributions,
-        intermediate_values=trial.intermediate_values, system_attrs=trial.system_attrs,
-    )  # fmt: skip
+        state=trial.state,
+        values=trial.values,
+        params=trial.params,
+        distributions=trial.distributions,
+        intermediate_values=trial.intermediate_values,
+        system_attrs=trial.system_attrs,
+    )
 
 
 def _directions(study: optuna.Study) -> list[str]:

@@ -21,16 +21,22 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.pruners import BasePruner
 
-from search.vocab.registry import Registry
 from search.sampling import components
+from search.vocab.registry import Registry
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import PrunerSpec
 
 __all__ = [
-    "PrunerInfo", "PRUNER_REGISTRY", "PRUNERS", "make_pruner", "pruner_info", "ready_at_start", "resource_of",
+    "PrunerInfo",
+    "PRUNER_REGISTRY",
+    "PRUNERS",
+    "make_pruner",
+    "pruner_info",
+    "ready_at_start",
+    "resource_of",
     "RESOURCE_METRIC",
-]  # fmt: skip
+]
 
 RESOURCE_METRIC = {"examples": "examples", "steps": "steps", "epochs": "epoch"}  # what a rung counts
 
@@ -72,8 +78,9 @@ _BUILT_IN = (
     PrunerInfo("median", _median, description="stop a trial below the median of earlier trials at the same step"),
     PrunerInfo("percentile", _percentile, description="stop a trial outside the best [pruner] percentile"),
     PrunerInfo("asha", _asha, needs_resource=True, description="asynchronous successive halving over rungs"),
-    PrunerInfo("hyperband", _hyperband, needs_resource=True,
-               description="Hyperband: several successive-halving brackets"),
+    PrunerInfo(
+        "hyperband", _hyperband, needs_resource=True, description="Hyperband: several successive-halving brackets"
+    ),
 )
 PRUNER_REGISTRY: Registry[PrunerInfo] = Registry(
     "pruner", lambda name, names: f"pruner {name!r} is not one of {', '.join(names)}, nor a 'package.module:Class'"

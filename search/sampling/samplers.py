@@ -20,13 +20,12 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 
-from spaces.errors import InputError
-from spaces.params import SearchSpace
-
-from search.vocab.registry import Registry
 from search.sampling import components
 from search.sampling.seeds import component_seed
+from search.vocab.registry import Registry
 from search.vocab.terms import SamplingMode
+from spaces.errors import InputError
+from spaces.params import SearchSpace
 
 __all__ = [
     "SamplerInfo",
@@ -104,12 +103,17 @@ def _evolution(space: SearchSpace, seed: int, budget: int | None = None, **optio
 def _grid_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
     if space.conditional:
         name = space.conditional[0]
-        return (f"space.{name}.when", "the grid sampler needs every parameter in every trial; "
-                "remove the condition or use another sampler (tpe handles conditional parameters)")  # fmt: skip
+        return (
+            f"space.{name}.when",
+            "the grid sampler needs every parameter in every trial; "
+            "remove the condition or use another sampler (tpe handles conditional parameters)",
+        )
     for name, dist in space.distributions().items():
         if not isinstance(dist, (CategoricalDistribution, IntDistribution)):
-            return (f"space.{name}",
-                    "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous")
+            return (
+                f"space.{name}",
+                "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous",
+            )
     return None
 
 
@@ -118,35 +122,68 @@ def _evolution_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] |
 
     genomes = [p.name for p in space if isinstance(p, GenomeParam)]
     if len(genomes) != 1:
-        return ("study.sampler", "'evolution' needs exactly one architecture parameter (type 'layers' or 'cell') "
-                f"in [space], found {len(genomes)}")  # fmt: skip
+        return (
+            "study.sampler",
+            "'evolution' needs exactly one architecture parameter (type 'layers' or 'cell') "
+            f"in [space], found {len(genomes)}",
+        )
     if n_objectives > 1:
         return ("study.sampler", "'evolution' is single-objective; use 'nsga2' for several objectives")
     return None
 
 
 _BUILT_IN = (
-    SamplerInfo("tpe", lambda space, seed, **kw: optuna.samplers.TPESampler(seed=seed, **kw), replica_safe=True,
-                supports_constraints=True, description="Tree-structured Parzen Estimator (Optuna's default)"),
-    SamplerInfo("random", lambda space, seed, **kw: optuna.samplers.RandomSampler(seed=seed, **kw),
-                description="independent uniform draws; the baseline"),
-    SamplerInfo("cmaes", lambda space, seed, **kw: optuna.samplers.CmaEsSampler(
-        seed=seed, **{"warn_independent_sampling": False, **kw}),
-        description="CMA evolution strategy over the continuous parameters"),
-    SamplerInfo("gp", lambda space, seed, **kw: optuna.samplers.GPSampler(  # conditional params: random, quietly
-        seed=seed, **{"warn_independent_sampling": not space.conditional, **kw}), replica_safe=True,
-        supports_constraints=True, description="Gaussian-process Bayesian optimisation"),
-    SamplerInfo("qmc", lambda space, seed, **kw: optuna.samplers.QMCSampler(
-        seed=seed, **{"warn_independent_sampling": False, **kw}),
-        description="quasi-Monte Carlo (Sobol) points that cover the space evenly"),
-    SamplerInfo("grid", lambda space, seed, **kw: AskTellGridSampler(grid_of(space.distributions()), seed=seed,
-                **kw), check_space=_grid_space, description="every combination of the discrete parameters"),
-    SamplerInfo("nsga2", lambda space, seed, **kw: optuna.samplers.NSGAIISampler(seed=seed, **kw),
-                supports_constraints=True,  # one objective works too
-                description="NSGA-II genetic algorithm, for one or several objectives"),
-    SamplerInfo("evolution", _evolution, check_space=_evolution_space, takes_budget=True,
-                description="regularized (aging) evolution over one architecture parameter"),
-)  # fmt: skip
+    SamplerInfo(
+        "tpe",
+        lambda space, seed, **kw: optuna.samplers.TPESampler(seed=seed, **kw),
+        replica_safe=True,
+        supports_constraints=True,
+        description="Tree-structured Parzen Estimator (Optuna's default)",
+    ),
+    SamplerInfo(
+        "random",
+        lambda space, seed, **kw: optuna.samplers.RandomSampler(seed=seed, **kw),
+        description="independent uniform draws; the baseline",
+    ),
+    SamplerInfo(
+        "cmaes",
+        lambda space, seed, **kw: optuna.samplers.CmaEsSampler(seed=seed, **{"warn_independent_sampling": False, **kw}),
+        description="CMA evolution strategy over the continuous parameters",
+    ),
+    SamplerInfo(
+        "gp",
+        lambda space, seed, **kw: optuna.samplers.GPSampler(  # conditional params: random, quietly
+            seed=seed, **{"warn_independent_sampling": not space.conditional, **kw}
+        ),
+        replica_safe=True,
+        supports_constraints=True,
+        description="Gaussian-process Bayesian optimisation",
+    ),
+    SamplerInfo(
+        "qmc",
+        lambda space, seed, **kw: optuna.samplers.QMCSampler(seed=seed, **{"warn_independent_sampling": False, **kw}),
+        description="quasi-Monte Carlo (Sobol) points that cover the space evenly",
+    ),
+    SamplerInfo(
+        "grid",
+        lambda space, seed, **kw: AskTellGridSampler(grid_of(space.distributions()), seed=seed, **kw),
+        check_space=_grid_space,
+        description="every combination of the discrete parameters",
+    ),
+    SamplerInfo(
+        "nsga2",
+        lambda space, seed, **kw: optuna.samplers.NSGAIISampler(seed=seed, **kw),
+        supports_constraints=True,  # one objective works too
+        description="NSGA-II genetic algorithm, for one or several objectives",
+    ),
+    SamplerInfo(
+        "evolution",
+        _evolution,
+        check_space=_evolution_space,
+        takes_budget=True,
+        description="regularized (aging) evolution over one architecture parameter",
+    ),
+)
 SAMPLER_REGISTRY: Registry[SamplerInfo] = Registry(
     "sampler", lambda name, names: f"sampler {name!r} is not one of {', '.join(names)}, nor a 'package.module:Class'"
 )
@@ -192,16 +229,23 @@ def sampling_problem(sampling: str, sampler: str, ordered: bool) -> str:
     if sampling not in SAMPLING:
         return f"{sampling!r} is not one of {', '.join(SAMPLING)}"
     if ordered and sampling in (SamplingMode.PROCESS, SamplingMode.THREAD):
-        return (f"{sampling!r}: a deterministic, population-based or simulated campaign samples in order "
-                "on the loop; use 'auto' or 'inline'")  # fmt: skip
+        return (
+            f"{sampling!r}: a deterministic, population-based or simulated campaign samples in order "
+            "on the loop; use 'auto' or 'inline'"
+        )
     if sampling == SamplingMode.PROCESS and not runs_in_process(sampler):
-        return (f"'process' runs only {', '.join(REPLICA_SAFE)} (or a sampler class) on a replica study; "
-                f"{sampler!r} keeps state in the study, use 'thread'")  # fmt: skip
+        return (
+            f"'process' runs only {', '.join(REPLICA_SAFE)} (or a sampler class) on a replica study; "
+            f"{sampler!r} keeps state in the study, use 'thread'"
+        )
     return ""
 
 
 def make_sampler(
-    name: str, space: SearchSpace, study_seed: int, options: Mapping[str, Any] | None = None,
+    name: str,
+    space: SearchSpace,
+    study_seed: int,
+    options: Mapping[str, Any] | None = None,
     budget: int | None = None,
 ) -> BaseSampler:
     """The sampler ``name``, seeded from the study seed; ``options``: the spec's ``[sampler]`` keyword arguments;

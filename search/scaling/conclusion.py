@@ -129,8 +129,11 @@ def _boundaries(
     unsettled = [b for b in measured if p_interval[0] <= b <= p_interval[1] or m_interval[0] <= b <= m_interval[1]]
     if not unsettled:
         return [text]
-    return [text, f"The regime of B={_listed(unsettled)} is not settled: with B_crit elsewhere in its "
-                  f"interval it could be a neighbouring one."]  # fmt: skip
+    return [
+        text,
+        f"The regime of B={_listed(unsettled)} is not settled: with B_crit elsewhere in its "
+        f"interval it could be a neighbouring one.",
+    ]
 
 
 def _limits(measured: Mapping[int, float], interval: tuple[float, float] | None, ci: str) -> str:
@@ -139,8 +142,10 @@ def _limits(measured: Mapping[int, float], interval: tuple[float, float] | None,
     if measured:
         b_s = min(measured, key=lambda b: measured[b])
         b_e = min(measured, key=lambda b: measured[b] * b)
-        text += (f": the fewest steps measured were {_measured(measured[b_s])} (B={b_s}) and the fewest "
-                 f"examples (steps × B) {_measured(measured[b_e] * b_e)} (B={b_e})")  # fmt: skip
+        text += (
+            f": the fewest steps measured were {_measured(measured[b_s])} (B={b_s}) and the fewest "
+            f"examples (steps × B) {_measured(measured[b_e] * b_e)} (B={b_e})"
+        )
     if interval is None or not measured:
         why = "no interval was computed" if interval is None else "the measured steps were not given"
         return text + f", not determined by these batch sizes ({why})."

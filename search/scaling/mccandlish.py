@@ -45,7 +45,11 @@ class ScalingFit:
 
     @classmethod
     def from_coefficients(
-        cls, s_min: float, e_min: float, batch_sizes: Sequence[float] | np.ndarray = (), steps: Sequence[float] | np.ndarray = ()
+        cls,
+        s_min: float,
+        e_min: float,
+        batch_sizes: Sequence[float] | np.ndarray = (),
+        steps: Sequence[float] | np.ndarray = (),
     ) -> ScalingFit:
         """The fit with ``S(B) = s_min + e_min / B``; residuals against the given points."""
         s_min, e_min = float(s_min), float(e_min)
@@ -73,6 +77,7 @@ class ScalingFit:
         b = np.asarray(batch_size, dtype=float)
         result = self.s_min * b + self.e_min
         return float(result) if np.ndim(result) == 0 else result
+
 
 def _fit_weighted_linear(b: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     """min sum(((S_i - a - c/B_i) / S_i)^2) over a, c >= 0 (relative errors, NNLS)."""
@@ -143,7 +148,9 @@ def _start_many(b: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return (g11 * h0 - g01 * h1) / det, (g00 * h1 - g01 * h0) / det
 
 
-def fit_many(batch_sizes: Sequence[float] | np.ndarray, steps: np.ndarray, iterations: int = 60) -> tuple[np.ndarray, np.ndarray]:
+def fit_many(
+    batch_sizes: Sequence[float] | np.ndarray, steps: np.ndarray, iterations: int = 60
+) -> tuple[np.ndarray, np.ndarray]:
     """``(s_min, e_min)`` of :func:`fit_mccandlish` for each row of ``steps`` (same batch sizes), vectorised.
 
     Rows whose weighted linear start is interior are refined together by

@@ -67,8 +67,10 @@ def ratio_sentence(
     if not differ:
         return text + " Each of these ratios falls in the regime the fitted curve gives there."
     parts = [f"B={b} (measured {ratios[b]:.2f}x: {m.value}; fitted: {regimes[b].value})" for b, m in differ.items()]
-    return text + (f" The measured ratios disagree with the fitted curve at {_listed(parts)}; the fitted regime "
-                   f"there rests on the curve through all batch sizes, not on these measurements alone.")  # fmt: skip
+    return text + (
+        f" The measured ratios disagree with the fitted curve at {_listed(parts)}; the fitted regime "
+        f"there rests on the curve through all batch sizes, not on these measurements alone."
+    )
 
 
 def _s_min_at(b: np.ndarray, y: np.ndarray, b0: float) -> float:

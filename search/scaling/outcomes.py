@@ -42,8 +42,9 @@ def goal_of(spec: CampaignSpec) -> TargetGoal | None:
     """The sweep's per-trial goal (``None`` for a spec without ``[scaling]``)."""
     if spec.scaling is None:
         return None
-    return TargetGoal(spec.study.metrics[0], spec.scaling.target, direction_of(spec.study.directions[0]),
-                      spec.scaling.interpolate)
+    return TargetGoal(
+        spec.study.metrics[0], spec.scaling.target, direction_of(spec.study.directions[0]), spec.scaling.interpolate
+    )
 
 
 def _diverged(history: Sequence[tuple[int, Mapping[str, float]]]) -> bool:

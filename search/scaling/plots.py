@@ -108,8 +108,16 @@ def _interval_label(interval: tuple[float, float], ci: float) -> str:
     return f"B_crit {ci:.0%} interval {low:.3g}–{'∞' if math.isinf(high) else f'{high:.3g}'}"
 
 
-def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None, y: float, x: np.ndarray,
-                 colour: str, ci: float, measured: tuple[float, float]) -> None:  # fmt: skip
+def _draw_b_crit(
+    ax: Axes,
+    fit: ScalingFit,
+    interval: tuple[float, float] | None,
+    y: float,
+    x: np.ndarray,
+    colour: str,
+    ci: float,
+    measured: tuple[float, float],
+) -> None:
     """The B_crit line and, when given, its interval as a horizontal error bar at height ``y``.
 
     An end outside the plotted range (``0`` or ``inf`` included) is drawn to
@@ -117,8 +125,12 @@ def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None
     """
     if math.isfinite(fit.b_crit) and fit.b_crit > 0:
         outside = not measured[0] <= fit.b_crit <= measured[1]
-        ax.axvline(fit.b_crit, color=colour, linestyle=":",
-                   label=f"B_crit≈{fit.b_crit:.3g}" + (" (outside the measured B: extrapolated)" if outside else ""))
+        ax.axvline(
+            fit.b_crit,
+            color=colour,
+            linestyle=":",
+            label=f"B_crit≈{fit.b_crit:.3g}" + (" (outside the measured B: extrapolated)" if outside else ""),
+        )
     if interval is None:
         return
     low, high = (float(v) for v in interval)
@@ -126,8 +138,16 @@ def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None
     if right < left:  # entirely off the plotted range: say so in the legend
         ax.plot([], [], "-", color=colour, linewidth=2.5, label=_interval_label(interval, ci) + " (off the plot)")
         return
-    ax.plot([left, right], [y, y], "-", color=colour, linewidth=2.5, solid_capstyle="butt",
-            label=_interval_label(interval, ci), zorder=4)  # fmt: skip
+    ax.plot(
+        [left, right],
+        [y, y],
+        "-",
+        color=colour,
+        linewidth=2.5,
+        solid_capstyle="butt",
+        label=_interval_label(interval, ci),
+        zorder=4,
+    )
     for end, value, marker in ((left, low, "<"), (right, high, ">")):
         open_end = value < x[0] or value > x[-1]
         ax.plot([end], [y], marker if open_end else "|", color=colour, markersize=9, zorder=4)
@@ -135,10 +155,23 @@ def _draw_b_crit(ax: Axes, fit: ScalingFit, interval: tuple[float, float] | None
         ax.plot([fit.b_crit], [y], "D", color=colour, markersize=6, zorder=5)
 
 
-def _draw_fit(ax: Axes, fit: ScalingFit, x: np.ndarray, interval: tuple[float, float] | None, ci: float, *,
-              curve: np.ndarray, scale: np.ndarray | float, label: str, colour: str, bar_colour: str,
-              minimum: float, points: Sequence[float], measured: tuple[float, float],
-              minimum_label: str = "") -> None:  # fmt: skip
+def _draw_fit(
+    ax: Axes,
+    fit: ScalingFit,
+    x: np.ndarray,
+    interval: tuple[float, float] | None,
+    ci: float,
+    *,
+    curve: np.ndarray,
+    scale: np.ndarray | float,
+    label: str,
+    colour: str,
+    bar_colour: str,
+    minimum: float,
+    points: Sequence[float],
+    measured: tuple[float, float],
+    minimum_label: str = "",
+) -> None:
     """The fitted curve on ``ax`` with, given ``interval``, its band and the ``B_crit`` error bar.
 
     ``curve`` is the fit over ``x`` and ``scale`` turns steps into the plotted quantity (``1`` for
@@ -150,8 +183,16 @@ def _draw_fit(ax: Axes, fit: ScalingFit, x: np.ndarray, interval: tuple[float, f
     """
     band = _band(fit, interval, x) if interval is not None else None
     if band is not None:
-        ax.fill_between(x, band[0] * scale, band[1] * scale, color=colour, alpha=0.2, linewidth=0, zorder=1,
-                        label=f"fits with B_crit in its {ci:.0%} interval")  # fmt: skip
+        ax.fill_between(
+            x,
+            band[0] * scale,
+            band[1] * scale,
+            color=colour,
+            alpha=0.2,
+            linewidth=0,
+            zorder=1,
+            label=f"fits with B_crit in its {ci:.0%} interval",
+        )
     low, high = measured
     if x[0] < low or x[-1] > high:  # dashed where no batch size was measured, solid over the measured ones
         ax.plot(x, curve, "--", color=colour, zorder=2, label="the fit outside the measured batch sizes (extrapolated)")
@@ -181,10 +222,21 @@ def draw_steps_to_target(
         _shade_regimes(ax, fit, x, perfect, maximal)
     ax.plot(batch_sizes, steps, "o", color="black", label="best steps to target", zorder=3)
     if fit is not None:
-        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=np.asarray(fit.predict_steps(x)), scale=1,
-                  label=f"fit: S_min={fit.s_min:.3g} (its B→∞ limit: extrapolated), B_noise={fit.b_noise:.3g}",
-                  colour="tab:blue", bar_colour="tab:blue", minimum=fit.s_min, points=steps,
-                  measured=(min(batch_sizes), max(batch_sizes)))  # fmt: skip
+        _draw_fit(
+            ax,
+            fit,
+            x,
+            b_crit_interval,
+            ci,
+            curve=np.asarray(fit.predict_steps(x)),
+            scale=1,
+            label=f"fit: S_min={fit.s_min:.3g} (its B→∞ limit: extrapolated), B_noise={fit.b_noise:.3g}",
+            colour="tab:blue",
+            bar_colour="tab:blue",
+            minimum=fit.s_min,
+            points=steps,
+            measured=(min(batch_sizes), max(batch_sizes)),
+        )
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")
@@ -214,8 +266,17 @@ def plot_steps_to_target(
     with a red x on the top edge.
     """
     fig, ax = _figure()
-    draw_steps_to_target(ax, batch_sizes, steps, fit, b_crit_interval=b_crit_interval, ci=ci,
-                         not_reached=not_reached, perfect=perfect, maximal=maximal)  # fmt: skip
+    draw_steps_to_target(
+        ax,
+        batch_sizes,
+        steps,
+        fit,
+        b_crit_interval=b_crit_interval,
+        ci=ci,
+        not_reached=not_reached,
+        perfect=perfect,
+        maximal=maximal,
+    )
     return _save(fig, path)
 
 
@@ -233,10 +294,22 @@ def draw_examples_to_target(
     x = _grid(batch_sizes, not_reached)
     ax.plot(batch_sizes, examples, "o", color="black", label="best examples to target", zorder=3)
     if fit is not None:
-        _draw_fit(ax, fit, x, b_crit_interval, ci, curve=np.asarray(fit.predict_examples(x)), scale=x,
-                  label=f"fit: E_min={fit.e_min:.3g}", colour="tab:orange", bar_colour="tab:red",
-                  minimum=fit.e_min, points=examples, measured=(min(batch_sizes), max(batch_sizes)),
-                  minimum_label="E_min (its B→0 limit: extrapolated)")  # fmt: skip
+        _draw_fit(
+            ax,
+            fit,
+            x,
+            b_crit_interval,
+            ci,
+            curve=np.asarray(fit.predict_examples(x)),
+            scale=x,
+            label=f"fit: E_min={fit.e_min:.3g}",
+            colour="tab:orange",
+            bar_colour="tab:red",
+            minimum=fit.e_min,
+            points=examples,
+            measured=(min(batch_sizes), max(batch_sizes)),
+            minimum_label="E_min (its B→0 limit: extrapolated)",
+        )
     _mark_not_reached(ax, not_reached)
     _batch_axis(ax, x)
     ax.set_yscale("log")
@@ -261,8 +334,9 @@ def plot_examples_to_target(
     interval as an error bar at ``E = 2 E_min``.
     """
     fig, ax = _figure()
-    draw_examples_to_target(ax, batch_sizes, examples, fit, b_crit_interval=b_crit_interval, ci=ci,
-                            not_reached=not_reached)  # fmt: skip
+    draw_examples_to_target(
+        ax, batch_sizes, examples, fit, b_crit_interval=b_crit_interval, ci=ci, not_reached=not_reached
+    )
     return _save(fig, path)
 
 
@@ -280,8 +354,15 @@ def plot_lr_rule(path: str | Path, lr_fit: LRRuleFit, *, ci: float = 0.9) -> Pat
     if math.isfinite(low) and math.isfinite(high):
         centre = float(np.exp(np.mean(np.log(lr_fit.batch_sizes))))
         ends = [lr_fit.predict(centre) * (x / centre) ** a for a in (low, high)]
-        ax.fill_between(x, np.minimum(*ends), np.maximum(*ends), color="tab:green", alpha=0.15, linewidth=0,
-                        label=f"exponent {ci:.0%} interval {low:.2f}–{high:.2f}")  # fmt: skip
+        ax.fill_between(
+            x,
+            np.minimum(*ends),
+            np.maximum(*ends),
+            color="tab:green",
+            alpha=0.15,
+            linewidth=0,
+            label=f"exponent {ci:.0%} interval {low:.2f}–{high:.2f}",
+        )
     ax.plot(x, lr_fit.predict(x), "-", color="tab:green", label=f"fit: lr ∝ B^{lr_fit.alpha:.2f}")
     ax.plot(x, lr_fit.linear_rule(x), "--", color="tab:red", label="linear rule (lr ∝ B)")
     ax.plot(x, lr_fit.sqrt_rule(x), "--", color="tab:purple", label="square-root rule (lr ∝ √B)")
@@ -338,13 +419,25 @@ def draw_noise_scale(histories: Mapping[int, Sequence[Sequence[float]]]) -> Figu
             drawn.extend(r.b_simple for r in finite)
         bounded = [r for r in finite if math.isfinite(r.low) and math.isfinite(r.high)]
         if bounded:
-            ax.fill_between([r.step for r in bounded], [max(r.low, floor) for r in bounded],
-                            [r.high for r in bounded], color=colour, alpha=0.15, linewidth=0)  # fmt: skip
+            ax.fill_between(
+                [r.step for r in bounded],
+                [max(r.low, floor) for r in bounded],
+                [r.high for r in bounded],
+                color=colour,
+                alpha=0.15,
+                linewidth=0,
+            )
         above = [r for r in readings if r.above_range and math.isfinite(r.low)]
         if above:
             above_any = True
-            ax.plot([r.step for r in above], [max(r.low, floor) for r in above], "^", color=colour, markersize=6,
-                    label=None if finite else f"B={b}")  # fmt: skip
+            ax.plot(
+                [r.step for r in above],
+                [max(r.low, floor) for r in above],
+                "^",
+                color=colour,
+                markersize=6,
+                label=None if finite else f"B={b}",
+            )
             drawn.extend(max(r.low, floor) for r in above)
     if drawn and min(drawn) > 0:
         ax.set_yscale("log")

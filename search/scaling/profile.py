@@ -85,9 +85,11 @@ def likelihood_interval(
 
     first, last = int(np.argmax(inside)), int(len(inside) - 1 - np.argmax(inside[::-1]))
     low = 0.0 if rss0 <= threshold else (math.exp(log_grid[0]) if first == 0 else edge(first - 1, first))
-    high = math.inf if rss_inf <= threshold else (
-        math.exp(log_grid[-1]) if last == len(inside) - 1 else edge(last + 1, last)
-    )  # fmt: skip
+    high = (
+        math.inf
+        if rss_inf <= threshold
+        else (math.exp(log_grid[-1]) if last == len(inside) - 1 else edge(last + 1, last))
+    )
     if math.isfinite(b_crit):  # the estimate is inside by construction; guard round-off at the edges
         low, high = min(low, b_crit), max(high, b_crit)
     return low, high

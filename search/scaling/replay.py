@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-
 from typing import TYPE_CHECKING
-
-from spaces.errors import InputError
 
 from search.scaling.outcomes import goal_of
 from search.scaling.sweep import TargetGoal
 from search.store.records import TrialRecord
+from spaces.errors import InputError
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
@@ -59,9 +57,11 @@ def replay_plan(goal: TargetGoal, trial: TrialRecord) -> ReplayPlan:
     """
     history = trial.history
     if not history:
-        raise InputError(f"trial {trial.number} of the scaling sweep recorded no reports: where it reached "
-                         f"{goal.metric} {goal.comparison} {goal.target:g} is unknown, "
-                         f"so it cannot be replayed")  # fmt: skip
+        raise InputError(
+            f"trial {trial.number} of the scaling sweep recorded no reports: where it reached "
+            f"{goal.metric} {goal.comparison} {goal.target:g} is unknown, "
+            f"so it cannot be replayed"
+        )
     hit = first_target_report(history, goal)
     return ReplayPlan(goal, len(history) if hit is not None else None, hit)
 
@@ -76,9 +76,12 @@ def replay_notes(plan: ReplayPlan, recorded: History, reproduced: History) -> li
         return [f"MISMATCH: the record never reached {target}, the replay did at step {reproduced[hit][0]}"]
     where = f"step {recorded[plan.recorded_hit][0]} (report {plan.recorded_hit + 1} of {len(recorded)})"
     if hit is None:
-        return [f"MISMATCH: the record reached {target} at {where}, "
-                f"the replay never did in {len(reproduced)} report(s)"]
+        return [
+            f"MISMATCH: the record reached {target} at {where}, the replay never did in {len(reproduced)} report(s)"
+        ]
     if hit != plan.recorded_hit:
         return [f"MISMATCH: the record reached {target} at {where}, the replay at step {reproduced[hit][0]}"]
-    return [f"scaling sweep: stopped at the target as the campaign did: {target} reached at {where} in the record "
-            f"and in the replay, which made the same {plan.stop_after} report(s)"]  # fmt: skip
+    return [
+        f"scaling sweep: stopped at the target as the campaign did: {target} reached at {where} in the record "
+        f"and in the replay, which made the same {plan.stop_after} report(s)"
+    ]

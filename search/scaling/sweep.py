@@ -26,7 +26,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from search.store.records import TrialRecord
+from search.sampling.seeds import component_seed
 from search.scaling.fit import (
     TrialOutcome,
     bootstrap_b_crit,
@@ -39,11 +39,11 @@ from search.scaling.fit import (
     steps_to_target,
     write_scaling_table,
 )
-from search.sampling.seeds import component_seed
-from search.vocab.terms import direction_of
 
 # Re-exported: the [scaling] section is parsed in search.spec.
 from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.store.records import TrialRecord
+from search.vocab.terms import direction_of
 
 __all__ = [
     "ScalingSpec",
@@ -123,9 +123,7 @@ class ScalingSampler(BaseSampler):
         inner, view = self._pick(study, trial)
         inner.before_trial(view, trial)  # type: ignore[arg-type]
 
-    def after_trial(
-        self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
-    ) -> None:
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
         inner, view = self._pick(study, trial)
         inner.after_trial(view, trial, state, values)  # type: ignore[arg-type]
 
@@ -199,11 +197,22 @@ def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
     outcomes = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         history = _history(trial)
-        hit = steps_to_target(
-            history, goal.metric, goal.target, goal.mode, time_key="epoch_seconds", interpolate=goal.interpolate  # type: ignore[arg-type]
-        ) if history else None  # fmt: skip
+        hit = (
+            steps_to_target(
+                history,
+                goal.metric,
+                goal.target,
+                goal.mode,
+                time_key="epoch_seconds",
+                interpolate=goal.interpolate,  # type: ignore[arg-type]
+            )
+            if history
+            else None
+        )
         lr = trial.params.get("lr")
-        outcomes.append(TrialOutcome(int(trial.params[BATCH]), float(lr) if lr is not None else None, hit, trial.number))
+        outcomes.append(
+            TrialOutcome(int(trial.params[BATCH]), float(lr) if lr is not None else None, hit, trial.number)
+        )
     return outcomes
 
 
@@ -253,13 +262,32 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
         interval = bootstrap_b_crit(sizes, steps, n_boot=spec.bootstrap, seed=boot_seed, ci=CI)
         lrs = table[table["status"] == "reached"]["best_lr"].astype(float).tolist()
         lr_fit = lr_rule_fit(sizes, lrs) if all(math.isfinite(x) and x > 0 for x in lrs) else None
-        text = conclusion(fit, regimes, lr_fit, b_crit_interval=interval, ci=CI, not_reached=not_reached,
-                          interpolated=goal.interpolate)  # fmt: skip
+        text = conclusion(
+            fit,
+            regimes,
+            lr_fit,
+            b_crit_interval=interval,
+            ci=CI,
+            not_reached=not_reached,
+            interpolated=goal.interpolate,
+        )
         _, examples = reached_points(table, "examples_to_target")
-        plots.append(plot_steps_to_target(out / "steps_to_target.png", sizes, steps, fit, b_crit_interval=interval,
-                                          ci=CI, not_reached=not_reached))  # fmt: skip
-        plots.append(plot_examples_to_target(out / "examples_to_target.png", sizes, examples, fit,
-                                             b_crit_interval=interval, ci=CI, not_reached=not_reached))  # fmt: skip
+        plots.append(
+            plot_steps_to_target(
+                out / "steps_to_target.png", sizes, steps, fit, b_crit_interval=interval, ci=CI, not_reached=not_reached
+            )
+        )
+        plots.append(
+            plot_examples_to_target(
+                out / "examples_to_target.png",
+                sizes,
+                examples,
+                fit,
+                b_crit_interval=interval,
+                ci=CI,
+                not_reached=not_reached,
+            )
+        )
         if lr_fit is not None:
             plots.append(plot_lr_rule(out / "lr_rule.png", lr_fit, ci=CI))
     best = {int(r.batch_size): int(r.best_trial) for r in table.itertuples() if r.status == "reached"}

@@ -66,8 +66,10 @@ def synthetic_sweep(
     sizes, best = [], []
     for b in batch_sizes:
         draws = truth.steps(b) * np.exp(truth.sigma * rng.standard_normal(truth.trials))
-        hits = [steps_to_target(synthetic_history(truth, b, float(s)), METRIC, truth.target, "max",
-                                interpolate=interpolate) for s in draws]  # fmt: skip
+        hits = [
+            steps_to_target(synthetic_history(truth, b, float(s)), METRIC, truth.target, "max", interpolate=interpolate)
+            for s in draws
+        ]
         steps = [h.steps for h in hits if h is not None]
         if steps:
             sizes.append(int(b))

@@ -22,26 +22,31 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from spaces.errors import InputError
-
+from search.session.preflight import cluster_for
+from search.session.warm_start import WarmStartError, own_trials, source_trials, warm_start
 from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
 from search.spec.changes import SPEC_CHANGES, SPEC_TEXT, resume_text
-from search.session.preflight import cluster_for
 from search.spec.enqueue import parse_enqueue
 from search.spec.reading import parse_toml, read_spec_text
 from search.spec.table import SpecError
 from search.store.folder import CampaignFolder, write_atomic
 from search.store.records import StudyAttr, spec_sha256_of
 from search.store.storage import flusher, missing_storage, open_storage, storage_url
-from search.session.warm_start import WarmStartError, own_trials, source_trials, warm_start
+from spaces.errors import InputError
 
 if TYPE_CHECKING:
     from search.session.options import RunOptions
 
 __all__ = [
-    "ENQUEUED", "NewStudy", "check_new", "check_environment_record", "spec_to_resume", "nothing_left", "added_enqueue",
+    "ENQUEUED",
+    "NewStudy",
+    "check_new",
+    "check_environment_record",
+    "spec_to_resume",
+    "nothing_left",
+    "added_enqueue",
     "record_spec_changes",
-]  # fmt: skip
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +60,17 @@ class NewStudy:
         self.enqueue = [(params, "spec [[enqueue]]") for params in spec.enqueue]
         self.enqueue += [(params, options.enqueue_source) for params in options.enqueue]
         if len(self.enqueue) > spec.study.n_trials:
-            raise SpecError(spec.source, "enqueue", f"{len(self.enqueue)} enqueued configurations do not fit in "
-                            f"the budget of {spec.study.n_trials} trials")  # fmt: skip
+            raise SpecError(
+                spec.source,
+                "enqueue",
+                f"{len(self.enqueue)} enqueued configurations do not fit in the budget of {spec.study.n_trials} trials",
+            )
         self.source = options.warm_start or spec.study.warm_start  # the spec's own is checked when it is read
         if options.warm_start and (spec.scaling is not None or spec.pbt is not None):
-            raise WarmStartError(f"warm start {options.warm_start!r}: a [scaling] sweep or population-based "
-                                 "training ([pbt]) cannot start warm")  # fmt: skip
+            raise WarmStartError(
+                f"warm start {options.warm_start!r}: a [scaling] sweep or population-based "
+                "training ([pbt]) cannot start warm"
+            )
         self.found: list[FrozenTrial] = _warm_trials(self.source, spec, from_spec=not options.warm_start)
 
     def seed(self, spec: CampaignSpec, study: optuna.Study) -> list[str]:
@@ -111,8 +121,9 @@ def spec_to_resume(
     study = _read_study(frozen, folder)
     where = str(options.spec_file or folder.spec)
     current = read_spec_text(where)
-    text, changes = resume_text(where, study.user_attrs.get(SPEC_TEXT), spec_sha256_of(study), current,
-                                options.n_trials, options.allow_changes)  # fmt: skip
+    text, changes = resume_text(
+        where, study.user_attrs.get(SPEC_TEXT), spec_sha256_of(study), current, options.n_trials, options.allow_changes
+    )
     if options.n_trials is not None:
         _check_budget(options.n_trials, study)
     parsed = parse_spec(parse_toml(where, text), where, text, check_trainer=False)  # its mistakes name its file
@@ -127,14 +138,18 @@ def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
     url = storage_url(spec.study.storage, folder)
     missing = missing_storage(url)
     if missing is not None:
-        raise SpecError(str(folder.spec), "study.storage", f"{missing} does not exist: a resumed "
-                        "campaign keeps its storage (was study.storage changed in spec.toml?)")  # fmt: skip
+        raise SpecError(
+            str(folder.spec),
+            "study.storage",
+            f"{missing} does not exist: a resumed campaign keeps its storage (was study.storage changed in spec.toml?)",
+        )
     storage = open_storage(url)
     try:
         return optuna.load_study(study_name=spec.study.name, storage=storage)
     except KeyError:
-        raise InputError(f"{folder.root}: the storage holds no study {spec.study.name!r} "
-                         "(was [study] name changed in spec.toml?)") from None  # fmt: skip
+        raise InputError(
+            f"{folder.root}: the storage holds no study {spec.study.name!r} (was [study] name changed in spec.toml?)"
+        ) from None
 
 
 def nothing_left(spec: CampaignSpec, folder: CampaignFolder) -> bool:
@@ -155,8 +170,10 @@ def _check_budget(n_trials: int, study: optuna.Study) -> None:
     finished = sum(t.state.is_finished() for t in trials)
     running = sum(t.state == TrialState.RUNNING for t in trials)
     if n_trials < max(finished + running, 1):
-        raise InputError(f"--n-trials {n_trials}: must be >= {max(finished + running, 1)}, the trials this campaign "
-                         f"has already finished ({finished}) or left running ({running}), which a resume re-runs")
+        raise InputError(
+            f"--n-trials {n_trials}: must be >= {max(finished + running, 1)}, the trials this campaign "
+            f"has already finished ({finished}) or left running ({running}), which a resume re-runs"
+        )
 
 
 def check_environment_record(path: Path) -> None:
@@ -167,21 +184,29 @@ def check_environment_record(path: Path) -> None:
     try:
         record = json.loads(read_spec_text(path, what="JSON"))
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: the environment record is not valid JSON ({exc}); restore it, or move it "
-                         "aside to resume with a new one") from None  # fmt: skip
+        raise InputError(
+            f"{path}: the environment record is not valid JSON ({exc}); restore it, or move it "
+            "aside to resume with a new one"
+        ) from None
     except SpecError as exc:
         raise InputError(f"{path}: the environment record {exc.problem}; restore it, or move it aside") from None
     if not isinstance(record, dict):
-        raise InputError(f"{path}: the environment record is a JSON {type(record).__name__}, not an object; "
-                         "restore it, or move it aside to resume with a new one")  # fmt: skip
+        raise InputError(
+            f"{path}: the environment record is a JSON {type(record).__name__}, not an object; "
+            "restore it, or move it aside to resume with a new one"
+        )
 
 
 def _check_room(where: str, added: int, n_trials: int, study: optuna.Study) -> None:
     """The configurations a changed ``[[enqueue]]`` adds fit in what is left of the budget."""
     left = max(0, n_trials - len(own_trials(study.get_trials(deepcopy=False))))
     if added > left:
-        raise SpecError(where, "enqueue", f"{added} new configuration(s) do not fit in the {left} trial(s) left "
-                        f"of the budget of {n_trials}; raise it with --n-trials")  # fmt: skip
+        raise SpecError(
+            where,
+            "enqueue",
+            f"{added} new configuration(s) do not fit in the {left} trial(s) left "
+            f"of the budget of {n_trials}; raise it with --n-trials",
+        )
 
 
 def added_enqueue(recorded: str | None, spec: CampaignSpec) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from cluster import ClusterOptions, TLSFiles
-
 from search.loop.hooks import CampaignHooks
 from search.spec.campaign_spec import CampaignSpec
 from search.spec.gpu import gpu_packing
@@ -38,7 +37,6 @@ class RunOptions:
 def cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     """The cluster a run joins or starts: the spec's [cluster] table with the command line's overrides."""
     from cluster.backends import backend_named
-
     from search.spec.table import SpecError
 
     c = spec.cluster
@@ -49,8 +47,12 @@ def cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     joined = bool(options.scheduler) or bool(address and c.deploy is None)
     backend = backend_named("address") if joined else backend_named(c.backend, c.deploy)
     if backend.joins_scheduler and not address:
-        raise SpecError(spec.source, "cluster.scheduler", f"backend {backend.kind!r} needs a scheduler address "
-                        "(tcp://host:port, tls://host:port or a scheduler file), or pass --scheduler")  # fmt: skip
+        raise SpecError(
+            spec.source,
+            "cluster.scheduler",
+            f"backend {backend.kind!r} needs a scheduler address "
+            "(tcp://host:port, tls://host:port or a scheduler file), or pass --scheduler",
+        )
     backend.require()  # a missing optional extra fails here, before anything is created
     return ClusterOptions(
         address=address,

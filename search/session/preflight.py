@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING
 
 from cluster import ClusterOptions
 from cluster.connect import is_loopback
-from spaces.errors import InputError
-
 from search.session.options import cluster_options
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.spec.cluster import MAX_WORKERS
 from search.spec.table import SpecError
+from spaces.errors import InputError
 
 if TYPE_CHECKING:
     from search.session.options import RunOptions
@@ -59,9 +58,13 @@ def _check_listen(spec: CampaignSpec, options: RunOptions) -> None:
     c = spec.cluster
     starts_own = not (options.scheduler or c.scheduler)
     if starts_own and not is_loopback(c.listen) and not (c.tls or options.tls) and not options.insecure:
-        raise SpecError(spec.source, "cluster.listen", f"{c.listen!r} without TLS is refused: anyone who reaches it "
-                        "could run code on the workers; give tls_ca_file, tls_cert_file and tls_key_file, listen on "
-                        "127.0.0.1, or pass --insecure to accept the risk")  # fmt: skip
+        raise SpecError(
+            spec.source,
+            "cluster.listen",
+            f"{c.listen!r} without TLS is refused: anyone who reaches it "
+            "could run code on the workers; give tls_ca_file, tls_cert_file and tls_key_file, listen on "
+            "127.0.0.1, or pass --insecure to accept the risk",
+        )
 
 
 def _check_widths(spec: CampaignSpec, cluster: ClusterOptions) -> None:
@@ -77,6 +80,10 @@ def _check_widths(spec: CampaignSpec, cluster: ClusterOptions) -> None:
     if width > per_worker * n_workers:
         key = f"space.{DATA_PARALLEL}" if DATA_PARALLEL in spec.space else "trainer.data_parallel"
         fix = "[cluster] n_workers or slots_per_worker" if resource == "CPU" else "the GPUs ([cluster] n_workers)"
-        raise SpecError(spec.source, key, f"a trial may take {width} {resource} slots, but the embedded cluster's "
-                        f"{n_workers} worker(s) have {per_worker * n_workers:g} in all ({per_worker:g} each); "
-                        f"lower it or raise {fix}")  # fmt: skip
+        raise SpecError(
+            spec.source,
+            key,
+            f"a trial may take {width} {resource} slots, but the embedded cluster's "
+            f"{n_workers} worker(s) have {per_worker * n_workers:g} in all ({per_worker:g} each); "
+            f"lower it or raise {fix}",
+        )

@@ -23,29 +23,38 @@ from typing import TYPE_CHECKING
 import optuna
 
 from cluster import ClusterError, ClusterOptions, open_cluster
-from spaces.errors import InputError
-
+from search.sampling import components
+from search.sampling.pruning import make_pruner
 from search.session.lifecycle import (
-    NewStudy, check_environment_record, check_new, nothing_left, record_spec_changes, spec_to_resume,
+    NewStudy,
+    check_environment_record,
+    check_new,
+    nothing_left,
+    record_spec_changes,
+    spec_to_resume,
 )
-from search.session.options import RunOptions, cluster_options as _cluster_options  # noqa: F401 - re-exported
+from search.session.options import RunOptions  # noqa: F401 - re-exported
 from search.session.preflight import cluster_for
+from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.spec.changes import SPEC_TEXT
+from search.spec.gpu import gpu_packing
 from search.store.environment import capture_environment, record_environment, scheduler_info
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
-from search.sampling import components
-from search.sampling.pruning import make_pruner
-from search.spec.campaign_spec import CampaignSpec, load_spec
-from search.spec.gpu import gpu_packing
 from search.store.storage import final_snapshot, open_storage, storage_url
+from spaces.errors import InputError
 
 if TYPE_CHECKING:  # the loop, the sweep analysis and pandas load when a campaign runs, not to read a folder
     from search.scaling.sweep import SweepResult
 
 __all__ = [
-    "RunOptions", "run_campaign", "resume_campaign", "load_study", "CampaignExistsError", "CampaignInterrupted",
-]  # fmt: skip
+    "RunOptions",
+    "run_campaign",
+    "resume_campaign",
+    "load_study",
+    "CampaignExistsError",
+    "CampaignInterrupted",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +80,9 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     """
     from search.loop.supply import campaign_sampler
 
-    storage = open_storage(storage_url(spec.study.storage, folder), writer=create if writer is None else writer,
-                           create=create)
+    storage = open_storage(
+        storage_url(spec.study.storage, folder), writer=create if writer is None else writer, create=create
+    )
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
         try:
@@ -140,8 +150,12 @@ def _log_file(folder: CampaignFolder) -> logging.FileHandler:
 
 
 def _execute(
-    spec: CampaignSpec, folder: CampaignFolder, options: RunOptions, cluster: ClusterOptions,
-    new: NewStudy | None = None, changes: list[str] | None = None,
+    spec: CampaignSpec,
+    folder: CampaignFolder,
+    options: RunOptions,
+    cluster: ClusterOptions,
+    new: NewStudy | None = None,
+    changes: list[str] | None = None,
 ) -> None:
     """Run the campaign: a ``new`` study (seeded with its warm start and enqueued trials), or a resumed one."""
     from cluster import DaskExecutor
@@ -173,7 +187,9 @@ def _execute(
     except ClusterError as exc:
         if create and not _has_trials(folder):
             raise
-        raise ClusterError(f"{exc}; the campaign state is saved: continue with 'hypersweep resume {folder.root}'") from exc
+        raise ClusterError(
+            f"{exc}; the campaign state is saved: continue with 'hypersweep resume {folder.root}'"
+        ) from exc
     except OSError as exc:  # a full disk, a read-only folder: one line, and what to do about it
         raise CampaignError(
             f"{exc}; the campaign stopped and its unfinished trials are kept: fix that, then "

@@ -18,18 +18,23 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from spaces.errors import InputError
-
 from search.spec.enqueue import misfit
 from search.store.warm_marks import WARM_START, WARM_START_TRIAL, describe, is_warm_start, own_trials
+from spaces.errors import InputError
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
 
 __all__ = [
-    "WARM_START", "WarmStart", "WarmStartError", "is_warm_start", "own_trials", "warm_start", "source_trials",
+    "WARM_START",
+    "WarmStart",
+    "WarmStartError",
+    "is_warm_start",
+    "own_trials",
+    "warm_start",
+    "source_trials",
     "describe",
-]  # fmt: skip
+]
 
 # the marks a copied trial carries, and the readers that leave such trials out, live in search.store.warm_marks
 
@@ -47,8 +52,10 @@ class WarmStart:
     skipped: int
 
     def line(self) -> str:
-        return (f"warm start from {self.source}: {self.used} finished trial(s) used, {self.skipped} skipped "
-                "(parameters outside this space); they inform the sampler, not this campaign's counts")  # fmt: skip
+        return (
+            f"warm start from {self.source}: {self.used} finished trial(s) used, {self.skipped} skipped "
+            "(parameters outside this space); they inform the sampler, not this campaign's counts"
+        )
 
 
 def warm_start(
@@ -68,12 +75,14 @@ def source_trials(source: str, spec: CampaignSpec) -> list[FrozenTrial]:
     study = _open(source)
     directions = tuple(d.name.lower() for d in study.directions)
     if directions != spec.objective_directions:
-        raise WarmStartError(f"warm start {source!r}: its study optimises {list(directions)}, this one "
-                             f"{list(spec.objective_directions)}")  # fmt: skip
+        raise WarmStartError(
+            f"warm start {source!r}: its study optimises {list(directions)}, this one {list(spec.objective_directions)}"
+        )
     names = study.metric_names
     if names is not None and tuple(names) != spec.objective_metrics:
-        raise WarmStartError(f"warm start {source!r}: its study's metrics are {names}, this one's "
-                             f"{list(spec.objective_metrics)}")  # fmt: skip
+        raise WarmStartError(
+            f"warm start {source!r}: its study's metrics are {names}, this one's {list(spec.objective_metrics)}"
+        )
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
     return [t for t in own_trials(finished) if t.state == TrialState.COMPLETE or t.intermediate_values]
 
@@ -109,12 +118,14 @@ def _open(source: str) -> optuna.Study:
     except Exception as exc:  # noqa: BLE001 - any storage's failure to open, as one line
         raise WarmStartError(f"warm start {source!r}: cannot open the storage ({type(exc).__name__}: {exc})") from None
     if not name and len(names) != 1:
-        raise WarmStartError(f"warm start {source!r}: the storage holds {len(names)} studies ({', '.join(names)}); "
-                             "name one after '#'")  # fmt: skip
+        raise WarmStartError(
+            f"warm start {source!r}: the storage holds {len(names)} studies ({', '.join(names)}); name one after '#'"
+        )
     name = name or names[0]
     if name not in names:
-        raise WarmStartError(f"warm start {source!r}: the storage holds no study {name!r} "
-                             f"(it holds: {', '.join(names) or 'none'})")  # fmt: skip
+        raise WarmStartError(
+            f"warm start {source!r}: the storage holds no study {name!r} (it holds: {', '.join(names) or 'none'})"
+        )
     return optuna.load_study(study_name=name, storage=storage)
 
 
@@ -127,8 +138,10 @@ def _locate(source: str) -> tuple[str, str]:
     if "://" not in source and not source.startswith("journal:"):
         folder = CampaignFolder(Path(source).resolve())
         if not folder.exists():
-            raise WarmStartError(f"warm start {source!r}: not a campaign folder (no spec.toml) nor a storage URL "
-                                 "such as sqlite:///old.db#study")  # fmt: skip
+            raise WarmStartError(
+                f"warm start {source!r}: not a campaign folder (no spec.toml) nor a storage URL "
+                "such as sqlite:///old.db#study"
+            )
         spec = load_spec(folder.spec, check_trainer=False)
         return storage_url(spec.study.storage, folder), spec.study.name
     url, _, name = source.rpartition("#") if "#" in source else (source, "", "")

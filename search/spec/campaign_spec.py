@@ -24,25 +24,30 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spaces.errors import SpaceError
-from spaces.params import SearchSpace, parse_space
-
 from search.sampling import components
 from search.sampling.pruning import PRUNER_REGISTRY, PRUNERS, RESOURCE_METRIC
-from search.spec.schedulers import POLICY_REGISTRY
-from search.vocab.terms import DIRECTIONS
 from search.sampling.samplers import (
-    REPLICA_SAFE, SAMPLER_REGISTRY, SAMPLERS, SAMPLING, sampler_info, sampling_problem, space_problem,
-)  # fmt: skip
+    REPLICA_SAFE,
+    SAMPLER_REGISTRY,
+    SAMPLERS,
+    SAMPLING,
+    sampler_info,
+    sampling_problem,
+    space_problem,
+)
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, parse_cluster
-from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
 from search.spec.enqueue import parse_enqueue
-from search.spec.keys import BATCH_SIZE, DATA_PARALLEL
 from search.spec.gpu import GPU_KEYS, gpu_fields
+from search.spec.keys import BATCH_SIZE, DATA_PARALLEL
+from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
-from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.spec.reading import parse_toml, read_spec_text
+from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.spec.schedulers import POLICY_REGISTRY
 from search.spec.table import SpecError, SpecTable, _closest, _show
+from search.vocab.terms import DIRECTIONS
+from spaces.errors import SpaceError
+from spaces.params import SearchSpace, parse_space
 
 __all__ = [
     "SpecError",
@@ -248,15 +253,39 @@ class CampaignSpec:
 
 _TOP = ("study", "trainer", "space", "cluster", "pruner", "sampler", "scaling", "pbt", "enqueue", "logging")
 _STUDY = (
-    "name", "direction", "directions", "metric", "metrics", "sampler", "seed", "n_trials",
-    "time_budget", "trial_timeout", "stop_grace", "storage", "pruner", "deterministic", "parallelism", "max_retries",
-    "scheduler", "dispatch_ahead", "batch_trials", "sampling", "constraints", "warm_start",
-)  # fmt: skip
+    "name",
+    "direction",
+    "directions",
+    "metric",
+    "metrics",
+    "sampler",
+    "seed",
+    "n_trials",
+    "time_budget",
+    "trial_timeout",
+    "stop_grace",
+    "storage",
+    "pruner",
+    "deterministic",
+    "parallelism",
+    "max_retries",
+    "scheduler",
+    "dispatch_ahead",
+    "batch_trials",
+    "sampling",
+    "constraints",
+    "warm_start",
+)
 _TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options", *GPU_KEYS)
 _PRUNER = (
-    "resource", "n_startup_trials", "n_warmup_steps", "percentile", "min_resource",
-    "reduction_factor", "max_resource",
-)  # fmt: skip
+    "resource",
+    "n_startup_trials",
+    "n_warmup_steps",
+    "percentile",
+    "min_resource",
+    "reduction_factor",
+    "max_resource",
+)
 
 
 def _str_list(t: SpecTable, one: str, many: str, choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -278,7 +307,9 @@ def _str_list(t: SpecTable, one: str, many: str, choices: tuple[str, ...] | None
 def _study(t: SpecTable) -> StudySpec:
     name = t.str("name")
     if not _NAME_RE.match(name) or ".." in name:
-        raise t.error("name", f"{name!r} must be 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit")
+        raise t.error(
+            "name", f"{name!r} must be 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit"
+        )
     directions = _str_list(t, "direction", "directions", DIRECTIONS)
     metrics = _str_list(t, "metric", "metrics")
     if len(metrics) != len(directions):
@@ -331,17 +362,25 @@ def _storage(t: SpecTable) -> str:
     fix = "use 'journal' or 'sqlite' for a file in the campaign folder, or an absolute path"
     if url.startswith("journal:"):
         if not Path(url.removeprefix("journal:")).is_absolute():
-            raise t.error("storage", f"{url!r}: a relative journal path would be read from the current directory; {fix}")
+            raise t.error(
+                "storage", f"{url!r}: a relative journal path would be read from the current directory; {fix}"
+            )
         return url
     if url.startswith("sqlite:"):
         path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
         if not path or path.startswith(":memory:") or not Path(path).is_absolute():
-            raise t.error("storage", f"{url!r}: an in-memory or relative SQLite path would not stay with the "
-                          f"campaign; {fix} (sqlite:////abs/path/study.db)")  # fmt: skip
+            raise t.error(
+                "storage",
+                f"{url!r}: an in-memory or relative SQLite path would not stay with the "
+                f"campaign; {fix} (sqlite:////abs/path/study.db)",
+            )
         return url
     if not _known_scheme(url):
-        raise t.error("storage", f"{url!r} is not a storage Optuna can open: {fix}, or an SQLAlchemy database URL "
-                      "(postgresql://, mysql://, ...)")  # fmt: skip
+        raise t.error(
+            "storage",
+            f"{url!r} is not a storage Optuna can open: {fix}, or an SQLAlchemy database URL "
+            "(postgresql://, mysql://, ...)",
+        )
     return url
 
 
@@ -396,7 +435,7 @@ def _auto_int(t: SpecTable, key: str, minimum: int) -> int:
     if value == "auto":
         return -1
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
-        raise t.error(key, f"must be \"auto\" or an integer from {minimum} to {MAX_COUNT:,}, got {_show(value)}")
+        raise t.error(key, f'must be "auto" or an integer from {minimum} to {MAX_COUNT:,}, got {_show(value)}')
     return value
 
 
@@ -425,8 +464,10 @@ def _pruning(source: str, data: Mapping[str, Any], pruner: str) -> PrunerSpec:
     if components.is_entry(pruner):
         options = dict(data) if isinstance(data, Mapping) else data
         t = SpecTable(source, "pruner", {k: v for k, v in options.items() if k == "resource"}, _PRUNER)
-        return PrunerSpec(resource=t.choice("resource", PRUNING_RESOURCES, "epochs"),
-                          options={k: v for k, v in options.items() if k != "resource"})  # fmt: skip
+        return PrunerSpec(
+            resource=t.choice("resource", PRUNING_RESOURCES, "epochs"),
+            options={k: v for k, v in options.items() if k != "resource"},
+        )
     t = SpecTable(source, "pruner", data, _PRUNER)
     spec = PrunerSpec(
         resource=t.choice("resource", PRUNING_RESOURCES, "epochs"),
@@ -483,8 +524,20 @@ def parse_spec(
         raise SpecError(source, "study.warm_start", f"{what} cannot start warm; remove warm_start")
     enqueue = parse_enqueue(source, "enqueue", data["enqueue"], space, study.n_trials) if "enqueue" in data else ()
     logs = parse_logging(SpecTable(source, "logging", top.table("logging"), LOGGING_KEYS), check_trainer)
-    spec = CampaignSpec(study, trainer, space, cluster, pruning, source, text, scaling, pbt, enqueue, logging=logs,
-                        sampler_options=sampler_options)  # fmt: skip
+    spec = CampaignSpec(
+        study,
+        trainer,
+        space,
+        cluster,
+        pruning,
+        source,
+        text,
+        scaling,
+        pbt,
+        enqueue,
+        logging=logs,
+        sampler_options=sampler_options,
+    )
     if not check_trainer:
         return spec
     check_tls_files(source, cluster)
@@ -525,9 +578,10 @@ def _check_data_parallel(source: str, space: SearchSpace, trainer: TrainerSpec) 
         for k in widths:
             if batch % k:
                 raise SpecError(
-                    source, f"space.{BATCH_SIZE}",
+                    source,
+                    f"space.{BATCH_SIZE}",
                     f"global batch {batch} is not divisible by data_parallel = {k}: each of the k replicas takes B/k",
-                )  # fmt: skip
+                )
 
 
 def _scaling_study(
@@ -535,7 +589,9 @@ def _scaling_study(
 ) -> tuple[StudySpec, SearchSpace]:
     """A sweep owns the batch size and the trial budget, and optimises steps to target."""
     if BATCH_SIZE in space:
-        raise SpecError(source, f"space.{BATCH_SIZE}", "the [scaling] sweep sets the batch size; remove it from [space]")
+        raise SpecError(
+            source, f"space.{BATCH_SIZE}", "the [scaling] sweep sets the batch size; remove it from [space]"
+        )
     if study.multi_objective:
         raise SpecError(source, "study.directions", "a scaling sweep has one target metric")
     if study.pruner != "none":
@@ -543,9 +599,10 @@ def _scaling_study(
     given = top.table("study").get("n_trials")
     if given is not None and given != scaling.n_trials:
         raise SpecError(
-            source, "study.n_trials",
+            source,
+            "study.n_trials",
             f"{given} does not match [scaling]: trials_per_batch x batch sizes = {scaling.n_trials}; leave it out",
-        )  # fmt: skip
+        )
     return dataclasses.replace(study, n_trials=scaling.n_trials), with_batch_sizes(space, scaling.batch_sizes)
 
 
@@ -562,9 +619,11 @@ def _pbt(source: str, top: SpecTable, study: StudySpec, trainer: TrainerSpec, sp
     if study.multi_objective:
         raise SpecError(source, "study.directions", "population-based training ranks members on one metric")
     return parse_pbt(
-        SpecTable(source, "pbt", top.table("pbt"), PBT_KEYS), trainer.epochs, trainer.checkpoint_every,
+        SpecTable(source, "pbt", top.table("pbt"), PBT_KEYS),
+        trainer.epochs,
+        trainer.checkpoint_every,
         space.base_distributions(),  # a conditional parameter is not in every member
-    )  # fmt: skip
+    )
 
 
 def load_spec(path: str | Path, check_trainer: bool = True) -> CampaignSpec:

@@ -15,9 +15,8 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-from spaces.errors import InputError
-
 from search.spec.toml_text import to_toml
+from spaces.errors import InputError
 
 __all__ = ["SPEC_TEXT", "SPEC_CHANGES", "SpecChangedError", "spec_changes", "with_n_trials", "resume_text"]
 
@@ -35,8 +34,11 @@ def spec_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """One line per dotted key whose value differs: ``study.n_trials: 20 -> 40`` (``(unset)`` for a missing key)."""
     before, after = _flat(old), _flat(new)
     keys = list(dict.fromkeys([*before, *after]))
-    return [f"{key}: {_shown(before.get(key, _MISSING))} -> {_shown(after.get(key, _MISSING))}"
-            for key in keys if before.get(key, _MISSING) != after.get(key, _MISSING)]  # fmt: skip
+    return [
+        f"{key}: {_shown(before.get(key, _MISSING))} -> {_shown(after.get(key, _MISSING))}"
+        for key in keys
+        if before.get(key, _MISSING) != after.get(key, _MISSING)
+    ]
 
 
 def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -103,9 +105,11 @@ def resume_text(
         recorded = current  # a campaign that kept only its spec's hash (or nothing), and the spec still matches it
     if recorded is None:
         if not allow:
-            raise SpecChangedError(f"{where}: the spec differs from the one the campaign started with (it kept only "
-                                   "its hash, so the changes cannot be listed); resume with --allow-changes to run "
-                                   "the rest under it")  # fmt: skip
+            raise SpecChangedError(
+                f"{where}: the spec differs from the one the campaign started with (it kept only "
+                "its hash, so the changes cannot be listed); resume with --allow-changes to run "
+                "the rest under it"
+            )
         return text, ["spec: changed (the campaign kept only the earlier spec's hash)"]
     changes = spec_changes(tomllib.loads(recorded), tomllib.loads(text))
     fixed = [line for line in changes if line.split(":", 1)[0] in FIXED_KEYS]
@@ -114,7 +118,9 @@ def resume_text(
     others = [line for line in changes if n_trials is None or not line.startswith("study.n_trials:")]
     if others and not allow:
         listed = "".join(f"\n  {line}" for line in others)
-        raise SpecChangedError(f"{where}: the spec differs from the one the campaign started with:{listed}\n"
-                               "resume with --allow-changes to run the rest under the new spec, "
-                               "or undo the change")  # fmt: skip
+        raise SpecChangedError(
+            f"{where}: the spec differs from the one the campaign started with:{listed}\n"
+            "resume with --allow-changes to run the rest under the new spec, "
+            "or undo the change"
+        )
     return text, changes

@@ -13,27 +13,53 @@ import os
 from typing import Any
 
 from cluster.backends import JOBQUEUE_SYSTEMS, REGISTRY, JobQueueBackend, KubernetesBackend
-
-from search.spec.table import SpecError, SpecTable
 from cluster.connect import is_loopback
+from search.spec.table import SpecError, SpecTable
 
 __all__ = ["BACKENDS", "ClusterSpec", "CLUSTER_KEYS", "parse_cluster", "check_tls_files"]
 
 BACKENDS = tuple(REGISTRY)  # the names are written once, in cluster.backends (search.vocab.registry.backends())
 CLUSTER_KEYS = (
-    "scheduler", "n_workers", "slots_per_worker", "connect_timeout", "dashboard",
-    "listen", "tls_ca_file", "tls_cert_file", "tls_key_file", "backend", "slurm", "pbs", "kubernetes",
-)  # fmt: skip
+    "scheduler",
+    "n_workers",
+    "slots_per_worker",
+    "connect_timeout",
+    "dashboard",
+    "listen",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "backend",
+    "slurm",
+    "pbs",
+    "kubernetes",
+)
 _TLS_KEYS = ("tls_ca_file", "tls_cert_file", "tls_key_file")
 _JOBQUEUE_KEYS = (
-    "account", "walltime", "cores", "memory", "gpus_per_job", "processes", "minimum_jobs", "maximum_jobs",
-    "job_extra_directives", "job_script_prologue", "start_timeout",
-)  # fmt: skip
+    "account",
+    "walltime",
+    "cores",
+    "memory",
+    "gpus_per_job",
+    "processes",
+    "minimum_jobs",
+    "maximum_jobs",
+    "job_extra_directives",
+    "job_script_prologue",
+    "start_timeout",
+)
 SLURM_KEYS = ("partition", "queue", *_JOBQUEUE_KEYS)
 PBS_KEYS = ("queue", "resource_spec", *_JOBQUEUE_KEYS)
 KUBERNETES_KEYS = (
-    "image", "name", "namespace", "n_workers", "gpus_per_worker", "slots_per_worker", "resources", "start_timeout",
-)  # fmt: skip
+    "image",
+    "name",
+    "namespace",
+    "n_workers",
+    "gpus_per_worker",
+    "slots_per_worker",
+    "resources",
+    "start_timeout",
+)
 _K8S_RESOURCES = ("cpu", "memory")
 #: The most worker processes, and slots per worker, a spec may ask for: beyond any one machine.
 MAX_WORKERS = 1024
@@ -86,8 +112,9 @@ def parse_cluster(t: SpecTable) -> ClusterSpec:
     scheduler = t.str("scheduler", "")
     backend = t.choice("backend", tuple(REGISTRY), "address" if scheduler else "local")
     if REGISTRY[backend].extra and scheduler:  # a deploy project starts the scheduler
-        raise t.error("scheduler", f"backend {backend!r} starts its own scheduler; remove scheduler or use "
-                      "backend = 'address'")  # fmt: skip
+        raise t.error(
+            "scheduler", f"backend {backend!r} starts its own scheduler; remove scheduler or use backend = 'address'"
+        )
     spec = ClusterSpec(
         scheduler=scheduler,
         n_workers=t.int("n_workers", 0, minimum=0, maximum=MAX_WORKERS),
@@ -102,9 +129,10 @@ def parse_cluster(t: SpecTable) -> ClusterSpec:
         # Every sub-table given is checked, so a typo is caught even in the backend not chosen now.
         slurm=_jobqueue(t, "slurm", backend) if t.has("slurm") or backend == "slurm" else None,
         pbs=_jobqueue(t, "pbs", backend) if t.has("pbs") or backend == "pbs" else None,
-        kubernetes=_kubernetes(t, t.int("slots_per_worker", 1)) if t.has("kubernetes") or backend == "kubernetes"
+        kubernetes=_kubernetes(t, t.int("slots_per_worker", 1))
+        if t.has("kubernetes") or backend == "kubernetes"
         else None,
-    )  # fmt: skip
+    )
     given = [k for k in _TLS_KEYS if getattr(spec, k)]
     if given and len(given) != len(_TLS_KEYS):
         missing = sorted(set(_TLS_KEYS) - set(given))
@@ -126,11 +154,17 @@ def check_tls_files(source: str, spec: ClusterSpec) -> None:
 
 def _check_backend(t: SpecTable, spec: ClusterSpec) -> None:
     if spec.backend in JOBQUEUE_SYSTEMS and is_loopback(spec.listen):
-        raise t.error("listen", f"{spec.listen!r} is loopback, but {spec.backend} workers run on other nodes: "
-                      "listen on this host's address they can reach (with TLS files, or --insecure)")  # fmt: skip
+        raise t.error(
+            "listen",
+            f"{spec.listen!r} is loopback, but {spec.backend} workers run on other nodes: "
+            "listen on this host's address they can reach (with TLS files, or --insecure)",
+        )
     if spec.backend == "kubernetes" and spec.tls:
-        raise t.error("tls_ca_file", "the kubernetes backend reaches its scheduler through the operator's "
-                      "port-forward; TLS files are not used there (remove the tls_* keys)")  # fmt: skip
+        raise t.error(
+            "tls_ca_file",
+            "the kubernetes backend reaches its scheduler through the operator's "
+            "port-forward; TLS files are not used there (remove the tls_* keys)",
+        )
 
 
 def _jobqueue(parent: SpecTable, system: str, backend: str) -> JobQueueBackend:

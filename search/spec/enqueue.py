@@ -16,10 +16,9 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from spaces.params import ConditionalParam, SearchSpace
-
 from search.spec.reading import read_spec_text
 from search.spec.table import SpecError, _closest
+from spaces.params import ConditionalParam, SearchSpace
 
 __all__ = ["parse_enqueue", "load_enqueue_file", "misfit"]
 
@@ -43,9 +42,7 @@ def misfit(dist: BaseDistribution, value: Any) -> str:
     return f"cannot check a value of a {type(dist).__name__}"
 
 
-def parse_enqueue(
-    source: str, key: str, entries: Any, space: SearchSpace, n_trials: int
-) -> tuple[dict[str, Any], ...]:
+def parse_enqueue(source: str, key: str, entries: Any, space: SearchSpace, n_trials: int) -> tuple[dict[str, Any], ...]:
     """``entries`` (a table or a list of tables) checked against ``space``; errors name ``source: key[i].param``."""
     items = [entries] if isinstance(entries, Mapping) else entries
     if not isinstance(items, list) or not all(isinstance(e, Mapping) for e in items):
@@ -81,8 +78,11 @@ def _check_conditions(source: str, key: str, values: dict[str, Any], space: Sear
     for param in space:
         if isinstance(param, ConditionalParam) and param.name in values:
             if all(name in values for name in param.depends_on) and not param.holds(values):
-                raise SpecError(source, f"{key}.{param.name}", f"given, but its condition ({param.condition()}) "
-                                "does not hold for this configuration")  # fmt: skip
+                raise SpecError(
+                    source,
+                    f"{key}.{param.name}",
+                    f"given, but its condition ({param.condition()}) does not hold for this configuration",
+                )
 
 
 def load_enqueue_file(path: str | Path, space: SearchSpace, n_trials: int) -> tuple[dict[str, Any], ...]:

@@ -14,7 +14,6 @@ import math
 from typing import Any
 
 from cluster.packing import GpuPacking
-
 from search.spec.table import SpecTable
 
 __all__ = ["GPU_KEYS", "GPU_MEMORY", "OOM_RETRY", "MAX_TRIALS_PER_GPU", "check_gpus", "gpu_fields", "gpu_packing"]
@@ -47,12 +46,17 @@ def gpu_fields(t: SpecTable) -> dict[str, Any]:
     value = t.data.get("gpus", 1)
     gpus = check_gpus(value)
     if gpus is None:
-        raise t.error("gpus", f"must be an integer from 1 to {MAX_GPUS} or a fraction 1/k (0.5, 0.25, ..., "
-                      f"k <= {MAX_TRIALS_PER_GPU}: k trials share one GPU), got {value!r}")  # fmt: skip
+        raise t.error(
+            "gpus",
+            f"must be an integer from 1 to {MAX_GPUS} or a fraction 1/k (0.5, 0.25, ..., "
+            f"k <= {MAX_TRIALS_PER_GPU}: k trials share one GPU), got {value!r}",
+        )
     headroom = t.float("gpu_headroom", 0.9, minimum=0.0)
     if not 0.0 < headroom <= 1.0:
-        raise t.error("gpu_headroom", f"must be in (0, 1], the fraction of a GPU's memory packed trials may fill, "
-                      f"got {headroom:g}")  # fmt: skip
+        raise t.error(
+            "gpu_headroom",
+            f"must be in (0, 1], the fraction of a GPU's memory packed trials may fill, got {headroom:g}",
+        )
     return {
         "gpus": gpus,
         "gpu_memory": t.choice("gpu_memory", GPU_MEMORY, "none"),

@@ -43,8 +43,10 @@ def parse_pbt(t: SpecTable, epochs: int, checkpoint_every: int, space_dists: Map
     if not 0.0 < quantile <= 0.5:
         raise t.error("quantile", f"must be in (0, 0.5], got {quantile:g}")
     perturb = t.data.get("perturb", [0.8, 1.25])
-    if not isinstance(perturb, list) or not perturb or not all(
-        isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in perturb
+    if (
+        not isinstance(perturb, list)
+        or not perturb
+        or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in perturb)
     ):
         raise t.error("perturb", f"must be a non-empty list of positive factors, got {perturb!r}")
     resample = t.float("resample_probability", 0.25)

@@ -39,8 +39,9 @@ def read_spec_text(path: str | Path, what: str = "spec") -> str:
     if not stat.S_ISREG(info.st_mode):
         raise SpecError(source, "file", f"is not a regular file (a pipe, device or socket); give a {what} file")
     if info.st_size > MAX_SPEC_BYTES:
-        raise SpecError(source, "file", f"{info.st_size:,} bytes: a {what} file may have at most "
-                        f"{MAX_SPEC_BYTES:,} bytes")  # fmt: skip
+        raise SpecError(
+            source, "file", f"{info.st_size:,} bytes: a {what} file may have at most {MAX_SPEC_BYTES:,} bytes"
+        )
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_SPEC_BYTES + 1)
@@ -60,8 +61,9 @@ def decode_text(source: str, data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise SpecError(source, "file", f"is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); "
-                        "save it as UTF-8") from None  # fmt: skip
+        raise SpecError(
+            source, "file", f"is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
 
 
 def parse_toml(source: str, text: str) -> dict[str, Any]:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from spaces.params import CategoricalParam, SearchSpace
-
 from search.spec.batch_sizes import ScalingError, validate_batch_sizes
 from search.spec.table import SpecTable
+from spaces.params import CategoricalParam, SearchSpace
 
 __all__ = ["ScalingSpec", "SCALING_KEYS", "parse_scaling", "OBJECTIVE", "BATCH", "with_batch_sizes"]
 

@@ -100,7 +100,9 @@ class SpecTable:
             raise self.error(name, f"must be >= {minimum:g}, got {value:g}")
         return float(value)
 
-    def choice(self, name: builtins.str, choices: tuple[builtins.str, ...], default: builtins.str | None = None) -> builtins.str:
+    def choice(
+        self, name: builtins.str, choices: tuple[builtins.str, ...], default: builtins.str | None = None
+    ) -> builtins.str:
         value = self.str(name, default)
         if value not in choices:
             raise self.error(name, f"{value!r} is not one of {', '.join(choices)}{_closest(value, choices)}")

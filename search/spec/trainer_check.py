@@ -42,9 +42,10 @@ def check_trainer(spec: CampaignSpec) -> CampaignSpec:
         _check_metrics(spec, info.reported_metrics)
     if spec.pbt is not None and not info.supports_pbt:
         raise SpecError(
-            spec.source, "study.scheduler",
+            spec.source,
+            "study.scheduler",
             f"trainer {spec.trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
-        )  # fmt: skip
+        )
     return spec
 
 
@@ -57,8 +58,11 @@ def _check_signature(spec: CampaignSpec, fn: Any) -> None:
     try:
         signature.bind(None, None)
     except TypeError:
-        raise SpecError(spec.source, "trainer.entry", f"{spec.trainer.entry} takes {signature}, but a trainer is "
-                        "called as fit(config, reporter)") from None  # fmt: skip
+        raise SpecError(
+            spec.source,
+            "trainer.entry",
+            f"{spec.trainer.entry} takes {signature}, but a trainer is called as fit(config, reporter)",
+        ) from None
 
 
 def _check_params(spec: CampaignSpec, accepted: frozenset[str]) -> None:
@@ -66,9 +70,10 @@ def _check_params(spec: CampaignSpec, accepted: frozenset[str]) -> None:
     for name in spec.space.names:
         if name not in accepted and name != DATA_PARALLEL:
             raise SpecError(
-                spec.source, f"space.{name}",
+                spec.source,
+                f"space.{name}",
                 f"trainer {spec.trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
-            )  # fmt: skip
+            )
 
 
 def _check_metrics(spec: CampaignSpec, reported: frozenset[str]) -> None:
@@ -83,9 +88,10 @@ def _check_metrics(spec: CampaignSpec, reported: frozenset[str]) -> None:
     counted = RESOURCE_METRIC[spec.pruning.resource]
     if study.pruner != "none" and counted not in reported:
         raise SpecError(
-            spec.source, "pruner.resource",
+            spec.source,
+            "pruner.resource",
             f"{spec.pruning.resource!r} needs the trainer to report {counted!r}, and {entry} does not",
-        )  # fmt: skip
+        )
 
 
 def _import_failure(entry: str, exc: BaseException) -> str:

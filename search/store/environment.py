@@ -31,8 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from search.spec.kept_trainer import (  # re-exported: the environment record's readers
-    TRAINER_PICKLE, read_environment, recorded_trainer_paths, stored_trainer,
-)  # fmt: skip
+    TRAINER_PICKLE,
+    read_environment,
+    recorded_trainer_paths,
+    stored_trainer,
+)
 from search.store.folder import write_atomic, write_atomic_bytes
 
 if TYPE_CHECKING:
@@ -66,18 +69,29 @@ def capture_environment(
         "captured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "captured_unix": time.time(),
         "command": list(sys.argv),
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-                   "executable": sys.executable},
-        "platform": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
-                     "platform": platform.platform()},
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+        },
         "hostname": socket.gethostname(),
         "packages": {name: _version(name) for name in PACKAGES},
         "torch": torch_info(),
         "cluster": cluster_shape(client_info) if client_info is not None else None,
     }
     if spec is not None:
-        env["study"] = {"name": spec.study.name, "seed": spec.study.seed, "spec_sha256": spec.sha256,
-                        "deterministic": spec.study.deterministic}
+        env["study"] = {
+            "name": spec.study.name,
+            "seed": spec.study.seed,
+            "spec_sha256": spec.sha256,
+            "deterministic": spec.study.deterministic,
+        }
         env["trainer"] = trainer_record(spec)
     return env
 
@@ -135,14 +149,16 @@ def cluster_shape(info: Mapping[str, Any]) -> dict[str, Any]:
         resources = {str(k): float(v) for k, v in dict(worker.get("resources") or {}).items()}
         for key, value in resources.items():
             totals[key] = totals.get(key, 0.0) + value
-        rows.append({
-            "address": str(address),
-            "name": str(worker.get("name", "")),
-            "host": str(worker.get("host", "")),
-            "threads": int(worker.get("nthreads", 0) or 0),
-            "memory_limit": int(worker.get("memory_limit", 0) or 0),
-            "resources": resources,
-        })  # fmt: skip
+        rows.append(
+            {
+                "address": str(address),
+                "name": str(worker.get("name", "")),
+                "host": str(worker.get("host", "")),
+                "threads": int(worker.get("nthreads", 0) or 0),
+                "memory_limit": int(worker.get("memory_limit", 0) or 0),
+                "resources": resources,
+            }
+        )
     return {
         "scheduler": str(info.get("address", "")),
         "workers": len(rows),
@@ -228,9 +244,12 @@ def _function_source(fn: Callable[..., Any]) -> dict[str, Any]:
     except (OSError, TypeError):
         text = code.co_code if code is not None else repr(fn).encode()
         how = "its bytecode (no source available)"
-    return {"source": None, "source_sha256": hashlib.sha256(text).hexdigest(),
-            "note": f"defined in {filename or 'an interactive session'} (a notebook or interactive session): "
-                    f"the sha256 is of {how}"}  # fmt: skip
+    return {
+        "source": None,
+        "source_sha256": hashlib.sha256(text).hexdigest(),
+        "note": f"defined in {filename or 'an interactive session'} (a notebook or interactive session): "
+        f"the sha256 is of {how}",
+    }
 
 
 def _trainer_files(

@@ -14,14 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from search.store.records import Files
 from spaces.errors import InputError
 
-from search.store.records import Files
-
 __all__ = [
-    "CampaignFolder", "ControllerLock", "FolderLockedError", "NoCampaignError", "make_private", "write_atomic", "write_atomic_bytes",
+    "CampaignFolder",
+    "ControllerLock",
+    "FolderLockedError",
+    "NoCampaignError",
+    "make_private",
+    "write_atomic",
+    "write_atomic_bytes",
     "replaced_atomically",
-]  # fmt: skip
+]
 
 #: A campaign folder's mode: its owner's alone. It holds the study, checkpoints and the cluster's
 #: address; other users of the machine have no business reading it.
@@ -207,8 +212,16 @@ class ControllerLock:
         make_private(self._path.parent)
         self._fh.seek(0)
         self._fh.truncate()
-        self._fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                   "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "cmd": " ".join(sys.argv)}))
+        self._fh.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "cmd": " ".join(sys.argv),
+                }
+            )
+        )
         self._fh.flush()
 
     @contextlib.contextmanager

@@ -132,7 +132,9 @@ def _constants(cls: type) -> frozenset[str]:
 TRIAL_ATTRS: Final = _constants(Attr)
 OUTCOME_ATTRS: Final = (Attr.WORKER, Attr.HOST, Attr.DEVICES, Attr.STARTED, Attr.FINISHED)  # copied from the outcome
 MODEL_SIZE_ATTRS: Final = (Attr.N_PARAMS, Attr.MACS)  # copied from the final metrics, where present
-CONTROLLER_FILES: Final = frozenset({Files.TRIAL_METRICS, Files.TRIAL_ERROR_LOG, Files.TRIAL_PARAMS})  # in trials/<n>/, not the trainer's
+CONTROLLER_FILES: Final = frozenset(
+    {Files.TRIAL_METRICS, Files.TRIAL_ERROR_LOG, Files.TRIAL_PARAMS}
+)  # in trials/<n>/, not the trainer's
 
 
 # --- writing -----------------------------------------------------------------------------------

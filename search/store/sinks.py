@@ -209,10 +209,16 @@ class WandbSink:
             marker = self._folder.trial(number) / WANDB_RUN_ID
             run_id = marker.read_text().strip() if marker.exists() else ""
             run = self._wandb.init(
-                project=self._project, group=self._group, name=f"trial-{number}", id=run_id or None,
-                resume="allow" if run_id else None, dir=str(self._folder.root), reinit="create_new",
-                config={"hypersweep.trial": number}, settings=self._wandb.Settings(silent=True),
-            )  # fmt: skip
+                project=self._project,
+                group=self._group,
+                name=f"trial-{number}",
+                id=run_id or None,
+                resume="allow" if run_id else None,
+                dir=str(self._folder.root),
+                reinit="create_new",
+                config={"hypersweep.trial": number},
+                settings=self._wandb.Settings(silent=True),
+            )
             if not run_id:
                 _write_marker(marker, run.id)
             self._runs[number] = run

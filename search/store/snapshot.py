@@ -65,8 +65,13 @@ def _tail_hash(journal: Path, size: int) -> str:
 def write_snapshot(journal: Path, state: Any, lines: int, size: int) -> None:
     """Write ``state`` (Optuna's replay result after ``lines`` lines, ``size`` bytes) as the journal's snapshot,
     atomically (temporary file, fsync, rename, fsync of the folder)."""
-    header = {"format": _FORMAT, "optuna": optuna.__version__, "lines": lines, "bytes": size,
-              "tail_sha256": _tail_hash(journal, size)}  # fmt: skip
+    header = {
+        "format": _FORMAT,
+        "optuna": optuna.__version__,
+        "lines": lines,
+        "bytes": size,
+        "tail_sha256": _tail_hash(journal, size),
+    }
     body = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     target = snapshot_path(journal)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")

@@ -16,18 +16,22 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend
 
-from spaces.errors import InputError
-
 from search.store.folder import CampaignFolder
 from search.store.journal import ControllerJournalStorage, GroupCommitJournal, SnapshotJournalStorage
+from spaces.errors import InputError
 
 if TYPE_CHECKING:  # sqlalchemy loads for an SQLite or RDB storage only
     from optuna.storages import RDBStorage
 
 __all__ = [
-    "storage_url", "open_storage", "describe_storage", "flusher", "final_snapshot", "missing_storage",
+    "storage_url",
+    "open_storage",
+    "describe_storage",
+    "flusher",
+    "final_snapshot",
+    "missing_storage",
     "MissingStorageError",
-]  # fmt: skip
+]
 
 JOURNAL = "journal"
 SQLITE = "sqlite"

@@ -91,6 +91,10 @@ def set_aside_stale_folder(folder: CampaignFolder, number: int) -> Path | None:
     target = folder.root / ORPHANS / f"{number}-{time.time_ns()}"
     target.parent.mkdir(parents=True, exist_ok=True)
     path.rename(target)
-    log.warning("trial %d: its folder held a trial the storage lost (%s); moved to %s", number,
-                _read(target) or "no parameters recorded", target)  # fmt: skip
+    log.warning(
+        "trial %d: its folder held a trial the storage lost (%s); moved to %s",
+        number,
+        _read(target) or "no parameters recorded",
+        target,
+    )
     return target

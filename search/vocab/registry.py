@@ -114,4 +114,3 @@ def backends() -> Registry[type]:
     for name, cls in REGISTRY.items():
         registry.add(name, cls, cls.description_of(name))
     return registry
-

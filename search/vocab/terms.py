@@ -48,8 +48,12 @@ class SamplingMode(enum.StrEnum):
 #: The spec's words for a direction, in the order its messages list them.
 DIRECTIONS = ("maximize", "minimize")
 #: Every word for a direction: the spec's, and a scaling goal's ``"max"``/``"min"``.
-_WORDS = {"maximize": StudyDirection.MAXIMIZE, "max": StudyDirection.MAXIMIZE,
-          "minimize": StudyDirection.MINIMIZE, "min": StudyDirection.MINIMIZE}  # fmt: skip
+_WORDS = {
+    "maximize": StudyDirection.MAXIMIZE,
+    "max": StudyDirection.MAXIMIZE,
+    "minimize": StudyDirection.MINIMIZE,
+    "min": StudyDirection.MINIMIZE,
+}
 
 
 def direction_of(word: str | StudyDirection) -> StudyDirection:

@@ -37,9 +37,26 @@ def test_simulated_rows_use_the_storage_they_are_labelled_with(label: str, tmp_p
 
 
 def _row(**kw: Any) -> SimResult:
-    base = dict(bench="nb201", workers=16, sampler="random", storage="journal", trials=64, failure_rate=0.0,
-                real_s=1.0, ctrl_ms_per_trial=1.0, ctrl_trials_per_s=1000.0, needed_trials_per_s=0.3, util=1.0,
-                util_all=0.9, makespan_s=300.0, lost=0, best=80.0, regret=4.0, t_best=100.0, t_regret1=200.0)  # fmt: skip
+    base = dict(
+        bench="nb201",
+        workers=16,
+        sampler="random",
+        storage="journal",
+        trials=64,
+        failure_rate=0.0,
+        real_s=1.0,
+        ctrl_ms_per_trial=1.0,
+        ctrl_trials_per_s=1000.0,
+        needed_trials_per_s=0.3,
+        util=1.0,
+        util_all=0.9,
+        makespan_s=300.0,
+        lost=0,
+        best=80.0,
+        regret=4.0,
+        t_best=100.0,
+        t_regret1=200.0,
+    )
     return SimResult(**(base | kw))
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tls_certs import make_certs
 
 from cluster import ClusterOptions, open_cluster
 from cluster.backends import (
@@ -39,7 +40,6 @@ from cluster.backends import (
 from cluster.errors import InvalidSetting
 from search.spec.campaign_spec import load_spec
 from search.spec.table import SpecError
-from tls_certs import make_certs
 from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,16 +130,18 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TOY), str(ROOT)])}
 
 
-def hypersweep(*args: str, timeout: float = 120, extra_env: dict[str, str] | None = None,
-               python: str = "") -> subprocess.CompletedProcess[str]:  # fmt: skip
+def hypersweep(
+    *args: str, timeout: float = 120, extra_env: dict[str, str] | None = None, python: str = ""
+) -> subprocess.CompletedProcess[str]:
     """``python -m search ...``; ``python`` is code run first in the same interpreter (to hide a module)."""
     head = [sys.executable, "-c", f"{python}\nimport sys; from search.cli import main; sys.exit(main(sys.argv[1:]))"]
-    return subprocess.run([*head, *args], capture_output=True, text=True, env={**env(), **(extra_env or {})},
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [*head, *args], capture_output=True, text=True, env={**env(), **(extra_env or {})}, timeout=timeout
+    )
 
 
 def directives(script: str, prefix: str) -> list[str]:
-    return [line[len(prefix) + 1:].strip() for line in script.splitlines() if line.startswith(prefix + " ")]
+    return [line[len(prefix) + 1 :].strip() for line in script.splitlines() if line.startswith(prefix + " ")]
 
 
 def worker_line(script: str) -> list[str]:
@@ -164,10 +166,19 @@ def test_backend_defaults_stay_backward_compatible(tmp_path: Path) -> None:
 def test_a_slurm_spec_becomes_a_jobqueue_backend(tmp_path: Path) -> None:
     c = load_spec(write(tmp_path, SLURM)).cluster
     assert c.deploy == JobQueueBackend(
-        system="slurm", walltime="02:00:00", cores=16, memory="64GB", queue="gpu", account="proj42",
-        gpus_per_job=4, processes=1, minimum_jobs=1, maximum_jobs=8, job_extra_directives=("--constraint=a100",),
+        system="slurm",
+        walltime="02:00:00",
+        cores=16,
+        memory="64GB",
+        queue="gpu",
+        account="proj42",
+        gpus_per_job=4,
+        processes=1,
+        minimum_jobs=1,
+        maximum_jobs=8,
+        job_extra_directives=("--constraint=a100",),
         job_script_prologue=("module load cuda/12.4", "source /shared/venv/bin/activate"),
-    )  # fmt: skip
+    )
     assert c.deploy.adaptive and c.deploy.slots == 4
 
 
@@ -175,31 +186,53 @@ def test_a_slurm_spec_becomes_a_jobqueue_backend(tmp_path: Path) -> None:
     ("cluster", "message"),
     [
         ('[cluster]\nbackend = "slurn"\n', r"cluster\.backend: 'slurn' is not one of .*\(did you mean 'slurm'\?\)"),
-        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\ncores = 4\nmemory = "8GB"\n',
-         r"cluster\.slurm\.walltime: is required"),
-        ('[cluster]\nbackend = "pbs"\nlisten = "10.1.2.3"\n[cluster.pbs]\nwalltime = "1:00:00"\ncores = 4\n',
-         r"cluster\.pbs\.memory: is required"),
-        ('[cluster]\nbackend = "kubernetes"\n[cluster.kubernetes]\nn_workers = 2\n',
-         r"cluster\.kubernetes\.image: is required"),
-        ('[cluster]\nbackend = "slurm"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\nmemory = "8GB"\n',
-         r"cluster\.listen: '127\.0\.0\.1' is loopback, but slurm workers run on other nodes"),
-        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\n'
-         'memory = "8GB"\nwaltime = "2:00:00"\n',
-         r"cluster\.slurm\.waltime: unknown key \(did you mean 'walltime'\?\)"),
-        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "two hours"\ncores = 4\n'
-         'memory = "8GB"\n', r"cluster\.slurm\.walltime: walltime='two hours': must look like HH:MM:SS"),
-        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 8\n'
-         'memory = "8GB"\ngpus_per_job = 2\nprocesses = 2\n',
-         r"cluster\.slurm\.processes: .*must be 1 with gpus_per_job"),
-        ('[cluster]\nbackend = "pbs"\nlisten = "10.1.2.3"\n[cluster.pbs]\nwalltime = "1:00:00"\ncores = 8\n'
-         'memory = "8GB"\nminimum_jobs = 3\nmaximum_jobs = 2\n', r"cluster\.pbs\.maximum_jobs: must be >= 3, got 2"),
-        ('[cluster]\nbackend = "slurm"\nscheduler = "tcp://10.0.0.1:8786"\n',
-         r"cluster\.scheduler: backend 'slurm' starts"),
-        ('[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\n'
-         'memory = "8GB"\njob_extra_directives = "--exclusive"\n',
-         r"cluster\.slurm\.job_extra_directives: must be a list"),
+        (
+            '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\ncores = 4\nmemory = "8GB"\n',
+            r"cluster\.slurm\.walltime: is required",
+        ),
+        (
+            '[cluster]\nbackend = "pbs"\nlisten = "10.1.2.3"\n[cluster.pbs]\nwalltime = "1:00:00"\ncores = 4\n',
+            r"cluster\.pbs\.memory: is required",
+        ),
+        (
+            '[cluster]\nbackend = "kubernetes"\n[cluster.kubernetes]\nn_workers = 2\n',
+            r"cluster\.kubernetes\.image: is required",
+        ),
+        (
+            '[cluster]\nbackend = "slurm"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\nmemory = "8GB"\n',
+            r"cluster\.listen: '127\.0\.0\.1' is loopback, but slurm workers run on other nodes",
+        ),
+        (
+            '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\n'
+            'memory = "8GB"\nwaltime = "2:00:00"\n',
+            r"cluster\.slurm\.waltime: unknown key \(did you mean 'walltime'\?\)",
+        ),
+        (
+            '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "two hours"\ncores = 4\n'
+            'memory = "8GB"\n',
+            r"cluster\.slurm\.walltime: walltime='two hours': must look like HH:MM:SS",
+        ),
+        (
+            '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 8\n'
+            'memory = "8GB"\ngpus_per_job = 2\nprocesses = 2\n',
+            r"cluster\.slurm\.processes: .*must be 1 with gpus_per_job",
+        ),
+        (
+            '[cluster]\nbackend = "pbs"\nlisten = "10.1.2.3"\n[cluster.pbs]\nwalltime = "1:00:00"\ncores = 8\n'
+            'memory = "8GB"\nminimum_jobs = 3\nmaximum_jobs = 2\n',
+            r"cluster\.pbs\.maximum_jobs: must be >= 3, got 2",
+        ),
+        (
+            '[cluster]\nbackend = "slurm"\nscheduler = "tcp://10.0.0.1:8786"\n',
+            r"cluster\.scheduler: backend 'slurm' starts",
+        ),
+        (
+            '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\n'
+            'memory = "8GB"\njob_extra_directives = "--exclusive"\n',
+            r"cluster\.slurm\.job_extra_directives: must be a list",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_backend_settings_are_one_spec_error(tmp_path: Path, cluster: str, message: str) -> None:
     with pytest.raises(SpecError, match=message) as info:
         load_spec(write(tmp_path, cluster))
@@ -210,8 +243,11 @@ def test_bad_backend_settings_are_one_spec_error(tmp_path: Path, cluster: str, m
 @pytest.mark.timeout(120)
 def test_the_command_line_gives_one_line_and_exit_2_and_starts_nothing(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    for cluster in ('[cluster]\nbackend = "slurn"\n', '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n'
-                    '[cluster.slurm]\ncores = 4\nmemory = "8GB"\n', '[cluster]\nbackend = "address"\n'):  # fmt: skip
+    for cluster in (
+        '[cluster]\nbackend = "slurn"\n',
+        '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\ncores = 4\nmemory = "8GB"\n',
+        '[cluster]\nbackend = "address"\n',
+    ):
         proc = hypersweep("run", str(write(tmp_path, cluster)), "--runs-dir", str(runs), "--no-progress")
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("hypersweep: "), proc.stderr
@@ -224,8 +260,9 @@ def test_an_unreachable_scheduler_is_exit_3_and_leaves_no_campaign(tmp_path: Pat
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    spec = write(tmp_path, f'[cluster]\nbackend = "address"\nscheduler = "tcp://127.0.0.1:{port}"\n'
-                 "connect_timeout = 2\n")  # fmt: skip
+    spec = write(
+        tmp_path, f'[cluster]\nbackend = "address"\nscheduler = "tcp://127.0.0.1:{port}"\nconnect_timeout = 2\n'
+    )
     runs = tmp_path / "runs"
     proc = hypersweep("run", str(spec), "--runs-dir", str(runs), "--no-progress")
     assert proc.returncode == 3, proc.stderr
@@ -235,8 +272,9 @@ def test_an_unreachable_scheduler_is_exit_3_and_leaves_no_campaign(tmp_path: Pat
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("backend", "cluster", "module"), [("slurm", SLURM, "dask_jobqueue"),
-                                                            ("kubernetes", KUBERNETES, "dask_kubernetes")])
+@pytest.mark.parametrize(
+    ("backend", "cluster", "module"), [("slurm", SLURM, "dask_jobqueue"), ("kubernetes", KUBERNETES, "dask_kubernetes")]
+)
 def test_a_missing_extra_names_the_pip_extra(tmp_path: Path, backend: str, cluster: str, module: str) -> None:
     hide = f"import sys; sys.modules[{module!r}] = None"  # import fails as if not installed
     runs = tmp_path / "runs"
@@ -259,16 +297,25 @@ def test_the_registry_names_every_spec_backend_and_each_opens_itself() -> None:
     slurm = JobQueueBackend("slurm", walltime="1:00:00", cores=8, memory="16GB", gpus_per_job=2)
     pbs = JobQueueBackend("pbs", walltime="1:00:00", cores=8, memory="16GB")
     kube = KubernetesBackend(image="img:1", n_workers=2)
-    chosen = {kind: backend_named(kind, settings) for kind, settings in
-              (("local", None), ("address", None), ("slurm", slurm), ("pbs", pbs), ("kubernetes", kube))}  # fmt: skip
-    assert chosen == {"local": LocalBackend(), "address": AddressBackend(), "slurm": slurm, "pbs": pbs,
-                      "kubernetes": kube}  # fmt: skip
+    chosen = {
+        kind: backend_named(kind, settings)
+        for kind, settings in (("local", None), ("address", None), ("slurm", slurm), ("pbs", pbs), ("kubernetes", kube))
+    }
+    assert chosen == {
+        "local": LocalBackend(),
+        "address": AddressBackend(),
+        "slurm": slurm,
+        "pbs": pbs,
+        "kubernetes": kube,
+    }
     for kind, backend in chosen.items():
         assert backend.kind == kind and isinstance(backend, REGISTRY[kind])
         options = ClusterOptions(backend=backend, address="tcp://127.0.0.1:8786" if backend.joins_scheduler else "")
         line = backend.describe(options)
         assert line and "\n" not in line
-    assert "GPU=2" in chosen["slurm"].describe(ClusterOptions()) and "2 worker pod(s)" in kube.describe(ClusterOptions())
+    assert "GPU=2" in chosen["slurm"].describe(ClusterOptions()) and "2 worker pod(s)" in kube.describe(
+        ClusterOptions()
+    )
     with pytest.raises(ValueError, match="must be one of local, address, slurm, pbs, kubernetes"):
         backend_named("slurn")
     with pytest.raises(ValueError, match=r"needs its \[cluster.slurm\] settings"):
@@ -315,9 +362,16 @@ def test_slurm_job_script_field_by_field(tmp_path: Path) -> None:
     script = proc.stdout
     assert script.startswith("#!/usr/bin/env bash\n")
     assert directives(script, "#SBATCH") == [
-        "-J hypersweep-worker", "-p gpu", "-A proj42", "-n 1", "--cpus-per-task=16", "--mem=60G", "-t 02:00:00",
-        "--constraint=a100", "--gres=gpu:4",
-    ]  # fmt: skip
+        "-J hypersweep-worker",
+        "-p gpu",
+        "-A proj42",
+        "-n 1",
+        "--cpus-per-task=16",
+        "--mem=60G",
+        "-t 02:00:00",
+        "--constraint=a100",
+        "--gres=gpu:4",
+    ]
     lines = script.splitlines()
     prologue = lines.index("module load cuda/12.4")
     assert lines[prologue + 1] == "source /shared/venv/bin/activate"
@@ -343,8 +397,14 @@ def test_cpu_only_jobs_split_cores_into_cpu_slots() -> None:
 
 @needs_jobqueue
 def test_an_explicit_gpu_directive_is_not_doubled() -> None:
-    backend = JobQueueBackend("slurm", walltime="1:00:00", cores=8, memory="16GB", gpus_per_job=2,
-                              job_extra_directives=("--gpus-per-node=a100:2",))  # fmt: skip
+    backend = JobQueueBackend(
+        "slurm",
+        walltime="1:00:00",
+        cores=8,
+        memory="16GB",
+        gpus_per_job=2,
+        job_extra_directives=("--gpus-per-node=a100:2",),
+    )
     found = directives(job_script(ClusterOptions(backend=backend)), "#SBATCH")
     assert "--gpus-per-node=a100:2" in found and not any("gres" in d for d in found)
 
@@ -354,8 +414,12 @@ def test_pbs_job_script_field_by_field(tmp_path: Path) -> None:
     proc = hypersweep("cluster-script", str(write(tmp_path, PBS)), "--insecure")
     assert proc.returncode == 0, proc.stderr
     assert directives(proc.stdout, "#PBS") == [
-        "-N hypersweep-worker", "-q gpuq", "-A proj42", "-l select=1:ncpus=8:ngpus=2:mem=30GB", "-l walltime=04:00:00",
-    ]  # fmt: skip
+        "-N hypersweep-worker",
+        "-q gpuq",
+        "-A proj42",
+        "-l select=1:ncpus=8:ngpus=2:mem=30GB",
+        "-l walltime=04:00:00",
+    ]
     argv = worker_line(proc.stdout)
     assert flag(argv, "--nthreads") == "2" and flag(argv, "--resources") == "GPU=2"
     assert flag(argv, "--memory-limit") == "29.80GiB"
@@ -368,13 +432,17 @@ def test_tls_files_reach_the_workers_command_line(tmp_path: Path) -> None:
         path.write_text("placeholder: only the file names matter for the script\n")
     key.chmod(0o600)  # a private key readable by others is refused
     tls = f'tls_ca_file = "{ca}"\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"\n'
-    proc = hypersweep("cluster-script", str(write(tmp_path, SLURM.replace('listen = "10.1.2.3"\n',
-                                                                          f'listen = "10.1.2.3"\n{tls}'))))  # fmt: skip
+    proc = hypersweep(
+        "cluster-script", str(write(tmp_path, SLURM.replace('listen = "10.1.2.3"\n', f'listen = "10.1.2.3"\n{tls}')))
+    )
     assert proc.returncode == 0, proc.stderr
     argv = worker_line(proc.stdout)
     assert argv[3] == "tls://10.1.2.3:PORT" and flag(argv, "--protocol") == "tls://"
-    assert (flag(argv, "--tls-ca-file"), flag(argv, "--tls-cert"), flag(argv, "--tls-key")) == (str(ca), str(cert),
-                                                                                                  str(key))  # fmt: skip
+    assert (flag(argv, "--tls-ca-file"), flag(argv, "--tls-cert"), flag(argv, "--tls-key")) == (
+        str(ca),
+        str(cert),
+        str(key),
+    )
 
 
 @needs_jobqueue
@@ -384,8 +452,15 @@ def test_the_printed_script_is_what_jobqueue_submits(system: str) -> None:
     """jobqueue's own ``cluster.job_script()`` of the started cluster object equals ours, address aside."""
     from cluster.backends import _jobqueue_cluster
 
-    backend = JobQueueBackend(system, walltime="1:00:00", cores=4, memory="8GB", gpus_per_job=2,
-                              job_script_prologue=("export A=1",), job_extra_directives=("-m abe",))  # fmt: skip
+    backend = JobQueueBackend(
+        system,
+        walltime="1:00:00",
+        cores=4,
+        memory="8GB",
+        gpus_per_job=2,
+        job_script_prologue=("export A=1",),
+        job_extra_directives=("-m abe",),
+    )
     options = ClusterOptions(backend=backend)
     cluster = _jobqueue_cluster(options)
     try:
@@ -438,8 +513,14 @@ def test_kubernetes_without_credentials_is_exit_3(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     empty = tmp_path / "kubeconfig"
     empty.write_text("")
-    proc = hypersweep("run", str(write(tmp_path, KUBERNETES)), "--runs-dir", str(runs), "--no-progress",
-                      extra_env={"KUBECONFIG": str(empty), "HOME": str(tmp_path)})  # fmt: skip
+    proc = hypersweep(
+        "run",
+        str(write(tmp_path, KUBERNETES)),
+        "--runs-dir",
+        str(runs),
+        "--no-progress",
+        extra_env={"KUBECONFIG": str(empty), "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.startswith("hypersweep: cannot reach Kubernetes") and len(proc.stderr.strip().splitlines()) == 1
     assert not (runs / "demo").exists()
@@ -501,8 +582,9 @@ def test_a_submitted_job_joins_as_one_worker_owning_its_slots(fake_slurm: Path) 
 
 def _host_address() -> str:
     try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True,
-                             timeout=10).stdout  # fmt: skip
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True, timeout=10
+        ).stdout
     except OSError:
         return ""
     addresses = [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]

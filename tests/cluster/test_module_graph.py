@@ -24,7 +24,7 @@ def local_imports(source: str, modules: set[str]) -> set[str]:
         if node.level == 1:
             base = node.module or ""
         elif node.level == 0 and node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
-            base = node.module[len(PACKAGE) + 1:]
+            base = node.module[len(PACKAGE) + 1 :]
         else:
             continue
         if base:
@@ -49,7 +49,7 @@ def find_cycle(graph: Mapping[str, set[str]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()

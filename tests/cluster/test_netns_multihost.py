@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tls_certs import make_certs
+
 from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,16 +150,19 @@ def logs_tail(logs: dict[str, Path], limit: int = 4000) -> str:
     return "\n".join(parts)
 
 
-def wait_for(predicate, timeout: float, what: str, procs: list[subprocess.Popen] = (),
-             logs: dict[str, Path] | None = None) -> None:  # fmt: skip
+def wait_for(
+    predicate, timeout: float, what: str, procs: list[subprocess.Popen] = (), logs: dict[str, Path] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         dead = [p for p in procs if p.poll() is not None]
         if dead:
-            raise AssertionError(f"waiting for {what}: a process exited with status {dead[0].returncode}: "
-                                 f"{dead[0].args}\n{logs_tail(logs or {})}")  # fmt: skip
+            raise AssertionError(
+                f"waiting for {what}: a process exited with status {dead[0].returncode}: "
+                f"{dead[0].args}\n{logs_tail(logs or {})}"
+            )
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs_tail(logs or {})}")
 
@@ -175,8 +178,13 @@ def _workers_joined(ns: str, tls: list[str], log: Path) -> int:
         "c.close()\n"
     )
     try:
-        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True, text=True,
-                             env=_env("probe"), timeout=60)  # fmt: skip
+        out = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=_env("probe"),
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:  # a starved machine: the caller's deadline decides
         log.write_text("the probe did not finish within 60s\n")
         return 0
@@ -186,8 +194,13 @@ def _workers_joined(ns: str, tls: list[str], log: Path) -> int:
 
 def _spawn(ns: str, host: str, argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
-        return subprocess.Popen(["ip", "netns", "exec", ns, *argv], env=_env(host), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            ["ip", "netns", "exec", ns, *argv],
+            env=_env(host),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 @pytest.mark.slow
@@ -209,20 +222,83 @@ def test_a_campaign_across_three_hosts_survives_a_cut_link(tmp_path: Path) -> No
     logs = {role: tmp_path / f"{role}.log" for role in ("scheduler", "w1", "w2", "probe", "controller")}
     with three_hosts() as ns:
         try:
-            procs.append(_spawn(ns["sched"], "sched", [
-                sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", SCHED_IP, "--port", str(PORT),
-                "--protocol", "tls", "--no-dashboard",
-                "--tls-ca-file", tls[0], "--tls-cert", tls[1], "--tls-key", tls[2]], logs["scheduler"]))
+            procs.append(
+                _spawn(
+                    ns["sched"],
+                    "sched",
+                    [
+                        sys.executable,
+                        "-m",
+                        "distributed.cli.dask_scheduler",
+                        "--host",
+                        SCHED_IP,
+                        "--port",
+                        str(PORT),
+                        "--protocol",
+                        "tls",
+                        "--no-dashboard",
+                        "--tls-ca-file",
+                        tls[0],
+                        "--tls-cert",
+                        tls[1],
+                        "--tls-key",
+                        tls[2],
+                    ],
+                    logs["scheduler"],
+                )
+            )
             for role, address in (("w1", W1_IP), ("w2", W2_IP)):
-                procs.append(_spawn(ns[role], role, [
-                    sys.executable, "-m", "search", "worker", f"tls://{SCHED_IP}:{PORT}", "--slots", "1",
-                    "--tls", *tls, "--host", address, "--name", role, "--timeout", "60"], logs[role]))
-            wait_for(lambda: _workers_joined(ns["sched"], tls, logs["probe"]) == 2, 60, "two TLS workers, CPU=1 each",
-                     procs, logs)  # fmt: skip
+                procs.append(
+                    _spawn(
+                        ns[role],
+                        role,
+                        [
+                            sys.executable,
+                            "-m",
+                            "search",
+                            "worker",
+                            f"tls://{SCHED_IP}:{PORT}",
+                            "--slots",
+                            "1",
+                            "--tls",
+                            *tls,
+                            "--host",
+                            address,
+                            "--name",
+                            role,
+                            "--timeout",
+                            "60",
+                        ],
+                        logs[role],
+                    )
+                )
+            wait_for(
+                lambda: _workers_joined(ns["sched"], tls, logs["probe"]) == 2,
+                60,
+                "two TLS workers, CPU=1 each",
+                procs,
+                logs,
+            )
 
-            controller = _spawn(ns["sched"], "controller", [
-                sys.executable, "-m", "search", "run", str(spec), "--scheduler", f"tls://{SCHED_IP}:{PORT}",
-                "--tls", *tls, "--runs-dir", str(runs), "--no-progress"], logs["controller"])
+            controller = _spawn(
+                ns["sched"],
+                "controller",
+                [
+                    sys.executable,
+                    "-m",
+                    "search",
+                    "run",
+                    str(spec),
+                    "--scheduler",
+                    f"tls://{SCHED_IP}:{PORT}",
+                    "--tls",
+                    *tls,
+                    "--runs-dir",
+                    str(runs),
+                    "--no-progress",
+                ],
+                logs["controller"],
+            )
             procs.append(controller)
 
             def w1_busy() -> list[str]:
@@ -257,10 +333,14 @@ def test_a_campaign_across_three_hosts_survives_a_cut_link(tmp_path: Path) -> No
     for number in map(int, cut):
         # The trial host 1 was running when its link went down finished on host 2, after the cut.
         assert by_number[number].user_attrs["worker"].startswith(f"tls://{W2_IP}:"), (
-            f"{by_number[number].user_attrs}\n{why}")  # fmt: skip
+            f"{by_number[number].user_attrs}\n{why}"
+        )
         assert (marks / f"w2-{number}-end").exists(), why
         assert by_number[number].datetime_complete.timestamp() > cut_at, why
     # Nothing reported from host 1 reached the controller after the cut.
-    late = [t.number for t in trials if t.user_attrs["worker"].startswith(f"tls://{W1_IP}:")
-            and t.datetime_complete.timestamp() > cut_at]  # fmt: skip
+    late = [
+        t.number
+        for t in trials
+        if t.user_attrs["worker"].startswith(f"tls://{W1_IP}:") and t.datetime_complete.timestamp() > cut_at
+    ]
     assert late == [], why

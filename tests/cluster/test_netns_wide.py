@@ -19,12 +19,21 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_netns_multihost import (
-    PORT, SCHED_IP, W1_IP, W2_IP, _namespaces_unavailable, _spawn, _workers_joined, ip, logs_tail, three_hosts,
+    PORT,
+    SCHED_IP,
+    W1_IP,
+    W2_IP,
+    _namespaces_unavailable,
+    _spawn,
+    _workers_joined,
+    ip,
+    logs_tail,
+    three_hosts,
     wait_for,
-)  # fmt: skip
+)
 from tls_certs import make_certs
+
 from tests.campaign_storage import load
 
 
@@ -96,19 +105,82 @@ def wide_campaign(tmp_path: Path, n: int, epochs_: int, sleep: float):
     procs: list[subprocess.Popen] = []
     with three_hosts() as ns:
         try:
-            procs.append(_spawn(ns["sched"], "sched", [
-                sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", SCHED_IP, "--port", str(PORT),
-                "--protocol", "tls", "--no-dashboard",
-                "--tls-ca-file", tls[0], "--tls-cert", tls[1], "--tls-key", tls[2]], logs["scheduler"]))
+            procs.append(
+                _spawn(
+                    ns["sched"],
+                    "sched",
+                    [
+                        sys.executable,
+                        "-m",
+                        "distributed.cli.dask_scheduler",
+                        "--host",
+                        SCHED_IP,
+                        "--port",
+                        str(PORT),
+                        "--protocol",
+                        "tls",
+                        "--no-dashboard",
+                        "--tls-ca-file",
+                        tls[0],
+                        "--tls-cert",
+                        tls[1],
+                        "--tls-key",
+                        tls[2],
+                    ],
+                    logs["scheduler"],
+                )
+            )
             for role, address in (("w1", W1_IP), ("w2", W2_IP)):
-                procs.append(_spawn(ns[role], role, [
-                    sys.executable, "-m", "search", "worker", f"tls://{SCHED_IP}:{PORT}", "--slots", "1",
-                    "--tls", *tls, "--host", address, "--name", role, "--timeout", "60"], logs[role]))
-            wait_for(lambda: _workers_joined(ns["sched"], tls, logs["probe"]) == 2, 60, "two TLS workers, CPU=1 each",
-                     procs, logs)  # fmt: skip
-            controller = _spawn(ns["sched"], "controller", [
-                sys.executable, "-m", "search", "run", str(spec), "--scheduler", f"tls://{SCHED_IP}:{PORT}",
-                "--tls", *tls, "--runs-dir", str(runs), "--no-progress"], logs["controller"])
+                procs.append(
+                    _spawn(
+                        ns[role],
+                        role,
+                        [
+                            sys.executable,
+                            "-m",
+                            "search",
+                            "worker",
+                            f"tls://{SCHED_IP}:{PORT}",
+                            "--slots",
+                            "1",
+                            "--tls",
+                            *tls,
+                            "--host",
+                            address,
+                            "--name",
+                            role,
+                            "--timeout",
+                            "60",
+                        ],
+                        logs[role],
+                    )
+                )
+            wait_for(
+                lambda: _workers_joined(ns["sched"], tls, logs["probe"]) == 2,
+                60,
+                "two TLS workers, CPU=1 each",
+                procs,
+                logs,
+            )
+            controller = _spawn(
+                ns["sched"],
+                "controller",
+                [
+                    sys.executable,
+                    "-m",
+                    "search",
+                    "run",
+                    str(spec),
+                    "--scheduler",
+                    f"tls://{SCHED_IP}:{PORT}",
+                    "--tls",
+                    *tls,
+                    "--runs-dir",
+                    str(runs),
+                    "--no-progress",
+                ],
+                logs["controller"],
+            )
             procs.append(controller)
             yield ns, controller, marks, runs, logs
         finally:

@@ -83,9 +83,7 @@ def test_the_embedded_cluster_is_quiet_unless_verbose(port_8787_taken: None) -> 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_campaign_on_the_embedded_cluster_prints_no_port_clash_or_info(
-    tmp_path: Path, port_8787_taken: None
-) -> None:
+def test_a_campaign_on_the_embedded_cluster_prints_no_port_clash_or_info(tmp_path: Path, port_8787_taken: None) -> None:
     spec = tmp_path / "quiet.toml"
     spec.write_text(textwrap.dedent(SPEC))
     proc = run("-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress")

@@ -26,10 +26,10 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+from tls_certs import make_certs
 
 from cluster import ClusterError, ClusterOptions, TLSFiles, open_cluster
 from search.store.folder import CampaignFolder, ControllerLock
-from tls_certs import make_certs
 from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,8 +215,12 @@ def test_while_a_campaign_runs_no_other_process_can_join_its_cluster(tmp_path: P
     environment = folder / "environment.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
-        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: environment.exists() or proc.poll() is not None, 120, "the campaign's environment.json")
         assert proc.poll() is None, proc.communicate()[1]
@@ -224,8 +228,9 @@ def test_while_a_campaign_runs_no_other_process_can_join_its_cluster(tmp_path: P
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         address = json.loads(environment.read_text())["cluster"]["scheduler"]
         assert address.startswith("tls://127.0.0.1:")
-        intruder = subprocess.run([sys.executable, "-c", INTRUDER, address], capture_output=True, text=True,
-                                  env=env(), timeout=120)  # fmt: skip
+        intruder = subprocess.run(
+            [sys.executable, "-c", INTRUDER, address], capture_output=True, text=True, env=env(), timeout=120
+        )
         assert intruder.returncode == 0, intruder.stderr
         assert intruder.stdout.split() == ["refused", "refused", "refused"], intruder.stdout
         # Only the cluster's TLS ports listen, on loopback: no plain-HTTP server (no dashboard was asked for).
@@ -321,8 +326,9 @@ def test_plain_tcp_to_a_scheduler_elsewhere_is_refused_without_insecure(tmp_path
 @pytest.mark.timeout(120)
 def test_insecure_warns_then_tries(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    proc = hypersweep("run", str(join_spec(tmp_path)), "--scheduler", "tcp://192.0.2.1:8786", "--insecure",
-                      "--runs-dir", str(runs))  # fmt: skip
+    proc = hypersweep(
+        "run", str(join_spec(tmp_path)), "--scheduler", "tcp://192.0.2.1:8786", "--insecure", "--runs-dir", str(runs)
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 3, proc.stderr  # nothing answers there (a documentation-only address)
     assert len(lines) == 2 and lines[0].startswith("hypersweep: warning: --insecure:"), lines
@@ -383,8 +389,15 @@ def test_an_address_that_is_not_a_dask_scheduler_fails_within_connect_timeout(tm
     # The command line: exit 3, one line, and no campaign folder left behind.
     runs = tmp_path / "runs"
     with http_server() as port:
-        proc = hypersweep("run", str(join_spec(tmp_path)), "--scheduler", f"tcp://127.0.0.1:{port}",
-                          "--runs-dir", str(runs), timeout=60)  # fmt: skip
+        proc = hypersweep(
+            "run",
+            str(join_spec(tmp_path)),
+            "--scheduler",
+            f"tcp://127.0.0.1:{port}",
+            "--runs-dir",
+            str(runs),
+            timeout=60,
+        )
     assert proc.returncode == 3, proc.stderr
     warning, error = proc.stderr.strip().splitlines()  # plain TCP, even on loopback: one line of warning first
     assert warning.startswith("hypersweep: warning: the scheduler tcp://127.0.0.1:") and "any local user" in warning

@@ -60,7 +60,10 @@ def test_two_workers_four_fixed_trials_are_fully_busy() -> None:
     finished = {e.number: e.outcome for e in events if isinstance(e, Finished)}
     assert sorted(finished) == [0, 1, 2, 3]
     assert {n: (o.started, o.finished) for n, o in finished.items()} == {
-        0: (0.0, 10.0), 1: (0.0, 10.0), 2: (10.0, 20.0), 3: (10.0, 20.0)
+        0: (0.0, 10.0),
+        1: (0.0, 10.0),
+        2: (10.0, 20.0),
+        3: (10.0, 20.0),
     }
     assert ex.utilization() == pytest.approx(1.0)
     assert ex.makespan() == pytest.approx(20.0)
@@ -83,7 +86,8 @@ def test_reports_then_finished_at_each_epoch_end_batched_by_time() -> None:
     ex.submit(request(0))
     ex.submit(request(1))
     assert [(type(e).__name__, e.number, e.time) for e in ex.events(timeout=1.0)] == [
-        ("Started", 0, 0.0), ("Started", 1, 0.0)
+        ("Started", 0, 0.0),
+        ("Started", 1, 0.0),
     ]
     first = ex.events(timeout=1.0)
     assert ex.clock() == 5.0
@@ -136,8 +140,9 @@ def test_controller_time_is_charged_to_the_virtual_clock() -> None:
 
 
 def test_worker_failure_loses_its_trials_and_the_worker_comes_back() -> None:
-    ex = SimulatedExecutor(2, FixedModel(10.0), slots_per_worker=2, failure_rate=0.999,
-                           recovery_seconds=7.0, controller_time_scale=0)  # fmt: skip
+    ex = SimulatedExecutor(
+        2, FixedModel(10.0), slots_per_worker=2, failure_rate=0.999, recovery_seconds=7.0, controller_time_scale=0
+    )
     for n in range(4):
         ex.submit(request(n))
     events = drain(ex)
@@ -232,11 +237,17 @@ def test_injected_failures_are_lost_trials_and_the_campaign_finishes(tmp_path: P
 
 def test_same_seed_same_campaign(tmp_path: Path) -> None:
     def fingerprint(study: optuna.Study) -> list:
-        return [(t.number, t.params, t.value, t.user_attrs["started"], t.user_attrs["finished"])
-                for t in study.get_trials(deepcopy=False)]  # fmt: skip
+        return [
+            (t.number, t.params, t.value, t.user_attrs["started"], t.user_attrs["finished"])
+            for t in study.get_trials(deepcopy=False)
+        ]
 
     runs = [_campaign(tmp_path / str(i), 16, 48, sampler="tpe", failure_rate=0.1) for i in range(2)]
     assert fingerprint(runs[0][0]) == fingerprint(runs[1][0])
     assert runs[0][1].busy_intervals() == runs[1][1].busy_intervals()
-    assert not any(math.isnan(v) for v in itertools.chain.from_iterable(
-        (t.value,) for t in runs[0][0].get_trials(deepcopy=False) if t.value is not None))  # fmt: skip
+    assert not any(
+        math.isnan(v)
+        for v in itertools.chain.from_iterable(
+            (t.value,) for t in runs[0][0].get_trials(deepcopy=False) if t.value is not None
+        )
+    )

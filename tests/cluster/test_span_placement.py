@@ -59,10 +59,22 @@ def test_a_trial_that_ended_half_placed_lets_the_next_one_go() -> None:
 
 def test_the_outcome_names_the_part_that_failed_first_and_keeps_every_ranks_timings() -> None:
     trial = SpanTrial(3, "k", [Part("tcp://a:1", 1, 0), Part("tcp://b:1", 1, 1)])
-    trial.outcomes[0] = {"status": "error", "error": "RankError: ranks 0..0 ended: part 1 failed", "metrics": {},
-                         "started": 10.0, "finished": 14.0, "ranks": []}  # fmt: skip
-    trial.outcomes[1] = {"status": "error", "error": "ValueError: boom", "metrics": {}, "started": 11.0,
-                         "finished": 12.0, "ranks": [{"rank": 1, "epoch_seconds": [0.5]}]}  # fmt: skip
+    trial.outcomes[0] = {
+        "status": "error",
+        "error": "RankError: ranks 0..0 ended: part 1 failed",
+        "metrics": {},
+        "started": 10.0,
+        "finished": 14.0,
+        "ranks": [],
+    }
+    trial.outcomes[1] = {
+        "status": "error",
+        "error": "ValueError: boom",
+        "metrics": {},
+        "started": 11.0,
+        "finished": 12.0,
+        "ranks": [{"rank": 1, "epoch_seconds": [0.5]}],
+    }
     trial.first_failure = 1
     merged = merge_outcomes(trial)
     assert merged["status"] == "error"

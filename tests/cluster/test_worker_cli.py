@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+
 from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,8 +46,9 @@ def env() -> dict[str, str]:
 
 
 def hypersweep(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "search", *args], capture_output=True, text=True, env=env(),
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "search", *args], capture_output=True, text=True, env=env(), timeout=timeout
+    )
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -70,11 +72,26 @@ def kill(procs: list[subprocess.Popen]) -> None:
 def scheduler(tmp_path: Path) -> Iterator[tuple[str, Path, list[subprocess.Popen]]]:
     """``dask scheduler`` on 127.0.0.1; yields its address, scheduler file and the process list to add to."""
     file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-         "--no-dashboard", "--scheduler-file", str(file)],
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(file),
+            ],
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    ]
     try:
         wait_for(lambda: file.exists() and "address" in file.read_text(), 30, "the scheduler file")
         yield json.loads(file.read_text())["address"], file, procs
@@ -167,14 +184,21 @@ def test_an_unreachable_scheduler_is_exit_3() -> None:
 def test_workers_started_by_hand_run_a_campaign(tmp_path: Path) -> None:
     with scheduler(tmp_path) as (address, file, procs):
         for name, target in (("hand-a", address), ("hand-b", str(file))):  # an address, or the scheduler file
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "search", "worker", target, "--slots", "1", "--name", name],
-                env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            ))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "search", "worker", target, "--slots", "1", "--name", name],
+                    env=env(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         wait_for(lambda: len(workers(address)) == 2, 60, "two workers")
         found = workers(address)
         assert {n: (w["resources"], w["nthreads"]) for n, w in found.items()} == {
-            "hand-a": ({"CPU": 1.0}, 1), "hand-b": ({"CPU": 1.0}, 1)}  # fmt: skip
+            "hand-a": ({"CPU": 1.0}, 1),
+            "hand-b": ({"CPU": 1.0}, 1),
+        }
         spec = tmp_path / "byhand.toml"
         spec.write_text(textwrap.dedent(SPEC))
         runs = tmp_path / "runs"
@@ -185,8 +209,15 @@ def test_workers_started_by_hand_run_a_campaign(tmp_path: Path) -> None:
         assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
         assert {t.user_attrs["worker"] for t in trials} <= {w["address"] for w in found.values()}
         # A worker's address is Dask, but not a scheduler: one line, exit 3, not a hang.
-        proc = hypersweep("run", str(spec), "--scheduler", found["hand-a"]["address"], "--runs-dir",
-                          str(tmp_path / "wrong"), "--no-progress")  # fmt: skip
+        proc = hypersweep(
+            "run",
+            str(spec),
+            "--scheduler",
+            found["hand-a"]["address"],
+            "--runs-dir",
+            str(tmp_path / "wrong"),
+            "--no-progress",
+        )
         assert proc.returncode == 3, proc.stderr
         warning, error = proc.stderr.strip().splitlines()  # a plain-TCP scheduler, loopback too: warned first
         assert warning.startswith("hypersweep: warning: the scheduler") and "is a Dask worker, not a scheduler" in error

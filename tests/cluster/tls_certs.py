@@ -41,9 +41,20 @@ def make_certs(folder: Path, hosts: tuple[str, ...] = ("127.0.0.1",)) -> tuple[s
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=2))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                     encipher_only=False, decipher_only=False), critical=True)  # fmt: skip
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -57,13 +68,17 @@ def make_certs(folder: Path, hosts: tuple[str, ...] = ("127.0.0.1",)) -> tuple[s
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=2))
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                       critical=False)  # fmt: skip
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    private = {"encoding": pem, "format": serialization.PrivateFormat.PKCS8,
-               "encryption_algorithm": serialization.NoEncryption()}  # fmt: skip
+    private = {
+        "encoding": pem,
+        "format": serialization.PrivateFormat.PKCS8,
+        "encryption_algorithm": serialization.NoEncryption(),
+    }
     paths = {name: folder / name for name in ("ca.key", "ca.pem", "key.pem", "cert.pem")}
     _write(paths["ca.key"], ca_key.private_bytes(**private), 0o600)
     _write(paths["key.pem"], key.private_bytes(**private), 0o600)

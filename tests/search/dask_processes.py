@@ -60,8 +60,10 @@ def external_cluster(
     try:
         scheduler = subprocess.Popen(
             [*DASK, "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(file)],
-            env=_env(scheduler_env or {}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            env=_env(scheduler_env or {}),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         procs.append(scheduler)
         wait_for(file.exists, 60, "the scheduler file")
         wait_for(lambda: "address" in file.read_text(), 30, "the scheduler address")
@@ -69,10 +71,23 @@ def external_cluster(
         cluster = ExternalCluster(address, scheduler)
         for i in range(n_workers):
             worker = subprocess.Popen(
-                [*WORKER, address, "--nthreads", "1", *(["--resources", resources] if resources else []),
-                 "--no-nanny", "--no-dashboard", "--name", f"w{i}", "--host", "127.0.0.1"],
-                env=_env({"OMP_NUM_THREADS": "1"}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    *WORKER,
+                    address,
+                    "--nthreads",
+                    "1",
+                    *(["--resources", resources] if resources else []),
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--name",
+                    f"w{i}",
+                    "--host",
+                    "127.0.0.1",
+                ],
+                env=_env({"OMP_NUM_THREADS": "1"}),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             procs.append(worker)
             cluster.workers[f"w{i}"] = worker
         wait_for(lambda: len(cluster.worker_names()) == n_workers, 90, f"{n_workers} workers")

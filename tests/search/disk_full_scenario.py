@@ -45,22 +45,40 @@ def main(work: Path) -> None:
     spec.write_text(SPEC.format(mnt=mnt, marker=work / "filled"))
     runs = mnt / "runs"
     command = [sys.executable, "-m", "search"]
-    first = subprocess.run([*command, "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
-                           capture_output=True, text=True, timeout=300, cwd=work)  # fmt: skip
+    first = subprocess.run(
+        [*command, "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=work,
+    )
     leftovers = sorted(str(p.relative_to(mnt)) for p in mnt.rglob("*") if ".tmp" in p.name)
     (mnt / "filler").unlink()
-    second = subprocess.run([*command, "resume", str(runs / "full"), "--no-progress"],
-                            capture_output=True, text=True, timeout=300, cwd=work)  # fmt: skip
+    second = subprocess.run(
+        [*command, "resume", str(runs / "full"), "--no-progress"], capture_output=True, text=True, timeout=300, cwd=work
+    )
     storage = JournalStorage(JournalFileBackend(str(runs / "full" / "study.journal")))
     trials = optuna.load_study(study_name="full", storage=storage).get_trials()
-    print(json.dumps({
-        "first": [first.returncode, first.stderr], "leftovers": leftovers,
-        "second": [second.returncode, second.stderr],
-        "trials": [[t.number, t.state.name, len(t.intermediate_values)] for t in trials],
-        "history": [[s for s, _m in t.user_attrs.get("history", ())] for t in trials],
-        "lines": [[json.loads(line)["step"] for line in (runs / "full" / "trials" / str(t.number) / "metrics.jsonl")
-                   .read_text().splitlines()] for t in trials],  # fmt: skip
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "first": [first.returncode, first.stderr],
+                "leftovers": leftovers,
+                "second": [second.returncode, second.stderr],
+                "trials": [[t.number, t.state.name, len(t.intermediate_values)] for t in trials],
+                "history": [[s for s, _m in t.user_attrs.get("history", ())] for t in trials],
+                "lines": [
+                    [
+                        json.loads(line)["step"]
+                        for line in (runs / "full" / "trials" / str(t.number) / "metrics.jsonl")
+                        .read_text()
+                        .splitlines()
+                    ]
+                    for t in trials
+                ],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,12 @@ def lightning_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
             _epoch_done(config, trainer.current_epoch + 1)
 
     x, y = synthetic()
-    train = DataLoader(TensorDataset(x[:192], y[:192]), batch_size=32, shuffle=True,
-                       generator=torch.Generator().manual_seed(config.seed))  # fmt: skip
+    train = DataLoader(
+        TensorDataset(x[:192], y[:192]),
+        batch_size=32,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
     val = DataLoader(TensorDataset(x[192:], y[192:]), batch_size=64)
     callback = HypersweepCallback(config, reporter)
     trainer = L.Trainer(max_epochs=config.epochs, callbacks=[callback, EpochDone()], **callback.trainer_defaults())
@@ -124,12 +128,21 @@ def hf_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     x, y = synthetic()
     train = [{"x": x[i], "labels": y[i]} for i in range(192)]
     val = [{"x": x[i], "labels": y[i]} for i in range(192, N)]
-    args = training_arguments(config, learning_rate=float(config.params["lr"]), per_device_train_batch_size=32,
-                              per_device_eval_batch_size=64, remove_unused_columns=False)  # fmt: skip
+    args = training_arguments(
+        config,
+        learning_rate=float(config.params["lr"]),
+        per_device_train_batch_size=32,
+        per_device_eval_batch_size=64,
+        remove_unused_columns=False,
+    )
     callback = HypersweepCallback(config, reporter)
     trainer = transformers.Trainer(
-        model=_HFClassifier(int(config.params.get("hidden", 16))), args=args, train_dataset=train, eval_dataset=val,
-        compute_metrics=_accuracy, callbacks=[callback, EpochDone(), Slow()],
-    )  # fmt: skip
+        model=_HFClassifier(int(config.params.get("hidden", 16))),
+        args=args,
+        train_dataset=train,
+        eval_dataset=val,
+        compute_metrics=_accuracy,
+        callbacks=[callback, EpochDone(), Slow()],
+    )
     trainer.train(resume_from_checkpoint=last_checkpoint(config))
     return callback.metrics

@@ -11,13 +11,12 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from toy_specs import toy_toml
 
 from search.cli import _exit_code, failure_summary
 from search.spec.campaign_spec import SpecError
 from spaces.errors import EXIT_ALL_FAILED, EXIT_CLUSTER, EXIT_INPUT, HypersweepError, SpaceError
-
 from tests.spec_files import write_spec
-from toy_specs import toy_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,14 +82,16 @@ def _study(states_and_reasons: list[tuple[TrialState, str]]) -> optuna.Study:
 
 def test_failure_summary_groups_by_error_kind_and_is_empty_unless_every_trial_failed() -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = _study([
-        (TrialState.FAIL, "ValueError: quality -1.5 is negative"),
-        (TrialState.FAIL, "ValueError: quality -1.2 is negative"),
-        (TrialState.FAIL, "metric 'score' is nan"),
-        (TrialState.FAIL, "RuntimeError: CUDA out of memory\n  more"),
-        (TrialState.FAIL, "worker lost (killed); retries spent"),
-        (TrialState.FAIL, ""),
-    ])  # fmt: skip
+    study = _study(
+        [
+            (TrialState.FAIL, "ValueError: quality -1.5 is negative"),
+            (TrialState.FAIL, "ValueError: quality -1.2 is negative"),
+            (TrialState.FAIL, "metric 'score' is nan"),
+            (TrialState.FAIL, "RuntimeError: CUDA out of memory\n  more"),
+            (TrialState.FAIL, "worker lost (killed); retries spent"),
+            (TrialState.FAIL, ""),
+        ]
+    )
     text = failure_summary(study)
     assert text.startswith("all 6 trials failed: 2x ValueError: quality -1.5 is negative; 1x "), text
     assert text.endswith("2x other reasons") and "\n" not in text, text

@@ -21,10 +21,10 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend, JournalStorage
+from toy_specs import toy_toml
 
 from search.cli import main
 from tests.spec_files import write_spec
-from toy_specs import toy_toml
 
 pytestmark = pytest.mark.slow  # the real command-line cases start an interpreter (optuna, torch)
 
@@ -154,22 +154,37 @@ SPEC_CASES: list[tuple[str, Writer, str]] = [
     ("a trainer with another signature", text(good('"toy_trainers:fit"', '"os:getcwd"')), "trainer.entry"),
     ("a path as the trainer", text(good('"toy_trainers:fit"', '"../../etc/passwd:fit"')), "trainer.entry"),
     ("a trainer that raises on import", raising_trainer, "trainer.entry"),
-    ("data_parallel beyond every worker", text(good("epochs = 2", "epochs = 2\ndata_parallel = 64")),
-     "trainer.data_parallel"),
-    ("an unknown storage scheme", text(good("n_trials = 2", 'n_trials = 2\nstorage = "gopher://x/y"')), "study.storage"),
-    ("a relative SQLite path", text(good("n_trials = 2", 'n_trials = 2\nstorage = "sqlite:///rel.db"')),
-     "study.storage"),
-    ("a relative journal path", text(good("n_trials = 2", 'n_trials = 2\nstorage = "journal:rel.log"')),
-     "study.storage"),
+    (
+        "data_parallel beyond every worker",
+        text(good("epochs = 2", "epochs = 2\ndata_parallel = 64")),
+        "trainer.data_parallel",
+    ),
+    (
+        "an unknown storage scheme",
+        text(good("n_trials = 2", 'n_trials = 2\nstorage = "gopher://x/y"')),
+        "study.storage",
+    ),
+    (
+        "a relative SQLite path",
+        text(good("n_trials = 2", 'n_trials = 2\nstorage = "sqlite:///rel.db"')),
+        "study.storage",
+    ),
+    (
+        "a relative journal path",
+        text(good("n_trials = 2", 'n_trials = 2\nstorage = "journal:rel.log"')),
+        "study.storage",
+    ),
     ("an in-memory storage", text(good("n_trials = 2", 'n_trials = 2\nstorage = "sqlite://"')), "study.storage"),
-    ("listen off loopback without TLS", text(good("n_workers = 1", 'n_workers = 1\nlisten = "0.0.0.0"')),
-     "cluster.listen"),
+    (
+        "listen off loopback without TLS",
+        text(good("n_workers = 1", 'n_workers = 1\nlisten = "0.0.0.0"')),
+        "cluster.listen",
+    ),
     ("missing TLS files", missing_tls, "cluster.tls_ca_file"),
-    ("a missing warm start", text(good("n_trials = 2", 'n_trials = 2\nwarm_start = "runs/gone"')),
-     "study.warm_start"),
+    ("a missing warm start", text(good("n_trials = 2", 'n_trials = 2\nwarm_start = "runs/gone"')), "study.warm_start"),
     ("a 10,000-character name", text(good('name = "toy"', f'name = "{LONG}"')), "study.name"),
     ("a 10,000-character key", text(good("seed = 1", f"seed = 1\n{LONG} = 1")), "study.xxxx"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.timeout(600)
@@ -206,7 +221,7 @@ ARG_CASES: list[tuple[str, list[str], str]] = [
     ("--enqueue not UTF-8", ["run", "spec.toml", "--enqueue", "latin1.json"], "latin1.json: file"),
     ("status of nothing", ["status", "nowhere"], "nowhere holds no campaign"),
     ("check --tls files missing", ["check", "spec.toml", "--tls", "ca.pem", "c.pem", "k.pem"], "--tls CA"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.timeout(300)
@@ -240,7 +255,9 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _running_trials(folder: Path, n: int) -> None:
     """``n`` trials left RUNNING, as a killed controller leaves them (written through Optuna's own storage)."""
-    study = optuna.load_study(study_name="toy", storage=JournalStorage(JournalFileBackend(str(folder / "study.journal"))))
+    study = optuna.load_study(
+        study_name="toy", storage=JournalStorage(JournalFileBackend(str(folder / "study.journal")))
+    )
     for _ in range(n):
         study.ask()
 
@@ -252,26 +269,56 @@ def _edit_spec(folder: Path, old: str, new: str) -> None:
 
 FOLDER_CASES: list[tuple[str, Callable[[Path], None], list[str], str]] = [
     ("status without a journal", lambda f: (f / "study.journal").unlink(), ["status"], "has no storage yet"),
-    ("status of a renamed study", lambda f: _edit_spec(f, 'name = "toy"', 'name = "other"'), ["status"],
-     "holds no study 'other'"),
-    ("resume under a changed spec", lambda f: _edit_spec(f, "epochs = 2", "epochs = 3"), ["resume"],
-     "the spec differs"),
+    (
+        "status of a renamed study",
+        lambda f: _edit_spec(f, 'name = "toy"', 'name = "other"'),
+        ["status"],
+        "holds no study 'other'",
+    ),
+    (
+        "resume under a changed spec",
+        lambda f: _edit_spec(f, "epochs = 2", "epochs = 3"),
+        ["resume"],
+        "the spec differs",
+    ),
     ("resume with --n-trials below the finished", lambda f: None, ["resume", "--n-trials", "1"], "--n-trials 1"),
-    ("resume with --n-trials below the running", lambda f: _running_trials(f, 2), ["resume", "--n-trials", "3"],
-     "left running (2)"),
-    ("resume --allow-changes to another storage", lambda f: _edit_spec(f, "n_trials = 2", 'n_trials = 2\nstorage = "sqlite"'),
-     ["resume", "--allow-changes"], "study.storage"),
-    ("resume over a corrupt environment.json", lambda f: (f / "environment.json").write_text("{not json"),
-     ["resume", "--n-trials", "3"], "environment.json"),
-    ("resume --spec FIFO", lambda f: os.mkfifo(f.parent.parent / "pipe.toml"), ["resume", "--spec", "../pipe.toml"],
-     "pipe.toml: file"),
-]  # fmt: skip
+    (
+        "resume with --n-trials below the running",
+        lambda f: _running_trials(f, 2),
+        ["resume", "--n-trials", "3"],
+        "left running (2)",
+    ),
+    (
+        "resume --allow-changes to another storage",
+        lambda f: _edit_spec(f, "n_trials = 2", 'n_trials = 2\nstorage = "sqlite"'),
+        ["resume", "--allow-changes"],
+        "study.storage",
+    ),
+    (
+        "resume over a corrupt environment.json",
+        lambda f: (f / "environment.json").write_text("{not json"),
+        ["resume", "--n-trials", "3"],
+        "environment.json",
+    ),
+    (
+        "resume --spec FIFO",
+        lambda f: os.mkfifo(f.parent.parent / "pipe.toml"),
+        ["resume", "--spec", "../pipe.toml"],
+        "pipe.toml: file",
+    ),
+]
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("case", "damage", "args", "named"), FOLDER_CASES, ids=[c[0] for c in FOLDER_CASES])
 def test_a_refused_command_on_a_campaign_folder_writes_nothing(
-    tmp_path: Path, cli: Hypersweep, campaign: Path, case: str, damage: Callable[[Path], None], args: list[str], named: str
+    tmp_path: Path,
+    cli: Hypersweep,
+    campaign: Path,
+    case: str,
+    damage: Callable[[Path], None],
+    args: list[str],
+    named: str,
 ) -> None:
     folder = tmp_path / "runs" / "toy"
     shutil.copytree(campaign, folder)
@@ -293,8 +340,13 @@ def test_status_and_report_of_a_campaign_write_no_storage_and_a_closed_pipe_is_q
     status = cli(["status", "toy"], tmp_path)
     assert status.returncode == 0 and "2 of 2 trials" in status.stdout, status.stderr
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
-    proc = subprocess.Popen([sys.executable, "-m", "search", "report", "toy"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search", "report", "toy"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None
     proc.stdout.close()  # `| head -1` gone before the command prints
     _out, err = proc.communicate(timeout=180)

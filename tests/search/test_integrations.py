@@ -21,12 +21,19 @@ FRAMEWORKS = {
 def spec(name: str, framework: str, n_trials: int = 2, epochs: int = 3, **options: Any) -> dict[str, Any]:
     entry, metric, _, _ = FRAMEWORKS[framework]
     return {
-        "study": {"name": name, "direction": "maximize", "metric": metric, "sampler": "random", "seed": 4,
-                  "n_trials": n_trials, "max_retries": 1},
+        "study": {
+            "name": name,
+            "direction": "maximize",
+            "metric": metric,
+            "sampler": "random",
+            "seed": 4,
+            "n_trials": n_trials,
+            "max_retries": 1,
+        },
         "trainer": {"entry": entry, "epochs": epochs, "device": "cpu", "options": options},
         "space": {"lr": {"type": "float", "low": 0.05, "high": 0.5, "log": True}},
         "cluster": {"n_workers": 1},
-    }  # fmt: skip
+    }
 
 
 def epochs_trained(result: search.Result, number: int) -> list[int]:
@@ -59,8 +66,11 @@ def test_a_framework_trainer_reports_each_epoch_and_checkpoints(tmp_path: Path, 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_a_framework_trainer_continues_from_its_checkpoint_after_a_lost_worker(tmp_path: Path, framework: str) -> None:
     marker = tmp_path / "died"
-    result = search.run(spec(f"{framework}-lost", framework, n_trials=1, die_after_epoch=[2, str(marker)]),
-                        runs_dir=tmp_path / "runs", progress=False)  # fmt: skip
+    result = search.run(
+        spec(f"{framework}-lost", framework, n_trials=1, die_after_epoch=[2, str(marker)]),
+        runs_dir=tmp_path / "runs",
+        progress=False,
+    )
     (trial,) = result.study.get_trials(deepcopy=False)
     assert marker.exists() and trial.state == TrialState.COMPLETE, trial.user_attrs
     assert epochs_trained(result, 0) == [1, 2, 3]  # epochs 1 and 2 were not trained again

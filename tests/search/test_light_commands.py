@@ -24,8 +24,7 @@ RUN_CLI = (
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

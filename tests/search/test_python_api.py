@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import toy_specs
 
 import search
 from search.api import load_spec_like, to_toml
 from search.spec.table import SpecError
 from search.store.environment import TRAINER_PICKLE, changed_trainer_files, trainer_record
-from trainers.api import entry_of
-
-import toy_specs
 from tests.search.dask_processes import external_cluster
+from trainers.api import entry_of
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -57,13 +56,15 @@ def clean_env() -> dict[str, str]:
 
 
 def python(args: list[str], cwd: Path, stdin: str | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, input=stdin, env=clean_env(), capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, input=stdin, env=clean_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def hypersweep(*args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "hypersweep"), *args], cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [str(BIN / "hypersweep"), *args], cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 # --- in this process --------------------------------------------------------------------------
@@ -135,8 +136,10 @@ def test_the_spec_may_be_a_path_a_toml_string_or_a_dict(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_import_search_stays_light_and_exports_the_api() -> None:
-    code = ("import sys, search\nheavy = [m for m in ('optuna', 'distributed', 'torch', 'pandas') if m in sys.modules]\n"
-            "print(heavy, callable(search.run), callable(search.resume), callable(search.load), search.Result.__name__)")  # fmt: skip
+    code = (
+        "import sys, search\nheavy = [m for m in ('optuna', 'distributed', 'torch', 'pandas') if m in sys.modules]\n"
+        "print(heavy, callable(search.run), callable(search.resume), callable(search.load), search.Result.__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["[]", "True", "True", "True", "Result"], out.stderr
 
@@ -161,8 +164,14 @@ def test_a_shipment_loads_in_a_process_that_never_saw_the_trainer(tmp_path: Path
     """)
     import pickle
 
-    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps([by_name, by_value]), cwd=ROOT,
-                         env=clean_env(), capture_output=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps([by_name, by_value]),
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        timeout=60,
+    )
     assert out.stdout.decode().split() == ["7.0", "1.5"], out.stderr.decode()[-2000:]
 
 
@@ -205,12 +214,15 @@ n_workers = 2
 '''
 """
 
-NO_GUARD = TRAINER_CODE + """
+NO_GUARD = (
+    TRAINER_CODE
+    + """
 with open("body-ran.txt", "a") as out:   # every process that runs this script's body says so
     out.write(f"{os.getpid()}\\n")
 result = search.run(SPEC.replace("NAME", "script"), trainer=fit, progress=False)
 print("RESULT", result.trials[["state", "score", "params.quality"]].to_json(orient="records"))
 """
+)
 
 
 def _rows(stdout: str) -> list[dict[str, Any]]:
@@ -253,7 +265,9 @@ def test_status_reproduce_and_resume_need_neither_the_script_nor_its_folder(scri
     repro = hypersweep("reproduce", str(folder), "2", cwd=elsewhere)
     assert repro.returncode == 0, repro.stdout + repro.stderr
     assert "MATCH: trial 2" in repro.stdout and "runs from the copy the campaign kept" in repro.stdout
-    assert "1 of the trainer's 1 recorded file(s) changed since the campaign ran: train_script.py (gone)" in repro.stdout
+    assert (
+        "1 of the trainer's 1 recorded file(s) changed since the campaign ran: train_script.py (gone)" in repro.stdout
+    )
     resumed = hypersweep("resume", str(folder), "--no-progress", cwd=elsewhere)  # the kept copy is the trainer
     assert resumed.returncode == 0 and "trials: 4 COMPLETE" in resumed.stdout, resumed.stdout + resumed.stderr
 
@@ -305,7 +319,8 @@ def write_trainer_package(folder: Path) -> None:
     (package / "__init__.py").write_text("")
     (package / "scale.py").write_text("FACTOR = 3.0\n")
     (package / "unused.py").write_text("# part of the package, never imported\n")
-    (package / "fit.py").write_text(textwrap.dedent("""
+    (package / "fit.py").write_text(
+        textwrap.dedent("""
         from mytrain.scale import FACTOR
 
         def fit(config, reporter):
@@ -314,7 +329,8 @@ def write_trainer_package(folder: Path) -> None:
                 metrics = {"score": FACTOR * config.params["quality"] * epoch, "epoch": float(epoch)}
                 reporter.report(epoch, metrics)
             return metrics
-    """))
+    """)
+    )
     (folder / "spec.toml").write_text(PACKAGE_SPEC)
 
 
@@ -325,8 +341,9 @@ def test_workers_started_elsewhere_find_the_trainer_beside_the_spec(tmp_path: Pa
     write_trainer_package(project / "exp")
     # The workers start in another folder with nothing of the project on their path.
     with external_cluster(tmp_path / "cluster", n_workers=1) as cluster:
-        proc = hypersweep("run", "exp/spec.toml", "--scheduler", cluster.address, "--runs-dir", "runs",
-                          "--no-progress", cwd=project)  # fmt: skip
+        proc = hypersweep(
+            "run", "exp/spec.toml", "--scheduler", cluster.address, "--runs-dir", "runs", "--no-progress", cwd=project
+        )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = project / "runs" / "beside"
     rows = [line.split(",") for line in (folder / "summary.csv").read_text().splitlines()[1:]]
@@ -353,7 +370,9 @@ def test_the_environment_hashes_the_whole_package_or_the_modules_a_script_import
     single.mkdir()
     (single / "solo_helper.py").write_text("K = 1\n")
     (single / "solo_notes.py").write_text("# in the folder, never imported\n")
-    (single / "solo_train.py").write_text("import solo_helper\n\ndef fit(config, reporter):\n    return {'score': 1.0}\n")
+    (single / "solo_train.py").write_text(
+        "import solo_helper\n\ndef fit(config, reporter):\n    return {'score': 1.0}\n"
+    )
     (single / "spec.toml").write_text(PACKAGE_SPEC.replace("mytrain.fit:fit", "solo_train:fit"))
     record = trainer_record(load_spec_like(single / "spec.toml"))
     assert sorted(record["files"]) == ["solo_helper.py", "solo_train.py"]

@@ -18,9 +18,12 @@ from search.vocab.registry import Registry, UnknownName, backends
 from spaces.errors import InputError
 
 ALL = {
-    "sampler": SAMPLER_REGISTRY, "pruner": PRUNER_REGISTRY, "scheduler": POLICY_REGISTRY, "backend": backends(),
+    "sampler": SAMPLER_REGISTRY,
+    "pruner": PRUNER_REGISTRY,
+    "scheduler": POLICY_REGISTRY,
+    "backend": backends(),
     "report section": SECTION_REGISTRY,
-}  # fmt: skip
+}
 
 SPEC = """
 [study]
@@ -52,12 +55,12 @@ def test_every_registry_has_names_entries_and_one_line_each(kind: str) -> None:
 
 
 def test_the_names_the_spec_accepts_are_the_registries() -> None:
-    assert SAMPLERS == SAMPLER_REGISTRY.names() == (
-        "tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")  # fmt: skip
+    assert SAMPLERS == SAMPLER_REGISTRY.names() == ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
     assert PRUNERS == PRUNER_REGISTRY.names() == ("none", "median", "percentile", "asha", "hyperband")
     assert SCHEDULERS == POLICY_REGISTRY.names() == ("none", "pbt")
-    assert BACKENDS == backends().names() == tuple(BACKEND_CLASSES) == ("local", "address", "slurm", "pbs",
-                                                                       "kubernetes")  # fmt: skip
+    assert (
+        BACKENDS == backends().names() == tuple(BACKEND_CLASSES) == ("local", "address", "slurm", "pbs", "kubernetes")
+    )
     assert SECTION_IDS == SECTION_REGISTRY.names()
     assert backends().description("pbs").startswith("workers as pbs batch jobs")
 

@@ -11,10 +11,10 @@ from typing import Any
 import optuna
 import pandas as pd
 import pytest
+from toy_specs import toy_spec
 
 import search
 from search.reports.summary import best_table
-from toy_specs import toy_spec
 
 
 def spec(name: str, n_trials: int = 2) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from search.scaling.target import steps_to_target
 from search.store.folder import NoCampaignError
 from search.vocab.terms import SamplingMode, StopReason, direction_of, maximizing
 from spaces.errors import EXIT_CLUSTER, EXIT_ERROR, EXIT_INPUT, InputError
-
 from tests.search.toy_specs import toy_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,9 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_enum_values_are_the_strings_stored_before() -> None:
     assert [str(r) for r in StopReason] == [
-        "pruned", "target reached", "time budget", "trial timeout", "time budget: never started",
-    ]  # fmt: skip
-    assert f"{StopReason.PRUNED}" == "pruned" and json.dumps({"r": StopReason.TARGET_REACHED}) == '{"r": "target reached"}'
+        "pruned",
+        "target reached",
+        "time budget",
+        "trial timeout",
+        "time budget: never started",
+    ]
+    assert (
+        f"{StopReason.PRUNED}" == "pruned" and json.dumps({"r": StopReason.TARGET_REACHED}) == '{"r": "target reached"}'
+    )
     assert SAMPLING == ("auto", "process", "thread", "inline") == tuple(SamplingMode)
     assert [str(s) for s in TrialStatus] == ["ok", "error", "lost", "cancelled"]
     assert Outcome("lost").status is TrialStatus.LOST  # a string is read as its member
@@ -95,16 +100,18 @@ def test_a_bug_shows_its_traceback_not_a_bad_input_line(tmp_path: Path) -> None:
         from search.cli import main
         sys.exit(main(["status", sys.argv[1]]))
     """)
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback (most recent call last)" in proc.stderr, proc.stderr
     assert "ValueError: an internal invariant broke" in proc.stderr
     assert "hypersweep: an internal invariant broke" not in proc.stderr
 
 
-def test_a_user_error_from_a_command_is_still_one_line_and_exit_2(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_user_error_from_a_command_is_still_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["reproduce", str(tmp_path), "0"]) == EXIT_INPUT
     assert capsys.readouterr().err == f"hypersweep: {tmp_path} holds no campaign (no spec.toml)\n"
     assert main(["reproduce", str(tmp_path), "0", "--tolerance", "-1"]) == EXIT_INPUT
@@ -135,7 +142,9 @@ def test_the_worker_outcome_carries_the_error_type_to_the_record(tmp_path: Path)
     # the class's module and name, as the worker saw it (a class shipped by value has no <locals> there)
     module = bad_batch.__module__
     assert {t.user_attrs["error_type"] for t in trials} == {f"{module}.BadBatch"}
-    assert {t.user_attrs["fail_reason"] for t in trials} == {"BadBatch: batch of trial 0 is bad",
-                                                             "BadBatch: batch of trial 1 is bad"}  # as before
+    assert {t.user_attrs["fail_reason"] for t in trials} == {
+        "BadBatch: batch of trial 0 is bad",
+        "BadBatch: batch of trial 1 is bad",
+    }  # as before
     # grouped by the recorded type: two messages, one kind (no pattern over the text could tell)
     assert failure_summary(result.study) == "all 2 trials failed: 2x BadBatch: batch of trial 0 is bad"

@@ -29,12 +29,21 @@ def toy_spec(
 ) -> dict[str, Any]:
     """The toy spec as a dict, with ``overrides`` applied (see the module docstring)."""
     spec = {
-        "study": _merged({"name": name, "direction": "maximize", "metric": "score", "sampler": "random", "seed": 1,
-                          "n_trials": n_trials}, study),
+        "study": _merged(
+            {
+                "name": name,
+                "direction": "maximize",
+                "metric": "score",
+                "sampler": "random",
+                "seed": 1,
+                "n_trials": n_trials,
+            },
+            study,
+        ),
         "trainer": _merged({"entry": "toy_trainers:fit", "epochs": epochs}, trainer or {}),
         "space": dict(space) if space is not None else {"quality": {"type": "float", "low": 0.0, "high": 1.0}},
         "cluster": _merged({"n_workers": 1}, cluster or {}),
-    }  # fmt: skip
+    }
     return {**spec, **(top or {})}
 
 

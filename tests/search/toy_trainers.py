@@ -58,8 +58,13 @@ def own_lr(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     for epoch in range(1, config.epochs + 1):
         time.sleep(sleep)
         error = final * (1.0 + (config.epochs - epoch) / config.epochs)
-        metrics = {"error": error, "lr": lr * 0.5 ** (epoch - 1), "epoch": float(epoch),
-                   "examples": float(50 * epoch), "steps": float(10 * epoch)}
+        metrics = {
+            "error": error,
+            "lr": lr * 0.5 ** (epoch - 1),
+            "epoch": float(epoch),
+            "examples": float(50 * epoch),
+            "steps": float(10 * epoch),
+        }
         reporter.report(epoch, metrics)
         if reporter.should_stop():
             break
@@ -137,8 +142,10 @@ def checkpointing(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
         reporter.report(epoch, metrics)
     for epoch in range(int(state["epoch"]) + 1, config.epochs + 1):
         started = time.perf_counter()  # epoch_seconds: a copy re-sent after a failed checkpoint differs from it
-        metrics = {"score": float(config.params["quality"]) * epoch / config.epochs,
-                   "epoch_seconds": time.perf_counter() - started}  # fmt: skip
+        metrics = {
+            "score": float(config.params["quality"]) * epoch / config.epochs,
+            "epoch_seconds": time.perf_counter() - started,
+        }
         reporter.report(epoch, metrics)
         if epoch == 2 and config.number == 1 and config.options.get("fill"):
             _fill_once(*config.options["fill"])

@@ -21,9 +21,7 @@ from spaces.genomes import (
     parse_genome_space,
 )
 
-NB201_EXAMPLE = (
-    "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
-)
+NB201_EXAMPLE = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 
 
 @st.composite
@@ -49,9 +47,7 @@ def layer_genomes(draw: st.DrawFn, space: LayerSpace) -> LayerGenome:
     return LayerGenome(tuple(draw(st.lists(block, min_size=depth, max_size=depth))))
 
 
-cell_genomes = st.lists(st.sampled_from(CELL_OPS), min_size=6, max_size=6).map(
-    lambda ops: CellGenome(tuple(ops))
-)
+cell_genomes = st.lists(st.sampled_from(CELL_OPS), min_size=6, max_size=6).map(lambda ops: CellGenome(tuple(ops)))
 
 
 @st.composite
@@ -91,7 +87,12 @@ def test_cell_round_trips(genome: CellGenome) -> None:
 def test_cell_string_is_nas_bench_201_format() -> None:
     genome = CellGenome.from_string(NB201_EXAMPLE)
     assert genome.edges == (
-        "nor_conv_3x3", "nor_conv_3x3", "avg_pool_3x3", "skip_connect", "nor_conv_3x3", "skip_connect",
+        "nor_conv_3x3",
+        "nor_conv_3x3",
+        "avg_pool_3x3",
+        "skip_connect",
+        "nor_conv_3x3",
+        "skip_connect",
     )
     assert genome.to_string() == NB201_EXAMPLE
 
@@ -233,8 +234,12 @@ def test_bad_cell_strings(text: str, reason: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "reason"),
-    [("", "empty"), ("conv:w8:k3:relu", "form"), ("conv:wx:k3:relu:skip", "integers"),
-     ("conv:w8:k3:relu:skip|", "form")],
+    [
+        ("", "empty"),
+        ("conv:w8:k3:relu", "form"),
+        ("conv:wx:k3:relu:skip", "integers"),
+        ("conv:w8:k3:relu:skip|", "form"),
+    ],
 )
 def test_bad_layer_strings(text: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):

@@ -157,8 +157,14 @@ def test_onecycle_matches_onecyclelr(total: int, pct: float, div: float, final_d
         0.5,
         total,
         lambda o: torch.optim.lr_scheduler.OneCycleLR(
-            o, 0.5, total_steps=total, pct_start=pct, div_factor=div,
-            final_div_factor=final_div, cycle_momentum=False, three_phase=False,
+            o,
+            0.5,
+            total_steps=total,
+            pct_start=pct,
+            div_factor=div,
+            final_div_factor=final_div,
+            cycle_momentum=False,
+            three_phase=False,
         ),
     )
     assert_matches(s, 0, expected)

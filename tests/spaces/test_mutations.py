@@ -50,9 +50,7 @@ def layer_space_and_genome(draw: st.DrawFn) -> tuple[LayerSpace, LayerGenome]:
     return space, LayerGenome(tuple(draw(st.lists(block, min_size=depth, max_size=depth))))
 
 
-cell_genomes = st.lists(st.sampled_from(CELL_OPS), min_size=6, max_size=6).map(
-    lambda ops: CellGenome(tuple(ops))
-)
+cell_genomes = st.lists(st.sampled_from(CELL_OPS), min_size=6, max_size=6).map(lambda ops: CellGenome(tuple(ops)))
 seeds = st.integers(0, 2**32 - 1)
 
 
@@ -116,8 +114,12 @@ def test_each_layer_mutation_changes_exactly_one_block(pair: tuple[LayerSpace, L
 def test_a_field_mutation_leaves_every_other_block_alone() -> None:
     """Deterministic companion of the property test: every block position, neighbours that differ from it."""
     space = LayerSpace(min_depth=1, max_depth=6, widths=(8, 16, 32), kernels=(3, 5))
-    blocks = (Block("conv", 8, 3, "relu", False), Block("pool", 16, 5, "gelu", True),
-              Block("identity", 32, 3, "tanh", False), Block("conv", 16, 5, "relu", True))  # fmt: skip
+    blocks = (
+        Block("conv", 8, 3, "relu", False),
+        Block("pool", 16, 5, "gelu", True),
+        Block("identity", 32, 3, "tanh", False),
+        Block("conv", 16, 5, "relu", True),
+    )
     genome = LayerGenome(blocks)
     for seed in range(200):
         rng = np.random.default_rng(seed)

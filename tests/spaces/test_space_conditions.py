@@ -41,11 +41,13 @@ def test_sampled_trials_have_exactly_the_parameters_of_the_define_by_run_loop() 
 
 
 def test_comparisons_hold_for_numbers_only_and_equality_for_any_value() -> None:
-    space = parse_space({
-        "model": {"type": "categorical", "choices": ["mlp", "cnn"]},
-        "depth": {"type": "categorical", "choices": [1, 2, 4]},
-        "wide": {"type": "float", "low": 0.0, "high": 1.0, "when": {"model": {"!=": "cnn"}, "depth": {"<": 4}}},
-    })  # fmt: skip
+    space = parse_space(
+        {
+            "model": {"type": "categorical", "choices": ["mlp", "cnn"]},
+            "depth": {"type": "categorical", "choices": [1, 2, 4]},
+            "wide": {"type": "float", "low": 0.0, "high": 1.0, "when": {"model": {"!=": "cnn"}, "depth": {"<": 4}}},
+        }
+    )
     wide = space["wide"]
     assert wide.holds({"model": "mlp", "depth": 2}) and not wide.holds({"model": "mlp", "depth": 4})
     assert not wide.holds({"model": "cnn", "depth": 1})
@@ -70,11 +72,13 @@ def test_a_wrong_condition_is_one_line_naming_the_key(table: dict, key: str, wor
 
 
 def test_a_range_may_end_at_another_parameters_value() -> None:
-    space = parse_space({
-        "max_kernel": {"type": "int", "low": 2, "high": 6},
-        "kernel": {"type": "int", "low": 1, "high": "max_kernel"},
-        "lr": {"type": "float", "low": 1e-3, "high": 0.1, "log": True},
-    })  # fmt: skip
+    space = parse_space(
+        {
+            "max_kernel": {"type": "int", "low": 2, "high": 6},
+            "kernel": {"type": "int", "low": 1, "high": "max_kernel"},
+            "lr": {"type": "float", "low": 1e-3, "high": 0.1, "log": True},
+        }
+    )
     assert space.order.index("kernel") > space.order.index("max_kernel")
     assert list(space.base_distributions()) == ["max_kernel", "lr"]
     assert space.distributions()["kernel"] == optuna.distributions.IntDistribution(1, 6)  # the widest

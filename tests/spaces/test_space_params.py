@@ -54,8 +54,12 @@ def test_complete_returns_builtins_and_fixed_values() -> None:
         {"lr": np.float64(0.01), "hidden": np.int64(64), "model": np.str_("cnn"), "batch_size": np.int64(32)}
     )
     assert config == {
-        "lr": 0.01, "hidden": 64, "model": "cnn", "batch_size": 32,
-        "weight_decay": 0.0001, "schedule": "cosine",
+        "lr": 0.01,
+        "hidden": 64,
+        "model": "cnn",
+        "batch_size": 32,
+        "weight_decay": 0.0001,
+        "schedule": "cosine",
     }
     assert [type(v) for v in config.values()] == [float, int, str, int, float, str]
     pickle.dumps(config)
@@ -224,8 +228,10 @@ def test_conditional_parameters_parse_in_dependency_order() -> None:
     [
         ({"model": "cnn", "channels": 8}, {"model": "cnn", "depth": 0, "channels": 8, "lr": 0.1}),
         ({"model": "mlp", "hidden": 128}, {"model": "mlp", "depth": 0, "hidden": 128, "channels": 4, "lr": 0.1}),
-        ({"model": "mlp", "hidden": 256, "depth": 2},
-         {"model": "mlp", "depth": 2, "hidden": 256, "channels": 4, "lr": 0.1}),
+        (
+            {"model": "mlp", "hidden": 256, "depth": 2},
+            {"model": "mlp", "depth": 2, "hidden": 256, "channels": 4, "lr": 0.1},
+        ),
     ],
 )
 def test_complete_leaves_out_or_defaults_what_its_condition_excludes(sampled: dict, config: dict) -> None:
@@ -272,10 +278,16 @@ H = {"type": "int", "low": 1, "high": 4}
     ("table", "key", "fragment"),
     [
         ({"h": {**H, "when": {"m": 1}}}, "h.when.m", "unknown parameter"),
-        ({"m": {"type": "categorical", "choices": [1, 2]}, "h": {**H, "when": {"m": True}}},
-         "h.when.m", "True is not a value 'm' can take: [1, 2]"),
-        ({"m": {"type": "batch_size", "low": 16, "high": 64}, "h": {**H, "when": {"m": 24}}},
-         "h.when.m", "24 is not a value 'm' can take: [16, 32, 64]"),
+        (
+            {"m": {"type": "categorical", "choices": [1, 2]}, "h": {**H, "when": {"m": True}}},
+            "h.when.m",
+            "True is not a value 'm' can take: [1, 2]",
+        ),
+        (
+            {"m": {"type": "batch_size", "low": 16, "high": 64}, "h": {**H, "when": {"m": 24}}},
+            "h.when.m",
+            "24 is not a value 'm' can take: [16, 32, 64]",
+        ),
         ({"a": {**H, "when": {"b": 1}}, "b": {**H, "when": {"a": 2}}}, "a.when", "cycle: a -> b -> a"),
         ({"h": {**H, "when": {}}}, "h.when", "at least one parameter"),
         ({"m": 1, "h": {**H, "when": {"m": []}}}, "h.when.m", "non-empty list"),
@@ -289,10 +301,12 @@ def test_conditional_errors_name_the_key(table: dict, key: str, fragment: str) -
 
 
 def test_a_fixed_value_can_be_conditional_and_a_condition_can_name_a_fixed_value() -> None:
-    space = parse_space({
-        "model": "mlp",
-        "warmup": {"type": "fixed", "value": 0.1, "when": {"model": "mlp"}},
-        "hidden": {"type": "int", "low": 1, "high": 4, "when": {"model": ["mlp", "cnn"]}},
-    })  # fmt: skip
+    space = parse_space(
+        {
+            "model": "mlp",
+            "warmup": {"type": "fixed", "value": 0.1, "when": {"model": "mlp"}},
+            "hidden": {"type": "int", "low": 1, "high": 4, "when": {"model": ["mlp", "cnn"]}},
+        }
+    )
     assert space.base_distributions() == {}
     assert space.complete({"hidden": 2}) == {"model": "mlp", "warmup": 0.1, "hidden": 2}

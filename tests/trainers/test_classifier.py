@@ -10,7 +10,13 @@ from trainers.api import RecordingReporter
 from trainers.classifier import ACCEPTED_PARAMS, fit, parse_params, resolve_device
 
 Strip = Callable[[dict[str, float]], dict[str, float]]
-NOISE_KEYS = {"b_simple", "b_simple_lo", "b_simple_hi", "b_simple_limit", "b_simple_above_range"}  # with options.noise_scale_every
+NOISE_KEYS = {
+    "b_simple",
+    "b_simple_lo",
+    "b_simple_hi",
+    "b_simple_limit",
+    "b_simple_above_range",
+}  # with options.noise_scale_every
 METRIC_KEYS = set(fit.reported_metrics) - NOISE_KEYS
 
 

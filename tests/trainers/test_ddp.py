@@ -155,8 +155,13 @@ def test_a_failing_rank_exits_without_tearing_down_its_trainer(make_config) -> N
     # and the trial would not fail; here the teardown blocks for sure, so only exiting at once passes.
     pids: list[int] = []
     with pytest.raises(RankError, match=r"rank 1 of 2 failed: RuntimeError: rank 1 fails holding") as info:
-        launch(f"{__name__}:fit_failing_with_a_teardown_that_blocks", make_config(PARAMS, data_parallel=2),
-               RecordingReporter(), timeout=120, on_start=pids.extend)  # fmt: skip
+        launch(
+            f"{__name__}:fit_failing_with_a_teardown_that_blocks",
+            make_config(PARAMS, data_parallel=2),
+            RecordingReporter(),
+            timeout=120,
+            on_start=pids.extend,
+        )
     assert info.value.rank == 1 and 'raise RuntimeError("rank 1 fails holding' in info.value.traceback
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
@@ -165,8 +170,12 @@ def test_a_failing_rank_exits_without_tearing_down_its_trainer(make_config) -> N
 def test_a_killed_rank_fails_the_trial_and_no_rank_survives(make_config) -> None:
     pids: list[int] = []
     with pytest.raises(RankError, match=r"rank 1 of 2 was killed by SIGKILL") as info:
-        launch(f"{__name__}:fit_killed_on_rank_1", make_config(PARAMS, data_parallel=2), RecordingReporter(),
-               on_start=pids.extend)  # fmt: skip
+        launch(
+            f"{__name__}:fit_killed_on_rank_1",
+            make_config(PARAMS, data_parallel=2),
+            RecordingReporter(),
+            on_start=pids.extend,
+        )
     assert info.value.rank == 1
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
@@ -180,8 +189,14 @@ def fit_sleeping(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
 def test_timeout_kills_every_rank(make_config) -> None:
     pids: list[int] = []
     with pytest.raises(TimeoutError, match="2 ranks"):
-        launch(f"{__name__}:fit_sleeping", make_config(PARAMS, data_parallel=2), RecordingReporter(),
-               timeout=3.0, grace=1.0, on_start=pids.extend)  # fmt: skip
+        launch(
+            f"{__name__}:fit_sleeping",
+            make_config(PARAMS, data_parallel=2),
+            RecordingReporter(),
+            timeout=3.0,
+            grace=1.0,
+            on_start=pids.extend,
+        )
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
@@ -195,8 +210,12 @@ def fit_listing_listeners(config: TrialConfig, reporter: Reporter) -> dict[str, 
         metrics: dict[str, float] = {}
         if dist.get_rank() == 0:
             launcher = psutil.Process(os.getppid())
-            sockets = [(c.laddr.ip, c.laddr.port) for p in (launcher, *launcher.children())
-                       for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN]  # fmt: skip
+            sockets = [
+                (c.laddr.ip, c.laddr.port)
+                for p in (launcher, *launcher.children())
+                for c in p.net_connections("tcp")
+                if c.status == psutil.CONN_LISTEN
+            ]
             store = ("127.0.0.1", int(os.environ["MASTER_PORT"]))
             metrics = {
                 "listeners": float(len(sockets)),

@@ -57,8 +57,10 @@ def config(epochs: int = 2) -> TrialConfig:
 def test_a_closure_launches_itself_as_two_ranks() -> None:
     reporter = RecordingReporter()
     assert make_trainer(1.5)(config(), reporter) == {"total": 4.5, "world": 2.0}  # 1.5 * 1 + 1.5 * 2
-    assert reporter.reports == [(1, {"total": 4.5, "world": 2.0, "epoch": 1.0}),
-                                (2, {"total": 4.5, "world": 2.0, "epoch": 2.0})]  # fmt: skip
+    assert reporter.reports == [
+        (1, {"total": 4.5, "world": 2.0, "epoch": 1.0}),
+        (2, {"total": 4.5, "world": 2.0, "epoch": 2.0}),
+    ]
 
 
 @pytest.mark.timeout(120)
@@ -96,7 +98,7 @@ def test_an_unpicklable_trainer_is_a_one_line_error_before_any_rank_starts() -> 
         rank_trainer(fit)
 
 
-NOTEBOOK = '''
+NOTEBOOK = """
 import search
 import torch
 import torch.distributed as dist
@@ -124,7 +126,7 @@ result = search.run({
     "cluster": {"n_workers": 1, "slots_per_worker": 2},
 }, trainer=fit, progress=False)
 print("RESULT", result.trials.to_json(orient="records"))
-'''
+"""
 
 
 @pytest.mark.slow
@@ -132,8 +134,15 @@ print("RESULT", result.trials.to_json(orient="records"))
 def test_a_notebook_trainer_runs_data_parallel_trials_in_a_campaign(tmp_path: Path) -> None:
     # `python -` reads the session from stdin: a __main__ without a file, as in a notebook.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_CURRENT_TEST")}
-    proc = subprocess.run([sys.executable, "-"], input=textwrap.dedent(NOTEBOOK), cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=220)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-"],
+        input=textwrap.dedent(NOTEBOOK),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     rows = json.loads(line.removeprefix("RESULT "))

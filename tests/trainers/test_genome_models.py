@@ -13,9 +13,7 @@ from torch import nn
 from spaces.genomes import Block, CellGenome, CellSpace, LayerGenome, LayerSpace
 from trainers.genome_models import build_genome_model, count_params_and_macs
 
-NB201_EXAMPLE = (
-    "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
-)
+NB201_EXAMPLE = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 DIGITS = Path(__file__).resolve().parents[2] / "trainers" / "data" / "digits.csv.gz"
 
 

@@ -50,8 +50,9 @@ def test_dataset_option_splits_80_20_and_checks_its_options(tmp_path: Path) -> N
 def test_the_classifier_trains_on_it(tmp_path: Path) -> None:
     reporter = RecordingReporter()
     options = {"n_samples": 1000, "data_cache": str(tmp_path), "noise_scale_every": 1}
-    config = TrialConfig(study="m", number=0, params={"lr": 0.1, "batch_size": 64}, seed=0, epochs=3,
-                         dataset="mnist1d", options=options)  # fmt: skip
+    config = TrialConfig(
+        study="m", number=0, params={"lr": 0.1, "batch_size": 64}, seed=0, epochs=3, dataset="mnist1d", options=options
+    )
     final = fit(config, reporter)
     accuracies = [m["val_accuracy"] for _s, m in reporter.reports]
     assert accuracies[-1] > 0.2  # above chance (10 classes) after 3 epochs on 800 examples

@@ -76,8 +76,9 @@ def test_far_above_the_range_the_lower_bound_holds_and_readings_say_so() -> None
     readings = [feed_like_the_loop(problem(100_000), BATCH, seed).estimate() for seed in range(20)]
     assert all(r.low <= truth and math.isinf(r.high) for r in readings)
     above = [r for r in readings if r.above_range]
-    assert above and all(r.limit < truth and set(r.metrics()) == {"b_simple_lo", "b_simple_limit",
-                                                                   "b_simple_above_range"} for r in above)  # fmt: skip
+    assert above and all(
+        r.limit < truth and set(r.metrics()) == {"b_simple_lo", "b_simple_limit", "b_simple_above_range"} for r in above
+    )
 
 
 @pytest.mark.slow

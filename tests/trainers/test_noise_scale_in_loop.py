@@ -18,9 +18,14 @@ NOISE_KEYS = ("b_simple", "b_simple_lo", "b_simple_hi", "b_simple_above_range")
 
 def config(tmp: Path | None = None, **options: object) -> TrialConfig:
     return TrialConfig(
-        study="n", number=0, params={"lr": 0.05, "batch_size": 64}, seed=3, epochs=3,
-        checkpoint_dir=str(tmp) if tmp else None, options=dict(options),
-    )  # fmt: skip
+        study="n",
+        number=0,
+        params={"lr": 0.05, "batch_size": 64},
+        seed=3,
+        epochs=3,
+        checkpoint_dir=str(tmp) if tmp else None,
+        options=dict(options),
+    )
 
 
 def noise_metrics(reporter: RecordingReporter) -> list[tuple[float, ...]]:

@@ -5,16 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.search.gpu_trainers import oom_above_fit
 from trainers.api import RecordingReporter, TrialConfig
 from trainers.oom import halved_micro_batch, run_with_oom_retry
-from tests.search.gpu_trainers import oom_above_fit
 
 
 def _config(batch: int, limit: int, oom_retry: str) -> TrialConfig:
     return TrialConfig(
-        study="oom", number=0, params={"lr": 0.05, "batch_size": batch, "model": "mlp", "hidden": 16}, seed=3,
-        epochs=1, dataset="digits", device="cpu", options={"oom_above": limit}, oom_retry=oom_retry,
-    )  # fmt: skip
+        study="oom",
+        number=0,
+        params={"lr": 0.05, "batch_size": batch, "model": "mlp", "hidden": 16},
+        seed=3,
+        epochs=1,
+        dataset="digits",
+        device="cpu",
+        options={"oom_above": limit},
+        oom_retry=oom_retry,
+    )
 
 
 def test_an_oom_trial_is_rerun_at_half_the_micro_batch_with_the_same_steps_and_examples() -> None:

@@ -58,7 +58,7 @@ def test_diverging_trial_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 # --- what a trainer declares (trainers.api.TrainerInfo) -----------------------------------------------------------
 
-USER_TRAINERS = '''
+USER_TRAINERS = """
 from trainers.api import trainer
 
 
@@ -70,7 +70,7 @@ def plain(config, reporter):
 @trainer(accepted_params={"lr"}, reported_metrics={"loss"})
 def declared(config, reporter):
     return plain(config, reporter)
-'''
+"""
 
 
 def _run_user(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

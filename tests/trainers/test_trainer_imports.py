@@ -65,10 +65,13 @@ def test_a_registered_function_is_found_by_its_entry_without_an_import() -> None
 
     first, second = make(1.0), make(2.0)
     entry = register_trainer(first)
-    assert entry == entry_of(first) and entry.endswith(":test_a_registered_function_is_found_by_its_entry_without_an_"
-                                                       "import.<locals>.make.<locals>.fit")
+    assert entry == entry_of(first) and entry.endswith(
+        ":test_a_registered_function_is_found_by_its_entry_without_an_import.<locals>.make.<locals>.fit"
+    )
     assert load_trainer(entry) is first and registered_trainer(entry) is first
-    assert register_trainer(second) == entry and load_trainer(entry) is second  # the newest wins (a notebook cell re-run)
+    assert (
+        register_trainer(second) == entry and load_trainer(entry) is second
+    )  # the newest wins (a notebook cell re-run)
     assert register_trainer(first, "my.module:fit") == "my.module:fit" and load_trainer("my.module:fit") is first
     with pytest.raises(TrainerImportError, match="must look like 'package.module:function'"):
         register_trainer(first, "no-colon")

@@ -46,8 +46,9 @@ class HypersweepCallback(transformers.TrainerCallback):
         self.metrics: dict[str, float] = {}
         self.stopped = False  # the controller asked this trial to stop
 
-    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None,
-                    **kwargs: Any) -> None:  # fmt: skip
+    def on_evaluate(
+        self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         by_epoch = str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "epoch"
         epoch = float(state.epoch or 0.0)
         step = int(round(epoch)) if by_epoch else int(state.global_step)
@@ -64,11 +65,19 @@ def training_arguments(config: TrialConfig, **overrides: Any) -> transformers.Tr
     save each epoch (keeping the newest two), its seed, its device, no logging integrations; ``overrides`` win."""
     output = config.checkpoint_dir or str(Path(config.log_dir or ".") / "hf-output")
     settings: dict[str, Any] = {
-        "output_dir": output, "num_train_epochs": config.epochs, "eval_strategy": "epoch",
-        "save_strategy": "epoch", "save_total_limit": 2, "logging_strategy": "epoch", "report_to": "none",
-        "seed": config.seed, "data_seed": config.seed, "use_cpu": config.device == "cpu" or not config.devices,
-        "disable_tqdm": True, "full_determinism": config.deterministic,
-    }  # fmt: skip
+        "output_dir": output,
+        "num_train_epochs": config.epochs,
+        "eval_strategy": "epoch",
+        "save_strategy": "epoch",
+        "save_total_limit": 2,
+        "logging_strategy": "epoch",
+        "report_to": "none",
+        "seed": config.seed,
+        "data_seed": config.seed,
+        "use_cpu": config.device == "cpu" or not config.devices,
+        "disable_tqdm": True,
+        "full_determinism": config.deterministic,
+    }
     if config.checkpoint_dir is None:
         settings["save_strategy"] = "no"
     return transformers.TrainingArguments(**{**settings, **overrides})

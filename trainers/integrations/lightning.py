@@ -69,10 +69,14 @@ class HypersweepCallback(pl.Callback):
         (this callback checkpoints), no progress bar in the trial's log, deterministic if the study is."""
         cuda = self.config.device != "cpu" and bool(self.config.devices)
         return {
-            "accelerator": "gpu" if cuda else "cpu", "devices": len(self.config.devices) if cuda else 1,
-            "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-            "enable_model_summary": False, "deterministic": self.config.deterministic,
-        }  # fmt: skip
+            "accelerator": "gpu" if cuda else "cpu",
+            "devices": len(self.config.devices) if cuda else 1,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "deterministic": self.config.deterministic,
+        }
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         pl.seed_everything(self.config.seed, workers=True, verbose=False)

@@ -9,9 +9,9 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
+from toy_specs import toy_spec
 
 import search
-from toy_specs import toy_spec
 
 
 def spec(name: str, n_trials: int = 4) -> dict[str, Any]:
@@ -28,8 +28,13 @@ def test_callbacks_see_every_told_trial_and_the_report_hook_every_report(tmp_pat
         assert isinstance(study, optuna.Study) and trial.state.is_finished()
         told.append((trial.number, trial.state.name, trial.value))
 
-    result = search.run(spec("hooks"), callbacks=[callback], runs_dir=tmp_path, progress=False,
-                        on_report=lambda number, step, metrics: reports.append((number, step, metrics)))  # fmt: skip
+    result = search.run(
+        spec("hooks"),
+        callbacks=[callback],
+        runs_dir=tmp_path,
+        progress=False,
+        on_report=lambda number, step, metrics: reports.append((number, step, metrics)),
+    )
     trials = result.study.get_trials(deepcopy=False)
     assert sorted(told) == sorted((t.number, t.state.name, t.value) for t in trials)
     assert len(reports) == 4 * 3 and {r[1] for r in reports} == {1, 2, 3}
@@ -49,8 +54,12 @@ def test_a_callback_ends_the_campaign_cleanly(tmp_path: Path, how: str) -> None:
             else:
                 raise search.StopCampaign("two are enough")
 
-    result = search.run(spec(f"stop-{how.replace('.', '-')}", n_trials=20), callbacks=[stop_after_two],
-                        runs_dir=tmp_path, progress=False)  # fmt: skip
+    result = search.run(
+        spec(f"stop-{how.replace('.', '-')}", n_trials=20),
+        callbacks=[stop_after_two],
+        runs_dir=tmp_path,
+        progress=False,
+    )
     trials = result.study.get_trials(deepcopy=False)
     assert 2 <= len(trials) < 20
     assert all(t.state.is_finished() for t in trials)  # none left RUNNING: trials in flight finished

@@ -10,9 +10,8 @@ import pytest
 
 from search.session.runner import CampaignExistsError, RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
-
-from tests.spec_files import write_spec
 from tests.campaign_storage import load as load_campaign
+from tests.spec_files import write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +77,9 @@ def test_campaign_records_every_trial_complete_or_fail_with_reason(tmp_path: Pat
 
 @pytest.mark.timeout(180)
 def test_run_refuses_an_existing_campaign_folder(tmp_path: Path) -> None:
-    spec = load_spec(write_spec(tmp_path / "one.toml", TOY.format(sleep=0, study_extra="").replace("n_trials = 5", "n_trials = 1")))
+    spec = load_spec(
+        write_spec(tmp_path / "one.toml", TOY.format(sleep=0, study_extra="").replace("n_trials = 5", "n_trials = 1"))
+    )
     options = RunOptions(runs_dir=tmp_path / "runs", progress=False)
     run_campaign(spec, options)
     with pytest.raises(CampaignExistsError, match="hypersweep resume"):

@@ -101,7 +101,9 @@ class UnevenTrials:
 
     def plan(self, config, rng):  # type: ignore[no-untyped-def]
         epoch = float(rng.uniform(0.1, 5.0))
-        return TrialPlan((epoch, epoch), ({"score": 0.0, "epoch": 1.0}, {"score": float(config["number"]), "epoch": 2.0}))
+        return TrialPlan(
+            (epoch, epoch), ({"score": 0.0, "epoch": 1.0}, {"score": float(config["number"]), "epoch": 2.0})
+        )
 
 
 class RecordsWhatItSaw(optuna.samplers.RandomSampler):

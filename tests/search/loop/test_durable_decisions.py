@@ -17,8 +17,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from dask_processes import wait_for
+
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
 
@@ -78,10 +78,23 @@ def test_a_pruning_decision_logged_before_a_controller_kill_is_in_the_journal_an
     runs = tmp_path / "runs"
     folder = runs / "asha"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--enqueue", str(enqueue),
-         "--no-progress"],
-        env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "search",
+            "run",
+            str(spec),
+            "--runs-dir",
+            str(runs),
+            "--enqueue",
+            str(enqueue),
+            "--no-progress",
+        ],
+        env=subprocess_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     decision: list[tuple[int, int]] = []
 
     def decided() -> bool:
@@ -107,8 +120,11 @@ def test_a_pruning_decision_logged_before_a_controller_kill_is_in_the_journal_an
 
     resumed = subprocess.run(
         [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
-        capture_output=True, text=True, env=subprocess_env, timeout=240,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=240,
+    )
     assert resumed.returncode == 0, resumed.stderr
 
     trials = load_campaign(folder, "asha").get_trials()

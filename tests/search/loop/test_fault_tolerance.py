@@ -11,10 +11,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-
-from tests.spec_files import write_spec
 from dask_processes import external_cluster, wait_for
+
 from tests.campaign_storage import load as load_campaign
+from tests.spec_files import write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +54,12 @@ def load(folder: Path) -> optuna.Study:
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "search", *args, "--no-progress"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.timeout(300)
@@ -100,6 +104,7 @@ def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
     with external_cluster(tmp_path, 2) as cluster:
         proc = start(["run", str(spec), "--runs-dir", str(runs), "--scheduler", cluster.address], subprocess_env)
         try:
+
             def complete() -> int:
                 try:
                     return sum(t.state == optuna.trial.TrialState.COMPLETE for t in load(folder).get_trials())
@@ -114,8 +119,11 @@ def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
             snapshot = [(t.number, t.state, t.value) for t in load(folder).get_trials()]
             second = subprocess.run(
                 [sys.executable, "-m", "search", "resume", str(folder)],
-                capture_output=True, text=True, env=subprocess_env, timeout=240,  # a hang guard only
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                env=subprocess_env,
+                timeout=240,  # a hang guard only
+            )
             assert second.returncode == 2 and "in use by another controller" in second.stderr
             assert f'"pid": {proc.pid}' in second.stderr
             assert [(t.number, t.state, t.value) for t in load(folder).get_trials()] == snapshot  # it ran nothing
@@ -130,8 +138,11 @@ def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
 
         resumed = subprocess.run(
             [sys.executable, "-m", "search", "resume", str(folder), "--scheduler", cluster.address, "--no-progress"],
-            capture_output=True, text=True, env=subprocess_env, timeout=300,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=300,
+        )
         assert resumed.returncode == 0, resumed.stderr
 
     trials = load(folder).get_trials()
@@ -162,8 +173,11 @@ def test_scheduler_lost_the_controller_exits_3_and_resume_continues_on_a_new_clu
     with external_cluster(tmp_path / "b", 2) as cluster:
         resumed = subprocess.run(
             [sys.executable, "-m", "search", "resume", str(folder), "--scheduler", cluster.address, "--no-progress"],
-            capture_output=True, text=True, env=subprocess_env, timeout=240,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=240,
+        )
     assert resumed.returncode == 0, resumed.stderr
     trials = load(folder).get_trials()
     assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
@@ -200,25 +214,68 @@ def test_a_trainer_that_exhausts_its_workers_memory_is_started_at_most_one_plus_
     env = {**subprocess_env, "DASK_LOGGING__DISTRIBUTED": "error"}
     file = tmp_path / "scheduler.json"
     scheduler = subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-         "--no-dashboard", "--scheduler-file", str(file)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--scheduler-file",
+            str(file),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     worker = None
     try:
         wait_for(lambda: file.exists() and "address" in file.read_text(), 60, "the scheduler file")
         address = json.loads(file.read_text())["address"]
         worker = subprocess.Popen(  # with a nanny, which kills it at its memory limit and starts it again
-            [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--resources", "CPU=1",
-             "--memory-limit", "600MB", "--nanny", "--no-dashboard", "--host", "127.0.0.1"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                address,
+                "--nthreads",
+                "1",
+                "--resources",
+                "CPU=1",
+                "--memory-limit",
+                "600MB",
+                "--nanny",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         runs = tmp_path / "runs"
         done = subprocess.run(
-            [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--scheduler", address,
-             "--no-progress"],
-            capture_output=True, text=True, env=env, timeout=240,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "search",
+                "run",
+                str(spec),
+                "--runs-dir",
+                str(runs),
+                "--scheduler",
+                address,
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+        )
     finally:
         for proc in (worker, scheduler):
             if proc is not None and proc.poll() is None:

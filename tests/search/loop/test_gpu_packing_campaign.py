@@ -45,8 +45,15 @@ def fake_gpu_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Two worker processes declaring ``GPU=2`` each, 8 threads (4 trials per GPU), no CUDA."""
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with LocalCluster(n_workers=2, threads_per_worker=8, resources={"GPU": 2}, processes=True, host="127.0.0.1",
-                      dashboard_address=None, env={"PYTHONPATH": str(HERE)}) as cluster:  # fmt: skip
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=8,
+        resources={"GPU": 2},
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        env={"PYTHONPATH": str(HERE)},
+    ) as cluster:
         yield cluster.scheduler_address
 
 

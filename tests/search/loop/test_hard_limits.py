@@ -14,7 +14,6 @@ import pytest
 
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
-
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
 

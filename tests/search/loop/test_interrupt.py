@@ -11,10 +11,10 @@ from pathlib import Path
 
 import optuna
 import pytest
+from toy_specs import toy_toml
 
 from tests.campaign_storage import load
 from tests.spec_files import write_spec
-from toy_specs import toy_toml
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,12 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
         [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
-        env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=subprocess_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     pgid = proc.pid
     try:
         folder = runs / "slow"
@@ -60,8 +64,9 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(
         _out, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err
         # One line, with the command that continues: nothing from Dask's workers or scheduler (no tracebacks).
-        assert err.splitlines() == [f"hypersweep: interrupted; running trials are kept: continue with "
-                                    f"'hypersweep resume {folder}'"], err  # fmt: skip
+        assert err.splitlines() == [
+            f"hypersweep: interrupted; running trials are kept: continue with 'hypersweep resume {folder}'"
+        ], err
         wait_for(lambda: not group_alive(pgid), 30, "every process of the campaign to exit")
     finally:
         if group_alive(pgid):
@@ -70,8 +75,11 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(
 
     status = subprocess.run(
         [sys.executable, "-m", "search", "status", str(folder)],
-        capture_output=True, text=True, env=subprocess_env, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=60,
+    )
     assert status.returncode == 0, status.stderr
     assert "controller not running" in status.stdout
     assert "interrupted" in status.stdout
@@ -81,15 +89,21 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(
 
 
 @pytest.mark.timeout(300)
-def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
     body = SPEC.replace("n_trials = 20", "n_trials = 4").replace("epochs = 50", "epochs = 6")
     spec = write_spec(tmp_path / "slow.toml", body)
     runs = tmp_path / "runs"
     folder = runs / "slow"
     proc = subprocess.Popen(
         [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
-        env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=subprocess_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 1, 120, "a trial to report")
         os.killpg(proc.pid, signal.SIGINT)
@@ -105,8 +119,11 @@ def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(tmp_path: Pa
 
     resumed = subprocess.run(
         [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
-        capture_output=True, text=True, env=subprocess_env, timeout=240,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=240,
+    )
     assert resumed.returncode == 0, resumed.stderr
     trials = load(folder, "slow").get_trials()
     assert len(trials) == 4

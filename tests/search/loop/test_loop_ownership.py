@@ -27,7 +27,9 @@ def field_writes(source: str) -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
             targets = [node.func.value]
         for target in targets:
-            on_self = isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+            on_self = (
+                isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+            )
             if isinstance(target, ast.Attribute) and target.attr in FIELDS and not on_self:
                 found.append((node.lineno, f"{node.lineno}: .{target.attr}"))
     return [where for _line, where in sorted(found)]

@@ -17,11 +17,10 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
+from dask_processes import external_cluster, wait_for
 
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
-
-from dask_processes import external_cluster, wait_for
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
 
@@ -100,10 +99,24 @@ def test_reports_made_while_the_controller_was_dead_reach_the_study_on_resume(
     folder = runs / "lost"
     with external_cluster(tmp_path, 1) as cluster:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs),
-             "--scheduler", cluster.address, "--no-progress"],
-            env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "search",
+                "run",
+                str(spec),
+                "--runs-dir",
+                str(runs),
+                "--scheduler",
+                cluster.address,
+                "--no-progress",
+            ],
+            env=subprocess_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             wait_for(lambda: len(steps_in_file(folder, 0)) >= 1, 200, "trial 0's first report")
             os.killpg(proc.pid, signal.SIGKILL)  # kill -9: the trial goes on at the worker, its reports unheard
@@ -117,8 +130,11 @@ def test_reports_made_while_the_controller_was_dead_reach_the_study_on_resume(
 
         resumed = subprocess.run(
             [sys.executable, "-m", "search", "resume", str(folder), "--scheduler", cluster.address, "--no-progress"],
-            capture_output=True, text=True, env=subprocess_env, timeout=300,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=300,
+        )
         assert resumed.returncode == 0, resumed.stderr
 
     (trial,) = load_campaign(folder, "lost").get_trials()

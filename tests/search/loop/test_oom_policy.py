@@ -46,10 +46,16 @@ def test_a_worker_killed_for_memory_is_never_retried_as_a_loss() -> None:
 
 
 def test_device_figures_become_trial_attributes_where_measured() -> None:
-    measured = Outcome("ok", share=0.25, peak_memory=3 * 2**30, memory_kind="cuda", memory_shared=4,
-                       gpu_utilization=61.5)  # fmt: skip
-    assert device_fields(measured) == {"gpu_share": 0.25, "peak_memory": 3 * 2**30, "memory_kind": "cuda",
-                                       "memory_shared": 4, "gpu_utilization": 61.5}  # fmt: skip
+    measured = Outcome(
+        "ok", share=0.25, peak_memory=3 * 2**30, memory_kind="cuda", memory_shared=4, gpu_utilization=61.5
+    )
+    assert device_fields(measured) == {
+        "gpu_share": 0.25,
+        "peak_memory": 3 * 2**30,
+        "memory_kind": "cuda",
+        "memory_shared": 4,
+        "gpu_utilization": 61.5,
+    }
     assert device_fields(Outcome("ok")) == {}
 
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from search.sampling.asker import AskFailed, BackgroundAsker
 from search.loop.pipeline import MAX_AUTO_BATCH, Pipeline
+from search.sampling.asker import AskFailed, BackgroundAsker
 
 
 def test_auto_batch_is_one_until_durations_are_known_then_about_a_task_of_short_trials() -> None:

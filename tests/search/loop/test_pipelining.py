@@ -17,10 +17,10 @@ from cluster.executor import Finished, TrialRequest
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.loop.campaign import NEVER_STARTED, Campaign, RunningTrial
 from search.loop.dispatch import Dispatcher
-from search.store.folder import CampaignFolder
-from search.session.runner import load_study
 from search.sampling.samplers import make_sampler
+from search.session.runner import load_study
 from search.spec.campaign_spec import SpecError, parse_spec
+from search.store.folder import CampaignFolder
 
 pytestmark = pytest.mark.slow
 
@@ -44,8 +44,14 @@ quality = {{ type = "categorical", choices = [{choices}] }}
 """
 
 
-def make(tmp_path: Path, n_trials: int = 3, sleep: float = 0.0, study_extra: str = "", options: str = "",
-         choices: str = "0.25, 0.5, 0.75") -> tuple[Any, CampaignFolder, optuna.Study]:  # fmt: skip
+def make(
+    tmp_path: Path,
+    n_trials: int = 3,
+    sleep: float = 0.0,
+    study_extra: str = "",
+    options: str = "",
+    choices: str = "0.25, 0.5, 0.75",
+) -> tuple[Any, CampaignFolder, optuna.Study]:
     text = SPEC.format(n_trials=n_trials, sleep=sleep, study_extra=study_extra, options=options, choices=choices)
     spec = parse_spec(tomllib.loads(text), "pipe.toml", text)
     folder = CampaignFolder(tmp_path / "pipe")
@@ -65,8 +71,12 @@ class WaitsForTrialZero(optuna.samplers.RandomSampler):
     def sample_independent(self, study, trial, param_name, param_distribution):  # type: ignore[no-untyped-def]
         if trial.number == 1:
             deadline = time.monotonic() + 30
-            while study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
-                    study._study_id, 0)).state != TrialState.COMPLETE:  # fmt: skip
+            while (
+                study._storage.get_trial(
+                    study._storage.get_trial_id_from_study_id_trial_number(study._study_id, 0)
+                ).state
+                != TrialState.COMPLETE
+            ):
                 if time.monotonic() > deadline:
                     raise TimeoutError("trial 0 was never told while trial 1 was being sampled")
                 time.sleep(0.01)
@@ -105,8 +115,7 @@ def test_batched_trials_each_report_fail_or_complete_on_their_own(tmp_path: Path
 @pytest.mark.timeout(180)
 def test_a_batch_whose_worker_dies_is_retried_trial_by_trial(tmp_path: Path) -> None:
     marker = tmp_path / "died"
-    spec, folder, study = make(tmp_path, n_trials=3, study_extra="batch_trials = 3",
-                               options=f', die_once = "{marker}"')  # fmt: skip
+    spec, folder, study = make(tmp_path, n_trials=3, study_extra="batch_trials = 3", options=f', die_once = "{marker}"')
     with open_cluster(ClusterOptions(n_workers=1)) as client:
         Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-lost"), sampling="inline").run()
     trials = study.get_trials()
@@ -154,8 +163,14 @@ def _collect_finished(executor: DaskExecutor, numbers: set[int], timeout: float 
 
 
 def _config(number: int, quality: float = 0.5) -> dict[str, Any]:
-    return {"study": "x", "number": number, "params": {"quality": quality}, "seed": number, "epochs": 1,
-            "options": {"sleep": 0.0}}  # fmt: skip
+    return {
+        "study": "x",
+        "number": number,
+        "params": {"quality": quality},
+        "seed": number,
+        "epochs": 1,
+        "options": {"sleep": 0.0},
+    }
 
 
 @pytest.mark.timeout(120)
@@ -164,10 +179,16 @@ def test_the_dask_executor_runs_a_batch_as_one_task_and_honours_a_preferred_work
         executor = DaskExecutor(client, "test-pipe-exec")
         workers = sorted(client.scheduler_info()["workers"])
         with pytest.raises(ValueError, match="one width"):
-            executor.submit_batch([TrialRequest(0, "toy_trainers:fit", _config(0)),
-                                   TrialRequest(1, "toy_trainers:fit", _config(1), width=2)])  # fmt: skip
-        batch = [TrialRequest(n, "toy_trainers:fit", _config(n, -1.0 if n == 11 else 0.5), prefer=workers[1])
-                 for n in (10, 11, 12)]  # fmt: skip
+            executor.submit_batch(
+                [
+                    TrialRequest(0, "toy_trainers:fit", _config(0)),
+                    TrialRequest(1, "toy_trainers:fit", _config(1), width=2),
+                ]
+            )
+        batch = [
+            TrialRequest(n, "toy_trainers:fit", _config(n, -1.0 if n == 11 else 0.5), prefer=workers[1])
+            for n in (10, 11, 12)
+        ]
         executor.submit_batch(batch)
         outcomes = _collect_finished(executor, {10, 11, 12})
         placed = []

@@ -13,10 +13,10 @@ from cluster.executor import CANCELLED, ERROR, LOST, OK, Outcome
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.loop.campaign import Campaign
 from search.loop.policies import Decision, KilledTrials, Policy, Resubmit, RetryLostTrials, Verdict
+from search.loop.trials import RunningTrial
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
-from search.loop.trials import RunningTrial
 from search.store.records import write_attrs
 from trainers.api import TrialConfig
 
@@ -113,8 +113,9 @@ def test_a_campaign_runs_a_trial_whose_worker_always_dies_max_retries_plus_one_t
     folder.create(text)
     study = load_study(spec, folder, create=True)
     # failure_rate must be < 1; with this seed every one of the attempts below is lost (checked by counts).
-    executor = SimulatedExecutor(2, TwoEpochs(), seed=11, failure_rate=0.999, recovery_seconds=0.0,
-                                 controller_time_scale=0)  # fmt: skip
+    executor = SimulatedExecutor(
+        2, TwoEpochs(), seed=11, failure_rate=0.999, recovery_seconds=0.0, controller_time_scale=0
+    )
     Campaign(spec, folder, study, executor, clock=executor.clock).run()
     trials = study.get_trials()
     assert len(trials) == n_trials
@@ -164,9 +165,7 @@ def test_a_killed_trial_is_pruned_when_it_reported_else_failed_with_the_kill_as_
     policy = KilledTrials()
     silent = running_trial(study)
     silent.killed = "trial timeout: killed after 61 s without answering the stop request"
-    assert ends(policy, silent, Outcome(CANCELLED, error="cancelled")) == Verdict(
-        TrialState.FAIL, (), silent.killed
-    )
+    assert ends(policy, silent, Outcome(CANCELLED, error="cancelled")) == Verdict(TrialState.FAIL, (), silent.killed)
     spoke = running_trial(study)
     spoke.killed = silent.killed
     spoke.reports.append((1, {"score": 0.5}, 2.0))

@@ -83,7 +83,8 @@ def test_a_trial_twice_a_workers_width_spans_both_with_one_seed_and_a_log_and_ti
     spec, marks = _spec(tmp_path, "epochs")
     folder, trials = _run(spec, tmp_path, monkeypatch)
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2, [
-        (t.user_attrs.get("fail_reason"), t.user_attrs.get("error")) for t in trials]
+        (t.user_attrs.get("fail_reason"), t.user_attrs.get("error")) for t in trials
+    ]
     for trial in trials:
         ranks = trial.user_attrs["ranks"]
         assert [r["rank"] for r in ranks] == [0, 1]
@@ -137,6 +138,9 @@ def test_a_width_the_embedded_cluster_can_hold_only_together_is_accepted_and_a_w
     cluster_for(spec, RunOptions(runs_dir=tmp_path))  # 2 ranks on 2 workers of 1 slot: spans both
     text = spec.text.replace("data_parallel = 2", "data_parallel = 3")
     wide = parse_spec(tomllib.loads(text), str(tmp_path / "wide.toml"), text)
-    with pytest.raises(SpecError, match="trainer.data_parallel: a trial may take 3 CPU slots, but the embedded "
-                                        r"cluster's 2 worker\(s\) have 2 in all \(1 each\)"):  # fmt: skip
+    with pytest.raises(
+        SpecError,
+        match="trainer.data_parallel: a trial may take 3 CPU slots, but the embedded "
+        r"cluster's 2 worker\(s\) have 2 in all \(1 each\)",
+    ):
         cluster_for(wide, RunOptions(runs_dir=tmp_path))

@@ -11,7 +11,6 @@ import pytest
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from search.loop.campaign import Campaign
-from search.store.folder import CampaignFolder
 from search.pbt.journal import PBTJournal
 from search.pbt.policy import Action, Decision, Member, PBTPolicy, PBTSpec, recorded_schedule
 from search.pbt.population import Population
@@ -21,6 +20,7 @@ from search.reports.report import write_report
 from search.reports.reproduce import comparison_text, reproduce_trial
 from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, SpecError, parse_spec
+from search.store.folder import CampaignFolder
 from trainers.api import RecordingReporter, TrialConfig
 from trainers.classifier import fit
 
@@ -29,8 +29,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def small() -> str:
     text = (ROOT / "examples" / "digits-pbt.toml").read_text()
-    return (text.replace("n_trials = 6", "n_trials = 4").replace("epochs = 12", "epochs = 6")
-            .replace("interval = 3", "interval = 2").replace('model = "cnn"', 'model = "mlp"'))  # fmt: skip
+    return (
+        text.replace("n_trials = 6", "n_trials = 4")
+        .replace("epochs = 12", "epochs = 6")
+        .replace("interval = 3", "interval = 2")
+        .replace('model = "cnn"', 'model = "mlp"')
+    )
 
 
 def new_campaign(tmp_path: Path) -> tuple[CampaignSpec, CampaignFolder, optuna.Study]:
@@ -81,7 +85,9 @@ def test_a_pbt_campaign_on_two_workers_ranks_everyone_at_every_rung_and_replays(
         Campaign(spec, folder, study, DaskExecutor(client, "test-pbt")).run()
 
     trials = study.get_trials()
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [t.user_attrs.get("fail_reason") for t in trials]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [
+        t.user_attrs.get("fail_reason") for t in trials
+    ]
     rungs = PBTJournal(folder.root).rungs()
     assert sorted(rungs) == [2, 4]  # every segment end but the last
     for epoch, rung in rungs.items():
@@ -105,9 +111,17 @@ def test_a_pbt_campaign_on_two_workers_ranks_everyone_at_every_rung_and_replays(
     assert len(schedule) >= 2 and schedule[0][1] == pytest.approx(1e-4)
     # The recorded schedule replays as a fixed one: a fresh run follows the same rate epoch by epoch.
     reporter = RecordingReporter()
-    fit(TrialConfig(study="replay", number=0, seed=1, epochs=6, dataset="digits",
-                    params={"lr": 0.01, "model": "mlp", "optimizer": "sgd", "schedule": "piecewise",
-                            "lr_points": schedule}), reporter)  # fmt: skip
+    fit(
+        TrialConfig(
+            study="replay",
+            number=0,
+            seed=1,
+            epochs=6,
+            dataset="digits",
+            params={"lr": 0.01, "model": "mlp", "optimizer": "sgd", "schedule": "piecewise", "lr_points": schedule},
+        ),
+        reporter,
+    )
     followed = recorded_schedule([(s, m) for s, m in bad.user_attrs["history"]])
     assert recorded_schedule([(s, m) for s, m in reporter.reports]) == followed
     # the report: who copied whom at each rung, and a timeline span per segment
@@ -130,8 +144,11 @@ def test_a_rung_decided_but_not_copied_is_copied_when_the_population_is_loaded(t
         (folder.trial(number) / "checkpoint.pt").write_bytes(b"state of %d" % number)
         (folder.trial(number) / "stdout.log").write_text(f"trial {number}\n")
     journal = PBTJournal(folder.root)
-    journal.decided(2, {0: 0.9, 1: 0.1}, {0: Decision(Action.CONTINUE, None, {"lr": 0.1}),
-                                          1: Decision(Action.EXPLOIT, 0, {"lr": 0.08})})  # fmt: skip
+    journal.decided(
+        2,
+        {0: 0.9, 1: 0.1},
+        {0: Decision(Action.CONTINUE, None, {"lr": 0.1}), 1: Decision(Action.EXPLOIT, 0, {"lr": 0.08})},
+    )
     with open(journal.path, "a") as fh:
         fh.write('{"applied": ')  # torn by a kill mid-write
     dists = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
@@ -174,9 +191,20 @@ def test_a_resumed_member_sends_again_its_own_reports_never_those_of_the_checkpo
 ) -> None:
     def run(folder: Path, seed: int, lr: float, epochs: int) -> list[int]:
         reporter = RecordingReporter()
-        fit(TrialConfig(study="s", number=seed, seed=seed, epochs=epochs, dataset="digits", schedule_epochs=4,
-                        inherit_checkpoint=True, checkpoint_dir=str(folder),
-                        params={"lr": lr, "model": "mlp", "optimizer": "sgd"}), reporter)  # fmt: skip
+        fit(
+            TrialConfig(
+                study="s",
+                number=seed,
+                seed=seed,
+                epochs=epochs,
+                dataset="digits",
+                schedule_epochs=4,
+                inherit_checkpoint=True,
+                checkpoint_dir=str(folder),
+                params={"lr": lr, "model": "mlp", "optimizer": "sgd"},
+            ),
+            reporter,
+        )
         return [step for step, _m in reporter.reports]
 
     source, member = tmp_path / "source", tmp_path / "member"

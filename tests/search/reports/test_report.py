@@ -29,6 +29,9 @@ import pytest
 from optuna.trial import TrialState
 
 from search.cli import main
+from search.reports.report import SECTION_IDS, write_report
+from search.session.runner import RunOptions, load_study, run_campaign
+from search.spec.campaign_spec import load_spec
 from search.store.environment import capture_environment, cluster_shape, record_environment, trainer_source_sha256
 from search.store.folder import CampaignFolder
 from search.store.records import (
@@ -41,21 +44,25 @@ from search.store.records import (
     encode_history,
     write_attrs,
 )
-from search.reports.report import SECTION_IDS, write_report
-from search.session.runner import RunOptions, load_study, run_campaign
 from search.store.storage import flusher
-from search.spec.campaign_spec import load_spec
-
 from tests.spec_files import write_spec
 
 # --- a tiny DevTools client ---------------------------------------------------------------------
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
+)
 
 
 @dataclasses.dataclass
@@ -76,15 +83,18 @@ def available() -> bool:
     return Path(CHROMIUM).exists()
 
 
-def open_page(url: str, screenshot: Path | None = None, timeout: float = 45.0, width: int = 1280,
-              probe: str = "null") -> PageResult:
+def open_page(
+    url: str, screenshot: Path | None = None, timeout: float = 45.0, width: int = 1280, probe: str = "null"
+) -> PageResult:
     """Load ``url`` in a fresh headless Chromium ``width`` CSS pixels wide; return what the page showed, every
     error it logged and what the JavaScript expression ``probe`` evaluated to in the page."""
     profile = tempfile.mkdtemp(prefix="hypersweep-chromium-")
     proc = subprocess.Popen(
         [CHROMIUM, *FLAGS, f"--window-size={width},900", f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = _devtools_port(proc, timeout)
         page_ws = _page_websocket(port, timeout)
@@ -174,16 +184,20 @@ async def _drive(page_ws: str, url: str, screenshot: Path | None, probe_js: str 
         await s.call("Page.navigate", url=url)
         await s.wait_event("Page.loadEventFired")
         await asyncio.sleep(0.3)  # late console messages
-        probe = await s.call("Runtime.evaluate", returnByValue=True, expression=(
-            "({ids: Array.from(document.querySelectorAll('section[id]')).map(e => e.id), title: document.title,"
-            " images: document.images.length,"
-            " broken: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length,"
-            " texts: Object.fromEntries(Array.from(document.querySelectorAll('section[id]'))"
-            "   .map(e => [e.id, e.innerText])),"
-            " nav: (document.querySelector('nav') || {innerText: ''}).innerText,"
-            " figures: Array.from(document.images).map(i => ({alt: i.alt, width: i.naturalWidth,"
-            "   height: i.naturalHeight, shown: i.getBoundingClientRect().width}))})"
-        ))  # fmt: skip
+        probe = await s.call(
+            "Runtime.evaluate",
+            returnByValue=True,
+            expression=(
+                "({ids: Array.from(document.querySelectorAll('section[id]')).map(e => e.id), title: document.title,"
+                " images: document.images.length,"
+                " broken: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length,"
+                " texts: Object.fromEntries(Array.from(document.querySelectorAll('section[id]'))"
+                "   .map(e => [e.id, e.innerText])),"
+                " nav: (document.querySelector('nav') || {innerText: ''}).innerText,"
+                " figures: Array.from(document.images).map(i => ({alt: i.alt, width: i.naturalWidth,"
+                "   height: i.naturalHeight, shown: i.getBoundingClientRect().width}))})"
+            ),
+        )
         value = probe["result"]["value"]
         asked = await s.call("Runtime.evaluate", returnByValue=True, expression=f"({probe_js})")
         shot = None
@@ -195,8 +209,18 @@ async def _drive(page_ws: str, url: str, screenshot: Path | None, probe_js: str 
             screenshot.write_bytes(base64.b64decode(data["data"]))
             shot = screenshot
         await s.call("Runtime.evaluate", expression="0")  # drain events that arrived meanwhile
-        return PageResult(_errors(s.events), value["ids"], value["title"], value["images"], value["broken"], shot,
-                          value["texts"], value["nav"], value["figures"], asked["result"].get("value"))
+        return PageResult(
+            _errors(s.events),
+            value["ids"],
+            value["title"],
+            value["images"],
+            value["broken"],
+            shot,
+            value["texts"],
+            value["nav"],
+            value["figures"],
+            asked["result"].get("value"),
+        )
     finally:
         ws.close()
 
@@ -215,8 +239,6 @@ def _errors(events: list[dict[str, Any]]) -> list[str]:
             entry = params["entry"]
             errors.append(f"log ({entry.get('source')}): {entry.get('text')} {entry.get('url', '')}".strip())
     return errors
-
-
 
 
 # --- a real digits campaign ------------------------------------------------------------------
@@ -268,8 +290,12 @@ def test_campaign_records_its_environment_at_start(digits_report: CampaignFolder
     env = json.loads(digits_report.environment.read_text())
     assert env["cluster"]["workers"] == 2 and env["cluster"]["resources"] == {"CPU": 2.0}
     assert env["torch"]["version"] and env["packages"]["optuna"] == optuna.__version__
-    assert env["study"] == {"name": "digits-report", "seed": 11, "spec_sha256": load_spec(digits_report.spec).sha256,
-                            "deterministic": False}
+    assert env["study"] == {
+        "name": "digits-report",
+        "seed": 11,
+        "spec_sha256": load_spec(digits_report.spec).sha256,
+        "deterministic": False,
+    }
     assert env["trainer"]["source_sha256"] == trainer_source_sha256("trainers.classifier:fit")["source_sha256"]
     assert env["trainer"]["source"].endswith("trainers/classifier.py")
 
@@ -362,9 +388,13 @@ def _hand_made_campaign(root: Path) -> CampaignFolder:
     spec = load_spec(write_spec(root.parent / "toy-mo.toml", TOY_MO))
     folder.create(spec.text)
     study = load_study(spec, folder, create=True)
-    info = {"address": "tcp://127.0.0.1:1", "workers": {
-        f"tcp://127.0.0.1:{p}": {"name": i, "host": "127.0.0.1", "nthreads": 1, "resources": {"CPU": 1}}
-        for i, p in enumerate((2, 3))}}  # fmt: skip
+    info = {
+        "address": "tcp://127.0.0.1:1",
+        "workers": {
+            f"tcp://127.0.0.1:{p}": {"name": i, "host": "127.0.0.1", "nthreads": 1, "resources": {"CPU": 1}}
+            for i, p in enumerate((2, 3))
+        },
+    }
     record_environment(folder.environment, capture_environment(info, spec))
     t0 = 1_700_000_000.0
     for n in range(6):
@@ -372,13 +402,23 @@ def _hand_made_campaign(root: Path) -> CampaignFolder:
         quality = trial.suggest_float("quality", 0.0, 1.0)
         tag = trial.suggest_categorical("tag", ["<b>bold</b>", "plain"])
         history = [[e, {"score": quality * e / 3, "steps": float(e), "epoch": float(e)}] for e in (1, 2, 3)]
-        attrs = {"seed": n, "worker": f"tcp://127.0.0.1:{2 + n % 2}", "started": t0 + n, "finished": t0 + n + 1.5,
-                 "history": history, "metrics": history[-1][1], "config": {"params": {"quality": quality, "tag": tag}}}
+        attrs = {
+            "seed": n,
+            "worker": f"tcp://127.0.0.1:{2 + n % 2}",
+            "started": t0 + n,
+            "finished": t0 + n + 1.5,
+            "history": history,
+            "metrics": history[-1][1],
+            "config": {"params": {"quality": quality, "tag": tag}},
+        }
         attrs["genome"] = f"conv3x3-{n} > pool > dense-64"
         write_attrs(trial, **attrs)
         if n == 4:
-            write_attrs(trial, fail_reason=f"ValueError: {HOSTILE}",
-                        traceback=f"Traceback (most recent call last):\n  ...\nValueError: {HOSTILE}")
+            write_attrs(
+                trial,
+                fail_reason=f"ValueError: {HOSTILE}",
+                traceback=f"Traceback (most recent call last):\n  ...\nValueError: {HOSTILE}",
+            )
             study.tell(trial, state=TrialState.FAIL)
         else:
             study.tell(trial, [quality, 3.0 - n % 2])
@@ -443,10 +483,14 @@ def test_importances_rest_on_the_campaigns_own_trials_not_its_warm_start_copies(
         quality, tag, copy = float(rng.uniform()), ("<b>bold</b>", "plain")[n % 2], n >= 12
         value = 10.0 * (tag == "plain") if copy else quality
         attrs = {WARM_START: "runs/old"} if copy else {}
-        study.add_trial(optuna.trial.create_trial(params={"quality": quality, "tag": tag}, distributions=space,
-                                                  values=[value, value], user_attrs=attrs))  # fmt: skip
-    data = CampaignData(CampaignFolder(tmp_path / "runs" / "toy-mo"), spec, study,
-                        tuple(own_trials(study.get_trials())), None, None)  # fmt: skip
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"quality": quality, "tag": tag}, distributions=space, values=[value, value], user_attrs=attrs
+            )
+        )
+    data = CampaignData(
+        CampaignFolder(tmp_path / "runs" / "toy-mo"), spec, study, tuple(own_trials(study.get_trials())), None, None
+    )
     values, problem = importances(data)
     assert problem == "" and set(values) == {"score", "steps"}
     for metric in values:
@@ -454,9 +498,15 @@ def test_importances_rest_on_the_campaigns_own_trials_not_its_warm_start_copies(
 
 
 def test_cluster_shape_and_resumed_environment(tmp_path: Path) -> None:
-    shape = cluster_shape({"address": "tcp://s:1", "workers": {
-        "tcp://a:1": {"host": "a", "nthreads": 2, "resources": {"GPU": 2}},
-        "tcp://b:1": {"host": "b", "nthreads": 2, "resources": {"GPU": 1}}}})  # fmt: skip
+    shape = cluster_shape(
+        {
+            "address": "tcp://s:1",
+            "workers": {
+                "tcp://a:1": {"host": "a", "nthreads": 2, "resources": {"GPU": 2}},
+                "tcp://b:1": {"host": "b", "nthreads": 2, "resources": {"GPU": 1}},
+            },
+        }
+    )
     assert (shape["workers"], shape["threads"], shape["resources"], shape["hosts"]) == (2, 4, {"GPU": 3.0}, ["a", "b"])
     path = tmp_path / "environment.json"
     record_environment(path, {"first": 1})
@@ -479,10 +529,22 @@ def test_a_trial_record_reads_back_what_the_controller_wrote() -> None:
     trial.suggest_float("lr", 1e-3, 1e-1, log=True)
     history = encode_history([(1, {"loss": 0.5, "lr": 0.1}, 11.0), (2, {"loss": float("nan"), "lr": 0.05}, 12.0)])
     assert history == [[1, {"loss": 0.5, "lr": 0.1}], [2, {"loss": "nan", "lr": 0.05}]]  # JSON-safe as stored
-    write_attrs(trial, seed=7, config={"params": {"lr": 0.1, "genome": "a>b"}, "seed": 7}, width=2, worker="w1",
-                devices=[0, 1], started=10.0, finished=12.5, duration=2.5, history=history,
-                metrics={"loss": "nan", "n_params": 10.0}, stop_reason="pruned at step 2", retries=1,
-                pbt_schedule=[[0, 0.1], [100, 0.05]])
+    write_attrs(
+        trial,
+        seed=7,
+        config={"params": {"lr": 0.1, "genome": "a>b"}, "seed": 7},
+        width=2,
+        worker="w1",
+        devices=[0, 1],
+        started=10.0,
+        finished=12.5,
+        duration=2.5,
+        history=history,
+        metrics={"loss": "nan", "n_params": 10.0},
+        stop_reason="pruned at step 2",
+        retries=1,
+        pbt_schedule=[[0, 0.1], [100, 0.05]],
+    )
     study.tell(trial, state=TrialState.PRUNED)
     record = TrialRecord.of(study.trials[0])
     assert (record.number, record.state, record.seed, record.width, record.worker) == (0, TrialState.PRUNED, 7, 2, "w1")
@@ -505,7 +567,13 @@ def test_a_bare_trial_reads_as_defaults_and_unknown_names_are_refused() -> None:
     record = TrialRecord.of(study.trials[0])
     assert record.state_name == "INTERRUPTED" and record.history == ((1, {"x": 1.0}),)
     assert (record.seed, record.config, record.metrics, record.worker, record.started, record.genome) == (None,) * 6
-    assert (record.fail_reason, record.traceback, record.retries, record.devices, record.timed) == ("", "", 0, (), False)
+    assert (record.fail_reason, record.traceback, record.retries, record.devices, record.timed) == (
+        "",
+        "",
+        0,
+        (),
+        False,
+    )
     assert {Attr.SEED, Attr.HISTORY, Attr.PBT_LINEAGE, Attr.FAIL_REASON} <= TRIAL_ATTRS
 
 

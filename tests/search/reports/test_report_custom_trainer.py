@@ -24,7 +24,6 @@ from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from search.store.records import TrialRecord
-
 from tests.search.reports.test_report import CHROMIUM, PageResult, available, open_page
 from tests.spec_files import write_spec
 
@@ -165,8 +164,9 @@ def test_the_reported_lr_is_plotted_and_only_the_builtin_trainer_gets_a_rebuilt_
     assert source == "reported" and [s for s, _ in points] == [1, 2, 3, 4, 5]
     assert [lr for _s, lr in points] == pytest.approx([record.params["lr"] * 0.5**k for k in range(5)])
     assert lr_curve(record, builtin=True)[1] == "reported"  # reported wins even for the built-in trainer
-    silent = dataclasses.replace(record, recorded_history=tuple(
-        [s, {k: v for k, v in m.items() if k != "lr"}] for s, m in record.history))
+    silent = dataclasses.replace(
+        record, recorded_history=tuple([s, {k: v for k, v in m.items() if k != "lr"}] for s, m in record.history)
+    )
     assert lr_curve(silent, builtin=False) == ([], "")  # no lr and not the built-in trainer: nothing to plot
     rebuilt, how = lr_curve(silent, builtin=True)
     assert how == "rebuilt" and rebuilt and all(math.isfinite(v) for _s, v in rebuilt)
@@ -183,6 +183,10 @@ def test_a_dataset_is_named_only_where_it_is_known(tmp_path: Path) -> None:
 
 def test_worker_labels_are_short() -> None:
     assert worker_labels(["tls://127.0.0.1:4100", "tls://127.0.0.1:39"]) == {
-        "tls://127.0.0.1:39": "w1 :39", "tls://127.0.0.1:4100": "w2 :4100"}
+        "tls://127.0.0.1:39": "w1 :39",
+        "tls://127.0.0.1:4100": "w2 :4100",
+    }
     assert worker_labels(["tcp://gpu-node-7.cluster.example.org:4000", "tcp://10.0.0.2:5"]) == {
-        "tcp://10.0.0.2:5": "w1 10.0.0.2:5", "tcp://gpu-node-7.cluster.example.org:4000": "w2 gpu-node-7:4000"}
+        "tcp://10.0.0.2:5": "w1 10.0.0.2:5",
+        "tcp://gpu-node-7.cluster.example.org:4000": "w2 gpu-node-7:4000",
+    }

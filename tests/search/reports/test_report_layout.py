@@ -15,6 +15,9 @@ from matplotlib.text import Text
 
 from search.reports import plots
 from search.reports.data import CampaignData, history_points, load_campaign, lr_curve
+from search.reports.report import write_report
+from search.reports.status import status_text
+from search.reports.summary import best_table, trial_params
 from search.reports.timing import (
     TimeAxis,
     idle_gaps,
@@ -24,15 +27,11 @@ from search.reports.timing import (
     utilization,
     worker_labels,
 )
-from search.reports.report import write_report
-from search.reports.status import status_text
-from search.reports.summary import best_table, trial_params
 from search.session.runner import RunOptions, resume_campaign, run_campaign
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from spaces.architecture import genome_from_string
 from spaces.genomes import CellSpace
-
 from tests.search.reports.test_report import CHROMIUM, available, open_page
 from tests.spec_files import write_spec
 
@@ -178,7 +177,10 @@ def test_the_architecture_reads_the_same_in_status_the_run_table_and_the_report(
 
 
 def test_a_trial_with_only_flat_architecture_parameters_is_shown_as_its_genome_string(tmp_path: Path) -> None:
-    spec = load_spec(write_spec(tmp_path / "cell.toml", """
+    spec = load_spec(
+        write_spec(
+            tmp_path / "cell.toml",
+            """
         [study]
         name = "cell"
         direction = "maximize"
@@ -188,7 +190,9 @@ def test_a_trial_with_only_flat_architecture_parameters_is_shown_as_its_genome_s
         [space]
         arch = { type = "cell" }
         lr = { type = "float", low = 1e-3, high = 1e-1, log = true }
-    """))
+    """,
+        )
+    )
     cells = CellSpace()
     genome = cells.sample(np.random.default_rng(3))
     flat = {"lr": 0.01, **cells.encode(genome, "arch")}
@@ -245,10 +249,8 @@ def test_each_spec_digest_of_a_resumed_campaign_says_which_spec_it_is(resumed: C
     spec = _section(page, "spec")
     assert f"<td>frozen spec.toml sha256</td><td>{frozen} (matches the study" in spec
     environment = _section(page, "environment")
-    first = re.search(r"<td>spec sha256 at the first run</td><td>([0-9a-f]{64}) \(([^)]*)\)",
-                      environment)
-    again = re.search(r"<td>spec sha256 at resume 1 \([^)]*\)</td><td>([0-9a-f]{64}) \(([^)]*)\)",
-                      environment)
+    first = re.search(r"<td>spec sha256 at the first run</td><td>([0-9a-f]{64}) \(([^)]*)\)", environment)
+    again = re.search(r"<td>spec sha256 at resume 1 \([^)]*\)</td><td>([0-9a-f]{64}) \(([^)]*)\)", environment)
     assert first and again, environment
     assert first.group(1) != frozen and first.group(2) == "differs from the frozen spec.toml"  # --n-trials 4
     assert again.group(1) == frozen and again.group(2) == "the frozen spec.toml"
@@ -269,14 +271,16 @@ def _figures_of(data: CampaignData) -> dict[str, plots.Drawn]:
     reported = {r.number: (r.state.name, [(s, dict(m)) for s, m in r.history]) for r in records}
     return {
         "lr": plots.lr_curves(curves),
-        "history": plots.optimization_history(points.complete, points.pruned, points.failed, True, data.metrics[0],
-                                              points.cuts),
+        "history": plots.optimization_history(
+            points.complete, points.pruned, points.failed, True, data.metrics[0], points.cuts
+        ),
         "curves": plots.learning_curves(reported, ["val_accuracy", "train_loss"], [t.number for t in top]),
         "importance": plots.importance_bars({"a long parameter name": 0.7, "lr": 0.3}, data.metrics[0]),
         "epochs": plots.epochs_bars([(r.number, 1.0, r.state.name) for r in records], 1),
         "gantt": plots.gantt(spans, worker_labels([s.worker for s in spans]), data.time_axis(origin)),
-        "pareto": plots.pareto([(0.5, 100.0), (0.9, 4000.0)], [(0, 0.5, 100.0), (1, 0.9, 4000.0)],
-                               ["val_accuracy", "n_params"]),
+        "pareto": plots.pareto(
+            [(0.5, 100.0), (0.9, 4000.0)], [(0, 0.5, 100.0), (1, 0.9, 4000.0)], ["val_accuracy", "n_params"]
+        ),
     }
 
 
@@ -335,10 +339,19 @@ def test_hand_made_pbt_segments_around_a_resume_have_the_gap_between_them_cut() 
 
     from search.store.records import TrialRecord
 
-    member = TrialRecord(number=0, state=TrialState.COMPLETE, params={}, values=(1.0,), started=100.0,
-                         finished=300.0, worker="w1", pbt_segments=((100.0, 150.0, "w1"), (250.0, 300.0, "w2")))
-    other = TrialRecord(number=1, state=TrialState.COMPLETE, params={}, values=(1.0,), started=100.0, finished=140.0,
-                        worker="w2")
+    member = TrialRecord(
+        number=0,
+        state=TrialState.COMPLETE,
+        params={},
+        values=(1.0,),
+        started=100.0,
+        finished=300.0,
+        worker="w1",
+        pbt_segments=((100.0, 150.0, "w1"), (250.0, 300.0, "w2")),
+    )
+    other = TrialRecord(
+        number=1, state=TrialState.COMPLETE, params={}, values=(1.0,), started=100.0, finished=140.0, worker="w2"
+    )
     asked = {0: 90.0, 1: 95.0}
     assert idle_gaps([member, other], [200.0], asked) == [(150.0, 250.0)]  # the member's own run spans the resume
     assert idle_gaps([member, other], [145.0], asked) == []  # a segment was running then: nothing is cut

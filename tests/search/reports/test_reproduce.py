@@ -13,11 +13,10 @@ import optuna
 import pytest
 
 from search.cli import main
-from search.store.folder import CampaignFolder
 from search.reports.reproduce import Check, compare, reproduce_trial
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
-
+from search.store.folder import CampaignFolder
 from tests.spec_files import write_spec
 
 DIGITS = """
@@ -156,7 +155,7 @@ quality = { type = "float", low = 0.0, high = 1.0 }
 n_workers = 1
 """
 
-OWN_FIT = '''
+OWN_FIT = """
 from owntrain.scale import FACTOR
 
 
@@ -166,7 +165,7 @@ def fit(config, reporter):
         metrics = {"score": FACTOR * config.params["quality"] * epoch, "epoch": float(epoch)}
         reporter.report(epoch, metrics)
     return metrics
-'''
+"""
 
 
 def _user_shell() -> dict[str, str]:
@@ -185,7 +184,7 @@ def _sh(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _printed_commands(markdown: str) -> list[str]:
     """The shell commands of the report's Reproduce section, exactly as printed."""
-    section = markdown[markdown.index("Reproduce"):]
+    section = markdown[markdown.index("Reproduce") :]
     return re.findall(r"```sh\n(.*?)\n```", section, flags=re.S)
 
 
@@ -207,9 +206,11 @@ def test_the_printed_commands_work_as_printed_for_a_trainer_beside_the_spec(tmp_
     assert _sh(f"hypersweep report {folder}", cwd=tmp_path).returncode == 0
     commands = _printed_commands((folder / "report" / "report.md").read_text())
     assert [c.split()[:2] for c in commands] == [
-        ["sha256sum", str(folder / "spec.toml")], ["hypersweep", "run"], ["hypersweep", "reproduce"],
+        ["sha256sum", str(folder / "spec.toml")],
+        ["hypersweep", "run"],
+        ["hypersweep", "reproduce"],
         ["hypersweep", "report"],
-    ]  # fmt: skip
+    ]
     # Each, as printed, from another folder.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -35,8 +35,14 @@ def fit_model(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     params = config.params
     hidden = params.get("hidden")
     score = BASE[params["model"]] + (hidden or 0) / 1000 + float(params.get("depth", 0)) / 100
-    metrics = {"score": score, "has_hidden": float("hidden" in params), "size": float((hidden or 0) - 128),
-               "epoch": 1.0, "examples": 100.0, "steps": 1.0}  # fmt: skip
+    metrics = {
+        "score": score,
+        "has_hidden": float("hidden" in params),
+        "size": float((hidden or 0) - 128),
+        "epoch": 1.0,
+        "examples": 100.0,
+        "steps": 1.0,
+    }
     reporter.report(1, metrics)
     return metrics
 
@@ -67,8 +73,9 @@ lr = 0.1
 """
 
 
-def make(tmp_path: Path, sampler: str = "tpe", n_trials: int = 12, extra: str = "",
-         name: str = "cond") -> tuple[Any, CampaignFolder, optuna.Study]:  # fmt: skip
+def make(
+    tmp_path: Path, sampler: str = "tpe", n_trials: int = 12, extra: str = "", name: str = "cond"
+) -> tuple[Any, CampaignFolder, optuna.Study]:
     text = SPEC.format(sampler=sampler, n_trials=n_trials, extra=extra)
     spec = parse_spec(tomllib.loads(text), "cond.toml", text)
     folder = CampaignFolder(tmp_path / name)
@@ -110,26 +117,50 @@ def _spec_error(space: str, extra: str = "", sampler: str = "tpe", check_trainer
 @pytest.mark.parametrize(
     ("space", "key", "fragment"),
     [
-        ('model = "mlp"\nhidden = { type = "int", low = 1, high = 4, when = { modle = "mlp" } }',
-         "space.hidden.when.modle", "unknown parameter; did you mean 'model'?"),
-        ('model = { type = "categorical", choices = ["mlp", "cnn"] }\n'
-         'hidden = { type = "int", low = 1, high = 4, when = { model = "rnn" } }',
-         "space.hidden.when.model", "'rnn' is not a value 'model' can take: ['mlp', 'cnn']"),
-        ('model = { type = "categorical", choices = ["mlp", "cnn"] }\n'
-         'hidden = { type = "int", low = 1, high = 4, when = { model = ["mlp", "gru"] } }',
-         "space.hidden.when.model", "'gru' is not a value"),
-        ('a = { type = "int", low = 1, high = 4, when = { b = 1 } }\n'
-         'b = { type = "int", low = 1, high = 4, when = { c = 2 } }\n'
-         'c = { type = "int", low = 1, high = 4, when = { a = 3 } }',
-         "space.a.when", "conditions form a cycle: a -> b -> c -> a"),
-        ('a = { type = "int", low = 1, high = 4, when = { a = 1 } }', "space.a.when.a",
-         "cannot name the parameter itself"),
-        ('lr = { type = "float", low = 0.1, high = 1.0 }\nh = { type = "int", low = 1, high = 4, when = { lr = 0.5 } }',
-         "space.h.when.lr", "a condition may name a categorical, int, batch_size or fixed parameter; 'lr' is float"),
-        ('h = { type = "int", low = 1, high = 4, when = { w = 5 } }\nw = { type = "int", low = 2, high = 8, step = 2 }',
-         "space.h.when.w", "5 is not a value 'w' can take: [2, 4, 6, 8]"),
-        ('model = "cnn"\nh = { type = "int", low = 1, high = 4, when = { model = "mlp" } }',
-         "space.h.when.model", "never holds: 'model' is fixed at 'cnn'"),
+        (
+            'model = "mlp"\nhidden = { type = "int", low = 1, high = 4, when = { modle = "mlp" } }',
+            "space.hidden.when.modle",
+            "unknown parameter; did you mean 'model'?",
+        ),
+        (
+            'model = { type = "categorical", choices = ["mlp", "cnn"] }\n'
+            'hidden = { type = "int", low = 1, high = 4, when = { model = "rnn" } }',
+            "space.hidden.when.model",
+            "'rnn' is not a value 'model' can take: ['mlp', 'cnn']",
+        ),
+        (
+            'model = { type = "categorical", choices = ["mlp", "cnn"] }\n'
+            'hidden = { type = "int", low = 1, high = 4, when = { model = ["mlp", "gru"] } }',
+            "space.hidden.when.model",
+            "'gru' is not a value",
+        ),
+        (
+            'a = { type = "int", low = 1, high = 4, when = { b = 1 } }\n'
+            'b = { type = "int", low = 1, high = 4, when = { c = 2 } }\n'
+            'c = { type = "int", low = 1, high = 4, when = { a = 3 } }',
+            "space.a.when",
+            "conditions form a cycle: a -> b -> c -> a",
+        ),
+        (
+            'a = { type = "int", low = 1, high = 4, when = { a = 1 } }',
+            "space.a.when.a",
+            "cannot name the parameter itself",
+        ),
+        (
+            'lr = { type = "float", low = 0.1, high = 1.0 }\nh = { type = "int", low = 1, high = 4, when = { lr = 0.5 } }',
+            "space.h.when.lr",
+            "a condition may name a categorical, int, batch_size or fixed parameter; 'lr' is float",
+        ),
+        (
+            'h = { type = "int", low = 1, high = 4, when = { w = 5 } }\nw = { type = "int", low = 2, high = 8, step = 2 }',
+            "space.h.when.w",
+            "5 is not a value 'w' can take: [2, 4, 6, 8]",
+        ),
+        (
+            'model = "cnn"\nh = { type = "int", low = 1, high = 4, when = { model = "mlp" } }',
+            "space.h.when.model",
+            "never holds: 'model' is fixed at 'cnn'",
+        ),
         ('h = { type = "int", low = 1, high = 4, default = 2 }', "space.h.default", "only a conditional parameter"),
         ('h = { type = "int", low = 1, high = 4, when = "model" }', "space.h.when", "must be a table"),
         ('h = { type = "int", low = 1, high = 4, wen = { m = 1 } }', "space.h.wen", "did you mean 'when'?"),

@@ -57,9 +57,7 @@ def genomes(study: optuna.Study) -> list[str]:
 # --------------------------------------------------------------------------- Optuna's contract
 
 
-class TestOptunaSamplerContract(
-    BasicSamplerTestCase, RelativeSamplerTestCase, SingleOnlySamplerTestCase
-):
+class TestOptunaSamplerContract(BasicSamplerTestCase, RelativeSamplerTestCase, SingleOnlySamplerTestCase):
     """Optuna's own sampler test suites (non-architecture params go to the base sampler)."""
 
     @pytest.fixture
@@ -109,9 +107,7 @@ def test_default_knobs() -> None:
 
 
 def test_optimize_evolves_and_records_lineage() -> None:
-    sampler = RegularizedEvolutionSampler(
-        CellSpace(), population_size=10, sample_size=3, seed=1, n_startup_trials=10
-    )
+    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=10, sample_size=3, seed=1, n_startup_trials=10)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.optimize(make_objective(sampler), n_trials=60)
     trials = study.trials
@@ -233,12 +229,18 @@ def test_trials_without_genome_are_ignored_and_attrs_are_a_fallback() -> None:
     space = CellSpace()
     sampler = RegularizedEvolutionSampler(space, population_size=2, sample_size=2, seed=0)
     study = optuna.create_study(sampler=sampler)
-    study.add_trial(optuna.trial.create_trial(params={"x": 1.0},
-                    distributions={"x": optuna.distributions.FloatDistribution(0, 2)}, value=0.0))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"x": 1.0}, distributions={"x": optuna.distributions.FloatDistribution(0, 2)}, value=0.0
+        )
+    )
     good = CellGenome(("nor_conv_3x3",) * 6)
     study.add_trial(optuna.trial.create_trial(value=1.0, system_attrs={GENOME_ATTR: good.to_string()}))
-    study.add_trial(optuna.trial.create_trial(
-        params=space.encode(good, "arch"), distributions=space.distributions("arch"), value=2.0))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=space.encode(good, "arch"), distributions=space.distributions("arch"), value=2.0
+        )
+    )
     assert sampler.genome_of(study.trials[0]) is None
     assert sampler.genome_of(study.trials[1]) == good
     trial = study.ask()
@@ -336,8 +338,9 @@ def classic_reference(seed: int, n_trials: int, population: int, sample: int) ->
 
 
 def test_classic_knobs_reproduce_the_classic_algorithm_draw_for_draw() -> None:
-    sampler = RegularizedEvolutionSampler(CellSpace(), population_size=8, sample_size=3, seed=7,
-                                          n_startup_trials=8, candidates=1, skip_duplicates=False)  # fmt: skip
+    sampler = RegularizedEvolutionSampler(
+        CellSpace(), population_size=8, sample_size=3, seed=7, n_startup_trials=8, candidates=1, skip_duplicates=False
+    )
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.optimize(lambda t: cell_fitness(sampler.suggest(t)), n_trials=80)  # type: ignore[arg-type]
     assert genomes(study) == classic_reference(7, 80, 8, 3)
@@ -347,7 +350,10 @@ def test_classic_knobs_reproduce_the_classic_algorithm_draw_for_draw() -> None:
 def test_no_genome_is_proposed_twice() -> None:
     def run(**kwargs: object) -> list[str]:
         sampler = RegularizedEvolutionSampler(
-            CellSpace(), population_size=10, seed=2, **kwargs  # type: ignore[arg-type]
+            CellSpace(),
+            population_size=10,
+            seed=2,
+            **kwargs,  # type: ignore[arg-type]
         )
         return genomes(drive_async(sampler, 300, workers=16, order_seed=0))
 
@@ -368,9 +374,11 @@ def test_an_exhausted_neighbourhood_moves_two_mutations_away() -> None:
             if op != parent.edges[edge]:
                 ops = list(parent.edges)
                 ops[edge] = op
-                study.add_trial(optuna.trial.create_trial(  # failed trials count as taken too
-                    params=space.encode(CellGenome(tuple(ops)), "arch"), distributions=dists,
-                    state=TrialState.FAIL))  # fmt: skip
+                study.add_trial(
+                    optuna.trial.create_trial(  # failed trials count as taken too
+                        params=space.encode(CellGenome(tuple(ops)), "arch"), distributions=dists, state=TrialState.FAIL
+                    )
+                )
     for _ in range(5):
         trial, child = ask_genome(study, sampler)
         assert lineage_of(study, trial)[0] == 0
@@ -406,8 +414,11 @@ def _rated_study(cells: list[CellGenome], values: list[float]) -> optuna.Study:
     space = CellSpace()
     study = optuna.create_study(direction="maximize")
     for cell, value in zip(cells, values):
-        study.add_trial(optuna.trial.create_trial(params=space.encode(cell, "arch"),
-                                                  distributions=space.distributions("arch"), value=value))  # fmt: skip
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=space.encode(cell, "arch"), distributions=space.distributions("arch"), value=value
+            )
+        )
     return study
 
 
@@ -422,8 +433,9 @@ def test_the_candidate_model_ranks_cells_from_twenty_results() -> None:
     for seed in range(10):
         rng = np.random.default_rng(seed)
         cells = [space.sample(rng) for _ in range(20)]
-        score = _candidate_model(RegularizedEvolutionSampler(space, seed=seed),
-                                 _rated_study(cells, [cell_fitness(c) for c in cells]))  # fmt: skip
+        score = _candidate_model(
+            RegularizedEvolutionSampler(space, seed=seed), _rated_study(cells, [cell_fitness(c) for c in cells])
+        )
         new = [space.sample(rng) for _ in range(300)]
         correlations.append(spearmanr([score(c) for c in new], [cell_fitness(c) for c in new]).statistic)
     assert float(np.mean(correlations)) > 0.7
@@ -459,9 +471,27 @@ def test_unpickling_a_sampler_from_before_the_knobs_keeps_the_classic_algorithm(
 def test_bench_evolution_runs_and_reports_rank_tests(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from bench import evolution as bench_evolution
 
-    rows = bench_evolution.main(["--seeds", "3", "--workers", "8", "--budgets", "12", "24", "--datasets", "cifar10",
-                                 "--methods", "evolution", "random", "evolution-classic",
-                                 "--out", str(tmp_path / "s.csv"), "--runs-out", str(tmp_path / "r.csv")])  # fmt: skip
+    rows = bench_evolution.main(
+        [
+            "--seeds",
+            "3",
+            "--workers",
+            "8",
+            "--budgets",
+            "12",
+            "24",
+            "--datasets",
+            "cifar10",
+            "--methods",
+            "evolution",
+            "random",
+            "evolution-classic",
+            "--out",
+            str(tmp_path / "s.csv"),
+            "--runs-out",
+            str(tmp_path / "r.csv"),
+        ]
+    )
     assert [(r["workers"], r["budget"], r["seeds"]) for r in rows] == [(8, 12, 3), (8, 24, 3)]
     for row in rows:
         assert 0.0 <= row["p_val_vs_random"] <= 1.0 and 0.0 <= row["p_test_vs_evolution-classic"] <= 1.0

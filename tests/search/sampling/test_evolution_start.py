@@ -7,8 +7,8 @@ import pytest
 
 from search.sampling.evolution import MUTATION_ATTR, RegularizedEvolutionSampler
 from search.sampling.samplers import make_sampler, sampler_info
-from spaces.params import parse_space
 from spaces.genomes import CellSpace
+from spaces.params import parse_space
 
 
 def _kinds_one_worker(sampler: RegularizedEvolutionSampler, trials: int) -> list[str]:

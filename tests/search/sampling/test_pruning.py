@@ -10,9 +10,9 @@ import pytest
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from search.loop.campaign import Campaign
-from search.store.folder import CampaignFolder
 from search.session.runner import load_study
 from search.spec.campaign_spec import SpecError, parse_spec
+from search.store.folder import CampaignFolder
 
 pytestmark = pytest.mark.slow
 

@@ -20,13 +20,13 @@ from optuna.trial import TrialState
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.simulated import SimulatedExecutor, TrialPlan
-from search.sampling.asker import AskFailed
 from search.loop.campaign import Campaign
-from search.store.folder import CampaignFolder
-from search.session.runner import load_study
+from search.sampling.asker import AskFailed
 from search.sampling.process import NotPortable, ProcessAsker, ReplaySampler, SamplerDied
 from search.sampling.samplers import make_sampler
+from search.session.runner import load_study
 from search.spec.campaign_spec import REPLICA_SAFE, SpecError, parse_spec
+from search.store.folder import CampaignFolder
 from spaces.params import parse_space
 
 DISTS = {"x": FloatDistribution(0.0, 1.0), "k": IntDistribution(1, 8)}

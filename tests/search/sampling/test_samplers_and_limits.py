@@ -9,8 +9,8 @@ import optuna
 import pytest
 
 from search.sampling.pruning import make_pruner
-from search.session.runner import RunOptions, run_campaign
 from search.sampling.samplers import make_sampler
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import PRUNERS, SAMPLERS, PrunerSpec, parse_spec
 from spaces import parse_space
 from tests.campaign_storage import load
@@ -20,7 +20,10 @@ SPACE = {
     "width": {"type": "int", "low": 8, "high": 64, "step": 8},
     "act": {"type": "categorical", "choices": ["relu", "tanh"]},
 }
-GRID = {"width": {"type": "int", "low": 8, "high": 32, "step": 8}, "act": {"type": "categorical", "choices": ["a", "b"]}}
+GRID = {
+    "width": {"type": "int", "low": 8, "high": 32, "step": 8},
+    "act": {"type": "categorical", "choices": ["a", "b"]},
+}
 
 
 @pytest.mark.parametrize("name", [s for s in SAMPLERS if s != "evolution"])
@@ -72,7 +75,9 @@ n_workers = 2
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("limit", "reason"), [("trial_timeout = 1.5", "trial timeout"), ("time_budget = 2", "time budget")])
+@pytest.mark.parametrize(
+    ("limit", "reason"), [("trial_timeout = 1.5", "trial timeout"), ("time_budget = 2", "time budget")]
+)
 def test_time_limits_stop_trials_cleanly_as_pruned(tmp_path: Path, limit: str, reason: str) -> None:
     text = TOY.format(limit=limit)
     spec = parse_spec(tomllib.loads(text), "limits.toml", text)
@@ -118,16 +123,22 @@ def test_an_evolution_campaign_runs_with_real_training_and_records_genomes(tmp_p
 
 def test_a_genome_over_its_parameter_limit_fails_before_it_reaches_a_worker(tmp_path: Path) -> None:
     from search.loop.campaign import Campaign
-    from search.store.folder import CampaignFolder
     from search.session.runner import load_study
+    from search.store.folder import CampaignFolder
 
     text = EVOLUTION.format(max_params=200).replace('sampler = "evolution"', 'sampler = "random"')
     spec = parse_spec(tomllib.loads(text), "evo.toml", text)
     folder = CampaignFolder(tmp_path / "evo")
     folder.create(text)
     study = load_study(spec, folder, create=True)
-    big = {"arch.depth": 3, **{f"arch.b{i}.{k}": v for i in range(3) for k, v in
-           (("op", "conv"), ("width", 16), ("kernel", 5), ("activation", "relu"), ("skip", False))}}  # fmt: skip
+    big = {
+        "arch.depth": 3,
+        **{
+            f"arch.b{i}.{k}": v
+            for i in range(3)
+            for k, v in (("op", "conv"), ("width", 16), ("kernel", 5), ("activation", "relu"), ("skip", False))
+        },
+    }
     study.enqueue_trial(big)
 
     class NoWorkers:
@@ -163,8 +174,9 @@ def test_the_registry_is_what_the_spec_and_make_sampler_read() -> None:
     assert registry.sampling_problem("process", "gp", ordered=False) == ""
     assert registry.space_problem("tpe", parse_space(SPACE), 1) is None
     assert registry.space_problem("grid", parse_space(SPACE), 1) == (
-        "space.lr", "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous"
-    )  # fmt: skip
+        "space.lr",
+        "the grid sampler needs discrete parameters (int, categorical, batch_size); this one is continuous",
+    )
 
 
 @pytest.mark.parametrize(
@@ -178,7 +190,7 @@ def test_a_samplers_space_check_is_a_spec_error(sampler: str, space: str, key: s
     from search.spec.campaign_spec import SpecError
 
     text = EVOLUTION.format(max_params=1000).replace('sampler = "evolution"', f'sampler = "{sampler}"')
-    text = text.replace(text[text.index("[space]"):], f"[space]\n{space}\n")
+    text = text.replace(text[text.index("[space]") :], f"[space]\n{space}\n")
     with pytest.raises(SpecError) as info:
         parse_spec(tomllib.loads(text), "s.toml", text, check_trainer=False)
     assert info.value.key == key and fragment in str(info.value)

@@ -15,6 +15,8 @@ from typing import Any
 import optuna
 import pytest
 from optuna.testing.pytest_samplers import BasicSamplerTestCase
+from toy_specs import toy_spec
+from user_components import LowerHalfSampler  # as the spec names it (tests/search is on the path)
 
 import search
 from search.sampling import components
@@ -22,9 +24,6 @@ from search.sampling.samplers import SAMPLER_REGISTRY, make_sampler, sampler_inf
 from search.spec.campaign_spec import parse_spec
 from search.spec.table import SpecError
 from spaces.params import parse_space
-from toy_specs import toy_spec
-
-from user_components import LowerHalfSampler  # as the spec names it (tests/search is on the path)
 
 ENTRY = "user_components:LowerHalfSampler"
 
@@ -108,8 +107,13 @@ def test_a_named_sampler_class_runs_a_campaign_and_is_rebuilt_on_resume(tmp_path
     assert len(qualities(result)) == 4 and all(q <= 0.2 for q in qualities(result))
     frozen = (result.folder / "spec.toml").read_text()
     assert ENTRY in frozen and "fraction = 0.2" in frozen
-    done = subprocess.run([sys.executable, "-m", "search", "resume", str(result.folder), "--n-trials", "7"],
-                          env=subprocess_env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "search", "resume", str(result.folder), "--n-trials", "7"],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr
     again = search.load(result.folder)
     assert len(qualities(again)) == 7 and all(q <= 0.2 for q in qualities(again))
@@ -125,8 +129,13 @@ def test_an_optuna_object_from_python_is_frozen_kept_and_rebuilt_by_the_cli_resu
     assert qualities(result) == [0.375] * 3
     assert "PartialFixedSampler" in (result.folder / "spec.toml").read_text()
     assert (result.folder / "sampler.pkl").is_file()
-    done = subprocess.run([sys.executable, "-m", "search", "resume", str(result.folder), "--n-trials", "5"],
-                          env=subprocess_env, capture_output=True, text=True, timeout=90)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "search", "resume", str(result.folder), "--n-trials", "5"],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr
     assert qualities(search.load(result.folder)) == [0.375] * 5
 
@@ -134,8 +143,10 @@ def test_an_optuna_object_from_python_is_frozen_kept_and_rebuilt_by_the_cli_resu
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_pruner_class_and_a_pruner_object_prune_for_real(tmp_path: Path) -> None:
-    named = {**spec("user-pruner", n_trials=6, sampler="random", pruner="user_components:StopBelow"),
-             "pruner": {"threshold": 0.25, "resource": "epochs"}}  # fmt: skip
+    named = {
+        **spec("user-pruner", n_trials=6, sampler="random", pruner="user_components:StopBelow"),
+        "pruner": {"threshold": 0.25, "resource": "epochs"},
+    }
     named["trainer"]["options"] = {"sleep": 0.3}  # the stop reaches the trial before it ends
     result = search.run(named, runs_dir=tmp_path, progress=False)
     _assert_pruned_below(result, 0.25)
@@ -162,8 +173,9 @@ def _assert_pruned_below(result: search.Result, threshold: float) -> None:
 def test_a_sampler_that_does_not_pickle_samples_on_a_thread_and_is_passed_again_to_resume(tmp_path: Path) -> None:
     from user_components import LockedSampler
 
-    result = search.run(spec("locked", n_trials=2), sampler=LockedSampler("a", seed=3), runs_dir=tmp_path,
-                        progress=False)  # fmt: skip
+    result = search.run(
+        spec("locked", n_trials=2), sampler=LockedSampler("a", seed=3), runs_dir=tmp_path, progress=False
+    )
     assert len(result.study.get_trials(deepcopy=False)) == 2 and not (result.folder / "sampler.pkl").exists()
     components._OBJECTS.clear()  # a new session: the object is gone
     with pytest.raises(SpecError) as caught:
@@ -177,8 +189,15 @@ def test_an_object_from_python_replaces_the_spec_files_sampler_and_pruner(tmp_pa
     from search.api import load_spec_like, to_toml
 
     path = tmp_path / "s.toml"
-    path.write_text(to_toml({**spec("file", sampler="tpe"), "sampler": {"n_startup_trials": 3},
-                             "pruner": {"resource": "epochs", "n_startup_trials": 2}}))  # fmt: skip
+    path.write_text(
+        to_toml(
+            {
+                **spec("file", sampler="tpe"),
+                "sampler": {"n_startup_trials": 3},
+                "pruner": {"resource": "epochs", "n_startup_trials": 2},
+            }
+        )
+    )
     sampler = components.register("sampler", LowerHalfSampler(0.5, seed=1))
     pruner = components.register("pruner", optuna.pruners.ThresholdPruner(lower=0.1))
     campaign = load_spec_like(path, sampler=sampler, pruner=pruner)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from search.scaling.conclusion import lr_sentence
 from search.scaling.fit import (
     LRRuleFit,
     Regime,
@@ -31,7 +32,6 @@ from search.scaling.fit import (
     validate_batch_sizes,
     write_scaling_table,
 )
-from search.scaling.conclusion import lr_sentence
 from search.scaling.synthetic import SyntheticScaling, synthetic_sweep
 
 S_MIN, B_NOISE = 500.0, 100.0
@@ -224,10 +224,12 @@ def test_report_granularity_biases_b_crit_up_and_interpolation_removes_it() -> N
     ratios = []
     for interpolate in (True, False):
         rng = np.random.default_rng(5)  # the same trials both times
-        ratios.append([
-            fit_mccandlish(*synthetic_sweep(rng, sizes, truth, interpolate=interpolate)).b_crit / truth.b_noise
-            for _ in range(100)
-        ])  # fmt: skip
+        ratios.append(
+            [
+                fit_mccandlish(*synthetic_sweep(rng, sizes, truth, interpolate=interpolate)).b_crit / truth.b_noise
+                for _ in range(100)
+            ]
+        )
     interpolated, by_report = np.log(ratios)
     assert abs(interpolated.mean()) < 0.04  # unbiased to within 4%
     assert np.exp(np.mean(by_report - interpolated)) > 1.08  # about N/2 examples added to every E_min
@@ -339,8 +341,11 @@ def lr_fit_with(alpha: float, stderr: float, sizes: list[int] = SIX) -> LRRuleFi
 
 def regime_lists(regimes: dict[int, Regime]) -> dict[Regime, str]:
     """What the conclusion must say per regime: the batch sizes as the table lists them."""
-    return {r: " and ".join(", ".join(map(str, bs)).rsplit(", ", 1)) for r in Regime
-            if (bs := sorted(b for b, rr in regimes.items() if rr is r))}  # fmt: skip
+    return {
+        r: " and ".join(", ".join(map(str, bs)).rsplit(", ", 1))
+        for r in Regime
+        if (bs := sorted(b for b, rr in regimes.items() if rr is r))
+    }
 
 
 def test_conclusion_names_the_regimes_the_boundaries_b_crit_and_the_lr_exponent() -> None:
@@ -350,8 +355,10 @@ def test_conclusion_names_the_regimes_the_boundaries_b_crit_and_the_lr_exponent(
     assert "cut the steps to target to 0.6x or fewer (perfect scaling) at B=8;" in text
     assert "; to between 0.6x and 0.9x (diminishing returns) at B=64;" in text
     assert "; and only to 0.9x or more, saving 10% or less (maximal data parallelism) at B=1024." in text
-    assert ("the end of perfect scaling at B≈25 (90% interval 22–29) and the start of maximal data parallelism "
-            "at B≈400 (90% interval 352–460)") in text  # fmt: skip
+    assert (
+        "the end of perfect scaling at B≈25 (90% interval 22–29) and the start of maximal data parallelism "
+        "at B≈400 (90% interval 352–460)"
+    ) in text
     assert "not settled" not in text  # no measured batch size lies within a boundary's interval
     assert "B_crit≈100 (90% interval 88–115)" in text
     assert "S_min≈500" in text and "E_min≈50,000" in text
@@ -366,8 +373,12 @@ def test_conclusion_never_rounds_a_boundary_across_a_measured_batch_size() -> No
     fit = ScalingFit.from_coefficients(s_min=500.0, e_min=500.0 * 62.4)  # B_perfect = 15.6, B_maximal = 249.6
     regimes = classify_regimes(fit, SIX)
     assert regimes[16] is Regime.DIMINISHING_RETURNS and regimes[256] is Regime.MAXIMAL_DATA_PARALLELISM
-    table = scaling_table([TrialOutcome(b, 0.1, TargetHit(fit.predict_steps(b), None, None, 1, 0.96)) for b in SIX],
-                          SIX, fit=fit, regimes=regimes)  # fmt: skip
+    table = scaling_table(
+        [TrialOutcome(b, 0.1, TargetHit(fit.predict_steps(b), None, None, 1, 0.96)) for b in SIX],
+        SIX,
+        fit=fit,
+        regimes=regimes,
+    )
     text = conclusion(fit, regimes)
     assert "B≈16," not in text and "Up to B≈16" not in text
     assert "end of perfect scaling at B≈15.6 " in text and "maximal data parallelism at B≈250." in text
@@ -412,7 +423,9 @@ def test_conclusion_chooses_no_lr_rule_when_the_exponent_interval_contains_both(
 
 
 def test_lr_sentence_for_each_verdict() -> None:
-    assert "consistent with the linear rule (B^1), not with the square-root rule" in lr_sentence(lr_fit_with(0.97, 0.05))
+    assert "consistent with the linear rule (B^1), not with the square-root rule" in lr_sentence(
+        lr_fit_with(0.97, 0.05)
+    )
     assert "consistent with the square-root rule (B^0.5), not with the linear" in lr_sentence(lr_fit_with(0.45, 0.05))
     assert "between the square-root rule (B^0.5) and the linear rule (B^1), consistent with neither" in lr_sentence(
         lr_fit_with(0.75, 0.02)

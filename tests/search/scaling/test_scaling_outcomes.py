@@ -28,15 +28,19 @@ SPEC = parse_spec(tomllib.loads((ROOT / "examples" / "digits-scaling.toml").read
 
 
 def history(accuracies: list[float], losses: list[float], per_epoch: int) -> list[tuple[int, dict[str, float]]]:
-    return [(i + 1, {"val_accuracy": a, "train_loss": loss, "steps": float((i + 1) * per_epoch)})
-            for i, (a, loss) in enumerate(zip(accuracies, losses, strict=True))]  # fmt: skip
+    return [
+        (i + 1, {"val_accuracy": a, "train_loss": loss, "steps": float((i + 1) * per_epoch)})
+        for i, (a, loss) in enumerate(zip(accuracies, losses, strict=True))
+    ]
 
 
 def sweep_study() -> optuna.Study:
     """Trials 0, 1 reach 0.95 (at 2 and 1 epochs of 10 steps), 2 never does, 3 diverges (loss rises)."""
     study = optuna.create_study(direction="minimize")
-    dists = {BATCH: optuna.distributions.CategoricalDistribution((8, 16)),
-             "lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True)}  # fmt: skip
+    dists = {
+        BATCH: optuna.distributions.CategoricalDistribution((8, 16)),
+        "lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True),
+    }
     runs = [
         (16, [0.9, 0.96, 0.97], [1.0, 0.5, 0.4], 25.0),
         (16, [0.96, 0.97], [0.9, 0.3], 10.0),
@@ -44,9 +48,14 @@ def sweep_study() -> optuna.Study:
         (8, [0.1, 0.1, 0.1], [2.3, 5.0, 40.0], 60.0),  # diverged
     ]
     for b, acc, loss, value in runs:
-        study.add_trial(optuna.trial.create_trial(
-            params={BATCH: b, "lr": 0.1}, distributions=dists, value=value,
-            user_attrs={Attr.HISTORY: encode_history(history(acc, loss, 10))}))  # fmt: skip
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={BATCH: b, "lr": 0.1},
+                distributions=dists,
+                value=value,
+                user_attrs={Attr.HISTORY: encode_history(history(acc, loss, 10))},
+            )
+        )
     return study
 
 
@@ -54,11 +63,17 @@ def test_only_trials_that_reached_the_target_are_ranked_and_the_others_are_named
     trials = sweep_study().get_trials()
     view = sweep_outcomes(SPEC, trials)
     assert view is not None
-    assert view.outcomes == {0: TargetOutcome.REACHED, 1: TargetOutcome.REACHED,
-                             2: TargetOutcome.NOT_REACHED, 3: TargetOutcome.DIVERGED}  # fmt: skip
+    assert view.outcomes == {
+        0: TargetOutcome.REACHED,
+        1: TargetOutcome.REACHED,
+        2: TargetOutcome.NOT_REACHED,
+        3: TargetOutcome.DIVERGED,
+    }
     assert view.ranked == [1, 0]  # fewest steps first; 2 and 3 (told 60, fewer than nothing) are not ranked
-    assert view.counts_text() == ("2 of 4 complete trial(s) reached val_accuracy >= 0.95; 1 never did; "
-                                  "1 diverged (training loss ended non-finite or above its start)")  # fmt: skip
+    assert view.counts_text() == (
+        "2 of 4 complete trial(s) reached val_accuracy >= 0.95; 1 never did; "
+        "1 diverged (training loss ended non-finite or above its start)"
+    )
     assert view.state_label(3, "COMPLETE") == "DIVERGED" and view.state_label(0, "COMPLETE") == "COMPLETE"
     lines = status_lines(SPEC, trials)
     assert lines[0] == "  objective: minimize steps_to_target (optimizer steps until val_accuracy >= 0.95)"
@@ -128,18 +143,24 @@ def test_the_conclusion_marks_every_figure_outside_the_measured_range() -> None:
     text = conclusion(fit, regimes, b_crit_interval=(fit.b_crit * 0.5, math.inf))
     assert "start of maximal data parallelism at B≈" in text
     after = text.split("start of maximal data parallelism at B≈", 1)[1]
-    assert after.split(";", 1)[0].endswith("(beyond the largest batch size measured, 256: an extrapolation of "
-                                           "the fit, not determined by these batch sizes")  # fmt: skip
-    assert "S_min and E_min are the fit's limits for an unbounded and a vanishing batch size, so extrapolations: " \
-           "the fewest steps measured were 44.75 (B=256)" in text  # fmt: skip
+    assert after.split(";", 1)[0].endswith(
+        "(beyond the largest batch size measured, 256: an extrapolation of the fit, not determined by these batch sizes"
+    )
+    assert (
+        "S_min and E_min are the fit's limits for an unbounded and a vanishing batch size, so extrapolations: "
+        "the fewest steps measured were 44.75 (B=256)" in text
+    )
     assert "S_min 90% interval: below" in text and "not bounded below by these data" in text
-    assert "The measured ratios disagree with the fitted curve at B=16 (measured 0.93x: maximal data parallelism; " \
-           "fitted: perfect scaling), B=64" in text  # fmt: skip
+    assert (
+        "The measured ratios disagree with the fitted curve at B=16 (measured 0.93x: maximal data parallelism; "
+        "fitted: perfect scaling), B=64" in text
+    )
     bounded = conclusion(fit, regimes, b_crit_interval=(fit.b_crit * 0.8, fit.b_crit * 1.25))
     assert "an extrapolation of the fit; 90% interval " in bounded and "not determined by these" not in bounded
     assert re.search(r"S_min 90% interval [0-9.,]+–[0-9.,]+; E_min 90% interval [0-9.,]+–[0-9.,]+\.", bounded)
-    inside = fit_mccandlish([8, 16, 32, 64, 128, 256, 512, 1024], [500 * (1 + 64 / b) for b in
-                                                                    [8, 16, 32, 64, 128, 256, 512, 1024]])
+    inside = fit_mccandlish(
+        [8, 16, 32, 64, 128, 256, 512, 1024], [500 * (1 + 64 / b) for b in [8, 16, 32, 64, 128, 256, 512, 1024]]
+    )
     text = conclusion(inside, classify_regimes(inside, [8, 16, 32, 64, 128, 256, 512, 1024]))
     assert "extrapolation of the fit" not in text.split("S_min and E_min")[0]  # every boundary lies inside 8..1024
     assert "B_crit≈64:" in text

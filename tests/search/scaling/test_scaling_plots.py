@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
@@ -48,7 +47,9 @@ def test_steps_and_examples_plots_are_written(tmp_path: Path) -> None:
     assert_png(examples_png)
 
 
-@pytest.mark.parametrize("fit", [None, ScalingFit.from_coefficients(0.0, 64000.0), ScalingFit.from_coefficients(300, 0)])
+@pytest.mark.parametrize(
+    "fit", [None, ScalingFit.from_coefficients(0.0, 64000.0), ScalingFit.from_coefficients(300, 0)]
+)
 def test_steps_plot_without_a_fit_or_with_an_unbounded_one(tmp_path: Path, fit: ScalingFit | None) -> None:
     assert_png(plot_steps_to_target(tmp_path / "steps.png", SIZES, STEPS, fit))
 
@@ -85,8 +86,9 @@ def test_an_interval_open_above_or_off_the_plot_says_so() -> None:
     assert "B_crit 90% interval 60–∞" in _labels(fig)
     halving = fit_mccandlish([8, 16, 32, 64], [8000, 4100, 2000, 1000])
     fig = Figure()
-    draw_steps_to_target(fig.add_subplot(), [8, 16, 32, 64], [8000, 4100, 2000, 1000], halving,
-                         b_crit_interval=(1017.0, float("inf")))  # fmt: skip
+    draw_steps_to_target(
+        fig.add_subplot(), [8, 16, 32, 64], [8000, 4100, 2000, 1000], halving, b_crit_interval=(1017.0, float("inf"))
+    )
     assert "B_crit 90% interval 1.02e+03–∞ (off the plot)" in _labels(fig)
 
 

@@ -11,11 +11,11 @@ import optuna
 import pandas as pd
 import pytest
 
-from search.session.runner import RunOptions, run_campaign
 from search.scaling.sweep import BATCH, ScalingSampler, ScalingSpec, TargetGoal, analyze_sweep
 from search.scaling.synthetic import SyntheticScaling, synthetic_history
-from search.store.records import Attr, encode_history
+from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import SpecError, parse_spec
+from search.store.records import Attr, encode_history
 from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,8 +42,10 @@ def test_each_batch_size_gets_its_own_inner_search_over_only_its_trials() -> Non
 
     sampler = ScalingSampler([16, 32, 64], make)
     study = optuna.create_study(sampler=sampler)
-    dists = {BATCH: optuna.distributions.CategoricalDistribution((16, 32, 64)),
-             "lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True)}  # fmt: skip
+    dists = {
+        BATCH: optuna.distributions.CategoricalDistribution((16, 32, 64)),
+        "lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True),
+    }
     for _ in range(9):
         trial = study.ask(dists)
         study.tell(trial, trial.params["lr"])
@@ -124,8 +126,10 @@ def synthetic_study(truth: SyntheticScaling, sizes: list[int], seed: int) -> opt
     """A finished sweep's study: per batch size 3 trials of a known scaling law, one report per epoch."""
     rng = np.random.default_rng(seed)
     study = optuna.create_study(direction="minimize")
-    dists = {BATCH: optuna.distributions.CategoricalDistribution(tuple(sizes)),
-             "lr": optuna.distributions.FloatDistribution(1e-4, 10.0, log=True)}  # fmt: skip
+    dists = {
+        BATCH: optuna.distributions.CategoricalDistribution(tuple(sizes)),
+        "lr": optuna.distributions.FloatDistribution(1e-4, 10.0, log=True),
+    }
     for b in sizes:
         for _ in range(3):
             history = synthetic_history(truth, b, truth.steps(b) * float(np.exp(0.1 * rng.standard_normal())))
@@ -146,8 +150,9 @@ def test_analysis_writes_a_conclusion_consistent_with_the_table_and_the_interval
 ) -> None:
     truth, sizes = SyntheticScaling(), [8, 16, 32, 64, 128, 256]
     study = synthetic_study(truth, sizes, seed=1)
-    spec = ScalingSpec(batch_sizes=tuple(sizes), target=truth.target, trials_per_batch=3, bootstrap=200,
-                       interpolate=interpolate)  # fmt: skip
+    spec = ScalingSpec(
+        batch_sizes=tuple(sizes), target=truth.target, trials_per_batch=3, bootstrap=200, interpolate=interpolate
+    )
     goal = TargetGoal("val_accuracy", truth.target, "max", interpolate)
     result = analyze_sweep(study, spec, goal, tmp_path / "scaling", seed=0)
     table = pd.read_csv(result.table_path)

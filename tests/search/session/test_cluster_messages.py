@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from spaces.errors import EXIT_CLUSTER
-
 from tests.search.dask_processes import external_cluster, wait_for
 from tests.spec_files import write_spec
 
@@ -40,7 +39,6 @@ quality = { type = "float", low = 0.0, high = 1.0 }
 """
 
 
-
 def _past_the_tcp_warning(stderr: str) -> list[str]:
     """stderr's lines after the one warning that joining a plain-TCP scheduler always prints."""
     lines = stderr.splitlines()
@@ -55,12 +53,27 @@ def _env() -> dict[str, str]:
 @pytest.mark.timeout(300)
 def test_workers_without_slot_resources_are_named_with_the_flag_that_fixes_it(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "spec.toml", SPEC)
-    with external_cluster(tmp_path / "cluster", n_workers=1, resources=None) as cluster:  # `dask worker`, no --resources
+    with external_cluster(
+        tmp_path / "cluster", n_workers=1, resources=None
+    ) as cluster:  # `dask worker`, no --resources
         proc = subprocess.run(
-            [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress",
-             "--scheduler", cluster.address],
-            capture_output=True, text=True, env=_env(), timeout=180,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "search",
+                "run",
+                str(spec),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--no-progress",
+                "--scheduler",
+                cluster.address,
+            ],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=180,
+        )
     assert proc.returncode == EXIT_CLUSTER, proc.stderr
     lines = _past_the_tcp_warning(proc.stderr)
     assert len(lines) == 1, proc.stderr
@@ -75,10 +88,24 @@ def test_a_lost_scheduler_is_one_line_with_the_resume_command(tmp_path: Path) ->
     folder = tmp_path / "runs" / "external"
     with external_cluster(tmp_path / "cluster", n_workers=2) as cluster:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress",
-             "--scheduler", cluster.address],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "search",
+                "run",
+                str(spec),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--no-progress",
+                "--scheduler",
+                cluster.address,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            start_new_session=True,
+        )
         try:
             wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 2, 120, "two trials to report")
             cluster.scheduler.send_signal(signal.SIGKILL)

@@ -17,20 +17,20 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
+from toy_specs import toy_spec
 
 import search
 from search.api import _quiet, to_toml
 from search.loop.ledger import Ledger
-from search.session.lifecycle import ENQUEUED, spec_to_resume
 from search.reports.data import load_campaign
 from search.reports.status import status_text
+from search.session.lifecycle import ENQUEUED, spec_to_resume
 from search.session.runner import CampaignExistsError, RunOptions
+from search.session.warm_start import WARM_START, WarmStartError, is_warm_start, source_trials
 from search.spec.campaign_spec import parse_spec
 from search.spec.changes import SPEC_CHANGES, SpecChangedError, spec_changes, with_n_trials
 from search.spec.table import SpecError
 from search.store.folder import CampaignFolder
-from search.session.warm_start import WARM_START, WarmStartError, is_warm_start, source_trials
-from toy_specs import toy_spec
 
 HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers
 ROOT = HERE.parents[1]
@@ -38,16 +38,19 @@ BIN = Path(sys.executable).parent
 
 
 def toy(name: str, n_trials: int = 3, high: float = 1.0, **top: Any) -> dict[str, Any]:
-    space = {"quality": {"type": "float", "low": 0.0, "high": high},
-             "tag": {"type": "categorical", "choices": ["a", "b"]}}  # fmt: skip
+    space = {
+        "quality": {"type": "float", "low": 0.0, "high": high},
+        "tag": {"type": "categorical", "choices": ["a", "b"]},
+    }
     return toy_spec(name, n_trials, epochs=1, seed=5, space=space, top=top)
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run([str(BIN / "hypersweep"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [str(BIN / "hypersweep"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def write_spec(path: Path, data: dict[str, Any]) -> Path:
@@ -169,17 +172,25 @@ def test_warm_start_from_a_campaign_feeds_the_sampler_and_counts_nothing(
 def test_warm_start_from_an_optuna_study_takes_complete_and_reported_pruned_trials(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = optuna.create_study(study_name="old", storage=url, direction="maximize")
-    dists = {"quality": optuna.distributions.FloatDistribution(0.0, 1.0),
-             "tag": optuna.distributions.CategoricalDistribution(["a", "b"])}  # fmt: skip
+    dists = {
+        "quality": optuna.distributions.FloatDistribution(0.0, 1.0),
+        "tag": optuna.distributions.CategoricalDistribution(["a", "b"]),
+    }
     make = optuna.trial.create_trial
-    old.add_trials([
-        make(value=0.3, params={"quality": 0.3, "tag": "a"}, distributions=dists),
-        make(state=TrialState.PRUNED, params={"quality": 0.2, "tag": "b"}, distributions=dists,
-             intermediate_values={1: 0.1}),
-        make(state=TrialState.PRUNED, params={"quality": 0.4, "tag": "b"}, distributions=dists),  # nothing reported
-        make(state=TrialState.FAIL, params={"quality": 0.5, "tag": "b"}, distributions=dists),
-        make(value=0.9, params={"quality": 0.9, "tag": "a"}, distributions=dists),  # outside [0, 0.5]
-    ])  # fmt: skip
+    old.add_trials(
+        [
+            make(value=0.3, params={"quality": 0.3, "tag": "a"}, distributions=dists),
+            make(
+                state=TrialState.PRUNED,
+                params={"quality": 0.2, "tag": "b"},
+                distributions=dists,
+                intermediate_values={1: 0.1},
+            ),
+            make(state=TrialState.PRUNED, params={"quality": 0.4, "tag": "b"}, distributions=dists),  # nothing reported
+            make(state=TrialState.FAIL, params={"quality": 0.5, "tag": "b"}, distributions=dists),
+            make(value=0.9, params={"quality": 0.9, "tag": "a"}, distributions=dists),  # outside [0, 0.5]
+        ]
+    )
     spec = parse_spec(toy("new", high=0.5), "new.toml", check_trainer=False)
     found = source_trials(f"{url}#old", spec)
     assert [t.params["quality"] for t in found] == [0.3, 0.2, 0.9]
@@ -238,7 +249,10 @@ def test_a_changed_spec_is_listed_and_refused_unless_allowed(tmp_path: Path) -> 
     assert [t.state for t in result.study.get_trials()] == [TrialState.COMPLETE] * 2
     assert result.study.get_trials()[1].params["quality"] <= 0.5  # run under the new spec
     assert result.study.user_attrs[SPEC_CHANGES][-1]["changes"] == [
-        "study.n_trials: 1 -> 2", "trainer.epochs: 1 -> 2", "space.quality.high: 1.0 -> 0.5"]
+        "study.n_trials: 1 -> 2",
+        "trainer.epochs: 1 -> 2",
+        "space.quality.high: 1.0 -> 0.5",
+    ]
     assert spec_to_resume(CampaignFolder(first.folder), RunOptions())[1] == []  # recorded: a plain resume is fine
     data["study"]["name"] = "other"
     (tmp_path / "renamed.toml").write_text(to_toml(data))
@@ -256,8 +270,11 @@ def test_resume_enqueues_the_entries_a_changed_spec_adds_within_the_budget(
     data = tomllib.loads(frozen.read_text())
     data["enqueue"] = [{"quality": 0.25}, {"quality": 0.5, "tag": "b"}]  # the first one ran already
     frozen.write_text(to_toml(data))
-    with pytest.raises(SpecError, match=r"enqueue: 1 new configuration\(s\) do not fit in the 0 trial\(s\) left "
-                       r"of the budget of 2; raise it with --n-trials$"):  # fmt: skip
+    with pytest.raises(
+        SpecError,
+        match=r"enqueue: 1 new configuration\(s\) do not fit in the 0 trial\(s\) left "
+        r"of the budget of 2; raise it with --n-trials$",
+    ):
         search.resume(first.folder, allow_changes=True, progress=False)
     capsys.readouterr()
     result = search.resume(first.folder, n_trials=3, allow_changes=True, progress=False)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import SPEC, chaos
+from search.loop.supply import campaign_sampler, sampler_seed
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
-from search.loop.supply import campaign_sampler, sampler_seed
 
 
 def _spec(sampler: str, trials: int = 12) -> tuple:
@@ -61,8 +61,19 @@ def test_a_study_loaded_for_resume_does_not_replay_the_stream_its_trials_came_fr
 def test_five_kill_9_of_the_controller_then_resume_no_repeated_lost_or_missing_trial(
     tmp_path: Path, sampler: str
 ) -> None:
-    result = chaos(sampler, reps=5, seed=1, trials=24, epochs=3, sleep=0.2, workers=2, window=2.0,
-                   root=tmp_path, timeout=150.0, say=lambda _line: None)  # fmt: skip
+    result = chaos(
+        sampler,
+        reps=5,
+        seed=1,
+        trials=24,
+        epochs=3,
+        sleep=0.2,
+        workers=2,
+        window=2.0,
+        root=tmp_path,
+        timeout=150.0,
+        say=lambda _line: None,
+    )
     report = "\n".join(result.lines())
     assert len(result.kills) == 5 and not result.finished_early, report
     assert result.final_returncode == 0, report
@@ -76,8 +87,21 @@ def test_five_kill_9_of_the_controller_then_resume_no_repeated_lost_or_missing_t
 def test_sigterm_of_the_controller_and_kill_9_of_workers_then_resume_no_repeated_lost_failed_or_missing_trial(
     tmp_path: Path,
 ) -> None:
-    result = chaos("random", reps=2, seed=2, trials=12, epochs=3, sleep=0.2, workers=2, window=2.0,
-                   root=tmp_path, timeout=120.0, say=lambda _line: None, signal="TERM", kill_workers=2)  # fmt: skip
+    result = chaos(
+        "random",
+        reps=2,
+        seed=2,
+        trials=12,
+        epochs=3,
+        sleep=0.2,
+        workers=2,
+        window=2.0,
+        root=tmp_path,
+        timeout=120.0,
+        say=lambda _line: None,
+        signal="TERM",
+        kill_workers=2,
+    )
     report = "\n".join(result.lines())
     assert len(result.kills) == 2 and not result.finished_early, report
     assert [kill["returncode"] for kill in result.kills] == [130, 130], report

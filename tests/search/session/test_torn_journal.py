@@ -18,9 +18,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from dask_processes import wait_for
 
 from bench.chaos import tear_journal
-from dask_processes import wait_for
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
 
@@ -69,8 +69,12 @@ def test_a_journal_torn_right_after_a_trial_creation_resumes_with_the_trials_own
     folder = runs / "torn"
     proc = subprocess.Popen(
         [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
-        env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=subprocess_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: len(steps(folder, TRIALS - 1)) >= 1, 300, "the last trial to report")
     finally:
@@ -86,8 +90,11 @@ def test_a_journal_torn_right_after_a_trial_creation_resumes_with_the_trials_own
 
     resumed = subprocess.run(
         [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
-        capture_output=True, text=True, env=subprocess_env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr  # TPE: "parameter 'optimizer' was not sampled by ..." before
 
     trials = load_campaign(folder, "torn").get_trials()

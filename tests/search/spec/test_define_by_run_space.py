@@ -31,10 +31,19 @@ def fit(config, reporter):  # noqa: ANN001, ANN201 - a user's plain trainer
 @pytest.mark.parametrize("sampling", ["process", "thread"])
 def test_the_n_units_loop_needs_no_hand_unrolling(tmp_path: Path, sampling: str) -> None:
     spec = {
-        "study": {"name": f"loop-{sampling}", "direction": "maximize", "metric": "ok", "sampler": "tpe", "seed": 9,
-                  "n_trials": 12, "sampling": sampling},
-        "trainer": {"epochs": 1}, "space": SPACE, "cluster": {"n_workers": 1},
-    }  # fmt: skip
+        "study": {
+            "name": f"loop-{sampling}",
+            "direction": "maximize",
+            "metric": "ok",
+            "sampler": "tpe",
+            "seed": 9,
+            "n_trials": 12,
+            "sampling": sampling,
+        },
+        "trainer": {"epochs": 1},
+        "space": SPACE,
+        "cluster": {"n_workers": 1},
+    }
     result = search.run(spec, trainer=fit, runs_dir=tmp_path, progress=False)
     trials = result.study.get_trials(deepcopy=False)
     assert len(trials) == 12 and all(t.value == 1.0 for t in trials), [t.params for t in trials]

@@ -49,11 +49,14 @@ def test_the_packing_keys_reach_the_executor() -> None:
     assert spec.trainer.oom_retry == "accumulate"
 
 
-@pytest.mark.parametrize(("keys", "message"), [
-    ('gpu_memory = "lots"', "trainer.gpu_memory: 'lots' is not one of none, auto"),
-    ("gpu_headroom = 1.5", r"trainer.gpu_headroom: must be in \(0, 1\]"),
-    ('oom_retry = "halve"', "trainer.oom_retry: 'halve' is not one of none, accumulate"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ('gpu_memory = "lots"', "trainer.gpu_memory: 'lots' is not one of none, auto"),
+        ("gpu_headroom = 1.5", r"trainer.gpu_headroom: must be in \(0, 1\]"),
+        ('oom_retry = "halve"', "trainer.oom_retry: 'halve' is not one of none, accumulate"),
+    ],
+)
 def test_bad_packing_keys_are_spec_errors(keys: str, message: str) -> None:
     with pytest.raises(SpecError, match=message):
         _spec(keys)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from search.spec.campaign_spec import SpecError, load_spec
-
 from tests.spec_files import write_spec
 
 GOOD = """
@@ -92,8 +91,11 @@ def test_cli_exit_2_one_line_and_nothing_created(tmp_path: Path, subprocess_env:
     runs = tmp_path / "runs"
     proc = subprocess.run(
         [sys.executable, "-m", "search", "run", str(path), "--runs-dir", str(runs)],
-        capture_output=True, text=True, env=subprocess_env, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "space.quality.low" in lines[0], proc.stderr
@@ -118,8 +120,11 @@ def test_a_warm_start_with_scaling_or_pbt_is_a_spec_error_check_reports(
     assert info.value.key == "study.warm_start" and what in str(info.value), str(info.value)
     proc = subprocess.run(
         [sys.executable, "-m", "search", "check", str(path)],
-        capture_output=True, text=True, env=subprocess_env, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{path}: study.warm_start: {what}" in lines[0], proc.stderr
@@ -184,8 +189,10 @@ def test_spec_error_is_a_hypersweep_input_error_and_pickles() -> None:
 @pytest.mark.timeout(120)  # the check was quadratic in the choices: 60,000 of them took hours
 def test_a_spec_with_many_choices_is_checked_in_linear_time(tmp_path: Path) -> None:
     choices = ", ".join(f'"c{i}"' for i in range(60_000))
-    spec = load_spec(write_spec(tmp_path / "spec.toml", GOOD + f"label = {{ type = \"categorical\", choices = [{choices}] }}\n"),
-                     check_trainer=False)  # fmt: skip
+    spec = load_spec(
+        write_spec(tmp_path / "spec.toml", GOOD + f'label = {{ type = "categorical", choices = [{choices}] }}\n'),
+        check_trainer=False,
+    )
     assert len(spec.space["label"].distributions()["label"].choices) == 60_000
     duplicated = GOOD + 'label = { type = "categorical", choices = ["a", 1, "b", 1.0] }\n'
     with pytest.raises(SpecError, match=r"space.label.choices\[3\]: duplicate: 1.0 equals choices\[1\] = 1"):

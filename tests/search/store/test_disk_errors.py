@@ -18,10 +18,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from dask_processes import wait_for
 
 from cluster.entrypoint import disk_error_of
-
-from dask_processes import wait_for
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
 
@@ -43,8 +42,11 @@ def test_a_full_disk_stops_the_campaign_in_one_line_and_resume_reruns_what_it_cu
 ) -> None:
     done = subprocess.run(
         ["unshare", "-m", sys.executable, str(HERE / "disk_full_scenario.py"), str(tmp_path)],
-        capture_output=True, text=True, env=subprocess_env, timeout=580,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=580,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -107,8 +109,12 @@ def test_a_trial_whose_record_was_cut_mid_parameters_is_completed_and_run_on_res
     folder = tmp_path / "runs" / "cut"
     proc = subprocess.Popen(
         [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress"],
-        env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=subprocess_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: (folder / "trials" / "1" / "metrics.jsonl").exists(), 200, "trial 1 to report")
     finally:
@@ -120,8 +126,11 @@ def test_a_trial_whose_record_was_cut_mid_parameters_is_completed_and_run_on_res
 
     resumed = subprocess.run(
         [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
-        capture_output=True, text=True, env=subprocess_env, timeout=240,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=240,
+    )
     assert resumed.returncode == 0, resumed.stderr
     trials = load_campaign(folder, "cut").get_trials()
     assert [t.number for t in trials] == [0, 1, 2, 3]

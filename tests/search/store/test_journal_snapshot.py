@@ -32,8 +32,15 @@ def _small_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _add(study: optuna.Study, start: int, n: int) -> None:
     for i in range(start, start + n):
-        study.add_trial(create_trial(state=TrialState.COMPLETE, value=i / 7, params={"x": (i % 97) / 97},
-                                     distributions={"x": X}, intermediate_values={1: i / 3, 2: i / 5}))  # fmt: skip
+        study.add_trial(
+            create_trial(
+                state=TrialState.COMPLETE,
+                value=i / 7,
+                params={"x": (i % 97) / 97},
+                distributions={"x": X},
+                intermediate_values={1: i / 3, 2: i / 5},
+            )
+        )
 
 
 def _writer(path: Path, create: bool = False) -> tuple[ControllerJournalStorage, optuna.Study]:

@@ -27,7 +27,7 @@ from search.store.sinks import MLflowSink, ReportSinks, TensorBoardSink, default
 from search.store.tfevents import EventFileWriter, read_scalars
 from trainers.rank_output import RankOutput
 
-CHATTY = '''
+CHATTY = """
 import sys
 import time
 import warnings
@@ -46,7 +46,7 @@ def fit(config, reporter):
     if number == 1:
         raise RuntimeError("trial 1 fails on purpose")
     return metrics
-'''
+"""
 
 SPEC = """
 [study]
@@ -77,8 +77,11 @@ def test_trainer_output_goes_to_its_stdout_log_and_reports_to_event_files(tmp_pa
     (tmp_path / "chatty.toml").write_text(SPEC)
     proc = subprocess.run(
         [sys.executable, "-m", "search", "run", "chatty.toml", "--runs-dir", "runs", "--no-progress"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,  # a hang guard only
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard only
+    )
     controller = proc.stdout + proc.stderr
     trials = tmp_path / "runs" / "chatty" / "trials"
     assert (trials / "0").is_dir(), controller
@@ -87,7 +90,8 @@ def test_trainer_output_goes_to_its_stdout_log_and_reports_to_event_files(tmp_pa
     for number in range(3):
         log = (trials / str(number) / STDOUT_LOG).read_text()
         assert [line for line in log.splitlines() if line.startswith("hello")] == [
-            f"hello from trial {number} epoch 1", f"hello from trial {number} epoch 2"
+            f"hello from trial {number} epoch 1",
+            f"hello from trial {number} epoch 2",
         ], log
         assert log.count(f"complaint from trial {number}\n") == 2 and f"a warning from trial {number}" in log, log
         assert ("RuntimeError: trial 1 fails on purpose" in log) == (number == 1), log
@@ -231,7 +235,9 @@ class Broken:
         pass
 
 
-def test_sinks_write_event_files_when_asked_and_drop_a_failing_sink(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_sinks_write_event_files_when_asked_and_drop_a_failing_sink(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     folder = CampaignFolder(tmp_path)
     off = ReportSinks.for_campaign(LoggingSpec(tensorboard=False), folder, "s")
     off.record(0, 1, {"loss": 1.0}, 1.0)
@@ -372,8 +378,11 @@ def test_a_campaign_with_mlflow_makes_one_run_per_trial_with_its_steps_params_an
     (tmp_path / "chatty.toml").write_text(SPEC + "\n[logging]\nmlflow = true\n")
     proc = subprocess.run(
         [sys.executable, "-m", "search", "run", "chatty.toml", "--runs-dir", "runs", "--no-progress"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,  # a hang guard only
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard only
+    )
     folder = tmp_path / "runs" / "chatty"
     assert (folder / "trials" / "0").is_dir(), proc.stdout + proc.stderr
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
@@ -382,8 +391,10 @@ def test_a_campaign_with_mlflow_makes_one_run_per_trial_with_its_steps_params_an
     assert sorted(runs) == ["0", "1", "2"]
     for number, run in runs.items():
         history = client.get_metric_history(run.info.run_id, "score")
-        assert [(m.step, m.value) for m in history] == [(1, pytest.approx(int(number) + 0.1)),
-                                                        (2, pytest.approx(int(number) + 0.2))]  # fmt: skip
+        assert [(m.step, m.value) for m in history] == [
+            (1, pytest.approx(int(number) + 0.1)),
+            (2, pytest.approx(int(number) + 0.2)),
+        ]
         assert set(run.data.params) == {"quality"}
         failed = number == "1"
         assert run.data.tags["hypersweep.state"] == ("FAIL" if failed else "COMPLETE")

@@ -118,8 +118,9 @@ def test_optuna_dashboard_opens_the_campaign_journal(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [shutil.which("optuna-dashboard") or "optuna-dashboard", str(path), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 40
         while True:
@@ -147,8 +148,11 @@ def test_the_controller_storage_asks_without_scanning_yet_still_pops_enqueued_tr
     study.tell(study.ask(DIST), 0.1)  # the first ask scans once: no WAITING trial
     scans = []
     real = JournalStorageReplayResult.get_all_trials
-    monkeypatch.setattr(JournalStorageReplayResult, "get_all_trials",
-                        lambda self, study_id, states: scans.append(states) or real(self, study_id, states))  # fmt: skip
+    monkeypatch.setattr(
+        JournalStorageReplayResult,
+        "get_all_trials",
+        lambda self, study_id, states: scans.append(states) or real(self, study_id, states),
+    )
     for _ in range(5):
         study.tell(study.ask(DIST), 0.2)
     assert not any(states == (optuna.trial.TrialState.WAITING,) for states in scans)

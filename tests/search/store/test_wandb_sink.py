@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from toy_specs import toy_spec
 
 import search
-from toy_specs import toy_spec
 
 pytest.importorskip("wandb")
 
@@ -26,11 +26,11 @@ def _raw_records(path: Path) -> Iterator[bytes]:
     pos, pending = HEADER, b""
     while pos + HEADER <= len(data):
         left = BLOCK - pos % BLOCK
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER]) if left >= HEADER else (0, 0, 0)
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER]) if left >= HEADER else (0, 0, 0)
         if left < HEADER or (length == 0 and kind == 0):  # the rest of the block is padding
             pos += left
             continue
-        chunk, pos = data[pos + HEADER:pos + HEADER + length], pos + HEADER + length
+        chunk, pos = data[pos + HEADER : pos + HEADER + length], pos + HEADER + length
         if kind == FULL:
             yield chunk
         elif kind in (FIRST, MIDDLE):
@@ -55,7 +55,9 @@ def read_offline_run(path: Path) -> dict[str, Any]:
         elif kind == "config":
             run["config"].update({i.key: json.loads(i.value_json) for i in record.config.update})
         elif kind == "summary":
-            run["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
+            run["summary"].update(
+                {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update}
+            )
         elif kind == "history":
             items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
             run["history"][int(items["_step"])] = {k: v for k, v in items.items() if not k.startswith("_")}

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .executor import Event, Finished, Outcome, Report, Slots, Started, TrialRequest
+from .outcome import TrialStatus
 
 __all__ = [
     "TrialPlan",
@@ -584,7 +585,7 @@ class SimulatedExecutor:
         self._pending.discard(run.request.number)
         self.counts[status] += 1
         outcome = Outcome(
-            status=status,
+            status=TrialStatus(status),
             metrics=dict(metrics),
             error=error,
             worker=self._workers[run.worker].name,

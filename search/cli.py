@@ -391,11 +391,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 def _cmd_cluster_script(args: argparse.Namespace) -> int:
     from cluster.backends import submission_text
-    from search.session.runner import RunOptions, _cluster_options
+    from search.session.options import RunOptions, cluster_options
     from search.spec.campaign_spec import load_spec
 
     spec = load_spec(args.spec, check_trainer=False)  # a job script needs no trainer
-    options = _cluster_options(spec, RunOptions(insecure=args.insecure, tls=tuple(args.tls) if args.tls else None))
+    options = cluster_options(spec, RunOptions(insecure=args.insecure, tls=tuple(args.tls) if args.tls else None))
     if options.insecure:
         _warn_insecure(options.insecure_exposure())
     print(submission_text(options), end="")
@@ -435,8 +435,10 @@ def _exit_code(exc: BaseException) -> int | None:
     """
     from cluster.errors import USER_ERRORS
 
-    if isinstance(exc, (HypersweepError, *USER_ERRORS)):
+    if isinstance(exc, HypersweepError):
         return int(exc.exit_code)
+    if isinstance(exc, USER_ERRORS):
+        return int(getattr(exc, "exit_code", EXIT_ERROR))
     if isinstance(exc, OSError):
         return EXIT_ERROR
     return None

@@ -61,7 +61,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import cloudpickle
 import torch
@@ -265,7 +265,7 @@ class _Ranks:
             LOCAL_RANK=str(rank - self.first),
             LOCAL_WORLD_SIZE=str(self.world_size),
             MASTER_ADDR=STORE_HOST if span is None else span.master_addr,
-            MASTER_PORT=str(self.store.port if span is None else span.master_port),
+            MASTER_PORT=str(cast("dist.TCPStore", self.store).port if span is None else span.master_port),
             TORCHELASTIC_USE_AGENT_STORE="True",
             PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path),  # what the launcher can import
             PYTHONUNBUFFERED="1",

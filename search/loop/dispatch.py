@@ -160,7 +160,7 @@ class Dispatcher:
         if len(requests) == 1:
             self._executor.submit(requests[0])
         else:
-            self._executor.submit_batch(requests)  # type: ignore[attr-defined] - only when supports_batch
+            self._executor.submit_batch(requests)  # type: ignore[attr-defined]  # only when supports_batch
 
     def resubmit(self, running: RunningTrial, config: TrialConfig) -> None:
         """The same trial again, on its own (a retry, or a population member's next segment)."""

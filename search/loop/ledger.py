@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Mapping
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -243,7 +244,7 @@ def _with_run_times(running: RunningTrial, outcome: Outcome) -> Outcome:
     return dataclasses.replace(outcome, worker=worker, started=running.started_at, finished=finished)
 
 
-def _finite(metrics: dict[str, float], names: tuple[str, ...]) -> dict[str, float]:
+def _finite(metrics: Mapping[str, float], names: tuple[str, ...]) -> dict[str, float]:
     """Each of ``names`` from ``metrics`` as a float, or {} unless every one is there and finite."""
     values = {name: metrics.get(name) for name in names}
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values.values()):

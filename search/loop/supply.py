@@ -262,6 +262,7 @@ class TrialSupply:
     def _fetch(self, launched: int) -> Prepared | None:
         """The next trial to launch: one to run again, else one asked (ahead, or now); invalid ones are told FAIL."""
         while True:
+            item: Prepared | None
             if self._resumable:
                 frozen = self._resumable.popleft()
                 log.info("trial %d was left running; starting it again", frozen.number)

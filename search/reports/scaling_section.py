@@ -32,7 +32,7 @@ def _short_of_target(data: CampaignData) -> tuple[list[str], list[tuple[object, 
     columns = ["trial", "batch size", "outcome", f"best {sweep.goal.metric}" if sweep else "best", "steps run", "lr"]
     if sweep is None:
         return columns, []
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for number in sorted(set(sweep.outcomes) - sweep.reached):
         record = data.record(number)
         values = [m[sweep.goal.metric] for _s, m in record.history if sweep.goal.metric in m]

@@ -204,7 +204,7 @@ def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
                 goal.target,
                 goal.mode,
                 time_key="epoch_seconds",
-                interpolate=goal.interpolate,  # type: ignore[arg-type]
+                interpolate=goal.interpolate,
             )
             if history
             else None

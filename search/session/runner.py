@@ -91,7 +91,7 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
                 storage=storage,
                 sampler=campaign_sampler(spec),
                 pruner=pruner,
-                directions=list(spec.objective_directions),
+                directions=[optuna.study.StudyDirection[d.upper()] for d in spec.objective_directions],
                 load_if_exists=False,
             )
         except optuna.exceptions.DuplicatedStudyError:

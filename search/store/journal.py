@@ -140,7 +140,7 @@ class _Restoring(BaseJournalBackend, BaseJournalSnapshot):
         self._backend, self._snapshot = backend, snapshot
 
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
-        return self._backend.read_logs(log_number_from)
+        yield from self._backend.read_logs(log_number_from)
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self._backend.append_logs(logs)
@@ -189,10 +189,16 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         self._none_waiting: set[int] = set()  # studies known to have no WAITING trial
         remove_stale(backend.path)  # what a writer killed while writing a snapshot left
 
+    @property
+    def _writer(self) -> GroupCommitJournal:
+        """The backend, as the group-commit journal this storage was opened on."""
+        assert isinstance(self._backend, GroupCommitJournal)
+        return self._backend
+
     def flush(self) -> int:
         """The group commit (see :class:`GroupCommitJournal`), then a snapshot when one is due."""
-        written = self._backend.flush()
-        lines, _size = self._backend.persisted
+        written = self._writer.flush()
+        lines, _size = self._writer.persisted
         if due(lines, self._snapshot_lines):
             self.snapshot()
         return written
@@ -201,15 +207,15 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         """Flush, then write the snapshot of everything in the file, if it is big enough to need one and it
         changed since the last one; return whether one was written."""
         with self._thread_lock:  # nothing changes the replay result meanwhile
-            self._backend.flush()
-            lines, size = self._backend.persisted
+            self._writer.flush()
+            lines, size = self._writer.persisted
             state = self._replay_result
             if state.log_number_read != lines or lines == self._snapshot_lines or not due(lines, 0):
                 return False
             try:
-                write_snapshot(self._backend.path, state, lines, size)
+                write_snapshot(self._writer.path, state, lines, size)
             except OSError as exc:  # a cache: a full disk costs readers a replay, never the campaign
-                log.warning("no snapshot of %s written: %s", self._backend.path, exc)
+                log.warning("no snapshot of %s written: %s", self._writer.path, exc)
                 return False
             self._snapshot_lines = lines
         return True

@@ -28,8 +28,8 @@ from cluster.simulated import SimulatedExecutor, TableModel
 from search.loop.campaign import Campaign
 from search.session.runner import load_study
 from search.spec.campaign_spec import load_spec
+from search.spec.toml_text import to_toml
 from search.store.folder import CampaignFolder
-from search.toml_text import to_toml
 
 __all__ = ["finished_campaign", "time_command", "main"]
 

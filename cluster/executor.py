@@ -290,7 +290,8 @@ class DaskExecutor:
             raise ValueError(f"a batch holds trials of one width; got widths {sorted({r.width for r in requests})}")
         from distributed.client import ClosedClientError
 
-        if width > self.slots().widest:  # wider than any worker: parts on several (cluster.span)
+        widest = self.slots().widest  # 0 while no worker is there (joining, or restarted by its nanny): Dask queues it
+        if 0 < widest < width:  # wider than any worker: parts on several (cluster.span)
             for request in requests:
                 self._spans.submit(request)
             return

@@ -44,6 +44,7 @@ from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.reading import parse_toml, read_spec_text
 from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.spec.schedulers import POLICY_REGISTRY
+from search.spec.storage_url import storage_of
 from search.spec.table import SpecError, SpecTable, _closest, _show
 from search.vocab.terms import DIRECTIONS
 from spaces.errors import SpaceError
@@ -336,7 +337,7 @@ def _study(t: SpecTable) -> StudySpec:
         time_budget=t.float("time_budget", 0.0, minimum=0.0),
         trial_timeout=t.float("trial_timeout", 0.0, minimum=0.0),
         stop_grace=t.float("stop_grace", 60.0, minimum=0.0),
-        storage=_storage(t),
+        storage=storage_of(t),
         pruner=pruner,
         deterministic=t.bool("deterministic", False),
         parallelism=t.int("parallelism", 4, minimum=1, maximum=MAX_COUNT),
@@ -348,51 +349,6 @@ def _study(t: SpecTable) -> StudySpec:
         constraints=_constraints(t, sampler),
         warm_start=t.str("warm_start", ""),
     )
-
-
-_FOLDER_STORAGES = ("", "journal", "sqlite")  # the campaign folder's own files (search.store.storage)
-
-
-def _storage(t: SpecTable) -> str:
-    """The campaign folder's ``journal`` (default) or ``sqlite`` file, or an Optuna storage URL of a known scheme
-    whose file, if any, has an absolute path: a relative one would land wherever the command runs."""
-    url = t.str("storage", "")
-    if url in _FOLDER_STORAGES:
-        return url
-    fix = "use 'journal' or 'sqlite' for a file in the campaign folder, or an absolute path"
-    if url.startswith("journal:"):
-        if not Path(url.removeprefix("journal:")).is_absolute():
-            raise t.error(
-                "storage", f"{url!r}: a relative journal path would be read from the current directory; {fix}"
-            )
-        return url
-    if url.startswith("sqlite:"):
-        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
-        if not path or path.startswith(":memory:") or not Path(path).is_absolute():
-            raise t.error(
-                "storage",
-                f"{url!r}: an in-memory or relative SQLite path would not stay with the "
-                f"campaign; {fix} (sqlite:////abs/path/study.db)",
-            )
-        return url
-    if not _known_scheme(url):
-        raise t.error(
-            "storage",
-            f"{url!r} is not a storage Optuna can open: {fix}, or an SQLAlchemy database URL "
-            "(postgresql://, mysql://, ...)",
-        )
-    return url
-
-
-def _known_scheme(url: str) -> bool:
-    """Whether ``url`` is a database URL of a dialect SQLAlchemy knows (its driver need not be installed)."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        make_url(url).get_dialect()
-    except Exception:  # noqa: BLE001 - whatever SQLAlchemy raises for a URL it cannot use
-        return False
-    return True
 
 
 def _constraints(t: SpecTable, sampler: str) -> tuple[str, ...]:

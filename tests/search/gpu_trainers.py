@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-import trainers.classifier as classifier
+import trainers.classifier_train as classifier  # the training half (torch), where _build lives
 from trainers.api import Reporter, TrialConfig
 
 
@@ -59,7 +59,7 @@ def oom_above_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     limit = int(config.options["oom_above"])
     options = {k: v for k, v in config.options.items() if k != "oom_above"}
     with _injected(limit):
-        return classifier.fit(TrialConfig.from_dict({**config.to_dict(), "options": options}), reporter)
+        return classifier.run(TrialConfig.from_dict({**config.to_dict(), "options": options}), reporter)
 
 
 def host_hog_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:

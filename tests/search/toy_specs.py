@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from search.toml_text import to_toml
+from search.spec.toml_text import to_toml
 
 
 def toy_spec(

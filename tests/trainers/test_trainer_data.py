@@ -38,7 +38,7 @@ def test_synthetic_options_and_determinism() -> None:
 
 
 def test_unknown_dataset_names_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"mnist.*'digits', 'synthetic'"):
+    with pytest.raises(ValueError, match=r"mnist.*'digits', 'mnist1d', 'synthetic'"):
         load_dataset("mnist")
 
 

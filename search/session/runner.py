@@ -43,6 +43,7 @@ from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
 from search.store.storage import final_snapshot, open_storage, storage_url
 from spaces.errors import InputError
+from trainers.api import registered_trainer
 
 if TYPE_CHECKING:  # the loop, the sweep analysis and pandas load when a campaign runs, not to read a folder
     from search.scaling.sweep import SweepResult
@@ -273,7 +274,8 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
         check_environment_record(folder.environment)
         components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
         spec, changes = spec_to_resume(folder, options, check_trainer=False)
-        if not changes and nothing_left(spec, folder):
+        given = registered_trainer(spec.trainer.entry) is not None  # search.resume(trainer=...): record and keep it
+        if not changes and not given and nothing_left(spec, folder):
             return folder  # finished: no trainer import, no cluster; the caller prints its summary
         spec = load_spec(folder.spec)  # checked in full now: the trainer, TLS files, components
         cluster = cluster_for(spec, options)

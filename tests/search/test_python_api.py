@@ -9,6 +9,8 @@ spec runs on a worker that was started elsewhere, which gets the spec's folder w
 
 from __future__ import annotations
 
+import csv
+
 import json
 import os
 import subprocess
@@ -346,9 +348,9 @@ def test_workers_started_elsewhere_find_the_trainer_beside_the_spec(tmp_path: Pa
         )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = project / "runs" / "beside"
-    rows = [line.split(",") for line in (folder / "summary.csv").read_text().splitlines()[1:]]
-    assert [r[1] for r in rows] == ["COMPLETE"] * 3
-    assert [float(r[2]) for r in rows] == pytest.approx([6.0 * float(r[4]) for r in rows])
+    rows = list(csv.DictReader((folder / "summary.csv").read_text().splitlines()))  # columns by name
+    assert [r["state"] for r in rows] == ["COMPLETE"] * 3
+    assert [float(r["score"]) for r in rows] == pytest.approx([6.0 * float(r["params.quality"]) for r in rows])
     env = json.loads((folder / "environment.json").read_text())["trainer"]
     assert env["shipped"] == "by name" and env["root"] == str(project / "exp")
     assert sorted(env["files"]) == ["mytrain/__init__.py", "mytrain/fit.py", "mytrain/scale.py", "mytrain/unused.py"]

@@ -10,7 +10,6 @@ spec runs on a worker that was started elsewhere, which gets the spec's folder w
 from __future__ import annotations
 
 import csv
-
 import json
 import os
 import subprocess

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -273,22 +272,14 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     for trial in trials:
         record = TrialRecord.of(trial)
         reason = " ".join((record.fail_reason or "no reason recorded").split())
-        groups.setdefault(record.error_type or _legacy_kind(reason), []).append(reason)
+        # by the exception class the worker recorded; a failure that raised nothing (a missing or non-finite
+        # metric, a lost worker) or a record from before workers sent the class: by its whole reason, unparsed
+        groups.setdefault(record.error_type or reason, []).append(reason)
     ranked = sorted(groups.values(), key=len, reverse=True)
     parts = [f"{len(reasons)}x {_clip(reasons[0])}" for reasons in ranked[:kinds]]
     if len(ranked) > kinds:
         parts.append(f"{sum(map(len, ranked[kinds:]))}x other reasons")
     return f"all {len(trials)} trial{'s' if len(trials) != 1 else ''} failed: {'; '.join(parts)}"
-
-
-_EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Exit|Interrupt)$")
-
-
-def _legacy_kind(reason: str) -> str:
-    """The kind of a failure recorded without its ``error_type`` (a trial that failed without raising, or a
-    campaign recorded before workers sent it): the exception name its reason starts with, else the reason."""
-    head = reason.split(": ", 1)[0]
-    return head if _EXCEPTION_NAME.match(head) else reason
 
 
 def _shown(path: Path) -> str:

@@ -20,37 +20,40 @@ __all__ = ["Section", "LeftOut", "left_out", "guard", "e", "fmt", "table", "md_t
 
 @dataclasses.dataclass(frozen=True)
 class Section:
-    """One section of the report, as HTML and as Markdown; ``omitted``: why it is left out ("" when shown)."""
+    """One section of the report, as HTML and as Markdown; ``omitted``: why it is left out ("" when shown).
 
-    id: str
+    A builder leaves ``id`` empty: :func:`search.reports.report.build_sections` gives each section the name it is
+    registered under, so an id is written once, in the registry."""
+
     title: str
     html: str
     md: str
     omitted: str = ""
+    id: str = ""
 
     @property
     def shown(self) -> bool:
         return not self.omitted
 
 
-def left_out(section_id: str, title: str, why: str) -> Section:
-    return Section(section_id, title, "", "", omitted=why)
+def left_out(title: str, why: str) -> Section:
+    return Section(title, "", "", omitted=why)
 
 
 class LeftOut(Exception):
     """Raised inside a :func:`guard`-ed build: the section has nothing to show, and this is why."""
 
 
-def guard(section_id: str, title: str, build: Callable[[], tuple[str, str]]) -> Section:
+def guard(title: str, build: Callable[[], tuple[str, str]]) -> Section:
     """A section whose figures or numbers fail to build still renders, with the error as a note."""
     try:
         body, md = build()
     except LeftOut as why:
-        return left_out(section_id, title, str(why))
+        return left_out(title, str(why))
     except Exception as exc:  # noqa: BLE001 - one broken figure must not cost the whole report
         text = f"this section could not be drawn: {type(exc).__name__}: {exc}"
         body, md = note(text), text
-    return Section(section_id, title, body, md)
+    return Section(title, body, md)
 
 
 def e(value: Any) -> str:

@@ -15,9 +15,7 @@ from search.pbt.policy import Action
 from search.reports.data import CampaignData
 from search.reports.markup import LeftOut, Section, guard, md_table, note, table
 
-__all__ = ["pbt_section", "SECTION_ID"]
-
-SECTION_ID = "pbt"
+__all__ = ["pbt_section"]
 
 
 def pbt_section(data: CampaignData) -> Section:
@@ -67,7 +65,7 @@ def pbt_section(data: CampaignData) -> Section:
         md = text + "\n\n" + md_table(rung_cols, rung_rows) + "\n\n" + md_table(member_cols, member_rows)
         return body, md
 
-    return guard(SECTION_ID, "Population-based training", build)
+    return guard("Population-based training", build)
 
 
 def _params(params: Mapping[str, Any], names: tuple[str, ...]) -> str:

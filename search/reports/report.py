@@ -43,7 +43,7 @@ for _id, _builder, _line in (
     ("failures", run_sections.failures, "the failed trials and why"),
     ("environment", run_sections.environment, "the software and machines the campaign ran on"),
     ("reproduce", run_sections.reproduce, "the commands that re-run a trial"),
-    (pbt_section.SECTION_ID, pbt_section.pbt_section, "the population-based training lineage"),
+    ("pbt", pbt_section.pbt_section, "the population-based training lineage"),
 ):
     SECTION_REGISTRY.add(_id, _builder, _line)
 SECTION_IDS = SECTION_REGISTRY.names()
@@ -92,7 +92,7 @@ def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 def build_sections(data: CampaignData) -> list[Section]:
     """Every section in :data:`SECTION_IDS` order, those left out included (``Section.omitted`` says why)."""
-    return [build(data) for _id, build in SECTION_REGISTRY.items()]
+    return [dataclasses.replace(build(data), id=name) for name, build in SECTION_REGISTRY.items()]
 
 
 # --- the page ----------------------------------------------------------------------------------

@@ -60,14 +60,14 @@ def timeline_section(data: CampaignData) -> Section:
         body += table(columns, rows)
         return body, text + "\n\n" + md_table(columns, rows)
 
-    return guard("timeline", "Worker and GPU timeline", build)
+    return guard("Worker and GPU timeline", build)
 
 
 def failures(data: CampaignData) -> Section:
     failed = [data.record(t) for t in data.failed()]
     interrupted = [r for r in data.records() if r.state_name == "INTERRUPTED"]
     if not failed and not interrupted:
-        return left_out("failures", "Failures", "no trial failed or was interrupted")
+        return left_out("Failures", "no trial failed or was interrupted")
     shown = {r.number: json.dumps(searched_params(r, data.spec.space), default=str) for r in [*failed, *interrupted]}
     rows = [(r.number, r.fail_reason or "unknown", shown[r.number]) for r in failed]
     rows += [(r.number, "interrupted (resume to finish)", shown[r.number]) for r in interrupted]
@@ -76,7 +76,7 @@ def failures(data: CampaignData) -> Section:
         tb = r.traceback[-MAX_TRACEBACK:]
         if tb:
             body += f"<details><summary>trial {r.number}: traceback</summary><pre>{e(tb)}</pre></details>"
-    return Section("failures", "Failures", body, md_table(("trial", "reason", "params"), rows))
+    return Section("Failures", body, md_table(("trial", "reason", "params"), rows))
 
 
 def environment(data: CampaignData) -> Section:
@@ -86,7 +86,7 @@ def environment(data: CampaignData) -> Section:
             f"{data.folder.environment.name} is missing: this campaign started before environment capture, "
             "so the machine it ran on is unknown"
         )
-        return Section("environment", "Environment", note(text), text + ".")
+        return Section("Environment", note(text), text + ".")
     torch = env.get("torch") or {}
     cluster = env.get("cluster") or {}
     trainer = env.get("trainer") or {}
@@ -117,7 +117,7 @@ def environment(data: CampaignData) -> Section:
     kv_html, kv_md = kv(pairs)
     full = json.dumps(env, indent=2, sort_keys=True, default=str)
     body = kv_html + f"<details><summary>environment.json</summary><pre>{e(full)}</pre></details>"
-    return Section("environment", "Environment", body, kv_md)
+    return Section("Environment", body, kv_md)
 
 
 def _spec_digests(env: dict[str, Any], frozen: str) -> list[tuple[str, str]]:
@@ -172,4 +172,4 @@ def reproduce(data: CampaignData) -> Section:
     commands.append(("re-render this report", f"hypersweep report {shlex.quote(root)}"))
     body = "".join(f'<p>{e(what)}:</p><pre class="cmd">{e(cmd)}</pre>' for what, cmd in commands)
     md = "\n".join(f"{what}:\n\n```sh\n{cmd}\n```\n" for what, cmd in commands)
-    return Section("reproduce", "Reproduce", body, md)
+    return Section("Reproduce", body, md)

@@ -79,4 +79,4 @@ def scaling(data: CampaignData) -> Section:
             md += f"- figure scaling/{png.name} (embedded in index.html)\n"
         return body, md
 
-    return guard("scaling", "Batch-size scaling", build)
+    return guard("Batch-size scaling", build)

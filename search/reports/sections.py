@@ -121,7 +121,7 @@ def spec(data: CampaignData) -> Section:
         + md_table(("parameter", "distribution"), space)
         + f"\n\n```toml\n{s.text.rstrip()}\n```"
     )
-    return Section("spec", "The question and the spec", body, md)
+    return Section("The question and the spec", body, md)
 
 
 def best(data: CampaignData) -> Section:
@@ -154,7 +154,7 @@ def best(data: CampaignData) -> Section:
             label = f"the {len(top)} trials with the fewest steps to target: {data.sweep.counts_text()}"
         return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)
 
-    return guard("best", "Best trials", build)
+    return guard("Best trials", build)
 
 
 def lr(data: CampaignData) -> Section:
@@ -190,7 +190,7 @@ def lr(data: CampaignData) -> Section:
         body += note(text) if text else ""
         return body, md_table(columns, rows) + (f"\n\n{text}" if text else "")
 
-    return guard("lr", "Learning rate of the best trials", build)
+    return guard("Learning rate of the best trials", build)
 
 
 def history(data: CampaignData) -> Section:
@@ -214,7 +214,7 @@ def history(data: CampaignData) -> Section:
             md += f"- {metric}: {counts}\n"
         return body, md
 
-    return guard("history", "Optimization history and best so far", build)
+    return guard("Optimization history and best so far", build)
 
 
 def _best_value(values: Sequence[float], direction: str) -> float:
@@ -243,7 +243,7 @@ def curves(data: CampaignData) -> Section:
         body = figure(drawn, "learning curves") + note(text)
         return body, f"Learning curves of {len(shown)} trials for {', '.join(metrics)}: {text} (figure in index.html)."
 
-    return guard("curves", "Learning curves", build)
+    return guard("Learning curves", build)
 
 
 def importance(data: CampaignData) -> Section:
@@ -251,7 +251,6 @@ def importance(data: CampaignData) -> Section:
     n = len(data.complete())
     if n < MIN_IMPORTANCE_TRIALS:
         return left_out(
-            "importance",
             title,
             f"importances skipped: only {n} complete trial(s), fewer than the "
             f"{MIN_IMPORTANCE_TRIALS} they need to mean anything",
@@ -276,7 +275,7 @@ def importance(data: CampaignData) -> Section:
             md += f"Optuna's importances could not be computed: {problem}\n"
         return body, md
 
-    return guard("importance", title, build)
+    return guard(title, build)
 
 
 def pruning(data: CampaignData) -> Section:
@@ -303,7 +302,7 @@ def pruning(data: CampaignData) -> Section:
         body += figure(plots.epochs_bars(bars, data.spec.trainer.epochs), "epochs trained per trial")
         return body, text + "\n\n" + md_table(("state", "trials", "epochs trained"), rows)
 
-    return guard("pruning", "Pruning and epochs spent", build)
+    return guard("Pruning and epochs spent", build)
 
 
 def pareto(data: CampaignData) -> Section:
@@ -330,4 +329,4 @@ def pareto(data: CampaignData) -> Section:
             )
         return body, md_table(columns, rows)
 
-    return guard("pareto", "Pareto front", build)
+    return guard("Pareto front", build)

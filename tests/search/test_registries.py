@@ -102,11 +102,13 @@ def test_a_registry_refuses_a_name_twice_and_a_description_that_is_not_one_line(
     assert list(registry) == ["a"] and "a" in registry and registry["a"] == 1 and len(registry) == 1
 
 
-def test_each_report_section_is_built_under_the_id_it_is_registered_with(tmp_path) -> None:  # noqa: ANN001
-    """The builders still name their own section ids: they must agree with the registry's."""
+def test_each_report_section_gets_the_id_it_is_registered_with_and_no_other(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """An id is written once, in the registry: the builders name none, and a builder registered under a new name
+    renders under that name."""
     import optuna
 
     from search.reports.data import CampaignData
+    from search.reports.markup import Section
     from search.store.folder import CampaignFolder
 
     text = SPEC.replace("SAMPLER", "random")
@@ -114,6 +116,13 @@ def test_each_report_section_is_built_under_the_id_it_is_registered_with(tmp_pat
     folder.create(text)
     data = CampaignData(folder, parse(text), optuna.create_study(direction="maximize"), (), None, None)
     assert [section.id for section in build_sections(data)] == list(SECTION_REGISTRY.names())
+    assert {section.id for _, build in SECTION_REGISTRY.items() if (section := build(data))} == {""}
+    import search.reports.report as report
+
+    extra: Registry = Registry("report section")
+    extra.add("extra", lambda _data: Section("Extra", "<p>x</p>", "x"), "a user's section")
+    monkeypatch.setattr(report, "SECTION_REGISTRY", extra)
+    assert [section.id for section in report.build_sections(data)] == ["extra"]
 
 
 def test_the_policy_seam_still_knows_target_reached() -> None:

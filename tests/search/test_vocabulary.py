@@ -148,3 +148,18 @@ def test_the_worker_outcome_carries_the_error_type_to_the_record(tmp_path: Path)
     }  # as before
     # grouped by the recorded type: two messages, one kind (no pattern over the text could tell)
     assert failure_summary(result.study) == "all 2 trials failed: 2x BadBatch: batch of trial 0 is bad"
+
+
+def test_failures_recorded_without_a_type_are_grouped_by_their_whole_reason_not_a_pattern() -> None:
+    """A record with no ``error_type`` (from before workers sent it, or a failure that raised nothing): no text is
+    parsed for a class name, so two messages that merely start alike are two kinds."""
+    study = optuna.create_study(direction="maximize")
+    for reason in ("ValueError: lr 0.1 is bad", "ValueError: lr 0.2 is bad", "metric 'accuracy' is nan") + (
+        "metric 'accuracy' is nan",
+    ):
+        study.add_trial(
+            optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={"fail_reason": reason})
+        )
+    assert failure_summary(study) == (
+        "all 4 trials failed: 2x metric 'accuracy' is nan; 1x ValueError: lr 0.1 is bad; 1x ValueError: lr 0.2 is bad"
+    )

@@ -101,6 +101,7 @@ def test_a_campaign_runs_over_tls_on_a_non_loopback_listen_address(tmp_path: Pat
     assert all(t.user_attrs["worker"].startswith("tls://") for t in trials)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_client_without_certificates_cannot_join_a_tls_cluster(tmp_path: Path) -> None:
     from distributed import Client
@@ -323,6 +324,7 @@ def test_plain_tcp_to_a_scheduler_elsewhere_is_refused_without_insecure(tmp_path
     assert ClusterOptions(address="tcp://localhost:8786").address  # loopback: as before
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_insecure_warns_then_tries(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -375,6 +377,7 @@ def blunt_server() -> Iterator[int]:
         yield port
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_address_that_is_not_a_dask_scheduler_fails_within_connect_timeout(tmp_path: Path) -> None:
     cases = ((http_server, "gave no Dask answer within 2s"), (blunt_server, "answered, but not in Dask's protocol"))

@@ -62,7 +62,9 @@ def limited(**limit: float) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    ("limit", "reason"), [({"trial_timeout": 1.5}, "trial timeout"), ({"time_budget": 2}, "time budget")]
+    ("limit", "reason"),
+    [({"trial_timeout": 1.5}, "trial timeout"), ({"time_budget": 2}, "time budget")],
+    ids=["trial_timeout", "time_budget"],
 )
 def test_time_limits_stop_trials_cleanly_as_pruned(tmp_path: Path, limit: dict[str, float], reason: str) -> None:
     text = limited(**limit)

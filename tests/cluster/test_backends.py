@@ -255,6 +255,7 @@ def test_the_command_line_gives_one_line_and_exit_2_and_starts_nothing(tmp_path:
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_unreachable_scheduler_is_exit_3_and_leaves_no_campaign(tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port nobody listens on

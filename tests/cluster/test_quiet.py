@@ -10,11 +10,12 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.search.toy_specs import toy_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "search"
@@ -26,24 +27,7 @@ with open_cluster(ClusterOptions(n_workers=1, verbose={verbose})) as client:
 print("ok")
 """
 
-SPEC = """
-[study]
-name = "quiet"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-n_trials = 2
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 2
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-
-[cluster]
-n_workers = 1
-"""
+SPEC = toy_toml(name="quiet")  # 2 toy trials of 2 epochs on 1 worker
 
 
 @pytest.fixture
@@ -85,7 +69,7 @@ def test_the_embedded_cluster_is_quiet_unless_verbose(port_8787_taken: None) -> 
 @pytest.mark.timeout(240)
 def test_a_campaign_on_the_embedded_cluster_prints_no_port_clash_or_info(tmp_path: Path, port_8787_taken: None) -> None:
     spec = tmp_path / "quiet.toml"
-    spec.write_text(textwrap.dedent(SPEC))
+    spec.write_text(SPEC)
     proc = run("-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress")
     assert proc.returncode == 0, proc.stderr
     assert "already in use" not in proc.stderr and "8787" not in proc.stderr, proc.stderr

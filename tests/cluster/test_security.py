@@ -17,7 +17,6 @@ import socket
 import stat
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -31,30 +30,15 @@ from tls_certs import make_certs
 from cluster import ClusterError, ClusterOptions, TLSFiles, open_cluster
 from search.store.folder import CampaignFolder, ControllerLock
 from tests.campaign_storage import load
+from tests.search.toy_specs import toy_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "search"
 
-SPEC = """
-[study]
-name = "tls"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-n_trials = 3
 
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 2
-
-[space]
-quality = {{ type = "float", low = 0.0, high = 1.0 }}
-
-[cluster]
-n_workers = 2
-listen = "{listen}"
-{tls}
-"""
+def tls_spec(listen: str, **tls: str) -> str:
+    """3 toy trials on 2 workers of an embedded cluster listening on ``listen``, with ``tls_*`` files if given."""
+    return toy_toml("tls", n_trials=3, cluster={"n_workers": 2, "listen": listen, **tls})
 
 
 def env() -> dict[str, str]:
@@ -69,7 +53,7 @@ def hypersweep(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[
 
 def test_plain_tcp_on_a_non_loopback_address_is_refused(tmp_path: Path) -> None:
     spec = tmp_path / "open.toml"
-    spec.write_text(textwrap.dedent(SPEC.format(listen="0.0.0.0", tls="")))
+    spec.write_text(tls_spec("0.0.0.0"))
     runs = tmp_path / "runs"
     proc = hypersweep("run", str(spec), "--runs-dir", str(runs))
     assert proc.returncode == 2, proc.stderr
@@ -89,9 +73,8 @@ def test_options_refuse_half_configured_tls(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_a_campaign_runs_over_tls_on_a_non_loopback_listen_address(tmp_path: Path) -> None:
     ca, cert, key = make_certs(tmp_path / "certs")
-    tls = f'tls_ca_file = "{ca}"\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"'
     spec = tmp_path / "tls.toml"
-    spec.write_text(textwrap.dedent(SPEC.format(listen="0.0.0.0", tls=tls)))
+    spec.write_text(tls_spec("0.0.0.0", tls_ca_file=str(ca), tls_cert_file=str(cert), tls_key_file=str(key)))
     runs = tmp_path / "runs"
     proc = hypersweep("run", str(spec), "--runs-dir", str(runs), "--no-progress")
     assert proc.returncode == 0, proc.stderr
@@ -101,6 +84,7 @@ def test_a_campaign_runs_over_tls_on_a_non_loopback_listen_address(tmp_path: Pat
     assert all(t.user_attrs["worker"].startswith("tls://") for t in trials)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_client_without_certificates_cannot_join_a_tls_cluster(tmp_path: Path) -> None:
     from distributed import Client
@@ -115,25 +99,8 @@ def test_a_client_without_certificates_cannot_join_a_tls_cluster(tmp_path: Path)
 
 # --- the embedded cluster admits its own processes only -------------------------------------------
 
-GUARDED = """
-[study]
-name = "guarded"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-n_trials = 2
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 100
-options = { sleep = 1.0 }
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-
-[cluster]
-n_workers = 2
-"""
+# 2 toy trials of 100 epochs of 1 s on 2 workers: the cluster stays up while an intruder tries to join it.
+GUARDED = toy_toml("guarded", epochs=100, trainer={"options": {"sleep": 1.0}}, cluster={"n_workers": 2})
 
 # Another process of this machine that knows the scheduler's address (from environment.json): over plain
 # TCP, with a key and certificate of its own, and with its own certificate while trusting any server.
@@ -209,7 +176,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 @pytest.mark.timeout(240)
 def test_while_a_campaign_runs_no_other_process_can_join_its_cluster(tmp_path: Path) -> None:
     spec = tmp_path / "guarded.toml"
-    spec.write_text(textwrap.dedent(GUARDED))
+    spec.write_text(GUARDED)
     runs = tmp_path / "runs"
     folder = runs / "guarded"
     environment = folder / "environment.json"
@@ -282,29 +249,13 @@ def test_the_campaign_folder_is_private_even_when_made_by_hand(tmp_path: Path) -
 
 # --- joining a scheduler ----------------------------------------------------------------------------
 
-JOIN = """
-[study]
-name = "joined"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-n_trials = 2
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 1
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-
-[cluster]
-connect_timeout = 2
-"""
+# 2 toy trials of 1 epoch on a scheduler given on the command line, given up on after 2 s.
+JOIN = toy_toml("joined", epochs=1, cluster={"n_workers": None, "connect_timeout": 2})
 
 
 def join_spec(tmp_path: Path) -> Path:
     spec = tmp_path / "joined.toml"
-    spec.write_text(textwrap.dedent(JOIN))
+    spec.write_text(JOIN)
     return spec
 
 
@@ -323,6 +274,7 @@ def test_plain_tcp_to_a_scheduler_elsewhere_is_refused_without_insecure(tmp_path
     assert ClusterOptions(address="tcp://localhost:8786").address  # loopback: as before
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_insecure_warns_then_tries(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -375,6 +327,7 @@ def blunt_server() -> Iterator[int]:
         yield port
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_address_that_is_not_a_dask_scheduler_fails_within_connect_timeout(tmp_path: Path) -> None:
     cases = ((http_server, "gave no Dask answer within 2s"), (blunt_server, "answered, but not in Dask's protocol"))

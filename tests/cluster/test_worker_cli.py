@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,26 +18,13 @@ import optuna
 import pytest
 
 from tests.campaign_storage import load
+from tests.search.toy_specs import toy_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "search"
 
-SPEC = """
-[study]
-name = "byhand"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-n_trials = 4
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 2
-options = { sleep = 0.2 }
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-"""
+# 4 toy trials on the workers started by hand (no n_workers: the campaign joins their scheduler).
+SPEC = toy_toml(name="byhand", n_trials=4, trainer={"options": {"sleep": 0.2}}, cluster={"n_workers": None})
 
 
 def env() -> dict[str, str]:
@@ -200,7 +186,7 @@ def test_workers_started_by_hand_run_a_campaign(tmp_path: Path) -> None:
             "hand-b": ({"CPU": 1.0}, 1),
         }
         spec = tmp_path / "byhand.toml"
-        spec.write_text(textwrap.dedent(SPEC))
+        spec.write_text(SPEC)
         runs = tmp_path / "runs"
         proc = hypersweep("run", str(spec), "--scheduler", address, "--runs-dir", str(runs), "--no-progress")
         assert proc.returncode == 0, proc.stderr

@@ -40,12 +40,28 @@ def epochs_trained(result: search.Result, number: int) -> list[int]:
     return [int(e) for e in (result.folder / "trials" / str(number) / "epochs.log").read_text().split()]
 
 
+@pytest.fixture(scope="module", params=sorted(FRAMEWORKS))
+def lost_worker_campaign(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, search.Result]:
+    """One campaign per framework, read by the two tests below: 2 trials of 3 epochs on 1 worker, the first trial to
+    finish epoch 2 exits its worker process once (after that epoch's checkpoint) and continues on the restarted one."""
+    framework = request.param
+    tmp = tmp_path_factory.mktemp(f"{framework}-lost")
+    marker = tmp / "died"
+    result = search.run(
+        spec(f"{framework}-lost", framework, die_after_epoch=[2, str(marker)]), runs_dir=tmp / "runs", progress=False
+    )
+    return framework, marker, result
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
-def test_a_framework_trainer_reports_each_epoch_and_checkpoints(tmp_path: Path, framework: str) -> None:
+def test_a_framework_trainer_reports_each_epoch_and_checkpoints(
+    lost_worker_campaign: tuple[str, Path, search.Result],
+) -> None:
+    framework, _, result = lost_worker_campaign
     _, metric, names, checkpoint = FRAMEWORKS[framework]
-    result = search.run(spec(f"{framework}-runs", framework), runs_dir=tmp_path, progress=False)
     history = result.history
     for trial in result.study.get_trials(deepcopy=False):
         assert trial.state == TrialState.COMPLETE, trial.user_attrs
@@ -63,18 +79,15 @@ def test_a_framework_trainer_reports_each_epoch_and_checkpoints(tmp_path: Path, 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
-def test_a_framework_trainer_continues_from_its_checkpoint_after_a_lost_worker(tmp_path: Path, framework: str) -> None:
-    marker = tmp_path / "died"
-    result = search.run(
-        spec(f"{framework}-lost", framework, n_trials=1, die_after_epoch=[2, str(marker)]),
-        runs_dir=tmp_path / "runs",
-        progress=False,
-    )
-    (trial,) = result.study.get_trials(deepcopy=False)
-    assert marker.exists() and trial.state == TrialState.COMPLETE, trial.user_attrs
-    assert epochs_trained(result, 0) == [1, 2, 3]  # epochs 1 and 2 were not trained again
-    assert sorted(set(result.history["step"])) == [1, 2, 3]
+def test_a_framework_trainer_continues_from_its_checkpoint_after_a_lost_worker(
+    lost_worker_campaign: tuple[str, Path, search.Result],
+) -> None:
+    _, marker, result = lost_worker_campaign
+    died = int(marker.read_text())  # the trial whose worker exited after its epoch 2
+    trial = result.study.get_trials(deepcopy=False)[died]
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs
+    assert epochs_trained(result, died) == [1, 2, 3]  # epochs 1 and 2 were not trained again
+    assert sorted(set(result.history[result.history["trial"] == died]["step"])) == [1, 2, 3]
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from toy_specs import toy_toml
 
 from cluster.backends import REGISTRY as BACKEND_CLASSES
 from search.loop import policies
@@ -25,19 +26,7 @@ ALL = {
     "report section": SECTION_REGISTRY,
 }
 
-SPEC = """
-[study]
-name = "reg"
-direction = "maximize"
-metric = "score"
-sampler = "SAMPLER"
-
-[trainer]
-entry = "toy_trainers:fit"
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-"""
+SPEC = toy_toml(name="reg", sampler="SAMPLER")  # SAMPLER: each test puts the name it checks there
 
 
 def parse(text: str):  # noqa: ANN201

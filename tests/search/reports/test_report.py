@@ -45,6 +45,7 @@ from search.store.records import (
     write_attrs,
 )
 from search.store.storage import flusher
+from tests.search.toy_specs import toy_toml
 from tests.spec_files import write_spec
 
 # --- a tiny DevTools client ---------------------------------------------------------------------
@@ -361,23 +362,21 @@ def test_the_browser_check_sees_console_errors(tmp_path: Path) -> None:
 
 # --- a hand-made campaign: multi-objective, failures, scaling, hostile text --------------------
 
-TOY_MO = """
-[study]
-name = "toy-mo"
-directions = ["maximize", "minimize"]
-metrics = ["score", "steps"]
-sampler = "random"
-seed = 1
-n_trials = 6
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 3
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-tag = { type = "categorical", choices = ["<b>bold</b>", "plain"] }
-"""
+# The toy trainer, two objectives, a categorical whose choice is HTML (the report must escape it).
+TOY_MO = toy_toml(
+    "toy-mo",
+    n_trials=6,
+    epochs=3,
+    direction=None,
+    metric=None,
+    directions=["maximize", "minimize"],
+    metrics=["score", "steps"],
+    space={
+        "quality": {"type": "float", "low": 0.0, "high": 1.0},
+        "tag": {"type": "categorical", "choices": ["<b>bold</b>", "plain"]},
+    },
+    cluster={"n_workers": None},
+)
 HOSTILE = "<script>alert('x')</script>"
 
 

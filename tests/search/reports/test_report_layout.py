@@ -38,14 +38,14 @@ from tests.spec_files import write_spec
 WIDTH = 1400
 
 EVOLUTION = """
-# Layout test: 4 evolution trials of 1 epoch over CNN layer sequences.
+# Layout test: 2 evolution trials of 1 epoch over CNN layer sequences, then a resume to 4 after an idle gap.
 [study]
 name = "layout-evolution"
 direction = "maximize"
 metric = "val_accuracy"
 sampler = "evolution"
 seed = 4
-n_trials = 4
+n_trials = 2
 
 [trainer]
 entry = "trainers.classifier:fit"
@@ -62,52 +62,26 @@ batch_size = 64
 [cluster]
 n_workers = 2
 """
-
-RESUMED = """
-# Layout test: 2 random trials, then a resume to 4 after an idle gap.
-[study]
-name = "layout-resumed"
-direction = "maximize"
-metric = "val_accuracy"
-sampler = "random"
-seed = 8
-n_trials = 2
-
-[trainer]
-entry = "trainers.classifier:fit"
-dataset = "digits"
-epochs = 1
-device = "cpu"
-
-[space]
-model = "mlp"
-lr = { type = "float", low = 0.01, high = 0.1, log = true }
-hidden = { type = "int", low = 32, high = 64, step = 32 }
-
-[cluster]
-n_workers = 2
-"""
 IDLE_S = 4.0  # the pause between the run and its resume
 
 
 @pytest.fixture(scope="module")
 def evolution(tmp_path_factory: pytest.TempPathFactory) -> CampaignFolder:
+    """The one campaign of this module (one campaign, read by every test that takes ``evolution`` or ``resumed``):
+    2 evolution trials, a real idle gap, a resume to 4 trials under ``--n-trials 4``, its report."""
     tmp = tmp_path_factory.mktemp("layout-evolution")
     spec = load_spec(write_spec(tmp / "evolution.toml", EVOLUTION))
-    folder = run_campaign(spec, RunOptions(runs_dir=tmp / "runs", progress=False))
-    write_report(folder.root)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def resumed(tmp_path_factory: pytest.TempPathFactory) -> CampaignFolder:
-    tmp = tmp_path_factory.mktemp("layout-resumed")
-    spec = load_spec(write_spec(tmp / "resumed.toml", RESUMED))
     folder = run_campaign(spec, RunOptions(runs_dir=tmp / "runs", progress=False))
     time.sleep(IDLE_S)  # a real idle gap: nothing runs until the resume
     resume_campaign(folder.root, RunOptions(runs_dir=tmp / "runs", progress=False, n_trials=4))
     write_report(folder.root)
     return folder
+
+
+@pytest.fixture(scope="module")
+def resumed(evolution: CampaignFolder) -> CampaignFolder:
+    """A resumed campaign: the module's evolution campaign (run, idle gap, resume)."""
+    return evolution
 
 
 def _section(page: str, section_id: str) -> str:

@@ -17,6 +17,7 @@ import optuna
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
+from toy_specs import toy_toml
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.simulated import SimulatedExecutor, TrialPlan
@@ -203,27 +204,9 @@ def test_a_child_that_dies_fails_take_instead_of_waiting_forever() -> None:
     assert multiprocessing.active_children() == []
 
 
-SPEC = """
-[study]
-name = "proc"
-direction = "maximize"
-metric = "score"
-sampler = "{sampler}"
-seed = 4
-n_trials = {n_trials}
-{extra}
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 1
-
-[space]
-quality = {{ type = "float", low = 0.0, high = 1.0 }}
-"""
-
-
-def _spec(sampler: str = "tpe", extra: str = "", n_trials: int = 16) -> Any:
-    text = SPEC.format(sampler=sampler, extra=extra, n_trials=n_trials)
+def _spec(sampler: str = "tpe", n_trials: int = 16, epochs: int = 1, **study: Any) -> Any:
+    """The toy spec ("proc", seed 4, no [cluster]: each test opens its own) parsed, and its text."""
+    text = toy_toml("proc", n_trials, epochs, sampler=sampler, seed=4, cluster={"n_workers": None}, **study)
     return parse_spec(tomllib.loads(text), "proc.toml", text), text
 
 
@@ -250,7 +233,7 @@ def test_a_tpe_campaign_samples_in_a_child_and_saves_the_childs_sampler(tmp_path
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_trials_from_the_child_launch_in_full_batches_not_one_task_each(tmp_path: Path) -> None:
-    spec, text = _spec(extra="batch_trials = 4", n_trials=18)
+    spec, text = _spec(batch_trials=4, n_trials=18)
     folder = CampaignFolder(tmp_path / "proc")
     folder.create(text)
     study = load_study(spec, folder, create=True)
@@ -269,14 +252,14 @@ def test_trials_from_the_child_launch_in_full_batches_not_one_task_each(tmp_path
 @pytest.mark.parametrize(
     ("sampler", "extra", "message"),
     [
-        ("random", 'sampling = "process"', "'process' runs only tpe, gp"),
-        ("tpe", 'sampling = "thread"\ndeterministic = true', "samples in order"),
-        ("tpe", 'sampling = "fork"', "is not one of auto, process, thread, inline"),
+        ("random", {"sampling": "process"}, "'process' runs only tpe, gp"),
+        ("tpe", {"sampling": "thread", "deterministic": True}, "samples in order"),
+        ("tpe", {"sampling": "fork"}, "is not one of auto, process, thread, inline"),
     ],
 )
-def test_sampling_setting_errors_name_the_value_and_the_rule(sampler: str, extra: str, message: str) -> None:
+def test_sampling_setting_errors_name_the_value_and_the_rule(sampler: str, extra: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError, match=message):
-        _spec(sampler, extra)
+        _spec(sampler, **extra)
 
 
 class Unpicklable(optuna.samplers.TPESampler):
@@ -293,7 +276,7 @@ def test_a_sampler_that_does_not_pickle_samples_on_a_thread_unless_process_was_a
     runs = []
     with open_cluster(ClusterOptions(n_workers=1)) as client:
         for sampling in ("auto", "process"):
-            spec, text = _spec(extra=f'sampling = "{sampling}"')
+            spec, text = _spec(sampling=sampling)
             folder = CampaignFolder(tmp_path / sampling / "proc")
             folder.create(text)
             study = load_study(spec, folder, create=True)
@@ -359,9 +342,7 @@ def test_a_resumed_campaign_seeds_the_child_with_the_trials_already_finished(tmp
 def test_a_sampler_child_killed_mid_campaign_is_replaced_then_a_thread_takes_over(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    spec, text = _spec(n_trials=16)
-    text = text.replace("epochs = 1", "epochs = 2\noptions = { sleep = 0.1 }")
-    spec = parse_spec(tomllib.loads(text), "proc.toml", text)
+    spec, text = _spec(n_trials=16, epochs=2, trainer={"options": {"sleep": 0.1}})
     folder = CampaignFolder(tmp_path / "proc")
     folder.create(text)
     study = load_study(spec, folder, create=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from toy_specs import toy_toml
 
 from search.sampling.pruning import make_pruner
 from search.sampling.samplers import make_sampler
@@ -51,35 +52,22 @@ def test_every_pruner_name_builds(name: str) -> None:
     assert isinstance(pruner, optuna.pruners.BasePruner)
 
 
-TOY = """
-[study]
-name = "limits"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-n_trials = 2
-{limit}
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 40
-options = {{ sleep = 0.2 }}
-
-[space]
-quality = {{ type = "float", low = 0.1, high = 1.0 }}
-
-[cluster]
-n_workers = 2
-"""
+def limited(**limit: float) -> str:
+    """2 toy trials of 40 epochs of 0.2 s on 2 workers, with a ``[study]`` time limit."""
+    space = {"quality": {"type": "float", "low": 0.1, "high": 1.0}}
+    options = {"sleep": 0.2}
+    return toy_toml("limits", epochs=40, trainer={"options": options}, space=space, cluster={"n_workers": 2}, **limit)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    ("limit", "reason"), [("trial_timeout = 1.5", "trial timeout"), ("time_budget = 2", "time budget")]
+    ("limit", "reason"),
+    [({"trial_timeout": 1.5}, "trial timeout"), ({"time_budget": 2}, "time budget")],
+    ids=["trial_timeout", "time_budget"],
 )
-def test_time_limits_stop_trials_cleanly_as_pruned(tmp_path: Path, limit: str, reason: str) -> None:
-    text = TOY.format(limit=limit)
+def test_time_limits_stop_trials_cleanly_as_pruned(tmp_path: Path, limit: dict[str, float], reason: str) -> None:
+    text = limited(**limit)
     spec = parse_spec(tomllib.loads(text), "limits.toml", text)
     folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
     trials = load(folder.root, "limits").get_trials()

@@ -79,6 +79,9 @@ def print_packing(records: list) -> None:
             f"  worker :{port} GPU {device}: {len(mine)} trials, at most {most} at once, "
             f"{busy / span:.2f} on average while it had any"
         )
+    own = {r.metrics.get("pid") for r in records if r.metrics}
+    seen = sorted({r.metrics.get("device") for r in records if r.metrics})
+    print(f"  {len(own)} trial processes for {len(records)} trials; CUDA_VISIBLE_DEVICES seen inside: {seen}")
     peaks = [r.peak_memory / 2**20 for r in records if r.peak_memory]
     print(f"  peak memory (rss, MiB): min {min(peaks):.0f}, max {max(peaks):.0f}")
 

@@ -1,11 +1,13 @@
 """What a trial used of its devices: peak memory and GPU utilization, sampled while it runs.
 
-On a CUDA lease the peak is ``torch.cuda.max_memory_allocated`` of the leased devices (torch's
-allocator statistics are per process and device, so trials packed on one device of one worker
-share them: the figure is then the device's peak while the trial ran, an upper bound, and
-``memory_shared`` says how many trials were on it at most). Without CUDA the host's resident
-memory (the worker process and the processes it started, e.g. a data-parallel trial's ranks)
-stands in. GPU utilization is NVML's (``pynvml``), averaged over the samples, where NVML is there.
+On a CUDA lease the peak is ``torch.cuda.max_memory_allocated`` of the leased devices. A trial
+holding a lease runs in its own process (:mod:`cluster.entrypoint`), which reports its own peak with
+each report (torch's allocator statistics are per process, so the figure is the trial's alone, even
+packed). Where a trial shares the worker's process with others on one device (a data-parallel
+launcher's thread), the figure is the device's peak while the trial ran, an upper bound, and
+``memory_shared`` says how many trials were on it at most. Without CUDA the host's resident memory
+(the trial's own process, or the worker's, and the processes it started, e.g. a data-parallel
+trial's ranks) stands in. GPU utilization is NVML's (``pynvml``), averaged over the samples, where NVML is there.
 A sample whose memory grew by a tenth since the last one sent goes to the controller at once
 (``on_memory``), so a worker killed for memory leaves its last figure behind.
 """
@@ -116,6 +118,8 @@ class TrialMonitor:
         self._sent = 0
         self._utilization: list[float] = []
         self.shared = 1
+        self._pid: int | None = None  # the trial's own process, when it has one (else this one)
+        self._reported: int | None = None  # the CUDA peak the trial's own process reported
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hypersweep-trial-monitor", daemon=True)
         self._nvml: _Nvml | None = None
@@ -128,13 +132,26 @@ class TrialMonitor:
         self._thread.start()
         return self
 
+    def follow(self, pid: int) -> None:
+        """Measure process ``pid`` (the trial's own, and what it starts) instead of this one."""
+        self._pid = pid
+
+    def device_peak(self, peak: int) -> None:
+        """The CUDA peak the trial's own process measured (its allocator's statistics are its own)."""
+        self._reported = max(self._reported or 0, int(peak))
+        self.sample()
+
     def sample(self) -> int:
         """Take one sample now; the peak so far (bytes)."""
         cuda = cuda_peak(self.devices)
+        if cuda is None:
+            cuda = self._reported
         if cuda is not None:
+            if self._kind != CUDA:
+                self._peak = 0  # host memory sampled before CUDA was up: not a device figure
             self._kind, value = CUDA, cuda
         else:
-            value = rss_bytes()
+            value = rss_bytes(self._pid)
         self._peak = max(self._peak, value)
         if self._tenants is not None:
             self.shared = max(self.shared, self._tenants())

@@ -41,6 +41,7 @@ __all__ = [
     "unpack_trainer",
     "disk_error_of",
     "out_of_memory",
+    "failure_of",
 ]
 
 OOM_TEXTS = ("OutOfMemoryError", "CUDA out of memory")  # an OOM as a rank's traceback names it
@@ -118,13 +119,6 @@ def _lease_devices(
     return pool.take(share, width, memory, wait=LEASE_WAIT if memory else 0.0), pool
 
 
-def _use_leased_device(devices: tuple[int, ...]) -> None:
-    """Make the lease this thread's current CUDA device (CUDA keeps one per thread), where CUDA is up."""
-    torch = sys.modules.get("torch")
-    if devices and torch is not None and torch.cuda.is_available():
-        torch.cuda.set_device(devices[0])
-
-
 def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` (or an error it was raised from) is memory running out: a CUDA ``OutOfMemoryError``
     (recognised by name: this module never imports torch), a ``MemoryError``, or a rank's error naming one."""
@@ -133,6 +127,7 @@ def out_of_memory(exc: BaseException) -> bool:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         names = {cls.__name__ for cls in type(current).__mro__}
+        names.add(str(getattr(current, "child_error_type", "")).rpartition(".")[2])  # a trial's own process
         text = str(getattr(current, "traceback", "") or "")
         if "OutOfMemoryError" in names or "MemoryError" in names or any(n in text for n in OOM_TEXTS):
             return True
@@ -154,8 +149,26 @@ def disk_error_of(exc: BaseException) -> str:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno in DISK_ERRNOS:
             return errno.errorcode[current.errno]
+        for number in getattr(current, "errnos", ()):  # raised in a trial's own process
+            if number in DISK_ERRNOS:
+                return errno.errorcode[number]
         current = current.__cause__ or current.__context__
     return ""
+
+
+def failure_of(exc: BaseException) -> dict[str, Any]:
+    """The :class:`Outcome` fields of a trial (or a part of one) that raised ``exc``: call it in the ``except``.
+    A trial run in its own process (``trainers.ddp.TrialProcessError``) is told by that process's error."""
+    oom = out_of_memory(exc)
+    error = str(getattr(exc, "child_error", "")) or _one_line(exc)
+    child = bool(getattr(exc, "child_error", ""))
+    return {
+        "error": f"out of memory: {error}" if oom else error,
+        "error_type": str(getattr(exc, "child_error_type", "")) or error_type_of(exc),
+        "traceback": str(getattr(exc, "traceback", "")) if child else traceback.format_exc(),
+        "disk_error": disk_error_of(exc),
+        "oom": oom,
+    }
 
 
 def _finite_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
@@ -182,6 +195,10 @@ def run_trial(
 
     ``share``: of each GPU (below 1: a part of one GPU, packed with other trials); ``memory``: the bytes it is
     expected to need on it (0: unknown), placed within ``headroom`` of the device's memory.
+
+    A trial holding a GPU lease runs in a child process of its own whose ``CUDA_VISIBLE_DEVICES`` is that lease
+    (:func:`_in_own_process`); a data-parallel one's ranks each get theirs from their launcher, and a trial
+    without devices runs in this worker thread (no process to start).
     """
     from trainers.api import TrialConfig, running_trainer  # at run time only
 
@@ -193,11 +210,12 @@ def run_trial(
     reporter.started()
     lease, pool = _lease_devices(resource, width, share, memory, headroom)
     devices = lease.ids if lease is not None else ()
+    alone = bool(devices) and not _ranked(config)  # its own process, which sees only its devices
     monitor = TrialMonitor(
-        devices,
+        () if alone else devices,
         physical_ids(devices),
         on_memory=reporter.memory,
-        tenants=(lambda: max(pool.tenants()[d] for d in devices)) if pool and devices else None,
+        tenants=(lambda: max(pool.tenants()[d] for d in devices)) if pool and devices and not alone else None,
     )
     reporter.figures = lambda: monitor.peak
     output = route_output(config.get("log_dir"), int(config["number"]))  # the trainer's prints: its stdout.log
@@ -209,22 +227,16 @@ def run_trial(
         shipment = trainer if isinstance(trainer, TrainerShipment) else TrainerShipment(trainer)
         fit = shipment.load()
         visible = ",".join(str(d) for d in physical_ids(devices))
-        trial_config = TrialConfig.from_dict({**config, "devices": devices, "visible_devices": visible})
-        monitor.start()
-        _use_leased_device(devices)
         with running_trainer(shipment.entry, fit):  # a trainer shipped by value launches its ranks by its entry
-            metrics = _finite_metrics(fit(trial_config, reporter))
+            if alone:
+                metrics = _finite_metrics(_in_own_process(shipment.entry, config, devices, visible, reporter, monitor))
+            else:
+                monitor.start()
+                trial_config = TrialConfig.from_dict({**config, "devices": devices, "visible_devices": visible})
+                metrics = _finite_metrics(fit(trial_config, reporter))
         stopped = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - any trainer error is a failed trial, kept with its traceback
-        oom = out_of_memory(exc)
-        error = _one_line(exc)
-        failure = {
-            "error": f"out of memory: {error}" if oom else error,
-            "error_type": error_type_of(exc),
-            "traceback": traceback.format_exc(),
-            "disk_error": disk_error_of(exc),
-            "oom": oom,
-        }
+        failure = failure_of(exc)
         output.write(failure["traceback"])
     finally:
         figures = monitor.stop()
@@ -249,6 +261,37 @@ def run_trial(
         **figures,
         **failure,
     )
+
+
+def _ranked(config: Mapping[str, Any]) -> bool:
+    """Whether the trial runs as data-parallel ranks, which its launcher starts each in a process of its own."""
+    return int(config.get("data_parallel", 1) or 1) > 1
+
+
+def _in_own_process(
+    entry: str,
+    config: Mapping[str, Any],
+    devices: tuple[int, ...],
+    visible: str,
+    reporter: WorkerReporter,
+    monitor: TrialMonitor,
+) -> Mapping[str, Any]:
+    """Run the trial in a child process whose ``CUDA_VISIBLE_DEVICES`` is its lease (``visible``), so that inside
+    it the devices are ``0..n-1`` (``cuda:0`` the first) and a trainer sees no other GPU; the trial's metrics.
+
+    The child is the data-parallel launcher's (:func:`trainers.ddp.launch_solo`): reports, stop requests, output
+    and its CUDA memory peaks come back over its channel; ``monitor`` follows its RSS.
+    """
+    from trainers.api import TrialConfig  # at run time only
+    from trainers.ddp import launch_solo
+
+    own = TrialConfig.from_dict({**config, "devices": list(range(len(devices))), "visible_devices": visible})
+
+    def started(pids: Any) -> None:
+        monitor.follow(int(pids[0]))
+        monitor.start()
+
+    return launch_solo(entry, own, reporter, visible, on_start=started, on_memory=monitor.device_peak)
 
 
 def run_trials(

@@ -23,10 +23,11 @@ from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_memory_limits, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
+from .memory_kills import MemoryKill, MemoryKills
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
 from .restart import kill_worker_tree
-from .span_executor import PART_DONE, SpanRunner, outcome_of_parts
+from .span_executor import PART_DONE, SpanRunner
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's modules import this one for its events
     from distributed import Client, Future
@@ -51,14 +52,17 @@ log = logging.getLogger(__name__)
 
 SLOTS_TTL = 1.0  # seconds between fresh looks at the cluster's workers
 SHARE_EPS = 1e-9
+CLOCK_SLACK = 2.0  # seconds a worker's clock may run ahead of the scheduler's (a kill is matched to a trial's start)
+CULPRIT_MARGIN = 1.5  # of trials on a worker killed for memory, the one whose memory is 1.5 x the next one's filled it
 HOST_OOM_NEAR = 0.6  # a worker killed with at least this fraction of its memory limit in use ran out of memory
 MEMORY_WORDS = ("memory budget", "out of memory", "oom-kill", "oom kill", "memoryerror")  # a lost worker's error: why
 
 
 def host_out_of_memory(error: str, memory: int, limit: int) -> bool:
-    """Whether a lost worker ran out of host memory: its error says so, or the trial's last memory figure was
-    within :data:`HOST_OOM_NEAR` of the worker's limit (the nanny kills a worker at 95% of it, the kernel's OOM
-    killer with SIGKILL; either way the task ends as a lost worker)."""
+    """Whether a lost worker ran out of host memory, judged without its nanny's kill event
+    (:mod:`cluster.memory_kills`, the sure sign): its error says so, or the trial's last memory figure was within
+    :data:`HOST_OOM_NEAR` of the worker's limit (the kernel's OOM killer, which ends a worker with SIGKILL before
+    its nanny sees it at 95%, leaves only that figure behind)."""
     if any(word in error.lower() for word in MEMORY_WORDS):
         return True
     return limit > 0 and memory >= HOST_OOM_NEAR * limit
@@ -228,6 +232,9 @@ class DaskExecutor:
         self._params: dict[int, Mapping[str, Any]] = {}  # running trials' parameters, for the memory model
         self._memory_seen: dict[int, int] = {}  # running trials' last memory figure (bytes)
         self._memory_limits: dict[str, int] = {}
+        self._started_on: dict[int, tuple[str, float]] = {}  # running trials' worker and start (worker's clock)
+        self._memory_kills = MemoryKills(client)
+        self._blamed: dict[MemoryKill, int | None] = {}  # each memory kill: the trial that filled the worker
         self._lost_after = lost_after
         self._disconnected_since: float | None = None
         self._address = str(getattr(client.scheduler, "address", "") or "the scheduler")
@@ -415,6 +422,7 @@ class DaskExecutor:
                 self._client.cancel(futures, force=True)
             except Exception as exc:  # noqa: BLE001 - closing must not raise over a lost scheduler
                 log.debug("cancel on close failed: %s", exc)
+        self._memory_kills.close()
         try:
             self._client.unsubscribe_topic(self._topic)
         except Exception as exc:  # noqa: BLE001
@@ -437,6 +445,7 @@ class DaskExecutor:
             if "step" not in msg and "started" not in msg:
                 return []  # a memory figure only
             if "started" in msg:
+                self._started_on[int(msg["number"])] = (worker, float(msg["started"]))
                 return [Started(int(msg["number"]), float(msg["started"]), worker)]
             return [Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)]
         numbers: tuple[int, ...] = payload
@@ -449,37 +458,64 @@ class DaskExecutor:
         return [Finished(number, self._account(number, outcome)) for number, outcome in zip(numbers, outcomes)]
 
     def _account(self, number: int, outcome: Outcome) -> Outcome:
-        """A lost trial whose worker was killed near its memory limit ran out of memory; a measured peak
-        teaches the memory model."""
+        """A lost trial whose worker its nanny killed for memory (or, failing that event, killed with the trial's
+        memory near its limit) ran out of memory; a measured peak teaches the memory model."""
         seen = self._memory_seen.pop(number, 0)
         params = self._params.pop(number, {})
+        worker, since = self._started_on.pop(number, (outcome.worker, outcome.started or 0.0))
         if outcome.status == LOST:
-            limit = self._memory_limits.get(outcome.worker, 0) or max(self._memory_limits.values(), default=0)
-            if host_out_of_memory(outcome.error, seen, limit):
-                error = (
-                    f"out of memory: its worker was killed with {seen / 2**20:.0f} MiB in use of a "
-                    f"{limit / 2**20:.0f} MiB limit ({outcome.error})"
-                )
+            oom, resident = self._host_oom(number, outcome, worker or outcome.worker, since, seen)
+            if oom:
                 return dataclasses.replace(
                     outcome,
                     oom=True,
-                    error=error,
-                    peak_memory=max(outcome.peak_memory, seen),
+                    error=f"out of memory: {oom} ({outcome.error})",
+                    worker=outcome.worker or worker,
+                    peak_memory=max(outcome.peak_memory, seen, resident),
                     memory_kind=outcome.memory_kind or "rss",
                 )
         if outcome.peak_memory and outcome.memory_kind == "cuda":
             self._memory_model.observe(params, outcome.peak_memory)
         return outcome
 
+    def _host_oom(self, number: int, outcome: Outcome, worker: str, since: float, seen: int) -> tuple[str, int]:
+        """Why the lost trial ran out of host memory ('' when it did not, as far as the controller can tell), and
+        its worker's resident memory when its nanny killed it (bytes, 0 when unknown)."""
+        kill = self._memory_kills.lookup(worker, since - CLOCK_SLACK) if worker else None
+        if kill is not None:
+            if self._culprit(kill, number, seen) != number:
+                return "", 0  # it only shared the worker with the trial that filled it: a lost worker, retried
+            return f"its worker {worker} was killed by its nanny at {kill.rss / 2**20:.0f} MiB resident", kill.rss
+        limit = self._memory_limits.get(worker, 0) or max(self._memory_limits.values(), default=0)
+        if host_out_of_memory(outcome.error, seen, limit):  # the kernel's OOM killer leaves no event: the figures
+            why = f"its worker was killed with {seen / 2**20:.0f} MiB in use of a {limit / 2**20:.0f} MiB limit"
+            return why, 0
+        return "", 0
+
+    def _culprit(self, kill: MemoryKill, number: int, seen: int) -> int | None:
+        """The trial a memory kill is blamed on: the one trial running on that worker then, or, of several, the one
+        whose last memory figure stands out (by :data:`CULPRIT_MARGIN`); None when the figures cannot tell
+        (trials in the worker's own thread all measure its one process). Decided once per kill."""
+        if kill not in self._blamed:
+            figures = {
+                n: self._memory_seen.get(n, 0)
+                for n, (w, t) in self._started_on.items()
+                if w == kill.worker and t <= kill.time + CLOCK_SLACK
+            }
+            figures[number] = seen
+            ranked = sorted(figures.items(), key=lambda item: -item[1])
+            alone = len(ranked) == 1 or ranked[0][1] > CULPRIT_MARGIN * ranked[1][1]
+            self._blamed[kill] = ranked[0][0] if alone else None
+        return self._blamed[kill]
+
     def _span_finished(self, kind: str, payload: Any) -> list[Event]:
         if kind == "span-cancelled":  # never placed: dropped by a stop, or no set of workers holds it now
             number, why = payload
             self._spans.forget(number)
             return [Finished(int(number), Outcome(LOST if why.startswith("lost") else CANCELLED, error=why))]
-        merged = self._spans.part_done(*payload)
-        if merged is None:
+        outcome = self._spans.part_done(*payload)
+        if outcome is None:
             return []
-        outcome = outcome_of_parts(merged)
         if outcome.status in (LOST, CANCELLED) and self._client.status != "running":
             raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
         return [Finished(int(payload[0]), outcome)]

@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .outcome import Outcome, TrialStatus
+
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor
     from distributed import Client, Future
 
@@ -83,7 +85,7 @@ class SpanTrial:
     parts: list[Part]
     futures: list[Future] = dataclasses.field(default_factory=list)
     started: dict[int, float] = dataclasses.field(default_factory=dict)  # part -> when it began
-    outcomes: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # part -> its outcome
+    outcomes: dict[int, Outcome] = dataclasses.field(default_factory=dict)  # part -> its outcome
     aborted: str = ""  # why every part was told to end ('' while none was)
     first_failure: int | None = None  # the part whose failure ended the others
 
@@ -135,32 +137,35 @@ class SpanPlacer:
         return None
 
 
-def merge_outcomes(trial: SpanTrial) -> dict[str, Any]:
+def merge_outcomes(trial: SpanTrial) -> Outcome:
     """The trial's outcome from its parts': rank 0's metrics and reports; the first failure's status and error;
-    every rank's timings, with its worker."""
-    rank0 = trial.outcomes.get(0, {})
-    merged: dict[str, Any] = {**rank0, "status": rank0.get("status", "lost")}
+    every rank's timings, with its worker and part; from the first part's start to the last one's end."""
+    rank0 = trial.outcomes.get(0) or Outcome(TrialStatus.LOST, error="rank 0's part left no outcome")
+    changes: dict[str, Any] = {}
     if trial.first_failure is not None:
         failed = trial.outcomes[trial.first_failure]
-        merged.update(
-            status=failed.get("status", "lost"),
-            error=failed.get("error", ""),
-            traceback=failed.get("traceback", ""),
-            disk_error=failed.get("disk_error", ""),
-            error_type=failed.get("error_type", ""),
+        error = failed.error
+        if error and len(trial.parts) > 1:
+            error = f"part {trial.first_failure} on {trial.parts[trial.first_failure].worker}: {error}"
+        changes = dict(
+            status=failed.status,
+            error=error,
+            traceback=failed.traceback,
+            disk_error=failed.disk_error,
+            error_type=failed.error_type,
+            oom=failed.oom,
         )
-        part = trial.parts[trial.first_failure]
-        if merged["error"] and len(trial.parts) > 1:
-            merged["error"] = f"part {trial.first_failure} on {part.worker}: {merged['error']}"
-    ranks = []
-    for index, outcome in sorted(trial.outcomes.items()):
-        for record in outcome.get("ranks") or ():
-            ranks.append({**record, "worker": trial.parts[index].worker, "part": index})
-    merged["ranks"] = sorted(ranks, key=lambda r: int(r.get("rank", 0)))
-    starts = [o["started"] for o in trial.outcomes.values() if o.get("started") is not None]
-    ends = [o["finished"] for o in trial.outcomes.values() if o.get("finished") is not None]
-    if starts:
-        merged["started"] = min(starts)
-    merged["finished"] = max(ends) if ends else time.time()
-    merged["workers"] = [p.worker for p in trial.parts]
-    return merged
+    ranks = [
+        {**record, "worker": trial.parts[index].worker, "part": index}
+        for index, outcome in sorted(trial.outcomes.items())
+        for record in outcome.ranks
+    ]
+    starts = [o.started for o in trial.outcomes.values() if o.started is not None]
+    ends = [o.finished for o in trial.outcomes.values() if o.finished is not None]
+    return dataclasses.replace(
+        rank0,
+        **changes,
+        ranks=tuple(sorted(ranks, key=lambda r: int(r.get("rank", 0)))),
+        started=min(starts) if starts else rank0.started,
+        finished=max(ends) if ends else time.time(),
+    )

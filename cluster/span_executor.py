@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .connect import worker_slots
@@ -23,7 +23,7 @@ from .span import SpanPlacer, SpanTrial, merge_outcomes, plan_parts, scheduler_c
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor (status and check never import it)
     from distributed import Client
 
-__all__ = ["SpanRunner", "outcome_of_parts"]
+__all__ = ["SpanRunner"]
 
 
 def _parts() -> Any:
@@ -129,33 +129,33 @@ class SpanRunner:
         self._placer.next()
         return [(trial.number, max(trial.started.values()), trial.parts[0].worker)]
 
-    def part_done(self, number: int, index: int) -> dict[str, Any] | None:
+    def part_done(self, number: int, index: int) -> Outcome | None:
         """A part's task ended; the trial's merged outcome once every part has (else None)."""
         trial = self._placer.trials.get(number)
         if trial is None or index in trial.outcomes:
             return None
         outcome = self._part_outcome(trial, index)
         trial.outcomes[index] = outcome
-        if outcome.get("status") != "ok" and trial.first_failure is None and not trial.aborted:
+        if not outcome.ok and trial.first_failure is None and not trial.aborted:
             trial.first_failure = index
-            self._abort(trial, f"part {index} on {trial.parts[index].worker} ended: {outcome.get('error', '')}")
+            self._abort(trial, f"part {index} on {trial.parts[index].worker} ended: {outcome.error}")
         if not trial.done:
             return None
         self._placer.forget(number)
         return merge_outcomes(trial)
 
-    def _part_outcome(self, trial: SpanTrial, index: int) -> dict[str, Any]:
+    def _part_outcome(self, trial: SpanTrial, index: int) -> Outcome:
         from distributed import CancelledError
         from distributed.client import FutureCancelledError
 
         future = trial.futures[index]
         try:
-            return dict(future.result(timeout=30))
+            return future.result(timeout=30)
         except (CancelledError, FutureCancelledError):
-            status = "lost" if trial.aborted.startswith("lost") else "cancelled"
-            return {"status": status, "error": trial.aborted or "cancelled", "metrics": {}}
+            status = TrialStatus.LOST if trial.aborted.startswith("lost") else TrialStatus.CANCELLED
+            return Outcome(status, error=trial.aborted or "cancelled")
         except Exception as exc:  # noqa: BLE001 - its worker is gone
-            return {"status": "lost", "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "metrics": {}}
+            return Outcome(TrialStatus.LOST, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
 
     def check_workers(self) -> None:
         """A part whose worker left the cluster: every part of its trial ends (the pinned task would wait forever)."""
@@ -208,25 +208,3 @@ class SpanRunner:
         """A trial that ended without parts (never placed)."""
         if number in self._placer.trials and not self._placer.trials[number].parts:
             self._placer.forget(number)
-
-
-def outcome_of_parts(merged: Mapping[str, Any]) -> Outcome:
-    """The :class:`Outcome` of a trial spanning several workers, from its parts' merged record
-    (:func:`cluster.span.merge_outcomes`: the parts' own wire format, never a message's text)."""
-    return Outcome(
-        TrialStatus(str(merged.get("status", TrialStatus.LOST))),
-        dict(merged.get("metrics") or {}),
-        error=str(merged.get("error") or ""),
-        error_type=str(merged.get("error_type") or ""),
-        traceback=str(merged.get("traceback") or ""),
-        worker=str(merged.get("worker") or ""),
-        host=str(merged.get("host") or ""),
-        pid=merged.get("pid"),
-        devices=tuple(int(d) for d in merged.get("devices") or ()),
-        started=merged.get("started"),
-        finished=merged.get("finished"),
-        history=tuple((int(step), dict(m), float(t)) for step, m, t in merged.get("history") or ()),
-        stopped=bool(merged.get("stopped", False)),
-        disk_error=str(merged.get("disk_error") or ""),
-        ranks=tuple(dict(r) for r in merged.get("ranks") or ()),
-    )

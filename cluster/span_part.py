@@ -6,8 +6,8 @@ the other parts wait for it. Each part then starts its ranks (:func:`trainers.dd
 with the trial's own config (so the same seed) and watches the trial's abort event: when any
 part fails, or the controller ends the trial (a stop it must enforce, a lost worker), every
 part ends its ranks. Rank 0's part carries the reports and the stop request (rank 0 broadcasts
-it to every rank at each epoch end). Each part returns an outcome like a one-worker trial's,
-with ``ranks``: each of its ranks' own timings.
+it to every rank at each epoch end). Each part returns an :class:`~cluster.outcome.Outcome` like a
+one-worker trial's, with ``ranks``: each of its ranks' own timings.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,8 @@ from distributed import Event, Variable, get_worker
 from distributed.comm import get_address_host
 
 from .channel import WorkerReporter
-from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, _one_line, disk_error_of
-from .outcome import error_type_of
+from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failure_of
+from .outcome import Outcome, TrialStatus
 from .trial_output import route_output
 
 __all__ = ["run_part", "abort_event_name", "rendezvous_name", "abort_why_name", "RENDEZVOUS_TIMEOUT"]
@@ -104,7 +103,7 @@ def _rendezvous(key: str, part: dict[str, Any], host: str, watch: _Watch) -> tup
 
 def run_part(
     trainer: TrainerShipment | str, config: dict[str, Any], topic: str, resource: str, part: dict[str, Any]
-) -> dict[str, Any]:
+) -> Outcome:
     """Run part ``part["index"]`` (ranks ``first_rank .. first_rank + local - 1`` of ``world``) of a wide trial."""
     from trainers.api import TrialConfig, running_trainer  # at run time only
     from trainers.ddp import launch_part
@@ -120,19 +119,9 @@ def run_part(
     lease, pool = _lease_devices(resource, int(part["local"]), 1.0, 0, 0.9)  # whole GPUs: a part packs with nothing
     devices = lease.ids if lease is not None else ()
     output = route_output(config.get("log_dir"), number)
-    outcome: dict[str, Any] = {
-        "status": "ok",
-        "metrics": {},
-        "error": "",
-        "traceback": "",
-        "worker": worker.address,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "devices": list(devices),
-        "started": started,
-        "part": int(part["index"]),
-        "ranks": [],
-    }
+    metrics: dict[str, float] = {}
+    timings: list[dict[str, Any]] = []
+    failure: dict[str, Any] = {}
     watch = _Watch(key)
     store = None
     try:
@@ -144,16 +133,11 @@ def run_part(
         log_dir = Path(config["log_dir"]) if config.get("log_dir") else None
         with running_trainer(shipment.entry, fit):
             metrics, timings = launch_part(fit, trial_config, reporter, span, watch=watch, log_dir=log_dir)
-        outcome["metrics"], outcome["ranks"] = _finite_metrics(metrics), timings
-        outcome["stopped"] = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - a failed part is an outcome; every other part is ended too
-        outcome.update(
-            status="error", error=_one_line(exc), error_type=error_type_of(exc), traceback=traceback.format_exc()
-        )
-        outcome["disk_error"] = disk_error_of(exc)
-        output.write(outcome["traceback"])
+        failure = failure_of(exc)
+        output.write(failure["traceback"])
         try:
-            abort(key, f"part {part['index']} on {worker.address} failed: {outcome['error']}")
+            abort(key, f"part {part['index']} on {worker.address} failed: {failure['error']}")
         except Exception:  # noqa: BLE001 - the controller ends the others when this outcome arrives
             pass
     finally:
@@ -161,6 +145,17 @@ def run_part(
         if pool is not None and lease is not None:
             pool.give(lease)
         store = None  # noqa: F841 - rank 0's part closes the store with the trial
-    outcome["history"] = [[step, metrics, t] for step, metrics, t in reporter.history]
-    outcome["finished"] = time.time()
-    return outcome
+    return Outcome(
+        TrialStatus.ERROR if failure else TrialStatus.OK,
+        _finite_metrics(metrics),
+        worker=worker.address,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        devices=tuple(devices),
+        started=started,
+        finished=time.time(),
+        history=tuple(reporter.history),
+        stopped=reporter.stopped,
+        ranks=tuple(timings),
+        **failure,
+    )

@@ -73,13 +73,14 @@ class TrialConfig:
 
     ``params`` are the sampled (and fixed) hyperparameters; ``options`` are the
     trainer's fixed settings from the spec's ``[trainer.options]`` table.
-    ``devices`` are the concrete accelerator ids leased to this trial (empty on CPU): indices into the
-    worker's visible CUDA devices, so ``cuda:{devices[0]}`` in the worker's process; ``visible_devices`` is
-    the same lease as a ``CUDA_VISIBLE_DEVICES`` value (physical ids) for the processes the trial starts
-    (the data-parallel launcher sets it per rank). In the worker's own process, where packed trials share
-    one environment, the trial's thread gets ``torch.cuda.set_device(devices[0])`` (CUDA's current device is
-    per thread), so a trainer that just says ``"cuda"`` runs on its lease.
-    With ``[trainer] gpus = 1/k`` several trials may hold the same device (a share of it each).
+    ``devices`` are the accelerator ids this trial may use (empty on CPU), as CUDA numbers them where the
+    trainer runs. A trial holding a GPU lease runs in a process of its own whose ``CUDA_VISIBLE_DEVICES`` is
+    that lease, so there ``devices`` is ``(0, ..., n-1)``: ``cuda:0`` (or just ``"cuda"``) is its first GPU,
+    and no other GPU is visible (what Ray does per actor). ``visible_devices`` is the lease as that
+    ``CUDA_VISIBLE_DEVICES`` value (the worker's physical ids, ``"3"`` or ``"2,5"``). A data-parallel trial's
+    launcher gets the worker's indices of the lease instead and gives each rank its one device the same way
+    (``CUDA_VISIBLE_DEVICES`` = its id, ``cuda:0`` inside). With ``[trainer] gpus = 1/k`` several trials
+    hold the same device (a share of it each), each in its own process.
     ``oom_retry``: ``"accumulate"`` lets the built-in trainer re-run an out-of-memory trial once at half
     the micro-batch (``trainers.oom``); a custom trainer may read it too.
     ``checkpoint_dir`` is where the trainer may write checkpoints (``None``: don't).

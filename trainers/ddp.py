@@ -37,6 +37,13 @@ How they talk:
   (``config.log_dir``), their lines are copied into the launcher's
   ``sys.stdout``/``sys.stderr`` as they come (:mod:`trainers.rank_output`).
 
+A whole trial in a process of its own: ``launch_solo(trainer, config, reporter, visible)``
+starts one such process, with no rank variables and no store, whose ``CUDA_VISIBLE_DEVICES``
+is ``visible`` (its GPU lease), over the same channel: reports, stop requests (each
+``should_stop`` asks the launcher), its output, its CUDA memory peak and its error
+(:class:`TrialProcessError`: type, traceback) come back as a rank 0's do. A Dask worker
+runs every trial holding a GPU lease that way (``cluster.entrypoint``).
+
 Failures: when any rank exits non-zero, the launcher kills the others (SIGTERM
 to each rank's process group, SIGKILL after ``grace`` seconds) and raises
 :class:`RankError` naming the rank that failed first, with its traceback. The
@@ -68,16 +75,26 @@ import torch
 import torch.distributed as dist
 
 from trainers.api import Reporter, TrainerFn, TrialConfig, entry_of, registered_trainer
-from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT, ENV_PICKLED, TIMINGS_SUFFIX
+from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT, ENV_PICKLED, ENV_SOLO, TIMINGS_SUFFIX
 from trainers.ddp_span import RankSpan, interface_of
 from trainers.rank_output import RankOutput
 
-__all__ = ["launch", "launch_part", "rank_devices", "rank_trainer", "RankError", "RankSpan"]
+__all__ = [
+    "launch",
+    "launch_part",
+    "launch_solo",
+    "rank_devices",
+    "rank_trainer",
+    "RankError",
+    "TrialProcessError",
+    "RankSpan",
+]
 
 POLL_SECONDS = 0.05
 EXIT_SECONDS = 30.0  # after rank 0's result, how long the ranks may take to exit before they are killed
 STDERR_TAIL = 4000
 STORE_HOST = "127.0.0.1"  # every rank runs on this machine: the rendezvous store listens on loopback only
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", ENV_FD)
 PICKLE_NAME = "trainer.pkl"  # in the launch folder: the trainer, for ranks that cannot import it by name
 
 
@@ -88,6 +105,16 @@ class RankError(RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.traceback = traceback
+
+
+class TrialProcessError(RankError):
+    """A trial in its own process (:func:`launch_solo`) failed: ``child_error`` is its error's one line
+    (``Type: message``), ``child_error_type`` its class, ``errnos`` the errno of each ``OSError`` it was raised
+    from, ``traceback`` the process's own (or its stderr's tail when it died without one)."""
+
+    def __init__(self, line: str, error_type: str, traceback: str, errnos: Sequence[int] = ()) -> None:
+        super().__init__(line, 0, traceback)
+        self.child_error, self.child_error_type, self.errnos = line, error_type, tuple(errnos)
 
 
 def rank_devices(config: TrialConfig, local: int | None = None) -> tuple[int, ...]:
@@ -181,6 +208,37 @@ def launch_part(
         return metrics, ranks.timings()
 
 
+def launch_solo(
+    trainer: str | TrainerFn,
+    config: TrialConfig,
+    reporter: Reporter,
+    visible: str,
+    *,
+    grace: float = 5.0,
+    on_start: Callable[[Sequence[int]], None] | None = None,
+    on_memory: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """Run a whole trial (``trainer(config, reporter)``) in a process of its own that sees only the devices
+    ``visible`` (its ``CUDA_VISIBLE_DEVICES``: physical ids), as the ranks of :func:`launch` run.
+
+    ``config.devices`` should then index that set (``0..n-1``: ``cuda:0`` is the first). Reports reach
+    ``reporter`` as they happen, and each ``should_stop`` in the trial asks ``reporter.should_stop()``. The
+    process's output goes to this thread's streams when the trial keeps a log; ``on_start`` gets its pid,
+    ``on_memory`` each CUDA memory peak it reports. When it raises, :class:`TrialProcessError` carries its error.
+    """
+    entry, pickled = rank_trainer(trainer)
+    with tempfile.TemporaryDirectory(prefix=f"hypersweep-trial-{config.study}-{config.number}-") as folder:
+        ranks = _Ranks(Path(folder), 1, (), relay=config.log_dir is not None, solo=visible)
+        ranks.on_memory = on_memory
+        try:
+            ranks.start(entry, config, pickled)
+            if on_start is not None:
+                on_start(ranks.pids)
+            return ranks.serve(reporter, None)
+        finally:
+            ranks.stop(grace)
+
+
 def rank_trainer(trainer: str | TrainerFn) -> tuple[str, bytes | None]:
     """The entry the ranks are told, and the pickled function they load instead (``None``: they import the entry)."""
     if isinstance(trainer, str):
@@ -205,10 +263,19 @@ class _Ranks:
     """The k processes of one launch, their channel to rank 0, and their clean-up."""
 
     def __init__(
-        self, folder: Path, world_size: int, devices: tuple[int, ...], relay: bool = False, span: RankSpan | None = None
+        self,
+        folder: Path,
+        world_size: int,
+        devices: tuple[int, ...],
+        relay: bool = False,
+        span: RankSpan | None = None,
+        solo: str | None = None,
     ) -> None:
-        """``world_size``: the ranks started here (``span.local`` for a part of a wider trial)."""
+        """``world_size``: the ranks started here (``span.local`` for a part of a wider trial); ``solo``: one whole
+        trial (no rank, no store) that sees the devices ``solo`` names (``CUDA_VISIBLE_DEVICES``)."""
         self.folder, self.world_size, self.devices, self.span = folder, world_size, devices, span
+        self.solo = solo
+        self.on_memory: Callable[[int], None] | None = None  # each CUDA memory peak the process reports
         self.first = span.first_rank if span is not None else 0  # the global rank of local rank 0
         self.output = RankOutput(folder, range(self.first, self.first + world_size)) if relay else None
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -226,7 +293,7 @@ class _Ranks:
         if pickled is not None:
             self.pickled_path = self.folder / PICKLE_NAME
             self.pickled_path.write_bytes(pickled)
-        if self.span is None:
+        if self.span is None and self.solo is None:
             self.store = loopback_store(self.world_size)
         ours, theirs = socket.socketpair()
         try:
@@ -256,6 +323,8 @@ class _Ranks:
 
     def _env(self, rank: int, fd: int) -> dict[str, str]:
         """Rank ``rank``'s environment (a global rank: local rank ``rank - self.first``)."""
+        if self.solo is not None:
+            return self._solo_env(fd)
         span = self.span
         assert self.store is not None or span is not None
         env = dict(os.environ)
@@ -293,6 +362,19 @@ class _Ranks:
             env["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks are on this machine
         return env
 
+    def _solo_env(self, fd: int) -> dict[str, str]:
+        """A whole trial's environment: none of the ranks' variables, only its devices visible."""
+        env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES and k != ENV_PICKLED}
+        env.update(
+            PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path),
+            PYTHONUNBUFFERED="1",
+            CUDA_VISIBLE_DEVICES=str(self.solo),
+            **{ENV_DIR: str(self.folder), ENV_PARENT: str(os.getpid()), ENV_FD: str(fd), ENV_SOLO: "1"},
+        )
+        if self.pickled_path is not None:
+            env[ENV_PICKLED] = str(self.pickled_path)
+        return env
+
     def serve(
         self, reporter: Reporter, deadline: float | None, watch: Callable[[], str] | None = None
     ) -> dict[str, float]:
@@ -324,6 +406,11 @@ class _Ranks:
             message = self._receive()
             if message is None:
                 continue
+            if "cuda_peak" in message and self.on_memory is not None:
+                self.on_memory(int(message["cuda_peak"]))
+            if message["kind"] == "ask":  # a trial in its own process asks for the stop flag
+                self._send({"stop": bool(reporter.should_stop())})
+                continue
             metrics = {str(k): float(v) for k, v in message["metrics"].items()}
             if message["kind"] == "result":
                 result, exit_deadline = metrics, time.monotonic() + EXIT_SECONDS
@@ -331,7 +418,8 @@ class _Ranks:
             reporter.report(int(message["step"]), metrics)
             self._send({"stop": bool(reporter.should_stop())})
         if result is None and self.first == 0:
-            raise RankError("data-parallel trial: rank 0 exited without returning metrics", 0, self._stderr_tail(0))
+            what = "the trial's process" if self.solo is not None else "data-parallel trial: rank 0"
+            raise RankError(f"{what} exited without returning metrics", 0, self._stderr_tail(0))
         return result or {}
 
     def _receive(self) -> dict[str, Any] | None:
@@ -358,6 +446,11 @@ class _Ranks:
             with contextlib.suppress(OSError, ValueError):
                 errors.append((json.loads(path.read_text()), int(path.name[4:].split(".")[0])))
         k = self.world_size if self.span is None else self.span.world_size
+        if errors and self.solo is not None:
+            record = errors[0][0]
+            return TrialProcessError(
+                record["error"], record.get("error_type", ""), record["traceback"], record.get("errnos", ())
+            )
         if errors:
             record, rank = min(errors, key=lambda item: item[0]["time"])
             return RankError(
@@ -370,6 +463,8 @@ class _Ranks:
         assert code is not None
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         tail = self._stderr_tail(rank)
+        if self.solo is not None:
+            return TrialProcessError(f"the trial's process {how}", "", tail)
         return RankError(f"data-parallel trial: rank {rank} of {k} {how}; its stderr ends:\n{tail}", rank, tail)
 
     def _stderr_tail(self, rank: int) -> str:

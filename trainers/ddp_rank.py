@@ -26,6 +26,11 @@ A rank that raises writes its traceback (with the time) to ``rank<r>.error`` in
 the launch folder, so the launcher can blame the rank that failed first, then exits
 at once with status 1, without tearing down its trainer (see :func:`_exit_failed`).
 A rank whose launcher dies kills itself (a watchdog thread watches the parent pid).
+
+The same program runs a whole single-process trial in a process of its own
+(:func:`trainers.ddp.launch_solo`, ``HYPERSWEEP_TRIAL_PROCESS=1``): then there is no ``RANK`` and no
+store, ``CUDA_VISIBLE_DEVICES`` is the trial's lease, ``should_stop`` asks the launcher (which asks
+the controller), and each report and the result carry the process's CUDA memory peak.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ ENV_DIR = "HYPERSWEEP_DDP_DIR"  # the launch folder (error files)
 ENV_FD = "HYPERSWEEP_DDP_FD"  # rank 0: the fd of its socket to the launcher
 ENV_PARENT = "HYPERSWEEP_DDP_PARENT"  # the launcher's pid, for the watchdog
 ENV_PICKLED = "HYPERSWEEP_DDP_TRAINER"  # the trainer pickled by the launcher (cloudpickle): loaded instead of ENTRY
+ENV_SOLO = "HYPERSWEEP_TRIAL_PROCESS"  # "1": a whole trial in its own process (trainers.ddp.launch_solo), no rank
 TIMINGS_SUFFIX = ".timings.json"  # rank<r>.timings.json in the launch folder: this rank's epoch times
 DEFAULT_PG_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -110,8 +116,9 @@ def process_group(device: torch.device, timeout: datetime.timedelta = DEFAULT_PG
 class RankReporter:
     """The reporter a rank's trainer gets (see the module docstring); rank 0 holds ``connection``."""
 
-    def __init__(self, connection: Connection | None) -> None:
+    def __init__(self, connection: Connection | None, solo: bool = False) -> None:
         self._connection = connection
+        self._solo = solo  # a whole trial in its own process: should_stop asks the launcher
         self._stop = False
         self._marks = [time.time()]  # the rank's start, then each epoch end (every rank calls should_stop there)
 
@@ -130,12 +137,21 @@ class RankReporter:
         if self._connection is None:
             return
         plain = {str(k): _json_float(v) for k, v in metrics.items()}
-        self._connection.send_bytes(json.dumps({"kind": "report", "step": int(step), "metrics": plain}).encode())
+        self._ask({"kind": "report", "step": int(step), "metrics": plain})
+
+    def _ask(self, message: dict[str, Any]) -> None:
+        """Send ``message`` (with this process's CUDA peak, where CUDA is up) and take the launcher's stop flag."""
+        assert self._connection is not None
+        self._connection.send_bytes(json.dumps({**message, **_cuda_peak()}).encode())
         answer = json.loads(self._connection.recv_bytes())
         self._stop = self._stop or bool(answer["stop"])
 
     def should_stop(self) -> bool:
-        """Rank 0's stop flag, broadcast to every rank (a collective once the process group is up)."""
+        """Rank 0's stop flag, broadcast to every rank (a collective once the process group is up); a trial in its
+        own process asks its launcher."""
+        if self._solo and self._connection is not None and not self._stop:
+            self._ask({"kind": "ask"})
+            return self._stop
         if not dist.is_initialized() or dist.get_world_size() == 1:
             return self._stop
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
@@ -148,7 +164,14 @@ class RankReporter:
     def send_result(self, metrics: Mapping[str, float]) -> None:
         if self._connection is not None:
             plain = {str(k): _json_float(v) for k, v in metrics.items()}
-            self._connection.send_bytes(json.dumps({"kind": "result", "metrics": plain}).encode())
+            self._connection.send_bytes(json.dumps({"kind": "result", "metrics": plain, **_cuda_peak()}).encode())
+
+
+def _cuda_peak() -> dict[str, int]:
+    """``{"cuda_peak": bytes}``: this process's largest ``max_memory_allocated`` over its devices, where CUDA is up."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"cuda_peak": max(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))}
 
 
 def _watch_parent(parent: int) -> None:
@@ -176,10 +199,28 @@ def _watch_parent(parent: int) -> None:
 
 def _write_error(folder: Path, rank: int, exc: BaseException) -> None:
     text = f"{type(exc).__name__}: {exc}".strip()
-    record = {"time": time.time(), "error": text.splitlines()[0], "traceback": traceback.format_exc()}
+    cls = type(exc)
+    record = {
+        "time": time.time(),
+        "error": text.splitlines()[0],
+        "traceback": traceback.format_exc(),
+        "error_type": cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}",
+        "errnos": _errnos(exc),
+    }
     tmp = folder / f".rank{rank}.error.tmp"
     tmp.write_text(json.dumps(record))
     os.replace(tmp, folder / f"rank{rank}.error")
+
+
+def _errnos(exc: BaseException) -> list[int]:
+    """The ``errno`` of each ``OSError`` in the chain ``exc`` was raised from (a full disk, say), outermost first."""
+    seen: list[int] = []
+    current: BaseException | None = exc
+    while current is not None and len(seen) < 20:
+        if isinstance(current, OSError) and current.errno is not None:
+            seen.append(int(current.errno))
+        current = current.__cause__ or current.__context__
+    return seen
 
 
 def _write_timings(folder: Path, record: Mapping[str, Any]) -> None:
@@ -215,17 +256,17 @@ def _trainer(entry: str) -> TrainerFn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or current_rank() is None or ENV_DIR not in os.environ:
+    solo = os.environ.get(ENV_SOLO) == "1"
+    info = RankInfo(0, 1, 0) if solo else current_rank()
+    if len(args) != 2 or info is None or ENV_DIR not in os.environ:
         print("python -m trainers.ddp_rank ENTRY CONFIG.json: started by trainers.ddp.launch only", file=sys.stderr)
         return 2
     entry, config_path = args
-    info = current_rank()
-    assert info is not None
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: stacks to the rank's stderr
     if ENV_PARENT in os.environ:
         _watch_parent(int(os.environ[ENV_PARENT]))
     connection = Connection(int(os.environ[ENV_FD])) if info.rank == 0 and ENV_FD in os.environ else None
-    reporter = RankReporter(connection)
+    reporter = RankReporter(connection, solo=solo)
     try:
         config = TrialConfig.from_json_file(config_path)
         metrics: Any = _trainer(entry)(config, reporter)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
 from cluster.device_figures import TrialMonitor, cuda_peak
-from cluster.entrypoint import _use_leased_device, out_of_memory
+from cluster.entrypoint import out_of_memory
+from trainers.api import RecordingReporter, TrialConfig
+from trainers.ddp import launch_solo
 from trainers.oom import is_out_of_memory
 
 pytestmark = [
@@ -34,15 +34,18 @@ def test_a_real_cuda_oom_is_recognised() -> None:
     assert out_of_memory(caught.value) and is_out_of_memory(caught.value)
 
 
-def test_the_lease_becomes_the_threads_current_device() -> None:
+def sees_one_gpu(config: TrialConfig, reporter: RecordingReporter) -> dict[str, float]:
+    """A trial's own process: one visible GPU, cuda:0, and a CUDA peak that comes back with the report."""
+    block = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
+    reporter.report(1, {"count": float(torch.cuda.device_count())})
+    del block
+    return {"count": float(torch.cuda.device_count()), "current": float(torch.cuda.current_device())}
+
+
+def test_a_trial_in_its_own_process_sees_only_its_lease_as_cuda_0() -> None:
     last = torch.cuda.device_count() - 1
-    seen: list[int] = []
-
-    def trial() -> None:
-        _use_leased_device((last,))
-        seen.append(torch.cuda.current_device())
-
-    thread = threading.Thread(target=trial)
-    thread.start()
-    thread.join(timeout=60)
-    assert seen == [last]
+    peaks: list[int] = []
+    config = TrialConfig("cuda", 0, {}, seed=0, epochs=1, devices=(0,), visible_devices=str(last))
+    metrics = launch_solo(sees_one_gpu, config, RecordingReporter(), str(last), on_memory=peaks.append)
+    assert metrics == {"count": 1.0, "current": 0.0}
+    assert peaks and max(peaks) >= 64 * 2**20

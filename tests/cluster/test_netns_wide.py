@@ -1,6 +1,6 @@
 """A trial wider than a host: 2 gloo ranks on two `hypersweep worker` hosts (network namespaces), over TLS.
 
-The hosts are those of test_netns_multihost (a scheduler host with a bridge, two worker hosts of
+The hosts are tests/cluster/netns_hosts.py's (a scheduler host with a bridge, two worker hosts of
 one slot each): every trial of ``data_parallel = 2`` spans both. The first test runs a campaign
 and checks each rank's host, seed, rendezvous address, log and timings; the second cuts worker
 host 2's link in the middle of a trial and checks that rank 0, on host 1, ends with it.
@@ -11,28 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from test_netns_multihost import (
-    PORT,
-    SCHED_IP,
-    W1_IP,
-    W2_IP,
-    _namespaces_unavailable,
-    _spawn,
-    _workers_joined,
-    ip,
-    logs_tail,
-    three_hosts,
-    wait_for,
-)
-from tls_certs import make_certs
+from netns_hosts import ROLES, W1_IP, W2_IP, campaign_on_three_hosts, ip, logs_tail, namespaces_unavailable, wait_for
 
 from tests.campaign_storage import load
 
@@ -92,104 +77,17 @@ quality = {{ type = "float", low = 0.0, high = 1.0 }}
 @contextlib.contextmanager
 def wide_campaign(tmp_path: Path, n: int, epochs_: int, sleep: float):
     """Two worker hosts and a controller running the spec; yields (namespaces, controller, marks, runs, logs)."""
-    unavailable = _namespaces_unavailable()
+    unavailable = namespaces_unavailable()
     if unavailable:
         pytest.skip(unavailable)
-    tls = list(make_certs(tmp_path / "certs", (SCHED_IP, W1_IP, W2_IP)))
     marks = tmp_path / "marks"
     marks.mkdir()
     spec = tmp_path / "wide.toml"
     spec.write_text(textwrap.dedent(SPEC.format(n=n, epochs=epochs_, sleep=sleep, marks=marks)))
     runs = tmp_path / "runs"
-    logs = {role: tmp_path / f"{role}.log" for role in ("scheduler", "w1", "w2", "probe", "controller")}
-    procs: list[subprocess.Popen] = []
-    with three_hosts() as ns:
-        try:
-            procs.append(
-                _spawn(
-                    ns["sched"],
-                    "sched",
-                    [
-                        sys.executable,
-                        "-m",
-                        "distributed.cli.dask_scheduler",
-                        "--host",
-                        SCHED_IP,
-                        "--port",
-                        str(PORT),
-                        "--protocol",
-                        "tls",
-                        "--no-dashboard",
-                        "--tls-ca-file",
-                        tls[0],
-                        "--tls-cert",
-                        tls[1],
-                        "--tls-key",
-                        tls[2],
-                    ],
-                    logs["scheduler"],
-                )
-            )
-            for role, address in (("w1", W1_IP), ("w2", W2_IP)):
-                procs.append(
-                    _spawn(
-                        ns[role],
-                        role,
-                        [
-                            sys.executable,
-                            "-m",
-                            "search",
-                            "worker",
-                            f"tls://{SCHED_IP}:{PORT}",
-                            "--slots",
-                            "1",
-                            "--tls",
-                            *tls,
-                            "--host",
-                            address,
-                            "--name",
-                            role,
-                            "--timeout",
-                            "60",
-                        ],
-                        logs[role],
-                    )
-                )
-            wait_for(
-                lambda: _workers_joined(ns["sched"], tls, logs["probe"]) == 2,
-                60,
-                "two TLS workers, CPU=1 each",
-                procs,
-                logs,
-            )
-            controller = _spawn(
-                ns["sched"],
-                "controller",
-                [
-                    sys.executable,
-                    "-m",
-                    "search",
-                    "run",
-                    str(spec),
-                    "--scheduler",
-                    f"tls://{SCHED_IP}:{PORT}",
-                    "--tls",
-                    *tls,
-                    "--runs-dir",
-                    str(runs),
-                    "--no-progress",
-                ],
-                logs["controller"],
-            )
-            procs.append(controller)
-            yield ns, controller, marks, runs, logs
-        finally:
-            for proc in procs:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            for proc in procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=30)
+    logs = {role: tmp_path / f"{role}.log" for role in ROLES}
+    with campaign_on_three_hosts(tmp_path, spec, runs, logs) as (ns, controller):
+        yield ns, controller, marks, runs, logs
 
 
 def _finish(controller: subprocess.Popen, logs: dict[str, Path], timeout: float) -> None:

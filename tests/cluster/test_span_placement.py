@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from cluster.outcome import Outcome, TrialStatus
 from cluster.span import Part, SpanPlacer, SpanTrial, merge_outcomes, plan_parts
 from trainers.ddp_span import RankSpan
 
@@ -59,28 +60,23 @@ def test_a_trial_that_ended_half_placed_lets_the_next_one_go() -> None:
 
 def test_the_outcome_names_the_part_that_failed_first_and_keeps_every_ranks_timings() -> None:
     trial = SpanTrial(3, "k", [Part("tcp://a:1", 1, 0), Part("tcp://b:1", 1, 1)])
-    trial.outcomes[0] = {
-        "status": "error",
-        "error": "RankError: ranks 0..0 ended: part 1 failed",
-        "metrics": {},
-        "started": 10.0,
-        "finished": 14.0,
-        "ranks": [],
-    }
-    trial.outcomes[1] = {
-        "status": "error",
-        "error": "ValueError: boom",
-        "metrics": {},
-        "started": 11.0,
-        "finished": 12.0,
-        "ranks": [{"rank": 1, "epoch_seconds": [0.5]}],
-    }
+    trial.outcomes[0] = Outcome(
+        TrialStatus.ERROR, error="RankError: ranks 0..0 ended: part 1 failed", started=10.0, finished=14.0
+    )
+    trial.outcomes[1] = Outcome(
+        TrialStatus.ERROR,
+        error="ValueError: boom",
+        error_type="ValueError",
+        started=11.0,
+        finished=12.0,
+        ranks=({"rank": 1, "epoch_seconds": [0.5]},),
+    )
     trial.first_failure = 1
     merged = merge_outcomes(trial)
-    assert merged["status"] == "error"
-    assert merged["error"] == "part 1 on tcp://b:1: ValueError: boom"
-    assert merged["ranks"] == [{"rank": 1, "epoch_seconds": [0.5], "worker": "tcp://b:1", "part": 1}]
-    assert (merged["started"], merged["finished"]) == (10.0, 14.0)
+    assert merged.status == TrialStatus.ERROR and merged.error_type == "ValueError"
+    assert merged.error == "part 1 on tcp://b:1: ValueError: boom"
+    assert merged.ranks == ({"rank": 1, "epoch_seconds": [0.5], "worker": "tcp://b:1", "part": 1},)
+    assert (merged.started, merged.finished) == (10.0, 14.0)
 
 
 def test_a_rank_span_must_hold_its_ranks() -> None:

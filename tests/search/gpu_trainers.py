@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,8 +21,29 @@ def packed_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     for step in range(1, 4):
         time.sleep(hold / 3)
         reporter.report(step, {"score": float(step)})
-    assert config.visible_devices == ",".join(map(str, config.devices)), (config.visible_devices, config.devices)
-    return {"score": float(config.params["x"]), "device": float(config.devices[0])}
+    visible = os.environ["CUDA_VISIBLE_DEVICES"]  # the trial's own process sees only its lease
+    assert visible == config.visible_devices and config.devices == (0,), (visible, config.devices)
+    return {"score": float(config.params["x"]), "device": float(visible), "pid": float(os.getpid())}
+
+
+def visible_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """Says what a custom trainer sees (its ``CUDA_VISIBLE_DEVICES``, pid, ``devices``); reports every 0.1 s up to
+    ``options.steps`` times, and returns early when asked to stop."""
+    print(f"trial {config.number} sees CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
+    if config.options.get("fail"):
+        raise ValueError(str(config.options["fail"]))
+    step = 0
+    for step in range(1, int(config.options.get("steps", 30)) + 1):
+        time.sleep(0.1)
+        reporter.report(step, {"score": float(step)})
+        if reporter.should_stop():
+            break
+    return {
+        "visible": float(os.environ["CUDA_VISIBLE_DEVICES"]),
+        "pid": float(os.getpid()),
+        "inside": float(config.devices[0]),
+        "steps": float(step),
+    }
 
 
 class _OomAbove(nn.Module):

@@ -75,6 +75,7 @@ def test_four_trials_share_each_fake_gpu_and_never_five(tmp_path: Path, fake_gpu
     assert all(r.state == optuna.trial.TrialState.COMPLETE for r in records), [r.reason for r in records]
     assert all(len(r.devices) == 1 and r.gpu_share == 0.25 for r in records)
     assert all(r.metrics and r.metrics["device"] == r.devices[0] for r in records)  # the lease the trainer saw
+    assert len({r.metrics["pid"] for r in records}) == len(records)  # each trial in a process of its own
     per_device = concurrency(records, lambda r: (r.worker, r.devices[0]))
     per_worker = concurrency(records, lambda r: r.worker)
     assert len(per_device) == 4 and max(per_device.values()) <= 4, per_device

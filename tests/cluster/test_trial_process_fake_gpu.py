@@ -1,0 +1,106 @@
+"""A trial holding a GPU lease runs in a process of its own that sees only its lease (``CUDA_VISIBLE_DEVICES``),
+as Ray gives each actor its GPUs. Fake GPUs: a worker declaring ``GPU=2`` on a machine without CUDA."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from distributed import Client, LocalCluster
+
+from cluster.executor import DaskExecutor, Finished, GpuPacking, Report, Started, TrialRequest
+from trainers.api import TrialConfig
+
+pytestmark = pytest.mark.slow
+
+HELPERS = Path(__file__).resolve().parents[1] / "search"  # gpu_trainers.py
+
+
+@pytest.fixture
+def fake_gpu_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
+    """One worker process with ``GPU=2`` (fake: no CUDA here) and 4 threads, so 2 trials per fake GPU."""
+    monkeypatch.syspath_prepend(str(HELPERS))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=4,
+            resources={"GPU": 2},
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            env={"PYTHONPATH": str(HELPERS)},
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def _config(number: int, log_dir: Path, steps: int) -> TrialConfig:
+    return TrialConfig(
+        "fake-gpu", number, {}, seed=number, epochs=1, options={"steps": steps}, log_dir=str(log_dir / str(number))
+    )
+
+
+@pytest.mark.timeout(240)
+def test_packed_trials_on_a_fake_gpu_each_see_their_own_lease_in_their_own_process(
+    tmp_path: Path, fake_gpu_client: Client
+) -> None:
+    executor = DaskExecutor(fake_gpu_client, "fake-gpu-procs", packing=GpuPacking(gpus=0.5))
+    for number in range(4):  # 4 trials, 2 per fake GPU, all at once
+        executor.submit(TrialRequest(number, "gpu_trainers:visible_fit", _config(number, tmp_path, 30)))
+    finished: dict[int, Finished] = {}
+    reports: dict[int, int] = {}
+    started: set[int] = set()
+    stopped_at = 0.0
+    deadline = time.monotonic() + 180
+    while len(finished) < 4 and time.monotonic() < deadline:
+        for event in executor.events(0.5):
+            if isinstance(event, Started):
+                started.add(event.number)
+            elif isinstance(event, Report):
+                reports[event.number] = reports.get(event.number, 0) + 1
+                if event.number == 0 and event.step == 2 and not stopped_at:
+                    executor.stop(0)  # a pruning decision: it must reach the trial's own process
+                    stopped_at = time.monotonic()
+            elif isinstance(event, Finished):
+                finished[event.number] = event
+    executor.close()
+    assert len(finished) == 4, finished
+    outcomes = {n: f.outcome for n, f in finished.items()}
+    assert all(o.ok for o in outcomes.values()), {n: o.error for n, o in outcomes.items()}
+    worker_pid = {o.pid for o in outcomes.values()}
+    assert len(worker_pid) == 1  # one worker process ...
+    pids = {o.metrics["pid"] for o in outcomes.values()}
+    assert len(pids) == 4 and not pids & {float(p) for p in worker_pid if p}  # ... and each trial in its own
+    for o in outcomes.values():
+        (lease,) = o.devices
+        assert o.metrics["visible"] == lease and o.metrics["inside"] == 0.0, o.metrics  # cuda:0 is its lease
+        assert o.share == 0.5 and o.peak_memory > 0 and o.memory_kind == "rss"
+    assert sorted(o.devices[0] for o in outcomes.values()) == [0, 0, 1, 1]  # two trials on each fake GPU
+    stopped = outcomes[0]
+    assert stopped.stopped and stopped.metrics["steps"] < 30 and len(stopped.history) < 30
+    assert all(outcomes[n].metrics["steps"] == 30 and len(outcomes[n].history) == 30 for n in (1, 2, 3))
+    log = (tmp_path / "0" / "stdout.log").read_text()  # the process's prints reach the trial's log
+    assert f"trial 0 sees CUDA_VISIBLE_DEVICES={int(stopped.devices[0])}" in log
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") is None  # the controller's own environment is untouched
+
+
+@pytest.mark.timeout(240)
+def test_an_error_in_a_trials_own_process_comes_back_with_its_type_and_traceback(
+    tmp_path: Path, fake_gpu_client: Client
+) -> None:
+    executor = DaskExecutor(fake_gpu_client, "fake-gpu-fails", packing=GpuPacking(gpus=0.5))
+    config = TrialConfig("fake-gpu", 0, {}, seed=0, epochs=1, options={"steps": 1, "fail": "boom"})
+    executor.submit(TrialRequest(0, "gpu_trainers:visible_fit", config))
+    deadline = time.monotonic() + 120
+    finished: list[Finished] = []
+    while not finished and time.monotonic() < deadline:
+        finished = [e for e in executor.events(0.5) if isinstance(e, Finished)]
+    executor.close()
+    (outcome,) = [f.outcome for f in finished]
+    assert not outcome.ok and outcome.error == "ValueError: boom" and outcome.error_type == "ValueError"
+    assert "visible_fit" in outcome.traceback and not outcome.oom

@@ -281,12 +281,16 @@ def reused(runs: Sequence[Run], method: str, cells: Sequence[tuple[str, int, int
     return [by_cell[c] for c in cells]
 
 
-def _write(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+def _write(path: Path, rows: Sequence[dict[str, Any]], *, append: bool = False, header_only: bool = False) -> None:
+    """``rows`` as CSV (the :class:`Run` fields when writing only the header, or appending)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    fields = list(rows[0]) if rows else [f.name for f in dataclasses.fields(Run)]
+    with path.open("a" if append else "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        if not append:
+            writer.writeheader()
+        if not header_only:
+            writer.writerows(rows)
 
 
 def _load() -> str:
@@ -369,9 +373,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         if method not in from_earlier
         for job in _jobs(method, workers, budgets, dataset, seeds)
     ]
+    partial = args.runs_out.with_suffix(".partial.csv")  # every run as it lands: an interrupted bench keeps them
+    _write(partial, [dataclasses.asdict(r) for r in runs], header_only=not runs)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for done, found in enumerate(pool.map(_run_job, jobs), 1):
             runs += found
+            _write(partial, [dataclasses.asdict(r) for r in found], append=True)
             if done % max(1, len(jobs) // 20) == 0 or done == len(jobs):
                 print(
                     f"  {done}/{len(jobs)} campaigns  {time.perf_counter() - started:6.0f} s  load {_load()}",

@@ -3,6 +3,7 @@
     python -m bench.evolution [--seeds 50] [--seed0 0] [--workers 1 16 64] [--budgets 100 200]
                               [--datasets cifar10 cifar100 imagenet] [--jobs 1]
                               [--methods evolution random tpe evolution-classic]
+                              [--reuse RUNS_CSV ...]
 
 Each run is a real ``search.loop.campaign.Campaign`` (the controller users run, with an
 in-memory Optuna study) on a :class:`cluster.simulated.SimulatedExecutor` of
@@ -27,6 +28,11 @@ workers, method, seed) and the figure "at B evaluations" is read from its first 
 trials by number, which are exactly the trials a campaign with ``n_trials = B`` runs
 (the controller asks trial k at the same moment with the same finished trials whatever
 the budget beyond k). ``--jobs`` runs that many campaigns at once, in processes.
+``--reuse`` reads the runs of some methods from earlier ``evolution_runs.csv`` files
+instead of running them again: a method found there is taken from there, and it must
+cover every requested (dataset, workers, seed, budget). A campaign is deterministic for
+its seed (the virtual clock, ``controller_time_scale = 0``), so a peer such as TPE,
+whose figures a change to the evolution sampler cannot move, is run once.
 
 Per run and budget: ``best_val`` (the best validation accuracy found, what the search
 maximises), ``regret`` (table optimum of the validation column minus ``best_val``) and
@@ -47,6 +53,7 @@ import argparse
 import csv
 import dataclasses
 import logging
+import os
 import platform
 import sys
 import tempfile
@@ -75,7 +82,7 @@ PARAM = "cell"
 DATASETS = ("cifar10", "cifar100", "imagenet")
 DATASET_LABEL = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenet": "ImageNet16-120"}
 
-__all__ = ["Run", "campaign", "runs_for", "summarise", "main"]
+__all__ = ["Run", "campaign", "load_runs", "reused", "runs_for", "summarise", "main"]
 
 # A sampler name of the registry, or (for experiments) a factory (spec, study seed) -> sampler.
 SamplerFactory = Callable[[CampaignSpec, int], optuna.samplers.BaseSampler]
@@ -252,12 +259,43 @@ def _run_job(job: Job) -> list[Run]:
     )
 
 
-def _write(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+def load_runs(paths: Sequence[Path]) -> list[Run]:
+    """The :class:`Run` rows of earlier ``--runs-out`` files."""
+    types = {f.name: f.type for f in dataclasses.fields(Run)}
+    casts: dict[str, Callable[[str], Any]] = {"str": str, "int": int, "float": float}
+    out = []
+    for path in paths:
+        with path.open(newline="") as fh:
+            out += [Run(**{k: casts[str(types[k])](v) for k, v in row.items()}) for row in csv.DictReader(fh)]
+    return out
+
+
+def reused(runs: Sequence[Run], method: str, cells: Sequence[tuple[str, int, int, int]]) -> list[Run]:
+    """``method``'s runs among ``runs`` for the (dataset, workers, seed, budget) ``cells``; all or an error."""
+    by_cell = {(r.dataset, r.workers, r.seed, r.budget): r for r in runs if r.method == method}
+    missing = [c for c in cells if c not in by_cell]
+    if missing:
+        raise ValueError(
+            f"--reuse has no {method} run for (dataset, workers, seed, budget) {missing[0]} (and {len(missing) - 1} more)"
+        )
+    return [by_cell[c] for c in cells]
+
+
+def _write(path: Path, rows: Sequence[dict[str, Any]], *, append: bool = False, header_only: bool = False) -> None:
+    """``rows`` as CSV (the :class:`Run` fields when writing only the header, or appending)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    fields = list(rows[0]) if rows else [f.name for f in dataclasses.fields(Run)]
+    with path.open("a" if append else "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        if not append:
+            writer.writeheader()
+        if not header_only:
+            writer.writerows(rows)
+
+
+def _load() -> str:
+    """The 1/5/15-minute load averages (the figures do not depend on them: the clock is virtual)."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def print_summary(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> None:
@@ -292,13 +330,21 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         "--methods",
         nargs="+",
         default=["evolution", "random", "tpe", "evolution-classic"],
-        help="registry sampler names or evolution-classic; the first is tested against each of the others",
+        help="registry sampler names or evolution-classic; the first is tested against each of the others "
+        "(one alone: its runs only, to --reuse later)",
+    )
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="earlier --runs-out files: a method found there is read from them, not run again",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "evolution.csv")
     parser.add_argument("--runs-out", type=Path, default=RESULTS / "evolution_runs.csv")
     args = parser.parse_args(argv)
-    if len(args.methods) < 2:
-        parser.error("--methods needs at least two samplers")
+    if not args.methods:
+        parser.error("--methods needs at least one sampler")
     if args.seeds < 1 or args.seed0 < 0 or args.jobs < 1:
         parser.error("--seeds and --jobs must be >= 1, --seed0 >= 0")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -307,24 +353,37 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     started = time.perf_counter()
     print(
         f"# bench.evolution  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
-        f"  optuna {optuna.__version__}  seeds {args.seed0}..{args.seed0 + args.seeds - 1}  budgets {args.budgets}",
+        f"  optuna {optuna.__version__}  seeds {args.seed0}..{args.seed0 + args.seeds - 1}  budgets {args.budgets}"
+        f"  load {_load()}",
         flush=True,
     )
     budgets = sorted(set(args.budgets))
     seeds = range(args.seed0, args.seed0 + args.seeds)
+    earlier = load_runs(args.reuse)
+    from_earlier = [m for m in args.methods if any(r.method == m for r in earlier)]
+    cells = [(d, w, s, b) for d in args.datasets for w in args.workers for s in seeds for b in budgets]
+    runs: list[Run] = [r for m in from_earlier for r in reused(earlier, m, cells)]
+    if from_earlier:
+        print(f"  reused from {', '.join(map(str, args.reuse))}: {', '.join(from_earlier)}", flush=True)
     jobs = [
         job
         for dataset in args.datasets
         for workers in args.workers
         for method in args.methods
+        if method not in from_earlier
         for job in _jobs(method, workers, budgets, dataset, seeds)
     ]
-    runs: list[Run] = []
+    partial = args.runs_out.with_suffix(".partial.csv")  # every run as it lands: an interrupted bench keeps them
+    _write(partial, [dataclasses.asdict(r) for r in runs], header_only=not runs)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for done, found in enumerate(pool.map(_run_job, jobs), 1):
             runs += found
+            _write(partial, [dataclasses.asdict(r) for r in found], append=True)
             if done % max(1, len(jobs) // 20) == 0 or done == len(jobs):
-                print(f"  {done}/{len(jobs)} campaigns  {time.perf_counter() - started:6.0f} s", flush=True)
+                print(
+                    f"  {done}/{len(jobs)} campaigns  {time.perf_counter() - started:6.0f} s  load {_load()}",
+                    flush=True,
+                )
     rows = summarise(runs, args.methods)
     print()
     print_summary(rows, args.methods)

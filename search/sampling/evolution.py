@@ -29,7 +29,15 @@ sampled jointly by :meth:`RegularizedEvolutionSampler.sample_relative`:
    among the most recent ``MODEL_WINDOW`` finished trials (0 = worst, 1 = best, so one
    diverged trial weighs no more than a poor one) on one indicator per architecture
    parameter and value (its one-hot encoding); a mutant's rating is the sum of its
-   values' coefficients. ``candidates = 1`` is plain mutation. (The earlier TPE-style
+   values' coefficients, drawn from the regression's posterior at each ask (Thompson
+   sampling, with the residual variance on the fit's residual degrees of freedom): the
+   child is the mutant most likely best, not the one the point estimate rates best. With
+   the point estimate, one worker's asks -- each from the same model plus one trial --
+   all follow its current preferences: on NAS-Bench-201 at one worker the last
+   improvement came near trial 44 of 200 (tuning seeds, bench/NOTES.md), against 154 for
+   plain mutation; the draw explores values the data cannot yet tell apart and follows
+   those it can, the same rule at every worker count. ``candidates = 1`` is plain
+   mutation (no model, no draw). (The earlier TPE-style
    log ratio of value frequencies among the best quarter and the rest used only which
    side of that cut a trial fell on; the regression uses every finished trial's rank,
    which matters while few have finished, e.g. on 64 workers: bench/NOTES.md.)
@@ -389,7 +397,7 @@ class RegularizedEvolutionSampler(BaseSampler):
                 mutants, fresh = self._draw(lambda: self._two_steps(parent_genome), seen, self.candidates)
             child, kind = mutants[0]
             if len(mutants) > 1:
-                score = self._model(finished, sign)
+                score = self._model(finished, sign, draw=self._rng)
                 child, kind = max(mutants, key=lambda m: score(m[0]))  # first of the best on a tie
         return child, Lineage(child.to_string(), parent.number, kind.value)
 
@@ -421,14 +429,18 @@ class RegularizedEvolutionSampler(BaseSampler):
         middle, _ = mutate_with_kind(genome, self.space, self._rng)  # type: ignore[type-var]
         return mutate_with_kind(middle, self.space, self._rng)  # type: ignore[type-var]
 
-    def _model(self, finished: list[tuple[FrozenTrial, Genome]], sign: float) -> Callable[[Genome], float]:
-        """Rating of a genome by a ridge regression of the finished trials' ranks on one-hot params."""
+    def _model(
+        self, finished: list[tuple[FrozenTrial, Genome]], sign: float, draw: np.random.Generator | None = None
+    ) -> Callable[[Genome], float]:
+        """Rating of a genome by a ridge regression of the finished trials' ranks on one-hot params:
+        its posterior mean, or with ``draw`` one draw from its posterior (Thompson sampling)."""
         features: dict[tuple[str, str], int] = {}  # (param, repr(value)) -> column, by first appearance
         rows = [[features.setdefault(key, len(features)) for key in self._one_hot(genome)] for _, genome in finished]
         design = np.zeros((len(rows), len(features)))
         for i, columns in enumerate(rows):
             design[i, columns] = 1.0
-        weights = _ridge(design, _ranks([-sign * float(t.value) for t, _ in finished]), RIDGE)  # type: ignore[arg-type]
+        target = _ranks([-sign * float(t.value) for t, _ in finished])  # type: ignore[arg-type]
+        weights = _ridge(design, target, RIDGE) if draw is None else _ridge_draw(design, target, RIDGE, draw)
 
         def score(genome: Genome) -> float:
             return float(sum(weights[features[key]] for key in self._one_hot(genome) if key in features))
@@ -464,6 +476,23 @@ def _ridge(design: np.ndarray, target: np.ndarray, penalty: float) -> np.ndarray
     x = design - design.mean(axis=0)
     y = target - target.mean()
     return np.linalg.solve(x.T @ x + penalty * np.eye(x.shape[1]), x.T @ y)
+
+
+def _ridge_draw(design: np.ndarray, target: np.ndarray, penalty: float, rng: np.random.Generator) -> np.ndarray:
+    """One draw of the coefficients from the ridge regression's posterior, N(mean, s2 (X'X + penalty I)^-1).
+
+    ``s2`` is the residual variance on the fit's residual degrees of freedom (n - tr(hat matrix)),
+    at most the target's variance: with fewer trials than the fit's degrees of freedom the
+    residuals say nothing, and the draw is as wide as the ranks themselves."""
+    x = design - design.mean(axis=0)
+    y = target - target.mean()
+    covariance = np.linalg.inv(x.T @ x + penalty * np.eye(x.shape[1]))
+    mean = covariance @ (x.T @ y)
+    spread = float(np.mean(y**2))
+    dof = len(y) - float(np.trace(x @ covariance @ x.T))
+    s2 = spread if dof < 1.0 else min(spread, float(np.sum((y - x @ mean) ** 2)) / dof)
+    chol = np.linalg.cholesky((covariance + covariance.T) / 2.0)
+    return mean + math.sqrt(s2) * (chol @ rng.standard_normal(len(mean)))
 
 
 def evolution_sampler_for(

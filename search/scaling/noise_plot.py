@@ -18,7 +18,7 @@ __all__ = ["draw_noise_vs_b_crit", "plot_noise_vs_b_crit"]
 def draw_noise_vs_b_crit(p: NoisePrediction) -> Figure:
     """Per batch size the best run's mean ``B_simple`` (bars: the mean of its readings' ends; an arrow: open),
     their mean with its t interval, and ``B_crit`` with its interval and the factor-of-2 band around it."""
-    fig = Figure(figsize=(6.4, 4.4), dpi=100, layout="constrained")
+    fig = Figure(figsize=(6.4, 5.4), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     sizes = np.array(sorted(p.runs), dtype=float)
@@ -37,12 +37,19 @@ def draw_noise_vs_b_crit(p: NoisePrediction) -> Figure:
     s_lo, s_hi = p.b_simple_interval
     ax.axhspan(max(s_lo, bottom), min(s_hi, top), color="#c6dbef", alpha=0.6, linewidth=0)
     ax.axhline(p.b_simple, color="#08519c", linestyle="--", label=f"B_simple, mean of the runs ≈{p.b_simple:,.0f}")
+    ax.plot([], [], "s", color="#c6dbef", markersize=10, label=f"its {p.ci:.0%} t interval over the runs")
     for b, r in zip(sizes, runs, strict=True):
         low, high = max(r.low, bottom), min(r.high, top)
         ax.plot([b, b], [low, high], "-", color="#08519c", linewidth=1.5)
         if math.isinf(r.high):
             ax.plot([b], [top], "^", color="#08519c", markersize=7)
-    ax.plot(sizes, [r.mean for r in runs], "o", color="#08519c", label="B_simple, mean over each best run")
+    ax.plot(
+        sizes,
+        [r.mean for r in runs],
+        "o",
+        color="#08519c",
+        label="B_simple, mean over each best run",
+    )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -51,8 +58,9 @@ def draw_noise_vs_b_crit(p: NoisePrediction) -> Figure:
     ax.set_xlabel("batch size B of the run that measured B_simple")
     ax.set_ylabel("batch size (examples)")
     verdict = "within" if p.within else "not within"
-    ax.set_title(f"B_crit / B_simple = {p.ratio:.2f}: {verdict} a factor of {FACTOR:g}", fontsize="medium")
-    ax.legend(fontsize="small", loc="best")
+    settled = "the intervals settle it" if p.settled else "the intervals leave it open"
+    ax.set_title(f"B_crit / B_simple = {p.ratio:.2f}: {verdict} a factor of {FACTOR:g}; {settled}", fontsize="medium")
+    fig.legend(*ax.get_legend_handles_labels(), fontsize="small", loc="outside lower center", ncol=2)
     return fig
 
 

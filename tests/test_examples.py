@@ -37,10 +37,10 @@ CUTS: dict[str, dict[str, str]] = {
         "trials_per_batch = 8": "trials_per_batch = 2",
     },
     "mnist1d-scaling.toml": {
-        "batch_sizes = [32, 128, 512, 2048, 8192]": "batch_sizes = [64, 128, 256]",
-        "trials_per_batch = 3": "trials_per_batch = 2",
-        "n_samples = 62500": "n_samples = 5000",  # generated in ~5 s instead of ~60 s
-        "target = 0.75": "target = 0.5",
+        "batch_sizes = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]": "batch_sizes = [64, 128, 256]",
+        "n_samples = 81920": "n_samples = 5000",  # generated in ~5 s instead of ~80 s
+        "target = 0.78": "target = 0.5",
+        "epochs = 60 ": "epochs = 20 ",
     },
 }
 

@@ -23,6 +23,10 @@ FIGURE_CAPTIONS = {
     "examples_to_target.png": "examples to target per batch size, with the fit",
     "lr_rule.png": "the best learning rate per batch size against the linear and square-root rules",
     "noise_scale.png": "gradient noise scale B_simple over training of each batch size's best trial, with intervals",
+    "noise_vs_b_crit.png": (
+        "B_crit (fit of steps to target) with its interval and the factor-of-2 band, against B_simple "
+        "averaged over each batch size's best run (bars: the mean of its readings' interval ends)"
+    ),
 }
 
 

@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.seeds import component_seed
 from search.scaling.fit import (
+    ScalingFit,
     TrialOutcome,
     bootstrap_b_crit,
     classify_regimes,
@@ -44,6 +45,7 @@ from search.scaling.fit import (
 from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.store.records import TrialRecord
 from search.vocab.terms import direction_of
+from spaces.batch import LRScaling
 
 __all__ = [
     "ScalingSpec",
@@ -209,11 +211,17 @@ def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
             if history
             else None
         )
-        lr = trial.params.get("lr")
-        outcomes.append(
-            TrialOutcome(int(trial.params[BATCH]), float(lr) if lr is not None else None, hit, trial.number)
-        )
+        outcomes.append(TrialOutcome(int(trial.params[BATCH]), _trained_lr(trial.params), hit, trial.number))
     return outcomes
+
+
+def _trained_lr(params: Mapping[str, Any]) -> float | None:
+    """The learning rate the trial trained with: ``lr``, scaled to its batch size by ``lr_scaling`` when set."""
+    lr = params.get("lr")
+    if lr is None:
+        return None
+    rule = LRScaling(str(params.get("lr_scaling", "none")), int(params.get("base_batch_size", 32)))
+    return rule(float(lr), int(params[BATCH]))
 
 
 def _noise_reading(step: float, metrics: Mapping[str, float]) -> tuple[float, float, float, float] | None:
@@ -237,6 +245,23 @@ def _noise_histories(
         if points:
             histories[b] = points
     return histories
+
+
+def _against_b_crit(
+    noise: Mapping[int, Sequence[tuple[float, float, float, float]]],
+    fit: ScalingFit,
+    interval: tuple[float, float],
+    text: str,
+    out: Path,
+) -> tuple[str, list[Path]]:
+    """The conclusion with the noise scale set against ``B_crit`` (:mod:`search.scaling.noise_check`), and its figure."""
+    from search.scaling.noise_check import noise_prediction
+    from search.scaling.noise_plot import plot_noise_vs_b_crit
+
+    prediction = noise_prediction(noise, fit.b_crit, interval, ci=CI)
+    if prediction is None:
+        return text, []
+    return f"{text} {prediction.sentence()}", [plot_noise_vs_b_crit(out / "noise_vs_b_crit.png", prediction)]
 
 
 def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out: Path, seed: int) -> SweepResult:
@@ -294,6 +319,9 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
     noise = _noise_histories(study, best)
     if noise:
         plots.append(plot_noise_scale(out / "noise_scale.png", noise))
+    if noise and len(set(sizes)) >= 3:
+        text, compared = _against_b_crit(noise, fit, interval, text, out)
+        plots.extend(compared)
     table_path = write_scaling_table(table, out / "scaling.csv")
     (out / "conclusion.txt").write_text(text + "\n")
     return SweepResult(out, table_path, tuple(plots), text)

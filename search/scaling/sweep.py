@@ -211,8 +211,16 @@ def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
             if history
             else None
         )
-        outcomes.append(TrialOutcome(int(trial.params[BATCH]), _trained_lr(trial.params), hit, trial.number))
+        outcomes.append(TrialOutcome(int(trial.params[BATCH]), _trained_lr(_trainer_params(trial)), hit, trial.number))
     return outcomes
+
+
+def _trainer_params(trial: FrozenTrial) -> dict[str, Any]:
+    """The parameters the trainer got: the space's fixed values (``lr_scaling``, ``base_batch_size``: never sampled,
+    so not in ``trial.params``) from its recorded config, with the sampled ones."""
+    config = TrialRecord.of(trial).config or {}
+    fixed = config.get("params")
+    return {**(fixed if isinstance(fixed, Mapping) else {}), **trial.params}
 
 
 def _trained_lr(params: Mapping[str, Any]) -> float | None:

@@ -174,23 +174,24 @@ def test_analysis_writes_a_conclusion_consistent_with_the_table_and_the_interval
 
 
 def test_the_best_learning_rate_is_the_one_trained_with_scaled_by_lr_scaling(tmp_path: Path) -> None:
-    """A space with ``lr_scaling`` samples the rate at ``base_batch_size``; the table and LR rule get the trained rate."""
+    """A space with ``lr_scaling`` samples the rate at ``base_batch_size``; the table and LR rule get the trained rate.
+    The rule's keys are fixed values of the space: recorded in the trial's config, as a campaign records them, not
+    among the sampled params."""
     truth, sizes = SyntheticScaling(), [8, 16, 32, 64]
     study = optuna.create_study(direction="minimize")
     dists = {
         BATCH: optuna.distributions.CategoricalDistribution(tuple(sizes)),
         "lr": optuna.distributions.FloatDistribution(1e-4, 10.0, log=True),
-        "lr_scaling": optuna.distributions.CategoricalDistribution(("sqrt",)),
-        "base_batch_size": optuna.distributions.CategoricalDistribution((16,)),
     }
     for b in sizes:
         history = synthetic_history(truth, b, truth.steps(b))
-        params = {BATCH: b, "lr": 0.1, "lr_scaling": "sqrt", "base_batch_size": 16}
+        params = {BATCH: b, "lr": 0.1}
+        config = {"params": {"lr_scaling": "sqrt", "base_batch_size": 16, **params}}
         trial = optuna.trial.create_trial(
             params=params,
             distributions=dists,
             value=history[-1][1]["steps"],
-            user_attrs={Attr.HISTORY: encode_history(history)},
+            user_attrs={Attr.HISTORY: encode_history(history), Attr.CONFIG: config},
         )
         study.add_trial(trial)
     spec = ScalingSpec(batch_sizes=tuple(sizes), target=truth.target, trials_per_batch=1, bootstrap=100)

@@ -117,7 +117,14 @@ def torch_info() -> dict[str, Any]:
         return {"version": None}
     build = None if "torch" in sys.modules else _unloaded_build(spec)
     if build is not None and not build.get("cuda") and not build.get("hip"):
-        fields = {"cuda": None, "cudnn": None, "nccl": None, "cuda_available": False, "gpus": [], "threads": None}
+        fields: dict[str, Any] = {
+            "cuda": None,
+            "cudnn": None,
+            "nccl": None,
+            "cuda_available": False,
+            "gpus": [],
+            "threads": None,
+        }
         return {"version": build["__version__"], **fields}
     import torch  # lazily: search does not import torch at import time
 

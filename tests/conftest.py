@@ -1,5 +1,9 @@
 """The `slow` mark is kept honest: with ``HYPERSWEEP_SLOW_LIMIT=SECONDS`` set (CI sets it), a test that is not
-marked ``slow`` and takes longer than that (its set-up and call together) fails, naming its time."""
+marked ``slow`` and takes longer than that (its set-up and call together) fails, naming its time.
+
+Under ``--dist loadgroup`` (``.ci/run``) each test goes to whichever xdist worker is free, except the tests of a
+module that share a module- or class-scoped fixture: they stay together on one worker (``xdist_group``), so
+that its set-up (often a whole campaign) runs once."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from collections.abc import Generator
 import pytest
 
 LIMIT_VARIABLE = "HYPERSWEEP_SLOW_LIMIT"
+SHARED_SCOPES = frozenset({"module", "class", "package"})  # a fixture set up once for several tests
 SETUP_SECONDS = pytest.StashKey[float]()
 LIMIT = pytest.StashKey["float | None"]()
 
@@ -45,3 +50,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.outcome = "failed"
             report.longrepr = f"took {took:.1f} s (set-up and call), over {LIMIT_VARIABLE}={limit:g}: mark it slow"
     return report
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook, under --dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture that is set up once for several tests of its module (or class)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(defs and defs[-1].scope in SHARED_SCOPES for defs in definitions)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import optuna
 from optuna.trial import TrialState
@@ -38,13 +38,14 @@ from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
 from search.sampling.samplers import sampler_info
 from search.sampling.seeds import component_seed
-from search.scaling.outcomes import goal_of
-from search.scaling.sweep import TargetGoal
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import Attr
 from search.vocab.terms import StopReason, maximizing
 from trainers.api import TrialConfig
+
+if TYPE_CHECKING:  # search.scaling (scipy, pandas) is imported by a scaling sweep only: a controller starts faster
+    from search.scaling.sweep import TargetGoal
 
 __all__ = [
     "Policy",
@@ -325,9 +326,12 @@ def policies_for(
     ]
     if population is not None:
         policies.append(PopulationSegments(population))
-    goal = goal_of(spec)
-    if goal is not None:
-        policies.append(ScalingTarget(goal))
+    if spec.scaling is not None:
+        from search.scaling.outcomes import goal_of
+
+        goal = goal_of(spec)
+        if goal is not None:
+            policies.append(ScalingTarget(goal))
     policies.append(Pruning(values, spec.study.multi_objective))
     return policies
 

@@ -45,7 +45,6 @@ from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
 from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
 from search.sampling.seeds import component_seed
-from search.scaling.sweep import scaling_sampler
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import read_params, restore_params
@@ -78,6 +77,8 @@ def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> o
     seed = sampler_seed(spec.study.seed, trials, restart)
     if spec.scaling is None:
         return make_sampler(spec.study.sampler, spec.space, seed, spec.sampler_options, budget=spec.study.n_trials)
+    from search.scaling.sweep import scaling_sampler  # lazily: scipy and pandas for a scaling sweep only
+
     return scaling_sampler(
         spec.scaling.batch_sizes, seed, lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options)
     )

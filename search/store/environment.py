@@ -17,7 +17,10 @@ notebook, ``search.run(spec, trainer=fit)``) is also kept, pickled, as
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import hashlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
@@ -104,9 +107,25 @@ def _version(name: str) -> str | None:
 
 
 def torch_info() -> dict[str, Any]:
-    """torch's version, its CUDA/cuDNN/NCCL builds and the visible GPUs (empty fields when absent)."""
-    if importlib.util.find_spec("torch") is None:
+    """torch's version, its CUDA/cuDNN/NCCL builds and the visible GPUs (empty fields when absent).
+
+    A CPU-only build that this process has not loaded is described from its ``torch/version.py`` alone (no CUDA,
+    so no cuDNN, NCCL nor GPU; ``threads`` unknown): importing torch would cost every controller start seconds.
+    """
+    spec = importlib.util.find_spec("torch")
+    if spec is None:
         return {"version": None}
+    build = None if "torch" in sys.modules else _unloaded_build(spec)
+    if build is not None and not build.get("cuda") and not build.get("hip"):
+        fields: dict[str, Any] = {
+            "cuda": None,
+            "cudnn": None,
+            "nccl": None,
+            "cuda_available": False,
+            "gpus": [],
+            "threads": None,
+        }
+        return {"version": build["__version__"], **fields}
     import torch  # lazily: search does not import torch at import time
 
     info: dict[str, Any] = {
@@ -130,6 +149,27 @@ def torch_info() -> dict[str, Any]:
             info["nccl"] = None
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return info
+
+
+def _unloaded_build(spec: importlib.machinery.ModuleSpec) -> dict[str, Any] | None:
+    """The literal assignments of the installed torch's ``version.py`` (``__version__``, ``cuda``, ``hip``), read
+    without importing torch; None when that file is not there or not as expected."""
+    folder = next(iter(spec.submodule_search_locations or ()), None)
+    try:
+        tree = ast.parse((Path(folder) / "version.py").read_text()) if folder else None
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: dict[str, Any] = {}
+    for node in tree.body if tree is not None else ():
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else getattr(node, "target", None)
+        )
+        if isinstance(target, ast.Name) and isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            with contextlib.suppress(ValueError):
+                found[target.id] = ast.literal_eval(node.value)
+    return found if isinstance(found.get("__version__"), str) and {"cuda", "hip"} <= found.keys() else None
 
 
 def scheduler_info(client: Any) -> dict[str, Any]:

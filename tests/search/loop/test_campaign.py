@@ -7,6 +7,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from toy_specs import toy_toml
 
 from search.session.runner import CampaignExistsError, RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
@@ -15,31 +16,29 @@ from tests.spec_files import write_spec
 
 pytestmark = pytest.mark.slow
 
-TOY = """
-[study]
-name = "toy"
-direction = "maximize"
-metric = "score"
-sampler = "grid"
-seed = 3
-n_trials = 5
-{study_extra}
 
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 3
-options = {{ sleep = {sleep} }}
-
-[space]
-quality = {{ type = "categorical", choices = [-1.0, 0.25, 0.5, 0.75, 99.0] }}
-
-[cluster]
-n_workers = 2
-"""
+QUALITIES = [-1.0, 0.25, 0.5, 0.75, 99.0]
 
 
-def toy_spec(tmp_path: Path, sleep: float = 0.0, study_extra: str = "") -> Path:
-    return write_spec(tmp_path / "toy.toml", TOY.format(sleep=sleep, study_extra=study_extra))
+def toy_text(
+    sleep: float = 0.0, n_trials: int = 5, sampler: str = "grid", qualities: list[float] = QUALITIES, **study: object
+) -> str:
+    """Five grid trials of the toy trainer on 2 workers, one per quality (-1: the trainer raises; 99: it reports NaN)."""
+    return toy_toml(
+        "toy",
+        n_trials,
+        3,
+        sampler=sampler,
+        seed=3,
+        trainer={"options": {"sleep": sleep}},
+        space={"quality": {"type": "categorical", "choices": qualities}},
+        cluster={"n_workers": 2},
+        **study,
+    )
+
+
+def toy_spec(tmp_path: Path, sleep: float = 0.0, **study: object) -> Path:
+    return write_spec(tmp_path / "toy.toml", toy_text(sleep, **study))
 
 
 def load(folder: Path, name: str = "toy") -> optuna.Study:
@@ -77,9 +76,7 @@ def test_campaign_records_every_trial_complete_or_fail_with_reason(tmp_path: Pat
 
 @pytest.mark.timeout(180)
 def test_run_refuses_an_existing_campaign_folder(tmp_path: Path) -> None:
-    spec = load_spec(
-        write_spec(tmp_path / "one.toml", TOY.format(sleep=0, study_extra="").replace("n_trials = 5", "n_trials = 1"))
-    )
+    spec = load_spec(write_spec(tmp_path / "one.toml", toy_text(n_trials=1)))
     options = RunOptions(runs_dir=tmp_path / "runs", progress=False)
     run_campaign(spec, options)
     with pytest.raises(CampaignExistsError, match="hypersweep resume"):
@@ -88,8 +85,7 @@ def test_run_refuses_an_existing_campaign_folder(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_slots_are_refilled_and_never_oversubscribed(tmp_path: Path) -> None:
-    body = TOY.format(sleep=0.3, study_extra="").replace('sampler = "grid"', 'sampler = "random"')
-    body = body.replace("n_trials = 5", "n_trials = 6").replace("-1.0, ", "").replace(", 99.0", "")
+    body = toy_text(0.3, n_trials=6, sampler="random", qualities=[0.25, 0.5, 0.75])
     spec = load_spec(write_spec(tmp_path / "busy.toml", body))
     folder = run_campaign(spec, RunOptions(runs_dir=tmp_path / "runs", progress=False))
     trials = load(folder.root).get_trials()

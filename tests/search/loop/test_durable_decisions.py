@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 from dask_processes import wait_for
+from toy_specs import toy_toml
 
 from tests.campaign_storage import load as load_campaign
 from tests.spec_files import write_spec
@@ -26,31 +27,16 @@ pytestmark = pytest.mark.slow
 
 EPOCHS = 4
 
-SPEC = """
-[study]
-name = "asha"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 8
-n_trials = 4
-pruner = "asha"
+SPEC = toy_toml(
+    "asha",
+    4,
+    EPOCHS,
+    seed=8,
+    pruner="asha",
+    trainer={"options": {"sleep": 0.6}},
+    top={"pruner": {"resource": "steps", "reduction_factor": 3}},
+)
 
-[pruner]
-resource = "steps"
-reduction_factor = 3
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = {epochs}
-options = {{ sleep = 0.6 }}
-
-[space]
-quality = {{ type = "float", low = 0.0, high = 1.0 }}
-
-[cluster]
-n_workers = 1
-"""
 
 PRUNED = re.compile(r"trial (\d+) pruned at step (\d+)")
 
@@ -72,7 +58,7 @@ def pruned_in_log(folder: Path) -> tuple[int, int] | None:
 def test_a_pruning_decision_logged_before_a_controller_kill_is_in_the_journal_and_stands_after_resume(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = write_spec(tmp_path / "asha.toml", SPEC.format(epochs=EPOCHS))
+    spec = write_spec(tmp_path / "asha.toml", SPEC)
     enqueue = tmp_path / "first.json"
     enqueue.write_text(json.dumps([{"quality": 0.9}, {"quality": 0.1}]))  # trial 1 loses its first rung to trial 0
     runs = tmp_path / "runs"

@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
+from toy_specs import toy_toml
 
 from cluster import ClusterOptions, DaskExecutor, open_cluster
 from cluster.executor import Finished, TrialRequest
@@ -24,35 +25,27 @@ from search.store.folder import CampaignFolder
 
 pytestmark = pytest.mark.slow
 
-SPEC = """
-[study]
-name = "pipe"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 5
-n_trials = {n_trials}
-{study_extra}
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 1
-options = {{ sleep = {sleep}{options} }}
-
-[space]
-quality = {{ type = "categorical", choices = [{choices}] }}
-"""
-
 
 def make(
     tmp_path: Path,
     n_trials: int = 3,
     sleep: float = 0.0,
-    study_extra: str = "",
-    options: str = "",
-    choices: str = "0.25, 0.5, 0.75",
+    options: dict[str, Any] | None = None,
+    choices: tuple[float, ...] = (0.25, 0.5, 0.75),
+    **study: Any,
 ) -> tuple[Any, CampaignFolder, optuna.Study]:
-    text = SPEC.format(n_trials=n_trials, sleep=sleep, study_extra=study_extra, options=options, choices=choices)
+    """One-epoch toy trials over ``choices``; ``study``: more ``[study]`` keys. No ``[cluster]``: each test opens its
+    own."""
+    text = toy_toml(
+        "pipe",
+        n_trials,
+        1,
+        seed=5,
+        trainer={"options": {"sleep": sleep, **(options or {})}},
+        space={"quality": {"type": "categorical", "choices": list(choices)}},
+        cluster={"n_workers": None},
+        **study,
+    )
     spec = parse_spec(tomllib.loads(text), "pipe.toml", text)
     folder = CampaignFolder(tmp_path / "pipe")
     folder.create(text)
@@ -95,7 +88,7 @@ def test_a_trial_finishing_while_a_slow_sampler_works_is_told_without_waiting_fo
 
 @pytest.mark.timeout(120)
 def test_batched_trials_each_report_fail_or_complete_on_their_own(tmp_path: Path) -> None:
-    spec, folder, study = make(tmp_path, n_trials=7, study_extra="batch_trials = 3", choices="-1.0, 0.5, 0.75")
+    spec, folder, study = make(tmp_path, n_trials=7, batch_trials=3, choices=(-1.0, 0.5, 0.75))
     with open_cluster(ClusterOptions(n_workers=1)) as client:
         # sampling inline makes the batches deterministic: 3, 3 and the last 1
         Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-batch"), sampling="inline").run()
@@ -115,7 +108,7 @@ def test_batched_trials_each_report_fail_or_complete_on_their_own(tmp_path: Path
 @pytest.mark.timeout(180)
 def test_a_batch_whose_worker_dies_is_retried_trial_by_trial(tmp_path: Path) -> None:
     marker = tmp_path / "died"
-    spec, folder, study = make(tmp_path, n_trials=3, study_extra="batch_trials = 3", options=f', die_once = "{marker}"')
+    spec, folder, study = make(tmp_path, n_trials=3, batch_trials=3, options={"die_once": str(marker)})
     with open_cluster(ClusterOptions(n_workers=1)) as client:
         Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-lost"), sampling="inline").run()
     trials = study.get_trials()
@@ -134,7 +127,7 @@ class SlowSampler(optuna.samplers.RandomSampler):
 
 @pytest.mark.timeout(120)
 def test_a_trial_asked_after_the_time_budget_ends_pruned_not_running(tmp_path: Path) -> None:
-    spec, folder, study = make(tmp_path, n_trials=5, study_extra="time_budget = 0.5")
+    spec, folder, study = make(tmp_path, n_trials=5, time_budget=0.5)
     study.sampler = SlowSampler(seed=2)
     with open_cluster(ClusterOptions(n_workers=1)) as client:
         Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-budget")).run()
@@ -144,9 +137,9 @@ def test_a_trial_asked_after_the_time_budget_ends_pruned_not_running(tmp_path: P
     assert never and all(t.state == TrialState.PRUNED for t in never)
 
 
-@pytest.mark.parametrize("value", ["0", "-1", '"many"', "true"])
-def test_batch_trials_must_be_auto_or_a_positive_integer(tmp_path: Path, value: str) -> None:
-    text = SPEC.format(n_trials=2, sleep=0, study_extra=f"batch_trials = {value}", options="", choices="0.5")
+@pytest.mark.parametrize("value", [0, -1, "many", True])
+def test_batch_trials_must_be_auto_or_a_positive_integer(tmp_path: Path, value: object) -> None:
+    text = toy_toml("pipe", 2, 1, batch_trials=value)
     with pytest.raises(SpecError, match=r"batch_trials.*\"auto\" or an integer from 1 to 10,000"):
         parse_spec(tomllib.loads(text), "pipe.toml", text)
 
@@ -232,14 +225,14 @@ def test_with_one_slot_and_no_queue_each_trial_is_asked_after_the_last_one_was_t
 ) -> None:
     """One worker, ``dispatch_ahead = 0``, one trial per task: nothing is asked ahead, so trial k's sampler
     knew all k trials before it (``batch_trials = "auto"`` would group these short trials, asked together)."""
-    spec, folder, study = make(tmp_path, n_trials=6, study_extra="dispatch_ahead = 0\nbatch_trials = 1")
+    spec, folder, study = make(tmp_path, n_trials=6, dispatch_ahead=0, batch_trials=1)
     spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, sampler=sampler))
     study.sampler = make_sampler(sampler, spec.space, spec.study.seed)
     executor = SimulatedExecutor(1, _TwoSeconds(), controller_time_scale=0)
     Campaign(spec, folder, study, executor, clock=executor.clock).run()
     assert [t.user_attrs["sampler_saw"] for t in study.get_trials()] == list(range(6))
     with open_cluster(ClusterOptions(n_workers=1)) as client:
-        spec, folder, study = make(tmp_path / "dask", n_trials=5, study_extra="dispatch_ahead = 0\nbatch_trials = 1")
+        spec, folder, study = make(tmp_path / "dask", n_trials=5, dispatch_ahead=0, batch_trials=1)
         spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, sampler=sampler))
         study.sampler = make_sampler(sampler, spec.space, spec.study.seed)
         Campaign(spec, folder, study, DaskExecutor(client, "test-pipe-no-ahead")).run()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from toy_specs import toy_toml
 
 from spaces.errors import EXIT_CLUSTER
 from tests.search.dask_processes import external_cluster, wait_for
@@ -20,23 +21,8 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers
 ROOT = HERE.parents[1]
 
-SPEC = """
-[study]
-name = "external"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 3
-n_trials = 12
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 40
-options = { sleep = 0.2 }
-
-[space]
-quality = { type = "float", low = 0.0, high = 1.0 }
-"""
+# No [cluster] table: the scheduler is joined (--scheduler).
+SPEC = toy_toml("external", 12, 40, seed=3, trainer={"options": {"sleep": 0.2}}, cluster={"n_workers": None})
 
 
 def _past_the_tcp_warning(stderr: str) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 from dask_processes import wait_for
+from toy_specs import toy_toml
 
 from cluster.entrypoint import disk_error_of
 from tests.campaign_storage import load as load_campaign
@@ -66,27 +67,14 @@ def test_a_full_disk_stops_the_campaign_in_one_line_and_resume_reruns_what_it_cu
     assert result["history"] == result["lines"] == [[1, 2, 3]] * 4
 
 
-SPEC = """
-[study]
-name = "cut"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 6
-n_trials = 4
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 2
-options = {{ sleep = 1.0 }}
-
-[space]
-quality = {{ type = "float", low = 0.1, high = 0.9 }}
-tag = {{ type = "int", low = 0, high = 1000 }}
-
-[cluster]
-n_workers = 1
-"""
+SPEC = toy_toml(
+    "cut",
+    4,
+    2,
+    seed=6,
+    trainer={"options": {"sleep": 1.0}},
+    space={"quality": {"type": "float", "low": 0.1, "high": 0.9}, "tag": {"type": "int", "low": 0, "high": 1000}},
+)
 
 
 def cut_after_first_parameter_of_last_trial(journal: Path) -> int:
@@ -105,7 +93,7 @@ def cut_after_first_parameter_of_last_trial(journal: Path) -> int:
 def test_a_trial_whose_record_was_cut_mid_parameters_is_completed_and_run_on_resume(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = write_spec(tmp_path / "cut.toml", SPEC.format())
+    spec = write_spec(tmp_path / "cut.toml", SPEC)
     folder = tmp_path / "runs" / "cut"
     proc = subprocess.Popen(
         [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress"],

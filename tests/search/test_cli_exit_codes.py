@@ -71,11 +71,15 @@ def test_all_failed_exits_4_and_a_finished_folder_reads_without_its_trainer(
 
 
 def _study(states_and_reasons: list[tuple[TrialState, str]]) -> optuna.Study:
+    """Trials as the controller records them: a failure that raised carries its class (``error_type``)."""
     study = optuna.create_study()
     for state, reason in states_and_reasons:
         trial = study.ask()
         if reason:
             trial.set_user_attr("fail_reason", reason)
+        head = reason.split(":", 1)[0]
+        if head.endswith("Error"):
+            trial.set_user_attr("error_type", head)
         study.tell(trial, 1.0 if state == TrialState.COMPLETE else None, state=state)
     return study
 

@@ -208,6 +208,7 @@ def test_no_import_cycle_between_modules_anywhere() -> None:
     assert cycles(import_graph(ROOT)) == []
 
 
+@pytest.mark.slow
 def test_no_import_cycle_between_subpackages_anywhere() -> None:
     """The subpackages are layers: e.g. search.spec below search.store below search.loop below search.session."""
     assert cycles(package_graph(import_graph(ROOT), ROOT)) == []

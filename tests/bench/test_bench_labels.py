@@ -21,6 +21,7 @@ def test_storage_labels_map_to_the_specs_storage_settings() -> None:
         storage_setting("postgres")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label", ["memory", "journal", "sqlite"])
 def test_simulated_rows_use_the_storage_they_are_labelled_with(label: str, tmp_path: Path) -> None:
     result, _ex, study = simulate(4, "random", 8, storage=label, controller_time_scale=0.0, workdir=tmp_path)

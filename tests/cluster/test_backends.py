@@ -240,6 +240,7 @@ def test_bad_backend_settings_are_one_spec_error(tmp_path: Path, cluster: str, m
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_command_line_gives_one_line_and_exit_2_and_starts_nothing(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -276,6 +277,7 @@ def test_an_unreachable_scheduler_is_exit_3_and_leaves_no_campaign(tmp_path: Pat
 @pytest.mark.parametrize(
     ("backend", "cluster", "module"), [("slurm", SLURM, "dask_jobqueue"), ("kubernetes", KUBERNETES, "dask_kubernetes")]
 )
+@pytest.mark.slow
 def test_a_missing_extra_names_the_pip_extra(tmp_path: Path, backend: str, cluster: str, module: str) -> None:
     hide = f"import sys; sys.modules[{module!r}] = None"  # import fails as if not installed
     runs = tmp_path / "runs"
@@ -356,6 +358,7 @@ def test_a_jobqueue_backend_submits_its_job_script() -> None:
 # --- generated job scripts -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_jobqueue
 def test_slurm_job_script_field_by_field(tmp_path: Path) -> None:
     proc = hypersweep("cluster-script", str(write(tmp_path, SLURM)), "--insecure")
@@ -410,6 +413,7 @@ def test_an_explicit_gpu_directive_is_not_doubled() -> None:
     assert "--gpus-per-node=a100:2" in found and not any("gres" in d for d in found)
 
 
+@pytest.mark.slow
 @needs_jobqueue
 def test_pbs_job_script_field_by_field(tmp_path: Path) -> None:
     proc = hypersweep("cluster-script", str(write(tmp_path, PBS)), "--insecure")
@@ -477,6 +481,7 @@ def test_the_printed_script_is_what_jobqueue_submits(system: str) -> None:
 # --- Kubernetes ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_kubernetes
 def test_kubernetes_cluster_spec_field_by_field(tmp_path: Path) -> None:
     proc = hypersweep("cluster-script", str(write(tmp_path, KUBERNETES)))
@@ -508,6 +513,7 @@ def test_cpu_only_pods_own_cpu_slots() -> None:
     assert container["resources"] is None and "namespace" not in spec["metadata"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @needs_kubernetes
 def test_kubernetes_without_credentials_is_exit_3(tmp_path: Path) -> None:

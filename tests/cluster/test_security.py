@@ -259,6 +259,7 @@ def join_spec(tmp_path: Path) -> Path:
     return spec
 
 
+@pytest.mark.slow
 def test_plain_tcp_to_a_scheduler_elsewhere_is_refused_without_insecure(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     file = tmp_path / "scheduler.json"

@@ -211,6 +211,7 @@ def _campaign(tmp_path: Path, n_workers: int, n_trials: int, sampler: str = "ran
     return study, ex
 
 
+@pytest.mark.slow
 def test_real_campaign_on_64_simulated_workers(tmp_path: Path) -> None:
     study, ex = _campaign(tmp_path, 64, 256)
     trials = study.get_trials(deepcopy=False)

@@ -155,6 +155,7 @@ def test_insecure_warns_and_the_worker_serves_no_http_routes() -> None:
     assert worker_env(WorkerOptions("tcp://127.0.0.1:8786", slots=1))["DASK_DISTRIBUTED__WORKER__HTTP__ROUTES"] == "[]"
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_exit_3() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

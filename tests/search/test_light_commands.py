@@ -56,6 +56,7 @@ def test_status_of_a_finished_campaign_imports_neither(finished: Path) -> None:
     assert "IMPORTED []" in out.stdout
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_campaign_starts_nothing_and_changes_nothing(finished: Path) -> None:
     journal = finished / "study.journal"
     before = journal.read_bytes()

@@ -59,6 +59,7 @@ def space_and_layer_genome(draw: st.DrawFn) -> tuple[LayerSpace, LayerGenome]:
 # --------------------------------------------------------------------------- round trips
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(space_and_layer_genome(), st.sampled_from(["arch", "net.body"]))
 def test_layer_round_trips(pair: tuple[LayerSpace, LayerGenome], prefix: str) -> None:

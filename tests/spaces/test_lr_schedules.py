@@ -114,6 +114,7 @@ def test_piecewise_pins_and_round_trip() -> None:
 # ---- agreement with torch -----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warmup", [0, 1, 5])
 def test_step_decay_matches_steplr(warmup: int) -> None:
     s = StepDecay(0.3, step_size=7, gamma=0.3, warmup_steps=warmup)
@@ -122,6 +123,7 @@ def test_step_decay_matches_steplr(warmup: int) -> None:
     assert_matches(s, warmup, torch_lrs(0.3, 40, lambda o: torch.optim.lr_scheduler.StepLR(o, 7, 0.3)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warmup", [0, 3])
 def test_exponential_matches_exponentiallr(warmup: int) -> None:
     s = Exponential(0.1, gamma=0.95, warmup_steps=warmup)

@@ -54,6 +54,7 @@ cell_genomes = st.lists(st.sampled_from(CELL_OPS), min_size=6, max_size=6).map(l
 seeds = st.integers(0, 2**32 - 1)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(layer_space_and_genome(), seeds)
 def test_every_layer_mutation_is_valid(pair: tuple[LayerSpace, LayerGenome], seed: int) -> None:
@@ -100,6 +101,7 @@ def assert_one_block_changed(kind: Mutation, parent: LayerGenome, child: LayerGe
         assert kind is Mutation.IDENTITY and child == parent
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(layer_space_and_genome(), seeds)
 def test_each_layer_mutation_changes_exactly_one_block(pair: tuple[LayerSpace, LayerGenome], seed: int) -> None:

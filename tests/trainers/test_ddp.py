@@ -149,6 +149,7 @@ def test_a_failing_rank_fails_the_trial_with_its_traceback(make_config) -> None:
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_failing_rank_exits_without_tearing_down_its_trainer(make_config) -> None:
     # A failed rank that ran its trainer's teardown could hang there (see trainers.ddp_rank._exit_failed)
@@ -166,6 +167,7 @@ def test_a_failing_rank_exits_without_tearing_down_its_trainer(make_config) -> N
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_killed_rank_fails_the_trial_and_no_rank_survives(make_config) -> None:
     pids: list[int] = []
@@ -185,6 +187,7 @@ def fit_sleeping(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     return {}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_timeout_kills_every_rank(make_config) -> None:
     pids: list[int] = []
@@ -228,6 +231,7 @@ def fit_listing_listeners(config: TrialConfig, reporter: Reporter) -> dict[str, 
     return metrics
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_rendezvous_store_and_the_ranks_listen_on_loopback_only(make_config) -> None:
     # TCPStore given the host 127.0.0.1 still listened on every interface ('::'); now it serves on a socket

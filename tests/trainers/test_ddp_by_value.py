@@ -53,6 +53,7 @@ def config(epochs: int = 2) -> TrialConfig:
     return TrialConfig("by-value", 0, {}, seed=0, epochs=epochs, device="cpu", data_parallel=2)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_closure_launches_itself_as_two_ranks() -> None:
     reporter = RecordingReporter()
@@ -63,6 +64,7 @@ def test_a_closure_launches_itself_as_two_ranks() -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_trainer_shipped_by_value_launches_its_ranks_by_its_entry() -> None:
     """As on a worker: the shipment unpickled, and its entry (not importable) names it while it runs."""

@@ -44,6 +44,7 @@ def test_forward_shape_and_counts(genome: LayerGenome | CellGenome) -> None:
     assert params > 0 and macs > 0
 
 
+@pytest.mark.slow
 def test_every_sampled_layer_genome_builds_and_matches_space_count() -> None:
     space = LayerSpace()
     rng = np.random.default_rng(0)
@@ -118,6 +119,7 @@ def _digits() -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.from_numpy(data[:, 64].astype(np.int64))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("genome", GENOMES[:2], ids=["layers", "cell"])
 def test_trains_on_digits(genome: LayerGenome | CellGenome) -> None:
     x, y = _digits()
@@ -136,6 +138,7 @@ def test_trains_on_digits(genome: LayerGenome | CellGenome) -> None:
     assert accuracy > 0.75, accuracy
 
 
+@pytest.mark.slow
 def test_cell_space_models_all_build_for_a_sample() -> None:
     rng = np.random.default_rng(0)
     for _ in range(10):

@@ -282,6 +282,7 @@ def test_measurement_batch_is_uniform_distinct_and_reproducible() -> None:
         measurement_batch(10, 11, 0, 0)
 
 
+@pytest.mark.slow
 def test_b_simple_from_sampled_batches_matches_the_population(population: Population) -> None:
     """1200 steps at fixed w (8 micro-batches of 8, drawn with replacement): B_simple within 10%.
 

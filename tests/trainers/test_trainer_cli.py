@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trainers.api import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +29,7 @@ def _write(tmp_path: Path, **params: object) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_prints_a_json_line_per_epoch_then_the_final_metrics(tmp_path: Path) -> None:
     result = _run(str(_write(tmp_path, lr=0.05)))
     assert result.returncode == 0, result.stderr
@@ -51,6 +54,7 @@ def test_unknown_param_or_trainer_is_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "nosuch" in result.stderr
 
 
+@pytest.mark.slow
 def test_diverging_trial_is_one_line_and_exit_1(tmp_path: Path) -> None:
     result = _run(str(_write(tmp_path, lr=1e6)))
     assert result.returncode == 1 and "FloatingPoint" not in result.stderr and "step" in result.stderr

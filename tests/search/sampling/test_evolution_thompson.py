@@ -48,6 +48,7 @@ def _choices(finished: int, seed: int) -> set[str]:
     return picks
 
 
+@pytest.mark.slow
 def test_few_results_spread_the_children_and_many_concentrate_them() -> None:
     few = [len(_choices(8, seed)) for seed in range(3)]
     many = [len(_choices(400, seed)) for seed in range(3)]

@@ -82,6 +82,7 @@ def noisy_study(truth: SyntheticScaling, sizes: list[int], b_simple: float, seed
     return study
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("b_simple", "within"), [(64.0, True), (400.0, False)])
 def test_the_sweep_conclusion_says_whether_the_noise_scale_predicts_b_crit(
     tmp_path: Path, b_simple: float, within: bool

@@ -32,6 +32,7 @@ def assert_png(path: Path) -> None:
     assert path.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.slow
 def test_steps_and_examples_plots_are_written(tmp_path: Path) -> None:
     fit = fit_mccandlish(SIZES, NOISY)
     interval = bootstrap_b_crit(SIZES, NOISY, n_boot=200, seed=0)

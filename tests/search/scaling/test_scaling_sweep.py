@@ -144,6 +144,7 @@ def synthetic_study(truth: SyntheticScaling, sizes: list[int], seed: int) -> opt
     return study
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interpolate", [True, False])
 def test_analysis_writes_a_conclusion_consistent_with_the_table_and_the_interval_on_the_plots(
     tmp_path: Path, interpolate: bool

@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle  # Dask's own serializer of callables (a dependency of dask and distributed)
@@ -42,6 +42,7 @@ __all__ = [
     "disk_error_of",
     "out_of_memory",
     "failure_of",
+    "ran_here",
 ]
 
 OOM_TEXTS = ("OutOfMemoryError", "CUDA out of memory")  # an OOM as a rank's traceback names it
@@ -171,6 +172,19 @@ def failure_of(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def ran_here(address: str, devices: Sequence[int], started: float | None) -> dict[str, Any]:
+    """The :class:`Outcome` fields saying where and when a trial (or a part of one) ran: this worker, host and
+    process, its devices, its start and now as its end."""
+    return {
+        "worker": address,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "devices": tuple(devices),
+        "started": started,
+        "finished": time.time(),
+    }
+
+
 def _finite_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in dict(metrics or {}).items():
@@ -249,12 +263,7 @@ def run_trial(
     return Outcome(
         TrialStatus.ERROR if failure else TrialStatus.OK,
         metrics,
-        worker=worker.address,
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        devices=tuple(devices),
-        started=started,
-        finished=time.time(),
+        **ran_here(worker.address, devices, started),
         history=tuple((step, m, t) for step, m, t in reporter.history),
         stopped=stopped,
         share=share if devices else 0.0,

@@ -13,9 +13,7 @@ one-worker trial's, with ``ranks``: each of its ranks' own timings.
 from __future__ import annotations
 
 import faulthandler
-import os
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from distributed import Event, Variable, get_worker
 from distributed.comm import get_address_host
 
 from .channel import WorkerReporter
-from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failure_of
+from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failure_of, ran_here
 from .outcome import Outcome, TrialStatus
 from .trial_output import route_output
 
@@ -148,12 +146,7 @@ def run_part(
     return Outcome(
         TrialStatus.ERROR if failure else TrialStatus.OK,
         _finite_metrics(metrics),
-        worker=worker.address,
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        devices=tuple(devices),
-        started=started,
-        finished=time.time(),
+        **ran_here(worker.address, devices, started),
         history=tuple(reporter.history),
         stopped=reporter.stopped,
         ranks=tuple(timings),

@@ -258,6 +258,12 @@ class AddressBackend(Backend):
     def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
         client = _connect(options)
         try:
+            _wait_for_first_worker(
+                client,
+                options.worker_timeout,
+                f"no worker joined the scheduler at {options.address} within {options.worker_timeout:g}s "
+                "(worker_timeout): start one with 'hypersweep worker ADDRESS'",
+            )
             yield client
         finally:
             client.close(timeout=10)
@@ -379,7 +385,12 @@ class _Deployed(Backend):
 
             client = Client(cluster, timeout=options.connect_timeout, security=options.security())
             try:
-                _wait_for_first_worker(client, self.start_timeout)
+                _wait_for_first_worker(
+                    client,
+                    self.start_timeout,
+                    f"no worker joined within {self.start_timeout:g}s (start_timeout): check the queue "
+                    "(squeue/qstat/kubectl) and the job logs",
+                )
                 yield client
             finally:
                 client.close(timeout=10)
@@ -387,14 +398,12 @@ class _Deployed(Backend):
             cluster.close(timeout=30)
 
 
-def _wait_for_first_worker(client: Client, timeout: float) -> None:
+def _wait_for_first_worker(client: Client, timeout: float, why: str) -> None:
+    """Return once the scheduler has a worker; ``ClusterError(why)`` after ``timeout`` seconds without one."""
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError as exc:
-        raise ClusterError(
-            f"no worker joined within {timeout:g}s (start_timeout): check the queue (squeue/qstat/kubectl) and the "
-            "job logs"
-        ) from exc
+        raise ClusterError(why) from exc
 
 
 # --- SLURM and PBS -------------------------------------------------------------------------------

@@ -202,6 +202,8 @@ class ClusterOptions:
     host: str = LOOPBACK
     dashboard: bool = False
     connect_timeout: float = 10.0
+    worker_timeout: float = 60.0
+    """Seconds a joined scheduler (``address``) may take to have its first worker."""
     memory_limit: str = "auto"
     tls: TLSFiles | None = None
     insecure: bool = False
@@ -221,6 +223,8 @@ class ClusterOptions:
             raise SettingError(f"trials_per_gpu={self.trials_per_gpu!r}: must be an int >= 1")
         if self.connect_timeout <= 0:
             raise SettingError(f"connect_timeout={self.connect_timeout!r}: must be > 0")
+        if self.worker_timeout <= 0:
+            raise SettingError(f"worker_timeout={self.worker_timeout!r}: must be > 0")
         if not is_loopback(self.host) and self.tls is None and not self.insecure:
             raise SettingError(
                 f"listening on {self.host!r} without TLS is refused: anyone who reaches that address could "

@@ -62,6 +62,7 @@ def cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
         host=c.listen,
         dashboard=c.dashboard,
         connect_timeout=c.connect_timeout,
+        worker_timeout=c.worker_timeout,
         tls=TLSFiles(*files) if files else None,
         insecure=options.insecure,
         trials_per_gpu=gpu_packing(spec).trials_per_gpu,

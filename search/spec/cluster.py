@@ -24,6 +24,7 @@ CLUSTER_KEYS = (
     "n_workers",
     "slots_per_worker",
     "connect_timeout",
+    "worker_timeout",
     "dashboard",
     "listen",
     "tls_ca_file",
@@ -77,6 +78,9 @@ class ClusterSpec:
     """CPU slots per worker (trials that may run at once on it), at most 1024."""
     connect_timeout: float = 10.0
     """Seconds to reach a scheduler (then exit 3)."""
+    worker_timeout: float = 60.0
+    """Seconds to wait for the first worker of a joined scheduler (`backend = "address"`; then exit 3), so the
+    controller and the workers may start together."""
     dashboard: bool = False
     """Start Dask's dashboard on the listen address (plain HTTP); without it no Dask HTTP server runs at all."""
     listen: str = "127.0.0.1"
@@ -120,6 +124,7 @@ def parse_cluster(t: SpecTable) -> ClusterSpec:
         n_workers=t.int("n_workers", 0, minimum=0, maximum=MAX_WORKERS),
         slots_per_worker=t.int("slots_per_worker", 1, minimum=1, maximum=MAX_SLOTS),
         connect_timeout=t.float("connect_timeout", 10.0, minimum=0.1),
+        worker_timeout=t.float("worker_timeout", 60.0, minimum=0.1),
         dashboard=t.bool("dashboard", False),
         listen=t.str("listen", "127.0.0.1"),
         tls_ca_file=t.str("tls_ca_file", ""),

@@ -273,6 +273,30 @@ def test_an_unreachable_scheduler_is_exit_3_and_leaves_no_campaign(tmp_path: Pat
     assert not (runs / "demo").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_joined_scheduler_waits_for_its_first_worker_then_exit_3_after_worker_timeout() -> None:
+    """The controller may start before its workers (one job script for both): it waits for the first, bounded."""
+    import threading
+    import time
+
+    from distributed import LocalCluster
+
+    from cluster.errors import ClusterError
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None, resources={"CPU": 1}) as empty:
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match=r"no worker joined the scheduler at .* within 1s \(worker_timeout\)"):
+            with open_cluster(ClusterOptions(address=empty.scheduler_address, worker_timeout=1)):
+                pass
+        assert time.monotonic() - started < 15
+        threading.Timer(1.0, empty.scale, args=(1,)).start()  # the worker joins while the controller waits
+        with open_cluster(ClusterOptions(address=empty.scheduler_address, worker_timeout=30)) as client:
+            assert len(client.scheduler_info()["workers"]) == 1
+    with pytest.raises(ValueError, match=r"worker_timeout=0: must be > 0"):
+        ClusterOptions(address="tcp://127.0.0.1:8786", worker_timeout=0)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("backend", "cluster", "module"), [("slurm", SLURM, "dask_jobqueue"), ("kubernetes", KUBERNETES, "dask_kubernetes")]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINERS = ROOT / "tests" / "search"  # gpu_trainers.py: the test trainers (a lease holder, an OOM injector)
+TRAINERS = ROOT / "tests" / "search"  # gpu_trainers.py (a lease holder), oom_trainers.py (an OOM injector)
 
 
 def _records(folder: Path, name: str) -> list:

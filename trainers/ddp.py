@@ -68,16 +68,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import cloudpickle
-import torch
-import torch.distributed as dist
 
 from trainers.api import Reporter, TrainerFn, TrialConfig, entry_of, registered_trainer
 from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT, ENV_PICKLED, ENV_SOLO, TIMINGS_SUFFIX
 from trainers.ddp_span import RankSpan, interface_of
 from trainers.rank_output import RankOutput
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 __all__ = [
     "launch",
@@ -133,6 +134,8 @@ def rank_devices(config: TrialConfig, local: int | None = None) -> tuple[int, ..
                 f"devices={list(config.devices)}: data_parallel={k} needs one device per rank ({k} devices)"
             )
         return tuple(config.devices[:k])
+    import torch  # only a trial that may take CUDA devices asks torch for them
+
     if not torch.cuda.is_available():
         if config.device == "cuda":
             raise RuntimeError(f"device='cuda', data_parallel={k}: CUDA is not available in this process")
@@ -516,6 +519,8 @@ def loopback_store(world_size: int) -> dist.TCPStore:
     Given a host, ``TCPStore`` still listens on every interface; given a socket already bound
     (``master_listen_fd``), it serves on that one and owns it: it closes the socket when it goes.
     """
+    import torch.distributed as dist
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind((STORE_HOST, 0))

@@ -51,13 +51,14 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import cloudpickle
-import torch
-import torch.distributed as dist
 
 from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["RankInfo", "RankReporter", "current_rank", "process_group", "rank_device", "main"]
 
@@ -90,6 +91,8 @@ def current_rank() -> RankInfo | None:
 
 def rank_device(config: TrialConfig) -> torch.device:
     """``cuda:0`` (the one device this rank sees) when the trial has devices, else the CPU."""
+    import torch
+
     if config.device == "cpu" or not config.devices:
         return torch.device("cpu")
     if not torch.cuda.is_available():
@@ -103,6 +106,9 @@ def rank_device(config: TrialConfig) -> torch.device:
 @contextlib.contextmanager
 def process_group(device: torch.device, timeout: datetime.timedelta = DEFAULT_PG_TIMEOUT) -> Iterator[None]:
     """The default process group for this rank: NCCL on CUDA, gloo on the CPU; destroyed on exit."""
+    import torch
+    import torch.distributed as dist
+
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -152,8 +158,11 @@ class RankReporter:
         if self._solo and self._connection is not None and not self._stop:
             self._ask({"kind": "ask"})
             return self._stop
-        if not dist.is_initialized() or dist.get_world_size() == 1:
+        dist = sys.modules.get("torch.distributed")  # no process group without it: the trainer never imported it
+        if dist is None or not dist.is_initialized() or dist.get_world_size() == 1:
             return self._stop
+        import torch
+
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
         flag = torch.tensor([int(self._stop)], dtype=torch.int32, device=device)
         dist.broadcast(flag, src=0)
@@ -168,8 +177,11 @@ class RankReporter:
 
 
 def _cuda_peak() -> dict[str, int]:
-    """``{"cuda_peak": bytes}``: this process's largest ``max_memory_allocated`` over its devices, where CUDA is up."""
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    """``{"cuda_peak": bytes}``: this process's largest ``max_memory_allocated`` over its devices, where CUDA is up.
+
+    A process whose trainer never imported torch has no CUDA to ask (and is not made to import it here)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
     return {"cuda_peak": max(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))}
 

@@ -1,17 +1,12 @@
-"""Trainers for the packed-GPU and out-of-memory campaigns on CPU (the CUDA twins of tests/search/test_gpu_*)."""
+"""Torch-free trainers for the packed-GPU campaigns on CPU (the CUDA twins of tests/search/test_gpu_*);
+the CUDA out-of-memory twin is in oom_trainers.py."""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
-import torch
-from torch import nn
-
-import trainers.classifier_train as classifier  # the training half (torch), where _build lives
 from trainers.api import Reporter, TrialConfig
 
 
@@ -43,55 +38,5 @@ def visible_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
         "pid": float(os.getpid()),
         "inside": float(config.devices[0]),
         "steps": float(step),
+        "torch_imported": float("torch" in sys.modules),  # nothing here uses it: the process should not load it
     }
-
-
-class _OomAbove(nn.Module):
-    """``inner``, but a training pass over more than ``limit`` examples raises CUDA's out-of-memory error."""
-
-    def __init__(self, inner: nn.Module, limit: int) -> None:
-        super().__init__()
-        self.inner = inner
-        self.limit = limit
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and x.shape[0] > self.limit:
-            raise torch.cuda.OutOfMemoryError(
-                f"CUDA out of memory (injected): a pass of {x.shape[0]} examples, more than {self.limit} fit"
-            )
-        return self.inner(x)
-
-
-@contextmanager
-def _injected(limit: int) -> Iterator[None]:
-    build = classifier._build
-
-    def build_then_wrap(*args: Any) -> nn.Module:
-        return _OomAbove(build(*args), limit)
-
-    classifier._build = build_then_wrap  # one trial per worker process at a time (1 slot each)
-    try:
-        yield
-    finally:
-        classifier._build = build
-
-
-def oom_above_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
-    """The built-in classifier, on a "device" holding at most ``options.oom_above`` examples per pass."""
-    limit = int(config.options["oom_above"])
-    options = {k: v for k, v in config.options.items() if k != "oom_above"}
-    with _injected(limit):
-        return classifier.run(TrialConfig.from_dict({**config.to_dict(), "options": options}), reporter)
-
-
-def host_hog_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
-    """Above ``options.hog_above`` width, grows its memory until the worker's nanny kills it; else a quick result."""
-    if int(config.params["width"]) <= int(config.options["hog_above"]):
-        time.sleep(0.5)
-        return {"score": float(config.params["width"])}
-    chunks = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        chunks.append(bytearray(32 * 2**20))  # 32 MiB, touched (bytearray zero-fills)
-        time.sleep(0.1)
-    raise AssertionError("the nanny should have killed this worker for memory")

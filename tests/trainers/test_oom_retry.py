@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.search.gpu_trainers import oom_above_fit
+from tests.search.oom_trainers import oom_above_fit
 from trainers.api import RecordingReporter, TrialConfig
 from trainers.oom import halved_micro_batch, run_with_oom_retry
 

@@ -20,8 +20,8 @@ name = "dp"
 direction = "maximize"
 metric = "val_accuracy"
 sampler = "random"
-seed = 2
-n_trials = 6
+seed = 4
+n_trials = 4
 
 [trainer]
 entry = "trainers.classifier:fit"

@@ -98,7 +98,7 @@ def test_a_worker_killed_mid_trial_its_trial_resumes_elsewhere_from_its_checkpoi
 def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = write_spec(tmp_path / "ft.toml", SPEC.format(trials=6, epochs=6, samples=40000))
+    spec = write_spec(tmp_path / "ft.toml", SPEC.format(trials=4, epochs=6, samples=24000))
     runs = tmp_path / "runs"
     folder = runs / "ft"
     with external_cluster(tmp_path, 2) as cluster:
@@ -146,7 +146,7 @@ def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
         assert resumed.returncode == 0, resumed.stderr
 
     trials = load(folder).get_trials()
-    assert [t.number for t in trials] == list(range(6))
+    assert [t.number for t in trials] == list(range(4))
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     for number, value in before.items():
         assert trials[number].value == value  # earlier results unchanged
@@ -156,7 +156,7 @@ def test_controller_killed_then_resume_completes_the_budget_without_duplicates(
 def test_scheduler_lost_the_controller_exits_3_and_resume_continues_on_a_new_cluster(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = write_spec(tmp_path / "ft.toml", SPEC.format(trials=4, epochs=6, samples=30000))
+    spec = write_spec(tmp_path / "ft.toml", SPEC.format(trials=4, epochs=4, samples=12000))
     runs = tmp_path / "runs"
     folder = runs / "ft"
     with external_cluster(tmp_path / "a", 2) as cluster:

@@ -30,7 +30,7 @@ n_trials = 6
 max_retries = 2
 
 [trainer]
-entry = "gpu_trainers:oom_above_fit"
+entry = "oom_trainers:oom_above_fit"
 dataset = "digits"
 epochs = 1
 device = "cpu"

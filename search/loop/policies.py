@@ -45,7 +45,7 @@ from search.vocab.terms import StopReason, maximizing
 from trainers.api import TrialConfig
 
 if TYPE_CHECKING:  # search.scaling (scipy, pandas) is imported by a scaling sweep only: a controller starts faster
-    from search.scaling.sweep import TargetGoal
+    from search.scaling.target import TargetGoal
 
 __all__ = [
     "Policy",

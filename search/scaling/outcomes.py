@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import FrozenTrial, TrialState
 
-from search.scaling.sweep import TargetGoal
+from search.scaling.target import TargetGoal
 from search.spec.scaling import BATCH, OBJECTIVE
 from search.store.records import TrialRecord
 from search.vocab.terms import direction_of

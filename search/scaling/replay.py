@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from search.scaling.outcomes import goal_of
-from search.scaling.sweep import TargetGoal
+from search.scaling.target import TargetGoal
 from search.store.records import TrialRecord
 from spaces.errors import InputError
 

@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
-from optuna.study import Study, StudyDirection
+from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.seeds import component_seed
@@ -37,14 +37,13 @@ from search.scaling.fit import (
     lr_rule_fit,
     reached_points,
     scaling_table,
-    steps_to_target,
     write_scaling_table,
 )
+from search.scaling.target import TargetGoal, steps_to_target  # TargetGoal re-exported: status imports it without scipy
 
 # Re-exported: the [scaling] section is parsed in search.spec.
 from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.store.records import TrialRecord
-from search.vocab.terms import direction_of
 from spaces.batch import LRScaling
 
 __all__ = [
@@ -140,42 +139,6 @@ def scaling_sampler(sizes: Sequence[int], study_seed: int, inner: Callable[[int]
 
 
 # --- the per-trial goal ---------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class TargetGoal:
-    """Stop a trial once ``metric`` reaches ``target``; its value is the steps it took.
-
-    A trial that never reaches the target gets twice the steps it ran, so the
-    inner searches learn that it was worse than any trial that did.
-    """
-
-    metric: str
-    target: float
-    mode: StudyDirection
-    """Which way the metric improves; ``"max"``/``"min"`` (or ``"maximize"``/``"minimize"``) are read as such."""
-    interpolate: bool = True  # steps to target interpolated between reports (False: report granularity)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", direction_of(self.mode))
-
-    @property
-    def comparison(self) -> str:
-        """``>=`` (the metric must reach the target from below) or ``<=``."""
-        return ">=" if self.mode == StudyDirection.MAXIMIZE else "<="
-
-    def reached(self, metrics: Mapping[str, float]) -> bool:
-        value = metrics.get(self.metric)
-        if value is None or not math.isfinite(value):
-            return False
-        return value >= self.target if self.mode == StudyDirection.MAXIMIZE else value <= self.target
-
-    def value(self, history: Sequence[tuple[int, Mapping[str, float]]]) -> float:
-        hit = steps_to_target(history, self.metric, self.target, self.mode, interpolate=self.interpolate)
-        if hit is not None:
-            return float(hit.steps)
-        last = history[-1][1] if history else {}
-        return 2.0 * float(last.get("steps", 1.0))
 
 
 # --- the analysis ---------------------------------------------------------------------------

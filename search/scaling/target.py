@@ -10,9 +10,9 @@ from typing import Literal
 from optuna.study import StudyDirection
 
 from search.scaling.inputs import ScalingError
-from search.vocab.terms import maximizing
+from search.vocab.terms import direction_of, maximizing
 
-__all__ = ["Mode", "TargetHit", "steps_to_target"]
+__all__ = ["Mode", "TargetHit", "TargetGoal", "steps_to_target"]
 
 #: A goal's direction: ``"max"`` (reached when ``metric >= target``), ``"min"``, or Optuna's ``StudyDirection``.
 Mode = Literal["max", "min"] | StudyDirection
@@ -117,3 +117,39 @@ def steps_to_target(
         keys = sorted({k for _, m in history for k in m})
         raise ScalingError("metric", f"{metric!r} never appears in the reports (reported: {', '.join(keys)})")
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetGoal:
+    """Stop a trial once ``metric`` reaches ``target``; its value is the steps it took.
+
+    A trial that never reaches the target gets twice the steps it ran, so the
+    inner searches learn that it was worse than any trial that did.
+    """
+
+    metric: str
+    target: float
+    mode: StudyDirection
+    """Which way the metric improves; ``"max"``/``"min"`` (or ``"maximize"``/``"minimize"``) are read as such."""
+    interpolate: bool = True  # steps to target interpolated between reports (False: report granularity)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", direction_of(self.mode))
+
+    @property
+    def comparison(self) -> str:
+        """``>=`` (the metric must reach the target from below) or ``<=``."""
+        return ">=" if self.mode == StudyDirection.MAXIMIZE else "<="
+
+    def reached(self, metrics: Mapping[str, float]) -> bool:
+        value = metrics.get(self.metric)
+        if value is None or not math.isfinite(value):
+            return False
+        return value >= self.target if self.mode == StudyDirection.MAXIMIZE else value <= self.target
+
+    def value(self, history: Sequence[tuple[int, Mapping[str, float]]]) -> float:
+        hit = steps_to_target(history, self.metric, self.target, self.mode, interpolate=self.interpolate)
+        if hit is not None:
+            return float(hit.steps)
+        last = history[-1][1] if history else {}
+        return 2.0 * float(last.get("steps", 1.0))

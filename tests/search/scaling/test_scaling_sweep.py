@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -91,6 +93,13 @@ def test_a_small_digits_sweep_writes_the_table_plots_and_conclusion(tmp_path: Pa
     stopped = [t for t in study.trials if t.user_attrs.get("stop_reason") == "target reached"]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in stopped)
     assert all(len(t.user_attrs["history"]) < 12 for t in stopped)  # stopped once the target was reached
+    # status of the sweep, in a fresh interpreter: its per-batch-size lines, without the fit's scipy or torch
+    code = "import sys; from search.cli import main; main(sys.argv[1:]); print('HEAVY', sorted({'scipy', 'torch'} & set(sys.modules)))"
+    status = subprocess.run(
+        [sys.executable, "-c", code, "status", str(folder.root)], capture_output=True, text=True, timeout=120
+    )
+    assert status.returncode == 0 and "per batch size: B=16" in status.stdout, status.stderr
+    assert "HEAVY []" in status.stdout, status.stdout
 
 
 @pytest.mark.parametrize(

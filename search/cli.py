@@ -10,6 +10,8 @@ its ``exit_code``; anything else is a bug and shows its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -444,12 +446,22 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>``: every thread's stack on the process's stderr, so a hung controller says where it waits
+    (its workers' data-parallel ranks do the same)."""
+    stream = sys.__stderr__
+    if stream is not None and hasattr(signal, "SIGUSR1"):
+        with contextlib.suppress(OSError, ValueError):  # a stderr without a file descriptor: nothing to write to
+            faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Importing the trainer to check a spec leaves no __pycache__ beside it: a refused command writes nothing.
     # (Worker processes start with their own interpreter settings.)
     sys.dont_write_bytecode = True
     _interrupt_on_sigterm()
+    _stacks_on_sigusr1()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per record
     # Worker processes read their log levels from the environment at start: keep them quiet too.

@@ -29,6 +29,21 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def exit_or_stacks(proc: subprocess.Popen, timeout: float) -> str:
+    """The controller's stderr once it exits; if it has not within ``timeout`` s, fail with every thread's stack
+    (``kill -USR1``, see search.cli) and what it printed, so a hang says where it waits."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        _out, err = proc.communicate(timeout=30)
+        raise AssertionError(
+            f"the controller did not exit within {timeout:g}s; its stacks and stderr:\n{err}"
+        ) from None
+
+
 def wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -61,7 +76,7 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(
             os.killpg(pgid, signal.SIGINT)  # what a terminal sends to the whole foreground group
         else:
             os.kill(proc.pid, signal.SIGTERM)  # what `kill` or a batch system sends
-        _out, err = proc.communicate(timeout=90)
+        err = exit_or_stacks(proc, 90)
         assert proc.returncode == 130, err
         # One line, with the command that continues: nothing from Dask's workers or scheduler (no tracebacks).
         assert err.splitlines() == [
@@ -133,3 +148,32 @@ def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(
     for number in interrupted:
         history_steps = [step for step, _m in trials[number].user_attrs["history"]]
         assert history_steps == sorted(set(history_steps))
+
+
+@pytest.mark.timeout(240)
+def test_kill_usr1_prints_every_thread_of_a_running_controller_and_it_runs_on(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    spec = write_spec(tmp_path / "slow.toml", SPEC)
+    folder = tmp_path / "runs" / "slow"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress"],
+        env=subprocess_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 1, 120, "a trial to report")
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(1)
+        assert proc.poll() is None  # the dump does not stop it
+        os.killpg(proc.pid, signal.SIGINT)
+        err = exit_or_stacks(proc, 90)
+    finally:
+        if group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Current thread" in err and "search/cli.py" in err, err  # the main thread's stack, down to main()

@@ -29,6 +29,18 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def start_run(spec: Path, runs: Path, env: dict[str, str]) -> subprocess.Popen:
+    """``hypersweep run SPEC`` as a terminal starts it: a process group of its own (the target of a Ctrl-C)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def exit_or_stacks(proc: subprocess.Popen, timeout: float) -> str:
     """The controller's stderr once it exits; if it has not within ``timeout`` s, fail with every thread's stack
     (``kill -USR1``, see search.cli) and what it printed, so a hang says where it waits."""
@@ -60,14 +72,7 @@ def test_ctrl_c_leaves_no_process_and_a_readable_storage(
 ) -> None:
     spec = write_spec(tmp_path / "slow.toml", SPEC)
     runs = tmp_path / "runs"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
-        env=subprocess_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_run(spec, runs, subprocess_env)
     pgid = proc.pid
     try:
         folder = runs / "slow"
@@ -111,14 +116,7 @@ def test_resume_after_ctrl_c_finishes_the_budget_without_duplicates(
     spec = write_spec(tmp_path / "slow.toml", body)
     runs = tmp_path / "runs"
     folder = runs / "slow"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(runs), "--no-progress"],
-        env=subprocess_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_run(spec, runs, subprocess_env)
     try:
         wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 1, 120, "a trial to report")
         os.killpg(proc.pid, signal.SIGINT)
@@ -156,14 +154,7 @@ def test_kill_usr1_prints_every_thread_of_a_running_controller_and_it_runs_on(
 ) -> None:
     spec = write_spec(tmp_path / "slow.toml", SPEC)
     folder = tmp_path / "runs" / "slow"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress"],
-        env=subprocess_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_run(spec, tmp_path / "runs", subprocess_env)
     try:
         wait_for(lambda: len(list(folder.glob("trials/*/metrics.jsonl"))) >= 1, 120, "a trial to report")
         os.kill(proc.pid, signal.SIGUSR1)

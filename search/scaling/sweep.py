@@ -138,9 +138,6 @@ def scaling_sampler(sizes: Sequence[int], study_seed: int, inner: Callable[[int]
     return ScalingSampler(sizes, lambda b: inner(component_seed(study_seed, f"scaling-{b}")))
 
 
-# --- the per-trial goal ---------------------------------------------------------------------
-
-
 # --- the analysis ---------------------------------------------------------------------------
 
 CI = 0.9  # the level of the B_crit and LR-exponent intervals

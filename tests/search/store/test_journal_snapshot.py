@@ -160,3 +160,80 @@ def test_kill_9_while_a_snapshot_is_written_loses_nothing(tmp_path: Path) -> Non
     _add(study, len(trials), 1)
     again.snapshot()
     assert len(_read(path)[1]) == len(trials) + 1 and not any(tmp_path.glob(tmp_glob))
+
+
+def _segments(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{snapshot.snapshot_path(path).name}.seg-*"))
+
+
+def test_each_snapshot_writes_only_the_trials_finished_since_the_last_one(tmp_path: Path) -> None:
+    path = tmp_path / "study.journal"
+    storage, study = _writer(path, create=True)
+    _add(study, 0, 40)
+    running = study.ask()  # unfinished: kept in the snapshot file itself, not sealed in a segment
+    assert storage.snapshot()
+    first = _segments(path)
+    assert len(first) == 1 and [s.trials for s in storage._segments] == [40]
+    head = snapshot.snapshot_path(path).stat().st_size
+    _add(study, 40, 30)
+    study.tell(running, 0.5)
+    assert storage.snapshot()
+    assert [s.trials for s in storage._segments] == [40, 31] and _segments(path)[0] == first[0]  # kept as it was
+    assert snapshot.snapshot_path(path).stat().st_size < head * 2  # the finished trials are not in it again
+    reader, trials = _read(path)
+    assert reader._snapshot_lines > 0 and reader._sealed == storage._sealed
+    assert trials == _replayed(path) and len(trials) == 71 and trials[40][2] == 0.5
+
+
+def test_a_missing_or_altered_segment_makes_a_reader_replay_the_whole_journal(tmp_path: Path) -> None:
+    path = tmp_path / "study.journal"
+    storage, study = _writer(path, create=True)
+    _add(study, 0, 40)
+    storage.snapshot()
+    _add(study, 40, 20)
+    storage.snapshot()
+    last = _segments(path)[-1]
+    kept = last.read_bytes()
+    last.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # same size, one bit flipped
+    reader, trials = _read(path)
+    assert reader._snapshot_lines == 0 and trials == _replayed(path) and len(trials) == 60
+    last.unlink()
+    reader, trials = _read(path)
+    assert reader._snapshot_lines == 0 and trials == _replayed(path)
+    last.write_bytes(kept)
+    assert _read(path)[0]._snapshot_lines > 0  # whole again: used again
+
+
+def test_past_the_segment_limit_a_snapshot_merges_them_and_removes_the_old_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import search.store.journal as journal
+
+    monkeypatch.setattr(journal, "MAX_SEGMENTS", 2)
+    path = tmp_path / "study.journal"
+    storage, study = _writer(path, create=True)
+    for start in (0, 40):
+        _add(study, start, 40 if start == 0 else 5)
+        storage.snapshot()
+    assert len(_segments(path)) == 2
+    _add(study, 45, 5)
+    assert storage.snapshot()
+    assert len(_segments(path)) == 1 and [s.trials for s in storage._segments] == [50]
+    assert _read(path)[1] == _replayed(path) and len(_replayed(path)) == 50
+
+
+def test_the_controller_removes_segments_no_snapshot_lists_and_seals_on_from_the_restored_ones(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "study.journal"
+    storage, study = _writer(path, create=True)
+    _add(study, 0, 40)
+    storage.snapshot()
+    orphan = Path(f"{snapshot.snapshot_path(path)}.seg-999999999999")  # a writer killed before listing it
+    orphan.write_bytes(b"half")
+    again, study = _writer(path)
+    assert not orphan.exists() and again._sealed == storage._sealed
+    _add(study, 40, 10)
+    assert again.snapshot()
+    assert [s.trials for s in again._segments] == [40, 10]
+    assert _read(path)[1] == _replayed(path)

@@ -14,6 +14,7 @@ from typing import Any
 
 from search.reports import plots
 from search.reports.data import (
+    MAX_IMPORTANCE_TRIALS,
     MIN_IMPORTANCE_TRIALS,
     CampaignData,
     dataset_of,
@@ -224,12 +225,13 @@ def _best_value(values: Sequence[float], direction: str) -> float:
 def curves(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         label = data.sweep.state_label if data.sweep is not None else (lambda _n, state: state)
-        reported = {r.number: (label(r.number, r.state.name), history_of(r)) for r in data.records() if r.history}
+        reported = {r.number: r for r in data.records() if r.recorded_history}
         if not reported:
             raise LeftOut("no trial reported yet")
         top = [t.number for t in data.best()[:TOP_K] if t.number in reported]
-        rest = [n for n in sorted(reported) if n not in top][: max(0, MAX_CURVE_TRIALS - len(top))]
-        shown = {n: reported[n] for n in sorted([*top, *rest])}
+        chosen = set(top)
+        rest = [n for n in sorted(reported) if n not in chosen][: max(0, MAX_CURVE_TRIALS - len(top))]
+        shown = {n: (label(n, reported[n].state.name), history_of(reported[n])) for n in sorted([*top, *rest])}
         seen = {k for _s, h in shown.values() for _step, m in h for k in m}
         reported_metrics = data.spec.study.metrics  # a sweep's target metric, not its steps-to-target objective
         extra = [m for m in ("train_loss", "val_loss") if m in seen and m not in reported_metrics]
@@ -258,8 +260,13 @@ def importance(data: CampaignData) -> Section:
 
     def build() -> tuple[str, str]:
         values, problem = importances(data)
+        used = (
+            f"{n} complete trials"
+            if n <= MAX_IMPORTANCE_TRIALS
+            else (f"a random {MAX_IMPORTANCE_TRIALS:,} of the {n:,} complete trials (seed 0)")
+        )
         basis = (
-            f"based on {n} complete trials (pruned and failed ones are not used; importances are shown from "
+            f"based on {used} (pruned and failed ones are not used; importances are shown from "
             f"{MIN_IMPORTANCE_TRIALS} complete trials on)"
         )
         genomes = [p.name for p in data.spec.space if len(p.distributions()) > 1]

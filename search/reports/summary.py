@@ -5,12 +5,13 @@ Only the campaign's own trials: warm-start copies (``search.session.warm_start``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import FrozenTrial
 
-from search.store.records import TrialRecord
+from search.store.records import TrialRecord, state_name
 from search.store.warm_marks import own_trials
 from search.vocab.terms import maximizing
 from spaces.errors import SpaceError
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # pandas loads for a table, not for ``hypersweep status``
 __all__ = ["device_columns", "trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
 
 
-def _row(trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
+def _row(trial: FrozenTrial | TrialRecord, metrics: tuple[str, ...]) -> dict:
     record = TrialRecord.of(trial)
     row: dict = {"number": record.number, "state": record.state_name}
     values = record.values or ()
@@ -81,17 +82,28 @@ def params_text(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
-def trials_frame(study: optuna.Study, metrics: tuple[str, ...]) -> pd.DataFrame:
-    """One row per trial, with values named by the study's metrics."""
+def trials_frame(
+    study: optuna.Study, metrics: tuple[str, ...], records: Sequence[TrialRecord] | None = None
+) -> pd.DataFrame:
+    """One row per trial, with values named by the study's metrics (``records``: the study's own trials' records,
+    where the caller has them already)."""
     import pandas as pd
 
-    rows = [_row(t, metrics) for t in own_trials(study.get_trials(deepcopy=False))]
-    return pd.DataFrame(rows)
+    trials = records if records is not None else own_trials(study.get_trials(deepcopy=False))
+    return pd.DataFrame([_row(t, metrics) for t in trials])
 
 
-def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], k: int = 5) -> pd.DataFrame:
-    """The best ``k`` complete trials (single objective) or the Pareto front (several)."""
-    frame = trials_frame(study, metrics)
+def best_table(
+    study: optuna.Study,
+    metrics: tuple[str, ...],
+    directions: tuple[str, ...],
+    k: int = 5,
+    frame: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The best ``k`` complete trials (single objective) or the Pareto front (several); ``frame``: the study's
+    :func:`trials_frame`, where the caller has it already (else only the rows shown are built)."""
+    if frame is None:
+        return _best_rows(study, metrics, directions, k)
     if frame.empty:
         return frame
     done = frame[frame["state"] == "COMPLETE"]
@@ -105,6 +117,29 @@ def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[
     return done.sort_values(metrics[0], ascending=ascending, kind="stable").head(k)
 
 
+def _best_rows(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], k: int) -> pd.DataFrame:
+    """:func:`best_table` without the whole trials table: the rows it shows, picked first (at 100,000 trials the
+    table takes seconds to build, the pick a fraction of one)."""
+    import pandas as pd
+
+    trials = own_trials(study.get_trials(deepcopy=False))
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(directions) > 1:
+        front = {t.number for t in study.best_trials}
+        shown = [t for t in done if t.number in front]
+    else:
+        infeasible = _infeasible(study)
+        feasible = [t for t in done if t.number not in infeasible]
+        shown = feasible if infeasible and feasible else done  # with [study] constraints, the best are feasible ones
+    # ties: the first trial, as Optuna's best_trial (a stable sort keeps trial order under reverse too)
+    shown = sorted(shown, key=lambda t: t.values[0], reverse=maximizing(directions[0]))
+    if len(directions) == 1:
+        shown = shown[:k]
+    if not trials:
+        return pd.DataFrame()
+    return pd.DataFrame([_row(t, metrics) for t in shown]) if shown else trials_frame(study, metrics).iloc[0:0]
+
+
 def _infeasible(study: optuna.Study) -> set[int]:
     """Complete trials with a constraint value above 0 (Optuna's ``Trial.set_constraint``)."""
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -114,6 +149,6 @@ def _infeasible(study: optuna.Study) -> set[int]:
 def state_counts(study: optuna.Study) -> dict[str, int]:
     counts: dict[str, int] = {}
     for trial in own_trials(study.get_trials(deepcopy=False)):
-        name = TrialRecord.of(trial).state_name
+        name = state_name(trial)
         counts[name] = counts.get(name, 0) + 1
     return counts

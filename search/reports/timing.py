@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from optuna.trial import FrozenTrial
 
 from search.store.records import TrialRecord
@@ -154,6 +155,13 @@ class TimeAxis:
 
     def __call__(self, t: float) -> float:
         return t - sum(min(t, b) - a for a, b in self.gaps if t > a)
+
+    def of(self, times: np.ndarray) -> np.ndarray:
+        """The axis for many times at once (as ``__call__`` for each)."""
+        out = np.array(times, dtype=float)
+        for a, b in self.gaps:
+            out -= np.clip(times, a, b) - a
+        return out
 
     @property
     def cut_s(self) -> float:

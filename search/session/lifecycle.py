@@ -44,6 +44,7 @@ __all__ = [
     "check_environment_record",
     "spec_to_resume",
     "nothing_left",
+    "read_resumed_study",
     "added_enqueue",
     "record_spec_changes",
 ]
@@ -113,12 +114,13 @@ def enqueue_from(entries: Any, spec: CampaignSpec, source: str = "enqueue") -> t
 
 
 def spec_to_resume(
-    folder: CampaignFolder, options: RunOptions, check_trainer: bool = True
+    folder: CampaignFolder, options: RunOptions, check_trainer: bool = True, study: optuna.Study | None = None
 ) -> tuple[CampaignSpec, list[str]]:
     """The spec a resume runs under (written into ``spec.toml``), and its changes from the recorded one;
-    ``check_trainer=False``: not checked against its trainer yet (a finished campaign never imports it)."""
+    ``check_trainer=False``: not checked against its trainer yet (a finished campaign never imports it).
+    ``study``: the campaign's study as :func:`read_resumed_study` read it, where the caller has it already."""
     frozen = load_spec(folder.spec, check_trainer=False)
-    study = _read_study(frozen, folder)
+    study = study if study is not None else read_resumed_study(frozen, folder)
     where = str(options.spec_file or folder.spec)
     current = read_spec_text(where)
     text, changes = resume_text(
@@ -134,7 +136,8 @@ def spec_to_resume(
     return load_spec(folder.spec, check_trainer=check_trainer), changes  # and checked against its trainer
 
 
-def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
+def read_resumed_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
+    """The study of the campaign ``spec`` (the frozen one) names, read only; a clear error where it is missing."""
     url = storage_url(spec.study.storage, folder)
     missing = missing_storage(url)
     if missing is not None:
@@ -152,13 +155,14 @@ def _read_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
         ) from None
 
 
-def nothing_left(spec: CampaignSpec, folder: CampaignFolder) -> bool:
+def nothing_left(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study | None = None) -> bool:
     """The campaign has finished its trial budget and left no trial running or waiting: a resume has nothing to
     run, and needs neither the trainer nor a cluster. (PBT populations and a sweep without its conclusion
-    written are left to the loop.)"""
+    written are left to the loop.) ``study``: as in :func:`spec_to_resume`."""
     if spec.pbt is not None or (spec.scaling is not None and not folder.scaling_conclusion.exists()):
         return False
-    trials = own_trials(_read_study(spec, folder).get_trials(deepcopy=False))
+    study = study if study is not None else read_resumed_study(spec, folder)
+    trials = own_trials(study.get_trials(deepcopy=False))
     if any(not t.state.is_finished() for t in trials):
         return False
     return len(trials) >= spec.study.n_trials

@@ -30,6 +30,7 @@ from search.session.lifecycle import (
     check_environment_record,
     check_new,
     nothing_left,
+    read_resumed_study,
     record_spec_changes,
     spec_to_resume,
 )
@@ -273,10 +274,12 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     with lock.held_quietly():  # a refused resume leaves the folder as it was, controller.lock included
         check_environment_record(folder.environment)
         components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
-        spec, changes = spec_to_resume(folder, options, check_trainer=False)
+        study = read_resumed_study(load_spec(folder.spec, check_trainer=False), folder)  # read once, for both
+        spec, changes = spec_to_resume(folder, options, check_trainer=False, study=study)
         given = registered_trainer(spec.trainer.entry) is not None  # search.resume(trainer=...): record and keep it
-        if not changes and not given and nothing_left(spec, folder):
+        if not changes and not given and nothing_left(spec, folder, study):
             return folder  # finished: no trainer import, no cluster; the caller prints its summary
+        del study  # the run opens the storage as its writer
         spec = load_spec(folder.spec)  # checked in full now: the trainer, TLS files, components
         cluster = cluster_for(spec, options)
         lock.announce()

@@ -8,7 +8,8 @@ times), are copied with ``Study.add_trial`` into a new study, and those journal 
 ``--trials`` finished trials (one journal line per trial; a controller writes about 15-25 per trial, so
 the replay without a snapshot is shorter here than after a real campaign). The writer's snapshot is taken
 as a campaign's end takes it. Then ``--more`` trials run through the real ``Campaign`` on simulated workers
-on top of the big study: ``ctrl ms/trial`` is the controller's real time per trial there::
+on top of the big study: ``ctrl ms/trial`` is the controller's real time per trial there, beside the same
+``--more`` trials on top of the 200-trial study it was made from (what a study's size adds)::
 
     python -m bench.big_journal [--trials 100000] [--more 500] [--reps 1]
 """
@@ -99,6 +100,11 @@ def _size_mb(path: Path) -> float:
     return path.stat().st_size / 1e6 if path.exists() else 0.0
 
 
+def _snapshot_mb(journal: Path) -> float:
+    head = snapshot_path(journal)
+    return sum(_size_mb(p) for p in [head, *head.parent.glob(f"{head.name}.seg-*")])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.big_journal", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100_000)
@@ -112,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"made {args.trials} trials in {time.perf_counter() - started:.0f} s "
             f"({_size_mb(folder / 'study.journal'):.0f} MB journal, "
-            f"{_size_mb(snapshot_path(folder / 'study.journal')):.0f} MB snapshot)",
+            f"{_snapshot_mb(folder / 'study.journal'):.0f} MB snapshot with its segments)",
             flush=True,
         )
         commands = {
@@ -126,12 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(rows[-1], flush=True)
         load = os.getloadavg()[0]
         ms = controller_ms_per_trial(folder, args.more)
+        small = controller_ms_per_trial(Path(tmp) / "light-random-200", args.more)  # the peer: a small study
         print(
-            f"ctrl ms/trial at {args.trials} finished trials ({args.more} more, random, journal): {ms:.2f} "
-            f"(load {load:.1f})",
+            f"ctrl ms/trial at {args.trials} finished trials ({args.more} more, random, journal): {ms:.2f}; "
+            f"at 200 finished trials: {small:.2f} (load {load:.1f})",
             flush=True,
         )
-        snapshot_path(folder / "study.journal").unlink(missing_ok=True)  # the peer: the whole journal replayed
+        head = snapshot_path(folder / "study.journal")
+        for path in [head, *head.parent.glob(f"{head.name}.seg-*")]:  # the peer: the whole journal replayed
+            path.unlink(missing_ok=True)
         label, command = "status", commands["status"]
         rows.append((label, "no snapshot", os.getloadavg()[0], statistics.median(time_command(command, args.reps))))
     print(f"{'command':20} {'journal':12} {'load':>5} {'median s':>9}   (reps={args.reps}, {args.trials} trials)")

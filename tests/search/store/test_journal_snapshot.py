@@ -137,7 +137,7 @@ def test_kill_9_while_a_snapshot_is_written_loses_nothing(tmp_path: Path) -> Non
     storage, study = _writer(path, create=True)
     _add(study, 0, 3000)  # a snapshot of some megabytes: its write takes a while
     storage.snapshot()
-    tmp_glob = f"{snapshot.snapshot_path(path).name}.tmp-*"
+    tmp_glob = f"{snapshot.snapshot_path(path).name}*.tmp-*"  # the snapshot file's or a segment's
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     caught = False
     try:

@@ -48,7 +48,14 @@ from search.store.snapshot import (
     write_snapshot,
 )
 
-__all__ = ["GroupCommitJournal", "ControllerJournalStorage", "SnapshotJournalStorage", "repair_journal", "gc_paused"]
+__all__ = [
+    "GroupCommitJournal",
+    "ControllerJournalStorage",
+    "SnapshotJournalStorage",
+    "repair_journal",
+    "gc_paused",
+    "freeze_after_loads",
+]
 
 log = logging.getLogger(__name__)
 
@@ -144,19 +151,29 @@ def _seek_table(backend: JournalFileBackend, lines: int, size: int) -> None:
         offsets[lines] = size
 
 
+_FREEZE = [False]  # whether gc_paused freezes what it leaves: set by the process that owns it (the CLI)
+
+
+def freeze_after_loads(enabled: bool = True) -> None:
+    """Let :func:`gc_paused` move what survives a load to the permanent generation (``gc.freeze``), so that
+    later collections never walk a study's objects again. That is process-wide (it freezes every object then
+    alive, which reference counting still frees but cyclic collection no longer does), so only a process that
+    owns its heap turns it on: the ``hypersweep`` command does, an API user's notebook does not."""
+    _FREEZE[0] = enabled
+
+
 @contextlib.contextmanager
-def gc_paused(freeze: bool = True) -> Iterator[None]:
+def gc_paused(freeze: bool | None = None) -> Iterator[None]:
     """No cyclic garbage collection while a study is restored or replayed: it allocates millions of objects and
     frees none, and each full collection on the way walks all of them again (at 100,000 trials, 12 of the 15 s
-    an unpickle took here). Afterwards, with ``freeze``, the objects that survived move to the permanent
-    generation (``gc.freeze``), so that later collections do not walk them either (reference counting still
-    frees them: a study's trials hold no reference cycles); and collection resumes as it was."""
+    an unpickle took here). Afterwards, with ``freeze`` (default: as :func:`freeze_after_loads` set it), the
+    objects alive move to the permanent generation; and collection resumes as it was."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if freeze:
+        if _FREEZE[0] if freeze is None else freeze:
             gc.freeze()
         if enabled:
             gc.enable()

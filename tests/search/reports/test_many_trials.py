@@ -18,6 +18,7 @@ from search.reports import plots
 from search.reports.data import MAX_IMPORTANCE_TRIALS, epochs_spent, importance_sample
 from search.reports.summary import best_table, state_counts, trials_frame
 from search.reports.timing import Span
+from search.store import journal as journal_module
 from search.store import snapshot
 from search.store.journal import ControllerJournalStorage, GroupCommitJournal
 from search.store.records import Attr, TrialRecord, state_name
@@ -176,11 +177,16 @@ def test_a_storage_restored_from_its_snapshot_leaves_the_collector_as_it_found_i
     assert writer.snapshot()
     was = gc.isenabled()
     (gc.enable if collecting else gc.disable)()
+    gc.unfreeze()
     try:
         reader = open_storage(f"journal:{journal}")
+        assert gc.isenabled() is collecting and gc.get_freeze_count() == 0  # an API user's process: no freeze
+        assert len(optuna.load_study(study_name=study.study_name, storage=reader).trials) == 60
+        journal_module.freeze_after_loads()  # as the hypersweep command sets it
+        open_storage(f"journal:{journal}")
         assert gc.isenabled() is collecting
         assert gc.get_freeze_count() > 0  # what the restore made is left out of later collections
-        assert len(optuna.load_study(study_name=study.study_name, storage=reader).trials) == 60
     finally:
+        journal_module.freeze_after_loads(False)
         gc.unfreeze()
         (gc.enable if was else gc.disable)()

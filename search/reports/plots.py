@@ -358,7 +358,7 @@ def epochs_bars(rows: Sequence[tuple[int, float, str]], budget: int) -> Drawn:
 
 
 def _rectangles(
-    ax: Any, boxes: Sequence[tuple[float, float, float, float]], colors: Sequence[str], **style: Any
+    ax: Any, boxes: Sequence[tuple[float, float, float, float]] | np.ndarray, colors: Sequence[str], **style: Any
 ) -> None:
     """Rectangles (left, bottom, width, height), one compound path per colour: matplotlib's ``bar`` makes an
     artist per bar, which at 20,000 trials costs minutes to add and draw; a path per colour costs a fraction of a
@@ -465,7 +465,7 @@ def _run_labels(
     width_px = (end - start) * px_per_s
     fits = np.flatnonzero(width_px >= _label_px("0"))  # the narrowest label: the others cannot fit
     taken: dict[float, float] = {}  # row -> right edge (s) of its last label
-    for i in sorted(fits, key=lambda i: (row[i], start[i])):
+    for i in sorted(map(int, fits), key=lambda i: (row[i], start[i])):
         s = spans[i]
         for label in (f"{s.number}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}"):
             label_px = _label_px(label)

@@ -175,9 +175,10 @@ def test_a_storage_restored_from_its_snapshot_leaves_the_collector_as_it_found_i
     for i in range(60):  # a line each
         study.add_trial(_trial(i, float(i)))
     assert writer.snapshot()
-    was = gc.isenabled()
+    was, froze = gc.isenabled(), journal_module._FREEZE[0]  # a CLI test run in this process may have set it
     (gc.enable if collecting else gc.disable)()
     gc.unfreeze()
+    journal_module.freeze_after_loads(False)
     try:
         reader = open_storage(f"journal:{journal}")
         assert gc.isenabled() is collecting and gc.get_freeze_count() == 0  # an API user's process: no freeze
@@ -187,6 +188,6 @@ def test_a_storage_restored_from_its_snapshot_leaves_the_collector_as_it_found_i
         assert gc.isenabled() is collecting
         assert gc.get_freeze_count() > 0  # what the restore made is left out of later collections
     finally:
-        journal_module.freeze_after_loads(False)
+        journal_module.freeze_after_loads(froze)
         gc.unfreeze()
         (gc.enable if was else gc.disable)()

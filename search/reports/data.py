@@ -21,7 +21,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from search.reports.summary import best_table, state_counts, trial_params, trials_frame
+from search.reports.summary import best_trials, state_counts, trial_params, trials_frame
 from search.reports.timing import (  # the timeline's names, read here as before
     Span,
     TimeAxis,
@@ -100,19 +100,10 @@ class CampaignData:
 
     def best(self, k: int = 5) -> list[FrozenTrial]:
         """The ``k`` best complete trials (single objective) or the whole Pareto front (several)."""
-        table = best_table(
-            self.study, self.metrics, self.directions, k=k if self.sweep is None else len(self.trials), frame=self.frame
-        )
-        by_number = {t.number: t for t in self.trials}
-        numbers = [int(n) for n in table["number"]] if not table.empty else []
+        ranked = best_trials(self.study, self.directions, k=k if self.sweep is None else len(self.trials))
         if self.sweep is not None:  # a sweep ranks only the trials that reached the target
-            numbers = [n for n in numbers if n in self.sweep.reached][:k]
-        return [by_number[n] for n in numbers]
-
-    @functools.cached_property
-    def frame(self) -> pd.DataFrame:
-        """The trials table (:func:`~search.reports.summary.trials_frame`), built once: do not modify it."""
-        return trials_frame(self.study, self.metrics, self.records())
+            ranked = [t for t in ranked if t.number in self.sweep.reached][:k]
+        return ranked
 
     def counts(self) -> dict[str, int]:
         return state_counts(self.study)
@@ -413,7 +404,7 @@ class _FixedTrials(optuna.storages.InMemoryStorage):
 
 def report_frame(data: CampaignData) -> pd.DataFrame:
     """The trials table of the report: summary columns plus seed, worker, times and epochs."""
-    frame = data.frame.copy()
+    frame = trials_frame(data.study, data.metrics, data.records())
     if frame.empty:
         return frame
     by_number = {r.number: r for r in data.records()}

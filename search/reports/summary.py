@@ -20,7 +20,7 @@ from spaces.params import SearchSpace
 if TYPE_CHECKING:  # pandas loads for a table, not for ``hypersweep status``
     import pandas as pd
 
-__all__ = ["device_columns", "trials_frame", "best_table", "state_counts", "trial_params", "params_text"]
+__all__ = ["device_columns", "trials_frame", "best_table", "best_trials", "state_counts", "trial_params", "params_text"]
 
 
 def _row(trial: FrozenTrial | TrialRecord, metrics: tuple[str, ...]) -> dict:
@@ -93,51 +93,33 @@ def trials_frame(
     return pd.DataFrame([_row(t, metrics) for t in trials])
 
 
-def best_table(
-    study: optuna.Study,
-    metrics: tuple[str, ...],
-    directions: tuple[str, ...],
-    k: int = 5,
-    frame: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """The best ``k`` complete trials (single objective) or the Pareto front (several); ``frame``: the study's
-    :func:`trials_frame`, where the caller has it already (else only the rows shown are built)."""
-    if frame is None:
-        return _best_rows(study, metrics, directions, k)
-    if frame.empty:
-        return frame
-    done = frame[frame["state"] == "COMPLETE"]
-    if len(directions) > 1:
-        front = {t.number for t in study.best_trials}
-        return done[done["number"].isin(front)].sort_values(metrics[0], ascending=not maximizing(directions[0]))
-    infeasible = _infeasible(study)
-    if infeasible and not done["number"].isin(infeasible).all():
-        done = done[~done["number"].isin(infeasible)]  # with [study] constraints, the best are feasible ones
-    ascending = not maximizing(directions[0])  # ties: the first trial, as Optuna's best_trial
-    return done.sort_values(metrics[0], ascending=ascending, kind="stable").head(k)
-
-
-def _best_rows(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], k: int) -> pd.DataFrame:
-    """:func:`best_table` without the whole trials table: the rows it shows, picked first (at 100,000 trials the
-    table takes seconds to build, the pick a fraction of one)."""
+def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], k: int = 5) -> pd.DataFrame:
+    """The rows of :func:`best_trials`: the best ``k`` complete trials (single objective) or the Pareto front
+    (several). Only those rows are built (at 100,000 trials the whole table takes seconds)."""
     import pandas as pd
 
-    trials = own_trials(study.get_trials(deepcopy=False))
-    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    shown = best_trials(study, directions, k)
+    if shown:
+        return pd.DataFrame([_row(t, metrics) for t in shown])
+    return trials_frame(study, metrics).iloc[0:0]  # none complete: the table's columns, no row
+
+
+def best_trials(study: optuna.Study, directions: tuple[str, ...], k: int = 5) -> list[FrozenTrial]:
+    """The campaign's best ``k`` complete trials, feasible ones first where the study has constraints (single
+    objective), or its Pareto front (several), best first by the first objective; ties in trial order, as
+    Optuna's ``best_trial`` (a stable sort keeps it under ``reverse`` too)."""
+    done = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == optuna.trial.TrialState.COMPLETE]
     if len(directions) > 1:
         front = {t.number for t in study.best_trials}
-        shown = [t for t in done if t.number in front]
-    else:
-        infeasible = _infeasible(study)
-        feasible = [t for t in done if t.number not in infeasible]
-        shown = feasible if infeasible and feasible else done  # with [study] constraints, the best are feasible ones
-    # ties: the first trial, as Optuna's best_trial (a stable sort keeps trial order under reverse too)
-    shown = sorted(shown, key=lambda t: t.values[0], reverse=maximizing(directions[0]))
-    if len(directions) == 1:
-        shown = shown[:k]
-    if not trials:
-        return pd.DataFrame()
-    return pd.DataFrame([_row(t, metrics) for t in shown]) if shown else trials_frame(study, metrics).iloc[0:0]
+        return sorted((t for t in done if t.number in front), key=_first_value, reverse=maximizing(directions[0]))
+    infeasible = _infeasible(study)
+    feasible = [t for t in done if t.number not in infeasible]
+    ranked = feasible if infeasible and feasible else done  # with [study] constraints, the best are feasible ones
+    return sorted(ranked, key=_first_value, reverse=maximizing(directions[0]))[:k]
+
+
+def _first_value(trial: FrozenTrial) -> float:
+    return float(trial.values[0])
 
 
 def _infeasible(study: optuna.Study) -> set[int]:

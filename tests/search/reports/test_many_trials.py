@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+import pandas as pd
 import pytest
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
@@ -111,11 +112,17 @@ def _study(values: list[float], directions: tuple[str, ...] = ("maximize",)) -> 
     return study
 
 
+def _cut(frame: pd.DataFrame, metric: str, direction: str) -> pd.DataFrame:
+    """The best rows as cut from the whole trials table: complete ones, sorted stably by ``metric``."""
+    done = frame[frame["state"] == "COMPLETE"]
+    return done.sort_values(metric, ascending=direction == "minimize", kind="stable")
+
+
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
 def test_the_best_table_picked_from_the_trials_equals_the_one_cut_from_the_whole_table(direction: str) -> None:
     values = [float(v) for v in np.random.default_rng(5).integers(0, 6, 60)]  # many ties
     study = _study(values, (direction,))
-    whole = best_table(study, ("score",), (direction,), k=7, frame=trials_frame(study, ("score",)))
+    whole = _cut(trials_frame(study, ("score",)), "score", direction).head(7)
     picked = best_table(study, ("score",), (direction,), k=7)
     assert list(picked["number"]) == list(whole["number"])  # ties broken by trial number, as Optuna's best_trial
     assert list(picked["score"]) == list(whole["score"])
@@ -125,7 +132,8 @@ def test_the_best_table_picked_from_the_trials_equals_the_one_cut_from_the_whole
 def test_the_pareto_table_picked_from_the_trials_equals_the_one_cut_from_the_whole_table() -> None:
     study = _study([float(v) for v in range(40)], ("maximize", "minimize"))
     metrics, directions = ("a", "b"), ("maximize", "minimize")
-    whole = best_table(study, metrics, directions, frame=trials_frame(study, metrics))
+    frame = trials_frame(study, metrics)
+    whole = _cut(frame[frame["number"].isin({t.number for t in study.best_trials})], "a", "maximize")
     picked = best_table(study, metrics, directions)
     assert list(picked["number"]) == list(whole["number"]) and len(picked) == len(study.best_trials)
 

@@ -96,7 +96,8 @@ class Campaign:
         self.executor = executor
         self._on_progress = on_progress or (lambda _s: None)
         self._poll = poll_interval
-        self._flush = flush or flusher(study._storage)  # group commit: this iteration's writes, durable
+        self._flush = flush or flusher(study._storage)  # group commit: this iteration's writes, out of the process
+        self._sync = flush or flusher(study._storage, sync=True)  # and on disk: before a decision is acted on
         self.hooks = hooks or CampaignHooks()  # the user's callbacks and report hook; they may stop the campaign
         self.budget = Budget(  # clock: wall-clock seconds; a simulated executor passes its virtual clock
             spec.study.n_trials, spec.study.time_budget, clock, self.hooks
@@ -143,7 +144,7 @@ class Campaign:
             self.supply.release_unstarted()
         finally:
             try:
-                self._flush()  # may fail too when the disk is full; the executor is closed all the same
+                self._sync()  # may fail too when the disk is full; the executor is closed all the same
             finally:
                 self.executor.close()  # never raises (a lost scheduler is logged)
                 self.sinks.close()
@@ -200,7 +201,7 @@ class Campaign:
             return
         reason = first_stop_reason(self.policies, running.view(), report.metrics)
         if reason:
-            decide_stop(running, reason, self._flush)  # durable before it is acted on: a resume keeps it
+            decide_stop(running, reason, self._sync)  # durable before it is acted on: a resume keeps it
             self.dispatch.request_stop(running, reason, report.time)
 
     def _on_finished(self, event: Finished) -> None:

@@ -246,7 +246,7 @@ def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[s
     if changes or study.user_attrs.get(SPEC_TEXT) != spec.text:
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
-    flusher(study._storage)()
+    flusher(study._storage, sync=True)()
     if not added:
         return []
     line = f"enqueued {len(added)} configuration(s) new in [[enqueue]]: they run next, within the budget"

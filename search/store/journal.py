@@ -1,18 +1,32 @@
-"""Optuna's journal file, written with group commit: one append and fsync per controller loop.
+"""Optuna's journal file, written with group commit: one append per controller loop, an fsync at most every
+``SYNC_INTERVAL`` seconds.
 
 Optuna's ``JournalFileBackend`` takes a file lock and fsyncs on every storage call
 (about 23 per trial with 10 reports). :class:`GroupCommitJournal` keeps the
 appended log entries in memory, serves reads from file plus buffer (the
-controller is the only writer), and writes them out with one lock and one fsync
-when :meth:`flush` is called, which the campaign does once per loop iteration.
+controller is the only writer), and writes them out with one ``write`` when
+:meth:`~GroupCommitJournal.flush` is called, which the campaign does once per loop iteration.
 The file stays Optuna's own format: ``optuna.load_study`` with
 ``JournalStorage(JournalFileBackend(path))`` and optuna-dashboard read it.
 
-A controller killed between flushes loses at most that iteration's entries: the
-trials they concerned are still RUNNING in the file, and ``resume`` re-runs them
-from their checkpoints. A torn last line from a crash mid-write is cut off when
-the file is opened again; a write interrupted in this process (Ctrl-C lands in
-the middle of it) is cut back and written again by the next flush.
+Two kinds of failure, two guarantees:
+
+- **The controller dies** (kill -9, an OOM kill, a crash): what a flush wrote is in the
+  kernel's page cache, so it is in the file; only the entries of the loop iteration
+  under way are lost. The trials they concerned are still RUNNING in the file, and
+  ``resume`` re-runs them from their checkpoints.
+- **The machine dies** (power, a kernel panic): what was not yet fsynced may be lost.
+  A flush fsyncs when ``SYNC_INTERVAL`` has passed since the last fsync, so this loses
+  at most the last ``SYNC_INTERVAL`` seconds (plus one loop iteration), as PostgreSQL
+  does with ``synchronous_commit = off``. A decision that is acted on outside the
+  controller (a stop request) is fsynced before it is sent: ``flush(sync=True)``.
+  An fsync per loop iteration (about one event each) was 13% of a 1,024-worker
+  campaign's time (bench/NOTES.md), and on a network file system an fsync costs
+  milliseconds.
+
+A torn last line from a crash mid-write is cut off when the file is opened again;
+a write interrupted in this process (Ctrl-C lands in the middle of it) is cut back
+and written again by the next flush.
 
 The controller is the only writer (its folder lock guarantees it), so the flush
 appends without Optuna's lock file: no symlink, rename and unlink per flush, and
@@ -26,9 +40,11 @@ import copy
 import gc
 import json
 import logging
+import math
 import os
 import threading
-from collections.abc import Container, Generator, Iterator
+import time
+from collections.abc import Callable, Container, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +71,12 @@ __all__ = [
     "repair_journal",
     "gc_paused",
     "freeze_after_loads",
+    "SYNC_INTERVAL",
 ]
 
 log = logging.getLogger(__name__)
+
+SYNC_INTERVAL = 0.2  # seconds: the longest a flushed entry waits for its fsync (what a power cut may lose)
 
 
 def repair_journal(path: Path) -> int:
@@ -77,13 +96,23 @@ def repair_journal(path: Path) -> int:
 class GroupCommitJournal(BaseJournalBackend):
     """A journal file backend for a single writer that batches appends until :meth:`flush`."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self, path: str | Path, sync_interval: float = SYNC_INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not sync_interval >= 0:
+            raise ValueError(
+                f"sync_interval={sync_interval!r}: must be a number of seconds >= 0 (0: fsync every flush)"
+            )
         self._path = Path(path)
         self._persisted = repair_journal(self._path)
         self._size = self._path.stat().st_size if self._path.exists() else 0  # bytes of whole, flushed lines
         self._inner = JournalFileBackend(str(self._path))
         self._buffer: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._sync_interval, self._clock = sync_interval, clock
+        self._synced_at = -math.inf  # when the last fsync was (clock seconds)
+        self._unsynced = False  # written since that fsync
+        self.fsyncs = 0  # how many (for the bench)
 
     @property
     def path(self) -> Path:
@@ -105,29 +134,35 @@ class GroupCommitJournal(BaseJournalBackend):
 
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         with self._lock:
-            persisted, buffered = self._persisted, list(self._buffer)
+            persisted = self._persisted
+            # Optuna reads back after each of its writes: only the entries from there on are copied, not the
+            # whole buffer (at 10,000 workers a loop iteration buffers thousands: the copy was quadratic)
+            buffered = self._buffer[max(0, log_number_from - persisted) :]
         if log_number_from < persisted:
             for i, log in enumerate(self._inner.read_logs(log_number_from)):
                 if log_number_from + i >= persisted:
                     break
                 yield log
-        yield from buffered[max(0, log_number_from - persisted) :]
+        yield from buffered
 
-    def flush(self) -> int:
-        """Write the buffered entries with one write and one fsync; return how many.
+    def flush(self, sync: bool = False) -> int:
+        """Write the buffered entries with one write; return how many. Then fsync the file if ``sync``, or if
+        something written is unsynced and ``sync_interval`` seconds have passed since the last fsync.
 
         If the write is interrupted (an exception, Ctrl-C included), the entries stay
         buffered and the next flush first cuts the file back to its last whole flush.
         """
         with self._lock:
             logs = self._buffer
-            if not logs:
-                return 0
-            data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
-            self._append(data)
-            self._buffer = []
-            self._persisted += len(logs)
-            self._size += len(data)
+            if logs:
+                data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+                self._append(data)
+                self._buffer = []
+                self._persisted += len(logs)
+                self._size += len(data)
+                self._unsynced = True
+            if self._unsynced and (sync or self._clock() - self._synced_at >= self._sync_interval):
+                self._fsync()
         return len(logs)
 
     def _append(self, data: bytes) -> None:
@@ -138,9 +173,17 @@ class GroupCommitJournal(BaseJournalBackend):
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+    def _fsync(self) -> None:
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)
+        self._unsynced, self._synced_at = False, self._clock()
+        self.fsyncs += 1
 
 
 def _seek_table(backend: JournalFileBackend, lines: int, size: int) -> None:
@@ -261,9 +304,10 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         assert isinstance(self._backend, GroupCommitJournal)
         return self._backend
 
-    def flush(self) -> int:
-        """The group commit (see :class:`GroupCommitJournal`), then a snapshot when one is due."""
-        written = self._writer.flush()
+    def flush(self, sync: bool = False) -> int:
+        """The group commit (see :class:`GroupCommitJournal`; ``sync``: fsync now), then a snapshot when one is
+        due."""
+        written = self._writer.flush(sync)
         lines, _size = self._writer.persisted
         if due(lines, self._snapshot_lines):
             self.snapshot()
@@ -274,7 +318,7 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         changed since the last one; return whether one was written. Its cost: the trials finished since the
         last one (a new segment) and the unfinished ones, not the whole study."""
         with self._thread_lock:  # nothing changes the replay result meanwhile
-            self._writer.flush()
+            self._writer.flush(sync=True)
             lines, size = self._writer.persisted
             state = self._replay_result
             if state.log_number_read != lines or lines == self._snapshot_lines or not due(lines, 0):

@@ -179,10 +179,15 @@ def metrics_line(step: int, metrics: Mapping[str, float], at: float, worker: str
 
 def append_metrics_line(path: Path, step: int, metrics: Mapping[str, float], at: float, worker: str = "") -> None:
     """Append one report to a trial's ``metrics.jsonl`` (on a line of its own, after a torn last line too)."""
-    with open(path, "a+b") as fh:
-        end = fh.seek(0, os.SEEK_END)
-        torn = end > 0 and fh.seek(end - 1) >= 0 and fh.read(1) != b"\n"
-        fh.write((("\n" if torn else "") + metrics_line(step, metrics, at, worker)).encode())
+    line = metrics_line(step, metrics, at, worker).encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # os calls: 4 per report, no io objects
+    try:
+        end = os.fstat(fd).st_size
+        if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
+            line = b"\n" + line  # the torn line stays, on a line of its own; the reader skips it
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 # --- reading -----------------------------------------------------------------------------------

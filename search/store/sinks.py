@@ -96,7 +96,8 @@ def _close_quietly(sink: ReportSink) -> None:
 
 
 class TensorBoardSink:
-    """An event file per trial in ``trials/<n>/``, open from its first report until it is told."""
+    """An event file per trial in ``trials/<n>/``, made at its first report, written until it is told (the file
+    is not held open between writes: see :class:`~search.store.tfevents.EventFileWriter`)."""
 
     def __init__(self, folder: CampaignFolder) -> None:
         self._folder = folder

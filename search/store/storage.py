@@ -7,6 +7,7 @@ in the same folder; anything else is an Optuna storage URL, used as given.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -114,13 +115,13 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
     return optuna.storages.get_storage(url)
 
 
-def flusher(storage: BaseStorage) -> Callable[[], object]:
-    """What the campaign calls once per loop iteration to make its writes durable (and, now and then, to write
-    the journal's snapshot)."""
+def flusher(storage: BaseStorage, sync: bool = False) -> Callable[[], object]:
+    """What the campaign calls once per loop iteration to write its entries out (and, now and then, to write
+    the journal's snapshot); ``sync``: the call also fsyncs them (see :mod:`search.store.journal`)."""
     if isinstance(storage, ControllerJournalStorage):
-        return storage.flush
+        return functools.partial(storage.flush, sync)
     backend = getattr(storage, "_backend", None)
-    return backend.flush if isinstance(backend, GroupCommitJournal) else (lambda: None)
+    return functools.partial(backend.flush, sync) if isinstance(backend, GroupCommitJournal) else (lambda: None)
 
 
 def final_snapshot(storage: BaseStorage) -> None:

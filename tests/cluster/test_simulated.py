@@ -122,6 +122,34 @@ def test_requests_queue_until_a_slot_frees() -> None:
         ex.submit(request(2, width=3))
 
 
+class ByNumber:
+    """Trial n runs for ``seconds[n]``."""
+
+    def __init__(self, seconds: dict[int, float]) -> None:
+        self.seconds = seconds
+
+    def plan(self, config, rng):
+        return TrialPlan((self.seconds[int(config["number"])],), ({"score": 0.0, "epoch": 1.0},))
+
+
+def test_a_queued_request_starts_on_the_lowest_numbered_free_worker() -> None:
+    """First fit, as a scan of the workers gave it, from a heap of the workers that may have a free slot."""
+    ex = SimulatedExecutor(
+        4, ByNumber({0: 5.0, 1: 3.0, 2: 1.0, 3: 4.0, 4: 1.0, 5: 1.0, 6: 1.0}), controller_time_scale=0
+    )
+    for n in range(7):
+        ex.submit(request(n))  # 0..3 start at once; 4, 5, 6 queue
+    finished = {e.number: e.outcome for e in drain(ex) if isinstance(e, Finished)}
+    assert {n: finished[n].worker for n in range(4)} == {n: f"sim-worker-{n}" for n in range(4)}
+    # worker 2 frees at 1 (trial 4 there, to 2), then worker 2 again at 2 (trial 5, to 3); at 3 workers 1 and 2
+    # are free: trial 6 takes worker 1, the lower one
+    assert [(finished[n].worker, finished[n].started) for n in (4, 5, 6)] == [
+        ("sim-worker-2", 1.0),
+        ("sim-worker-2", 2.0),
+        ("sim-worker-1", 3.0),
+    ]
+
+
 def test_controller_time_is_charged_to_the_virtual_clock() -> None:
     now = [0.0]
     ex = SimulatedExecutor(1, FixedModel(10.0), timer=lambda: now[0])

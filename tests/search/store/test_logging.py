@@ -8,6 +8,7 @@ with two slots, so two trials print at once from two threads of one process: whe
 from __future__ import annotations
 
 import io
+import os
 import struct
 import subprocess
 import sys
@@ -400,3 +401,13 @@ def test_a_campaign_with_mlflow_makes_one_run_per_trial_with_its_steps_params_an
         assert run.data.tags["hypersweep.state"] == ("FAIL" if failed else "COMPLETE")
         assert run.info.status == ("FAILED" if failed else "FINISHED")
         assert ("objective" in run.data.metrics) == (not failed)
+
+
+def test_event_file_writers_hold_no_file_open_between_writes(tmp_path: Path) -> None:
+    """A campaign with 10,000 trials in flight has as many writers: each opens its file only to write."""
+    before = len(os.listdir("/proc/self/fd"))
+    writers = [EventFileWriter(tmp_path / str(n), f".{n}") for n in range(50)]
+    for step, writer in enumerate(writers):
+        writer.add_scalars(step, {"loss": step / 2})
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert read_scalars(writers[9].path) == {"loss": [(9, 4.5)]}

@@ -159,3 +159,67 @@ def test_the_controller_storage_asks_without_scanning_yet_still_pops_enqueued_tr
     study.enqueue_trial({"x": 0.75})
     assert study.ask(DIST).params == {"x": 0.75}  # an enqueued trial is still found
     assert study.ask(DIST).params != {"x": 0.75}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_each_flush_writes_but_fsyncs_at_most_once_per_sync_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush puts its entries in the file (a controller kill loses nothing flushed); the fsync, which only a
+    machine crash needs, waits until ``sync_interval`` has passed since the last one, or ``sync=True``."""
+    path, clock, synced = tmp_path / "study.journal", _Clock(), []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    backend = GroupCommitJournal(path, sync_interval=0.2, clock=clock)
+    study = optuna.create_study(study_name="s", storage=JournalStorage(backend))
+    for step in range(5):  # five loop iterations within 0.2 s: each writes, only the first fsyncs
+        study.tell(study.ask(DIST), 0.1 * step)
+        backend.flush()
+        assert lines(path) == len(list(backend.read_logs(0)))  # in the file at once
+        clock.now += 0.03
+    assert synced == [str(path)]
+    clock.now += 0.1  # 0.25 s since that fsync: the next flush syncs what is unsynced, with nothing new to write
+    assert backend.flush() == 0 and len(synced) == 2
+    assert backend.flush() == 0 and len(synced) == 2  # nothing unsynced: no fsync
+    study.tell(study.ask(DIST), 0.9)
+    backend.flush(sync=True)  # a decision about to be acted on: synced now
+    assert len(synced) == 3 and backend.fsyncs == 3
+    plain = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(path))))
+    assert len(plain.trials) == 6
+
+
+def test_sync_interval_zero_fsyncs_every_flush_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    backend = GroupCommitJournal(tmp_path / "study.journal", sync_interval=0.0, clock=_Clock())
+    study = optuna.create_study(study_name="s", storage=JournalStorage(backend))
+    for _ in range(3):
+        study.tell(study.ask(DIST), 0.5)
+        backend.flush()
+    assert backend.fsyncs == 3
+    with pytest.raises(ValueError, match=r"sync_interval=-1: must be a number of seconds >= 0"):
+        GroupCommitJournal(tmp_path / "other.journal", sync_interval=-1)
+
+
+def test_the_campaign_syncs_a_stop_decision_before_it_is_sent(tmp_path: Path) -> None:
+    """``flusher(storage, sync=True)``, which the campaign calls before it sends a stop request, fsyncs even
+    within the interval; the plain flusher does not."""
+    storage = open_storage(f"journal:{tmp_path / 'study.journal'}", writer=True)
+    study = optuna.create_study(study_name="s", storage=storage)
+    backend = storage._backend
+    assert isinstance(backend, GroupCommitJournal)
+    backend._clock = _Clock()  # noqa: SLF001 - time stands still: the interval never runs out here
+    study.tell(study.ask(DIST), 0.5)
+    flusher(storage)()
+    first = backend.fsyncs
+    study.tell(study.ask(DIST), 0.6)
+    flusher(storage)()
+    assert backend.fsyncs == first  # within SYNC_INTERVAL of the last one
+    study.tell(study.ask(DIST), 0.7)
+    flusher(storage, sync=True)()
+    assert backend.fsyncs == first + 1

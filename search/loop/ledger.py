@@ -29,6 +29,11 @@ from search.store.sinks import ReportSinks
 from search.store.warm_marks import is_warm_start
 from search.vocab.terms import StopReason, maximizing
 
+try:  # Optuna's tell without the deep copy of the trial it returns (5% of the controller's time at 10,000 workers)
+    from optuna.study._tell import _tell_with_warning
+except ImportError:  # pragma: no cover - another Optuna: its public tell
+    _tell_with_warning = None  # type: ignore[assignment]
+
 __all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
 
 log = logging.getLogger(__name__)
@@ -36,6 +41,14 @@ log = logging.getLogger(__name__)
 MAX_TRACEBACK = 20_000
 NEVER_STARTED = StopReason.NEVER_STARTED
 _KEY = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, values: list[float] | None, state: TrialState) -> None:
+    """``study.tell(trial, values, state=state)``, less the deep copy of the told trial that it returns."""
+    if _tell_with_warning is None:
+        study.tell(trial, values, state=state)
+    else:
+        _tell_with_warning(study=study, trial=trial, value_or_values=values, state=state)
 
 
 class Ledger:
@@ -141,7 +154,7 @@ class Ledger:
         if verdict.state == TrialState.FAIL:
             self._write_failure_log(running, outcome, verdict.reason)
         values = list(verdict.values) if verdict.state == TrialState.COMPLETE else None
-        self._study.tell(trial, values, state=verdict.state)
+        tell(self._study, trial, values, verdict.state)
         self._sinks.finish(running.number, verdict.state.name, values, trial.params)
         self._mark_told(running.number)
         self.counts[_KEY[verdict.state]] += 1

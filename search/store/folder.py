@@ -147,17 +147,19 @@ def make_private(folder: Path) -> None:
         os.chmod(folder, PRIVATE_DIR_MODE)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write then rename, so a crash never leaves a half-written file."""
-    write_atomic_bytes(path, text.encode())
+def write_atomic(path: Path, text: str, durable: bool = True) -> None:
+    """Write then rename, so a crash never leaves a half-written file (see :func:`write_atomic_bytes`)."""
+    write_atomic_bytes(path, text.encode(), durable)
 
 
-def write_atomic_bytes(path: Path, data: bytes) -> None:
-    """Write then rename, so a crash never leaves a half-written file."""
+def write_atomic_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write then rename, so a crash never leaves a half-written file. ``durable``: fsync before the rename,
+    so that a machine crash leaves the old file or the new one (without it, a process crash still does)."""
     with replaced_atomically(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            os.fsync(fh.fileno())
 
 
 @contextlib.contextmanager

@@ -76,6 +76,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps builds one per call with these
 SYNC_INTERVAL = 0.2  # seconds: the longest a flushed entry waits for its fsync (what a power cut may lose)
 
 
@@ -155,7 +156,7 @@ class GroupCommitJournal(BaseJournalBackend):
         with self._lock:
             logs = self._buffer
             if logs:
-                data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+                data = ("\n".join(_encode(log) for log in logs) + "\n").encode("utf-8")
                 self._append(data)
                 self._buffer = []
                 self._persisted += len(logs)

@@ -35,6 +35,7 @@ from search.loop.campaign import Campaign
 from search.session.runner import load_study
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
+from search.store.journal import freeze_after_loads
 from search.store.snapshot import snapshot_path
 from search.store.storage import final_snapshot
 
@@ -112,9 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=1)
     args = parser.parse_args(argv)
     py = sys.executable
+    freeze_after_loads()  # as the `hypersweep` command does: else the first full collection after a load of
+    # the 100,000-trial study (2.4-3.0 s here) falls in the controller's timed run in some repetitions
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         folder = big_campaign(Path(tmp), args.trials)
+        os.sync()  # the 500 MB just written must not be the controller's first fsync's to wait for
         print(
             f"made {args.trials} trials in {time.perf_counter() - started:.0f} s "
             f"({_size_mb(folder / 'study.journal'):.0f} MB journal, "
@@ -131,11 +135,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append((label, "snapshot", os.getloadavg()[0], statistics.median(time_command(command, args.reps))))
             print(rows[-1], flush=True)
         load = os.getloadavg()[0]
-        ms = controller_ms_per_trial(folder, args.more)
-        small = controller_ms_per_trial(Path(tmp) / "light-random-200", args.more)  # the peer: a small study
+        big, small = [], []
+        for _ in range(args.reps):  # alternated, so that both see the same machine
+            small.append(controller_ms_per_trial(Path(tmp) / "light-random-200", args.more))  # the peer
+            big.append(controller_ms_per_trial(folder, args.more))
         print(
-            f"ctrl ms/trial at {args.trials} finished trials ({args.more} more, random, journal): {ms:.2f}; "
-            f"at 200 finished trials: {small:.2f} (load {load:.1f})",
+            f"ctrl ms/trial at {args.trials} finished trials ({args.more} more, random, journal): "
+            f"{statistics.median(big):.2f}; at 200 finished trials: {statistics.median(small):.2f} "
+            f"(medians of {args.reps}: {[round(x, 2) for x in big]} / {[round(x, 2) for x in small]}; load {load:.1f})",
             flush=True,
         )
         head = snapshot_path(folder / "study.journal")

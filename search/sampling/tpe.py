@@ -88,23 +88,16 @@ class RefitTPESampler(TPESampler):
         self._space = (_study_key(study), trial.number, space)
         return dict(space)
 
-    def _fit_for(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> _Fit | None:
-        """The cached fit of this space if it is still fresh for ``trial`` (its number counts the study's trials)."""
+    def _fit_of(self, study: Study, search_space: dict[str, BaseDistribution]) -> _Fit | None:
+        """The last fit of this space on this study, fresh or not. One exists only once the startup trials are
+        done (finished trials only accumulate), so Optuna's count of them, a walk over the study, can be skipped."""
         fit = self._fits.get(_space_key(search_space))
-        if fit is None or fit.study != _study_key(study):
-            return None
-        return None if self._stale(trial, fit.trials) else fit
-
-    def _started(self, study: Study, search_space: dict[str, BaseDistribution]) -> bool:
-        """Whether this space was fitted on this study before: then its startup trials are done (finished trials
-        only accumulate), and Optuna's count of them, a walk over the study, can be skipped."""
-        fit = self._fits.get(_space_key(search_space))
-        return fit is not None and fit.study == _study_key(study)
+        return fit if fit is not None and fit.study == _study_key(study) else None
 
     def _sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        if search_space and self._started(study, search_space):
+        if search_space and self._fit_of(study, search_space) is not None:
             return self._sample(study, trial, search_space)
         return super()._sample_relative(study, trial, search_space)
 
@@ -112,12 +105,16 @@ class RefitTPESampler(TPESampler):
         self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
         space = {param_name: param_distribution}
-        if self._started(study, space):
+        if self._fit_of(study, space) is not None:
             return self._sample(study, trial, space)[param_name]
         return super().sample_independent(study, trial, param_name, param_distribution)
 
     def _sample(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        fit = self._fit_for(study, trial, search_space) or self._refit(study, trial, search_space)
+        """Optuna's draw of 24 candidates from "below" and pick of the best, from the last fit while it is fresh for
+        ``trial`` (whose number counts the study's trials)."""
+        fit = self._fit_of(study, search_space)
+        if fit is None or self._stale(trial, fit.trials):
+            fit = self._refit(study, trial, search_space)
         samples_below = fit.below.sample(self._rng.rng, self._n_ei_candidates)
         acq_func_vals = self._acquisition(fit, samples_below)
         ret = TPESampler._compare(samples_below, acq_func_vals)

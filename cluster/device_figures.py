@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,10 +54,13 @@ def reset_cuda_peak(devices: Sequence[int]) -> None:
 
 def rss_bytes(pid: int | None = None) -> int:
     """Resident memory of process ``pid`` (default: this one) and every process it started."""
+    pid = pid or os.getpid()
+    if _proc_children_readable():
+        return _proc_tree_rss(pid)
     try:
-        proc = psutil.Process(pid or os.getpid())
+        proc = psutil.Process(pid)
         total = proc.memory_info().rss
-        for child in proc.children(recursive=True):
+        for child in proc.children(recursive=True):  # reads every process's stat file: a few ms
             try:
                 total += child.memory_info().rss
             except psutil.Error:
@@ -64,6 +68,41 @@ def rss_bytes(pid: int | None = None) -> int:
         return int(total)
     except psutil.Error:
         return 0
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_children_file: bool | None = None  # whether /proc/<pid>/task/<tid>/children is there (Linux, CONFIG_PROC_CHILDREN)
+
+
+def _proc_children_readable() -> bool:
+    global _children_file
+    if _children_file is None:
+        _children_file = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+    return _children_file
+
+
+def _proc_tree_rss(pid: int) -> int:
+    """``rss_bytes`` from ``/proc`` alone: the process's ``statm`` and its threads' ``children``, walked down
+    (tens of microseconds, where psutil's ``children`` scans every process on the host)."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            with open(f"/proc/{current}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * _PAGE
+            tids = os.listdir(f"/proc/{current}/task")
+        except (OSError, ValueError, IndexError):
+            continue  # it ended meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", "rb") as fh:
+                    todo.extend(int(child) for child in fh.read().split())
+            except (OSError, ValueError):
+                continue
+    return total
 
 
 class _Nvml:
@@ -97,8 +136,61 @@ def nvml_utilization(physical: Sequence[int]) -> float | None:
     return _Nvml(physical).utilization()
 
 
+class _Ticker:
+    """One thread per process that samples every running trial's monitor when it is due.
+
+    A thread per trial cost the worker a start and a join (about 2 ms) on every trial, which a 100 ms trial
+    cannot spare; this one starts with the first monitor and stays.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[TrialMonitor, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, monitor: TrialMonitor) -> None:
+        with self._cond:
+            self._due[monitor] = time.monotonic() + monitor.every
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hypersweep-trial-monitor", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def remove(self, monitor: TrialMonitor) -> None:
+        with self._cond:
+            self._due.pop(monitor, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                wait = min(self._due.values(), default=now + 60.0) - now
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                ready = [m for m, due in self._due.items() if due <= now]
+                for monitor in ready:
+                    self._due[monitor] = now + monitor.every
+            for monitor in ready:
+                monitor.tick()
+
+    def after_fork(self) -> None:
+        """A forked child has none of the parent's threads: it starts its own ticker when it needs one."""
+        self._cond = threading.Condition()
+        self._due = {}
+        self._thread = None
+
+
+_TICKER = _Ticker()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_TICKER.after_fork)
+
+
 class TrialMonitor:
-    """Samples one trial's memory (and GPU utilization) every ``every`` s on a thread, from ``start`` to ``stop``."""
+    """Samples one trial's memory (and GPU utilization) every ``every`` s, from ``start`` to ``stop``.
+
+    The samples are taken on the process's one monitor thread (:class:`_Ticker`), and at ``start`` and ``stop``.
+    """
 
     def __init__(
         self,
@@ -110,7 +202,7 @@ class TrialMonitor:
     ) -> None:
         self.devices = tuple(devices)
         self._physical = tuple(physical)
-        self._every = every
+        self.every = every
         self._on_memory = on_memory
         self._tenants = tenants
         self._peak = 0
@@ -120,8 +212,8 @@ class TrialMonitor:
         self.shared = 1
         self._pid: int | None = None  # the trial's own process, when it has one (else this one)
         self._reported: int | None = None  # the CUDA peak the trial's own process reported
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hypersweep-trial-monitor", daemon=True)
+        self._lock = threading.Lock()  # one sample at a time; none after stop
+        self._stopped = False
         self._nvml: _Nvml | None = None
 
     def start(self) -> TrialMonitor:
@@ -129,7 +221,7 @@ class TrialMonitor:
             reset_cuda_peak(self.devices)
         self._nvml = _Nvml(self._physical) if self._physical else None
         self.sample()
-        self._thread.start()
+        _TICKER.add(self)
         return self
 
     def follow(self, pid: int) -> None:
@@ -143,6 +235,19 @@ class TrialMonitor:
 
     def sample(self) -> int:
         """Take one sample now; the peak so far (bytes)."""
+        with self._lock:
+            if not self._stopped:
+                self._sample()
+            return self._peak
+
+    def tick(self) -> None:
+        """A sample from the monitor thread: a figure missed is no reason to disturb the trial."""
+        try:
+            self.sample()
+        except Exception:  # noqa: BLE001
+            return
+
+    def _sample(self) -> None:
         cuda = cuda_peak(self.devices)
         if cuda is None:
             cuda = self._reported
@@ -160,21 +265,13 @@ class TrialMonitor:
         if self._on_memory is not None and value > self._sent * GROWTH_SENT:
             self._sent = value
             self._on_memory(value)
-        return self._peak
-
-    def _run(self) -> None:
-        while not self._done.wait(self._every):
-            try:
-                self.sample()
-            except Exception:  # noqa: BLE001 - a figure missed is no reason to disturb the trial
-                continue
 
     def stop(self) -> dict[str, Any]:
-        """Stop sampling; the figures for the trial's outcome."""
-        self._done.set()
-        if self._thread.ident is not None:
-            self._thread.join(timeout=5)
+        """Stop sampling (a sample under way on the monitor thread ends first); the figures for the outcome."""
+        _TICKER.remove(self)
         self.sample()
+        with self._lock:
+            self._stopped = True
         figures: dict[str, Any] = {"peak_memory": self._peak, "memory_kind": self._kind, "memory_shared": self.shared}
         if self._utilization:
             figures["gpu_utilization"] = sum(self._utilization) / len(self._utilization)

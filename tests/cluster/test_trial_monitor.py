@@ -1,0 +1,61 @@
+"""The trial monitor's memory figures: the process tree's RSS from /proc, one sampling thread for all trials."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from cluster.device_figures import TrialMonitor, _proc_children_readable, rss_bytes
+
+
+def _psutil_tree_rss() -> int:
+    me = psutil.Process()
+    return me.memory_info().rss + sum(child.memory_info().rss for child in me.children(recursive=True))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_rss_of_the_process_tree_from_proc_matches_psutil_with_grandchildren() -> None:
+    assert _proc_children_readable()
+    # a child that starts a grandchild: both are counted, as psutil's recursive children are
+    script = "import subprocess, time; p = subprocess.Popen(['sleep', '30']); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 20
+        while len(psutil.Process().children(recursive=True)) < 2:
+            assert time.monotonic() < deadline, "the grandchild did not start"
+            time.sleep(0.05)
+        ours, theirs = rss_bytes(), _psutil_tree_rss()
+        assert abs(ours - theirs) <= 0.02 * theirs  # the same processes; pages may move between the two reads
+        assert ours > psutil.Process().memory_info().rss + 5 * 2**20  # the children's memory is in it
+    finally:
+        for proc in psutil.Process(child.pid).children(recursive=True):
+            proc.kill()
+        child.kill()
+        child.wait(timeout=10)
+
+
+def _monitor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "hypersweep-trial-monitor"]
+
+
+def test_concurrent_trials_share_one_sampling_thread_and_stop_sampling_when_they_end() -> None:
+    sent: dict[int, list[int]] = {i: [] for i in range(6)}
+    monitors = [TrialMonitor(on_memory=sent[i].append, every=0.02).start() for i in range(6)]
+    hoard = bytearray(48 * 2**20)  # grows every trial's figure by far more than a tenth: each sends it
+    hoard[::4096] = b"x" * len(hoard[::4096])
+    deadline = time.monotonic() + 20
+    while any(len(s) < 2 for s in sent.values()):
+        assert time.monotonic() < deadline, f"not every monitor sampled the growth: {sent}"
+        time.sleep(0.02)
+    assert len(_monitor_threads()) == 1  # six trials, one thread
+    figures = [m.stop() for m in monitors]
+    counts = [len(s) for s in sent.values()]
+    time.sleep(0.2)  # ten sampling periods: a stopped monitor is never sampled again
+    assert [len(s) for s in sent.values()] == counts
+    assert all(f["peak_memory"] >= 48 * 2**20 and f["memory_kind"] == "rss" for f in figures)
+    del hoard

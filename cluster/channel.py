@@ -1,4 +1,4 @@
-"""The trial <-> controller channel: reports go up as Dask events, stop requests come down.
+"""The trial <-> controller channel: reports and the outcome go up as Dask events, stop requests come down.
 
 A report is a fire-and-forget ``Worker.log_event`` (about a millisecond, never
 waits for the controller); a stop request is a named ``distributed.Event`` the
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # distributed loads when a trial reports or a stop is sent, not on import
     from distributed import Client, Event
+
+    from .outcome import Outcome
 
 __all__ = ["WorkerReporter", "stop_event_name", "request_stop", "subscribe_reports"]
 
@@ -56,6 +58,11 @@ class WorkerReporter:
         if self.figures is not None:
             message["memory"] = int(self.figures())  # the peak device (or host) memory so far, at each report
         self._worker.log_event(self._topic, message)
+
+    def finished(self, outcome: Outcome) -> None:
+        """Send the trial's outcome up the same stream as its reports, after them: the controller has it without
+        asking the worker for the task's result (which it still does where this message is late or lost)."""
+        self._worker.log_event(self._topic, {"number": self._number, "outcome": outcome.to_message()})
 
     def memory(self, peak: int) -> None:
         """Send the trial's memory peak now (it grew): a worker killed for memory leaves its last figure."""

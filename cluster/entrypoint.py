@@ -29,6 +29,7 @@ import cloudpickle  # Dask's own serializer of callables (a dependency of dask a
 
 from .channel import WorkerReporter
 from .device_figures import TrialMonitor
+from .first_run import FirstRun
 from .outcome import Outcome, TrialStatus, error_type_of
 from .resources import DevicePool, Lease, physical_ids, worker_device_pool
 from .trial_output import route_output
@@ -204,6 +205,7 @@ def run_trial(
     share: float = 1.0,
     memory: int = 0,
     headroom: float = 0.9,
+    first_run: FirstRun | None = None,
 ) -> Outcome:
     """Run one trial on this worker and return its :class:`Outcome` (``trainer``: a shipment, or an entry name).
 
@@ -220,6 +222,8 @@ def run_trial(
     from distributed import get_worker  # on the worker, where distributed is loaded already
 
     worker = get_worker()
+    if first_run is not None:
+        first_run.check()  # a task Dask runs again ends here, before it says it started or writes anything
     reporter = WorkerReporter(topic, int(config["number"]))
     reporter.started()
     lease, pool = _lease_devices(resource, width, share, memory, headroom)
@@ -260,7 +264,7 @@ def run_trial(
     bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
     if bad and not failure:
         failure = {"error": f"trainer returned non-finite metrics {bad}"}
-    return Outcome(
+    outcome = Outcome(
         TrialStatus.ERROR if failure else TrialStatus.OK,
         metrics,
         **ran_here(worker.address, devices, started),
@@ -270,6 +274,8 @@ def run_trial(
         **figures,
         **failure,
     )
+    reporter.finished(outcome)
+    return outcome
 
 
 def _ranked(config: Mapping[str, Any]) -> bool:
@@ -311,6 +317,10 @@ def run_trials(
     share: float = 1.0,
     memory: int = 0,
     headroom: float = 0.9,
+    first_run: FirstRun | None = None,
 ) -> list[Outcome]:
     """Run several (trainer, config) trials one after another in this task; their outcomes in order."""
-    return [run_trial(trainer, config, topic, resource, width, share, memory, headroom) for trainer, config in batch]
+    return [
+        run_trial(trainer, config, topic, resource, width, share, memory, headroom, first_run)
+        for trainer, config in batch
+    ]

@@ -23,6 +23,7 @@ from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_memory_limits, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
+from .first_run import FirstRun, RanBefore
 from .memory_kills import MemoryKill, MemoryKills
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
@@ -122,21 +123,16 @@ OK, ERROR, LOST, CANCELLED = TrialStatus.OK, TrialStatus.ERROR, TrialStatus.LOST
 def run_once(key: str, run: Callable[..., Any], numbers: list[int], *args: Any) -> Any:
     """On a worker: ``run(*args)`` the first time task ``key`` starts; a lost outcome for each trial after that.
 
-    Dask runs a task again, on another worker, when the worker running it dies (up to the scheduler's
-    ``allowed-failures`` times, 3 by default, which the controller cannot set on a cluster it joins). A trial
-    is attempted at most ``1 + max_retries`` times on any cluster because only the controller retries: a task
-    of this executor that Dask starts again (a named ``distributed.Event`` per task, on the scheduler, says
-    it ran before) ends at once as lost, and the controller's retry policy decides.
+    Dask runs a task again, on another worker, when the worker running it dies; a trial is attempted at most
+    ``1 + max_retries`` times on any cluster because only the controller retries (:mod:`cluster.first_run`:
+    ``run`` checks, just before it calls the trainer, and a task that ran before ends at once as lost).
     """
-    from distributed import Event as DaskEvent
-
-    ran = DaskEvent(f"{key}-ran")
-    if ran.is_set():
+    try:
+        return run(*args, first_run=FirstRun(key))
+    except RanBefore:
         error = "its worker died while it ran (Dask started the task again; only the controller retries)"
         lost = [Outcome(LOST, error=error) for _ in numbers]
         return lost if run is run_trials else lost[0]
-    ran.set()
-    return run(*args)
 
 
 def ship_trainer(trainer: str | Callable[..., Any]) -> TrainerShipment:
@@ -212,6 +208,17 @@ class BatchingExecutor(TrialExecutor, Protocol):
     def submit_batch(self, requests: Sequence[TrialRequest]) -> None: ...
 
 
+def _register_first_run(client: Client) -> None:
+    """The worker plugin that asks a queued trial's first-run question early (once per cluster; a cluster that
+    refuses it only answers each question as its task starts: :mod:`cluster.first_run`)."""
+    from .plugins import AskFirstRun
+
+    try:
+        client.register_plugin(AskFirstRun(), name=AskFirstRun.name)
+    except Exception as exc:  # noqa: BLE001 - an optimisation, never a reason not to run
+        log.info("workers ask each trial's first-run question as it starts (no plugin: %s)", exc)
+
+
 class DaskExecutor:
     """Trials as Dask tasks with resource restrictions; reports via the worker event stream."""
 
@@ -248,6 +255,7 @@ class DaskExecutor:
         self._shipments: dict[Any, TrainerShipment] = {}
         self._spans = SpanRunner(client, topic, self._resource, self._queue, self._shipment, run_once)
         subscribe_reports(client, topic, self._on_report)
+        _register_first_run(client)
 
     def _infer_resource(self) -> str:
         names = {name for res in worker_slots(self._client).values() for name in res}
@@ -438,6 +446,8 @@ class DaskExecutor:
             return self._span_finished(kind, payload)
         if kind == "report":
             msg, worker = payload
+            if "outcome" in msg:
+                return self._finished_by_event(int(msg["number"]), msg["outcome"])
             if "part" in msg:
                 return [Started(n, t, w) for n, t, w in self._spans.part_started(msg, worker)]
             if "memory" in msg:
@@ -448,14 +458,28 @@ class DaskExecutor:
                 self._started_on[int(msg["number"])] = (worker, float(msg["started"]))
                 return [Started(int(msg["number"]), float(msg["started"]), worker)]
             return [Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)]
-        numbers: tuple[int, ...] = payload
+        return self._finished_task(payload)
+
+    def _finished_by_event(self, number: int, message: Mapping[str, Any]) -> list[Event]:
+        """A trial's outcome, sent by its worker after its reports: it ends here, and its task's end adds nothing."""
         with self._lock:
-            futures = [self._futures.pop(number, None) for number in numbers]
-        outcomes = self._outcomes(futures[0], len(numbers))
-        if any(o.status in (LOST, CANCELLED) for o in outcomes) and self._client.status != "running":
+            if self._futures.pop(number, None) is None:
+                return []  # told already: its task's result came first
+        return [Finished(number, self._account(number, Outcome.from_message(message)))]
+
+    def _finished_task(self, numbers: tuple[int, ...]) -> list[Event]:
+        """A task ended: its trials whose outcome did not come as an event take it from the task's result (or its
+        error: a lost worker, a cancel)."""
+        with self._lock:
+            futures = {number: self._futures.pop(number) for number in numbers if number in self._futures}
+        if not futures:
+            return []  # every outcome came with the event stream: no round trip for the result
+        outcomes = self._outcomes(next(iter(futures.values())), len(numbers))
+        ended = [(number, outcome) for number, outcome in zip(numbers, outcomes) if number in futures]
+        if any(o.status in (LOST, CANCELLED) for _, o in ended) and self._client.status != "running":
             # The scheduler went away, not the trial: leave it to `resume`, do not record a failure.
             raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
-        return [Finished(number, self._account(number, outcome)) for number, outcome in zip(numbers, outcomes)]
+        return [Finished(number, self._account(number, outcome)) for number, outcome in ended]
 
     def _account(self, number: int, outcome: Outcome) -> Outcome:
         """A lost trial whose worker its nanny killed for memory (or, failing that event, killed with the trial's

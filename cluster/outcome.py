@@ -63,6 +63,32 @@ class Outcome:
         except ValueError:
             raise ValueError(f"status={self.status!r}: must be one of {', '.join(TrialStatus)}") from None
 
+    def to_message(self) -> dict[str, Any]:
+        """This outcome as plain msgpack types (a Dask event carries it): see :meth:`from_message`."""
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "status":
+                value = str(value)
+            elif field.name == "metrics":
+                value = dict(value)
+            elif field.name == "history":
+                value = [[step, dict(metrics), at] for step, metrics, at in value]
+            elif field.name in ("devices", "ranks"):
+                value = [dict(v) if isinstance(v, Mapping) else v for v in value]
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> Outcome:
+        """The outcome :meth:`to_message` wrote (names it does not know are left out)."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        fields = {name: value for name, value in message.items() if name in known}
+        fields["history"] = tuple((int(s), dict(m), float(t)) for s, m, t in fields.get("history", ()))
+        fields["devices"] = tuple(int(d) for d in fields.get("devices", ()))
+        fields["ranks"] = tuple(dict(r) for r in fields.get("ranks", ()))
+        return cls(**fields)
+
     @property
     def ok(self) -> bool:
         return self.status == TrialStatus.OK

@@ -1,4 +1,5 @@
-"""The Dask plugins of the embedded cluster: no HTTP servers unless a dashboard is asked for, no SIGINT in workers.
+"""The Dask plugins: on the embedded cluster no HTTP servers unless a dashboard is asked for, no SIGINT in workers;
+on any cluster the executor joins, a trial task's first-run question asked while it queues.
 
 Apart from :mod:`cluster.backends` because defining them imports ``distributed``, which a light command
 (``hypersweep check``, ``status``) never needs.
@@ -12,7 +13,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
-__all__ = ["CloseSchedulerHTTP", "CloseWorkerHTTP", "IgnoreInterrupt"]
+__all__ = ["AskFirstRun", "CloseSchedulerHTTP", "CloseWorkerHTTP", "IgnoreInterrupt"]
 
 
 def _close_http_server(server: Any) -> None:
@@ -54,3 +55,24 @@ class CloseWorkerHTTP(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         _close_http_server(worker)
+
+
+class AskFirstRun(WorkerPlugin):
+    """Asks whether a trial's task ran before as soon as it queues at the worker (:mod:`cluster.first_run`), so
+    the answer is there when a slot frees; registered by :class:`cluster.DaskExecutor` on any cluster."""
+
+    name = "hypersweep-first-run"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        self._worker = worker
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        from .first_run import ask_early, forget_early
+
+        if not isinstance(key, str):
+            return
+        if finish in ("ready", "constrained"):
+            ask_early(self._worker, key)
+        elif finish in ("released", "forgotten", "cancelled"):
+            forget_early(key)

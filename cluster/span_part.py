@@ -23,6 +23,7 @@ from distributed.comm import get_address_host
 
 from .channel import WorkerReporter
 from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failure_of, ran_here
+from .first_run import FirstRun
 from .outcome import Outcome, TrialStatus
 from .trial_output import route_output
 
@@ -100,9 +101,19 @@ def _rendezvous(key: str, part: dict[str, Any], host: str, watch: _Watch) -> tup
 
 
 def run_part(
-    trainer: TrainerShipment | str, config: dict[str, Any], topic: str, resource: str, part: dict[str, Any]
+    trainer: TrainerShipment | str,
+    config: dict[str, Any],
+    topic: str,
+    resource: str,
+    part: dict[str, Any],
+    first_run: FirstRun | None = None,
 ) -> Outcome:
-    """Run part ``part["index"]`` (ranks ``first_rank .. first_rank + local - 1`` of ``world``) of a wide trial."""
+    """Run part ``part["index"]`` (ranks ``first_rank .. first_rank + local - 1`` of ``world``) of a wide trial.
+
+    A part Dask runs again (its worker died) ends at once (``first_run``), before it joins the rendezvous.
+    """
+    if first_run is not None:
+        first_run.check()
     from trainers.api import TrialConfig, running_trainer  # at run time only
     from trainers.ddp import launch_part
     from trainers.ddp_span import RankSpan

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -322,6 +323,12 @@ def _module_root(module_name: str | None) -> str | None:
     file = getattr(module, "__file__", None)
     if not module_name or not file:
         return None
+    return _root_of(module_name, str(file))
+
+
+@functools.lru_cache(maxsize=256)
+def _root_of(module_name: str, file: str) -> str | None:
+    """:func:`_module_root` for a module's file (resolving paths costs a worker about a millisecond a trial)."""
     path = Path(file).resolve().parent
     depth = 0 if module_name == "__main__" else module_name.count(".") + (Path(file).name == "__init__.py")
     if depth > len(path.parents):

@@ -1,6 +1,7 @@
 """hypersweep against the tools users would pick instead, measured in one run, 4 slots.
 
-    python -m bench.overhead [--quick] [--reps 3] [--peers ...] [--measures ...] [--profile]
+    python -m bench.overhead [--quick] [--reps 3] [--peers ...] [--measures ...] [--cluster embedded|tcp|tls]
+                             [--profile]
 
 (a) slot utilization on N x 100 ms and N x 1 s trials, random and TPE;
 (b) trials/s on N trivial (0 s) trials, random and TPE;
@@ -27,7 +28,7 @@ Definitions (printed with the table):
   start of the last (ramp-up and drain left out), with a sampler that sleeps 1 s per
   ask (a stand-in for GP or TPE on a large study) and 6 s trials.
 
-Peers: ``hypersweep`` (the real Campaign + DaskExecutor on a LocalCluster of 4
+Peers: ``hypersweep`` (the real Campaign + DaskExecutor on the cluster of 4
 single-slot worker processes, the default storage: the group-commit journal file),
 ``hypersweep-sqlite`` (the same on the SQLite file), ``hypersweep-inline`` (the
 sampler always on the loop's thread, never on its own), ``hypersweep-thread`` (the
@@ -39,7 +40,10 @@ trivial trials, 50 of the 200 x 100 ms, 25 of the 100 x 1 s, 5 of the 20 slow-sa
 trials), ``naive-mem``/``naive-sqlite`` (ask -> ``client.submit`` ->
 ``as_completed`` -> tell, 4 in flight), ``ray`` (Ray Tune, reuse_actors, 4
 concurrent; skipped with a message unless ``pip install hypersweep[bench]``).
-All Dask peers share one LocalCluster, started once.
+All Dask peers share one cluster of 4 single-slot worker processes, started once: ``--cluster embedded``
+(default) is hypersweep's own LocalCluster; ``tcp`` and ``tls`` start ``dask scheduler`` and 4 ``hypersweep worker``
+processes apart (:mod:`bench.external_cluster`; TLS with a throw-away CA), which every peer joins over the network,
+hypersweep as a user's ``--scheduler`` does.
 """
 
 from __future__ import annotations
@@ -431,12 +435,27 @@ def run_memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def dask_cluster() -> Iterator[Any]:
+def dask_cluster(kind: str = "embedded", folder: Path | None = None) -> Iterator[Any]:
+    """A client of 4 single-slot workers: hypersweep's embedded cluster, or one started apart and joined over
+    plain TCP or TLS (:mod:`bench.external_cluster`), as a user joins theirs (``--scheduler``)."""
     from cluster import ClusterOptions, open_cluster
 
-    options = ClusterOptions(n_workers=SLOTS, slots_per_worker=1)
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore:DaskStorage is experimental"}
-    with open_cluster(options, env=env) as client:
+    if kind == "embedded":
+        with open_cluster(ClusterOptions(n_workers=SLOTS, slots_per_worker=1), env=env) as client:
+            client.wait_for_workers(SLOTS, timeout=60)
+            yield client
+        return
+    from bench.external_cluster import external_cluster
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        external_cluster(SLOTS, kind == "tls", folder or Path(tmp), env) as (
+            address,
+            tls,
+        ),
+        open_cluster(ClusterOptions(address=address, tls=tls)) as client,
+    ):
         client.wait_for_workers(SLOTS, timeout=60)
         yield client
 
@@ -623,6 +642,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip (c)")
     parser.add_argument("--profile", action="store_true", help="only cProfile hypersweep on 200 x 100 ms trials")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cluster",
+        default="embedded",
+        choices=("embedded", "tcp", "tls"),
+        help="the 4 workers: hypersweep's embedded cluster, or a scheduler and workers started apart and joined "
+        "over plain TCP or TLS (every Dask peer uses the same one)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "overhead.csv")
     parser.add_argument("--_probe", help=argparse.SUPPRESS)
     parser.add_argument("--_probe-n", type=int, default=0, help=argparse.SUPPRESS)
@@ -646,13 +672,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# bench.overhead  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {os.cpu_count()} cpus  "
         f"python {sys.version.split()[0]}  optuna {optuna.__version__}  slots {SLOTS}  reps {reps}  "
-        f"sizes {sizes}  measures {' '.join(args.measures)}"
+        f"sizes {sizes}  measures {' '.join(args.measures)}  cluster {args.cluster}"
     )
     rec = Recorder()
     with tempfile.TemporaryDirectory() as tmp:
         dask_peers = [p for p in args.peers if p != "ray"]
         if dask_peers or args.profile:
-            with dask_cluster() as client:
+            with dask_cluster(args.cluster) as client:
                 ctx = Ctx(client, Path(tmp), args.seed)
                 _warm_up(ctx)
                 if args.profile:

@@ -1,4 +1,5 @@
-"""Throw-away certificates for TLS tests, made with the ``cryptography`` package (a dependency of hypersweep)."""
+"""Throw-away certificates for TLS (tests, and `bench.overhead --cluster tls`), made with the ``cryptography`` package
+(a dependency of hypersweep)."""
 
 from __future__ import annotations
 

@@ -41,3 +41,13 @@ def test_a_new_trial_whose_folder_holds_a_lost_trials_files_gets_a_fresh_one(tmp
     assert moved is not None and moved.parent == folder.root / "orphaned-trials"
     assert (moved / "checkpoint.pt").read_bytes() == b"another trial's" and read_params(folder, 3) is None
     assert not folder.trial(3).exists()
+
+
+def test_a_params_file_torn_by_a_crash_reads_as_nothing_recorded(tmp_path: Path) -> None:
+    folder = CampaignFolder(tmp_path / "c")
+    write_params(folder, 4, {"optimizer": "sgd", "lr": 0.5})
+    path = folder.trial(4) / "params.json"
+    whole = path.read_bytes()
+    for cut in (0, 1, len(whole) // 2, len(whole) - 1):
+        path.write_bytes(whole[:cut])  # what a crash in the middle of the write leaves
+        assert read_params(folder, 4) is None, cut

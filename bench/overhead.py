@@ -434,6 +434,28 @@ def run_memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
 # --- the runner -----------------------------------------------------------------------------------------
 
 
+def _spin() -> None:  # pragma: no cover - runs in a load process until it is terminated
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def background_load(n: int) -> Iterator[None]:
+    """``n`` processes that each keep a core busy (a load of about ``n`` beside the run), stopped on exit."""
+    import multiprocessing
+
+    procs = [multiprocessing.get_context("spawn").Process(target=_spin, daemon=True) for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(timeout=10)
+
+
 @contextlib.contextmanager
 def dask_cluster(kind: str = "embedded", folder: Path | None = None) -> Iterator[Any]:
     """A client of 4 single-slot workers: hypersweep's embedded cluster, or one started apart and joined over
@@ -486,7 +508,8 @@ class Recorder:
         self.rows.append(
             {"measure": measure, "sampler": sampler, "peer": peer, "rep": rep, "value": value, "unit": unit}
         )
-        print(f"  {measure:21s} {sampler:6s} {peer:19s} rep {rep}: {value:.4g} {unit}", flush=True)
+        load = os.getloadavg()[0]
+        print(f"  {measure:21s} {sampler:6s} {peer:19s} rep {rep}: {value:.4g} {unit}  (load {load:.1f})", flush=True)
 
     def medians(self) -> dict[tuple[str, str, str], float]:
         groups: dict[tuple[str, str, str], list[float]] = {}
@@ -649,6 +672,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the 4 workers: hypersweep's embedded cluster, or a scheduler and workers started apart and joined "
         "over plain TCP or TLS (every Dask peer uses the same one)",
     )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        help="busy processes to run beside the whole run (a load of about that many more: 4 on 2 cores)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "overhead.csv")
     parser.add_argument("--_probe", help=argparse.SUPPRESS)
     parser.add_argument("--_probe-n", type=int, default=0, help=argparse.SUPPRESS)
@@ -672,10 +701,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# bench.overhead  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {os.cpu_count()} cpus  "
         f"python {sys.version.split()[0]}  optuna {optuna.__version__}  slots {SLOTS}  reps {reps}  "
-        f"sizes {sizes}  measures {' '.join(args.measures)}  cluster {args.cluster}"
+        f"sizes {sizes}  measures {' '.join(args.measures)}  cluster {args.cluster}  load +{args.load}  "
+        f"loadavg {os.getloadavg()[0]:.1f}"
     )
     rec = Recorder()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, background_load(args.load):
         dask_peers = [p for p in args.peers if p != "ray"]
         if dask_peers or args.profile:
             with dask_cluster(args.cluster) as client:

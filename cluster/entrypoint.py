@@ -216,14 +216,14 @@ def run_trial(
     (:func:`_in_own_process`); a data-parallel one's ranks each get theirs from their launcher, and a trial
     without devices runs in this worker thread (no process to start).
     """
-    from trainers.api import TrialConfig, running_trainer  # at run time only
-
-    started = time.time()
     from distributed import get_worker  # on the worker, where distributed is loaded already
+
+    from trainers.api import TrialConfig, running_trainer  # at run time only
 
     worker = get_worker()
     if first_run is not None:
         first_run.check()  # a task Dask runs again ends here, before it says it started or writes anything
+    started = time.time()  # after the check, whose wait is no part of the run (nor of its device's tenancy)
     reporter = WorkerReporter(topic, int(config["number"]))
     reporter.started()
     lease, pool = _lease_devices(resource, width, share, memory, headroom)

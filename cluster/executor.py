@@ -23,7 +23,7 @@ from trainers.api import TrialConfig, entry_of, load_trainer, registered_trainer
 from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_memory_limits, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
-from .first_run import FirstRun, RanBefore
+from .first_run import FirstRun, RanBefore, trial_key
 from .memory_kills import MemoryKill, MemoryKills
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
@@ -323,7 +323,7 @@ class DaskExecutor:
 
     def _submit(self, requests: Sequence[TrialRequest]) -> Future:
         first = requests[0]
-        key = f"{self._topic}-trial-{first.number}-{time.monotonic_ns()}"
+        key = trial_key(self._topic, first.number, time.monotonic_ns())
         share = self._share()
         where: dict[str, Any] = {"key": key, "resources": {self._resource: first.width * share}, "pure": False}
         if first.prefer:

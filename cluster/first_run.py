@@ -7,8 +7,9 @@ set ends at once as lost, and the controller's retry policy decides.
 
 The question goes to the scheduler when the task enters the worker's queue (:class:`cluster.plugins.AskFirstRun`,
 a worker plugin the executor registers), so its round trip overlaps the wait for a slot; a worker without the
-plugin asks as the task starts. The answer is read as the trial starts, before it says so or writes anything. The event is then set without waiting (a worker dying within that millisecond lets Dask run the trial
-once more, which only a death in the first moments of a trial could cause).
+plugin asks as the task starts. The answer is read as the trial starts, before it says so or writes anything.
+The event is then set without waiting (a worker dying within that millisecond lets Dask run the trial once more,
+which only a death in the first moments of a trial could cause).
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ import logging
 import re
 from typing import Any
 
-__all__ = ["FirstRun", "RanBefore", "ask_early", "forget_early", "TRIAL_KEY"]
+__all__ = ["FirstRun", "RanBefore", "ask_early", "forget_early", "trial_key"]
 
 log = logging.getLogger(__name__)
 
 ANSWER_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer
-TRIAL_KEY = re.compile(r"-trial-\d+-\d+$")  # a trial task's key (cluster.executor.DaskExecutor._submit)
+TRIAL_KEY = re.compile(r"-trial-\d+-\d+$")  # what :func:`trial_key` makes
 _EARLY: dict[str, concurrent.futures.Future[Any]] = {}  # this worker's answers, asked while their tasks queued
+
+
+def trial_key(topic: str, number: int, unique: int) -> str:
+    """The Dask key of a task whose first trial is ``number`` (``unique``: apart from earlier tasks of it)."""
+    return f"{topic}-trial-{number}-{unique}"
 
 
 def _ask(worker: Any, name: str, op: str) -> concurrent.futures.Future[Any]:
@@ -65,17 +71,14 @@ class FirstRun:
     def _call(self, op: str) -> concurrent.futures.Future[Any]:
         return _ask(self._worker, self._name, op)
 
-    def first(self) -> bool:
-        """Whether this is the task's first run (waits for the answer the first time; the event is set then)."""
+    def check(self) -> None:
+        """Raise :class:`RanBefore` unless this is the task's first run (waits for the answer the first time, then
+        sets the event without waiting)."""
         if self._first is None:
             self._first = not bool(self._answer.result(timeout=ANSWER_TIMEOUT))
             if self._first:
                 self._call("event_set").add_done_callback(_log_failure)
-        return self._first
-
-    def check(self) -> None:
-        """Raise :class:`RanBefore` unless this is the task's first run."""
-        if not self.first():
+        if not self._first:
             raise RanBefore(self._name)
 
 

@@ -38,6 +38,9 @@ def start_run(spec: Path, runs: Path, env: dict[str, str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # A terminal starts it with Ctrl-C at its default; an ignored SIGINT would be inherited from this test
+        # process (an earlier test on the same xdist worker may leave it ignored; see the session-14 note).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

@@ -32,7 +32,8 @@ Peers: ``hypersweep`` (the real Campaign + DaskExecutor on the cluster of 4
 single-slot worker processes, the default storage: the group-commit journal file),
 ``hypersweep-sqlite`` (the same on the SQLite file), ``hypersweep-inline`` (the
 sampler always on the loop's thread, never on its own), ``hypersweep-thread`` (the
-sampler on a thread of the controller's process, not in a child process), ``optuna-threads``
+sampler on a thread of the controller's process, not in a child process), ``hypersweep-tasks`` (every trial a
+Dask task of its own, no slot runners: ``DaskExecutor(runners=False)``), ``optuna-threads``
 (``study.optimize(n_jobs=4)``, in-memory), ``daskstorage-1``/``daskstorage-250``
 (optuna-integration ``DaskStorage`` recipe, one ``study.optimize`` task per trial, or
 per 250 trials, capped at trials / 4 so that every slot gets a task: 250 of the 1,000
@@ -81,6 +82,7 @@ DASK_PEERS = (
     "hypersweep-sqlite",
     "hypersweep-inline",
     "hypersweep-thread",
+    "hypersweep-tasks",
     "optuna-threads",
     "daskstorage-1",
     "daskstorage-250",
@@ -219,7 +221,14 @@ class Ctx:
 
 
 def run_hypersweep(
-    ctx: Ctx, n: int, sleep: float, sampler: str, storage: str = "", delay: float = 0.0, sampling: str | None = None
+    ctx: Ctx,
+    n: int,
+    sleep: float,
+    sampler: str,
+    storage: str = "",
+    delay: float = 0.0,
+    sampling: str | None = None,
+    runners: bool = True,
 ) -> dict[str, Any]:
     from bench.simulate import bench_spec
     from cluster import DaskExecutor
@@ -245,7 +254,7 @@ def run_hypersweep(
     if delay:
         study.sampler = DelayedSampler(study.sampler, delay)
     started_at, start = time.time(), time.perf_counter()
-    executor = DaskExecutor(ctx.client, f"bench-{spec.study.name}")
+    executor = DaskExecutor(ctx.client, f"bench-{spec.study.name}", runners=runners)
     campaign = Campaign(spec, folder, study, executor, sampling=sampling)
     campaign.run()
     wall = time.perf_counter() - start
@@ -347,6 +356,7 @@ PEERS: dict[str, Callable[..., dict[str, Any]]] = {
     "hypersweep-sqlite": functools.partial(run_hypersweep, storage="sqlite"),
     "hypersweep-inline": functools.partial(run_hypersweep, sampling="inline"),
     "hypersweep-thread": functools.partial(run_hypersweep, sampling="thread"),
+    "hypersweep-tasks": functools.partial(run_hypersweep, runners=False),
     "optuna-threads": run_optuna_threads,
     "daskstorage-1": functools.partial(run_daskstorage, per_task=1),
     "daskstorage-250": functools.partial(run_daskstorage, per_task=250),

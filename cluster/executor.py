@@ -28,6 +28,7 @@ from .memory_kills import MemoryKill, MemoryKills
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
 from .restart import kill_worker_tree
+from .runner_pool import RUNNER_DONE, RUNNER_PUT, Placement, RunnerPool
 from .span_executor import PART_DONE, SpanRunner
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's modules import this one for its events
@@ -208,6 +209,23 @@ class BatchingExecutor(TrialExecutor, Protocol):
     def submit_batch(self, requests: Sequence[TrialRequest]) -> None: ...
 
 
+CLUSTER_TOPIC = "all"  # where the scheduler logs a worker's removal
+WORKER_GONE = "worker-gone"  # the executor's queue: a worker left the cluster
+
+
+def _register_inboxes(client: Client) -> bool:
+    """The worker plugin through which trials reach slot runners; False where the cluster refuses it (every trial
+    is then a task of its own)."""
+    from .plugins import SlotInboxes
+
+    try:
+        client.register_plugin(SlotInboxes(), name=SlotInboxes.name)
+    except Exception as exc:  # noqa: BLE001 - an optimisation, never a reason not to run
+        log.info("every trial runs as a Dask task of its own (no slot runners: %s)", exc)
+        return False
+    return True
+
+
 def _register_first_run(client: Client) -> None:
     """The worker plugin that asks a queued trial's first-run question early (once per cluster; a cluster that
     refuses it only answers each question as its task starts: :mod:`cluster.first_run`)."""
@@ -220,7 +238,9 @@ def _register_first_run(client: Client) -> None:
 
 
 class DaskExecutor:
-    """Trials as Dask tasks with resource restrictions; reports via the worker event stream."""
+    """Trials on a Dask cluster: one-slot trials through slot runners (long-lived tasks that each hold a slot and
+    run the trials sent to them, :mod:`cluster.runner_pool`), wider ones as Dask tasks with resource restrictions;
+    reports via the worker event stream. ``runners=False`` runs every trial as a task of its own."""
 
     supports_batch = True
     virtual_time = False
@@ -232,6 +252,7 @@ class DaskExecutor:
         resource: str | None = None,
         lost_after: float = 30.0,
         packing: GpuPacking | None = None,
+        runners: bool = True,
     ) -> None:
         self._client = client
         self._packing = packing or GpuPacking()
@@ -256,6 +277,10 @@ class DaskExecutor:
         self._spans = SpanRunner(client, topic, self._resource, self._queue, self._shipment, run_once)
         subscribe_reports(client, topic, self._on_report)
         _register_first_run(client)
+        self._pool: RunnerPool | None = None
+        if runners and _register_inboxes(client):
+            self._pool = RunnerPool(client, topic, self._resource, self._queue, self._shipment)
+            client.subscribe_topic(CLUSTER_TOPIC, self._on_cluster_event)
 
     def _infer_resource(self) -> str:
         names = {name for res in worker_slots(self._client).values() for name in res}
@@ -305,6 +330,11 @@ class DaskExecutor:
             raise ValueError(f"a batch holds trials of one width; got widths {sorted({r.width for r in requests})}")
         from distributed.client import ClosedClientError
 
+        if self._pool is not None and not self._pool.retired:
+            if width == 1:
+                self._place(requests)
+                return
+            self._retire_runners()  # a wider trial needs slots that runners would hold, on one worker or several
         widest = self.slots().widest  # 0 while no worker is there (joining, or restarted by its nanny): Dask queues it
         if 0 < widest < width:  # wider than any worker: parts on several (cluster.span)
             for request in requests:
@@ -320,6 +350,30 @@ class DaskExecutor:
                 self._futures[request.number] = future
                 self._params[request.number] = dict(request.config.params)
         future.add_done_callback(lambda _f, ns=numbers: self._queue.put(("done", ns)))
+
+    def _place(self, requests: Sequence[TrialRequest]) -> None:
+        """One-slot trials to slot runners (each under the first-run key its own task would have had)."""
+        assert self._pool is not None
+        placements = [
+            Placement(r, trial_key(self._topic, r.number, time.monotonic_ns()), self._expected_memory([r]))
+            for r in requests
+        ]
+        with self._lock:
+            for request in requests:
+                self._params[request.number] = dict(request.config.params)
+        self._pool.place(placements, self.slots().total, self._share(), self._packing.headroom)
+
+    def _retire_runners(self) -> None:
+        """From now on every trial is a task of its own: the runners end once their inboxes are empty, and trials
+        still waiting for one go as tasks."""
+        assert self._pool is not None
+        self._pool.retire(now=False)
+        self._flush_waiting()
+
+    def _flush_waiting(self) -> None:
+        if self._pool is not None and self._pool.retired:
+            for placement in self._pool.take_waiting():
+                self.submit_batch([placement.request])
 
     def _submit(self, requests: Sequence[TrialRequest]) -> Future:
         first = requests[0]
@@ -369,7 +423,7 @@ class DaskExecutor:
     def stop(self, number: int) -> None:
         if self._spans.stop_waiting(number):
             return
-        if number in self._futures or self._spans.has(number):
+        if number in self._futures or self._spans.has(number) or (self._pool is not None and self._pool.has(number)):
             request_stop(self._client, self._topic, number)  # rank 0 broadcasts it to every rank
 
     def kill(self, number: int, worker: str) -> bool:
@@ -377,6 +431,8 @@ class DaskExecutor:
             return self._spans.kill(number)
         with self._lock:
             future = self._futures.get(number)
+        if future is None and self._pool is not None:
+            future = self._pool.future_of(number)  # its runner: ended with its worker, like a task of its own
         nanny = worker_nanny(self._client, worker) if future is not None else ""
         if not nanny:
             log.warning(
@@ -391,7 +447,8 @@ class DaskExecutor:
 
     def running(self) -> tuple[int, ...]:
         with self._lock:
-            return tuple(sorted({*self._futures, *self._spans.running()}))
+            runners = self._pool.running() if self._pool is not None else ()
+            return tuple(sorted({*self._futures, *self._spans.running(), *runners}))
 
     def events(self, timeout: float) -> list[Event]:
         """Whatever happened since the last call; waits up to ``timeout`` s for the first event.
@@ -400,6 +457,9 @@ class DaskExecutor:
         """
         self._check_scheduler()
         self._spans.check_workers()
+        if self._pool is not None:
+            self._pool.check_workers(lambda: worker_slots(self._client))
+            self._pool.tick(self.slots().total, self._share(), self._packing.headroom)
         items: list[tuple[str, Any]] = []
         try:
             items.append(self._queue.get(timeout=max(0.0, timeout)))
@@ -422,8 +482,9 @@ class DaskExecutor:
 
     def close(self) -> None:
         """Cancel what is still running and stop listening."""
+        runners = self._close_runners()
         with self._lock:
-            futures = list({id(f): f for f in [*self._futures.values(), *self._spans.close()]}.values())
+            futures = list({id(f): f for f in [*self._futures.values(), *self._spans.close(), *runners]}.values())
             self._futures.clear()
         if futures:
             try:
@@ -433,21 +494,45 @@ class DaskExecutor:
         self._memory_kills.close()
         try:
             self._client.unsubscribe_topic(self._topic)
+            if self._pool is not None:
+                self._client.unsubscribe_topic(CLUSTER_TOPIC)
         except Exception as exc:  # noqa: BLE001
             log.debug("unsubscribe failed: %s", exc)
+
+    def _close_runners(self) -> list[Future]:
+        """Every runner told to end after its running trial (so that its slot is free for what comes next on this
+        cluster); their futures, to cancel."""
+        if self._pool is None:
+            return []
+        try:
+            return self._pool.retire(now=True)
+        except Exception as exc:  # noqa: BLE001 - closing must not raise over a lost scheduler
+            log.debug("retiring the slot runners failed: %s", exc)
+            return []
 
     def _on_report(self, msg: dict[str, Any], worker: str) -> None:
         self._queue.put(("report", (msg, worker)))
 
+    def _on_cluster_event(self, event: tuple[float, Any]) -> None:
+        _, msg = event
+        if isinstance(msg, dict) and msg.get("action") == "remove-worker" and msg.get("worker"):
+            self._queue.put((WORKER_GONE, str(msg["worker"])))
+
     def _to_events(self, kind: str, payload: Any) -> list[Event]:
         if kind == "wake":
             return []
+        if kind in (RUNNER_DONE, RUNNER_PUT, WORKER_GONE):
+            return self._runner_event(kind, payload)
         if kind in (PART_DONE, "span-cancelled"):
             return self._span_finished(kind, payload)
         if kind == "report":
             msg, worker = payload
             if "outcome" in msg:
                 return self._finished_by_event(int(msg["number"]), msg["outcome"])
+            if "runner" in msg:
+                if self._pool is not None:
+                    self._pool.ready(str(msg["runner"]), str(msg["ready"]))
+                return []
             if "part" in msg:
                 return [Started(n, t, w) for n, t, w in self._spans.part_started(msg, worker)]
             if "memory" in msg:
@@ -456,6 +541,8 @@ class DaskExecutor:
                 return []  # a memory figure only
             if "started" in msg:
                 self._started_on[int(msg["number"])] = (worker, float(msg["started"]))
+                if self._pool is not None:
+                    self._pool.started(int(msg["number"]), float(msg["started"]))
                 return [Started(int(msg["number"]), float(msg["started"]), worker)]
             return [Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)]
         return self._finished_task(payload)
@@ -463,9 +550,30 @@ class DaskExecutor:
     def _finished_by_event(self, number: int, message: Mapping[str, Any]) -> list[Event]:
         """A trial's outcome, sent by its worker after its reports: it ends here, and its task's end adds nothing."""
         with self._lock:
-            if self._futures.pop(number, None) is None:
-                return []  # told already: its task's result came first
+            ran = self._futures.pop(number, None) is not None
+        if not ran and self._pool is not None and self._pool.has(number):
+            self._pool.ended(number)
+            ran = True
+        if not ran:
+            return []  # told already: its task's result came first
         return [Finished(number, self._account(number, Outcome.from_message(message)))]
+
+    def _runner_event(self, kind: str, payload: Any) -> list[Event]:
+        """A slot runner ended, refused trials, or lost its worker: what ends with it, and the rest placed again."""
+        assert self._pool is not None
+        ended: list[Finished] = []
+        if kind == WORKER_GONE:
+            self._pool.lost_worker(payload)
+        elif kind == RUNNER_PUT:
+            self._pool.refused(*payload)
+            self._pool.place([], self.slots().total, self._share(), self._packing.headroom)
+        else:
+            done = self._pool.done(payload, self.slots().total, self._share(), self._packing.headroom)
+            ended = [Finished(number, self._account(number, outcome)) for number, outcome in done]
+            if any(f.outcome.status in (LOST, CANCELLED) for f in ended) and self._client.status != "running":
+                raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
+        self._flush_waiting()
+        return list(ended)
 
     def _finished_task(self, numbers: tuple[int, ...]) -> list[Event]:
         """A task ended: its trials whose outcome did not come as an event take it from the task's result (or its

@@ -13,7 +13,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
-__all__ = ["AskFirstRun", "CloseSchedulerHTTP", "CloseWorkerHTTP", "IgnoreInterrupt"]
+__all__ = ["AskFirstRun", "CloseSchedulerHTTP", "CloseWorkerHTTP", "IgnoreInterrupt", "SlotInboxes"]
 
 
 def _close_http_server(server: Any) -> None:
@@ -76,3 +76,20 @@ class AskFirstRun(WorkerPlugin):
             ask_early(self._worker, key)
         elif finish in ("released", "forgotten", "cancelled"):
             forget_early(key)
+
+
+class SlotInboxes(WorkerPlugin):
+    """Lets the executor put trials straight into a slot runner's inbox on this worker (:mod:`cluster.slot_runner`):
+    adds the worker's :data:`~cluster.slot_runner.PUT_OP` handler; registered by :class:`cluster.DaskExecutor`, which
+    runs every trial as a task of its own where a cluster refuses it."""
+
+    name = "hypersweep-slot-inboxes"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        from .slot_runner import PUT_OP, put_trials
+
+        def hypersweep_slot_put(runner: str, items: list[Any] | None = None, retire: str = "") -> str:
+            return put_trials(worker, runner, items, retire)
+
+        worker.handlers[PUT_OP] = hypersweep_slot_put

@@ -169,7 +169,7 @@ def _config(number: int, quality: float = 0.5) -> dict[str, Any]:
 @pytest.mark.timeout(120)
 def test_the_dask_executor_runs_a_batch_as_one_task_and_honours_a_preferred_worker() -> None:
     with open_cluster(ClusterOptions(n_workers=2)) as client:
-        executor = DaskExecutor(client, "test-pipe-exec")
+        executor = DaskExecutor(client, "test-pipe-exec", runners=False)  # tasks (runners: tests/cluster)
         workers = sorted(client.scheduler_info()["workers"])
         with pytest.raises(ValueError, match="one width"):
             executor.submit_batch(

@@ -1,0 +1,336 @@
+"""The executor's side of slot runners (:mod:`cluster.slot_runner`): start them, fill their inboxes, and place again
+whatever a runner did not run.
+
+A one-slot trial goes to an idle runner, else waits for one being started (up to one runner per slot of the
+cluster), else queues behind the runner expected to free first; it travels straight from the client to the
+runner's worker. Trials wider than one slot, or wider than a worker, stay Dask tasks of their own (the pool is
+retired for the rest of the campaign when the first comes, so that the runners give their slots back).
+
+A runner that ends (idle, retired), dies with its worker (the scheduler's ``remove-worker`` event, or a later look
+at the cluster's workers) or is cancelled (``kill``) hands its trials back: one that said it started ends as lost
+(cancelled, for a kill), with the outcome the runner kept when it has one; the others are placed again under the
+same first-run key (so that none can run twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import functools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from .outcome import Outcome, TrialStatus
+from .slot_runner import PUT_OP, pack_item, run_slot, runner_key
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+__all__ = ["Placement", "RunnerPool", "RUNNER_DONE", "RUNNER_PUT"]
+
+log = logging.getLogger(__name__)
+
+RUNNER_IDLE = 10.0  # seconds a runner waits with nothing to run before it gives its slot back
+RUNNER_DONE = "runner-done"  # the executor's queue: a runner's task ended
+RUNNER_PUT = "runner-put"  # the executor's queue: a runner did not take trials sent to it
+CHECK_SECONDS = 1.0  # between looks at whether every runner's worker is still there
+RESULT_TIMEOUT = 30.0  # seconds to fetch an ended runner's result
+RETIRE_TIMEOUT = 5.0  # seconds to tell every runner to end, on close
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A one-slot trial to run: its request, its first-run key (kept when it is sent again), its expected memory."""
+
+    request: Any  # cluster.executor.TrialRequest
+    key: str
+    memory: int = 0
+
+    @property
+    def number(self) -> int:
+        return int(self.request.number)
+
+
+@dataclasses.dataclass(eq=False)
+class Runner:
+    """One runner task: its worker once it said it is ready, and the trials sent to it that have not ended."""
+
+    key: str
+    future: Future
+    worker: str = ""
+    trials: dict[int, Placement] = dataclasses.field(default_factory=dict)  # in the order sent
+    started: dict[int, float] = dataclasses.field(default_factory=dict)  # number -> when it said it started
+    closed: bool = False  # takes no more trials (ended, retired, or refused a put)
+    lost: str = ""  # why its worker is gone, when it is
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.worker) and not self.closed
+
+    def order(self, prefer: str) -> tuple[int, bool, float]:
+        """Sort key: fewest trials, on the preferred worker, running the oldest trial (the first to free)."""
+        first = next(iter(self.trials), None)
+        return len(self.trials), self.worker != prefer, self.started.get(first, 0.0) if first is not None else 0.0
+
+
+class RunnerPool:
+    """The slot runners of one executor (its client, topic, resource and share of a device per slot)."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        resource: str,
+        events: queue.Queue[tuple[str, Any]],
+        ship: Callable[[Any], Any],
+        idle: float = RUNNER_IDLE,
+    ) -> None:
+        self._client, self._topic, self._resource = client, topic, resource
+        self._events, self._ship, self._idle = events, ship, idle
+        self._lock = threading.Lock()
+        self._runners: dict[str, Runner] = {}
+        self._of: dict[int, Runner] = {}  # trial -> the runner it was sent to
+        self._waiting: collections.deque[Placement] = collections.deque()  # for a runner being started
+        self._checked = 0.0
+        self.retired = False
+
+    # --- placing ------------------------------------------------------------------------------------
+
+    def has(self, number: int) -> bool:
+        with self._lock:
+            return number in self._of or any(p.number == number for p in self._waiting)
+
+    def future_of(self, number: int) -> Future | None:
+        with self._lock:
+            runner = self._of.get(number)
+            return runner.future if runner is not None else None
+
+    def running(self) -> tuple[int, ...]:
+        with self._lock:
+            return (*self._of, *(p.number for p in self._waiting))
+
+    def place(self, placements: Iterable[Placement], slots: int, share: float, headroom: float) -> None:
+        """Send ``placements`` to runners (``slots``: the cluster's one-slot capacity, the most runners to start)."""
+        with self._lock:
+            self._waiting.extend(placements)
+            if not self.retired:  # a retired pool's waiting trials go as tasks (the executor takes them)
+                self._start_runners(slots, share, headroom)
+                self._dispatch()
+
+    def tick(self, slots: int, share: float, headroom: float) -> None:
+        """Start the runners that trials still wait for (the cluster had no free slot for them when they came:
+        its workers were restarting, say)."""
+        with self._lock:
+            if self._waiting and not self.retired:
+                self._start_runners(slots, share, headroom)
+                self._dispatch()
+
+    def _start_runners(self, slots: int, share: float, headroom: float) -> None:
+        """Start a runner for each trial that no idle or starting runner will take, up to one per slot (each where
+        its trial would rather run)."""
+        idle = sum(1 for r in self._runners.values() if r.ready and not r.trials)
+        starting = sum(1 for r in self._runners.values() if not r.worker and not r.closed)
+        wanted = min(len(self._waiting) - idle - starting, slots - len(self._runners))
+        for i in range(max(0, wanted)):
+            key = runner_key(self._topic, time.monotonic_ns())
+            prefer = str(self._waiting[idle + starting + i].request.prefer)
+            where: dict[str, Any] = {"workers": [prefer], "allow_other_workers": True} if prefer else {}
+            future = self._client.submit(
+                run_slot,
+                key,
+                self._topic,
+                self._resource,
+                share,
+                headroom,
+                self._idle,
+                key=key,
+                resources={self._resource: share},
+                pure=False,
+                **where,
+            )
+            self._runners[key] = Runner(key, future)
+            future.add_done_callback(lambda _f, k=key: self._events.put((RUNNER_DONE, k)))
+
+    def _dispatch(self) -> None:
+        """Give waiting trials to idle runners; with no runner starting, queue them behind the busy ones."""
+        if self.retired:
+            return
+        starting = any(not r.worker and not r.closed for r in self._runners.values())
+        batches: dict[str, list[Placement]] = {}
+        while self._waiting:
+            placement = self._waiting[0]
+            ready = [r for r in self._runners.values() if r.ready]
+            if not ready:
+                break
+            runner = min(ready, key=lambda r: r.order(placement.request.prefer))
+            if runner.trials and starting:
+                break  # a runner on its way takes it sooner than a busy one frees
+            self._waiting.popleft()
+            runner.trials[placement.number] = placement
+            self._of[placement.number] = runner
+            batches.setdefault(runner.key, []).append(placement)
+        for key, batch in batches.items():
+            self._send(self._runners[key], batch)
+
+    def _send(self, runner: Runner, batch: list[Placement]) -> None:
+        items = [
+            pack_item(p.key, p.number, self._ship(p.request.trainer), p.request.config.to_dict(), p.memory)
+            for p in batch
+        ]
+        numbers = [p.number for p in batch]
+        sent = self._put(runner.worker, runner=runner.key, items=items)
+        sent.add_done_callback(functools.partial(self._sent, runner=runner, numbers=numbers))
+
+    def _put(self, worker: str, **message: Any) -> concurrent.futures.Future[Any]:
+        """Send ``message`` to ``worker``'s :data:`PUT_OP` handler over the client's connections (returns at once)."""
+
+        async def put() -> Any:
+            return await getattr(self._client.rpc(worker), PUT_OP)(**message)
+
+        loop: Any = self._client.loop  # tornado's IOLoop over the client's asyncio loop
+        return asyncio.run_coroutine_threadsafe(put(), loop.asyncio_loop)
+
+    def _sent(self, future: concurrent.futures.Future[Any], runner: Runner, numbers: list[int]) -> None:
+        error = future.exception()
+        if error is None and future.result() == "ok":
+            return
+        log.debug("runner %s took no trials %s (%s)", runner.key, numbers, error or future.result())
+        self._events.put((RUNNER_PUT, (runner.key, numbers)))
+
+    # --- events -------------------------------------------------------------------------------------
+
+    def ready(self, key: str, worker: str) -> None:
+        """Runner ``key`` started on ``worker``: it takes trials now."""
+        with self._lock:
+            runner = self._runners.get(key)
+            if runner is None or runner.closed:
+                return
+            runner.worker = worker
+            if self.retired:  # started after the others were told to end: it ends too
+                runner.closed = True
+                self._put(worker, runner=key, retire="drain")
+                return
+            self._dispatch()
+
+    def started(self, number: int, at: float) -> None:
+        with self._lock:
+            runner = self._of.get(number)
+            if runner is not None:
+                runner.started[number] = at
+
+    def ended(self, number: int) -> None:
+        """Trial ``number``'s outcome arrived: its runner has room for the next."""
+        with self._lock:
+            runner = self._of.pop(number, None)
+            if runner is not None:
+                runner.trials.pop(number, None)
+                runner.started.pop(number, None)
+                self._dispatch()
+
+    def refused(self, key: str, numbers: list[int]) -> None:
+        """Runner ``key`` took none of ``numbers`` (it had closed, or its worker is gone): place them again."""
+        with self._lock:
+            runner = self._runners.get(key)
+            if runner is None:
+                return
+            runner.closed = True
+            self._requeue(runner, [n for n in numbers if self._of.get(n) is runner])
+
+    def _requeue(self, runner: Runner, numbers: list[int]) -> None:
+        again = [runner.trials.pop(n) for n in numbers if n in runner.trials]
+        for placement in again:
+            self._of.pop(placement.number, None)
+            runner.started.pop(placement.number, None)
+        self._waiting.extendleft(reversed(again))
+
+    def done(self, key: str, slots: int, share: float, headroom: float) -> list[tuple[int, Outcome]]:
+        """Runner ``key``'s task ended: the outcomes of its trials that end with it; the rest are placed again."""
+        with self._lock:
+            runner = self._runners.pop(key, None)
+        if runner is None:
+            return []
+        result, why = self._result(runner.future)
+        with self._lock:
+            runner.closed = True
+            recent = {int(n): m for n, m in (result or {}).get("recent", {}).items()}
+            unrun = set((result or {}).get("unrun", ()))
+            ended: list[tuple[int, Outcome]] = []
+            for number, placement in list(runner.trials.items()):
+                if number in recent:
+                    ended.append((number, Outcome.from_message(recent[number])))
+                elif number in runner.started and placement.key not in unrun:
+                    ended.append((number, self._unfinished(runner, why)))
+            for number, _ in ended:
+                runner.trials.pop(number)
+                self._of.pop(number, None)
+            self._requeue(runner, list(runner.trials))
+            if not self.retired:
+                self._start_runners(slots, share, headroom)
+                self._dispatch()
+        return ended
+
+    @staticmethod
+    def _unfinished(runner: Runner, why: str) -> Outcome:
+        """The outcome of a trial that started on ``runner`` and whose own outcome never came."""
+        if runner.lost:
+            return Outcome(TrialStatus.LOST, error=runner.lost)
+        if why.startswith("cancelled"):
+            return Outcome(TrialStatus.CANCELLED, error=why)
+        return Outcome(TrialStatus.LOST, error=why or "its runner ended without its outcome")
+
+    def _result(self, future: Future) -> tuple[dict[str, Any] | None, str]:
+        """An ended runner's result, or why it has none (``cancelled: ...``, or its worker was lost)."""
+        if future.cancelled():
+            return None, "cancelled: its worker was restarted"
+        try:
+            return future.result(timeout=RESULT_TIMEOUT), ""
+        except Exception as exc:  # noqa: BLE001 - KilledWorker, comm errors: the runner's worker is gone
+            return None, f"its worker was lost ({type(exc).__name__}: {exc})".splitlines()[0]
+
+    def lost_worker(self, worker: str) -> None:
+        """``worker`` left the cluster: its runners end now (cancelled, so that Dask does not start them again)."""
+        with self._lock:
+            gone = [r for r in self._runners.values() if r.worker == worker and not r.lost]
+            for runner in gone:
+                runner.closed = True
+                runner.lost = f"its worker {worker} left the cluster"
+        if gone:
+            self._client.cancel([r.future for r in gone], force=True)
+
+    def check_workers(self, present: Callable[[], Iterable[str]]) -> None:
+        """Every :data:`CHECK_SECONDS`: a runner whose worker is not among ``present()`` ends (see
+        :meth:`lost_worker`; the scheduler's event says so sooner, this look catches a missed one)."""
+        now = time.monotonic()
+        with self._lock:
+            placed = [r.worker for r in self._runners.values() if r.worker]
+        if not placed or now - self._checked < CHECK_SECONDS:
+            return
+        self._checked = now
+        here = set(present())
+        for worker in set(placed) - here:
+            self.lost_worker(worker)
+
+    # --- ending -------------------------------------------------------------------------------------
+
+    def retire(self, now: bool = False) -> list[Future]:
+        """Tell every runner to end (``now``: after its running trial, handing back the rest; else once its inbox
+        is empty) and start no more; the runners' futures."""
+        with self._lock:
+            self.retired = True
+            runners = list(self._runners.values())
+        sent = [self._put(r.worker, runner=r.key, retire="now" if now else "drain") for r in runners if r.worker]
+        if now:
+            concurrent.futures.wait(sent, timeout=RETIRE_TIMEOUT)
+        return [r.future for r in runners]
+
+    def take_waiting(self) -> list[Placement]:
+        """The trials still waiting for a runner (a retired pool hands them to the task path)."""
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), collections.deque()
+            return waiting

@@ -279,7 +279,16 @@ class DaskExecutor:
         _register_first_run(client)
         self._pool: RunnerPool | None = None
         if runners and _register_inboxes(client):
-            self._pool = RunnerPool(client, topic, self._resource, self._queue, self._shipment)
+            self._pool = RunnerPool(
+                client,
+                topic,
+                self._resource,
+                self._queue,
+                self._shipment,
+                lambda: self.slots().total,
+                self._share(),
+                self._packing.headroom,
+            )
             client.subscribe_topic(CLUSTER_TOPIC, self._on_cluster_event)
 
     def _infer_resource(self) -> str:
@@ -361,7 +370,7 @@ class DaskExecutor:
         with self._lock:
             for request in requests:
                 self._params[request.number] = dict(request.config.params)
-        self._pool.place(placements, self.slots().total, self._share(), self._packing.headroom)
+        self._pool.place(placements)
 
     def _retire_runners(self) -> None:
         """From now on every trial is a task of its own: the runners end once their inboxes are empty, and trials
@@ -459,7 +468,7 @@ class DaskExecutor:
         self._spans.check_workers()
         if self._pool is not None:
             self._pool.check_workers(lambda: worker_slots(self._client))
-            self._pool.tick(self.slots().total, self._share(), self._packing.headroom)
+            self._pool.tick()
         items: list[tuple[str, Any]] = []
         try:
             items.append(self._queue.get(timeout=max(0.0, timeout)))
@@ -566,12 +575,10 @@ class DaskExecutor:
             self._pool.lost_worker(payload)
         elif kind == RUNNER_PUT:
             self._pool.refused(*payload)
-            self._pool.place([], self.slots().total, self._share(), self._packing.headroom)
         else:
-            done = self._pool.done(payload, self.slots().total, self._share(), self._packing.headroom)
+            done = self._pool.done(payload)
+            self._check_lost([outcome for _, outcome in done])
             ended = [Finished(number, self._account(number, outcome)) for number, outcome in done]
-            if any(f.outcome.status in (LOST, CANCELLED) for f in ended) and self._client.status != "running":
-                raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
         self._flush_waiting()
         return list(ended)
 
@@ -584,9 +591,7 @@ class DaskExecutor:
             return []  # every outcome came with the event stream: no round trip for the result
         outcomes = self._outcomes(next(iter(futures.values())), len(numbers))
         ended = [(number, outcome) for number, outcome in zip(numbers, outcomes) if number in futures]
-        if any(o.status in (LOST, CANCELLED) for _, o in ended) and self._client.status != "running":
-            # The scheduler went away, not the trial: leave it to `resume`, do not record a failure.
-            raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
+        self._check_lost([o for _, o in ended])
         return [Finished(number, self._account(number, outcome)) for number, outcome in ended]
 
     def _account(self, number: int, outcome: Outcome) -> Outcome:
@@ -648,9 +653,14 @@ class DaskExecutor:
         outcome = self._spans.part_done(*payload)
         if outcome is None:
             return []
-        if outcome.status in (LOST, CANCELLED) and self._client.status != "running":
-            raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
+        self._check_lost([outcome])
         return [Finished(int(payload[0]), outcome)]
+
+    def _check_lost(self, outcomes: Sequence[Outcome]) -> None:
+        """Raise :class:`ClusterError` when trials ended lost or cancelled because the scheduler went away, not the
+        trials: leave them to `resume`, do not record a failure."""
+        if any(o.status in (LOST, CANCELLED) for o in outcomes) and self._client.status != "running":
+            raise ClusterError(f"lost the Dask scheduler at {self._address} (client {self._client.status})")
 
     @classmethod
     def _outcomes(cls, future: Future | None, n: int) -> list[Outcome]:

@@ -89,10 +89,14 @@ class RunnerPool:
         resource: str,
         events: queue.Queue[tuple[str, Any]],
         ship: Callable[[Any], Any],
+        slots: Callable[[], int],
+        share: float = 1.0,
+        headroom: float = 0.9,
         idle: float = RUNNER_IDLE,
     ) -> None:
         self._client, self._topic, self._resource = client, topic, resource
         self._events, self._ship, self._idle = events, ship, idle
+        self._slots, self._share, self._headroom = slots, share, headroom  # the cluster's one-slot capacity, now
         self._lock = threading.Lock()
         self._runners: dict[str, Runner] = {}
         self._of: dict[int, Runner] = {}  # trial -> the runner it was sent to
@@ -115,28 +119,28 @@ class RunnerPool:
         with self._lock:
             return (*self._of, *(p.number for p in self._waiting))
 
-    def place(self, placements: Iterable[Placement], slots: int, share: float, headroom: float) -> None:
-        """Send ``placements`` to runners (``slots``: the cluster's one-slot capacity, the most runners to start)."""
+    def place(self, placements: Iterable[Placement]) -> None:
+        """Send ``placements`` to runners (starting runners for them, up to one per slot of the cluster)."""
         with self._lock:
             self._waiting.extend(placements)
             if not self.retired:  # a retired pool's waiting trials go as tasks (the executor takes them)
-                self._start_runners(slots, share, headroom)
+                self._start_runners()
                 self._dispatch()
 
-    def tick(self, slots: int, share: float, headroom: float) -> None:
+    def tick(self) -> None:
         """Start the runners that trials still wait for (the cluster had no free slot for them when they came:
         its workers were restarting, say)."""
         with self._lock:
             if self._waiting and not self.retired:
-                self._start_runners(slots, share, headroom)
+                self._start_runners()
                 self._dispatch()
 
-    def _start_runners(self, slots: int, share: float, headroom: float) -> None:
+    def _start_runners(self) -> None:
         """Start a runner for each trial that no idle or starting runner will take, up to one per slot (each where
         its trial would rather run)."""
         idle = sum(1 for r in self._runners.values() if r.ready and not r.trials)
         starting = sum(1 for r in self._runners.values() if not r.worker and not r.closed)
-        wanted = min(len(self._waiting) - idle - starting, slots - len(self._runners))
+        wanted = min(len(self._waiting) - idle - starting, self._slots() - len(self._runners))
         for i in range(max(0, wanted)):
             key = runner_key(self._topic, time.monotonic_ns())
             prefer = str(self._waiting[idle + starting + i].request.prefer)
@@ -146,11 +150,11 @@ class RunnerPool:
                 key,
                 self._topic,
                 self._resource,
-                share,
-                headroom,
+                self._share,
+                self._headroom,
                 self._idle,
                 key=key,
-                resources={self._resource: share},
+                resources={self._resource: self._share},
                 pure=False,
                 **where,
             )
@@ -241,6 +245,9 @@ class RunnerPool:
                 return
             runner.closed = True
             self._requeue(runner, [n for n in numbers if self._of.get(n) is runner])
+            if not self.retired:
+                self._start_runners()
+                self._dispatch()
 
     def _requeue(self, runner: Runner, numbers: list[int]) -> None:
         again = [runner.trials.pop(n) for n in numbers if n in runner.trials]
@@ -249,7 +256,7 @@ class RunnerPool:
             runner.started.pop(placement.number, None)
         self._waiting.extendleft(reversed(again))
 
-    def done(self, key: str, slots: int, share: float, headroom: float) -> list[tuple[int, Outcome]]:
+    def done(self, key: str) -> list[tuple[int, Outcome]]:
         """Runner ``key``'s task ended: the outcomes of its trials that end with it; the rest are placed again."""
         with self._lock:
             runner = self._runners.pop(key, None)
@@ -258,12 +265,12 @@ class RunnerPool:
         result, why = self._result(runner.future)
         with self._lock:
             runner.closed = True
-            recent = {int(n): m for n, m in (result or {}).get("recent", {}).items()}
+            recent: dict[int, Outcome] = (result or {}).get("recent", {})
             unrun = set((result or {}).get("unrun", ()))
             ended: list[tuple[int, Outcome]] = []
             for number, placement in list(runner.trials.items()):
                 if number in recent:
-                    ended.append((number, Outcome.from_message(recent[number])))
+                    ended.append((number, recent[number]))
                 elif number in runner.started and placement.key not in unrun:
                     ended.append((number, self._unfinished(runner, why)))
             for number, _ in ended:
@@ -271,7 +278,7 @@ class RunnerPool:
                 self._of.pop(number, None)
             self._requeue(runner, list(runner.trials))
             if not self.retired:
-                self._start_runners(slots, share, headroom)
+                self._start_runners()
                 self._dispatch()
         return ended
 

@@ -116,8 +116,9 @@ def put_trials(worker: Any, runner: str, items: list[Any] | None = None, retire:
 def run_slot(key: str, topic: str, resource: str, share: float, headroom: float, idle: float) -> dict[str, Any]:
     """The runner's task: say it is ready, run what its inbox holds until retired or idle, hand back the rest.
 
-    Its result: ``unrun`` (the first-run keys of the trials it did not run, to place again) and ``recent`` (the last few trials' outcomes,
-    as messages), or ``ran_before`` when Dask started it again after its worker died (it then runs nothing).
+    Its result: ``unrun`` (the first-run keys of the trials it did not run, to place again) and ``recent`` (the last
+    few trials' outcomes, by number), or ``ran_before`` when Dask started it again after its worker died (it then
+    runs nothing).
     """
     from distributed import get_worker
 
@@ -127,12 +128,12 @@ def run_slot(key: str, topic: str, resource: str, share: float, headroom: float,
         return {"ran_before": True, "unrun": [], "recent": {}}
     worker = get_worker()
     inbox = _INBOXES[key] = Inbox()
-    recent: collections.OrderedDict[int, dict[str, Any]] = collections.OrderedDict()
+    recent: collections.OrderedDict[int, Outcome] = collections.OrderedDict()
     try:
         worker.log_event(topic, {"runner": key, "ready": worker.address, "id": str(worker.id)})
         while (item := inbox.take(idle)) is not None:
             number, outcome = _run_item(item, topic, resource, share, headroom)
-            recent[number] = outcome.to_message()
+            recent[number] = outcome
             if len(recent) > RECENT:
                 recent.popitem(last=False)
     finally:

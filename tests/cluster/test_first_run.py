@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from distributed import Client
+from distributed import Client, Event
 from inproc import inproc_client
 
 from cluster import first_run as first_run_module
@@ -51,10 +51,18 @@ def test_a_task_run_again_under_the_same_key_ends_as_lost_without_the_plugin(cli
     assert "Dask started the task again" in outcome.error
 
 
+def _hold(name: str) -> bool:
+    return bool(Event(name).wait(timeout=30))
+
+
 def test_the_plugin_asks_while_the_task_queues_and_the_task_takes_that_answer(client: Client) -> None:
     client.register_plugin(AskFirstRun(), name=AskFirstRun.name)
-    blocker = client.submit(time.sleep, 1.0, resources={"CPU": 1}, pure=False)
-    time.sleep(0.2)  # the slot is taken: the trial queues behind it
+    release = Event("first-run-release", client=client)
+    blocker = client.submit(_hold, "first-run-release", resources={"CPU": 1}, pure=False)
+    deadline = time.monotonic() + 10
+    while not any(client.processing().values()):  # the slot is taken: the trial queues behind it
+        assert time.monotonic() < deadline, "the blocker never started"
+        time.sleep(0.01)
     key = "t-trial-8-1"
     queued = _run(client, key)
     deadline = time.monotonic() + 10
@@ -62,6 +70,7 @@ def test_the_plugin_asks_while_the_task_queues_and_the_task_takes_that_answer(cl
         assert time.monotonic() < deadline, "the plugin did not ask while the task queued"
         time.sleep(0.01)
     assert not blocker.done()  # asked before the task could start
+    release.set()
     assert queued.result(timeout=30) == "ran"
     assert key not in first_run_module._EARLY  # the task took the answer
     del queued

@@ -162,25 +162,43 @@ class RunnerPool:
             future.add_done_callback(lambda _f, k=key: self._events.put((RUNNER_DONE, k)))
 
     def _dispatch(self) -> None:
-        """Give waiting trials to idle runners; with no runner starting, queue them behind the busy ones."""
+        """Give waiting trials to idle runners (a trial to a runner on the worker it would rather run on first);
+        with no runner starting, queue them behind the busy ones."""
         if self.retired:
             return
         starting = any(not r.worker and not r.closed for r in self._runners.values())
         batches: dict[str, list[Placement]] = {}
         while self._waiting:
-            placement = self._waiting[0]
-            ready = [r for r in self._runners.values() if r.ready]
-            if not ready:
+            chosen = self._next_pair(starting)
+            if chosen is None:
                 break
-            runner = min(ready, key=lambda r: r.order(placement.request.prefer))
-            if runner.trials and starting:
-                break  # a runner on its way takes it sooner than a busy one frees
-            self._waiting.popleft()
+            runner, index = chosen
+            placement = self._waiting[index]
+            del self._waiting[index]
             runner.trials[placement.number] = placement
             self._of[placement.number] = runner
             batches.setdefault(runner.key, []).append(placement)
         for key, batch in batches.items():
             self._send(self._runners[key], batch)
+
+    def _next_pair(self, starting: bool) -> tuple[Runner, int] | None:
+        """The runner to give a waiting trial to, and which trial (its index in the queue); None to wait.
+
+        An idle runner takes the first trial that would rather run on its worker, else the first trial (whichever
+        runner became ready first, so a runner started for one trial can take another, and a trial does not land
+        where it did not want to when its own runner comes next); with none idle and none starting, the first trial
+        queues behind the runner expected to free first."""
+        idle = [r for r in self._runners.values() if r.ready and not r.trials]
+        for runner in idle:
+            for index, placement in enumerate(self._waiting):
+                if placement.request.prefer == runner.worker:
+                    return runner, index
+        if idle:
+            return idle[0], 0
+        ready = [r for r in self._runners.values() if r.ready]
+        if not ready or starting:
+            return None  # a runner on its way takes it sooner than a busy one frees
+        return min(ready, key=lambda r: r.order(self._waiting[0].request.prefer)), 0
 
     def _send(self, runner: Runner, batch: list[Placement]) -> None:
         items = [

@@ -57,16 +57,21 @@ class RanBefore(BaseException):  # noqa: N818 - not an error of the trial's: it 
 
 
 class FirstRun:
-    """On a worker, inside task ``key``: asks at once whether the task ran before; :meth:`check` reads the answer."""
+    """On a worker, inside task ``key``: asks at once whether the task ran before; :meth:`check` reads the answer.
 
-    def __init__(self, key: str) -> None:
+    ``fresh``: the key was never handed out before (a trial sent to a slot runner the first time, which no Dask
+    task can run again): it cannot have run, so nothing is asked; the mark is still set for a later send."""
+
+    def __init__(self, key: str, fresh: bool = False) -> None:
         from distributed import get_worker
 
         self._name = f"{key}-ran"
         self._worker: Any = get_worker()
         self._first: bool | None = None
-        early = _EARLY.pop(key, None)
-        self._answer = early if early is not None else self._call("event_is_set")
+        self._answer: concurrent.futures.Future[Any] | None = None  # None: a fresh key, not asked
+        if not fresh:
+            early = _EARLY.pop(key, None)
+            self._answer = early if early is not None else self._call("event_is_set")
 
     def _call(self, op: str) -> concurrent.futures.Future[Any]:
         return _ask(self._worker, self._name, op)
@@ -75,7 +80,7 @@ class FirstRun:
         """Raise :class:`RanBefore` unless this is the task's first run (waits for the answer the first time, then
         sets the event without waiting)."""
         if self._first is None:
-            self._first = not bool(self._answer.result(timeout=ANSWER_TIMEOUT))
+            self._first = self._answer is None or not bool(self._answer.result(timeout=ANSWER_TIMEOUT))
             if self._first:
                 self._call("event_set").add_done_callback(_log_failure)
         if not self._first:

@@ -46,11 +46,13 @@ RETIRE_TIMEOUT = 5.0  # seconds to tell every runner to end, on close
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """A one-slot trial to run: its request, its first-run key (kept when it is sent again), its expected memory."""
+    """A one-slot trial to run: its request, its first-run key (kept when it is sent again), its expected memory,
+    and whether it was never sent under that key (``fresh``: it cannot have run, so nothing asks whether it did)."""
 
     request: Any  # cluster.executor.TrialRequest
     key: str
     memory: int = 0
+    fresh: bool = True
 
     @property
     def number(self) -> int:
@@ -202,7 +204,7 @@ class RunnerPool:
 
     def _send(self, runner: Runner, batch: list[Placement]) -> None:
         items = [
-            pack_item(p.key, p.number, self._ship(p.request.trainer), p.request.config.to_dict(), p.memory)
+            pack_item(p.key, p.number, self._ship(p.request.trainer), p.request.config.to_dict(), p.memory, p.fresh)
             for p in batch
         ]
         numbers = [p.number for p in batch]
@@ -268,7 +270,7 @@ class RunnerPool:
                 self._dispatch()
 
     def _requeue(self, runner: Runner, numbers: list[int]) -> None:
-        again = [runner.trials.pop(n) for n in numbers if n in runner.trials]
+        again = [dataclasses.replace(runner.trials.pop(n), fresh=False) for n in numbers if n in runner.trials]
         for placement in again:
             self._of.pop(placement.number, None)
             runner.started.pop(placement.number, None)

@@ -37,7 +37,7 @@ PUT_OP = "hypersweep_slot_put"  # the worker handler that takes trials for a run
 RUNNER_KEY = re.compile(r"-runner-\d+$")  # what :func:`runner_key` makes
 RECENT = 8  # outcomes a runner returns with its result, for a trial whose outcome message did not arrive
 _INBOXES: dict[str, Inbox] = {}  # this worker process's runners, by key
-Item = tuple[str, bytes]  # a trial for a runner (:func:`pack_item`)
+Item = tuple[str, bytes, bool]  # a trial for a runner (:func:`pack_item`)
 
 
 def runner_key(topic: str, unique: int) -> str:
@@ -45,10 +45,11 @@ def runner_key(topic: str, unique: int) -> str:
     return f"{topic}-runner-{unique}"
 
 
-def pack_item(key: str, number: int, trainer: Any, config: dict[str, Any], memory: int) -> tuple[str, bytes]:
-    """One trial as it travels to a runner: its first-run key, and (pickled) its number, trainer shipment, config
-    and expected device memory."""
-    return key, cloudpickle.dumps((number, trainer, config, memory))
+def pack_item(key: str, number: int, trainer: Any, config: dict[str, Any], memory: int, fresh: bool) -> Item:
+    """One trial as it travels to a runner: its first-run key, (pickled) its number, trainer shipment, config and
+    expected device memory, and whether it is sent for the first time under that key (``fresh``: it cannot have
+    run, so its runner does not ask)."""
+    return key, cloudpickle.dumps((number, trainer, config, memory)), fresh
 
 
 class Inbox:
@@ -105,11 +106,12 @@ def put_trials(worker: Any, runner: str, items: list[Any] | None = None, retire:
     if retire:
         inbox.retire(retire == "now")
         return "ok"
-    trials: list[Item] = [(str(key), bytes(blob)) for key, blob in items or ()]
+    trials: list[Item] = [(str(key), bytes(blob), bool(fresh)) for key, blob, fresh in items or ()]
     if not inbox.put(trials):
         return "closed"
-    for key, _ in trials:
-        ask_early(worker, key)  # its first-run answer comes while it waits, as for a task queued at the worker
+    for key, _, fresh in trials:
+        if not fresh:  # sent again: its first-run answer comes while it waits, as for a task queued at the worker
+            ask_early(worker, key)
     return "ok"
 
 
@@ -138,7 +140,7 @@ def run_slot(key: str, topic: str, resource: str, share: float, headroom: float,
                 recent.popitem(last=False)
     finally:
         _INBOXES.pop(key, None)
-        unrun = [trial for trial, _ in inbox.close()]
+        unrun = [trial for trial, _, _ in inbox.close()]
     return {"ran_before": False, "unrun": unrun, "recent": dict(recent)}
 
 
@@ -147,10 +149,10 @@ def _run_item(item: Item, topic: str, resource: str, share: float, headroom: flo
     not send itself (it ran before, or it failed outside its trainer) up the event stream."""
     from distributed import get_worker
 
-    key, blob = item
+    key, blob, fresh = item
     number, trainer, config, memory = cloudpickle.loads(blob)
     try:
-        return number, run_trial(trainer, config, topic, resource, 1, share, memory, headroom, FirstRun(key))
+        return number, run_trial(trainer, config, topic, resource, 1, share, memory, headroom, FirstRun(key, fresh))
     except RanBefore:
         why = "its worker died while it ran (it was sent again; only the controller retries)"
         outcome = Outcome(TrialStatus.LOST, error=why)

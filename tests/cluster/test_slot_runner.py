@@ -68,20 +68,20 @@ def _processed(cluster: Any) -> _Processed:
 
 def test_an_inbox_hands_out_in_order_and_closes_when_idle_so_that_nothing_put_later_is_lost() -> None:
     inbox = Inbox()
-    assert inbox.put([("a", b"1"), ("b", b"2")])
-    assert inbox.take(1.0) == ("a", b"1")
-    assert inbox.take(1.0) == ("b", b"2")
+    assert inbox.put([("a", b"1", True), ("b", b"2", True)])
+    assert inbox.take(1.0) == ("a", b"1", True)
+    assert inbox.take(1.0) == ("b", b"2", True)
     started = time.monotonic()
     assert inbox.take(0.2) is None  # idle: closed in the same step
     assert time.monotonic() - started >= 0.19
-    assert not inbox.put([("c", b"3")])  # refused, so the executor places it again
+    assert not inbox.put([("c", b"3", True)])  # refused, so the executor places it again
 
 
 def test_retiring_an_inbox_drains_it_or_hands_the_rest_back_now() -> None:
     drained = Inbox()
-    drained.put([("a", b"1")])
+    drained.put([("a", b"1", True)])
     drained.retire(now=False)
-    assert drained.take(5.0) == ("a", b"1")
+    assert drained.take(5.0) == ("a", b"1", True)
     assert drained.take(5.0) is None
     now = Inbox()
     later = threading.Timer(0.1, now.retire, kwargs={"now": True})  # while the runner waits for its next trial
@@ -91,14 +91,14 @@ def test_retiring_an_inbox_drains_it_or_hands_the_rest_back_now() -> None:
     assert time.monotonic() - started < 4
     later.join()
     busy = Inbox()
-    busy.put([("a", b"1"), ("b", b"2")])
+    busy.put([("a", b"1", True), ("b", b"2", True)])
     busy.retire(now=True)
     assert busy.take(5.0) is None
-    assert busy.close() == [("a", b"1"), ("b", b"2")]
+    assert busy.close() == [("a", b"1", True), ("b", b"2", True)]
 
 
 def test_a_put_to_a_runner_this_worker_does_not_have_is_refused() -> None:
-    assert put_trials(None, "nobody-runner-1", [("k", b"")]) == "closed"
+    assert put_trials(None, "nobody-runner-1", [("k", b"", True)]) == "closed"
 
 
 @pytest.fixture
@@ -274,3 +274,32 @@ def test_a_trial_sent_again_after_its_worker_died_runs_once_the_worker_is_back(
             executor.close()
     assert first[0].status == TrialStatus.LOST, first[0]
     assert again[0].status == TrialStatus.OK, again[0]
+
+
+def test_a_trial_sent_the_first_time_asks_the_scheduler_nothing_and_is_still_marked_as_run(client: Client) -> None:
+    """Its key was never handed out, so it cannot have run: no ``event_is_set`` round trip per trial (a trial sent
+    again, by a runner that ended or died, still asks: the kill test above)."""
+    scheduler = client.cluster.scheduler  # type: ignore[attr-defined]
+    asked: list[str] = []
+    original = scheduler.handlers["event_is_set"]
+
+    def counting(name: Any = None) -> Any:
+        asked.append(str(name))
+        return original(name=name)
+
+    scheduler.handlers["event_is_set"] = counting
+    executor = DaskExecutor(client, "runners-f")
+    try:
+        for number in range(6):
+            executor.submit(TrialRequest(number, _fit, _config(number)))
+        done, _ = _drain(executor, set(range(6)))
+    finally:
+        executor.close()
+        scheduler.handlers["event_is_set"] = original
+    assert {o.status for o in done.values()} == {TrialStatus.OK}
+    assert [name for name in asked if "-trial-" in name] == []
+    events = scheduler.extensions["events"]._events
+    deadline = time.monotonic() + 10
+    while sum(1 for name, e in list(events.items()) if "-trial-" in name and e.is_set()) < 6:
+        assert time.monotonic() < deadline, sorted(events)
+        time.sleep(0.05)

@@ -12,6 +12,7 @@ A process the trainer starts with ``stdout=sys.stdout`` inherits the log file it
 ranks' output into the launching thread's streams. Output written straight to file
 descriptors 1 and 2 (C code) and by threads the trainer starts is not routed.
 
+The file is made with the trial's first output (a trial that prints nothing leaves none).
 A log keeps at most ``MAX_LOG_BYTES`` (over all runs of the trial: retries and segments
 append); what comes after is dropped, and a ``[truncated]`` line says so. A log that cannot be
 written (a full disk) stops quietly: a trial never fails for its log.
@@ -19,6 +20,7 @@ written (a full disk) stops quietly: a trial never fails for its log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -37,42 +39,85 @@ TRUNCATED = b"\n[truncated: this log reached its size limit; later output was dr
 
 
 class TrialLog:
-    """One trial's log file, appended to unbuffered (nothing is lost when the process dies), capped."""
+    """One trial's log file, appended to unbuffered (nothing is lost when the process dies), capped.
 
-    def __init__(self, path: Path, limit: int = MAX_LOG_BYTES) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    The file (and its folder) is made with the first write, or when a process the trainer starts asks for its file
+    descriptor, starting with ``header``: a trial that prints nothing leaves no file and costs its slot no file
+    system call (a create in a folder waits behind the journal's fsync on the same disk). Where it cannot be made
+    (the campaign folder is not reachable from this worker) it takes nothing, says so once, and the router leaves
+    the output where it was."""
+
+    def __init__(self, path: Path, limit: int = MAX_LOG_BYTES, header: str = "") -> None:
         self.path = path
-        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
+        self._file: Any = None  # opened by the first write
+        self._header = header.encode("utf-8", errors="replace")
         self._limit = limit
-        self._size = os.fstat(self._file.fileno()).st_size
-        self._truncated = self._size >= limit
+        self._size = 0
+        self._truncated = False
+        self._closed = False
+        self._unreachable = False
         self._lock = threading.Lock()
+
+    def _open(self) -> bool:
+        """Whether the file is open (opened now, with its header, when it was not yet); call with the lock held."""
+        if self._file is not None:
+            return not self._file.closed
+        if self._closed or self._unreachable:
+            return False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
+        except OSError as exc:  # the campaign folder is not reachable from this worker
+            self._unreachable = True
+            _log.warning("%s: cannot open (%s); this trial's output stays where it was", self.path, exc)
+            return False
+        self._size = os.fstat(self._file.fileno()).st_size
+        self._truncated = self._size >= self._limit
+        if self._header:
+            self._write(self._header)
+        return True
 
     def write(self, text: str) -> int:
         self.write_bytes(text.encode("utf-8", errors="replace"))
         return len(text)
 
-    def write_bytes(self, data: bytes) -> None:
+    def write_bytes(self, data: bytes) -> bool:
+        """Append ``data`` (up to the limit); False when there is no file to take it (it cannot be made, or the log
+        is closed)."""
         with self._lock:
-            if self._truncated or self._file.closed or not data:
-                return
-            room = self._limit - self._size
-            if len(data) > room:
-                data, self._truncated = data[: max(room, 0)] + TRUNCATED, True
-            try:
-                self._file.write(data)
-            except OSError as exc:  # a full disk: the log stops, the trial does not fail for it
-                self._truncated = True
-                _log.warning("%s: cannot write (%s); later output is dropped", self.path, exc)
-                return
-            self._size += len(data)
+            if not data:
+                return not (self._closed or self._unreachable)
+            if not self._open():
+                return False
+            self._write(data)
+            return True
+
+    def _write(self, data: bytes) -> None:
+        if self._truncated:
+            return
+        room = self._limit - self._size
+        if len(data) > room:
+            data, self._truncated = data[: max(room, 0)] + TRUNCATED, True
+        try:
+            self._file.write(data)
+        except OSError as exc:  # a full disk: the log stops, the trial does not fail for it
+            self._truncated = True
+            _log.warning("%s: cannot write (%s); later output is dropped", self.path, exc)
+            return
+        self._size += len(data)
 
     def fileno(self) -> int:
-        return self._file.fileno()
+        """The log file's descriptor (made now if need be); ``OSError`` when it cannot be made."""
+        with self._lock:
+            if not self._open():
+                raise OSError(f"{self.path}: no log file to hand out")
+            return int(self._file.fileno())
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
 
 
 class ThreadRouter:
@@ -87,8 +132,8 @@ class ThreadRouter:
 
     def write(self, text: str) -> int:
         log = self._log()
-        if log is not None:
-            return log.write(text)
+        if log is not None and log.write_bytes(text.encode("utf-8", errors="replace")):
+            return len(text)
         return self.original.write(text) if self.original is not None else len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -105,7 +150,8 @@ class ThreadRouter:
     def fileno(self) -> int:
         log = self._log()
         if log is not None:
-            return log.fileno()
+            with contextlib.suppress(OSError):  # no log file to be had: the stream it replaced
+                return log.fileno()
         if self.original is None:
             raise OSError("no stream behind this router")
         return self.original.fileno()
@@ -114,6 +160,7 @@ class ThreadRouter:
         return getattr(self.original, name)
 
 
+_HOST = socket.gethostname()
 _ROUTES: dict[int, TrialLog] = {}  # thread id -> the log of the trial it runs
 _ROUTERS: dict[str, ThreadRouter] = {}  # "stdout"/"stderr" -> the router installed on it
 _LOCK = threading.Lock()
@@ -143,13 +190,9 @@ def route_output(log_dir: str | None, number: int) -> TrialOutput:
     """Route this thread's ``sys.stdout``/``sys.stderr`` to ``<log_dir>/stdout.log`` (``None``: leave them)."""
     if not log_dir:
         return TrialOutput(None)
-    try:
-        log = TrialLog(Path(log_dir) / STDOUT_LOG)
-    except OSError as exc:  # the campaign folder is not reachable from this worker: output stays where it was
-        _log.warning("trial %d: cannot open its log in %s (%s); its output is not kept", number, log_dir, exc)
-        return TrialOutput(None)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    log.write(f"=== trial {number}: started {stamp} on {socket.gethostname()} (pid {os.getpid()}) ===\n")
+    header = f"=== trial {number}: started {stamp} on {_HOST} (pid {os.getpid()}) ===\n"
+    log = TrialLog(Path(log_dir) / STDOUT_LOG, header=header)  # the file comes with the trial's first output
     with _LOCK:
         _ROUTES[threading.get_ident()] = log
         _install()

@@ -148,6 +148,37 @@ def test_the_router_passes_other_threads_through_and_hands_children_the_log_file
     assert (tmp_path / STDOUT_LOG).read_text() == "mine\nfrom a child\n"
 
 
+def test_a_trial_that_prints_nothing_leaves_no_log_and_its_first_output_brings_the_header(tmp_path: Path) -> None:
+    original = sys.stdout
+    quiet = route_output(str(tmp_path / "0"), 0)
+    quiet.close()
+    assert not (tmp_path / "0").exists()  # no folder, no file: nothing for the slot to wait on
+    chatty = route_output(str(tmp_path / "1"), 1)
+    try:
+        print("", end="")  # an empty write makes nothing either
+        assert not (tmp_path / "1").exists()
+        print("hello")
+    finally:
+        chatty.close()
+    assert sys.stdout is original
+    lines = (tmp_path / "1" / STDOUT_LOG).read_text().splitlines()
+    assert lines[0].startswith("=== trial 1: started ") and lines[1:] == ["hello"]
+
+
+def test_output_that_cannot_reach_its_log_stays_where_it_was(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    log = TrialLog(blocked / "0" / STDOUT_LOG)
+    with open(tmp_path / "terminal.txt", "w") as original:
+        router = ThreadRouter(original, {threading.get_ident(): log})
+        router.write("kept here\n")
+        router.flush()
+        original.flush()
+        subprocess.run([sys.executable, "-c", "print('from a child')"], stdout=router, check=True)
+    log.close()
+    assert (tmp_path / "terminal.txt").read_text() == "kept here\nfrom a child\n"
+
+
 def test_a_log_stops_at_its_limit_with_one_truncated_line(tmp_path: Path) -> None:
     log = TrialLog(tmp_path / STDOUT_LOG, limit=100)
     for _ in range(30):

@@ -190,6 +190,9 @@ class TrialMonitor:
     """Samples one trial's memory (and GPU utilization) every ``every`` s, from ``start`` to ``stop``.
 
     The samples are taken on the process's one monitor thread (:class:`_Ticker`), and at ``start`` and ``stop``.
+    A figure goes up (``on_memory``, so that a worker killed for memory leaves one behind) from the ticks, and from
+    a sample the trial's own process asks for, each time it grew by ``GROWTH_SENT``; the start and stop samples
+    send none (the outcome carries the peak), so a trial shorter than one tick sends no figure of its own.
     """
 
     def __init__(
@@ -220,7 +223,8 @@ class TrialMonitor:
         if self._tenants is not None and self._tenants() <= 1:
             reset_cuda_peak(self.devices)
         self._nvml = _Nvml(self._physical) if self._physical else None
-        self.sample()
+        with self._lock:
+            self._sample(send=False)
         _TICKER.add(self)
         return self
 
@@ -247,7 +251,7 @@ class TrialMonitor:
         except Exception:  # noqa: BLE001
             return
 
-    def _sample(self) -> None:
+    def _sample(self, send: bool = True) -> None:
         cuda = cuda_peak(self.devices)
         if cuda is None:
             cuda = self._reported
@@ -262,15 +266,16 @@ class TrialMonitor:
             self.shared = max(self.shared, self._tenants())
         if self._nvml is not None and (u := self._nvml.utilization()) is not None:
             self._utilization.append(u)
-        if self._on_memory is not None and value > self._sent * GROWTH_SENT:
+        if send and self._on_memory is not None and value > self._sent * GROWTH_SENT:
             self._sent = value
             self._on_memory(value)
 
     def stop(self) -> dict[str, Any]:
         """Stop sampling (a sample under way on the monitor thread ends first); the figures for the outcome."""
         _TICKER.remove(self)
-        self.sample()
         with self._lock:
+            if not self._stopped:
+                self._sample(send=False)  # the outcome carries it
             self._stopped = True
         figures: dict[str, Any] = {"peak_memory": self._peak, "memory_kind": self._kind, "memory_shared": self.shared}
         if self._utilization:

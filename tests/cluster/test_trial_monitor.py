@@ -46,6 +46,11 @@ def _monitor_threads() -> list[threading.Thread]:
 def test_concurrent_trials_share_one_sampling_thread_and_stop_sampling_when_they_end() -> None:
     sent: dict[int, list[int]] = {i: [] for i in range(6)}
     monitors = [TrialMonitor(on_memory=sent[i].append, every=0.02).start() for i in range(6)]
+    assert not any(sent.values())  # the start sample sends nothing (the outcome carries the peak)
+    deadline = time.monotonic() + 20
+    while not all(sent.values()):  # the first figure comes with the first tick
+        assert time.monotonic() < deadline, f"not every monitor sent its first figure: {sent}"
+        time.sleep(0.02)
     grow = max(48 * 2**20, rss_bytes() // 4)  # a quarter of what the process holds: more than the tenth that is sent
     hoard = bytearray(grow)
     hoard[::4096] = b"x" * len(hoard[::4096])

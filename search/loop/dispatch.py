@@ -152,8 +152,7 @@ class Dispatcher:
         members = []
         for prepared in group:
             trial, config = prepared.trial, prepared.config
-            assert config is not None, "invalid trials are told FAIL before dispatch"
-            self._folder.trial(trial.number).mkdir(parents=True, exist_ok=True)
+            assert config is not None, "invalid trials are told FAIL before dispatch"  # its folder: configure's
             write_attrs(
                 trial, seed=config.seed, config=config.to_dict(), width=prepared.width, sampler_saw=prepared.sampler_saw
             )

@@ -15,7 +15,7 @@ from search.pbt.population import Population
 from search.sampling.seeds import trial_seed
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.trial_params import set_aside_stale_folder, write_params
+from search.store.trial_params import claim_folder, write_params
 from spaces.errors import SpaceError
 from trainers.api import TrialConfig
 
@@ -53,12 +53,12 @@ class TrialMaker:
 
     def _ask(self) -> optuna.Trial:
         """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
-        conditional parameter whose condition holds (from the child's values when a child samples). A folder
-        its number already has belongs to a trial the storage lost: it is moved aside."""
+        conditional parameter whose condition holds (from the child's values when a child samples). Its folder is
+        made; one its number already has belongs to a trial the storage lost: it is moved aside."""
         space = self._spec.space
         trial = self._study.ask(fixed_distributions=space.base_distributions())
         space.suggest(trial)
-        set_aside_stale_folder(self._folder, trial.number)
+        claim_folder(self._folder, trial.number)
         return trial
 
     def configure(self, trial: optuna.Trial, saw: int) -> Prepared:

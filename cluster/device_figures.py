@@ -14,6 +14,7 @@ A sample whose memory grew by a tenth since the last one sent goes to the contro
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -26,6 +27,7 @@ import psutil  # a dependency of distributed
 __all__ = ["TrialMonitor", "cuda_peak", "rss_bytes", "nvml_utilization", "CUDA", "RSS"]
 
 CUDA, RSS = "cuda", "rss"  # what ``peak_memory`` measured
+START_REUSE = 0.05  # seconds: a trial's first host-memory figure may be one taken this recently in its process
 GROWTH_SENT = 1.1  # memory grown by 10% since the last figure sent: send it
 
 
@@ -52,9 +54,24 @@ def reset_cuda_peak(devices: Sequence[int]) -> None:
         torch.cuda.reset_peak_memory_stats(d)
 
 
-def rss_bytes(pid: int | None = None) -> int:
-    """Resident memory of process ``pid`` (default: this one) and every process it started."""
+def rss_bytes(pid: int | None = None, within: float = 0.0) -> int:
+    """Resident memory of process ``pid`` (default: this one) and every process it started; ``within``: a figure
+    measured at most that many seconds ago will do (a trial starting right after another on its slot takes the
+    one its predecessor ended with: a walk of the process tree is a dozen file reads)."""
     pid = pid or os.getpid()
+    global _last_rss
+    last_pid, at, value = _last_rss
+    if within > 0 and last_pid == pid and time.monotonic() - at <= within:
+        return value
+    value = _rss_now(pid)
+    _last_rss = (pid, time.monotonic(), value)
+    return value
+
+
+_last_rss: tuple[int, float, int] = (0, -math.inf, 0)  # the last figure rss_bytes measured: (pid, when, bytes)
+
+
+def _rss_now(pid: int) -> int:
     if _proc_children_readable():
         return _proc_tree_rss(pid)
     try:
@@ -140,21 +157,26 @@ class _Ticker:
     """One thread per process that samples every running trial's monitor when it is due.
 
     A thread per trial cost the worker a start and a join (about 2 ms) on every trial, which a 100 ms trial
-    cannot spare; this one starts with the first monitor and stays.
+    cannot spare; this one starts with the first monitor and stays. A monitor added is due after the one thread
+    wakes anyway (trials one after another on a slot), so it wakes the thread only when it is due sooner: each
+    wake-up costs the trial's thread a hand-over of the interpreter.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._due: dict[TrialMonitor, float] = {}
         self._thread: threading.Thread | None = None
+        self._wakes = math.inf  # when the thread wakes next by itself (monotonic)
 
     def add(self, monitor: TrialMonitor) -> None:
         with self._cond:
-            self._due[monitor] = time.monotonic() + monitor.every
+            due = self._due[monitor] = time.monotonic() + monitor.every
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="hypersweep-trial-monitor", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if due < self._wakes:
+                self._wakes = due
+                self._cond.notify()
 
     def remove(self, monitor: TrialMonitor) -> None:
         with self._cond:
@@ -164,9 +186,11 @@ class _Ticker:
         while True:
             with self._cond:
                 now = time.monotonic()
-                wait = min(self._due.values(), default=now + 60.0) - now
+                wait = min(self._due.values(), default=math.inf) - now
                 if wait > 0:
-                    self._cond.wait(wait)
+                    self._wakes = now + wait
+                    self._cond.wait(None if math.isinf(wait) else wait)
+                    self._wakes = math.inf
                     continue
                 ready = [m for m, due in self._due.items() if due <= now]
                 for monitor in ready:
@@ -179,6 +203,7 @@ class _Ticker:
         self._cond = threading.Condition()
         self._due = {}
         self._thread = None
+        self._wakes = math.inf
 
 
 _TICKER = _Ticker()
@@ -224,7 +249,7 @@ class TrialMonitor:
             reset_cuda_peak(self.devices)
         self._nvml = _Nvml(self._physical) if self._physical else None
         with self._lock:
-            self._sample(send=False)
+            self._sample(send=False, within=START_REUSE)
         _TICKER.add(self)
         return self
 
@@ -251,7 +276,7 @@ class TrialMonitor:
         except Exception:  # noqa: BLE001
             return
 
-    def _sample(self, send: bool = True) -> None:
+    def _sample(self, send: bool = True, within: float = 0.0) -> None:
         cuda = cuda_peak(self.devices)
         if cuda is None:
             cuda = self._reported
@@ -260,7 +285,7 @@ class TrialMonitor:
                 self._peak = 0  # host memory sampled before CUDA was up: not a device figure
             self._kind, value = CUDA, cuda
         else:
-            value = rss_bytes(self._pid)
+            value = rss_bytes(self._pid, within)
         self._peak = max(self._peak, value)
         if self._tenants is not None:
             self.shared = max(self.shared, self._tenants())

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from cluster.device_figures import TrialMonitor, _proc_children_readable, rss_bytes
+from cluster.device_figures import TrialMonitor, _proc_children_readable, _Ticker, rss_bytes
 
 
 def _psutil_tree_rss() -> int:
@@ -64,4 +64,40 @@ def test_concurrent_trials_share_one_sampling_thread_and_stop_sampling_when_they
     time.sleep(0.2)  # ten sampling periods: a stopped monitor is never sampled again
     assert [len(s) for s in sent.values()] == counts
     assert all(f["peak_memory"] >= grow and f["memory_kind"] == "rss" for f in figures)
+    del hoard
+
+
+class _Counted:
+    """Stands in for a monitor on a ticker of its own: when it was sampled."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.ticks: list[float] = []
+
+    def tick(self) -> None:
+        self.ticks.append(time.monotonic())
+
+
+def test_a_monitor_due_sooner_than_the_ticker_wakes_is_still_sampled_on_time() -> None:
+    ticker = _Ticker()
+    slow, fast = _Counted(every=30.0), _Counted(every=0.05)
+    ticker.add(slow)  # the thread now sleeps until slow is due, 30 s away
+    time.sleep(0.1)
+    added = time.monotonic()
+    ticker.add(fast)  # due sooner: it wakes the thread
+    deadline = added + 10
+    while len(fast.ticks) < 3:
+        assert time.monotonic() < deadline, fast.ticks
+        time.sleep(0.02)
+    assert fast.ticks[0] - added < 2.0 and not slow.ticks
+    ticker.remove(fast)
+    ticker.remove(slow)
+
+
+def test_a_figure_measured_just_now_serves_a_trial_that_starts_right_after() -> None:
+    first = rss_bytes()
+    hoard = bytearray(64 * 2**20)
+    hoard[::4096] = b"x" * len(hoard[::4096])
+    assert rss_bytes(within=30.0) == first  # the figure a trial just ended with
+    assert rss_bytes() >= first + 60 * 2**20  # a fresh one sees the growth
     del hoard

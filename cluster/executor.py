@@ -361,12 +361,11 @@ class DaskExecutor:
         future.add_done_callback(lambda _f, ns=numbers: self._queue.put(("done", ns)))
 
     def _place(self, requests: Sequence[TrialRequest]) -> None:
-        """One-slot trials to slot runners (each under the first-run key its own task would have had)."""
+        """One-slot trials to slot runners, under the first-run key their task would have had: a batch (trials shorter
+        than a message's round trip) shares one and goes to one runner, as it would have been one task."""
         assert self._pool is not None
-        placements = [
-            Placement(r, trial_key(self._topic, r.number, time.monotonic_ns()), self._expected_memory([r]))
-            for r in requests
-        ]
+        key = trial_key(self._topic, requests[0].number, time.monotonic_ns())
+        placements = [Placement(r, key, self._expected_memory([r])) for r in requests]
         with self._lock:
             for request in requests:
                 self._params[request.number] = dict(request.config.params)

@@ -46,8 +46,9 @@ RETIRE_TIMEOUT = 5.0  # seconds to tell every runner to end, on close
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """A one-slot trial to run: its request, its first-run key (kept when it is sent again), its expected memory,
-    and whether it was never sent under that key (``fresh``: it cannot have run, so nothing asks whether it did)."""
+    """A one-slot trial to run: its request, its first-run key (kept when it is sent again; the trials of a batch share
+    one, and go to one runner together), its expected memory, and whether it was never sent under that key
+    (``fresh``: it cannot have run, so nothing asks whether it did)."""
 
     request: Any  # cluster.executor.TrialRequest
     key: str
@@ -165,7 +166,8 @@ class RunnerPool:
 
     def _dispatch(self) -> None:
         """Give waiting trials to idle runners (a trial to a runner on the worker it would rather run on first);
-        with no runner starting, queue them behind the busy ones."""
+        with no runner starting, queue them behind the busy ones. Trials that share a first-run key (a batch) go
+        to one runner together."""
         if self.retired:
             return
         starting = any(not r.worker and not r.closed for r in self._runners.values())
@@ -175,11 +177,13 @@ class RunnerPool:
             if chosen is None:
                 break
             runner, index = chosen
-            placement = self._waiting[index]
-            del self._waiting[index]
-            runner.trials[placement.number] = placement
-            self._of[placement.number] = runner
-            batches.setdefault(runner.key, []).append(placement)
+            key = self._waiting[index].key
+            group = [p for p in self._waiting if p.key == key]
+            self._waiting = collections.deque(p for p in self._waiting if p.key != key)
+            for placement in group:
+                runner.trials[placement.number] = placement
+                self._of[placement.number] = runner
+            batches.setdefault(runner.key, []).extend(group)
         for key, batch in batches.items():
             self._send(self._runners[key], batch)
 
@@ -203,13 +207,21 @@ class RunnerPool:
         return min(ready, key=lambda r: r.order(self._waiting[0].request.prefer)), 0
 
     def _send(self, runner: Runner, batch: list[Placement]) -> None:
+        """Send ``batch`` to ``runner`` in one message: an item per first-run key (a batch's trials share one)."""
+        by_key: dict[str, list[Placement]] = {}
+        for placement in batch:
+            by_key.setdefault(placement.key, []).append(placement)
         items = [
-            pack_item(p.key, p.number, self._ship(p.request.trainer), p.request.config.to_dict(), p.memory, p.fresh)
-            for p in batch
+            pack_item(key, [self._trial(p) for p in group], all(p.fresh for p in group))
+            for key, group in by_key.items()
         ]
         numbers = [p.number for p in batch]
         sent = self._put(runner.worker, runner=runner.key, items=items)
         sent.add_done_callback(functools.partial(self._sent, runner=runner, numbers=numbers))
+
+    def _trial(self, placement: Placement) -> tuple[int, Any, dict[str, Any], int]:
+        request = placement.request
+        return placement.number, self._ship(request.trainer), request.config.to_dict(), placement.memory
 
     def _put(self, worker: str, **message: Any) -> concurrent.futures.Future[Any]:
         """Send ``message`` to ``worker``'s :data:`PUT_OP` handler over the client's connections (returns at once)."""

@@ -37,7 +37,8 @@ PUT_OP = "hypersweep_slot_put"  # the worker handler that takes trials for a run
 RUNNER_KEY = re.compile(r"-runner-\d+$")  # what :func:`runner_key` makes
 RECENT = 8  # outcomes a runner returns with its result, for a trial whose outcome message did not arrive
 _INBOXES: dict[str, Inbox] = {}  # this worker process's runners, by key
-Item = tuple[str, bytes, bool]  # a trial for a runner (:func:`pack_item`)
+Item = tuple[str, bytes, bool]  # trials for a runner, run one after another (:func:`pack_item`)
+Trial = tuple[int, Any, dict[str, Any], int]  # number, trainer shipment, config, expected device memory
 
 
 def runner_key(topic: str, unique: int) -> str:
@@ -45,11 +46,15 @@ def runner_key(topic: str, unique: int) -> str:
     return f"{topic}-runner-{unique}"
 
 
-def pack_item(key: str, number: int, trainer: Any, config: dict[str, Any], memory: int, fresh: bool) -> Item:
-    """One trial as it travels to a runner: its first-run key, (pickled) its number, trainer shipment, config and
-    expected device memory, and whether it is sent for the first time under that key (``fresh``: it cannot have
-    run, so its runner does not ask)."""
-    return key, cloudpickle.dumps((number, trainer, config, memory)), fresh
+def pack_item(key: str, trials: list[Trial], fresh: bool) -> Item:
+    """Trials as they travel to a runner, as one item: their first-run key, (pickled) each one's number, trainer
+    shipment, config and expected device memory, and whether they are sent for the first time under that key
+    (``fresh``: they cannot have run, so their runner does not ask).
+
+    Several trials share an item (and a key) where the executor batches trials shorter than a message's round trip:
+    one first-run mark for all, as a batch task has. A runner whose worker dies part-way through such an item leaves
+    the rest of it to end lost, as a task would (the controller's retry policy decides)."""
+    return key, cloudpickle.dumps(trials), fresh
 
 
 class Inbox:
@@ -134,27 +139,38 @@ def run_slot(key: str, topic: str, resource: str, share: float, headroom: float,
     try:
         worker.log_event(topic, {"runner": key, "ready": worker.address, "id": str(worker.id)})
         while (item := inbox.take(idle)) is not None:
-            number, outcome = _run_item(item, topic, resource, share, headroom)
-            recent[number] = outcome
-            if len(recent) > RECENT:
-                recent.popitem(last=False)
+            for number, outcome in _run_item(item, topic, resource, share, headroom):
+                recent[number] = outcome
+                if len(recent) > RECENT:
+                    recent.popitem(last=False)
     finally:
         _INBOXES.pop(key, None)
         unrun = [trial for trial, _, _ in inbox.close()]
     return {"ran_before": False, "unrun": unrun, "recent": dict(recent)}
 
 
-def _run_item(item: Item, topic: str, resource: str, share: float, headroom: float) -> tuple[int, Outcome]:
-    """Run one trial as its own task would (:func:`cluster.executor.run_once`), sending an outcome the trial could
-    not send itself (it ran before, or it failed outside its trainer) up the event stream."""
+def _run_item(item: Item, topic: str, resource: str, share: float, headroom: float) -> list[tuple[int, Outcome]]:
+    """Run an item's trials one after another, each as its own task would (:func:`cluster.executor.run_once`); their
+    outcomes."""
+    key, blob, fresh = item
+    first_run = FirstRun(key, fresh)  # asked (if at all) once for the item, answered before its first trial
+    return [_run_one(trial, first_run, topic, resource, share, headroom) for trial in cloudpickle.loads(blob)]
+
+
+def _run_one(
+    trial: Trial, first_run: FirstRun, topic: str, resource: str, share: float, headroom: float
+) -> tuple[int, Outcome]:
+    """Run one trial, sending an outcome the trial could not send itself (it ran before, or it failed outside its
+    trainer) up the event stream."""
     from distributed import get_worker
 
-    key, blob, fresh = item
-    number, trainer, config, memory = cloudpickle.loads(blob)
+    number, trainer, config, memory = trial
     try:
-        return number, run_trial(trainer, config, topic, resource, 1, share, memory, headroom, FirstRun(key, fresh))
+        return number, run_trial(trainer, config, topic, resource, 1, share, memory, headroom, first_run)
     except RanBefore:
-        why = "its worker died while it ran (it was sent again; only the controller retries)"
+        why = (
+            "its worker died after it (or its batch) started there; it was sent again, and only the controller retries"
+        )
         outcome = Outcome(TrialStatus.LOST, error=why)
     except Exception as exc:  # noqa: BLE001 - a failure outside the trainer (a device lease): this trial's only
         log.warning("trial %s failed outside its trainer: %s", number, exc)

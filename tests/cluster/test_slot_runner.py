@@ -303,3 +303,64 @@ def test_a_trial_sent_the_first_time_asks_the_scheduler_nothing_and_is_still_mar
     while sum(1 for name, e in list(events.items()) if "-trial-" in name and e.is_set()) < 6:
         assert time.monotonic() < deadline, sorted(events)
         time.sleep(0.05)
+
+
+def test_a_batch_of_short_trials_goes_to_one_runner_as_one_item_with_one_mark(client: Client) -> None:
+    """Trials the dispatcher batches (each shorter than a message's round trip) run one after another in one runner,
+    under one first-run key, as one task would have run them; each still starts, reports and ends on its own."""
+    scheduler = client.cluster.scheduler  # type: ignore[attr-defined]
+    events = scheduler.extensions["events"]._events
+    executor = DaskExecutor(client, "runners-g")
+    try:
+        executor.submit_batch([TrialRequest(n, _fit, _config(n, sleep=0.0)) for n in range(6)])
+        done, seen = _drain(executor, set(range(6)))
+    finally:
+        executor.close()
+    assert {n: (o.status, o.metrics["score"]) for n, o in done.items()} == {n: (TrialStatus.OK, n) for n in range(6)}
+    assert len({o.worker for o in done.values()}) == 1  # one runner took the whole batch
+    assert [e.number for e in seen if isinstance(e, Started)] == list(range(6))  # in order
+    assert sorted((e.number, e.step) for e in seen if isinstance(e, Report)) == [
+        (n, s) for n in range(6) for s in (1, 2)
+    ]
+    deadline = time.monotonic() + 10
+    while not (marks := sorted(name for name, e in list(events.items()) if "runners-g-trial-" in name and e.is_set())):
+        assert time.monotonic() < deadline, "the batch was never marked as run"
+        time.sleep(0.05)
+    assert len(marks) == 1 and marks[0].startswith("runners-g-trial-0-"), marks  # one mark: the batch's key
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_batch_cut_by_its_workers_restart_ends_lost_without_running_its_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch shares one first-run mark, as a batch task does: killing its first (long) trial restarts the worker;
+    the trial ends cancelled, and the batch's other trials, sent again, find the mark and end lost (the controller's
+    retry policy decides) without running, not twice and not silently dropped."""
+    monkeypatch.syspath_prepend(str(HERE))
+    entry = "runner_trainers:counted_fit"
+    load_trainer(entry, [HERE])
+    runs = tmp_path / "runs.txt"
+    options = {"runs": str(runs), "sleep": 0.05, "long": 60, "long_trials": [0]}
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, resources={"CPU": 1}
+        ) as cluster,
+        Client(cluster) as procs,
+    ):
+        executor = DaskExecutor(procs, "runners-batch-kill")
+        try:
+            executor.submit_batch([TrialRequest(n, entry, _config(n, **options)) for n in range(4)])
+            deadline = time.monotonic() + 60
+            worker = ""
+            while not worker:
+                assert time.monotonic() < deadline, "trial 0 never started"
+                worker = next((e.worker for e in executor.events(0.5) if isinstance(e, Started) and e.number == 0), "")
+            assert executor.kill(0, worker)
+            done, _ = _drain(executor, set(range(4)), timeout=120)
+        finally:
+            executor.close()
+    assert done[0].status == TrialStatus.CANCELLED, done[0]
+    assert {n: done[n].status for n in (1, 2, 3)} == {n: TrialStatus.LOST for n in (1, 2, 3)}, done
+    assert all("batch" in done[n].error for n in (1, 2, 3)), done[1].error
+    assert [line.split()[0] for line in runs.read_text().splitlines()] == ["0"]

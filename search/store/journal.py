@@ -44,13 +44,13 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Container, Generator, Iterator
+from collections.abc import Callable, Container, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalStorage
 from optuna.storages.journal._base import BaseJournalSnapshot  # public in optuna.storages.journal only as a base
-from optuna.storages.journal._storage import JournalStorageReplayResult  # what the snapshot holds
+from optuna.storages.journal._storage import JournalOperation, JournalStorageReplayResult  # what the snapshot holds
 from optuna.trial import FrozenTrial, TrialState
 
 from search.store.snapshot import (
@@ -350,6 +350,32 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         if not new:
             return self._segments, self._sealed
         return (*self._segments, write_segment(path, new, lines)), self._sealed | set(new)
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
+        """Several user attributes of one trial, as many ``set_trial_user_attr`` calls would set them (an entry each
+        in the journal: Optuna's replay takes one key per entry), with one append and one copy of the trial.
+
+        Optuna applies each entry it reads back by copying the trial and its attributes (about 10 µs an entry, 15
+        entries a trial). The single writer knows that the entries it has just appended are the next ones to read,
+        so it applies them together: the same state and the same entries. A trial it may not update (unknown, or
+        finished) raises as Optuna's would, after writing the entries (as Optuna writes its one), which replay
+        ignores."""
+        if not attrs:
+            return
+        worker = self._replay_result.worker_id
+        op = JournalOperation.SET_TRIAL_USER_ATTR
+        logs = [
+            {"op_code": op, "worker_id": worker, "trial_id": trial_id, "user_attr": {k: v}} for k, v in attrs.items()
+        ]
+        with self._thread_lock:
+            self._sync_with_backend()  # caught up: the entries appended next are the next ones read
+            self._backend.append_logs(logs)
+            state = self._replay_result
+            state.log_number_read += len(logs)
+            if state._trial_exists_and_updatable(trial_id, logs[0]):
+                trial = copy.copy(state._trials[trial_id])
+                trial.user_attrs = {**trial.user_attrs, **attrs}
+                state._trials[trial_id] = trial
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         if template_trial is not None and template_trial.state == TrialState.WAITING:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 __all__ = [
     "Attr",
@@ -151,8 +151,14 @@ def write_attrs(trial: Any, /, **fields: Any) -> None:
     unknown = sorted(set(fields) - TRIAL_ATTRS)
     if unknown:
         raise TypeError(f"unknown trial attribute(s) {', '.join(unknown)} (see search.store.records.Attr)")
-    for key, value in fields.items():
-        trial.set_user_attr(key, value)
+    storage = trial.storage if isinstance(trial, Trial) else None
+    together = getattr(storage, "set_trial_user_attrs", None)  # the controller's journal: one append
+    if together is None or len(fields) < 2:
+        for key, value in fields.items():
+            trial.set_user_attr(key, value)
+        return
+    together(trial._trial_id, fields)
+    trial._cached_frozen_trial.user_attrs.update(fields)  # as ``Trial.set_user_attr`` keeps it
 
 
 def encode_number(value: float) -> float | str:

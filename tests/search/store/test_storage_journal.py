@@ -223,3 +223,44 @@ def test_the_campaign_syncs_a_stop_decision_before_it_is_sent(tmp_path: Path) ->
     study.tell(study.ask(DIST), 0.7)
     flusher(storage, sync=True)()
     assert backend.fsyncs == first + 1
+
+
+def test_attributes_written_together_leave_the_journal_and_the_state_that_one_by_one_leaves(tmp_path: Path) -> None:
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    from search.store.records import write_attrs
+
+    attrs = {"seed": 3, "config": {"params": {"x": 0.5}, "nested": [1, {"a": 2}]}, "width": 1, "sampler_saw": 0}
+    studies = {}
+    for how in ("together", "one by one"):
+        path = tmp_path / how / "study.journal"
+        path.parent.mkdir()
+        storage = open_storage(f"journal:{path}", writer=True)
+        sampler = optuna.samplers.RandomSampler(seed=1)
+        study = studies[how] = optuna.create_study(study_name="s", storage=storage, sampler=sampler)
+        trial = study.ask(DIST)
+        if how == "together":
+            write_attrs(trial, **attrs)
+            write_attrs(trial, worker="w", seed=4)  # a later value wins, as set_user_attr's does
+        else:
+            for key, value in [*attrs.items(), ("worker", "w"), ("seed", 4)]:
+                trial.set_user_attr(key, value)
+        assert trial.user_attrs == {**attrs, "worker": "w", "seed": 4}  # the trial's own view
+        study.tell(trial, 0.5)
+        with pytest.raises(UpdateFinishedTrialError):  # as Optuna refuses it, after writing what replay ignores
+            if how == "together":
+                write_attrs(trial, seed=5, width=2)
+            else:
+                trial.set_user_attr("seed", 5)
+        flusher(storage, sync=True)()
+    files = [(tmp_path / how / "study.journal").read_text().splitlines() for how in ("together", "one by one")]
+    dropped = ("worker_id", "datetime_start", "datetime_complete")
+    strip = [[{k: v for k, v in json.loads(line).items() if k not in dropped} for line in f] for f in files]
+    assert strip[0][:-2] == strip[1][:-1]  # the same entries in order, then the refused ones
+    assert strip[0][-2:] == [{"op_code": 8, "trial_id": 0, "user_attr": a} for a in ({"seed": 5}, {"width": 2})]
+    fresh = optuna.load_study(
+        study_name="s", storage=JournalStorage(JournalFileBackend(str(tmp_path / "together" / "study.journal")))
+    )
+    mine = studies["together"].trials[0]
+    assert fresh.trials[0].user_attrs == mine.user_attrs == studies["one by one"].trials[0].user_attrs
+    assert studies["together"]._storage._replay_result.log_number_read == len(files[0])  # read back, all counted

@@ -93,12 +93,29 @@ def external_cluster(
         args += ["--tls-key", files.key_file]
     procs = [_spawn(args, folder / "scheduler.log", env)]
     try:
-        address = _scheduler_address(file, procs[0], folder / "scheduler.log")
-        worker = [sys.executable, "-m", "search", "worker", address, "--slots", "1", "--name"]
-        tls_args = ["--tls", files.ca_file, files.cert_file, files.key_file] if files is not None else []
-        for i in range(slots):
-            procs.append(_spawn([*worker, f"bench-{i}", *tls_args], folder / f"worker-{i}.log", env))
-        _wait_for_workers(file, slots, files)
-        yield address, files
+        with _terminate_as_exit():  # its own sessions: a SIGTERM to the bench must stop them too
+            address = _scheduler_address(file, procs[0], folder / "scheduler.log")
+            worker = [sys.executable, "-m", "search", "worker", address, "--slots", "1", "--name"]
+            tls_args = ["--tls", files.ca_file, files.cert_file, files.key_file] if files is not None else []
+            for i in range(slots):
+                procs.append(_spawn([*worker, f"bench-{i}", *tls_args], folder / f"worker-{i}.log", env))
+            _wait_for_workers(file, slots, files)
+            yield address, files
     finally:
         _stop(procs)
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit`` (143) in the main thread, so the cluster is stopped on the way out
+    (by default SIGTERM ends Python at once, and the processes in their own sessions would be left running)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -5,6 +5,7 @@ with nannies for the kills."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -64,6 +65,18 @@ def _processed(cluster: Any) -> _Processed:
     plugin = _Processed()
     cluster.scheduler.add_plugin(plugin)
     return plugin
+
+
+@contextlib.contextmanager
+def _nanny_cluster(slots: int) -> Iterator[Client]:
+    """A client of one worker process with a nanny (a kill restarts it) and ``slots`` one-slot threads."""
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=slots, processes=True, dashboard_address=None, resources={"CPU": slots}
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
 
 
 def test_an_inbox_hands_out_in_order_and_closes_when_idle_so_that_nothing_put_later_is_lost() -> None:
@@ -212,16 +225,7 @@ def test_a_killed_trials_runner_hands_back_its_queue_and_every_trial_runs_once(
     load_trainer(entry, [HERE])
     runs = tmp_path / "runs.txt"
     options = {"runs": str(runs), "sleep": 0.2, "long": 60, "long_trials": [0, 1]}
-    with (
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=2,
-            processes=True,
-            dashboard_address=None,
-            resources={"CPU": 2},
-        ) as cluster,
-        Client(cluster) as procs,
-    ):
+    with _nanny_cluster(2) as procs:
         executor = DaskExecutor(procs, "runners-kill")
         try:
             for number in range(10):
@@ -258,12 +262,7 @@ def test_a_trial_sent_again_after_its_worker_died_runs_once_the_worker_is_back(
     entry = "runner_trainers:dies_once_fit"
     load_trainer(entry, [HERE])
     options = {"marker": str(tmp_path / "died")}
-    with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, resources={"CPU": 1}
-        ) as cluster,
-        Client(cluster) as procs,
-    ):
+    with _nanny_cluster(1) as procs:
         executor = DaskExecutor(procs, "runners-died")
         try:
             executor.submit(TrialRequest(0, entry, _config(0, **options)))
@@ -342,12 +341,7 @@ def test_a_batch_cut_by_its_workers_restart_ends_lost_without_running_its_rest(
     load_trainer(entry, [HERE])
     runs = tmp_path / "runs.txt"
     options = {"runs": str(runs), "sleep": 0.05, "long": 60, "long_trials": [0]}
-    with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, resources={"CPU": 1}
-        ) as cluster,
-        Client(cluster) as procs,
-    ):
+    with _nanny_cluster(1) as procs:
         executor = DaskExecutor(procs, "runners-batch-kill")
         try:
             executor.submit_batch([TrialRequest(n, entry, _config(n, **options)) for n in range(4)])

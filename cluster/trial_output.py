@@ -15,7 +15,8 @@ descriptors 1 and 2 (C code) and by threads the trainer starts is not routed.
 The file is made with the trial's first output (a trial that prints nothing leaves none).
 A log keeps at most ``MAX_LOG_BYTES`` (over all runs of the trial: retries and segments
 append); what comes after is dropped, and a ``[truncated]`` line says so. A log that cannot be
-written (a full disk) stops quietly: a trial never fails for its log.
+written (a full disk) stops, and the trial's output goes where it would without a log (the worker's own streams):
+a trial never fails, nor waits, for its log.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ class TrialLog:
         self._truncated = False
         self._closed = False
         self._unreachable = False
-        self._lock = threading.Lock()
+        self._failed = False  # a write failed (a full disk): what comes next goes where it would without a log
+        # re-entrant: a warning logged while the lock is held (a full disk) may come back to this very log, through
+        # logging's last-resort handler and the router on sys.stderr; it finds the log truncated and returns
+        self._lock = threading.RLock()
 
     def _open(self) -> bool:
         """Whether the file is open (opened now, with its header, when it was not yet); call with the lock held."""
@@ -82,15 +86,15 @@ class TrialLog:
         return len(text)
 
     def write_bytes(self, data: bytes) -> bool:
-        """Append ``data`` (up to the limit); False when there is no file to take it (it cannot be made, or the log
-        is closed)."""
+        """Append ``data`` (up to the limit); False when the log cannot take it (its file cannot be made or written,
+        or the log is closed): the caller keeps it where it would have gone without a log."""
         with self._lock:
             if not data:
-                return not (self._closed or self._unreachable)
-            if not self._open():
+                return not (self._closed or self._unreachable or self._failed)
+            if not self._open() or self._failed:
                 return False
             self._write(data)
-            return True
+            return not self._failed
 
     def _write(self, data: bytes) -> None:
         if self._truncated:
@@ -101,8 +105,8 @@ class TrialLog:
         try:
             self._file.write(data)
         except OSError as exc:  # a full disk: the log stops, the trial does not fail for it
-            self._truncated = True
-            _log.warning("%s: cannot write (%s); later output is dropped", self.path, exc)
+            self._truncated = self._failed = True
+            _log.warning("%s: cannot write (%s); the trial's output goes where it would without a log", self.path, exc)
             return
         self._size += len(data)
 

@@ -442,3 +442,36 @@ def test_event_file_writers_hold_no_file_open_between_writes(tmp_path: Path) -> 
         writer.add_scalars(step, {"loss": step / 2})
     assert len(os.listdir("/proc/self/fd")) == before
     assert read_scalars(writers[9].path) == {"loss": [(9, 4.5)]}
+
+
+FULL_DISK = """
+import sys, threading
+from pathlib import Path
+from cluster import trial_output
+
+log = trial_output.TrialLog(Path("/dev/full"), header="=== trial 1 ===\\n")  # every write: ENOSPC
+with trial_output._LOCK:
+    trial_output._ROUTES[threading.get_ident()] = log
+    trial_output._install()
+print("the trial's line")
+sys.__stdout__.write("done\\n")
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a file every write to fails with ENOSPC")
+def test_a_log_on_a_full_disk_neither_hangs_the_trial_nor_loses_its_output(tmp_path: Path) -> None:
+    """Its warning, logged while the log is held, comes back to it through logging's last-resort handler and the
+    router on sys.stderr (no handler configured, as in a worker process): it must not wait for itself, and what the
+    trial prints goes to the worker's own streams instead."""
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["the trial's line", "done"]
+    assert "cannot write" in done.stderr and "No space left on device" in done.stderr

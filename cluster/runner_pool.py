@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .outcome import Outcome, TrialStatus
-from .slot_runner import PUT_OP, pack_item, run_slot, runner_key
+from .slot_runner import PUT_OP, Trial, pack_item, run_slot, runner_key
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -219,7 +219,7 @@ class RunnerPool:
         sent = self._put(runner.worker, runner=runner.key, items=items)
         sent.add_done_callback(functools.partial(self._sent, runner=runner, numbers=numbers))
 
-    def _trial(self, placement: Placement) -> tuple[int, Any, dict[str, Any], int]:
+    def _trial(self, placement: Placement) -> Trial:
         request = placement.request
         return placement.number, self._ship(request.trainer), request.config.to_dict(), placement.memory
 

@@ -29,7 +29,7 @@ from .entrypoint import run_trial
 from .first_run import FirstRun, RanBefore, ask_early
 from .outcome import Outcome, TrialStatus, error_type_of
 
-__all__ = ["Inbox", "PUT_OP", "RUNNER_KEY", "runner_key", "run_slot", "put_trials", "pack_item"]
+__all__ = ["Inbox", "Item", "PUT_OP", "RUNNER_KEY", "Trial", "runner_key", "run_slot", "put_trials", "pack_item"]
 
 log = logging.getLogger(__name__)
 

@@ -56,8 +56,7 @@ class TrialLog:
         self._size = 0
         self._truncated = False
         self._closed = False
-        self._unreachable = False
-        self._failed = False  # a write failed (a full disk): what comes next goes where it would without a log
+        self._failed = False  # its file cannot be made or written: what comes goes where it would without a log
         # re-entrant: a warning logged while the lock is held (a full disk) may come back to this very log, through
         # logging's last-resort handler and the router on sys.stderr; it finds the log truncated and returns
         self._lock = threading.RLock()
@@ -66,13 +65,13 @@ class TrialLog:
         """Whether the file is open (opened now, with its header, when it was not yet); call with the lock held."""
         if self._file is not None:
             return not self._file.closed
-        if self._closed or self._unreachable:
+        if self._closed or self._failed:
             return False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
         except OSError as exc:  # the campaign folder is not reachable from this worker
-            self._unreachable = True
+            self._failed = True
             _log.warning("%s: cannot open (%s); this trial's output stays where it was", self.path, exc)
             return False
         self._size = os.fstat(self._file.fileno()).st_size
@@ -90,7 +89,7 @@ class TrialLog:
         or the log is closed): the caller keeps it where it would have gone without a log."""
         with self._lock:
             if not data:
-                return not (self._closed or self._unreachable or self._failed)
+                return not (self._closed or self._failed)
             if not self._open() or self._failed:
                 return False
             self._write(data)

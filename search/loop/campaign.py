@@ -108,7 +108,7 @@ class Campaign:
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports)
-        self.dispatch = Dispatcher(spec, folder, executor, clock)
+        self.dispatch = Dispatcher(spec, executor, clock)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
         self.barrier = Barrier(population, self.sinks) if population else None
 

@@ -22,7 +22,6 @@ from cluster.executor import Started, TrialExecutor, TrialRequest
 from search.loop.pipeline import Pipeline
 from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
-from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
 from search.vocab.terms import StopReason
 from spaces.errors import HypersweepError
@@ -62,12 +61,10 @@ class Dispatcher:
     def __init__(
         self,
         spec: CampaignSpec,
-        folder: CampaignFolder,
         executor: TrialExecutor,
         clock: Callable[[], float],
     ) -> None:
         self._spec = spec
-        self._folder = folder
         self._executor = executor
         self._clock = clock
         fixed = spec.study.deterministic or spec.pbt is not None
@@ -152,7 +149,7 @@ class Dispatcher:
         members = []
         for prepared in group:
             trial, config = prepared.trial, prepared.config
-            assert config is not None, "invalid trials are told FAIL before dispatch"  # its folder: configure's
+            assert config is not None, "invalid trials are told FAIL before dispatch"  # its folder made at its ask
             write_attrs(
                 trial, seed=config.seed, config=config.to_dict(), width=prepared.width, sampler_saw=prepared.sampler_saw
             )

@@ -201,7 +201,7 @@ def test_a_queued_task_is_sent_after_the_oldest_running_task_not_yet_followed(tm
     class Idle:
         virtual_time = False
 
-    dispatch = Dispatcher(spec, folder, Idle(), time.time)  # type: ignore[arg-type]
+    dispatch = Dispatcher(spec, Idle(), time.time)  # type: ignore[arg-type]
     for number, (worker, started) in enumerate([("w-a", 5.0), ("w-b", 2.0), ("w-c", 9.0)]):
         running = RunningTrial(study.ask(), {}, 1, 0.0, started_at=started, worker=worker)  # type: ignore[arg-type]
         dispatch.running[number] = running
@@ -263,7 +263,7 @@ def test_time_limits_look_at_the_running_trials_once_a_second_and_at_once_when_t
             self.asked.append(number)
 
     executor = Stops()
-    dispatch = Dispatcher(spec, folder, executor, lambda: now[0])  # type: ignore[arg-type]
+    dispatch = Dispatcher(spec, executor, lambda: now[0])  # type: ignore[arg-type]
     for number, started in enumerate([0.0, 0.0, 0.8]):
         running = RunningTrial(study.ask(), {}, 1, 0.0, started_at=started, worker="w")  # type: ignore[arg-type]
         dispatch.running[number] = running

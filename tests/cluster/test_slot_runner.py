@@ -347,9 +347,9 @@ def test_a_batch_cut_by_its_workers_restart_ends_lost_without_running_its_rest(
             executor.submit_batch([TrialRequest(n, entry, _config(n, **options)) for n in range(4)])
             deadline = time.monotonic() + 60
             worker = ""
-            while not worker:
-                assert time.monotonic() < deadline, "trial 0 never started"
-                worker = next((e.worker for e in executor.events(0.5) if isinstance(e, Started) and e.number == 0), "")
+            while not worker:  # its first report: it has written its line in the runs file
+                assert time.monotonic() < deadline, "trial 0 never reported"
+                worker = next((e.worker for e in executor.events(0.5) if isinstance(e, Report) and e.number == 0), "")
             assert executor.kill(0, worker)
             done, _ = _drain(executor, set(range(4)), timeout=120)
         finally:

@@ -12,8 +12,8 @@ Storages (the ``storage`` column): ``memory`` is an in-memory Optuna study (not 
 the default of the sampler x workers rows), ``journal`` the campaign's default storage
 (``[study] storage = ""``: the group-commit journal file in the campaign folder) and
 ``sqlite`` the campaign's SQLite file (``[study] storage = "sqlite"``, WAL,
-``synchronous=NORMAL``). The durable storages run with random sampling on the
-``--storage-workers`` cluster sizes.
+``synchronous=NORMAL``). The durable storages run on the ``--storage-workers`` cluster sizes
+with the ``--storage-samplers`` (default random).
 
 With ``--reps N`` every row is run N times (same seed; what varies is the real
 controller time charged to the virtual clock) and ``simulate.csv`` holds the median of
@@ -22,7 +22,12 @@ each column; ``simulate-raw.csv`` every repetition.
 Columns of ``bench/results/simulate.csv``:
 - ``util``: busy slot-seconds / (slots x window), window = first trial start to the
   last trial start (while the budget lasts; the drain at the end is not counted);
-  ``util_all``: the same up to the last trial end.
+  ``util_all``: the same up to the last trial end;
+  ``util_end``: the same over the last trial length (60 virtual s) before the last start, the
+  steady state once the echo of the first wave (all slots filled at once, so all ending
+  together one trial length later) has spread out.
+- ``rss_mb``: the bench process's resident memory at the end of the run, with the study,
+  the controller's state and the simulator still held (``VmRSS``).
 - ``ctrl_ms_per_trial``: real controller seconds per trial (everything the campaign
   does between two ``events()`` calls: ask, config, folder, reports, tell).
 - ``ctrl_trials_per_s``: 1000 / ctrl_ms_per_trial, the controller's sustainable rate;
@@ -180,6 +185,8 @@ class SimResult:
     regret: float
     t_best: float
     t_regret1: float
+    util_end: float = math.nan
+    rss_mb: float = math.nan
 
 
 def best_over_time(study: optuna.Study) -> list[tuple[float, float]]:
@@ -243,6 +250,7 @@ def simulate(
         started = time.perf_counter()
         Campaign(spec, folder, study, executor, clock=executor.clock).run()
         real = time.perf_counter() - started
+        rss_mb = _resident_mb()
         curve = best_over_time(study)
         if bench == "curve":
             curve = [(at, 100.0 * best) for at, best in curve]
@@ -271,8 +279,22 @@ def simulate(
         regret=round(optimum - best, 3),
         t_best=round(_first_time(curve, best), 1),
         t_regret1=round(_first_time(curve, optimum - 1.0), 1),
+        util_end=round(executor.utilization(max(first, last_start - TRIAL_SECONDS), last_start), 4)
+        if last_start > first
+        else math.nan,
+        rss_mb=rss_mb,
     )
     return result, executor, study
+
+
+def _resident_mb() -> float:
+    """This process's resident memory now, in MB (``VmRSS`` of ``/proc/self/status``; NaN where there is none)."""
+    try:
+        with open("/proc/self/status") as fh:
+            line = next(line for line in fh if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return math.nan
+    return round(int(line.split()[1]) / 1024, 1)
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -287,6 +309,7 @@ def _print_table(rows: Sequence[SimResult]) -> None:
         "trials",
         "util",
         "util_all",
+        "util_end",
         "ctrl_ms_per_trial",
         "ctrl_trials_per_s",
         "needed_trials_per_s",
@@ -296,6 +319,7 @@ def _print_table(rows: Sequence[SimResult]) -> None:
         "t_best",
         "t_regret1",
         "lost",
+        "rss_mb",
     ]
     data = [[str(getattr(r, c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(d[i]) for d in data)) for i, c in enumerate(cols)]
@@ -347,7 +371,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[16, 64, 256, 1024],
         help="cluster sizes for the memory-storage rows (every sampler)",
     )
-    parser.add_argument("--samplers", nargs="+", default=["random", "tpe"])
+    parser.add_argument(
+        "--samplers",
+        nargs="*",
+        default=["random", "tpe"],
+        help="samplers of the memory-storage rows (none: no such rows)",
+    )
     parser.add_argument("--waves", type=float, default=4.0, help="trials per worker (default 4)")
     parser.add_argument("--min-trials", type=int, default=256)
     parser.add_argument(
@@ -355,8 +384,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         default=["sqlite", "journal"],
         choices=["sqlite", "journal"],
-        help="durable storages, measured with random sampling: journal = the default "
+        help="durable storages, measured with --storage-samplers: journal = the default "
         "(group-commit journal file), sqlite = the campaign's SQLite file",
+    )
+    parser.add_argument(
+        "--storage-samplers",
+        nargs="+",
+        default=["random"],
+        help="samplers of the durable-storage rows (default random)",
     )
     parser.add_argument(
         "--storage-workers",
@@ -394,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(result)
         print(
             f"  {result.bench} {result.workers:5d} workers {result.sampler:6s} {result.storage:7s} "
-            f"util {result.util:.4f}  ctrl {result.ctrl_ms_per_trial:.2f} ms/trial  real {result.real_s:.1f} s",
+            f"util {result.util:.4f} (last {TRIAL_SECONDS:g} s {result.util_end:.4f})  "
+            f"ctrl {result.ctrl_ms_per_trial:.2f} ms/trial  real {result.real_s:.1f} s",
             flush=True,
         )
 
@@ -405,7 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run(w, sampler, n_trials(w))
         for size in storage_sizes:
             for storage in args.storages:
-                run(size, "random", n_trials(size), storage=storage)
+                for sampler in args.storage_samplers:
+                    run(size, sampler, n_trials(size), storage=storage)
         if not args.no_curve:
             run(min(workers), "tpe", n_trials(min(workers)), bench="curve")
         if args.failure_rate > 0:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from search.sampling.tpe import RefitTPESampler
@@ -117,3 +118,107 @@ def test_the_built_in_tpe_is_the_refit_sampler_and_takes_its_option() -> None:
     space = parse_space({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     sampler = make_sampler("tpe", space, 0, {"refit_fraction": 0.0})
     assert isinstance(sampler, RefitTPESampler) and sampler._refit_fraction == 0.0
+
+
+def _categorical_study(
+    sampler: optuna.samplers.BaseSampler, space: dict[str, BaseDistribution], finished: int, running: int
+) -> optuna.Study:
+    rng = np.random.default_rng(5)
+    study = optuna.create_study(sampler=sampler)
+    trials = []
+    for k in range(finished + running):
+        params = {name: d.choices[int(rng.integers(len(d.choices)))] for name, d in space.items()}
+        state = TrialState.COMPLETE if k < finished else TrialState.RUNNING
+        value = float(rng.normal()) if k < finished else None
+        trials.append(create_trial(params=params, distributions=space, value=value, state=state))
+    study.add_trials(trials)
+    return study
+
+
+@pytest.mark.parametrize("multivariate", [True, False])
+def test_a_large_categorical_space_has_its_acquisition_tabulated_with_optunas_values(multivariate: bool) -> None:
+    space: dict[str, BaseDistribution] = {
+        f"e{i}": CategoricalDistribution(["none", "skip", "c1", "c3", "pool"]) for i in range(4)
+    }
+    space["k"] = CategoricalDistribution([1, 2, 3])
+    sampler = RefitTPESampler(seed=0, multivariate=multivariate, constant_liar=True)
+    study = _categorical_study(sampler, space, finished=3000, running=500)
+    study.ask(space)
+    fits = list(sampler._fits.values())
+    assert fits and all(fit.grid is not None for fit in fits)
+    for fit in fits:
+        assert fit.grid is not None
+        names = list(fit.below._search_space)
+        grid_points = np.indices(fit.grid.shape).reshape(len(names), -1)
+        samples = {name: grid_points[i].astype(float) for i, name in enumerate(names)}
+        optunas = sampler._compute_acquisition_func(samples, fit.below, fit.above)
+        assert fit.grid.reshape(-1) == pytest.approx(optunas, rel=1e-9, abs=1e-9)
+    if multivariate:  # 24 candidates of 1,875 points: the asks still differ (one parameter at a time, each of
+        # a handful of choices, the same best choice wins every ask of a fit, with the table or without)
+        assert len({tuple(study.ask(space).params.values()) for _ in range(30)}) > 5
+
+
+def test_no_table_for_numbers_a_huge_space_or_a_fit_that_serves_one_ask() -> None:
+    mixed = RefitTPESampler(seed=0, multivariate=True)
+    _large_study(mixed, finished=3000, running=0).ask(SPACE)  # a float in the space
+    assert [fit.grid for fit in mixed._fits.values()] == [None]
+
+    huge: dict[str, BaseDistribution] = {
+        f"e{i}": CategoricalDistribution(list(range(10))) for i in range(6)
+    }  # 10**6 points
+    sampler = RefitTPESampler(seed=0, multivariate=True)
+    _categorical_study(sampler, huge, finished=1000, running=0).ask(huge)
+    assert [fit.grid for fit in sampler._fits.values()] == [None]
+
+    small: dict[str, BaseDistribution] = {f"e{i}": CategoricalDistribution([0, 1]) for i in range(3)}
+    every_ask = RefitTPESampler(seed=0, multivariate=True, refit_fraction=0.001)  # 300 trials: a fit per ask
+    _categorical_study(every_ask, small, finished=300, running=0).ask(small)
+    assert [fit.grid for fit in every_ask._fits.values()] == [None]
+
+
+def test_the_startup_is_random_without_a_walk_per_parameter_and_ends_once_the_study_grows() -> None:
+    space: dict[str, BaseDistribution] = {f"e{i}": CategoricalDistribution(["a", "b", "c"]) for i in range(4)}
+    sampler = RefitTPESampler(seed=0, refit_fraction=0.01, n_startup_trials=10)
+    study = _categorical_study(sampler, space, finished=0, running=3000)
+    walks = 0
+    get_trials = study._get_trials
+
+    def counted(*args: object, **kwargs: object) -> list:
+        nonlocal walks
+        walks += 1
+        return get_trials(*args, **kwargs)  # type: ignore[arg-type]
+
+    study._get_trials = counted  # type: ignore[method-assign]
+    running = [study.ask(space) for _ in range(3)]
+    assert sampler.refits == 0 and walks <= 3 * 2  # a search-space walk and one startup count per ask, not 4
+    for trial in running + [study.ask(space) for _ in range(7)]:
+        study.tell(trial, 1.0)
+    study.ask(space)
+    assert sampler.refits == 0  # 10 finished, but the "not yet" holds until the study grows by 1% (30 trials)
+    for _ in range(31):
+        study.ask(space)
+    assert sampler.refits >= 1
+
+
+def test_the_kept_intersection_is_optunas_for_a_space_that_changes() -> None:
+    from optuna.search_space import IntersectionSearchSpace
+
+    sampler = RefitTPESampler(seed=0, multivariate=True, refit_fraction=0.0)
+    study = optuna.create_study(sampler=sampler)
+    x, y = FloatDistribution(0, 1), FloatDistribution(0, 2)
+    spaces: list[dict[str, BaseDistribution]] = [
+        {"x": x, "y": y},
+        {"x": x},
+        {"x": x, "y": y},
+        {"x": FloatDistribution(0, 3), "y": y},
+    ]
+    for k in range(40):
+        space = spaces[k % 4] if k >= 20 else {"x": x, "y": y}
+        state = [TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING][k % 4 if k >= 20 else 0]
+        params = {name: 0.5 for name in space}
+        value = 1.0 if state == TrialState.COMPLETE else None
+        study.add_trial(create_trial(params=params, distributions=space, state=state, value=value))
+        frozen = study.trials[-1]
+        study._thread_local.cached_all_trials = None  # as each ask starts
+        expected = IntersectionSearchSpace(include_pruned=True).calculate(study)
+        assert sampler.infer_relative_search_space(study, frozen) == expected, k

@@ -20,8 +20,9 @@ controller time charged to the virtual clock) and ``simulate.csv`` holds the med
 each column; ``simulate-raw.csv`` every repetition.
 
 Columns of ``bench/results/simulate.csv``:
-- ``util``: busy slot-seconds / (slots x window), window = first trial start to the
-  last trial start (while the budget lasts; the drain at the end is not counted);
+- ``util``: busy slot-seconds / (slots x window), window = first trial start (or, with
+  ``--join-seconds``, the moment the last worker joined) to the last trial start (while
+  the budget lasts; the drain at the end is not counted);
   ``util_all``: the same up to the last trial end;
   ``util_end``: the same over the last trial length (60 virtual s) before the last start, the
   steady state once the echo of the first wave (all slots filled at once, so all ending
@@ -187,6 +188,7 @@ class SimResult:
     t_regret1: float
     util_end: float = math.nan
     rss_mb: float = math.nan
+    join_s: float = 0.0
 
 
 def best_over_time(study: optuna.Study) -> list[tuple[float, float]]:
@@ -218,6 +220,7 @@ def simulate(
     controller_time_scale: float = 1.0,
     dataset: str = "cifar10",
     workdir: Path | None = None,
+    join_seconds: float = 0.0,
 ) -> tuple[SimResult, SimulatedExecutor, optuna.Study]:
     """Run one campaign against ``n_workers`` simulated workers; return its figures."""
     model: TrialModel
@@ -245,7 +248,12 @@ def simulate(
         folder.create(spec.text)
         study = open_study(spec, folder, storage)
         executor = SimulatedExecutor(
-            n_workers, model, seed=seed, failure_rate=failure_rate, controller_time_scale=controller_time_scale
+            n_workers,
+            model,
+            seed=seed,
+            failure_rate=failure_rate,
+            controller_time_scale=controller_time_scale,
+            join_seconds=join_seconds,
         )
         started = time.perf_counter()
         Campaign(spec, folder, study, executor, clock=executor.clock).run()
@@ -255,7 +263,7 @@ def simulate(
         if bench == "curve":
             curve = [(at, 100.0 * best) for at, best in curve]
     intervals = [iv for ivs in executor.busy_intervals().values() for iv in ivs]
-    first = min(s for s, _ in intervals)
+    first = max(min(s for s, _ in intervals), join_seconds)
     last_start = max(s for s, _ in intervals)
     finished = executor.counts["ok"] + executor.counts["lost"]
     ctrl = executor.controller_seconds / max(1, finished)
@@ -283,6 +291,7 @@ def simulate(
         if last_start > first
         else math.nan,
         rss_mb=rss_mb,
+        join_s=join_seconds,
     )
     return result, executor, study
 
@@ -320,6 +329,7 @@ def _print_table(rows: Sequence[SimResult]) -> None:
         "t_regret1",
         "lost",
         "rss_mb",
+        "join_s",
     ]
     data = [[str(getattr(r, c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(d[i]) for d in data)) for i, c in enumerate(cols)]
@@ -338,11 +348,11 @@ def _write_csv(rows: Sequence[SimResult], path: Path, reps: Sequence[int] | None
             writer.writerow(dataclasses.asdict(row) | ({"reps": reps[i]} if reps is not None else {}))
 
 
-KEY_FIELDS = ("bench", "workers", "sampler", "storage", "failure_rate")
+KEY_FIELDS = ("bench", "workers", "sampler", "storage", "failure_rate", "join_s")
 
 
 def median_rows(rows: Sequence[SimResult]) -> list[tuple[SimResult, int]]:
-    """One row per configuration (bench, workers, sampler, storage, failure rate), in first-seen order:
+    """One row per configuration (bench, workers, sampler, storage, failure rate, join seconds), in first-seen order:
     the median of each numeric column over its repetitions, and how many there were."""
     groups: dict[tuple[Any, ...], list[SimResult]] = {}
     for r in rows:
@@ -404,6 +414,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--failure-rate", type=float, default=0.02, help="injected worker failures for one extra run (0 = none)"
     )
+    parser.add_argument(
+        "--join-seconds",
+        type=float,
+        default=0.0,
+        help="the durable-storage rows' workers join one by one over this many virtual seconds (default 0: all at once)",
+    )
     parser.add_argument("--reps", type=int, default=1, help="repetitions of every row; the table shows medians")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "simulate.csv")
@@ -442,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for size in storage_sizes:
             for storage in args.storages:
                 for sampler in args.storage_samplers:
-                    run(size, sampler, n_trials(size), storage=storage)
+                    run(size, sampler, n_trials(size), storage=storage, join_seconds=args.join_seconds)
         if not args.no_curve:
             run(min(workers), "tpe", n_trials(min(workers)), bench="curve")
         if args.failure_rate > 0:

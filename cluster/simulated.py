@@ -329,6 +329,10 @@ class SimulatedExecutor:
       waiting). Pass ``clock=executor.clock`` to the controller.
     - ``controller_time_scale``: virtual seconds charged per real second the
       controller spends between ``events()`` calls (0 = a free controller).
+    - ``join_seconds``: the workers join one by one over this many virtual seconds
+      (worker k of n at k/n of it; worker 0 at once), as a cluster that is scaling up;
+      until then a worker is down. 0 (default): all are there at once, so the first wave
+      of trials starts, and ends one trial length later, all together.
     """
 
     supports_batch = False
@@ -346,6 +350,7 @@ class SimulatedExecutor:
         controller_time_scale: float = 1.0,
         resource: str = "CPU",
         timer: Callable[[], float] = time.perf_counter,
+        join_seconds: float = 0.0,
     ) -> None:
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"n_workers={n_workers!r}: must be an int >= 1")
@@ -379,6 +384,11 @@ class SimulatedExecutor:
         self._closed = False
         self.controller_seconds = 0.0  # real seconds charged to the controller
         self.counts = {"submitted": 0, "ok": 0, "lost": 0, "cancelled": 0, "failures": 0, "events_calls": 0}
+        self.join_seconds = _check_positive("join_seconds", join_seconds, allow_zero=True)
+        for index in range(1, n_workers if self.join_seconds else 0):
+            self._workers[index].alive = False
+            self._workers[index].down.append((0.0, math.inf))
+            self._push(index / n_workers * self.join_seconds, _RECOVER, index)
 
     # --- the clock ---------------------------------------------------------------------------
 

@@ -122,6 +122,18 @@ def test_requests_queue_until_a_slot_frees() -> None:
         ex.submit(request(2, width=3))
 
 
+def test_workers_that_join_over_time_start_the_waiting_trials_as_they_come() -> None:
+    ex = SimulatedExecutor(4, FixedModel(10.0), join_seconds=8.0, controller_time_scale=0)
+    for n in range(8):
+        ex.submit(request(n))
+    starts = sorted(e.outcome.started for e in drain(ex) if isinstance(e, Finished))
+    # workers join at 0, 2, 4, 6 s and each runs a trial then the next of the queue, 10 s later
+    assert starts == [0.0, 2.0, 4.0, 6.0, 10.0, 12.0, 14.0, 16.0]
+    assert ex.down_intervals()["sim-worker-3"] == [(0.0, 6.0)]
+    with pytest.raises(ValueError, match="join_seconds"):
+        SimulatedExecutor(1, FixedModel(), join_seconds=-1.0)
+
+
 class ByNumber:
     """Trial n runs for ``seconds[n]``."""
 

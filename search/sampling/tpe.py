@@ -164,8 +164,9 @@ class RefitTPESampler(TPESampler):
     def _get_internal_repr(
         self, trials: list[FrozenTrial], search_space: dict[str, BaseDistribution], study: Study
     ) -> dict[str, np.ndarray]:
-        """Optuna's columns of the trials' internal values, each trial's row kept once complete (a trial's
-        parameters never change): a refit converts only the trials that are new since the last."""
+        """Optuna's columns of the trials' internal values, each trial's row kept once its parameters are set (they
+        never change; a running trial's proposal, which a fixed parameter may override, is not kept): a refit
+        converts only the trials that are new since the last."""
         if self._refit_fraction == 0:
             return super()._get_internal_repr(trials, search_space, study)
         kept = self._rows.setdefault((_study_key(study), _space_key(search_space)), {})
@@ -176,7 +177,9 @@ class RefitTPESampler(TPESampler):
                 params = self._get_params(trial, study)
                 if not search_space.keys() <= params.keys():
                     continue
-                row = kept[trial.number] = tuple(d.to_internal_repr(params[n]) for n, d in search_space.items())
+                row = tuple(d.to_internal_repr(params[n]) for n, d in search_space.items())
+                if trial.state.is_finished() or search_space.keys() <= trial.params.keys():
+                    kept[trial.number] = row  # not a running trial's proposal before its parameters are set
             rows.append(row)
         table = np.asarray(rows, dtype=float).reshape(len(rows), len(search_space))
         return {name: table[:, i] for i, name in enumerate(search_space)}

@@ -222,3 +222,24 @@ def test_the_kept_intersection_is_optunas_for_a_space_that_changes() -> None:
         study._thread_local.cached_all_trials = None  # as each ask starts
         expected = IntersectionSearchSpace(include_pruned=True).calculate(study)
         assert sampler.infer_relative_search_space(study, frozen) == expected, k
+
+
+def test_a_running_trials_proposal_is_not_kept_as_its_parameters() -> None:
+    import json
+
+    from optuna.samplers._tpe.sampler import _RELATIVE_PARAMS_KEY
+
+    sampler = RefitTPESampler(seed=0, multivariate=True, constant_liar=True)
+    study = optuna.create_study(sampler=sampler)
+    space: dict[str, BaseDistribution] = {"x": FloatDistribution(0.0, 1.0)}
+    trial_id = study._storage.create_new_trial(study._study_id)
+    study._storage.set_trial_system_attr(trial_id, f"{_RELATIVE_PARAMS_KEY}:0", json.dumps({"x": 0.1}))
+
+    def column() -> list[float]:
+        return sampler._get_internal_repr(study.get_trials(deepcopy=False), space, study)["x"].tolist()
+
+    assert column() == [0.1]  # the sampler's proposal, as Optuna reads a running trial
+    study._storage.set_trial_param(trial_id, "x", 0.9, space["x"])  # a fixed value overrides it
+    assert column() == [0.9]
+    study._storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+    assert column() == [0.9]

@@ -155,7 +155,8 @@ class Dispatcher:
             )
             if len(group) > 1:
                 write_attrs(trial, batch=len(group))
-            running = RunningTrial(trial, config, prepared.width, self._clock())
+            # a fresh trial has no earlier controller's reports to read back from its folder
+            running = RunningTrial(trial, config, prepared.width, self._clock(), restored=prepared.fresh)
             self.running[trial.number] = running
             members.append(running)
         self._new_task(members)

@@ -44,12 +44,12 @@ class TrialMaker:
         saw = self._ledger.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
         trial = self._ask()
         self._ledger.asked(trial.number)
-        return self.configure(trial, saw)
+        return self.configure(trial, saw, fresh=True)
 
     def produce(self, saw: int | None = None) -> Prepared:
         """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
         saw = self._ledger.finished if saw is None else saw
-        return self.configure(self._ask(), saw)
+        return self.configure(self._ask(), saw, fresh=True)
 
     def _ask(self) -> optuna.Trial:
         """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
@@ -61,14 +61,15 @@ class TrialMaker:
         claim_folder(self._folder, trial.number)
         return trial
 
-    def configure(self, trial: optuna.Trial, saw: int) -> Prepared:
-        """``trial`` with its config; one whose parameters cannot run is marked ``invalid`` (told FAIL at once)."""
+    def configure(self, trial: optuna.Trial, saw: int, fresh: bool = False) -> Prepared:
+        """``trial`` with its config; one whose parameters cannot run is marked ``invalid`` (told FAIL at once).
+        ``fresh``: asked just now, into a new folder (a resumed trial is not)."""
         try:
             config = self._trial_config(trial)
         except (SpaceError, ValueError, TypeError) as exc:  # e.g. a genome over the parameter limit
             return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
         write_params(self._folder, trial.number, trial.params)  # before it runs: resume's copy of its record
-        return Prepared(trial, config, config.data_parallel, saw)
+        return Prepared(trial, config, config.data_parallel, saw, fresh=fresh)
 
     def _trial_config(self, trial: optuna.Trial) -> TrialConfig:
         spec, trainer = self._spec, self._spec.trainer

@@ -31,6 +31,7 @@ class Prepared:
     width: int
     sampler_saw: int = 0  # finished trials when it was sampled
     invalid: str = ""
+    fresh: bool = False  # asked now, its folder new: no earlier controller can have recorded reports for it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -292,3 +292,16 @@ def test_same_seed_same_campaign(tmp_path: Path) -> None:
             (t.value,) for t in runs[0][0].get_trials(deepcopy=False) if t.value is not None
         )
     )
+
+
+def test_a_fresh_trials_folder_is_not_read_back_for_an_earlier_controllers_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import search.loop.intermediate as intermediate
+
+    read: list[Path] = []
+    original = intermediate.read_metrics_lines
+    monkeypatch.setattr(intermediate, "read_metrics_lines", lambda path: read.append(path) or original(path))
+    study, _ex = _campaign(tmp_path, 4, 12)
+    assert len(study.get_trials(deepcopy=False)) == 12
+    assert read == []  # every trial was asked by this controller into a new folder: nothing to read back

@@ -12,6 +12,15 @@ The asks in between see the same model, not each other's lies; with thousands of
 trials already running (each lied about), a few hundred more change the above group
 by under a percent.
 
+What else an ask would walk or score again is kept too:
+
+- each trial's internal values, once its parameters are set (a refit converts only new trials);
+- the intersection search space, each finished trial folded in once;
+- the startup's "not enough finished trials yet", for the rest of the ask and until the study grows by the fraction;
+- in a space of categorical parameters only (up to ``GRID_CELLS`` points), log l(x) - log g(x) at every point, built
+  once per shared fit: an ask is then a draw of candidates and a look-up, where Optuna scores each candidate
+  against one kernel per trial.
+
 Below ``1 / refit_fraction`` trials every ask refits, so a campaign of up to 200 trials
 samples exactly what Optuna's TPE samples with the same seed (tested). The fits are a
 cache: they are left out when the sampler is pickled (to a child process, or with the

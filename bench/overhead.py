@@ -379,11 +379,15 @@ def sampler_bound(n: int, sampler: str, seed: int) -> float:
 # --- (c) controller memory and per-trial overhead at 10,000 trials -----------------------------------
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+def resident_mb() -> float:
+    """This process's resident memory now, in MB (``VmRSS`` of ``/proc/self/status``; NaN where there is none)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return float("nan")
 
 
@@ -393,7 +397,7 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
     import bench.simulate  # noqa: F401 - import cost before the baseline
     import search.loop.campaign  # noqa: F401
 
-    before = _rss_mb()
+    before = resident_mb()
     with tempfile.TemporaryDirectory() as tmp:
         if kind.startswith("hypersweep"):
             from bench.simulate import bench_spec, open_study, storage_setting
@@ -424,7 +428,7 @@ def memory_probe(kind: str, n: int, seed: int) -> dict[str, float]:
                 f"memory probe {kind!r}: must be hypersweep-journal, hypersweep-memory, "
                 "hypersweep-sqlite or optuna-threads"
             )
-        after = _rss_mb()
+        after = resident_mb()
     return {
         "rss_before_mb": before,
         "rss_after_mb": after,

@@ -56,6 +56,7 @@ from typing import Any
 
 import optuna
 
+from bench.overhead import resident_mb
 from cluster.simulated import NB201_OPS, CurveModel, SimulatedExecutor, TableModel, TrialModel
 from search.loop.campaign import Campaign
 from search.sampling.pruning import make_pruner
@@ -258,7 +259,7 @@ def simulate(
         started = time.perf_counter()
         Campaign(spec, folder, study, executor, clock=executor.clock).run()
         real = time.perf_counter() - started
-        rss_mb = _resident_mb()
+        rss_mb = round(resident_mb(), 1)
         curve = best_over_time(study)
         if bench == "curve":
             curve = [(at, 100.0 * best) for at, best in curve]
@@ -294,16 +295,6 @@ def simulate(
         join_s=join_seconds,
     )
     return result, executor, study
-
-
-def _resident_mb() -> float:
-    """This process's resident memory now, in MB (``VmRSS`` of ``/proc/self/status``; NaN where there is none)."""
-    try:
-        with open("/proc/self/status") as fh:
-            line = next(line for line in fh if line.startswith("VmRSS:"))
-    except (OSError, StopIteration):
-        return math.nan
-    return round(int(line.split()[1]) / 1024, 1)
 
 
 # --- the command ---------------------------------------------------------------------------------

@@ -150,11 +150,15 @@ class Dispatcher:
         for prepared in group:
             trial, config = prepared.trial, prepared.config
             assert config is not None, "invalid trials are told FAIL before dispatch"  # its folder made at its ask
+            batch = {"batch": len(group)} if len(group) > 1 else {}
             write_attrs(
-                trial, seed=config.seed, config=config.to_dict(), width=prepared.width, sampler_saw=prepared.sampler_saw
-            )
-            if len(group) > 1:
-                write_attrs(trial, batch=len(group))
+                trial,
+                seed=config.seed,
+                config=config.to_dict(),
+                width=prepared.width,
+                sampler_saw=prepared.sampler_saw,
+                **batch,
+            )  # one journal append
             # a fresh trial has no earlier controller's reports to read back from its folder
             running = RunningTrial(trial, config, prepared.width, self._clock(), restored=prepared.fresh)
             self.running[trial.number] = running

@@ -70,7 +70,7 @@ class RunningTrial:
         default_factory=set
     )  # steps reported: a report is (trial, step), kept once
     recorded_steps: set[int] = dataclasses.field(default_factory=set)  # resources with an intermediate value
-    restored: bool = False  # the reports of an earlier controller (metrics.jsonl) were read back
+    restored: bool = False  # an earlier controller's reports (metrics.jsonl) were read back, or it has none (fresh)
     stop_reason: str = ""
     stop_trigger_time: float = 0.0  # when the report that led to the stop was sent (worker clock)
     stop_requested_at: float = 0.0

@@ -129,7 +129,7 @@ class RefitTPESampler(TPESampler):
     def _sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        if search_space and (self._fit_of(study, search_space) is not None or self._startup_done(study, trial)):
+        if search_space and self._startup_done(study, trial):  # "done" is kept: no walk once a fit exists
             return self._sample(study, trial, search_space)
         return {}
 

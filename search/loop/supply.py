@@ -132,6 +132,7 @@ class TrialSupply:
     def start(self, resumable: list[FrozenTrial]) -> None:
         """Trials to run again first; then the sampler, on a thread or in a child process if the mode says so."""
         self._resumable.extend(resumable)
+        self._maker.start(len(self._study.get_trials(deepcopy=False)))
         if self.sampling == SamplingMode.INLINE:
             return
         if self.sampling == SamplingMode.PROCESS:
@@ -184,8 +185,15 @@ class TrialSupply:
         self._asker = self._thread_asker()
 
     def close(self) -> None:
-        """Stop sampling; trials asked and not taken join the pending ones."""
-        self.pending.extend(self._asker.close())
+        """Stop sampling; trials asked and not taken join the pending ones. Their folders are written."""
+        try:
+            self.pending.extend(self._asker.close())
+        finally:
+            self._maker.close()
+
+    def wait_written(self) -> None:
+        """Every trial asked so far has its folder and ``params.json`` (see :meth:`TrialMaker.wait_written`)."""
+        self._maker.wait_written()
 
     def release_unstarted(self) -> None:
         """Trials asked but never launched (the time budget ran out first) end PRUNED; none stays RUNNING."""

@@ -7,6 +7,9 @@ own thread, or (for a sampler child) with the parameters the child sampled. The
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import optuna
 
 from search.loop.ledger import Ledger
@@ -15,7 +18,7 @@ from search.pbt.population import Population
 from search.sampling.seeds import trial_seed
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.trial_params import claim_folder, write_params
+from search.store.trial_params import ParamsWriter, set_aside_stale_folders
 from spaces.errors import SpaceError
 from trainers.api import TrialConfig
 
@@ -38,6 +41,22 @@ class TrialMaker:
         self._study = study
         self._ledger = ledger
         self._population = population
+        self._params = ParamsWriter(folder, f"trial-folders-{spec.study.name}")  # folders off the loop's thread
+
+    def start(self, first_new: int) -> None:
+        """Before the first ask: folders numbered from ``first_new`` (the storage's trial count) on that hold
+        files belong to trials the storage lost; they are moved aside, and the new trials get fresh ones."""
+        set_aside_stale_folders(self._folder, first_new)
+
+    def wait_written(self) -> None:
+        """Every trial configured so far has its folder and ``params.json``: called before the journal's group
+        commit records them, and before the campaign handles any event of theirs (see
+        :mod:`search.store.trial_params`). Raises what a write raised."""
+        self._params.wait()
+
+    def close(self) -> None:
+        """Write the folders still queued, then stop the writer's thread."""
+        self._params.close()
 
     def ask_inline(self) -> Prepared:
         """One new trial, asked on the loop's thread, its ask recorded with the ledger (deterministic order)."""
@@ -53,27 +72,27 @@ class TrialMaker:
 
     def _ask(self) -> optuna.Trial:
         """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
-        conditional parameter whose condition holds (from the child's values when a child samples). Its folder is
-        made; one its number already has belongs to a trial the storage lost: it is moved aside."""
+        conditional parameter whose condition holds (from the child's values when a child samples)."""
         space = self._spec.space
         trial = self._study.ask(fixed_distributions=space.base_distributions())
         space.suggest(trial)
-        claim_folder(self._folder, trial.number)
         return trial
 
     def configure(self, trial: optuna.Trial, saw: int, fresh: bool = False) -> Prepared:
         """``trial`` with its config; one whose parameters cannot run is marked ``invalid`` (told FAIL at once).
-        ``fresh``: asked just now, into a new folder (a resumed trial is not)."""
+        ``fresh``: asked just now, into a new folder (a resumed trial is not). Its folder and ``params.json``
+        (resume's copy of its record) are written on the writer's thread (:meth:`wait_written`)."""
+        params = trial.params  # a copy (Optuna's), this trial's own
         try:
-            config = self._trial_config(trial)
+            config = self._trial_config(trial, params)
         except (SpaceError, ValueError, TypeError) as exc:  # e.g. a genome over the parameter limit
             return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
-        write_params(self._folder, trial.number, trial.params)  # before it runs: resume's copy of its record
+        self._params.put(trial.number, params)
         return Prepared(trial, config, config.data_parallel, saw, fresh=fresh)
 
-    def _trial_config(self, trial: optuna.Trial) -> TrialConfig:
+    def _trial_config(self, trial: optuna.Trial, searched: Mapping[str, Any]) -> TrialConfig:
         spec, trainer = self._spec, self._spec.trainer
-        params = spec.space.complete(trial.params)
+        params = spec.space.complete(searched)
         data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
         config = TrialConfig(
             study=spec.study.name,

@@ -321,6 +321,7 @@ class ProcessAsker(Generic[T]):
         self._state_asked = 0
         self._state_got = 0
         self._closing = False
+        self._reaping = threading.Lock()  # one thread at a time waits for the child (see _join)
         self.times = AskTimes()  # of the child's asks
         self._original = study.sampler
         sampler_bytes = _portable(self._original)
@@ -354,10 +355,9 @@ class ProcessAsker(Generic[T]):
             except EOFError:
                 problem = "the sampler process exited at start"
         if problem:
-            self._process.join(5.0)
-            if self._process.is_alive():
+            if self._join(5.0):
                 self._process.kill()
-                self._process.join(5.0)
+                self._join(5.0)
             self._conn.close()
             raise NotPortable(problem)
 
@@ -424,15 +424,23 @@ class ProcessAsker(Generic[T]):
         with self._cond:
             self._closing = True
         self._send(("close",))
-        self._process.join(timeout)
-        if self._process.is_alive():
+        if self._join(timeout):
             log.warning("the sampler process did not exit within %.0f s; killing it", timeout)
             self._process.kill()
-            self._process.join(5.0)
+            self._join(5.0)
         self._reader.join(5.0)
         self._conn.close()
         self._study.sampler = pickle.loads(state) if state is not None else self._original
         return []
+
+    def _join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the child to exit; whether it is still alive. One thread at a time: of two
+        threads joining at once, the one whose ``waitpid`` finds the child already reaped by the other is told it
+        is alive (``multiprocessing`` keeps no exit code then), which made ``close`` kill an exited child and warn
+        that it did not exit."""
+        with self._reaping:
+            self._process.join(timeout)
+            return self._process.is_alive()
 
     # --- the reading thread -----------------------------------------------------------------
 
@@ -450,7 +458,7 @@ class ProcessAsker(Generic[T]):
             try:
                 message = self._conn.recv()
             except (EOFError, OSError):
-                self._process.join(5.0)
+                self._join(5.0)  # its exit code, for the message
                 with self._cond:
                     if not self._closing and self._error is None:
                         self._error = f"the sampler process exited unexpectedly (exit code {self._process.exitcode})"

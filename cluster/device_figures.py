@@ -28,6 +28,7 @@ __all__ = ["TrialMonitor", "cuda_peak", "rss_bytes", "nvml_utilization", "CUDA",
 
 CUDA, RSS = "cuda", "rss"  # what ``peak_memory`` measured
 START_REUSE = 0.05  # seconds: a trial's first host-memory figure may be one taken this recently in its process
+TREE_REUSE = 0.05  # seconds: a walk of the process tree that found no child process stands this long (see _proc_rss)
 GROWTH_SENT = 1.1  # memory grown by 10% since the last figure sent: send it
 
 
@@ -73,7 +74,7 @@ _last_rss: tuple[int, float, int] = (0, -math.inf, 0)  # the last figure rss_byt
 
 def _rss_now(pid: int) -> int:
     if _proc_children_readable():
-        return _proc_tree_rss(pid)
+        return _proc_rss(pid)
     try:
         proc = psutil.Process(pid)
         total = proc.memory_info().rss
@@ -98,10 +99,37 @@ def _proc_children_readable() -> bool:
     return _children_file
 
 
+_last_walk: tuple[int, float, bool] = (0, -math.inf, True)  # the last tree walk: (pid, when, found a child process)
+
+
+def _proc_rss(pid: int) -> int:
+    """``rss_bytes`` from ``/proc``: the whole tree (:func:`_proc_tree_rss`), or only the process's own ``statm``
+    when a walk at most ``TREE_REUSE`` s ago found it had no child process. A walk reads a file per thread (a
+    dozen in a worker); short trials one after another on a worker took two walks each, a third of the worker's
+    time per trivial trial. A child started within that time is counted from the next walk on."""
+    global _last_walk
+    now = time.monotonic()
+    last_pid, at, children = _last_walk
+    if last_pid == pid and not children and now - at <= TREE_REUSE:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                return int(fh.read().split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            pass  # it ended meanwhile: the walk says so
+    total, walked = _proc_tree(pid)
+    _last_walk = (pid, now, walked > 1)
+    return total
+
+
 def _proc_tree_rss(pid: int) -> int:
     """``rss_bytes`` from ``/proc`` alone: the process's ``statm`` and its threads' ``children``, walked down
     (tens of microseconds, where psutil's ``children`` scans every process on the host)."""
-    total, todo, seen = 0, [pid], set()
+    return _proc_tree(pid)[0]
+
+
+def _proc_tree(pid: int) -> tuple[int, int]:
+    """The tree's resident bytes and how many processes it holds (``pid`` included, while it lives)."""
+    total, todo, seen, found = 0, [pid], set(), 0
     while todo:
         current = todo.pop()
         if current in seen:
@@ -113,13 +141,14 @@ def _proc_tree_rss(pid: int) -> int:
             tids = os.listdir(f"/proc/{current}/task")
         except (OSError, ValueError, IndexError):
             continue  # it ended meanwhile
+        found += 1
         for tid in tids:
             try:
                 with open(f"/proc/{current}/task/{tid}/children", "rb") as fh:
                     todo.extend(int(child) for child in fh.read().split())
             except (OSError, ValueError):
                 continue
-    return total
+    return total, found
 
 
 class _Nvml:

@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 
+import cluster.device_figures as device_figures
 from cluster.device_figures import TrialMonitor, _proc_children_readable, _Ticker, rss_bytes
 
 
@@ -100,4 +101,32 @@ def test_a_figure_measured_just_now_serves_a_trial_that_starts_right_after() -> 
     hoard[::4096] = b"x" * len(hoard[::4096])
     assert rss_bytes(within=30.0) == first  # the figure a trial just ended with
     assert rss_bytes() >= first + 60 * 2**20  # a fresh one sees the growth
+    del hoard
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_walk_that_found_no_child_stands_briefly_and_a_child_is_counted_by_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    walks: list[int] = []
+    original = device_figures._proc_tree
+    monkeypatch.setattr(device_figures, "_proc_tree", lambda pid: walks.append(pid) or original(pid))
+    monkeypatch.setattr(device_figures, "TREE_REUSE", 2.0)  # room for the allocation below
+    monkeypatch.setattr(device_figures, "_last_walk", (0, float("-inf"), True))
+    first = rss_bytes()
+    assert len(walks) == 1
+    hoard = bytearray(64 * 2**20)
+    hoard[::4096] = b"x" * len(hoard[::4096])
+    assert rss_bytes() >= first + 60 * 2**20  # its own statm, read afresh: the growth is there
+    assert len(walks) == 1  # no walk: the last found no child, just now
+    child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(32 * 2**20); time.sleep(30)"])
+    try:
+        time.sleep(2.1)  # the last walk is older than TREE_REUSE now
+        with_child = rss_bytes()
+        assert len(walks) == 2 and with_child >= psutil.Process().memory_info().rss + 5 * 2**20  # the child's too
+        rss_bytes()
+        assert len(walks) == 3  # the last walk found a child: walked again
+    finally:
+        child.kill()
+        child.wait(timeout=10)
     del hoard

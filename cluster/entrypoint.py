@@ -32,7 +32,7 @@ from .device_figures import TrialMonitor
 from .first_run import FirstRun
 from .outcome import Outcome, TrialStatus, error_type_of
 from .resources import DevicePool, Lease, physical_ids, worker_device_pool
-from .trial_output import route_output
+from .trial_output import make_trial_folders, route_output
 
 __all__ = [
     "run_trial",
@@ -236,6 +236,7 @@ def run_trial(
         tenants=(lambda: max(pool.tenants()[d] for d in devices)) if pool and devices and not alone else None,
     )
     reporter.figures = lambda: monitor.peak
+    make_trial_folders(config)  # for its checkpoints; the controller does not make it
     output = route_output(config.get("log_dir"), int(config["number"]))  # the trainer's prints: its stdout.log
     metrics: dict[str, float] = {}
     failure: dict[str, Any] = {}

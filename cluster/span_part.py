@@ -25,7 +25,7 @@ from .channel import WorkerReporter
 from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failure_of, ran_here
 from .first_run import FirstRun
 from .outcome import Outcome, TrialStatus
-from .trial_output import route_output
+from .trial_output import make_trial_folders, route_output
 
 __all__ = ["run_part", "abort_event_name", "rendezvous_name", "abort_why_name", "RENDEZVOUS_TIMEOUT"]
 
@@ -127,6 +127,7 @@ def run_part(
     host = get_address_host(worker.address)
     lease, pool = _lease_devices(resource, int(part["local"]), 1.0, 0, 0.9)  # whole GPUs: a part packs with nothing
     devices = lease.ids if lease is not None else ()
+    make_trial_folders(config)  # for its checkpoints; the controller does not make it
     output = route_output(config.get("log_dir"), number)
     metrics: dict[str, float] = {}
     timings: list[dict[str, Any]] = []

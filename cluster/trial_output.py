@@ -28,10 +28,19 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["STDOUT_LOG", "MAX_LOG_BYTES", "TrialLog", "ThreadRouter", "TrialOutput", "route_output"]
+__all__ = [
+    "STDOUT_LOG",
+    "MAX_LOG_BYTES",
+    "TrialLog",
+    "ThreadRouter",
+    "TrialOutput",
+    "route_output",
+    "make_trial_folders",
+]
 
 STDOUT_LOG = "stdout.log"
 MAX_LOG_BYTES = 100 * 2**20
@@ -215,3 +224,24 @@ def _uninstall() -> None:
         if getattr(sys, name) is router:  # nobody replaced it since
             setattr(sys, name, router.original)
         del _ROUTERS[name]
+
+
+def make_trial_folders(config: Mapping[str, Any]) -> None:
+    """The trial's ``checkpoint_dir`` and ``log_dir``, made before its trainer starts: a trainer may write there
+    without making them, and the controller leaves that to where the trial runs (a ``mkdir`` per trial on its own
+    thread cost it more than the call). One ``mkdir`` each, usually one folder; one that cannot be made (the
+    campaign folder is not reachable from this worker) is logged, and the trial runs all the same."""
+    for folder in dict.fromkeys(config.get(key) for key in ("checkpoint_dir", "log_dir")):
+        if not folder:
+            continue
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # the campaign's trials/ folder is not there (yet): make the path
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as exc:
+                _log.warning("%s: cannot make this trial's folder here (%s)", folder, exc)
+        except OSError as exc:
+            _log.warning("%s: cannot make this trial's folder here (%s)", folder, exc)

@@ -125,7 +125,7 @@ class Campaign:
             while True:
                 self._fill()
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
-                self.supply.wait_written()  # the folders of the trials the journal is about to record
+                self.supply.flush_params()  # of the trials the journal is about to record
                 self._flush()
                 launched = len(self.dispatch.running)
                 if not launched and not self.supply.more_coming(self.budget.may_start(), launched):

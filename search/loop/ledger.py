@@ -233,7 +233,9 @@ class Ledger:
     def _write_failure_log(self, running: RunningTrial, outcome: Outcome, reason: str) -> None:
         text = outcome.traceback or reason
         write_attrs(running.trial, traceback=text[-MAX_TRACEBACK:])
-        self._folder.trial_error_log(running.number).write_text(f"trial {running.number} failed: {reason}\n\n{text}\n")
+        path = self._folder.trial_error_log(running.number)
+        path.parent.mkdir(parents=True, exist_ok=True)  # a trial lost before it started has no folder yet
+        path.write_text(f"trial {running.number} failed: {reason}\n\n{text}\n")
 
     def _mark_told(self, number: int) -> None:
         self._told.add(number)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -47,7 +48,7 @@ from search.sampling.samplers import make_sampler, runs_in_process, sampling_pro
 from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.trial_params import read_params, restore_params
+from search.store.trial_params import read_params, recorded_params, restore_params
 from search.vocab.terms import SamplingMode
 from spaces.errors import InputError
 
@@ -126,6 +127,7 @@ class TrialSupply:
         self._resumable: deque[FrozenTrial] = deque()
         self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
         self._restarts = 0  # samplers built by this controller after the first (a dead child replaced)
+        self._recorded: dict[int, dict[str, Any]] | None = None  # the parameters log, once a resume needs it
 
     # --- start and stop -----------------------------------------------------------------------------
 
@@ -191,9 +193,9 @@ class TrialSupply:
         finally:
             self._maker.close()
 
-    def wait_written(self) -> None:
-        """Every trial asked so far has its folder and ``params.json`` (see :meth:`TrialMaker.wait_written`)."""
-        self._maker.wait_written()
+    def flush_params(self) -> None:
+        """The parameters of the trials asked since the last call, written (see :meth:`TrialMaker.flush_params`)."""
+        self._maker.flush_params()
 
     def release_unstarted(self) -> None:
         """Trials asked but never launched (the time budget ran out first) end PRUNED; none stays RUNNING."""
@@ -287,8 +289,13 @@ class TrialSupply:
         its folder (``trials/<n>/params.json``: its checkpoint was made with them); any still missing (it never
         reached its folder) are sampled now by a seeded random sampler, never the campaign's (a sampler child
         only hands out what it sampled itself)."""
+        if self._recorded is None:
+            self._recorded = recorded_params(self._folder)  # read once, for all the trials a resume runs again
         restored = restore_params(
-            self._study, frozen, self._spec.space.distributions(), read_params(self._folder, frozen.number)
+            self._study,
+            frozen,
+            self._spec.space.distributions(),
+            read_params(self._folder, frozen.number, self._recorded),
         )
         completer = optuna.load_study(
             study_name=self._study.study_name,

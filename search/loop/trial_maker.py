@@ -18,7 +18,7 @@ from search.pbt.population import Population
 from search.sampling.seeds import trial_seed
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.trial_params import ParamsWriter, set_aside_stale_folders
+from search.store.trial_params import ParamsLog, set_aside_stale_folders
 from spaces.errors import SpaceError
 from trainers.api import TrialConfig
 
@@ -41,21 +41,21 @@ class TrialMaker:
         self._study = study
         self._ledger = ledger
         self._population = population
-        self._params = ParamsWriter(folder, f"trial-folders-{spec.study.name}")  # folders off the loop's thread
+        self._params = ParamsLog(folder)  # each new trial's parameters, written before the journal's record
 
     def start(self, first_new: int) -> None:
         """Before the first ask: folders numbered from ``first_new`` (the storage's trial count) on that hold
         files belong to trials the storage lost; they are moved aside, and the new trials get fresh ones."""
         set_aside_stale_folders(self._folder, first_new)
 
-    def wait_written(self) -> None:
-        """Every trial configured so far has its folder and ``params.json``: called before the journal's group
-        commit records them, and before the campaign handles any event of theirs (see
-        :mod:`search.store.trial_params`). Raises what a write raised."""
-        self._params.wait()
+    def flush_params(self) -> None:
+        """Write the parameters of every trial configured since the last call, with one append: called before the
+        journal's group commit records them, and so before the campaign handles any event of theirs (see
+        :mod:`search.store.trial_params`). Raises what the write raised (a full disk)."""
+        self._params.flush()
 
     def close(self) -> None:
-        """Write the folders still queued, then stop the writer's thread."""
+        """Write the parameters still kept, then close the log."""
         self._params.close()
 
     def ask_inline(self) -> Prepared:
@@ -80,8 +80,8 @@ class TrialMaker:
 
     def configure(self, trial: optuna.Trial, saw: int, fresh: bool = False) -> Prepared:
         """``trial`` with its config; one whose parameters cannot run is marked ``invalid`` (told FAIL at once).
-        ``fresh``: asked just now, into a new folder (a resumed trial is not). Its folder and ``params.json``
-        (resume's copy of its record) are written on the writer's thread (:meth:`wait_written`)."""
+        ``fresh``: asked just now, into a new folder (a resumed trial is not). Its parameters (resume's copy of its
+        record) go to the parameters log with the next :meth:`flush_params`."""
         params = trial.params  # a copy (Optuna's), this trial's own
         try:
             config = self._trial_config(trial, params)

@@ -110,10 +110,11 @@ class Files:
     SUMMARY: Final = "summary.csv"
     ENVIRONMENT: Final = "environment.json"
     TRIALS: Final = "trials"  # trials/<number>/: one folder per trial
+    PARAMS_LOG: Final = "trial-params.jsonl"  # every trial's parameters, a line each (search.store.trial_params)
     # inside trials/<number>/ (the controller's own records; the trainer writes its checkpoints beside them)
     TRIAL_METRICS: Final = "metrics.jsonl"  # one JSON object per report: step, time, worker, metrics
     TRIAL_ERROR_LOG: Final = "error.log"  # a failed trial's reason and traceback
-    TRIAL_PARAMS: Final = "params.json"  # its parameters, written before it runs (search.store.trial_params)
+    TRIAL_PARAMS: Final = "params.json"  # its parameters, in campaigns made before PARAMS_LOG (read only)
     # scaling/: a batch-size scaling sweep's analysis
     SCALING: Final = "scaling"
     SCALING_TABLE: Final = "scaling.csv"
@@ -186,7 +187,11 @@ def metrics_line(step: int, metrics: Mapping[str, float], at: float, worker: str
 def append_metrics_line(path: Path, step: int, metrics: Mapping[str, float], at: float, worker: str = "") -> None:
     """Append one report to a trial's ``metrics.jsonl`` (on a line of its own, after a torn last line too)."""
     line = metrics_line(step, metrics, at, worker).encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # os calls: 4 per report, no io objects
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # os calls: 4 per report, no io objects
+    except FileNotFoundError:  # the trial's folder is not made yet (it is made where the trial runs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         end = os.fstat(fd).st_size
         if end > 0 and os.pread(fd, 1, end - 1) != b"\n":

@@ -1,18 +1,26 @@
-"""A trial's parameters, kept in its own folder too: ``trials/<n>/params.json``.
+"""Each trial's parameters, kept beside the study storage too: ``trial-params.jsonl`` in the campaign folder.
 
 The study storage is the record of a trial's parameters, but a journal torn inside its last
 commit (a crash mid-write, a power cut) may keep a trial's creation and lose some of its
 parameters, while the trial's folder already holds checkpoints and reports made with them.
 So that ``resume`` runs such a trial again with exactly those (its checkpoint still fits) instead
-of sampling new ones, the controller writes each new trial's folder and parameters before the
-journal writes its record: a :class:`ParamsWriter` makes them on a thread of its own, and the
-campaign waits for it before each group commit (:meth:`ParamsWriter.wait`). The file system calls
-(a ``mkdir`` and a create, which on a busy disk wait behind the journal's fsync, and on a network
-file system cost milliseconds each) thus leave the controller's thread.
+of sampling new ones, the controller appends each new trial's parameters to the campaign's
+parameters log (:class:`ParamsLog`, a line per trial) before the journal writes its record: the
+loop writes the lines of the trials it asked with one append, just before each group commit of
+the journal (and so before it handles any event of theirs).
+
+That is one system call per loop iteration. A file per trial (``trials/<n>/params.json``, as
+campaigns before this one kept them, which :func:`read_params` still reads) cost the controller a
+``mkdir`` and a create per trial, 0.3 ms each here (each hands the interpreter to the client's event
+loop, and a create on a busy disk waits behind the journal's fsync), milliseconds on a network file
+system; a thread doing them instead waited for the interpreter as long. The trial's folder is made
+where the trial runs, before its trainer starts (``cluster.entrypoint``), or by the first record the
+controller writes there.
 
 A trial number asked anew whose folder already holds files (the journal lost the whole earlier
 trial with that number) gets a fresh folder: when a campaign starts, every such folder, numbered
 from the storage's trial count on, is moved aside (:func:`set_aside_stale_folders`), never reused.
+A number's last line in the log is its record.
 """
 
 from __future__ import annotations
@@ -22,7 +30,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,8 +43,9 @@ from search.store.records import Files
 
 __all__ = [
     "PARAMS_FILE",
-    "ParamsWriter",
-    "write_params",
+    "PARAMS_LOG",
+    "ParamsLog",
+    "recorded_params",
     "read_params",
     "restore_params",
     "set_aside_stale_folder",
@@ -46,124 +54,93 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PARAMS_FILE = Files.TRIAL_PARAMS  # in trials/<n>/: {"number": n, "params": {name: value}}
+PARAMS_LOG = Files.PARAMS_LOG  # in the campaign folder: {"number": n, "params": {name: value}} per line
+PARAMS_FILE = Files.TRIAL_PARAMS  # in trials/<n>/, as campaigns made before the log kept them: read only
 ORPHANS = "orphaned-trials"  # in the campaign folder: folders of trials the storage lost
-WAIT_SECONDS = 300.0  # the longest the campaign waits for trial folders to be written (a hung file system)
 
 
-def write_params(folder: CampaignFolder, number: int, params: Mapping[str, Any]) -> None:
-    """Record trial ``number``'s parameters in its folder (made here if it is not there yet), on this thread."""
-    _write_file(str(folder.trial(number)), _encode(number, params))
+def _line(number: int, params: Mapping[str, Any]) -> bytes:
+    return (json.dumps({"number": int(number), "params": dict(params)}, sort_keys=True) + "\n").encode()
 
 
-def _encode(number: int, params: Mapping[str, Any]) -> bytes:
-    return json.dumps({"number": int(number), "params": dict(params)}, sort_keys=True).encode()
+class ParamsLog:
+    """The campaign's parameters log, appended to: :meth:`put` keeps a trial's line (any thread), :meth:`flush`
+    writes every line kept with one ``write``.
 
-
-def _write_file(trial: str, data: bytes) -> None:
-    """``trial``/params.json holds ``data``: the folder made first (the trial's runner may have made it already).
-
-    Written in place, not through a temporary file and a rename: a write torn by a crash leaves a file that reads
-    as nothing recorded, as a crash before it would. Not fsynced: the journal, which they back, is fsynced at
-    most every ``SYNC_INTERVAL`` as well, and the fsync was a tenth of the controller's time per trial at 10,000
-    workers. A ``mkdir`` and three calls (open, write, close), with no file object.
-    """
-    try:
-        os.mkdir(trial)
-    except FileExistsError:
-        pass
-    except FileNotFoundError:  # no trials/ folder (yet)
-        os.makedirs(trial, exist_ok=True)
-    fd = os.open(os.path.join(trial, PARAMS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-class ParamsWriter:
-    """Writes new trials' folders and ``params.json`` in the order given, on a thread of its own.
-
-    :meth:`put` returns at once; :meth:`wait` returns once everything put before it is written (the campaign
-    calls it before each group commit of the journal, and so before it handles any event of those trials), and
-    raises what a write raised (a full disk). Until the first :meth:`put` there is no thread.
+    Not fsynced: the journal, which it backs, is fsynced at most every ``SYNC_INTERVAL`` as well. A write that
+    fails (a full disk) keeps its lines for the next flush and raises; a line torn by a crash mid-write stays on
+    a line of its own, which the reader skips.
     """
 
-    def __init__(self, folder: CampaignFolder, name: str = "trial-folders") -> None:
-        self._trials = str(folder.trials)
-        self._name = name
-        self._cond = threading.Condition()
-        self._queue: deque[tuple[int, Mapping[str, Any]]] = deque()
-        self._put = self._written = 0
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        self._closed = False
+    def __init__(self, folder: CampaignFolder) -> None:
+        self.path = folder.root / PARAMS_LOG
+        self._lines: list[bytes] = []
+        self._lock = threading.Lock()
+        self._fd: int | None = None
 
     def put(self, number: int, params: Mapping[str, Any]) -> None:
-        """Write ``params`` (not changed by the caller after) as trial ``number``'s, soon; in order."""
-        with self._cond:
-            if self._closed:
-                raise RuntimeError(f"{self._name}: closed; trial {number}'s parameters were not written")
-            self._queue.append((number, params))
-            self._put += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+        """Keep trial ``number``'s line, for the next :meth:`flush`."""
+        line = _line(number, params)
+        with self._lock:
+            self._lines.append(line)
 
-    def wait(self, timeout: float = WAIT_SECONDS) -> None:
-        """Return once every trial put so far has its folder written; raise the first write's error, if any
-        (once), or :class:`TimeoutError` after ``timeout`` seconds (a file system that stopped answering)."""
-        with self._cond:
-            target = self._put
-            done = self._cond.wait_for(lambda: self._written >= target or self._error is not None, timeout)
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
-        if not done:
-            raise TimeoutError(
-                f"{self._name}: {target - self._written} trial folders not written in {timeout:.0f} s under "
-                f"{self._trials} (is its file system answering?)"
-            )
+    def flush(self) -> int:
+        """Append the lines kept; how many."""
+        with self._lock:
+            if not self._lines:
+                return 0
+            data, count = b"".join(self._lines), len(self._lines)
+            self._append(data)
+            self._lines = []
+            return count
 
-    def close(self, timeout: float = WAIT_SECONDS) -> None:
-        """Write what was put, then end the thread; an error or a timeout is logged, not raised (the campaign is
-        ending: what it raised already is what matters)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            if thread.is_alive():
-                log.error("%s: still writing after %.0f s; giving up on it", self._name, timeout)
-        with self._cond:
-            error, self._error = self._error, None
-        if error is not None:
-            log.error("%s: a trial's parameters could not be written: %s", self._name, error)
+    def close(self) -> None:
+        """Write what is kept (a failure is logged: the campaign is ending), then close the file."""
+        try:
+            self.flush()
+        except OSError as exc:
+            log.error("%s: %d trials' parameters could not be written: %s", self.path, len(self._lines), exc)
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._closed)
-                if not self._queue:
-                    return
-                batch = list(self._queue)
-                self._queue.clear()
-            for number, params in batch:
-                try:
-                    _write_file(os.path.join(self._trials, str(int(number))), _encode(number, params))
-                except Exception as exc:  # noqa: BLE001 - handed to the thread that waits; the others are written
-                    with self._cond:
-                        self._error = self._error or exc
-            with self._cond:
-                self._written += len(batch)  # a failed write counts as done: its error is what the waiter gets
-                self._cond.notify_all()
+    def _append(self, data: bytes) -> None:
+        if self._fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+            end = os.fstat(fd).st_size
+            if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
+                os.write(fd, b"\n")  # a line torn by a crash stays on a line of its own
+            self._fd = fd
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
 
-def read_params(folder: CampaignFolder, number: int) -> dict[str, Any] | None:
-    """The parameters recorded for trial ``number``, or None (none recorded, or unreadable)."""
-    return _read(folder.trial(number), number)
+def recorded_params(folder: CampaignFolder) -> dict[int, dict[str, Any]]:
+    """Every trial's parameters in the campaign's log, by number (a number's last whole line wins)."""
+    try:
+        text = (folder.root / PARAMS_LOG).read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return {}
+    recorded: dict[int, dict[str, Any]] = {}
+    for line in text.splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue  # torn by a crash mid-write
+        if isinstance(data, dict) and isinstance(data.get("number"), int) and isinstance(data.get("params"), dict):
+            recorded[data["number"]] = dict(data["params"])
+    return recorded
+
+
+def read_params(
+    folder: CampaignFolder, number: int, recorded: Mapping[int, Mapping[str, Any]] | None = None
+) -> dict[str, Any] | None:
+    """The parameters recorded for trial ``number`` (``recorded``: the log, read already), or None: none recorded,
+    or unreadable. A campaign made before the log has them in ``trials/<n>/params.json``."""
+    found = (recorded_params(folder) if recorded is None else recorded).get(number)
+    return dict(found) if found is not None else _read(folder.trial(number), number)
 
 
 def _read(path: Path, number: int | None = None) -> dict[str, Any] | None:
@@ -202,8 +179,11 @@ def restore_params(
     return restored
 
 
-def set_aside_stale_folder(folder: CampaignFolder, number: int) -> Path | None:
+def set_aside_stale_folder(
+    folder: CampaignFolder, number: int, recorded: Mapping[int, Mapping[str, Any]] | None = None
+) -> Path | None:
     """A new trial ``number`` found a folder left by a trial the storage lost: move it to ``orphaned-trials/``.
+    ``recorded``: the parameters log, read already (its line for ``number`` is logged with the move).
 
     Returns where it went (None when there was nothing to move)."""
     path = folder.trial(number)
@@ -215,7 +195,9 @@ def set_aside_stale_folder(folder: CampaignFolder, number: int) -> Path | None:
     log.warning(
         "trial %d: its folder held a trial the storage lost (%s); moved to %s",
         number,
-        _read(target) or "no parameters recorded",
+        (recorded_params(folder) if recorded is None else recorded).get(number)
+        or _read(target)
+        or "no parameters recorded",
         target,
     )
     return target
@@ -229,4 +211,7 @@ def set_aside_stale_folders(folder: CampaignFolder, first_new: int) -> list[Path
     except FileNotFoundError:
         return []
     numbers = sorted(int(name) for name in names if name.isdigit() and int(name) >= first_new)
-    return [moved for number in numbers if (moved := set_aside_stale_folder(folder, number)) is not None]
+    if not numbers:
+        return []
+    recorded = recorded_params(folder)
+    return [moved for n in numbers if (moved := set_aside_stale_folder(folder, n, recorded)) is not None]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.trial_output import STDOUT_LOG, ThreadRouter, TrialLog, route_output
+from cluster.trial_output import STDOUT_LOG, ThreadRouter, TrialLog, make_trial_folders, route_output
 from search.loop.campaign import Snapshot
 from search.loop.progress import Progress
 from search.spec.campaign_spec import SpecError, parse_spec
@@ -36,6 +36,8 @@ import warnings
 
 def fit(config, reporter):
     number = config.number
+    with open(config.checkpoint_dir + "/state.txt", "w") as fh:  # into its folder, which it does not make
+        fh.write(f"trial {number}")
     metrics = {}
     for epoch in range(1, config.epochs + 1):
         print(f"hello from trial {number} epoch {epoch}")
@@ -97,6 +99,7 @@ def test_trainer_output_goes_to_its_stdout_log_and_reports_to_event_files(tmp_pa
         assert log.count(f"complaint from trial {number}\n") == 2 and f"a warning from trial {number}" in log, log
         assert ("RuntimeError: trial 1 fails on purpose" in log) == (number == 1), log
         assert f"trial {number + 1}" not in log and f"trial {number - 1} " not in log, log
+        assert (trials / str(number) / "state.txt").read_text() == f"trial {number}"  # its folder was there
         (events,) = (trials / str(number)).glob("events.out.tfevents.*")
         scalars = read_scalars(events)
         assert scalars["score"] == [(1, pytest.approx(number + 0.1)), (2, pytest.approx(number + 0.2))]
@@ -163,6 +166,18 @@ def test_a_trial_that_prints_nothing_leaves_no_log_and_its_first_output_brings_t
     assert sys.stdout is original
     lines = (tmp_path / "1" / STDOUT_LOG).read_text().splitlines()
     assert lines[0].startswith("=== trial 1: started ") and lines[1:] == ["hello"]
+
+
+def test_a_trials_folders_are_made_before_its_trainer_runs_and_one_that_cannot_be_is_only_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    trial = tmp_path / "runs" / "c" / "trials" / "7"  # trials/ not there yet: the path is made
+    make_trial_folders({"checkpoint_dir": str(trial), "log_dir": str(trial)})
+    assert trial.is_dir()
+    make_trial_folders({"checkpoint_dir": str(trial), "log_dir": None})  # there already: nothing to do
+    (tmp_path / "a-file").write_text("")
+    make_trial_folders({"checkpoint_dir": str(tmp_path / "a-file" / "trials" / "8")})  # cannot be made here
+    assert "cannot make this trial's folder here" in caplog.text
 
 
 def test_output_that_cannot_reach_its_log_stays_where_it_was(tmp_path: Path) -> None:

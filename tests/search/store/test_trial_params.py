@@ -1,12 +1,11 @@
-"""A trial's parameters in its folder (``trials/<n>/params.json``): written (on the writer's thread, before the
-journal records the trial), read back, restored into a trial whose record lost them, and a lost trial's folder
-moved aside for a new trial of that number."""
+"""A trial's parameters in the campaign's parameters log (``trial-params.jsonl``): written once per loop iteration,
+before the journal records the trials; read back (older campaigns' ``trials/<n>/params.json`` too), restored into a
+trial whose record lost them; and a lost trial's folder moved aside for a new trial of that number."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
+import os
 from pathlib import Path
 
 import optuna
@@ -17,12 +16,12 @@ from search.loop.campaign import Campaign
 from search.store.folder import CampaignFolder
 from search.store.storage import flusher
 from search.store.trial_params import (
-    ParamsWriter,
+    ParamsLog,
     read_params,
+    recorded_params,
     restore_params,
     set_aside_stale_folder,
     set_aside_stale_folders,
-    write_params,
 )
 
 NB201_TABLE = Path(__file__).resolve().parents[3] / "bench" / "data" / "nb201_12epoch.csv"
@@ -32,11 +31,25 @@ DISTRIBUTIONS = {
 }
 
 
-def test_parameters_a_record_lost_are_restored_from_the_folder_and_the_others_kept(tmp_path: Path) -> None:
+def _log(folder: CampaignFolder, *records: tuple[int, dict]) -> None:
+    folder.root.mkdir(parents=True, exist_ok=True)
+    params = ParamsLog(folder)
+    for number, values in records:
+        params.put(number, values)
+    params.close()
+
+
+def _old_params_file(folder: CampaignFolder, number: int, params: dict) -> None:
+    """What campaigns made before the log kept: ``trials/<n>/params.json``."""
+    folder.trial(number).mkdir(parents=True, exist_ok=True)
+    (folder.trial(number) / "params.json").write_text(json.dumps({"number": number, "params": params}))
+
+
+def test_parameters_a_record_lost_are_restored_from_the_log_and_the_others_kept(tmp_path: Path) -> None:
     folder = CampaignFolder(tmp_path / "c")
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     trial = study.ask({"lr": DISTRIBUTIONS["lr"]})  # its record has lr; optimizer was cut
-    write_params(folder, trial.number, {"optimizer": "sgd", "lr": 0.5, "unknown": 1})
+    _log(folder, (trial.number, {"optimizer": "sgd", "lr": 0.5, "unknown": 1}))
     assert read_params(folder, trial.number) == {"optimizer": "sgd", "lr": 0.5, "unknown": 1}
     assert read_params(folder, trial.number + 1) is None
 
@@ -48,20 +61,67 @@ def test_parameters_a_record_lost_are_restored_from_the_folder_and_the_others_ke
     assert restore_params(study, frozen, DISTRIBUTIONS, {"optimizer": "rmsprop"}) == []  # not among the choices
 
 
+def test_a_campaign_made_before_the_log_has_its_parameters_read_from_each_trials_folder(tmp_path: Path) -> None:
+    folder = CampaignFolder(tmp_path / "c")
+    _old_params_file(folder, 2, {"lr": 0.01})
+    assert read_params(folder, 2) == {"lr": 0.01} and read_params(folder, 3) is None
+    _log(folder, (2, {"lr": 0.02}))
+    assert read_params(folder, 2) == {"lr": 0.02}  # the log, where it has the trial
+
+
+def test_the_log_is_written_by_flush_only_a_numbers_last_line_wins_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
+    folder = CampaignFolder(tmp_path / "c")
+    folder.root.mkdir(parents=True)
+    params = ParamsLog(folder)
+    params.put(0, {"lr": 0.1})
+    params.put(1, {"lr": 0.2})
+    assert not params.path.exists()  # nothing written before the flush
+    assert params.flush() == 2 and params.flush() == 0
+    params.close()
+    with open(params.path, "ab") as fh:
+        fh.write(b'{"number": 2, "params": {"lr": 0.')  # a crash in the middle of the next append
+    again = ParamsLog(folder)
+    again.put(1, {"lr": 0.3})  # trial 1 asked anew (the journal lost the first)
+    again.put(2, {"lr": 0.4})
+    again.close()
+    assert recorded_params(folder) == {0: {"lr": 0.1}, 1: {"lr": 0.3}, 2: {"lr": 0.4}}
+    assert len(params.path.read_text().splitlines()) == 5  # the torn line kept on a line of its own
+
+
+def test_a_write_that_fails_keeps_its_lines_for_the_next_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = CampaignFolder(tmp_path / "c")
+    folder.root.mkdir(parents=True)
+    params = ParamsLog(folder)
+    params.put(0, {"lr": 0.1})
+    real_write = os.write
+
+    def full_disk(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trial_params.os, "write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        params.flush()
+    monkeypatch.setattr(trial_params.os, "write", real_write)
+    params.put(1, {"lr": 0.2})
+    assert params.flush() == 2
+    params.close()
+    assert recorded_params(folder) == {0: {"lr": 0.1}, 1: {"lr": 0.2}}
+
+
 def test_a_new_trial_whose_folder_holds_a_lost_trials_files_gets_a_fresh_one(tmp_path: Path) -> None:
     folder = CampaignFolder(tmp_path / "c")
     assert set_aside_stale_folder(folder, 3) is None  # nothing there
-    write_params(folder, 3, {"lr": 0.01})
+    folder.trial(3).mkdir(parents=True)
     (folder.trial(3) / "checkpoint.pt").write_bytes(b"another trial's")
     moved = set_aside_stale_folder(folder, 3)
     assert moved is not None and moved.parent == folder.root / "orphaned-trials"
-    assert (moved / "checkpoint.pt").read_bytes() == b"another trial's" and read_params(folder, 3) is None
+    assert (moved / "checkpoint.pt").read_bytes() == b"another trial's"
     assert not folder.trial(3).exists()
 
 
 def test_a_params_file_torn_by_a_crash_reads_as_nothing_recorded(tmp_path: Path) -> None:
     folder = CampaignFolder(tmp_path / "c")
-    write_params(folder, 4, {"optimizer": "sgd", "lr": 0.5})
+    _old_params_file(folder, 4, {"optimizer": "sgd", "lr": 0.5})
     path = folder.trial(4) / "params.json"
     whole = path.read_bytes()
     for cut in (0, 1, len(whole) // 2, len(whole) - 1):
@@ -69,67 +129,17 @@ def test_a_params_file_torn_by_a_crash_reads_as_nothing_recorded(tmp_path: Path)
         assert read_params(folder, 4) is None, cut
 
 
-def test_the_writer_writes_each_trials_folder_in_order_off_the_callers_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder = CampaignFolder(tmp_path / "c")
-    writer = ParamsWriter(folder)
-    order: list[tuple[str, str]] = []
-    original = trial_params._write_file
-
-    def record(trial: str, data: bytes) -> None:
-        order.append((threading.current_thread().name, Path(trial).name))
-        original(trial, data)
-
-    monkeypatch.setattr(trial_params, "_write_file", record)
-    writer.wait()  # nothing put: returns at once, with no thread
-    for n in range(50):
-        writer.put(n, {"lr": n / 100})
-    writer.wait(timeout=30)
-    assert [read_params(folder, n) for n in range(50)] == [{"lr": n / 100} for n in range(50)]
-    assert order == [("trial-folders", str(n)) for n in range(50)]  # in order, never on the caller's thread
-    writer.close()
-    with pytest.raises(RuntimeError, match="closed; trial 50"):
-        writer.put(50, {})
-
-
-def test_a_write_that_fails_raises_at_the_next_wait_and_the_others_are_written(tmp_path: Path) -> None:
-    folder = CampaignFolder(tmp_path / "c")
-    folder.trials.mkdir(parents=True)
-    (folder.trials / "1").write_text("a file where trial 1's folder goes")
-    writer = ParamsWriter(folder)
-    for n in range(3):
-        writer.put(n, {"n": n})
-    with pytest.raises(NotADirectoryError):  # trials/1/params.json cannot be made: 1 is a file
-        writer.wait(timeout=30)
-    writer.wait(timeout=30)  # raised once
-    assert read_params(folder, 0) == {"n": 0} and read_params(folder, 2) == {"n": 2}
-    writer.close()
-
-
-def test_a_file_system_that_stops_answering_is_a_timeout_not_a_hang(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    release = threading.Event()
-    monkeypatch.setattr(trial_params, "_write_file", lambda trial, data: release.wait(30))
-    writer = ParamsWriter(CampaignFolder(tmp_path / "c"))
-    writer.put(0, {})
-    with pytest.raises(TimeoutError, match="1 trial folders not written in 0 s"):
-        writer.wait(timeout=0.2)
-    release.set()
-    writer.close(timeout=30)
-
-
 def test_lost_trials_folders_from_the_first_new_number_on_are_moved_aside_once(tmp_path: Path) -> None:
     folder = CampaignFolder(tmp_path / "c")
     assert set_aside_stale_folders(folder, 0) == []  # no trials/ yet
     for n in (2, 3, 5, 12):
-        write_params(folder, n, {"n": n})
+        folder.trial(n).mkdir(parents=True)
+        (folder.trial(n) / "stdout.log").write_text(f"trial {n}\n")
     folder.trial(4).mkdir()  # empty: nothing to keep, it stays
     (folder.trials / "notes").mkdir()
     moved = set_aside_stale_folders(folder, 3)
-    assert [json.loads((m / "params.json").read_text())["number"] for m in moved] == [3, 5, 12]  # number order
-    assert read_params(folder, 2) == {"n": 2} and folder.trial(4).is_dir() and (folder.trials / "notes").is_dir()
+    assert [(m / "stdout.log").read_text() for m in moved] == ["trial 3\n", "trial 5\n", "trial 12\n"]  # in order
+    assert folder.trial(2).is_dir() and folder.trial(4).is_dir() and (folder.trials / "notes").is_dir()
     assert not any(folder.trial(n).exists() for n in (3, 5, 12))
 
 
@@ -153,30 +163,23 @@ def _simulated_campaign(tmp_path: Path, flush_check: object = None) -> tuple[opt
     return study, folder
 
 
-def test_the_journal_never_records_a_trial_whose_folder_lacks_its_params(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    original = trial_params._write_file
-
-    def slow(trial: str, data: bytes) -> None:
-        time.sleep(0.02)  # a busy disk: the writer lags the asks
-        original(trial, data)
-
-    monkeypatch.setattr(trial_params, "_write_file", slow)
+def test_the_journal_never_records_a_trial_whose_parameters_are_not_in_the_log(tmp_path: Path) -> None:
     checked: list[int] = []
 
     def every_recorded_trial_has_its_params(study: optuna.Study, folder: CampaignFolder) -> None:
+        recorded = recorded_params(folder)
         for trial in study.get_trials(deepcopy=False):  # what this group commit is about to write out
-            assert read_params(folder, trial.number) == trial.params, trial.number
+            assert recorded.get(trial.number) == trial.params, trial.number
         checked.append(len(study.get_trials(deepcopy=False)))
 
     study, folder = _simulated_campaign(tmp_path, every_recorded_trial_has_its_params)
     assert len(study.get_trials(deepcopy=False)) == 24 and checked[-1] == 24
+    assert (folder.trial(0) / "metrics.jsonl").exists()  # its folder made by the first report the controller kept
 
 
 def test_a_campaign_moves_a_lost_trials_folder_aside_and_gives_the_number_a_fresh_one(tmp_path: Path) -> None:
     stale = CampaignFolder(tmp_path / "folders")
-    write_params(stale, 0, {"lost": True})
+    stale.trial(0).mkdir(parents=True)
     (stale.trial(0) / "checkpoint.pt").write_bytes(b"a lost trial's")
     study, folder = _simulated_campaign(tmp_path)
     [moved] = (folder.root / "orphaned-trials").iterdir()

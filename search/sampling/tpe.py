@@ -19,7 +19,9 @@ What else an ask would walk or score again is kept too:
 - the startup's "not enough finished trials yet", for the rest of the ask and until the study grows by the fraction;
 - in a space of categorical parameters only (up to ``GRID_CELLS`` points), log l(x) - log g(x) at every point, built
   once per shared fit: an ask is then a draw of candidates and a look-up, where Optuna scores each candidate
-  against one kernel per trial.
+  against one kernel per trial;
+- in any other space, each continuous kernel's truncation mass and log scale, once per shared fit
+  (:mod:`search.sampling.tpe_density`): Optuna computes them for every kernel at every ask.
 
 Below ``1 / refit_fraction`` trials every ask refits, so a campaign of up to 200 trials
 samples exactly what Optuna's TPE samples with the same seed (tested). The fits are a
@@ -43,6 +45,8 @@ from optuna.samplers._tpe.sampler import _split_trials, default_gamma, default_g
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from search.sampling.tpe_density import FittedLogPdf
+
 __all__ = ["RefitTPESampler", "REFIT_FRACTION"]
 
 REFIT_FRACTION = 0.005
@@ -60,6 +64,7 @@ class _Fit:
     discrete: bool  # every parameter discrete: candidates repeat, so their acquisition values are kept
     acquisition: dict[tuple[float, ...], float] = dataclasses.field(default_factory=dict)
     grid: np.ndarray | None = None  # log l(x) - log g(x) at every point of an all-categorical space
+    density: tuple[FittedLogPdf, FittedLogPdf] | None = None  # log l and log g with the kernels' constants kept
 
 
 def _space_key(search_space: dict[str, BaseDistribution]) -> tuple[tuple[str, str], ...]:
@@ -160,15 +165,22 @@ class RefitTPESampler(TPESampler):
         if fit.grid is not None:
             return fit.grid[tuple(samples[name].astype(np.intp) for name in fit.below._search_space)]
         if not fit.discrete:
-            return self._compute_acquisition_func(samples, fit.below, fit.above)
+            return self._log_ratio(fit, samples)
         names = list(samples)
         points = list(zip(*(samples[name].tolist() for name in names)))
         new = sorted({p for p in points if p not in fit.acquisition})
         if new:
             columns = {name: np.asarray([p[i] for p in new], dtype=samples[name].dtype) for i, name in enumerate(names)}
-            values = self._compute_acquisition_func(columns, fit.below, fit.above)
+            values = self._log_ratio(fit, columns)
             fit.acquisition.update(zip(new, values.tolist()))
         return np.asarray([fit.acquisition[p] for p in points])
+
+    def _log_ratio(self, fit: _Fit, samples: dict[str, np.ndarray]) -> np.ndarray:
+        """log l(x) - log g(x): Optuna's, from the fit's kept constants where the fit serves several asks."""
+        if fit.density is None:
+            return self._compute_acquisition_func(samples, fit.below, fit.above)
+        below, above = fit.density
+        return below(samples) - above(samples)
 
     def _get_internal_repr(
         self, trials: list[FrozenTrial], search_space: dict[str, BaseDistribution], study: Study
@@ -210,7 +222,8 @@ class RefitTPESampler(TPESampler):
         discrete = all(isinstance(d, (CategoricalDistribution, IntDistribution)) for d in search_space.values())
         shared = math.floor(self._refit_fraction * trial.number) >= 1  # the fit serves more than this ask
         grid = _acquisition_grid(below, above) if shared else None
-        fit = _Fit(_study_key(study), trial.number, below, above, discrete, grid=grid)
+        density = (FittedLogPdf(below), FittedLogPdf(above)) if shared and grid is None else None
+        fit = _Fit(_study_key(study), trial.number, below, above, discrete, grid=grid, density=density)
         self._fits[_space_key(search_space)] = fit
         self.refits += 1
         return fit

@@ -243,3 +243,70 @@ def test_a_running_trials_proposal_is_not_kept_as_its_parameters() -> None:
     assert column() == [0.9]
     study._storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
     assert column() == [0.9]
+
+
+MIXED = {
+    "lr": FloatDistribution(1e-5, 1.0, log=True),
+    "x": FloatDistribution(-2.0, 2.0),
+    "drop": FloatDistribution(0.0, 0.5, step=0.05),
+    "layers": optuna.distributions.IntDistribution(1, 8),
+    "width": optuna.distributions.IntDistribution(16, 1024, log=True),
+    "op": CategoricalDistribution(["a", "b", "c", "d"]),
+}
+
+
+@pytest.mark.parametrize("multivariate", [True, False])
+def test_the_fitted_density_is_optunas_log_pdf_bit_for_bit(multivariate: bool) -> None:
+    from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator, _ParzenEstimatorParameters
+
+    from search.sampling.tpe_density import FittedLogPdf
+
+    rng = np.random.RandomState(0)
+    observations = {
+        name: np.asarray([d.to_internal_repr(v) for v in _draws(d, rng, 300)], dtype=float) for name, d in MIXED.items()
+    }
+    params = _ParzenEstimatorParameters(
+        prior_weight=1.0,
+        consider_magic_clip=True,
+        consider_endpoints=False,
+        weights=optuna.samplers._tpe.sampler.default_weights,
+        multivariate=multivariate,
+    )
+    estimator = _ParzenEstimator(observations, MIXED, params)
+    samples = estimator.sample(rng, 200)
+    for name, d in MIXED.items():  # the ends of each range, and one value outside it, as well
+        if not isinstance(d, CategoricalDistribution):
+            samples[name][:3] = [d.low, d.high, d.high * 2]
+    fitted = FittedLogPdf(estimator)
+    for _ in range(2):  # asked again: the kept constants serve
+        assert np.array_equal(fitted(samples), estimator.log_pdf(samples), equal_nan=True)
+    outside = fitted(samples)[2]
+    assert outside == -np.inf  # a value outside the range: Optuna's -inf, from the full path
+
+
+def _draws(d: BaseDistribution, rng: np.random.RandomState, n: int) -> list:
+    if isinstance(d, CategoricalDistribution):
+        return [d.choices[i] for i in rng.randint(len(d.choices), size=n)]
+    values = rng.uniform(d.low, d.high, size=n)
+    if getattr(d, "step", None):
+        values = d.low + np.round((values - d.low) / d.step) * d.step
+    return [int(v) if isinstance(d, optuna.distributions.IntDistribution) else float(v) for v in values]
+
+
+def test_a_float_space_past_200_trials_samples_what_optunas_density_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(n: int) -> tuple[list[dict], int]:
+        sampler = RefitTPESampler(seed=11, n_startup_trials=5)
+        study = optuna.create_study(sampler=sampler)
+        asked = []
+        for _ in range(n):
+            trial = study.ask(MIXED)
+            asked.append(dict(trial.params))
+            study.tell(trial, trial.params["x"] ** 2 + trial.params["layers"] - np.log10(trial.params["lr"]))
+        return asked, sampler.refits
+
+    fitted, refits = run(400)
+    assert refits < 300  # past 200 trials fits are shared: the kept density served
+    monkeypatch.setattr(
+        RefitTPESampler, "_log_ratio", lambda self, fit, s: self._compute_acquisition_func(s, fit.below, fit.above)
+    )
+    assert run(400)[0] == fitted

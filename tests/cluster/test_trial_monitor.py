@@ -104,6 +104,17 @@ def test_a_figure_measured_just_now_serves_a_trial_that_starts_right_after() -> 
     del hoard
 
 
+GROWER = """
+import subprocess, sys, time
+sys.stdin.readline()
+hoard = bytearray(64 * 2**20); hoard[::4096] = b"x" * len(hoard[::4096])
+print("grown", flush=True)
+sys.stdin.readline()
+child = subprocess.Popen([sys.executable, "-c", "b = bytearray(32 * 2**20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(60)"])
+time.sleep(60)
+"""
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 def test_a_walk_that_found_no_child_stands_briefly_and_a_child_is_counted_by_the_next(
     monkeypatch: pytest.MonkeyPatch,
@@ -111,22 +122,33 @@ def test_a_walk_that_found_no_child_stands_briefly_and_a_child_is_counted_by_the
     walks: list[int] = []
     original = device_figures._proc_tree
     monkeypatch.setattr(device_figures, "_proc_tree", lambda pid: walks.append(pid) or original(pid))
-    monkeypatch.setattr(device_figures, "TREE_REUSE", 2.0)  # room for the allocation below
+    monkeypatch.setattr(device_figures, "TREE_REUSE", 30.0)
     monkeypatch.setattr(device_figures, "_last_walk", (0, float("-inf"), True))
-    first = rss_bytes()
-    assert len(walks) == 1
-    hoard = bytearray(64 * 2**20)
-    hoard[::4096] = b"x" * len(hoard[::4096])
-    assert rss_bytes() >= first + 60 * 2**20  # its own statm, read afresh: the growth is there
-    assert len(walks) == 1  # no walk: the last found no child, just now
-    child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(32 * 2**20); time.sleep(30)"])
+    proc = subprocess.Popen([sys.executable, "-c", GROWER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
     try:
-        time.sleep(2.1)  # the last walk is older than TREE_REUSE now
-        with_child = rss_bytes()
-        assert len(walks) == 2 and with_child >= psutil.Process().memory_info().rss + 5 * 2**20  # the child's too
-        rss_bytes()
-        assert len(walks) == 3  # the last walk found a child: walked again
+        first = rss_bytes(proc.pid)
+        assert walks == [proc.pid]  # a walk: it had no child
+        proc.stdin.write("grow\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "grown"
+        assert rss_bytes(proc.pid) >= first + 60 * 2**20  # its own statm, read afresh: the growth is there
+        assert len(walks) == 1  # no walk: the last found no child, just now
+        proc.stdin.write("spawn\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 20
+        while not psutil.Process(proc.pid).children():
+            assert time.monotonic() < deadline, "the child did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)  # its memory in place
+        monkeypatch.setattr(device_figures, "TREE_REUSE", 0.0)  # the last walk is too old now
+        own = psutil.Process(proc.pid).memory_info().rss
+        assert rss_bytes(proc.pid) >= own + 20 * 2**20 and len(walks) == 2  # walked: the child's memory is in it
+        monkeypatch.setattr(device_figures, "TREE_REUSE", 30.0)
+        rss_bytes(proc.pid)
+        assert len(walks) == 3  # the last walk found a child: walked again, however recent
     finally:
-        child.kill()
-        child.wait(timeout=10)
-    del hoard
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait(timeout=10)

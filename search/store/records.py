@@ -184,13 +184,13 @@ def metrics_line(step: int, metrics: Mapping[str, float], at: float, worker: str
     return json.dumps(record) + "\n"
 
 
-def append_metrics_line(path: Path, step: int, metrics: Mapping[str, float], at: float, worker: str = "") -> None:
+def append_metrics_line(path: str | Path, step: int, metrics: Mapping[str, float], at: float, worker: str = "") -> None:
     """Append one report to a trial's ``metrics.jsonl`` (on a line of its own, after a torn last line too)."""
     line = metrics_line(step, metrics, at, worker).encode()
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # os calls: 4 per report, no io objects
     except FileNotFoundError:  # the trial's folder is not made yet (it is made where the trial runs)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         end = os.fstat(fd).st_size

@@ -187,7 +187,7 @@ class TrialSupply:
         self._asker = self._thread_asker()
 
     def close(self) -> None:
-        """Stop sampling; trials asked and not taken join the pending ones. Their folders are written."""
+        """Stop sampling; trials asked and not taken join the pending ones. The parameters kept are written."""
         try:
             self.pending.extend(self._asker.close())
         finally:
@@ -286,9 +286,10 @@ class TrialSupply:
 
     def _reopen(self, frozen: FrozenTrial) -> optuna.Trial:
         """A trial left running, to run again. Parameters a torn journal cut from its record are taken back from
-        its folder (``trials/<n>/params.json``: its checkpoint was made with them); any still missing (it never
-        reached its folder) are sampled now by a seeded random sampler, never the campaign's (a sampler child
-        only hands out what it sampled itself)."""
+        the campaign's parameters log (``trial-params.jsonl``; a campaign made before it: ``trials/<n>/params.json``),
+        which the controller wrote before the journal's record: its checkpoint was made with them. Any still missing
+        (its line never got written) are sampled now by a seeded random sampler, never the campaign's (a sampler
+        child only hands out what it sampled itself)."""
         if self._recorded is None:
             self._recorded = recorded_params(self._folder)  # read once, for all the trials a resume runs again
         restored = restore_params(

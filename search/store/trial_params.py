@@ -113,8 +113,13 @@ class ParamsLog:
                 os.write(fd, b"\n")  # a line torn by a crash stays on a line of its own
             self._fd = fd
         view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except BaseException:  # cut short: the next flush opens the file again, after a line of its own
+            os.close(self._fd)
+            self._fd = None
+            raise
 
 
 def recorded_params(folder: CampaignFolder) -> dict[int, dict[str, Any]]:

@@ -94,8 +94,12 @@ def test_a_write_that_fails_keeps_its_lines_for_the_next_flush(tmp_path: Path, m
     params = ParamsLog(folder)
     params.put(0, {"lr": 0.1})
     real_write = os.write
+    calls: list[int] = []
 
-    def full_disk(fd: int, data: bytes) -> int:
+    def full_disk(fd: int, data: bytes) -> int:  # 10 bytes go out, then the disk is full
+        calls.append(fd)
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:10]))
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(trial_params.os, "write", full_disk)
@@ -106,6 +110,8 @@ def test_a_write_that_fails_keeps_its_lines_for_the_next_flush(tmp_path: Path, m
     assert params.flush() == 2
     params.close()
     assert recorded_params(folder) == {0: {"lr": 0.1}, 1: {"lr": 0.2}}
+    torn, *whole = params.path.read_text().splitlines()
+    assert len(torn) == 10 and [json.loads(line)["number"] for line in whole] == [0, 1]  # nothing glued to the cut
 
 
 def test_a_new_trial_whose_folder_holds_a_lost_trials_files_gets_a_fresh_one(tmp_path: Path) -> None:

@@ -52,8 +52,9 @@ class TrialLog:
     """One trial's log file, appended to unbuffered (nothing is lost when the process dies), capped.
 
     The file (and its folder) is made with the first write, or when a process the trainer starts asks for its file
-    descriptor, starting with ``header``: a trial that prints nothing leaves no file and costs its slot no file
-    system call (a create in a folder waits behind the journal's fsync on the same disk). Where it cannot be made
+    descriptor, starting with ``header``: a trial that prints nothing leaves no file and costs its slot no create
+    system call (a create in a folder waits behind the journal's fsync on the same disk; its folder is made before
+    the trainer starts, :func:`make_trial_folders`). Where it cannot be made
     (the campaign folder is not reachable from this worker) it takes nothing, says so once, and the router leaves
     the output where it was."""
 

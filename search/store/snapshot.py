@@ -46,6 +46,7 @@ import optuna
 __all__ = [
     "SNAPSHOT_SUFFIX",
     "MIN_LINES",
+    "MIN_SECONDS",
     "MAX_SEGMENTS",
     "Segment",
     "Found",
@@ -56,6 +57,7 @@ __all__ = [
     "read_segments",
     "remove_stale",
     "due",
+    "spaced",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ SNAPSHOT_SUFFIX = ".snapshot"
 MIN_LINES = 20_000  # below this a replay takes about a second: no snapshot
 MAX_SEGMENTS = 32  # more segments than this: the next snapshot merges them into one
 _FRACTION = 10  # a new snapshot once the lines since the last one reach 1/_FRACTION of the journal
+MIN_SECONDS = 30.0  # and at least this long after the last (each pickles every unfinished trial: see journal.py)
 _TAIL = 65_536  # bytes of the journal before the snapshot's end that its header hashes
 _FORMAT = 2
 _SEGMENT = ".seg-"
@@ -92,6 +95,11 @@ class Found:
 
 def snapshot_path(journal: str | Path) -> Path:
     return Path(f"{journal}{SNAPSHOT_SUFFIX}")
+
+
+def spaced(last_at: float, now: float) -> bool:
+    """Whether ``MIN_SECONDS`` have passed since the last snapshot (``time.monotonic`` readings)."""
+    return now - last_at >= MIN_SECONDS
 
 
 def due(lines: int, last_snapshot_lines: int) -> bool:

@@ -81,6 +81,24 @@ def test_a_reader_starts_from_the_snapshot_and_replays_the_rest(tmp_path: Path) 
     assert storage.snapshot() and _read(path)[0]._snapshot_lines == lines  # the final one covers everything
 
 
+def test_the_controllers_flush_writes_a_due_snapshot_at_most_every_min_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "study.journal"
+    storage, study = _writer(path, create=True)
+    _add(study, 0, 40)
+    storage.flush()  # the first one: written at once
+    first = storage._snapshot_lines
+    assert first > 0
+    _add(study, 40, 40)  # the journal doubled: due again
+    storage.flush()
+    assert storage._snapshot_lines == first  # but not MIN_SECONDS after the last: none yet
+    monkeypatch.setattr(snapshot, "MIN_SECONDS", 0.0)
+    storage.flush()
+    assert storage._snapshot_lines > first  # due and spaced: written
+    assert _read(path)[1] == _replayed(path) and len(_replayed(path)) == 80
+
+
 def test_the_controller_reopens_from_the_snapshot_and_goes_on(tmp_path: Path) -> None:
     path = tmp_path / "study.journal"
     storage, study = _writer(path, create=True)

@@ -30,7 +30,7 @@ Columns of ``bench/results/simulate.csv``:
 - ``rss_mb``: the bench process's resident memory at the end of the run, with the study,
   the controller's state and the simulator still held (``VmRSS``).
 - ``ctrl_ms_per_trial``: real controller seconds per trial (everything the campaign
-  does between two ``events()`` calls: ask, config, folder, reports, tell).
+  does between two ``events()`` calls: ask, config, reports, tell).
 - ``ctrl_trials_per_s``: 1000 / ctrl_ms_per_trial, the controller's sustainable rate;
   ``needed_trials_per_s`` = workers / 60 s is what the cluster asks of it.
 - ``best``, ``regret`` (table optimum - best, accuracy points), ``t_best`` (virtual s

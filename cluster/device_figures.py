@@ -103,7 +103,7 @@ _last_walk: tuple[int, float, bool] = (0, -math.inf, True)  # the last tree walk
 
 
 def _proc_rss(pid: int) -> int:
-    """``rss_bytes`` from ``/proc``: the whole tree (:func:`_proc_tree_rss`), or only the process's own ``statm``
+    """``rss_bytes`` from ``/proc``: the whole tree (:func:`_proc_tree`), or only the process's own ``statm``
     when a walk at most ``TREE_REUSE`` s ago found it had no child process. A walk reads a file per thread (a
     dozen in a worker); short trials one after another on a worker took two walks each, a third of the worker's
     time per trivial trial. A child started within that time is counted from the next walk on."""
@@ -121,14 +121,10 @@ def _proc_rss(pid: int) -> int:
     return total
 
 
-def _proc_tree_rss(pid: int) -> int:
-    """``rss_bytes`` from ``/proc`` alone: the process's ``statm`` and its threads' ``children``, walked down
-    (tens of microseconds, where psutil's ``children`` scans every process on the host)."""
-    return _proc_tree(pid)[0]
-
-
 def _proc_tree(pid: int) -> tuple[int, int]:
-    """The tree's resident bytes and how many processes it holds (``pid`` included, while it lives)."""
+    """The tree's resident bytes and how many processes it holds (``pid`` included, while it lives), from ``/proc``
+    alone: each process's ``statm`` and its threads' ``children``, walked down (tens of microseconds, where psutil's
+    ``children`` scans every process on the host)."""
     total, todo, seen, found = 0, [pid], set(), 0
     while todo:
         current = todo.pop()

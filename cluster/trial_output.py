@@ -236,13 +236,11 @@ def make_trial_folders(config: Mapping[str, Any]) -> None:
         if not folder:
             continue
         try:
-            os.mkdir(folder)
+            try:
+                os.mkdir(folder)
+            except FileNotFoundError:  # the campaign's trials/ folder is not there (yet): make the path
+                os.makedirs(folder, exist_ok=True)
         except FileExistsError:
             continue
-        except FileNotFoundError:  # the campaign's trials/ folder is not there (yet): make the path
-            try:
-                os.makedirs(folder, exist_ok=True)
-            except OSError as exc:
-                _log.warning("%s: cannot make this trial's folder here (%s)", folder, exc)
         except OSError as exc:
             _log.warning("%s: cannot make this trial's folder here (%s)", folder, exc)

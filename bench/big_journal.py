@@ -35,7 +35,7 @@ from search.loop.campaign import Campaign
 from search.session.runner import load_study
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
-from search.store.journal import freeze_after_loads
+from search.store.heap import freeze_after_loads
 from search.store.snapshot import snapshot_path
 from search.store.storage import final_snapshot
 

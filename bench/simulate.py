@@ -64,6 +64,7 @@ from search.sampling.samplers import make_sampler
 from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.folder import CampaignFolder
+from search.store.heap import freeze_after_loads
 from search.store.records import TrialRecord
 
 HERE = Path(__file__).resolve().parent
@@ -417,6 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("search").setLevel(logging.WARNING)
+    freeze_after_loads()  # as the hypersweep command does: the loop's survivors leave the collector's walks
     workers = [16, 64] if args.quick else args.workers
     waves = 2.0 if args.quick else args.waves
     min_trials = 64 if args.quick else args.min_trials

@@ -473,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_dask_finalizers()
     import optuna
 
-    from search.store.journal import freeze_after_loads
+    from search.store.heap import freeze_after_loads
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     freeze_after_loads()  # this process owns its heap: a loaded study is left out of later collections

@@ -52,6 +52,7 @@ from search.loop.supply import TrialSupply
 from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
+from search.store.heap import SurvivorFreezer
 from search.store.records import write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
@@ -111,6 +112,7 @@ class Campaign:
         self.dispatch = Dispatcher(spec, executor, clock)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
         self.barrier = Barrier(population, self.sinks) if population else None
+        self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -136,6 +138,7 @@ class Campaign:
                     self._step_population()
                 self.dispatch.enforce_time_limits(campaign_over=not self.budget.time_left())
                 self._on_progress(self.snapshot())
+                self._freezer.tick()
         except BaseException:
             self.supply.close()
             self._mark_interrupted()

@@ -35,7 +35,7 @@ from search.scaling.outcomes import SweepOutcomes, sweep_outcomes
 from search.spec.campaign_spec import CampaignSpec, load_spec
 from search.store.environment import read_environment
 from search.store.folder import CampaignFolder, NoCampaignError
-from search.store.journal import gc_paused
+from search.store.heap import gc_paused
 from search.store.records import TrialRecord
 from search.store.storage import open_storage, storage_url
 from search.store.warm_marks import own_trials

@@ -35,16 +35,14 @@ no lock left half-released by an interrupt.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import gc
 import json
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Container, Generator, Iterator, Mapping
+from collections.abc import Callable, Container, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +51,7 @@ from optuna.storages.journal._base import BaseJournalSnapshot  # public in optun
 from optuna.storages.journal._storage import JournalOperation, JournalStorageReplayResult  # what the snapshot holds
 from optuna.trial import FrozenTrial, TrialState
 
+from search.store.heap import gc_paused
 from search.store.snapshot import (
     MAX_SEGMENTS,
     Segment,
@@ -70,8 +69,6 @@ __all__ = [
     "ControllerJournalStorage",
     "SnapshotJournalStorage",
     "repair_journal",
-    "gc_paused",
-    "freeze_after_loads",
     "SYNC_INTERVAL",
 ]
 
@@ -194,34 +191,6 @@ def _seek_table(backend: JournalFileBackend, lines: int, size: int) -> None:
     offsets = getattr(backend, "_log_number_offset", None)
     if isinstance(offsets, dict):
         offsets[lines] = size
-
-
-_FREEZE = [False]  # whether gc_paused freezes what it leaves: set by the process that owns it (the CLI)
-
-
-def freeze_after_loads(enabled: bool = True) -> None:
-    """Let :func:`gc_paused` move what survives a load to the permanent generation (``gc.freeze``), so that
-    later collections never walk a study's objects again. That is process-wide (it freezes every object then
-    alive, which reference counting still frees but cyclic collection no longer does), so only a process that
-    owns its heap turns it on: the ``hypersweep`` command does, an API user's notebook does not."""
-    _FREEZE[0] = enabled
-
-
-@contextlib.contextmanager
-def gc_paused(freeze: bool | None = None) -> Iterator[None]:
-    """No cyclic garbage collection while a study is restored or replayed: it allocates millions of objects and
-    frees none, and each full collection on the way walks all of them again (at 100,000 trials, 12 of the 15 s
-    an unpickle took here). Afterwards, with ``freeze`` (default: as :func:`freeze_after_loads` set it), the
-    objects alive move to the permanent generation; and collection resumes as it was."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if _FREEZE[0] if freeze is None else freeze:
-            gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 class _Restoring(BaseJournalBackend, BaseJournalSnapshot):

@@ -19,8 +19,7 @@ from search.reports import plots
 from search.reports.data import MAX_IMPORTANCE_TRIALS, epochs_spent, importance_sample
 from search.reports.summary import best_table, state_counts, trials_frame
 from search.reports.timing import Span
-from search.store import journal as journal_module
-from search.store import snapshot
+from search.store import heap, snapshot
 from search.store.journal import ControllerJournalStorage, GroupCommitJournal
 from search.store.records import Attr, TrialRecord, state_name
 from search.store.storage import open_storage
@@ -183,19 +182,19 @@ def test_a_storage_restored_from_its_snapshot_leaves_the_collector_as_it_found_i
     for i in range(60):  # a line each
         study.add_trial(_trial(i, float(i)))
     assert writer.snapshot()
-    was, froze = gc.isenabled(), journal_module._FREEZE[0]  # a CLI test run in this process may have set it
+    was, froze = gc.isenabled(), heap.heap_owned()  # a CLI test run in this process may have set it
     (gc.enable if collecting else gc.disable)()
     gc.unfreeze()
-    journal_module.freeze_after_loads(False)
+    heap.freeze_after_loads(False)
     try:
         reader = open_storage(f"journal:{journal}")
         assert gc.isenabled() is collecting and gc.get_freeze_count() == 0  # an API user's process: no freeze
         assert len(optuna.load_study(study_name=study.study_name, storage=reader).trials) == 60
-        journal_module.freeze_after_loads()  # as the hypersweep command sets it
+        heap.freeze_after_loads()  # as the hypersweep command sets it
         open_storage(f"journal:{journal}")
         assert gc.isenabled() is collecting
         assert gc.get_freeze_count() > 0  # what the restore made is left out of later collections
     finally:
-        journal_module.freeze_after_loads(froze)
+        heap.freeze_after_loads(froze)
         gc.unfreeze()
         (gc.enable if was else gc.disable)()

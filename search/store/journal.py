@@ -46,6 +46,12 @@ from collections.abc import Callable, Container, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
+from optuna.distributions import (
+    BaseDistribution,
+    check_distribution_compatibility,
+    distribution_to_json,
+    json_to_distribution,
+)
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalStorage
 from optuna.storages.journal._base import BaseJournalSnapshot  # public in optuna.storages.journal only as a base
 from optuna.storages.journal._storage import JournalOperation, JournalStorageReplayResult  # what the snapshot holds
@@ -267,6 +273,8 @@ class ControllerJournalStorage(SnapshotJournalStorage):
     def __init__(self, backend: GroupCommitJournal) -> None:
         super().__init__(backend)
         self._none_waiting: set[int] = set()  # studies known to have no WAITING trial
+        self._first_holder: dict[tuple[int, str], tuple[int, str]] = {}  # (study, param) -> (trial id, its JSON)
+        self._decoded: dict[str, BaseDistribution] = {}  # a distribution's JSON -> the distribution replay makes
         self._snapshot_at = -math.inf  # when this writer last wrote a snapshot (time.monotonic)
         remove_stale(backend.path, self._segments)  # what a writer killed while writing a snapshot left
 
@@ -325,6 +333,72 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         if not new:
             return self._segments, self._sealed
         return (*self._segments, write_segment(path, new, lines)), self._sealed | set(new)
+
+    def set_trial_param(
+        self, trial_id: int, param_name: str, param_value_internal: float, distribution: BaseDistribution
+    ) -> None:
+        """Optuna's entry, applied by the writer that appended it, as :meth:`set_trial_user_attrs` applies its own.
+
+        Optuna reads each entry back, decodes its distribution from JSON, and walks the study from its first trial
+        to the first that has the parameter, to check the new distribution against that one's. Here the decoded
+        distribution is kept per JSON text, and that first holder per study and parameter. A trial that gets the
+        parameter later, even an earlier one, passed the same check, and the check is an equivalence (the same
+        kind, log scale and choices), so the holder found first answers as the current first would.
+        The state and the errors are Optuna's (the entry is written before a check fails, as Optuna writes it)."""
+        text = distribution_to_json(distribution)
+        log = {
+            "op_code": JournalOperation.SET_TRIAL_PARAM,
+            "worker_id": self._replay_result.worker_id,
+            "trial_id": trial_id,
+            "param_name": param_name,
+            "param_value_internal": param_value_internal,
+            "distribution": text,
+        }
+        with self._thread_lock:
+            self._sync_with_backend()  # caught up: the entry appended next is the next one read
+            self._backend.append_logs([log])
+            state = self._replay_result
+            state.log_number_read += 1
+            if not state._trial_exists_and_updatable(trial_id, log):
+                return
+            decoded = self._decoded_distribution(text)
+            self._check_first_holder(state, trial_id, param_name, text, decoded)
+            trial = copy.copy(state._trials[trial_id])
+            trial.params = {**trial.params, param_name: decoded.to_external_repr(param_value_internal)}
+            trial.distributions = {**trial.distributions, param_name: decoded}
+            state._trials[trial_id] = trial
+
+    def _decoded_distribution(self, text: str) -> BaseDistribution:
+        decoded = self._decoded.get(text)
+        if decoded is None:
+            if len(self._decoded) >= 4096:  # dependent ranges make a distribution per value: keep the cache small
+                self._decoded.clear()
+            decoded = self._decoded[text] = json_to_distribution(text)
+        return decoded
+
+    def _check_first_holder(
+        self, state: JournalStorageReplayResult, trial_id: int, name: str, text: str, decoded: BaseDistribution
+    ) -> None:
+        """Raise as Optuna does when ``decoded`` is incompatible with the parameter's distribution in the study's
+        first trial that has it; with none, ``trial_id`` becomes that trial."""
+        study_id = state._trial_id_to_study_id[trial_id]
+        key = (study_id, name)
+        first = self._first_holder.get(key)
+        if first is None:
+            holder = next(
+                (
+                    t
+                    for t in map(state._trials.get, state._study_id_to_trial_ids[study_id])
+                    if t is not None and name in t.params
+                ),
+                None,
+            )
+            if holder is not None:
+                first = self._first_holder[key] = (holder._trial_id, distribution_to_json(holder.distributions[name]))
+        if first is not None and first[1] != text:
+            check_distribution_compatibility(self._decoded_distribution(first[1]), decoded)
+        if first is None:
+            self._first_holder[key] = (trial_id, text)
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         """Several user attributes of one trial, as many ``set_trial_user_attr`` calls would set them (an entry each

@@ -264,3 +264,53 @@ def test_attributes_written_together_leave_the_journal_and_the_state_that_one_by
     mine = studies["together"].trials[0]
     assert fresh.trials[0].user_attrs == mine.user_attrs == studies["one by one"].trials[0].user_attrs
     assert studies["together"]._storage._replay_result.log_number_read == len(files[0])  # read back, all counted
+
+
+def test_parameters_set_by_the_controller_leave_the_journal_the_state_and_the_errors_that_optuna_leaves(
+    tmp_path: Path,
+) -> None:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    log_x = FloatDistribution(1e-3, 1.0, log=True)
+    steps = [  # (trial, name, internal value, distribution, what Optuna raises)
+        (1, "x", 0.01, log_x, None),
+        (1, "c", 1, CategoricalDistribution(["a", "b", None]), None),
+        (2, "n", 4, IntDistribution(0, 8, step=2), None),
+        (2, "x", 0.5, FloatDistribution(1e-2, 2.0, log=True), None),  # another range: compatible
+        (0, "x", 0.2, log_x, None),  # an earlier trial: it becomes the first that has x
+        (0, "c", 0, CategoricalDistribution(["a", "b"]), ValueError),  # other choices: refused
+        (3, "n", 1.0, FloatDistribution(0.0, 8.0), ValueError),  # another kind of distribution: refused
+        (3, "x", 0.5, FloatDistribution(0.0, 2.0), ValueError),  # not on a log scale: refused
+        (3, "c", 2, CategoricalDistribution(["a", "b", None]), None),
+        (1, "y", 0.3, FloatDistribution(0.0, 1.0), UpdateFinishedTrialError),  # trial 1 is told below
+        (99, "x", 0.1, log_x, KeyError),
+    ]
+    storages = {
+        "controller": open_storage(f"journal:{tmp_path / 'controller.journal'}", writer=True),
+        "optuna": JournalStorage(JournalFileBackend(str(tmp_path / "optuna.journal"))),
+    }
+    for storage in storages.values():
+        study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "s")
+        for _ in range(4):
+            storage.create_new_trial(study_id)
+        for trial_id, name, value, distribution, raises in steps:
+            if name == "y":
+                storage.set_trial_state_values(1, TrialState.COMPLETE, [1.0])
+            if raises is None:
+                storage.set_trial_param(trial_id, name, value, distribution)
+            else:
+                with pytest.raises(raises):
+                    storage.set_trial_param(trial_id, name, value, distribution)
+        flusher(storage, sync=True)()
+    mine, theirs = (s.get_all_trials(0, deepcopy=False) for s in storages.values())
+    assert [(t.params, t.distributions) for t in mine] == [(t.params, t.distributions) for t in theirs]
+    assert mine[0].params == {"x": 0.2} and mine[3].params == {"c": None}
+    dropped = ("worker_id", "datetime_start", "datetime_complete")
+    files = [(tmp_path / f"{name}.journal").read_text().splitlines() for name in storages]
+    assert [[{k: v for k, v in json.loads(line).items() if k not in dropped} for line in f] for f in files][0] == [
+        {k: v for k, v in json.loads(line).items() if k not in dropped} for line in files[1]
+    ]
+    replayed = JournalStorage(JournalFileBackend(str(tmp_path / "controller.journal"))).get_all_trials(0)
+    assert [(t.params, t.distributions) for t in replayed] == [(t.params, t.distributions) for t in mine]

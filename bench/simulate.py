@@ -6,7 +6,9 @@
 Each run is a real ``search.loop.campaign.Campaign`` with a real Optuna study, on a
 :class:`cluster.simulated.SimulatedExecutor` whose trials take 60 virtual seconds
 (12 epochs of 5 s, NAS-Bench-201 accuracies). The controller's real time is
-charged to the virtual clock, so a slow controller shows up as idle workers.
+charged to the virtual clock, so a slow controller shows up as idle workers. The command
+declares that it owns its heap, as the ``hypersweep`` command does, so the loop freezes what
+survives (``search/store/heap.py``).
 
 Storages (the ``storage`` column): ``memory`` is an in-memory Optuna study (not durable;
 the default of the sampler x workers rows), ``journal`` the campaign's default storage

@@ -28,6 +28,12 @@ class _Clock:
         return self.now
 
 
+def _freezer(interval: float, sweep: float, enabled: bool | None = True) -> tuple[SurvivorFreezer, _Clock]:
+    """A freezer on a clock the test moves."""
+    clock = _Clock()
+    return SurvivorFreezer(interval, sweep, enabled=enabled, clock=clock), clock
+
+
 @pytest.fixture
 def collector_state() -> Iterator[None]:
     """Whatever a test does to the collector and the owned-heap flag is undone."""
@@ -50,8 +56,7 @@ def test_a_period_that_is_not_a_positive_number_of_seconds_is_refused(interval: 
 
 @pytest.mark.usefixtures("collector_state")
 def test_survivors_are_frozen_once_the_interval_has_passed_and_dead_young_cycles_are_freed_first() -> None:
-    clock = _Clock()
-    freezer = SurvivorFreezer(2.0, 600.0, enabled=True, clock=clock)
+    freezer, clock = _freezer(2.0, 600.0)
     dead = _Node()
     gone = weakref.ref(dead)
     del dead
@@ -72,8 +77,7 @@ def _unfrozen() -> list[object]:
 
 @pytest.mark.usefixtures("collector_state")
 def test_a_cycle_that_died_while_frozen_is_freed_by_the_next_sweep() -> None:
-    clock = _Clock()
-    freezer = SurvivorFreezer(2.0, 10.0, enabled=True, clock=clock)
+    freezer, clock = _freezer(2.0, 10.0)
     node = _Node()
     gone = weakref.ref(node)
     clock.now = 2.0
@@ -89,8 +93,7 @@ def test_a_cycle_that_died_while_frozen_is_freed_by_the_next_sweep() -> None:
 @pytest.mark.usefixtures("collector_state")
 def test_nothing_is_frozen_in_a_process_that_does_not_own_its_heap_or_with_the_collector_off() -> None:
     heap.freeze_after_loads(False)
-    clock = _Clock()
-    freezer = SurvivorFreezer(1.0, 10.0, clock=clock)  # enabled: as the process declared
+    freezer, clock = _freezer(1.0, 10.0, enabled=None)  # enabled: as the process declared
     clock.now = 5.0
     freezer.tick()
     assert freezer.freezes == 0 and gc.get_freeze_count() == 0

@@ -64,3 +64,17 @@ def shares_a_fixture(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     definitions = info.name2fixturedefs.values() if info is not None else ()
     return any(defs and defs[-1].scope in SHARED_SCOPES for defs in definitions)
+
+
+@pytest.fixture(autouse=True)
+def _heap_given_back() -> Generator[None, None, None]:
+    """A test that runs ``search.cli.main`` in this process declares that the process owns its heap; the next test
+    must not inherit that (its campaign loops would freeze what they keep), nor the objects frozen meanwhile."""
+    yield
+    from search.store import heap
+
+    if heap.heap_owned():
+        import gc
+
+        heap.freeze_after_loads(False)
+        gc.unfreeze()

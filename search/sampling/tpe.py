@@ -41,11 +41,12 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.samplers import TPESampler
 from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
 from optuna.samplers._tpe.probability_distributions import _BatchedCategoricalDistributions
-from optuna.samplers._tpe.sampler import _split_trials, default_gamma, default_gamma_multiobjective
+from optuna.samplers._tpe.sampler import default_gamma, default_gamma_multiobjective
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.tpe_density import FittedLogPdf
+from search.sampling.tpe_split import split_for_refit
 
 __all__ = ["RefitTPESampler", "REFIT_FRACTION"]
 
@@ -89,11 +90,12 @@ class RefitTPESampler(TPESampler):
         self._startup: dict[tuple[int, int], tuple[int, bool]] = {}  # study -> (trial asked, startup done)
         self._intersection: _Intersection | None = None
         self._rows: dict[tuple[tuple[int, int], tuple[tuple[str, str], ...]], dict[int, tuple[Any, ...]]] = {}
+        self._scores: dict[tuple[int, int], dict[int, float]] = {}  # per study: finished trials' infeasibility
         self.refits = 0  # estimator pairs built: how often the cache missed
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_fits={}, _space=None, _rows={}, _startup={}, _intersection=None)
+        state.update(_fits={}, _space=None, _rows={}, _startup={}, _intersection=None, _scores={})
         return state
 
     def _stale(self, trial: FrozenTrial, trials_then: int) -> bool:
@@ -211,12 +213,12 @@ class RefitTPESampler(TPESampler):
         if self._constant_liar:
             states.append(TrialState.RUNNING)
         trials = study._get_trials(deepcopy=False, states=states, use_cache=not self._constant_liar)
-        if self._constant_liar:
-            trials = [t for t in trials if t.number != trial.number]
         if self._gamma is None:
             self._gamma = _gamma_of(study)
-        n = sum(t.state != TrialState.RUNNING for t in trials)  # running trials are left out of gamma (Optuna 4073)
-        below_trials, above_trials = _split_trials(study, trials, self._gamma(n))
+        # the liar leaves the asking trial out; running trials are left out of gamma (Optuna 4073)
+        scores = self._scores.setdefault(_study_key(study), {})
+        asking = trial.number if self._constant_liar else -1
+        below_trials, above_trials = split_for_refit(study, trials, asking, self._gamma, scores)
         below = self._build_parzen_estimator(study, search_space, below_trials, handle_below=True)
         above = self._build_parzen_estimator(study, search_space, above_trials, handle_below=False)
         discrete = all(isinstance(d, (CategoricalDistribution, IntDistribution)) for d in search_space.values())

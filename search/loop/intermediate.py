@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterable, Mapping
 
 import optuna
@@ -23,7 +22,7 @@ from search.loop.trials import RunningTrial
 from search.sampling.pruning import make_pruner, ready_at_start, resource_of
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
-from search.store.records import Files, append_metrics_line, read_metrics_lines
+from search.store.records import append_metrics_line, read_metrics_lines
 from search.store.sinks import ReportSinks
 
 __all__ = ["IntermediateValues"]
@@ -41,7 +40,6 @@ class IntermediateValues:
         self._sinks = sinks or ReportSinks()  # TensorBoard, MLflow: every report kept goes there too
         self._study = study
         self._folder = folder
-        self._trials = str(folder.trials)
         self._pruner_ready = ready_at_start(spec.study.pruner, spec.pruning)
         # the spec's pruner, whoever created the study (Optuna's default is a MedianPruner); asha and
         # hyperband without min_resource prune nothing until the first report sets their rung size
@@ -109,6 +107,4 @@ class IntermediateValues:
             log.info("pruner %s: a rung is %d %s", study.pruner, first_resource, self._spec.pruning.resource)
 
     def _append_file(self, number: int, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
-        # the path as a string: two pathlib joins per report were a twentieth of the controller's time per report
-        path = f"{self._trials}{os.sep}{int(number)}{os.sep}{Files.TRIAL_METRICS}"
-        append_metrics_line(path, step, metrics, at, worker)
+        append_metrics_line(self._folder.trial_metrics_file(number), step, metrics, at, worker)

@@ -42,6 +42,7 @@ __all__ = [
     "encode_history",
     "metrics_line",
     "append_metrics_line",
+    "ends_mid_line",
     "read_metrics_lines",
     "spec_sha256_of",
 ]
@@ -193,12 +194,18 @@ def append_metrics_line(path: str | Path, step: int, metrics: Mapping[str, float
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        end = os.fstat(fd).st_size
-        if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
+        if ends_mid_line(fd):
             line = b"\n" + line  # the torn line stays, on a line of its own; the reader skips it
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+def ends_mid_line(fd: int) -> bool:
+    """Whether the file open at ``fd`` ends inside a line (a write torn by a crash): what is appended next must
+    start with a newline, so that it is a line of its own."""
+    end = os.fstat(fd).st_size
+    return end > 0 and os.pread(fd, 1, end - 1) != b"\n"
 
 
 # --- reading -----------------------------------------------------------------------------------

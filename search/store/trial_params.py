@@ -39,7 +39,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial
 
 from search.store.folder import CampaignFolder
-from search.store.records import Files
+from search.store.records import Files, ends_mid_line
 
 __all__ = [
     "PARAMS_FILE",
@@ -108,8 +108,7 @@ class ParamsLog:
     def _append(self, data: bytes) -> None:
         if self._fd is None:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
-            end = os.fstat(fd).st_size
-            if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
+            if ends_mid_line(fd):
                 os.write(fd, b"\n")  # a line torn by a crash stays on a line of its own
             self._fd = fd
         view = memoryview(data)

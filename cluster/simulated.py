@@ -328,7 +328,8 @@ class SimulatedExecutor:
       event due by then (the ``timeout`` is not waited out: virtual time has no idle
       waiting). Pass ``clock=executor.clock`` to the controller.
     - ``controller_time_scale``: virtual seconds charged per real second the
-      controller spends between ``events()`` calls (0 = a free controller).
+      controller spends between ``events()`` calls (0 = a free controller). The
+      simulator's own work (a trial's plan at its start, the events) is not charged.
     - ``join_seconds``: the workers join one by one over this many virtual seconds
       (worker k of n at k/n of it; worker 0 at once), as a cluster that is scaling up;
       until then a worker is down. 0 (default): all are there at once, so the first wave
@@ -430,7 +431,16 @@ class SimulatedExecutor:
         self.counts["submitted"] += 1
         self._pending.add(request.number)
         self._queue.append(request)
-        self._start_queued(self.clock())
+        self._start_uncharged()
+
+    def _start_uncharged(self) -> None:
+        """Start what the free slots can take, the simulator's own work (drawing each trial's plan) not charged
+        to the controller: as in :meth:`events`, only the controller's time moves the clock."""
+        charging = self._real_mark is not None
+        self._charge_controller()
+        self._start_queued(self._now)
+        if charging:
+            self._real_mark = self._timer()
 
     def stop(self, number: int) -> None:
         run = self._runs.get(number)

@@ -179,6 +179,30 @@ def test_controller_time_is_charged_to_the_virtual_clock() -> None:
     assert ex.utilization() == pytest.approx(20.0 / 23.0)
 
 
+class SlowPlanModel(FixedModel):
+    """A plan that takes ``plan_seconds`` of the (fake) real clock to draw: the simulator's work, not the controller's."""
+
+    def __init__(self, now: list[float], plan_seconds: float) -> None:
+        super().__init__(10.0)
+        self.now, self.plan_seconds = now, plan_seconds
+
+    def plan(self, config, rng):
+        self.now[0] += self.plan_seconds
+        return super().plan(config, rng)
+
+
+def test_the_simulators_own_work_at_a_submit_is_not_charged_to_the_controller() -> None:
+    now = [0.0]
+    ex = SimulatedExecutor(2, SlowPlanModel(now, plan_seconds=4.0), timer=lambda: now[0])
+    ex.submit(request(0))  # drawing its plan took 4 s of the real clock
+    now[0] += 1.0  # the controller's own second before the next submit
+    ex.submit(request(1))
+    assert ex.clock() == 1.0
+    drain(ex)
+    assert ex.busy_intervals() == {"sim-worker-0": [(0.0, 10.0)], "sim-worker-1": [(1.0, 11.0)]}
+    assert ex.controller_seconds == 1.0
+
+
 def test_worker_failure_loses_its_trials_and_the_worker_comes_back() -> None:
     ex = SimulatedExecutor(
         2, FixedModel(10.0), slots_per_worker=2, failure_rate=0.999, recovery_seconds=7.0, controller_time_scale=0

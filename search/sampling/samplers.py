@@ -21,6 +21,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.samplers import BaseSampler
 
 from search.sampling import components
+from search.sampling.random_draws import RandomDraws
 from search.sampling.seeds import component_seed
 from search.vocab.registry import Registry
 from search.vocab.terms import SamplingMode
@@ -148,7 +149,7 @@ _BUILT_IN = (
     ),
     SamplerInfo(
         "random",
-        lambda space, seed, **kw: optuna.samplers.RandomSampler(seed=seed, **kw),
+        lambda space, seed, **kw: RandomDraws(seed=seed, **kw),
         description="independent uniform draws; the baseline",
     ),
     SamplerInfo(

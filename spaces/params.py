@@ -408,8 +408,11 @@ class SearchSpace:
             seen.add(param.name)
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "order", _dependency_order(params))
+        object.__setattr__(self, "_by_name", {p.name: p for p in params})
 
     order: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _kept: dict[str, dict[str, BaseDistribution]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -417,13 +420,10 @@ class SearchSpace:
         return tuple(p.name for p in self.params)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.names
+        return name in self._by_name
 
     def __getitem__(self, name: str) -> Param:
-        for param in self.params:
-            if param.name == name:
-                return param
-        raise KeyError(name)
+        return self._by_name[name]
 
     def __iter__(self) -> Iterator[Param]:
         return iter(self.params)
@@ -433,10 +433,19 @@ class SearchSpace:
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """The searched parameters' Optuna distributions, by name (conditional ones included)."""
-        dists: dict[str, BaseDistribution] = {}
-        for param in self.params:
-            dists.update(param.distributions())
-        return dists
+        return dict(self._distributions("all"))
+
+    def _distributions(self, which: str) -> dict[str, BaseDistribution]:
+        """``all`` or ``base`` (without the conditional parameters), built once: the parameters are immutable,
+        and every ask of a campaign reads them. Callers get a copy."""
+        kept = self._kept.get(which)
+        if kept is None:
+            kept = {}
+            for param in self.params:
+                if which == "all" or not isinstance(param, ConditionalParam):
+                    kept.update(param.distributions())
+            self._kept[which] = kept
+        return kept
 
     @property
     def conditional(self) -> tuple[str, ...]:
@@ -449,11 +458,7 @@ class SearchSpace:
         A trial is asked with these as fixed distributions; :meth:`suggest` then adds the
         conditional parameters whose condition holds (define-by-run).
         """
-        dists: dict[str, BaseDistribution] = {}
-        for param in self.params:
-            if not isinstance(param, ConditionalParam):
-                dists.update(param.distributions())
-        return dists
+        return dict(self._distributions("base"))
 
     def fixed(self) -> dict[str, Any]:
         """The constant parameters' values, by name."""
@@ -496,7 +501,7 @@ class SearchSpace:
         if it declares one, else no entry for it. A name that is not a searched
         parameter of this space is an error.
         """
-        searched = self.distributions()
+        searched = self._distributions("all")
         for name in sampled:
             if name not in searched:
                 rule = "is fixed, not searched" if name in self else "is not a parameter of this space"

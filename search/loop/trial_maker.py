@@ -94,6 +94,7 @@ class TrialMaker:
         spec, trainer = self._spec, self._spec.trainer
         params = spec.space.complete(searched)
         data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
+        folder = str(self._folder.trial(trial.number))
         config = TrialConfig(
             study=spec.study.name,
             number=trial.number,
@@ -103,8 +104,8 @@ class TrialMaker:
             dataset=trainer.dataset,
             device=trainer.device,
             data_parallel=data_parallel,
-            checkpoint_dir=str(self._folder.trial(trial.number)),
-            log_dir=str(self._folder.trial(trial.number)),  # the trainer's output: trials/<n>/stdout.log
+            checkpoint_dir=folder,
+            log_dir=folder,  # the trainer's output: trials/<n>/stdout.log
             checkpoint_every=trainer.checkpoint_every,
             deterministic=spec.study.deterministic,
             options=dict(trainer.options),

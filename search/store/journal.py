@@ -275,6 +275,7 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         self._none_waiting: set[int] = set()  # studies known to have no WAITING trial
         self._first_holder: dict[tuple[int, str], tuple[int, str]] = {}  # (study, param) -> (trial id, its JSON)
         self._decoded: dict[str, BaseDistribution] = {}  # a distribution's JSON -> the distribution replay makes
+        self._encoded: dict[int, tuple[BaseDistribution, str]] = {}  # id -> (the distribution, its JSON)
         self._snapshot_at = -math.inf  # when this writer last wrote a snapshot (time.monotonic)
         remove_stale(backend.path, self._segments)  # what a writer killed while writing a snapshot left
 
@@ -345,7 +346,7 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         parameter later, even an earlier one, passed the same check, and the check is an equivalence (the same
         kind, log scale and choices), so the holder found first answers as the current first would.
         The state and the errors are Optuna's (the entry is written before a check fails, as Optuna writes it)."""
-        text = distribution_to_json(distribution)
+        text = self._encoded_distribution(distribution)
         log = {
             "op_code": JournalOperation.SET_TRIAL_PARAM,
             "worker_id": self._replay_result.worker_id,
@@ -367,6 +368,18 @@ class ControllerJournalStorage(SnapshotJournalStorage):
             trial.params = {**trial.params, param_name: decoded.to_external_repr(param_value_internal)}
             trial.distributions = {**trial.distributions, param_name: decoded}
             state._trials[trial_id] = trial
+
+    def _encoded_distribution(self, distribution: BaseDistribution) -> str:
+        """``distribution_to_json``, kept per distribution object: a campaign asks with the same objects every time
+        (the object is kept with its text, so its id is not reused while it is here; distributions are immutable)."""
+        kept = self._encoded.get(id(distribution))
+        if kept is not None and kept[0] is distribution:
+            return kept[1]
+        if len(self._encoded) >= 4096:
+            self._encoded.clear()
+        text = distribution_to_json(distribution)
+        self._encoded[id(distribution)] = (distribution, text)
+        return text
 
     def _decoded_distribution(self, text: str) -> BaseDistribution:
         decoded = self._decoded.get(text)

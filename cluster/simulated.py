@@ -330,6 +330,10 @@ class SimulatedExecutor:
     - ``controller_time_scale``: virtual seconds charged per real second the
       controller spends between ``events()`` calls (0 = a free controller). The
       simulator's own work (a trial's plan at its start, the events) is not charged.
+    - ``sampler_process``: model the sampler child process a real cluster runs the built-in ``tpe``
+      and ``gp`` in (:mod:`search.sampling.virtual_child`): its asks and tells go on a core of
+      its own (:meth:`sampler_work`), not on the controller's clock, and a trial starts once
+      that core has sampled it (:meth:`params_ready`). Off: such a campaign samples on the loop.
     - ``join_seconds``: the workers join one by one over this many virtual seconds
       (worker k of n at k/n of it; worker 0 at once), as a cluster that is scaling up;
       until then a worker is down. 0 (default): all are there at once, so the first wave
@@ -352,6 +356,7 @@ class SimulatedExecutor:
         resource: str = "CPU",
         timer: Callable[[], float] = time.perf_counter,
         join_seconds: float = 0.0,
+        sampler_process: bool = False,
     ) -> None:
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"n_workers={n_workers!r}: must be an int >= 1")
@@ -386,6 +391,10 @@ class SimulatedExecutor:
         self.controller_seconds = 0.0  # real seconds charged to the controller
         self.counts = {"submitted": 0, "ok": 0, "lost": 0, "cancelled": 0, "failures": 0, "events_calls": 0}
         self.join_seconds = _check_positive("join_seconds", join_seconds, allow_zero=True)
+        self.models_sampler_process = bool(sampler_process)
+        self.sampler_seconds = 0.0  # real seconds of a modelled sampler child's work, on its own core
+        self._sampler_free = 0.0  # the virtual time that core is done with what it was given
+        self._params_ready: dict[int, float] = {}  # trial number -> the virtual time its parameters exist
         for index in range(1, n_workers if self.join_seconds else 0):
             self._workers[index].alive = False
             self._workers[index].down.append((0.0, math.inf))
@@ -409,6 +418,24 @@ class SimulatedExecutor:
             self.controller_seconds += self._timer() - self._real_mark
             self._now += lag
             self._real_mark = None
+
+    # --- a sampler child, modelled (search.sampling.virtual_child) ------------------------------
+
+    def sampler_work(self, seconds: float) -> float:
+        """``seconds`` of real time the loop just spent on a sampler child's work (an ask, a tell it records):
+        taken off the controller's clock and queued on the child's own core. Returns the virtual time that core
+        is done with it."""
+        seconds = max(0.0, float(seconds))
+        if self._real_mark is not None:
+            self._real_mark += seconds
+        self.sampler_seconds += seconds
+        start = max(self._sampler_free, self.clock())
+        self._sampler_free = start + seconds * self.controller_time_scale
+        return self._sampler_free
+
+    def params_ready(self, number: int, at: float) -> None:
+        """Trial ``number``'s parameters exist from virtual time ``at``: it starts no earlier (its slot waits)."""
+        self._params_ready[number] = float(at)
 
     # --- TrialExecutor -----------------------------------------------------------------------
 
@@ -544,7 +571,7 @@ class SimulatedExecutor:
         self._attempts[request.number] = attempt + 1
         rng = np.random.default_rng([self.seed, request.number, attempt])
         plan = self.model.plan(request.config.to_dict(), rng)
-        started = now + self.dispatch_latency
+        started = max(now, self._params_ready.pop(request.number, now)) + self.dispatch_latency
         run = _Run(request, plan, worker, slots, started)
         if request.number in self._stops:
             self._stops.discard(request.number)

@@ -1,6 +1,8 @@
 """Where the campaign's trials come from: trials a dead controller left running first, then new
 ones from the sampler, through an :class:`~search.sampling.asker.Asker` (on the loop, on a
-thread, or in a child process; see :func:`sampling_mode`).
+thread, or in a child process; see :func:`sampling_mode`). A simulated cluster that models the child
+a real one would sample in gets the child's code in process, on virtual time
+(:class:`~search.sampling.virtual_child.VirtualChildAsker`).
 
 Each trial is configured (its :class:`~trainers.api.TrialConfig`) by a
 :class:`~search.loop.trial_maker.TrialMaker`, which the asker calls; one whose parameters
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -46,6 +48,7 @@ from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
 from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
 from search.sampling.seeds import component_seed
+from search.sampling.virtual_child import SamplerCore, VirtualChildAsker
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import read_params, recorded_params, restore_params
@@ -122,6 +125,13 @@ class TrialSupply:
         self._sampling_asked = sampling or spec.study.sampling
         ordered = spec.study.deterministic or population is not None or executor.virtual_time
         self.sampling = sampling_mode(self._sampling_asked, spec.study.sampler, ordered)
+        self._models_child = (  # a simulated cluster models the child a real one would sample in
+            getattr(executor, "models_sampler_process", False)
+            and not spec.study.deterministic
+            and population is None
+            and self._sampling_asked == SamplingMode.AUTO
+            and runs_in_process(spec.study.sampler)
+        )
         self._maker = TrialMaker(spec, folder, study, ledger, population)  # what the askers call, on any thread
         self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, ledger.may_ask)
         self._resumable: deque[FrozenTrial] = deque()
@@ -135,6 +145,10 @@ class TrialSupply:
         """Trials to run again first; then the sampler, on a thread or in a child process if the mode says so."""
         self._resumable.extend(resumable)
         self._maker.start(len(self._study.get_trials(deepcopy=False)))
+        if self._models_child:
+            self._asker = self._virtual_child()
+            self.sampling = SamplingMode.PROCESS
+            return
         if self.sampling == SamplingMode.INLINE:
             return
         if self.sampling == SamplingMode.PROCESS:
@@ -158,6 +172,17 @@ class TrialSupply:
             self._executor.wake,
             f"sampler-{self._spec.study.name}",
             suggest,
+        )
+
+    def _virtual_child(self) -> VirtualChildAsker[Prepared]:
+        space = self._spec.space
+        return VirtualChildAsker(
+            self._study,
+            space.base_distributions(),
+            self._maker.produce,
+            lambda prepared: prepared.trial.number,
+            cast(SamplerCore, self._executor),
+            space.suggest if space.conditional else None,
         )
 
     def _thread_asker(self) -> BackgroundAsker[Prepared]:

@@ -203,6 +203,22 @@ def test_the_simulators_own_work_at_a_submit_is_not_charged_to_the_controller() 
     assert ex.controller_seconds == 1.0
 
 
+def test_a_modelled_sampler_childs_time_leaves_the_controllers_clock_and_gates_the_trials_start() -> None:
+    now = [0.0]
+    ex = SimulatedExecutor(2, FixedModel(10.0), timer=lambda: now[0], sampler_process=True)
+    ex.submit(request(0))  # the controller's clock starts
+    now[0] += 1.0 + 3.0  # the controller's second, then 3 s of the child's ask on the loop's thread
+    assert ex.sampler_work(3.0) == 4.0  # the child's core took it up when the controller's clock said 1 s
+    assert ex.clock() == 1.0
+    ex.params_ready(1, 4.0)
+    ex.submit(request(1))  # submitted at 1 s; its parameters exist at 4 s
+    now[0] += 2.0
+    assert ex.sampler_work(2.0) == 6.0  # a tell the child records: queued behind the ask
+    drain(ex)
+    assert ex.busy_intervals() == {"sim-worker-0": [(0.0, 10.0)], "sim-worker-1": [(4.0, 14.0)]}
+    assert ex.controller_seconds == 1.0 and ex.sampler_seconds == 5.0
+
+
 def test_worker_failure_loses_its_trials_and_the_worker_comes_back() -> None:
     ex = SimulatedExecutor(
         2, FixedModel(10.0), slots_per_worker=2, failure_rate=0.999, recovery_seconds=7.0, controller_time_scale=0
@@ -270,7 +286,8 @@ def _campaign(tmp_path: Path, n_workers: int, n_trials: int, sampler: str = "ran
     folder.create(spec.text)
     study = open_study(spec, folder, "memory")
     executor_kw.setdefault("controller_time_scale", 0.0)
-    ex = SimulatedExecutor(n_workers, TableModel(NB201, trial_seconds=60.0, jitter=0.1), seed=7, **executor_kw)
+    cls = executor_kw.pop("cls", SimulatedExecutor)
+    ex = cls(n_workers, TableModel(NB201, trial_seconds=60.0, jitter=0.1), seed=7, **executor_kw)
     Campaign(spec, folder, study, ex, clock=ex.clock).run()
     return study, ex
 
@@ -287,6 +304,47 @@ def test_real_campaign_on_64_simulated_workers(tmp_path: Path) -> None:
     assert 3 * 60.0 < ex.makespan() < 5 * 60.0 * 1.5  # about 4 waves of 60 s trials
     metrics = (tmp_path / "sim-64" / "trials" / "0" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 12 and json.loads(metrics[-1])["step"] == 12
+
+
+class GateRecorder(SimulatedExecutor):
+    """Records each start: (number, the controller's clock, when its parameters existed, the start)."""
+
+    def __init__(self, *a, **kw) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*a, **kw)
+        self.starts: list[tuple[int, float, float, float]] = []
+
+    def _start(self, request, worker, now):  # type: ignore[no-untyped-def]
+        ready = self._params_ready.get(request.number, math.nan)
+        super()._start(request, worker, now)
+        self.starts.append((request.number, now, ready, self._runs[request.number].started))
+
+
+@pytest.mark.parametrize("sampler, modelled", [("tpe", True), ("random", False)])
+def test_a_simulated_campaign_samples_tpe_in_the_modelled_child_and_random_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sampler: str, modelled: bool
+) -> None:
+    import search.loop.campaign as campaign_module
+    from search.sampling.tpe import RefitTPESampler
+
+    made: list[Campaign] = []
+    monkeypatch.setattr(campaign_module.Campaign, "run", _keeping(campaign_module.Campaign.run, made))
+    study, ex = _campaign(tmp_path, 16, 64, sampler, controller_time_scale=1.0, sampler_process=True, cls=GateRecorder)
+    assert made[0].supply.sampling == ("process" if modelled else "inline")
+    assert [t.state for t in study.get_trials(deepcopy=False)] == [optuna.trial.TrialState.COMPLETE] * 64
+    assert (ex.sampler_seconds > 0) == modelled
+    assert len(ex.starts) == 64 and not ex._params_ready  # every gate was used once
+    for number, now, ready, started in ex.starts:
+        assert started == (max(now, ready) if modelled else now), number
+    if modelled:
+        assert type(study.sampler) is RefitTPESampler  # the child's sampler, back with the campaign
+
+
+def _keeping(run, made):  # type: ignore[no-untyped-def]
+    def keep(self):  # type: ignore[no-untyped-def]
+        made.append(self)
+        return run(self)
+
+    return keep
 
 
 def test_injected_failures_are_lost_trials_and_the_campaign_finishes(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
     python -m bench.simulate [--quick] [--workers 16 64 256 1024] [--samplers random tpe] [--reps 3]
                              [--storages sqlite journal] [--storage-workers 256 1024] [--no-curve]
+                             [--storage-samplers random tpe] [--join-seconds 60] [--sampler-process]
 
 Each run is a real ``search.loop.campaign.Campaign`` with a real Optuna study, on a
 :class:`cluster.simulated.SimulatedExecutor` whose trials take 60 virtual seconds
@@ -35,6 +36,10 @@ Columns of ``bench/results/simulate.csv``:
   does between two ``events()`` calls: ask, config, reports, tell).
 - ``ctrl_trials_per_s``: 1000 / ctrl_ms_per_trial, the controller's sustainable rate;
   ``needed_trials_per_s`` = workers / 60 s is what the cluster asks of it.
+- ``sampling``: ``inline`` (the sampler asks on the loop; its time is the controller's) or ``process``
+  (``--sampler-process``: the child process a real cluster samples ``tpe`` and ``gp`` in, modelled with
+  the child's own code in this process, its time on a core of its own: ``search.sampling.virtual_child``);
+  ``sampler_ms_per_trial``: that core's real seconds per trial (asks and the tells it records).
 - ``best``, ``regret`` (table optimum - best, accuracy points), ``t_best`` (virtual s
   at which the final best was first found), ``t_regret1`` (virtual s until regret <= 1).
 """
@@ -193,6 +198,8 @@ class SimResult:
     util_end: float = math.nan
     rss_mb: float = math.nan
     join_s: float = 0.0
+    sampling: str = "inline"
+    sampler_ms_per_trial: float = 0.0
 
 
 def best_over_time(study: optuna.Study) -> list[tuple[float, float]]:
@@ -225,6 +232,7 @@ def simulate(
     dataset: str = "cifar10",
     workdir: Path | None = None,
     join_seconds: float = 0.0,
+    sampler_process: bool = False,
 ) -> tuple[SimResult, SimulatedExecutor, optuna.Study]:
     """Run one campaign against ``n_workers`` simulated workers; return its figures."""
     model: TrialModel
@@ -258,9 +266,11 @@ def simulate(
             failure_rate=failure_rate,
             controller_time_scale=controller_time_scale,
             join_seconds=join_seconds,
+            sampler_process=sampler_process,
         )
         started = time.perf_counter()
-        Campaign(spec, folder, study, executor, clock=executor.clock).run()
+        campaign = Campaign(spec, folder, study, executor, clock=executor.clock)
+        campaign.run()
         real = time.perf_counter() - started
         rss_mb = round(resident_mb(), 1)
         curve = best_over_time(study)
@@ -296,6 +306,8 @@ def simulate(
         else math.nan,
         rss_mb=rss_mb,
         join_s=join_seconds,
+        sampling=str(campaign.supply.sampling),
+        sampler_ms_per_trial=round(1e3 * executor.sampler_seconds / max(1, finished), 3),
     )
     return result, executor, study
 
@@ -324,6 +336,8 @@ def _print_table(rows: Sequence[SimResult]) -> None:
         "lost",
         "rss_mb",
         "join_s",
+        "sampling",
+        "sampler_ms_per_trial",
     ]
     data = [[str(getattr(r, c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(d[i]) for d in data)) for i, c in enumerate(cols)]
@@ -342,7 +356,7 @@ def _write_csv(rows: Sequence[SimResult], path: Path, reps: Sequence[int] | None
             writer.writerow(dataclasses.asdict(row) | ({"reps": reps[i]} if reps is not None else {}))
 
 
-KEY_FIELDS = ("bench", "workers", "sampler", "storage", "failure_rate", "join_s")
+KEY_FIELDS = ("bench", "workers", "sampler", "storage", "failure_rate", "join_s", "sampling")
 
 
 def median_rows(rows: Sequence[SimResult]) -> list[tuple[SimResult, int]]:
@@ -414,6 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.0,
         help="the durable-storage rows' workers join one by one over this many virtual seconds (default 0: all at once)",
     )
+    parser.add_argument(
+        "--sampler-process",
+        action="store_true",
+        help="the durable-storage rows model the sampler child process a real cluster runs tpe and gp in "
+        "(its work on a core of its own, not the controller's clock); default: they sample on the loop",
+    )
     parser.add_argument("--reps", type=int, default=1, help="repetitions of every row; the table shows medians")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "simulate.csv")
@@ -453,7 +473,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for size in storage_sizes:
             for storage in args.storages:
                 for sampler in args.storage_samplers:
-                    run(size, sampler, n_trials(size), storage=storage, join_seconds=args.join_seconds)
+                    run(
+                        size,
+                        sampler,
+                        n_trials(size),
+                        storage=storage,
+                        join_seconds=args.join_seconds,
+                        sampler_process=args.sampler_process,
+                    )
         if not args.no_curve:
             run(min(workers), "tpe", n_trials(min(workers)), bench="curve")
         if args.failure_rate > 0:

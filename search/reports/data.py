@@ -243,6 +243,34 @@ def lr_curve(trial: Trial, builtin: bool) -> tuple[list[tuple[int, float]], str]
     return [], ""
 
 
+@dataclasses.dataclass(frozen=True)
+class LRScaled:
+    """A trial of the built-in trainer whose learning rate follows its batch size (``lr_scaling``)."""
+
+    searched: float  # the ``lr`` parameter: the rate at ``base_batch_size``
+    batch_size: int
+    rule: str  # "linear" or "sqrt"
+    base_batch_size: int
+
+    def formula(self) -> str:
+        base = f"{self.base_batch_size:,}"
+        return f"lr × B / {base}" if self.rule == "linear" else f"lr × sqrt(B / {base})"
+
+
+def lr_scaled(trial: Trial) -> LRScaled | None:
+    """How the built-in trainer scaled the trial's ``lr`` to its batch size (its config's ``lr_scaling``), or None
+    when it trained at the ``lr`` itself."""
+    config = TrialRecord.of(trial).config or {}
+    params = dict(config.get("params") or {})
+    rule = str(params.get("lr_scaling", "none"))
+    if rule == "none" or "lr" not in params or "batch_size" not in params:
+        return None
+    try:
+        return LRScaled(float(params["lr"]), int(params["batch_size"]), rule, int(params.get("base_batch_size", 32)))
+    except (TypeError, ValueError):
+        return None
+
+
 def _rebuild_schedule(
     params: Mapping[str, Any], history: list[tuple[int, dict[str, float]]], epochs: int
 ) -> list[tuple[int, float]]:

@@ -17,6 +17,7 @@ from search.reports.data import (
     MAX_IMPORTANCE_TRIALS,
     MIN_IMPORTANCE_TRIALS,
     CampaignData,
+    LRScaled,
     dataset_of,
     epochs_spent,
     genome_of,
@@ -24,6 +25,7 @@ from search.reports.data import (
     history_points,
     importances,
     lr_curve,
+    lr_scaled,
     searched_params,
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
@@ -180,18 +182,43 @@ def lr(data: CampaignData) -> Section:
             "reported": "reported by the trainer (its 'lr' metric at each report)",
             "rebuilt": "rebuilt from the built-in trainer's schedule rules (it reported no lr)",
         }
-        rows = [
+        rows: list[tuple[Any, ...]] = [
             (n, sources[src], len(pts), pts[0][1], pts[-1][1], min(v for _s, v in pts), max(v for _s, v in pts))
             for n, (pts, src) in curves.items()
         ]
-        columns = ("trial", "learning rate", "points", "first", "last", "min", "max")
+        columns: tuple[str, ...] = ("trial", "learning rate", "points", "first", "last", "min", "max")
+        scaled = (
+            {t.number: lr_scaled(data.record(t)) for t in top if t.number in curves} if data.builtin_trainer else {}
+        )
+        notes = [_lr_scaling_note([s for s in scaled.values() if s is not None])]
+        if any(scaled.values()):  # the searched rate beside the trained one: the best-trials table shows the searched
+            columns += ("searched lr", "batch size")
+            rows = [(*row, *_searched(scaled.get(row[0]))) for row in rows]
         missing = sorted(set(found) - set(curves))
-        text = "" if not missing else f"no lr for trial(s) {', '.join(map(str, missing))}"
+        notes.append("" if not missing else f"no lr for trial(s) {', '.join(map(str, missing))}")
+        text = "\n\n".join(n for n in notes if n)
         body = figure(plots.lr_curves(curves), "learning rate of the best trials") + table(columns, rows)
-        body += note(text) if text else ""
+        body += "".join(note(n) for n in notes if n)
         return body, md_table(columns, rows) + (f"\n\n{text}" if text else "")
 
     return guard("Learning rate of the best trials", build)
+
+
+def _searched(scaled: LRScaled | None) -> tuple[Any, Any]:
+    return (scaled.searched, scaled.batch_size) if scaled is not None else ("", "")
+
+
+def _lr_scaling_note(scaled: Sequence[LRScaled]) -> str:
+    """Why the trained rates differ from the searched ``lr`` of the best-trials table ("" when they do not)."""
+    if not scaled:
+        return ""
+    rules = sorted({(s.rule, s.base_batch_size, s.formula()) for s in scaled})
+    how = "; ".join(f"{formula} (lr_scaling = {rule!r}, base_batch_size = {base:,})" for rule, base, formula in rules)
+    return (
+        f"The trainer trained at the searched lr scaled to the trial's batch size B: {how}. The curves and the "
+        "first, last, min and max columns show that trained rate; the best-trials table and the 'searched lr' "
+        "column, the searched lr."
+    )
 
 
 def history(data: CampaignData) -> Section:

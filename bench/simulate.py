@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import gc
 import json
 import logging
 import math
@@ -458,6 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run(*a: Any, **kw: Any) -> None:
         result, _ex, _study = simulate(*a, seed=args.seed, **kw)
         rows.append(result)
+        del _ex, _study
+        gc.collect()  # the run's cycles go before the next one: each row's rss_mb is its own run's
         print(
             f"  {result.bench} {result.workers:5d} workers {result.sampler:6s} {result.storage:7s} "
             f"util {result.util:.4f} (last {TRIAL_SECONDS:g} s {result.util_end:.4f})  "

@@ -152,6 +152,7 @@ class Campaign:
             finally:
                 self.executor.close()  # never raises (a lost scheduler is logged)
                 self.sinks.close()
+                self._freezer.release()
         self._on_progress(self.snapshot())
 
     def _fill(self) -> None:

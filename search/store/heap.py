@@ -101,3 +101,10 @@ class SurvivorFreezer:
         gc.freeze()
         self._frozen_at = now
         self.freezes += 1
+
+    def release(self) -> None:
+        """When the campaign ends: what it froze goes back to the collector, so cycles that died while frozen
+        (this campaign's, once it is dropped) are freed by its next full collection, not kept until the process
+        exits. A process that runs campaigns one after another (the bench, a notebook) holds only the live one."""
+        if self.freezes:
+            gc.unfreeze()

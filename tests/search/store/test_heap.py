@@ -111,7 +111,31 @@ def test_the_campaign_loop_freezes_what_it_keeps_only_in_a_process_that_owns_its
 ) -> None:
     monkeypatch.setattr(heap, "FREEZE_SECONDS", 1e-6)  # due at every loop iteration
     heap.freeze_after_loads(owned)
+    unfrozen_at_the_end: list[set[int]] = []
+    release = SurvivorFreezer.release
+
+    def see_then_release(self: SurvivorFreezer) -> None:  # the loop's heap as the campaign ends
+        unfrozen_at_the_end.append({id(o) for o in _unfrozen()})
+        release(self)
+
+    monkeypatch.setattr(SurvivorFreezer, "release", see_then_release)
     result, _executor, study = simulate(16, "random", 48, storage="journal")
     assert result.trials == 48 and len(study.trials) == 48
     told = study.get_trials(deepcopy=False)[0]  # made by the loop when it told the trial, after the study's load
-    assert all(o is not told for o in _unfrozen()) is owned
+    assert (id(told) not in unfrozen_at_the_end[0]) is owned
+    assert gc.get_freeze_count() == 0  # given back when the campaign ended: its dead cycles can be freed
+
+
+def test_a_freezer_gives_back_what_it_froze_and_only_if_it_froze(collector_state: None) -> None:
+    freezer, clock = _freezer(1.0, 10.0, enabled=True)
+    freezer.release()
+    gc.freeze()  # someone else's freeze: not this freezer's to give back
+    assert gc.get_freeze_count() > 0
+    freezer.release()
+    assert gc.get_freeze_count() > 0
+    gc.unfreeze()
+    clock.now = 5.0
+    freezer.tick()
+    assert freezer.freezes == 1 and gc.get_freeze_count() > 0
+    freezer.release()
+    assert gc.get_freeze_count() == 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from spaces.errors import SpaceError, check_choice, check_int, check_positive
 
@@ -54,6 +55,16 @@ class LRScaling:
             "base_batch_size",
             check_int("lr_scaling.base_batch_size", self.base_batch_size, minimum=1),
         )
+
+    @classmethod
+    def of_params(cls, params: Mapping[str, Any]) -> LRScaling:
+        """The rule a trainer's parameters name (``lr_scaling``, ``base_batch_size``; the defaults when absent)."""
+        return cls(str(params.get("lr_scaling", "none")), int(params.get("base_batch_size", 32)))
+
+    def formula(self) -> str:
+        """The rule written out, in the tuned ``lr`` and the batch size ``B``."""
+        base = f"{self.base_batch_size:,}"
+        return {"linear": f"lr × B / {base}", "sqrt": f"lr × sqrt(B / {base})"}.get(self.rule, "lr")
 
     def __call__(self, lr: float, batch_size: int) -> float:
         """The learning rate to use at ``batch_size``."""

@@ -39,6 +39,8 @@ from search.store.heap import gc_paused
 from search.store.records import TrialRecord
 from search.store.storage import open_storage, storage_url
 from search.store.warm_marks import own_trials
+from spaces.batch import LRScaling
+from spaces.errors import SpaceError
 from spaces.params import SearchSpace
 
 __all__ = [
@@ -247,14 +249,9 @@ def lr_curve(trial: Trial, builtin: bool) -> tuple[list[tuple[int, float]], str]
 class LRScaled:
     """A trial of the built-in trainer whose learning rate follows its batch size (``lr_scaling``)."""
 
-    searched: float  # the ``lr`` parameter: the rate at ``base_batch_size``
+    searched: float  # the ``lr`` parameter: the rate at the rule's base batch size
     batch_size: int
-    rule: str  # "linear" or "sqrt"
-    base_batch_size: int
-
-    def formula(self) -> str:
-        base = f"{self.base_batch_size:,}"
-        return f"lr × B / {base}" if self.rule == "linear" else f"lr × sqrt(B / {base})"
+    rule: LRScaling
 
 
 def lr_scaled(trial: Trial) -> LRScaled | None:
@@ -262,20 +259,19 @@ def lr_scaled(trial: Trial) -> LRScaled | None:
     when it trained at the ``lr`` itself."""
     config = TrialRecord.of(trial).config or {}
     params = dict(config.get("params") or {})
-    rule = str(params.get("lr_scaling", "none"))
-    if rule == "none" or "lr" not in params or "batch_size" not in params:
+    if "lr" not in params or "batch_size" not in params:
         return None
     try:
-        return LRScaled(float(params["lr"]), int(params["batch_size"]), rule, int(params.get("base_batch_size", 32)))
-    except (TypeError, ValueError):
+        rule = LRScaling.of_params(params)
+        scaled = LRScaled(float(params["lr"]), int(params["batch_size"]), rule)
+    except (SpaceError, TypeError, ValueError):
         return None
+    return scaled if rule.rule != "none" else None
 
 
 def _rebuild_schedule(
     params: Mapping[str, Any], history: list[tuple[int, dict[str, float]]], epochs: int
 ) -> list[tuple[int, float]]:
-    from spaces.batch import LRScaling
-    from spaces.errors import SpaceError
     from spaces.schedules import make_schedule
 
     if "lr" not in params or not history:
@@ -288,8 +284,7 @@ def _rebuild_schedule(
     try:
         lr = float(params["lr"])
         if "batch_size" in params:
-            rule = LRScaling(str(params.get("lr_scaling", "none")), int(params.get("base_batch_size", 32)))
-            lr = rule(lr, int(params["batch_size"]))
+            lr = LRScaling.of_params(params)(lr, int(params["batch_size"]))
         schedule = make_schedule(
             str(params.get("schedule", "constant")),
             lr,

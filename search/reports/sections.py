@@ -212,8 +212,8 @@ def _lr_scaling_note(scaled: Sequence[LRScaled]) -> str:
     """Why the trained rates differ from the searched ``lr`` of the best-trials table ("" when they do not)."""
     if not scaled:
         return ""
-    rules = sorted({(s.rule, s.base_batch_size, s.formula()) for s in scaled})
-    how = "; ".join(f"{formula} (lr_scaling = {rule!r}, base_batch_size = {base:,})" for rule, base, formula in rules)
+    rules = sorted({s.rule for s in scaled}, key=lambda r: (r.rule, r.base_batch_size))
+    how = "; ".join(f"{r.formula()} (lr_scaling = {r.rule!r}, base_batch_size = {r.base_batch_size:,})" for r in rules)
     return (
         f"The trainer trained at the searched lr scaled to the trial's batch size B: {how}. The curves and the "
         "first, last, min and max columns show that trained rate; the best-trials table and the 'searched lr' "

@@ -188,8 +188,7 @@ def _trained_lr(params: Mapping[str, Any]) -> float | None:
     lr = params.get("lr")
     if lr is None:
         return None
-    rule = LRScaling(str(params.get("lr_scaling", "none")), int(params.get("base_batch_size", 32)))
-    return rule(float(lr), int(params[BATCH]))
+    return LRScaling.of_params(params)(float(lr), int(params[BATCH]))
 
 
 def _noise_reading(step: float, metrics: Mapping[str, float]) -> tuple[float, float, float, float] | None:

@@ -55,3 +55,11 @@ def test_lr_scaling_call_errors() -> None:
         LRScaling("linear")(0.1, 0)
     with pytest.raises(SpaceError, match="lr: must be > 0"):
         LRScaling("linear")(-0.1, 8)
+
+
+def test_the_rule_a_trainers_parameters_name_and_its_formula() -> None:
+    assert LRScaling.of_params({}) == LRScaling("none", 32)
+    rule = LRScaling.of_params({"lr_scaling": "sqrt", "base_batch_size": 1024, "lr": 0.1})
+    assert rule == LRScaling("sqrt", 1024) and rule(0.1, 4096) == pytest.approx(0.2)
+    assert rule.formula() == "lr × sqrt(B / 1,024)"
+    assert LRScaling("linear", 256).formula() == "lr × B / 256" and LRScaling().formula() == "lr"

@@ -129,8 +129,7 @@ class TrialSupply:
             getattr(executor, "models_sampler_process", False)
             and not spec.study.deterministic
             and population is None
-            and self._sampling_asked == SamplingMode.AUTO
-            and runs_in_process(spec.study.sampler)
+            and sampling_mode(self._sampling_asked, spec.study.sampler, False) == SamplingMode.PROCESS
         )
         self._maker = TrialMaker(spec, folder, study, ledger, population)  # what the askers call, on any thread
         self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, ledger.may_ask)

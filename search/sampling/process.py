@@ -50,7 +50,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.asker import AskFailed, AskTimes
 
-__all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable", "SamplerDied"]
+__all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable", "SamplerDied", "replica_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -324,15 +324,14 @@ class ProcessAsker(Generic[T]):
         self._reaping = threading.Lock()  # one thread at a time waits for the child (see _join)
         self.times = AskTimes()  # of the child's asks
         self._original = study.sampler
-        sampler_bytes = _portable(self._original)
-        finished = [_bare(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+        sampler_bytes, directions, finished = replica_inputs(study)
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=serve,
             name=name,
             daemon=True,
-            args=(child, sampler_bytes, list(_directions(study)), distributions, finished, suggest),
+            args=(child, sampler_bytes, directions, distributions, finished, suggest),
         )
         self._process.start()
         child.close()
@@ -486,6 +485,13 @@ class ProcessAsker(Generic[T]):
                 self._cond.notify_all()
         if wake:
             self._wake()
+
+
+def replica_inputs(study: optuna.Study) -> tuple[bytes, list[str], list[FrozenTrial]]:
+    """What a sampler child starts its replica with: the campaign's sampler pickled (:class:`NotPortable` if it
+    cannot be), the study's directions, and its finished trials, bare."""
+    finished = [_bare(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    return _portable(study.sampler), list(_directions(study)), finished
 
 
 def _portable(sampler: optuna.samplers.BaseSampler) -> bytes:

@@ -31,16 +31,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 
 from search.sampling.asker import AskTimes
-from search.sampling.process import (
-    FINISHED,
-    Done,
-    ReplaySampler,
-    Suggest,
-    _bare,
-    _directions,
-    _portable,
-    _Replica,
-)
+from search.sampling.process import Done, ReplaySampler, Suggest, _Replica, replica_inputs
 
 __all__ = ["SamplerCore", "VirtualChildAsker"]
 
@@ -81,9 +72,8 @@ class VirtualChildAsker(Generic[T]):
         self._core = core
         self.times = AskTimes()  # of the child's asks
         started = time.perf_counter()
-        sampler = pickle.loads(_portable(study.sampler))  # the child's copy, as a real child gets it
-        finished = [_bare(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
-        self._replica = _Replica(sampler, list(_directions(study)), distributions, finished, suggest)
+        sampler_bytes, directions, finished = replica_inputs(study)  # what a real child is started with
+        self._replica = _Replica(pickle.loads(sampler_bytes), directions, distributions, finished, suggest)
         core.sampler_work(time.perf_counter() - started)  # the child's start, on its own core
         self._replay = ReplaySampler(distributions, self._send_done)
         study.sampler = self._replay

@@ -19,7 +19,8 @@ What else an ask would walk or score again is kept too:
 - the startup's "not enough finished trials yet", for the rest of the ask and until the study grows by the fraction;
 - in a space of categorical parameters only (up to ``GRID_CELLS`` points), log l(x) - log g(x) at every point, built
   once per shared fit: an ask is then a draw of candidates and a look-up, where Optuna scores each candidate
-  against one kernel per trial;
+  against one kernel per trial. The candidates come from l(x) tabulated too (a search in its running sum), the
+  same distribution as Optuna's kernel-by-kernel draw but not the same random stream: 15 instead of 180 µs an ask;
 - in any other space, each continuous kernel's truncation mass and log scale, once per shared fit
   (:mod:`search.sampling.tpe_density`): Optuna computes them for every kernel at every ask.
 
@@ -65,6 +66,7 @@ class _Fit:
     discrete: bool  # every parameter discrete: candidates repeat, so their acquisition values are kept
     acquisition: dict[tuple[float, ...], float] = dataclasses.field(default_factory=dict)
     grid: np.ndarray | None = None  # log l(x) - log g(x) at every point of an all-categorical space
+    cumulative: np.ndarray | None = None  # with a grid: l(x) summed over the grid's points in order, to draw from
     density: tuple[FittedLogPdf, FittedLogPdf] | None = None  # log l and log g with the kernels' constants kept
 
 
@@ -156,10 +158,22 @@ class RefitTPESampler(TPESampler):
         fit = self._fit_of(study, search_space)
         if fit is None or self._stale(trial, fit.trials):
             fit = self._refit(study, trial, search_space)
+        if fit.grid is not None and fit.cumulative is not None:
+            return self._draw_from_grid(fit, search_space)
         samples_below = fit.below.sample(self._rng.rng, self._n_ei_candidates)
         acq_func_vals = self._acquisition(fit, samples_below)
         ret = TPESampler._compare(samples_below, acq_func_vals)
         return {name: dist.to_external_repr(ret[name]) for name, dist in search_space.items()}
+
+    def _draw_from_grid(self, fit: _Fit, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """Optuna's draw and pick on a tabulated space: the candidates are points drawn from l(x) (the below
+        mixture's density, which Optuna samples kernel by kernel, so the draws are alike in distribution but not in
+        the random stream), the pick is the first of the best acquisition values."""
+        grid = cast(np.ndarray, fit.grid)
+        points = _draw_points(cast(np.ndarray, fit.cumulative), self._rng.rng, self._n_ei_candidates)
+        best = points[np.argmax(grid.reshape(-1)[points])]
+        index = np.unravel_index(int(best), grid.shape)
+        return {name: dist.to_external_repr(int(i)) for (name, dist), i in zip(search_space.items(), index)}
 
     def _acquisition(self, fit: _Fit, samples: dict[str, np.ndarray]) -> np.ndarray:
         """Optuna's log l(x) - log g(x) of each candidate; in a discrete space, computed once per point and fit
@@ -223,9 +237,12 @@ class RefitTPESampler(TPESampler):
         above = self._build_parzen_estimator(study, search_space, above_trials, handle_below=False)
         discrete = all(isinstance(d, (CategoricalDistribution, IntDistribution)) for d in search_space.values())
         shared = math.floor(self._refit_fraction * trial.number) >= 1  # the fit serves more than this ask
-        grid = _acquisition_grid(below, above) if shared else None
+        tabulated = _acquisition_grid(below, above) if shared else None
+        grid, cumulative = tabulated if tabulated is not None else (None, None)
         density = (FittedLogPdf(below), FittedLogPdf(above)) if shared and grid is None else None
-        fit = _Fit(_study_key(study), trial.number, below, above, discrete, grid=grid, density=density)
+        fit = _Fit(
+            _study_key(study), trial.number, below, above, discrete, grid=grid, cumulative=cumulative, density=density
+        )
         self._fits[_space_key(search_space)] = fit
         self.refits += 1
         return fit
@@ -262,15 +279,22 @@ def _gamma_of(study: Study) -> Callable[[int], int]:
     return default_gamma if len(study.directions) <= 1 else default_gamma_multiobjective
 
 
-def _acquisition_grid(below: _ParzenEstimator, above: _ParzenEstimator) -> np.ndarray | None:
+def _acquisition_grid(below: _ParzenEstimator, above: _ParzenEstimator) -> tuple[np.ndarray, np.ndarray] | None:
     """log l(x) - log g(x) at every point of an all-categorical space of at most ``GRID_CELLS`` points, indexed by
-    the choices' positions; None for any other space. The same values as Optuna's log-sum over kernels (to
-    rounding), for the cost of one pass over the kernels instead of one per candidate."""
+    the choices' positions, and l(x) summed over the points in order; None for any other space. The same values as
+    Optuna's log-sum over kernels (to rounding), for the cost of one pass over the kernels instead of one per
+    candidate."""
     low, high = _categorical_density(below), _categorical_density(above)
     if low is None or high is None:
         return None
     with np.errstate(divide="ignore"):
-        return np.log(low) - np.log(high)
+        return np.log(low) - np.log(high), np.cumsum(low.reshape(-1))
+
+
+def _draw_points(cumulative: np.ndarray, rng: np.random.RandomState, size: int) -> np.ndarray:
+    """``size`` flat grid points drawn with the probabilities whose running sum is ``cumulative``."""
+    uniform = rng.random_sample(size) * cumulative[-1]
+    return np.minimum(np.searchsorted(cumulative, uniform, side="right"), cumulative.size - 1)
 
 
 def _categorical_density(estimator: _ParzenEstimator) -> np.ndarray | None:
@@ -299,11 +323,20 @@ def _categorical_density(estimator: _ParzenEstimator) -> np.ndarray | None:
 
 def _distinct_rows(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The distinct rows of a kernel-by-choice weight matrix and each kernel's row among them, keyed by the row's
-    top choice (a flat row: the prior's) and checked; None if two rows with one key differ."""
-    flat = weights.max(axis=1) == weights.min(axis=1)
-    key = np.where(flat, weights.shape[1], weights.argmax(axis=1))
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    distinct = weights[first]
+    top choice (a flat row: the prior's) and checked; None if two rows with one key differ. Linear in the kernels
+    (the keys, at most one per choice and one more, are counted, not sorted), and column-wise: numpy reduces a
+    row of a handful of choices slowly."""
+    n, choices = weights.shape
+    columns = np.ascontiguousarray(weights.T)
+    top = columns.max(axis=0)
+    flat = top == columns.min(axis=0)
+    key = np.where(flat, choices, (np.arange(choices)[:, None] * (columns == top)).max(axis=0))
+    present = np.zeros(choices + 1, dtype=bool)
+    present[key] = True
+    first = np.empty(choices + 1, dtype=np.intp)
+    first[key[::-1]] = np.arange(n - 1, -1, -1)  # each key's first kernel: the last write wins
+    distinct = weights[first[present]]
+    inverse = (np.cumsum(present) - 1)[key]
     if not np.array_equal(distinct[inverse], weights):
         return None
     return distinct, inverse

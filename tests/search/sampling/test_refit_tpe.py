@@ -310,3 +310,52 @@ def test_a_float_space_past_200_trials_samples_what_optunas_density_would(monkey
         RefitTPESampler, "_log_ratio", lambda self, fit, s: self._compute_acquisition_func(s, fit.below, fit.above)
     )
     assert run(400)[0] == fitted
+
+
+def test_a_tabulated_fit_draws_its_candidates_from_the_below_density_as_optuna_does() -> None:
+    from search.sampling.tpe import _categorical_density, _draw_points
+
+    space: dict[str, BaseDistribution] = {f"e{i}": CategoricalDistribution(["a", "b", "c"]) for i in range(3)}
+    sampler = RefitTPESampler(seed=0, multivariate=True, constant_liar=True)
+    study = _categorical_study(sampler, space, finished=2000, running=300)
+    study.ask(space)
+    (fit,) = sampler._fits.values()
+    assert fit.grid is not None and fit.cumulative is not None
+    low = _categorical_density(fit.below)
+    assert low is not None and low.max() > 2 * low.min()  # the model is far from uniform
+    rng = np.random.RandomState(3)
+    n = 200_000
+    ours = np.bincount(_draw_points(fit.cumulative, rng, n), minlength=low.size) / n
+    drawn = fit.below.sample(rng, n)  # Optuna's draw: a kernel, then each parameter's choice from it
+    flat = np.ravel_multi_index(tuple(drawn[name].astype(np.intp) for name in space), low.shape)
+    optunas = np.bincount(flat, minlength=low.size) / n
+    assert np.abs(ours - low.reshape(-1)).max() < 0.005
+    assert np.abs(optunas - low.reshape(-1)).max() < 0.005
+
+
+def test_a_tabulated_ask_is_the_best_of_its_candidates() -> None:
+    space: dict[str, BaseDistribution] = {f"e{i}": CategoricalDistribution(["a", "b", "c"]) for i in range(3)}
+    sampler = RefitTPESampler(seed=0, multivariate=True, constant_liar=True)
+    study = _categorical_study(sampler, space, finished=2000, running=300)
+    study.ask(space)
+    (fit,) = sampler._fits.values()
+    assert fit.grid is not None
+    picked = [sampler._draw_from_grid(fit, space) for _ in range(200)]
+    values = [float(fit.grid[tuple("abc".index(p[name]) for name in space)]) for p in picked]
+    # 24 candidates from l(x): the pick is at least as good as the median point of l(x), and mostly the best ones
+    order = np.sort(fit.grid.reshape(-1))
+    assert min(values) >= order[len(order) // 2]
+    assert np.mean(values) > np.quantile(order, 0.8)
+
+
+def test_the_distinct_kernel_rows_are_found_in_order_and_a_mismatch_is_refused() -> None:
+    from search.sampling.tpe import _distinct_rows
+
+    prior = [1 / 3, 1 / 3, 1 / 3]
+    rows = np.array([[0.1, 0.8, 0.1], prior, [0.8, 0.1, 0.1], [0.1, 0.8, 0.1], prior])
+    found = _distinct_rows(rows)
+    assert found is not None
+    distinct, inverse = found
+    assert distinct.tolist() == [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], prior]  # by top choice, the flat row last
+    assert inverse.tolist() == [1, 2, 0, 1, 2]
+    assert _distinct_rows(np.array([[0.1, 0.8, 0.1], [0.2, 0.7, 0.1]])) is None  # one key, two rows

@@ -43,11 +43,12 @@ from optuna.samplers import TPESampler
 from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
 from optuna.samplers._tpe.probability_distributions import _BatchedCategoricalDistributions
 from optuna.samplers._tpe.sampler import default_gamma, default_gamma_multiobjective
-from optuna.study import Study
+from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.tpe_density import FittedLogPdf
 from search.sampling.tpe_split import split_for_refit
+from search.sampling.tpe_table import TrialTable
 
 __all__ = ["RefitTPESampler", "REFIT_FRACTION"]
 
@@ -93,11 +94,12 @@ class RefitTPESampler(TPESampler):
         self._intersection: _Intersection | None = None
         self._rows: dict[tuple[tuple[int, int], tuple[tuple[str, str], ...]], dict[int, tuple[Any, ...]]] = {}
         self._scores: dict[tuple[int, int], dict[int, float]] = {}  # per study: finished trials' infeasibility
+        self._tables: dict[tuple[tuple[int, int], tuple[tuple[str, str], ...]], TrialTable | None] = {}
         self.refits = 0  # estimator pairs built: how often the cache missed
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_fits={}, _space=None, _rows={}, _startup={}, _intersection=None, _scores={})
+        state.update(_fits={}, _space=None, _rows={}, _startup={}, _intersection=None, _scores={}, _tables={})
         return state
 
     def _stale(self, trial: FrozenTrial, trials_then: int) -> bool:
@@ -221,20 +223,46 @@ class RefitTPESampler(TPESampler):
         table = np.asarray(rows, dtype=float).reshape(len(rows), len(search_space))
         return {name: table[:, i] for i, name in enumerate(search_space)}
 
+    def _observations(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+        """The below and above groups' observations from the space's kept :class:`TrialTable`, updated with what
+        changed; None where it cannot serve (every ask refits, several objectives, or trials it cannot follow)."""
+        if self._refit_fraction == 0 or len(study.directions) != 1:
+            return None
+        key = (_study_key(study), _space_key(search_space))
+        if key not in self._tables:
+            maximize = study.direction == StudyDirection.MAXIMIZE
+            self._tables[key] = TrialTable(search_space, maximize, lambda t: self._get_params(t, study))
+        table = self._tables[key]
+        if table is None:
+            return None
+        if not table.update(study._get_trials(deepcopy=False, use_cache=not self._constant_liar)):
+            self._tables[key] = None  # for good: the walk serves this study
+            return None
+        asking = trial.number if self._constant_liar else -1
+        return table.split(asking, self._constant_liar, cast(Callable[[int], int], self._gamma))
+
     def _refit(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> _Fit:
         """Optuna's :meth:`TPESampler._sample` up to its draw: both estimators from the study's trials now."""
-        states = [TrialState.COMPLETE, TrialState.PRUNED]
-        if self._constant_liar:
-            states.append(TrialState.RUNNING)
-        trials = study._get_trials(deepcopy=False, states=states, use_cache=not self._constant_liar)
         if self._gamma is None:
             self._gamma = _gamma_of(study)
-        # the liar leaves the asking trial out; running trials are left out of gamma (Optuna 4073)
-        scores = self._scores.setdefault(_study_key(study), {})
-        asking = trial.number if self._constant_liar else -1
-        below_trials, above_trials = split_for_refit(study, trials, asking, self._gamma, scores)
-        below = self._build_parzen_estimator(study, search_space, below_trials, handle_below=True)
-        above = self._build_parzen_estimator(study, search_space, above_trials, handle_below=False)
+        observed = self._observations(study, trial, search_space)
+        if observed is not None:
+            parameters = self._parzen_estimator_parameters
+            below = self._parzen_estimator_cls(observed[0], search_space, parameters)
+            above = self._parzen_estimator_cls(observed[1], search_space, parameters)
+        else:
+            states = [TrialState.COMPLETE, TrialState.PRUNED]
+            if self._constant_liar:
+                states.append(TrialState.RUNNING)
+            trials = study._get_trials(deepcopy=False, states=states, use_cache=not self._constant_liar)
+            # the liar leaves the asking trial out; running trials are left out of gamma (Optuna 4073)
+            scores = self._scores.setdefault(_study_key(study), {})
+            asking = trial.number if self._constant_liar else -1
+            below_trials, above_trials = split_for_refit(study, trials, asking, self._gamma, scores)
+            below = self._build_parzen_estimator(study, search_space, below_trials, handle_below=True)
+            above = self._build_parzen_estimator(study, search_space, above_trials, handle_below=False)
         discrete = all(isinstance(d, (CategoricalDistribution, IntDistribution)) for d in search_space.values())
         shared = math.floor(self._refit_fraction * trial.number) >= 1  # the fit serves more than this ask
         tabulated = _acquisition_grid(below, above) if shared else None

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, cast
 
 import numpy as np
@@ -279,27 +280,45 @@ class RefitTPESampler(TPESampler):
 class _Intersection:
     """Optuna's intersection of the distributions of the finished (and pruned) trials, each trial folded in once.
     Optuna's own walks every trial from the oldest running one at each call: with thousands running, nearly all of
-    them again and again."""
+    them again and again. Here only the new trials and those running or waiting at the last call are looked at (a
+    finished trial never changes)."""
 
     def __init__(self, study: tuple[int, int]) -> None:
         self.study = study
-        self._folded: set[int] = set()
+        self._seen = 0  # trials 0 .. seen - 1 were looked at
+        self._live: list[int] = []  # of those, the running and waiting ones
         self._space: dict[str, BaseDistribution] | None = None
 
     def update(self, study: Study) -> dict[str, BaseDistribution]:
         """The intersection, sorted by name, without single-valued distributions (as TPE infers it)."""
-        for trial in study._get_trials(deepcopy=False, use_cache=True):
-            if trial.state not in _FOLDED or trial.number in self._folded:
-                continue
-            self._folded.add(trial.number)
-            if self._space is None:
-                self._space = dict(trial.distributions)
-            else:
-                self._space = {n: d for n, d in self._space.items() if trial.distributions.get(n) == d}
+        trials = study._get_trials(deepcopy=False, use_cache=True)
+        n = len(trials)
+        if n < self._seen or (n and trials[n - 1].number != n - 1):  # not numbered by position: start again
+            self._seen, self._live, self._space = 0, [], None
+            trials = sorted(trials, key=lambda trial: trial.number)
+            n = len(trials)
+        states = list(map(_state_of, map(trials.__getitem__, self._live)))
+        ended = [number for number, state in zip(self._live, states) if state not in _LIVE]
+        self._live = [number for number, state in zip(self._live, states) if state in _LIVE]
+        for number in (*ended, *range(self._seen, n)):
+            trial = trials[number]
+            if trial.state in _LIVE:
+                self._live.append(number)
+            elif trial.state in _FOLDED:
+                self._fold(trial.distributions)
+        self._seen = n
         return {name: d for name, d in sorted((self._space or {}).items()) if not d.single()}
+
+    def _fold(self, distributions: dict[str, BaseDistribution]) -> None:
+        if self._space is None:
+            self._space = dict(distributions)
+        else:
+            self._space = {n: d for n, d in self._space.items() if distributions.get(n) == d}
 
 
 _FOLDED = (TrialState.COMPLETE, TrialState.PRUNED)
+_LIVE = (TrialState.RUNNING, TrialState.WAITING)
+_state_of = attrgetter("state")
 
 
 def _gamma_of(study: Study) -> Callable[[int], int]:

@@ -222,6 +222,14 @@ def test_the_kept_intersection_is_optunas_for_a_space_that_changes() -> None:
         study._thread_local.cached_all_trials = None  # as each ask starts
         expected = IntersectionSearchSpace(include_pruned=True).calculate(study)
         assert sampler.infer_relative_search_space(study, frozen) == expected, k
+    # the running trials end (their x is another distribution): folded in once they have
+    before = sampler.infer_relative_search_space(study, study.trials[-1])
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_state_values(trial._trial_id, TrialState.COMPLETE, [1.0])
+    study.add_trial(create_trial(params={"x": 0.5, "y": 0.5}, distributions={"x": x, "y": y}, value=1.0))
+    study._thread_local.cached_all_trials = None
+    expected = IntersectionSearchSpace(include_pruned=True).calculate(study)
+    assert sampler.infer_relative_search_space(study, study.trials[-1]) == expected != before
 
 
 def test_a_running_trials_proposal_is_not_kept_as_its_parameters() -> None:

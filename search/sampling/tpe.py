@@ -17,6 +17,8 @@ What else an ask would walk or score again is kept too:
 - each trial's internal values, once its parameters are set (a refit converts only new trials);
 - the intersection search space, each finished trial folded in once;
 - the startup's "not enough finished trials yet", for the rest of the ask and until the study grows by the fraction;
+  its random draws are :class:`~search.sampling.random_draws.RandomDraws`' (Optuna's draws with the same seed, a
+  quarter of the time: a first wave of 10,000 asks on 10,000 workers is all startup);
 - in a space of categorical parameters only (up to ``GRID_CELLS`` points), log l(x) - log g(x) at every point, built
   once per shared fit: an ask is then a draw of candidates and a look-up, where Optuna scores each candidate
   against one kernel per trial. The candidates come from l(x) tabulated too (a search in its running sum), the
@@ -47,6 +49,7 @@ from optuna.samplers._tpe.sampler import default_gamma, default_gamma_multiobjec
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from search.sampling.random_draws import RandomDraws
 from search.sampling.tpe_density import FittedLogPdf
 from search.sampling.tpe_split import split_for_refit
 from search.sampling.tpe_table import TrialTable
@@ -88,6 +91,7 @@ class RefitTPESampler(TPESampler):
         if not (isinstance(refit_fraction, (int, float)) and 0 <= refit_fraction < 1):
             raise ValueError(f"refit_fraction must be a number in [0, 1), got {refit_fraction!r}")
         super().__init__(**kwargs)
+        self._random_sampler = RandomDraws(seed=kwargs.get("seed"))  # Optuna's startup draws, asked faster
         self._refit_fraction = float(refit_fraction)
         self._fits: dict[tuple[tuple[str, str], ...], _Fit] = {}
         self._space: tuple[tuple[int, int], int, dict[str, BaseDistribution]] | None = None

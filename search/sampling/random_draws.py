@@ -3,7 +3,9 @@
 Optuna's sampler builds a search-space transform for every parameter of every ask (about 2 µs), then draws
 with ``RandomState.uniform`` over that transform's bounds. Here:
 
-- each distribution's transform is built once and kept (distributions are immutable and hashable);
+- each distribution's transform is built once and kept, per distribution object (a campaign asks with the same
+  objects every time; keyed by value, the six equal distributions of a NAS-Bench-201 cell would share one hash
+  and pay Optuna's choice-by-choice ``__eq__`` at five lookups of six);
 - a categorical parameter of ``n`` choices draws ``random_sample(n)`` and takes the index of the largest
   draw. Optuna draws ``uniform(zeros(n), ones(n))``: each value is ``0 + 1 * u`` for the same next double
   ``u`` of the same legacy ``RandomState`` stream (NumPy keeps that stream fixed), so the values, the choice
@@ -34,7 +36,7 @@ class RandomDraws(optuna.samplers.RandomSampler):
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed=seed)
-        self._kept: dict[BaseDistribution, Any] = {}
+        self._kept: dict[int, tuple[BaseDistribution, Any]] = {}  # id -> the object (so its id is not reused), kept
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -44,9 +46,8 @@ class RandomDraws(optuna.samplers.RandomSampler):
     def sample_independent(
         self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
-        kept = self._kept.get(param_distribution)
-        if kept is None:
-            kept = self._keep(param_distribution)
+        entry = self._kept.get(id(param_distribution))
+        kept = entry[1] if entry is not None and entry[0] is param_distribution else self._keep(param_distribution)
         rng = self._rng.rng
         if isinstance(kept, tuple):  # categorical: the choices and their count
             choices, n = kept
@@ -64,5 +65,5 @@ class RandomDraws(optuna.samplers.RandomSampler):
             kept = (distribution.choices, len(distribution.choices))
         else:
             kept = _SearchSpaceTransform({_KEY: distribution})
-        self._kept[distribution] = kept
+        self._kept[id(distribution)] = (distribution, kept)
         return kept

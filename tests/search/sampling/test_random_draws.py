@@ -56,3 +56,27 @@ def test_the_stream_goes_on_the_same_after_pickling() -> None:
 def test_the_built_in_random_sampler_is_this_one() -> None:
     space = parse_space({"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}})
     assert isinstance(make_sampler("random", space, 0), RandomDraws)
+
+
+def test_equal_distributions_are_kept_per_object_without_comparing_them(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Six equal categoricals (a NAS-Bench-201 cell): keyed by value they would share one entry, and five lookups of
+    six would compare choices one by one (Optuna's ``__eq__``)."""
+    cell = {f"e{i}": CategoricalDistribution(["none", "skip", "conv1", "conv3", "avg"]) for i in range(6)}
+    sampler = RandomDraws(seed=0)
+    study = optuna.create_study(sampler=sampler)
+    trial = study.ask()
+    for name, d in cell.items():
+        sampler.sample_independent(study, trial._cached_frozen_trial, name, d)
+    compared = 0
+    original = CategoricalDistribution.__eq__
+
+    def counted(self, other):  # type: ignore[no-untyped-def]
+        nonlocal compared
+        compared += 1
+        return original(self, other)
+
+    monkeypatch.setattr(CategoricalDistribution, "__eq__", counted)
+    for _ in range(10):
+        for name, d in cell.items():
+            sampler.sample_independent(study, trial._cached_frozen_trial, name, d)
+    assert compared == 0 and len(sampler._kept) == 6

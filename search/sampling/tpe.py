@@ -14,7 +14,9 @@ by under a percent.
 
 What else an ask would walk or score again is kept too:
 
-- each trial's internal values, once its parameters are set (a refit converts only new trials);
+- each trial's state, ranking key and internal values, in a table that a refit updates from the trials that are new
+  or were running (:mod:`search.sampling.tpe_table`; the split is then a sort of arrays). A study of several
+  objectives is walked as Optuna walks it, each trial's internal values kept once its parameters are set;
 - the intersection search space, each finished trial folded in once;
 - the startup's "not enough finished trials yet", for the rest of the ask and until the study grows by the fraction;
   its random draws are :class:`~search.sampling.random_draws.RandomDraws`' (Optuna's draws with the same seed, a
@@ -297,10 +299,12 @@ class _Intersection:
         """The intersection, sorted by name, without single-valued distributions (as TPE infers it)."""
         trials = study._get_trials(deepcopy=False, use_cache=True)
         n = len(trials)
-        if n < self._seen or (n and trials[n - 1].number != n - 1):  # not numbered by position: start again
+        if n < self._seen or (n and trials[n - 1].number != n - 1):  # not numbered by position: every trial, afresh
             self._seen, self._live, self._space = 0, [], None
-            trials = sorted(trials, key=lambda trial: trial.number)
-            n = len(trials)
+            for trial in trials:
+                if trial.state in _FOLDED:
+                    self._fold(trial.distributions)
+            return self._inferred()
         states = list(map(_state_of, map(trials.__getitem__, self._live)))
         ended = [number for number, state in zip(self._live, states) if state not in _LIVE]
         self._live = [number for number, state in zip(self._live, states) if state in _LIVE]
@@ -311,6 +315,9 @@ class _Intersection:
             elif trial.state in _FOLDED:
                 self._fold(trial.distributions)
         self._seen = n
+        return self._inferred()
+
+    def _inferred(self) -> dict[str, BaseDistribution]:
         return {name: d for name, d in sorted((self._space or {}).items()) if not d.single()}
 
     def _fold(self, distributions: dict[str, BaseDistribution]) -> None:

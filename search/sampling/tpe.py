@@ -324,7 +324,16 @@ class _Intersection:
         if self._space is None:
             self._space = dict(distributions)
         else:
-            self._space = {n: d for n, d in self._space.items() if distributions.get(n) == d}
+            self._space = {n: d for n, d in self._space.items() if _equal(distributions.get(n), d)}
+
+
+def _equal(other: BaseDistribution | None, distribution: BaseDistribution) -> bool:
+    """Optuna's equality of two distributions, answered at C speed when their attributes are equal as they stand:
+    each trial holds its own copies, and Optuna compares a categorical choice by choice (240,000 comparisons took
+    2 s at 40,000 trials). Attributes that differ as they stand (a NaN choice in each) get Optuna's answer."""
+    if other is distribution or (type(other) is type(distribution) and other.__dict__ == distribution.__dict__):
+        return True
+    return other == distribution
 
 
 _FOLDED = (TrialState.COMPLETE, TrialState.PRUNED)

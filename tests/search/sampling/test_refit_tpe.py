@@ -367,3 +367,28 @@ def test_the_distinct_kernel_rows_are_found_in_order_and_a_mismatch_is_refused()
     assert distinct.tolist() == [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], prior]  # by top choice, the flat row last
     assert inverse.tolist() == [1, 2, 0, 1, 2]
     assert _distinct_rows(np.array([[0.1, 0.8, 0.1], [0.2, 0.7, 0.1]])) is None  # one key, two rows
+
+
+def test_the_intersections_quick_equality_answers_as_optunas() -> None:
+    from optuna.distributions import IntDistribution
+
+    from search.sampling.tpe import _equal
+
+    nan = float("nan")
+    kinds = [
+        lambda: CategoricalDistribution(["a", "b", "c"]),
+        lambda: CategoricalDistribution(["a", "b"]),
+        lambda: CategoricalDistribution([1, 2.0, None]),
+        lambda: CategoricalDistribution([1.0, 2, None]),
+        lambda: CategoricalDistribution([float("nan"), 1]),  # a NaN of its own in each copy
+        lambda: CategoricalDistribution([nan, 1]),
+        lambda: FloatDistribution(0.0, 1.0),
+        lambda: FloatDistribution(0.0, 1.0, log=False, step=0.5),
+        lambda: IntDistribution(0, 3),
+    ]
+    for make in kinds:
+        for other in kinds:
+            a, b = make(), other()
+            assert _equal(a, b) == (a == b), (a, b)
+    assert _equal(None, FloatDistribution(0.0, 1.0)) is False
+    assert _equal(CategoricalDistribution([float("nan")]), CategoricalDistribution([float("nan")]))  # Optuna's answer

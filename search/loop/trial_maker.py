@@ -15,6 +15,7 @@ import optuna
 from search.loop.ledger import Ledger
 from search.loop.trials import Prepared
 from search.pbt.population import Population
+from search.sampling.presample import ask_fixed
 from search.sampling.seeds import trial_seed
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.store.folder import CampaignFolder
@@ -74,7 +75,7 @@ class TrialMaker:
         """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
         conditional parameter whose condition holds (from the child's values when a child samples)."""
         space = self._spec.space
-        trial = self._study.ask(fixed_distributions=space.base_distributions())
+        trial = ask_fixed(self._study, space.base_distributions())
         space.suggest(trial)
         return trial
 

@@ -49,6 +49,7 @@ from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
 from search.sampling.asker import AskFailed, AskTimes
+from search.sampling.presample import Presampler
 
 __all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable", "SamplerDied", "replica_inputs"]
 
@@ -232,24 +233,40 @@ def _handle(conn: Any, replica: _Replica, message: tuple | None) -> bool:
 # --- the controller's side ---------------------------------------------------------------------
 
 
-class ReplaySampler(optuna.samplers.BaseSampler):
+class ReplaySampler(optuna.samplers.BaseSampler, Presampler):
     """The controller study's sampler while the child samples: it replays the child's parameters.
 
     :meth:`stage` sets what the next ``Study.ask`` gets; ``after_trial`` forwards
     each tell to the child. It never samples: a parameter that was not staged
-    is an error. The fixed distributions come through ``sample_relative``; the
-    conditional parameters the child suggested after its ask, through ``sample_independent``.
+    is an error. The fixed distributions come through ``sample_relative``, or through :meth:`presample`
+    when the trial is created with them (:func:`search.sampling.presample.ask_fixed`; ``before_trial`` then
+    ties the staged ask to the new trial's number); the conditional parameters the child suggested after
+    its ask, through ``sample_independent``.
     """
 
     def __init__(self, distributions: dict[str, BaseDistribution], forward: Callable[[Done], None]) -> None:
         self._distributions = distributions
         self._forward = forward
         self._staged: Asked | None = None
+        self._presampled: Asked | None = None  # staged, its parameters given to a trial being created
         self._rest: tuple[int, dict[str, Any]] = (-1, {})  # trial number, its staged params beyond the fixed ones
         self._replica_of: dict[int, int] = {}  # controller trial number -> replica trial number
 
     def stage(self, asked: Asked) -> None:
         self._staged = asked
+
+    def presample(self, distributions: dict[str, BaseDistribution]) -> dict[str, Any] | None:
+        """The staged parameters of ``distributions`` (None, nothing consumed, if one is missing)."""
+        staged = self._staged
+        if staged is None or not distributions.keys() <= staged.params.keys():
+            return None
+        self._staged, self._presampled = None, staged
+        return {name: staged.params[name] for name in distributions}
+
+    def before_trial(self, study, trial) -> None:
+        if self._presampled is not None:  # the trial created with the presampled parameters
+            presampled, self._presampled = self._presampled, None
+            self._bind(trial.number, presampled, set(trial.params))
 
     def infer_relative_search_space(self, study, trial):
         return dict(self._distributions) if self._staged is not None else {}
@@ -258,9 +275,14 @@ class ReplaySampler(optuna.samplers.BaseSampler):
         if self._staged is None:
             return {}
         staged, self._staged = self._staged, None
-        self._replica_of[trial.number] = staged.replica
-        self._rest = (trial.number, {name: value for name, value in staged.params.items() if name not in search_space})
+        self._bind(trial.number, staged, set(search_space))
         return {name: value for name, value in staged.params.items() if name in search_space}
+
+    def _bind(self, number: int, staged: Asked, given: set[str]) -> None:
+        """Trial ``number`` has the child's ask ``staged``: the replica's number for its tell, and the parameters
+        beyond ``given`` (the child's conditional ones) for ``sample_independent``."""
+        self._replica_of[number] = staged.replica
+        self._rest = (number, {name: value for name, value in staged.params.items() if name not in given})
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         number, rest = self._rest

@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, _get_single_value
 from optuna.study import Study
 from optuna.trial import FrozenTrial
+
+from search.sampling.presample import Presampler
 
 __all__ = ["RandomDraws"]
 
@@ -31,8 +33,9 @@ _KEY = "x"  # the one parameter of a kept transform
 _MAX_KEPT = 4096  # dependent ranges make a distribution per value: keep the cache small
 
 
-class RandomDraws(optuna.samplers.RandomSampler):
-    """Optuna's ``RandomSampler`` (same seed, same draws), with each distribution's transform kept."""
+class RandomDraws(optuna.samplers.RandomSampler, Presampler):
+    """Optuna's ``RandomSampler`` (same seed, same draws), with each distribution's transform kept; it names a
+    trial's fixed parameters before the trial exists (:mod:`search.sampling.presample`)."""
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed=seed)
@@ -46,6 +49,13 @@ class RandomDraws(optuna.samplers.RandomSampler):
     def sample_independent(
         self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
+        return self._draw(param_distribution)
+
+    def presample(self, distributions: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """The draws ``Study.ask`` would make, in order: a single-valued distribution takes its value undrawn."""
+        return {name: _get_single_value(d) if d.single() else self._draw(d) for name, d in distributions.items()}
+
+    def _draw(self, param_distribution: BaseDistribution) -> Any:
         entry = self._kept.get(id(param_distribution))
         kept = entry[1] if entry is not None and entry[0] is param_distribution else self._keep(param_distribution)
         rng = self._rng.rng

@@ -442,7 +442,30 @@ class ControllerJournalStorage(SnapshotJournalStorage):
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         if template_trial is not None and template_trial.state == TrialState.WAITING:
             self._none_waiting.discard(study_id)  # enqueued
-        return super().create_new_trial(study_id, template_trial)
+        trial_id = super().create_new_trial(study_id, template_trial)
+        if template_trial is not None and template_trial.distributions:
+            self._share_distributions(trial_id, template_trial)
+        return trial_id
+
+    def _share_distributions(self, trial_id: int, template: FrozenTrial) -> None:
+        """A trial created from a template holds the distributions replay decoded for it alone (and its categorical
+        values from their choices); the writer gives it the ones it keeps per JSON text, as :meth:`set_trial_param`
+        does. Without this, 40,000 trials of six categoricals (``search.sampling.presample``) held 100 MB more."""
+        with self._thread_lock:
+            trial = self._replay_result._trials.get(trial_id)
+            if trial is None:
+                return
+            shared = {
+                name: self._decoded_distribution(self._encoded_distribution(d))
+                for name, d in template.distributions.items()
+            }
+            trial = copy.copy(trial)
+            trial.params = {
+                name: shared[name].to_external_repr(template.distributions[name].to_internal_repr(value))
+                for name, value in template.params.items()
+            }
+            trial.distributions = shared
+            self._replay_result._trials[trial_id] = trial
 
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None

@@ -67,11 +67,12 @@ def test_a_full_disk_stops_the_campaign_in_one_line_and_resume_reruns_what_it_cu
     assert result["history"] == result["lines"] == [[1, 2, 3]] * 4
 
 
-SPEC = toy_toml(
+SPEC = toy_toml(  # QMC: its parameters are set one entry each (random's trial is one entry: search.sampling.presample)
     "cut",
     4,
     2,
     seed=6,
+    sampler="qmc",
     trainer={"options": {"sleep": 1.0}},
     space={"quality": {"type": "float", "low": 0.1, "high": 0.9}, "tag": {"type": "int", "low": 0, "high": 1000}},
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import numpy as np
 import optuna
@@ -320,15 +321,21 @@ def test_a_float_space_past_200_trials_samples_what_optunas_density_would(monkey
     assert run(400)[0] == fitted
 
 
-def test_a_tabulated_fit_draws_its_candidates_from_the_below_density_as_optuna_does() -> None:
-    from search.sampling.tpe import _categorical_density, _draw_points
-
+def _tabulated() -> tuple[RefitTPESampler, dict[str, BaseDistribution], Any]:
+    """A sampler with one tabulated fit of a 27-point space (2,000 finished trials, 300 running), the space, the fit."""
     space: dict[str, BaseDistribution] = {f"e{i}": CategoricalDistribution(["a", "b", "c"]) for i in range(3)}
     sampler = RefitTPESampler(seed=0, multivariate=True, constant_liar=True)
     study = _categorical_study(sampler, space, finished=2000, running=300)
     study.ask(space)
     (fit,) = sampler._fits.values()
     assert fit.grid is not None and fit.cumulative is not None
+    return sampler, space, fit
+
+
+def test_a_tabulated_fit_draws_its_candidates_from_the_below_density_as_optuna_does() -> None:
+    from search.sampling.tpe import _categorical_density, _draw_points
+
+    _, space, fit = _tabulated()
     low = _categorical_density(fit.below)
     assert low is not None and low.max() > 2 * low.min()  # the model is far from uniform
     rng = np.random.RandomState(3)
@@ -342,12 +349,7 @@ def test_a_tabulated_fit_draws_its_candidates_from_the_below_density_as_optuna_d
 
 
 def test_a_tabulated_ask_is_the_best_of_its_candidates() -> None:
-    space: dict[str, BaseDistribution] = {f"e{i}": CategoricalDistribution(["a", "b", "c"]) for i in range(3)}
-    sampler = RefitTPESampler(seed=0, multivariate=True, constant_liar=True)
-    study = _categorical_study(sampler, space, finished=2000, running=300)
-    study.ask(space)
-    (fit,) = sampler._fits.values()
-    assert fit.grid is not None
+    sampler, space, fit = _tabulated()
     picked = [sampler._draw_from_grid(fit, space) for _ in range(200)]
     values = [float(fit.grid[tuple("abc".index(p[name]) for name in space)]) for p in picked]
     # 24 candidates from l(x): the pick is at least as good as the median point of l(x), and mostly the best ones

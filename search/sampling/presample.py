@@ -11,10 +11,11 @@ campaign's samplers know every fixed parameter before the trial exists:
   asked (``tpe`` and ``gp`` on a real cluster).
 
 For those, :func:`ask_fixed` creates the trial from a template that holds its parameters, as ``Study.add_trial``
-does, and then the :class:`optuna.Trial` for it: 74 µs (bench/NOTES.md, session 21). The trial is the one ``Study.ask`` would make: the same parameters in the same order, drawn from the
-same stream (a single-valued distribution takes its value without a draw, as Optuna's ``_suggest`` does), the
-same number; parameters suggested afterwards (a space's conditional ones) go through Optuna as before. A study
-with an enqueued (WAITING) trial is asked as Optuna asks it, so the enqueued parameters win.
+does, and then the :class:`optuna.Trial` for it: 74 µs (bench/NOTES.md, session 21). The trial is the one
+``Study.ask`` would make: the same parameters in the same order, drawn from the same stream (a single-valued
+distribution takes its value without a draw, as Optuna's ``_suggest`` does), the same number; parameters
+suggested afterwards (a space's conditional ones) go through Optuna as before. A study with an enqueued
+(WAITING) trial is asked as Optuna asks it, so the enqueued parameters win.
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from operator import attrgetter
 from typing import Any, cast
 
 import numpy as np
@@ -54,7 +53,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.sampling.random_draws import RandomDraws
 from search.sampling.tpe_density import FittedLogPdf
 from search.sampling.tpe_split import split_for_refit
-from search.sampling.tpe_table import TrialTable
+from search.sampling.tpe_table import TrialChanges, TrialTable
 
 __all__ = ["RefitTPESampler", "REFIT_FRACTION"]
 
@@ -291,30 +290,18 @@ class _Intersection:
 
     def __init__(self, study: tuple[int, int]) -> None:
         self.study = study
-        self._seen = 0  # trials 0 .. seen - 1 were looked at
-        self._live: list[int] = []  # of those, the running and waiting ones
+        self._changes = TrialChanges()
         self._space: dict[str, BaseDistribution] | None = None
 
     def update(self, study: Study) -> dict[str, BaseDistribution]:
         """The intersection, sorted by name, without single-valued distributions (as TPE infers it)."""
         trials = study._get_trials(deepcopy=False, use_cache=True)
-        n = len(trials)
-        if n < self._seen or (n and trials[n - 1].number != n - 1):  # not numbered by position: every trial, afresh
-            self._seen, self._live, self._space = 0, [], None
-            for trial in trials:
-                if trial.state in _FOLDED:
-                    self._fold(trial.distributions)
-            return self._inferred()
-        states = list(map(_state_of, map(trials.__getitem__, self._live)))
-        ended = [number for number, state in zip(self._live, states) if state not in _LIVE]
-        self._live = [number for number, state in zip(self._live, states) if state in _LIVE]
-        for number in (*ended, *range(self._seen, n)):
-            trial = trials[number]
-            if trial.state in _LIVE:
-                self._live.append(number)
-            elif trial.state in _FOLDED:
+        fresh = self._changes.since(trials)
+        if fresh is None:  # not numbered by position: every trial, afresh
+            self._changes, self._space = TrialChanges(), None
+        for trial in trials if fresh is None else map(trials.__getitem__, fresh):
+            if trial.state in _FOLDED:
                 self._fold(trial.distributions)
-        self._seen = n
         return self._inferred()
 
     def _inferred(self) -> dict[str, BaseDistribution]:
@@ -337,8 +324,6 @@ def _equal(other: BaseDistribution | None, distribution: BaseDistribution) -> bo
 
 
 _FOLDED = (TrialState.COMPLETE, TrialState.PRUNED)
-_LIVE = (TrialState.RUNNING, TrialState.WAITING)
-_state_of = attrgetter("state")
 
 
 def _gamma_of(study: Study) -> Callable[[int], int]:

@@ -27,11 +27,43 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._tpe.sampler import _get_infeasible_trial_score
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["TrialTable"]
+__all__ = ["LIVE", "TrialChanges", "TrialTable"]
 
 _COMPLETE, _PRUNED, _INFEASIBLE, _RUNNING, _OUT = 0, 1, 2, 3, 4  # _OUT: failed or waiting, in no group
-_OPEN = (TrialState.RUNNING, TrialState.WAITING)
+LIVE = (TrialState.RUNNING, TrialState.WAITING)  # the states a trial can leave
 _state_of = attrgetter("state")
+
+
+class TrialChanges:
+    """Which trials of a study to read again: the new ones, and those read while running or waiting whose state
+    has moved since (a finished trial never changes). Kept by :class:`TrialTable` and TPE's intersection."""
+
+    def __init__(self) -> None:
+        self.seen = 0  # trials 0 .. seen - 1 were read at least once
+        self._live: list[int] = []  # of those, the running or waiting ones when last read ...
+        self._state: list[TrialState] = []  # ... and that state
+
+    def since(self, trials: Sequence[FrozenTrial]) -> list[int] | None:
+        """The numbers to read, the moved ones first; None if the trials are not numbered by position (nothing
+        is then recorded)."""
+        n = len(trials)
+        if n < self.seen or (n and trials[n - 1].number != n - 1):
+            return None
+        now = list(map(_state_of, map(trials.__getitem__, self._live)))
+        moved = list(map(is_not, now, self._state))
+        changed: list[int] = []
+        if any(moved):
+            changed = list(compress(self._live, moved))
+            stay = list(map(not_, moved))
+            self._live, self._state = list(compress(self._live, stay)), list(compress(now, stay))
+        fresh = [*changed, *range(self.seen, n)]
+        for number in fresh:
+            state = trials[number].state
+            if state in LIVE:
+                self._live.append(number)
+                self._state.append(state)
+        self.seen = n
+        return fresh
 
 
 class TrialTable:
@@ -46,9 +78,7 @@ class TrialTable:
         self._space = search_space
         self._maximize = maximize
         self._params_of = params_of  # Optuna's parameters of a trial (a running one's proposal included)
-        self._seen = 0  # trials 0 .. seen - 1 were read at least once
-        self._open: list[int] = []  # the trials that may still change (running or waiting) ...
-        self._open_state: list[TrialState] = []  # ... and their state when last read
+        self._changes = TrialChanges()
         self._provisional: set[int] = set()  # open trials whose row is their sampler's proposal, not set values
         self._size = 0
         self.kind = np.empty(0, dtype=np.int8)
@@ -59,28 +89,14 @@ class TrialTable:
     def update(self, trials: Sequence[FrozenTrial]) -> bool:
         """Read the trials that are new or could have changed; False if the table cannot follow this study (its
         trials are not numbered by position, or one has several objective values)."""
-        n = len(trials)
-        if n < self._seen or (n and trials[n - 1].number != n - 1):
+        for number in list(self._provisional):  # a proposal can change until the values are set
+            if number < len(trials):
+                self._set_row(trials[number], self._params_of(trials[number]))
+        fresh = self._changes.since(trials)
+        if fresh is None:
             return False
-        self._grow(n)
-        now = list(map(_state_of, map(trials.__getitem__, self._open)))
-        moved = list(map(is_not, now, self._open_state))
-        changed: list[int] = []
-        if any(moved):
-            changed = list(compress(self._open, moved))
-            stay = list(map(not_, moved))
-            self._open, self._open_state = list(compress(self._open, stay)), list(compress(now, stay))
-        for number in (*changed, *range(self._seen, n)):
-            trial = trials[number]
-            if not self._read(trial):
-                return False
-            if trial.state in _OPEN:
-                self._open.append(number)
-                self._open_state.append(trial.state)
-        self._seen = n
-        for number in self._provisional.difference(changed):  # a proposal can change until the values are set
-            self._set_row(trials[number], self._params_of(trials[number]))
-        return True
+        self._grow(len(trials))
+        return all(self._read(trials[number]) for number in fresh)
 
     def _read(self, trial: FrozenTrial) -> bool:
         number, state = trial.number, trial.state
@@ -99,7 +115,7 @@ class TrialTable:
                 return False
         else:
             self.kind[number] = _OUT
-        self._set_row(trial, self._params_of(trial) if state in _OPEN else trial.params)
+        self._set_row(trial, self._params_of(trial) if state in LIVE else trial.params)
         return True
 
     def _pruned_key(self, trial: FrozenTrial) -> tuple[float, float]:
@@ -117,7 +133,7 @@ class TrialTable:
         self.has_row[number] = has
         if has:
             self.rows[number] = [d.to_internal_repr(params[name]) for name, d in self._space.items()]
-        if trial.state in _OPEN and not self._space.keys() <= trial.params.keys():
+        if trial.state in LIVE and not self._space.keys() <= trial.params.keys():
             self._provisional.add(number)
         else:
             self._provisional.discard(number)
@@ -137,7 +153,7 @@ class TrialTable:
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """The below and above groups' observations (each parameter's column of internal values, trials in number
         order) as Optuna's ``_split_trials`` and ``_get_internal_repr`` make them, trial ``asking`` left out."""
-        seen = self._seen
+        seen = self._changes.seen
         kind = self.kind[:seen].copy()
         if 0 <= asking < seen:
             kind[asking] = _OUT
@@ -155,5 +171,5 @@ class TrialTable:
         return self._columns(member & below), self._columns(member & ~below)
 
     def _columns(self, chosen: np.ndarray) -> dict[str, np.ndarray]:
-        rows = self.rows[: self._seen][chosen]
+        rows = self.rows[: self._changes.seen][chosen]
         return {name: rows[:, i] for i, name in enumerate(self._space)}

@@ -1,6 +1,6 @@
 """Architecture search under asynchrony: evolution against random search and TPE on NAS-Bench-201.
 
-    python -m bench.evolution [--seeds 50] [--seed0 0] [--workers 1 16 64] [--budgets 100 200]
+    python -m bench.evolution [--seeds 50] [--seed0 0 ...] [--workers 1 16 64] [--budgets 100 200]
                               [--datasets cifar10 cifar100 imagenet] [--jobs 1]
                               [--methods evolution random tpe evolution-classic]
                               [--reuse RUNS_CSV ...]
@@ -21,7 +21,9 @@ depend on how loaded the machine is; seed ``s`` seeds the study, the sampler and
 executor. ``bench/NOTES.md`` has the 2026-12-01 figures and how the default was chosen.
 
 Seeds are ``--seed0 .. --seed0 + --seeds - 1`` (the default was tuned on 0..49: give
-fresh ones, e.g. ``--seed0 1000``, to check it). A sampler whose start scales with the
+fresh ones, e.g. ``--seed0 1000``, to check it); several ``--seed0`` values pool as many
+sets of ``--seeds`` seeds (``--seed0 2000 3000 --seeds 30``: 60 seeds, a replication and
+its original together). A sampler whose start scales with the
 budget (``evolution``: ``takes_budget`` in the registry) runs one campaign per budget;
 every other method runs one campaign of ``max(--budgets)`` trials per (dataset,
 workers, method, seed) and the figure "at B evaluations" is read from its first B
@@ -37,11 +39,17 @@ whose figures a change to the evolution sampler cannot move, is run once.
 Per run and budget: ``best_val`` (the best validation accuracy found, what the search
 maximises), ``regret`` (table optimum of the validation column minus ``best_val``) and
 ``test`` (the ``{dataset}-test`` accuracy of the trial with the best validation
-accuracy: the architecture the search would hand over). The summary reports, per
-(dataset, workers, budget), each method's median and the one-sided Mann-Whitney U
-p-value of "the first method's value is stochastically greater than this peer's"
-(``scipy.stats.mannwhitneyu(..., alternative="greater")``; the runs of two methods
-are independent, so an unpaired rank test), for ``best_val`` and for ``test``.
+accuracy: the architecture the search would hand over; the first such trial when several
+tie, as Optuna's ``best_trial`` picks). The summary reports, per (dataset, workers, budget),
+each method's median, its share of runs at the table's validation optimum (where two cells
+tie on validation but not on test, which one a method holds moves its test figure and
+nothing the search sees can choose between them), and for the first method against each
+peer the one-sided Mann-Whitney U p-values both ways ("stochastically greater", and
+"smaller": a claim of "not worse" needs the second), ``scipy.stats.mannwhitneyu``, unpaired
+(the runs of two methods are independent), for ``best_val`` and ``test``, with the
+Vargha-Delaney effect size A12 in the CSV. Below the table, per peer and metric, the cells
+better and worse at p < 0.05, and with Holm's correction over the run's cells and both
+directions (a table of 18 cells holds about one p < 0.05 by chance).
 
 Writes ``bench/results/evolution_runs.csv`` (one row per run and budget) and
 ``bench/results/evolution.csv`` (the summary).
@@ -82,7 +90,19 @@ PARAM = "cell"
 DATASETS = ("cifar10", "cifar100", "imagenet")
 DATASET_LABEL = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenet": "ImageNet16-120"}
 
-__all__ = ["Run", "campaign", "load_runs", "reused", "runs_for", "summarise", "main"]
+__all__ = [
+    "Run",
+    "campaign",
+    "compare",
+    "holm",
+    "load_runs",
+    "reused",
+    "runs_for",
+    "seed_sets",
+    "summarise",
+    "verdicts",
+    "main",
+]
 
 # A sampler name of the registry, or (for experiments) a factory (spec, study seed) -> sampler.
 SamplerFactory = Callable[[CampaignSpec, int], optuna.samplers.BaseSampler]
@@ -185,7 +205,9 @@ def runs_for(trials: Sequence[tuple[float, float]], budgets: Sequence[int], opti
 
 
 def summarise(runs: Sequence[Run], methods: Sequence[str]) -> list[dict[str, Any]]:
-    """Medians per method and one-sided rank-test p-values of ``methods[0]`` against each other method."""
+    """Per (dataset, workers, budget): each method's medians and share of runs at the table's
+    validation optimum, and for ``methods[0]`` against each other method the one-sided rank-test
+    p-values both ways and the effect size A12."""
     first, peers = methods[0], methods[1:]
     cells = sorted(
         {(r.dataset, r.workers, r.budget) for r in runs},
@@ -207,14 +229,54 @@ def summarise(runs: Sequence[Run], methods: Sequence[str]) -> list[dict[str, Any
             row[f"{m}_val"] = round(float(np.median([r.best_val for r in sel[m]])), 3)
             row[f"{m}_regret"] = round(float(np.median([r.regret for r in sel[m]])), 3)
             row[f"{m}_test"] = round(float(np.median([r.test for r in sel[m]])), 3)
+            row[f"{m}_at_optimum"] = round(float(np.mean([r.regret <= 0 for r in sel[m]])), 3)
         for peer in peers:
             for metric in ("best_val", "test"):
                 a = [getattr(r, metric) for r in sel[first]]
                 b = [getattr(r, metric) for r in sel[peer]]
-                p = float(mannwhitneyu(a, b, alternative="greater").pvalue)
-                row[f"p_{metric.split('_')[-1]}_vs_{peer}"] = float(f"{p:.2g}")
+                row.update(compare(a, b, f"{metric.split('_')[-1]}_vs_{peer}"))
         rows.append(row)
     return rows
+
+
+def compare(a: Sequence[float], b: Sequence[float], label: str) -> dict[str, float]:
+    """``a`` against ``b``: one-sided Mann-Whitney p-values that ``a`` is stochastically greater
+    (``p_{label}``) and smaller (``p_worse_{label}``), and Vargha-Delaney A12 = P(a > b) + P(a = b) / 2
+    (``a12_{label}``: 0.5 is no effect, 0.71 a large one)."""
+    greater = mannwhitneyu(a, b, alternative="greater")
+    less = float(mannwhitneyu(a, b, alternative="less").pvalue)
+    return {
+        f"p_{label}": float(f"{float(greater.pvalue):.2g}"),
+        f"p_worse_{label}": float(f"{less:.2g}"),
+        f"a12_{label}": round(float(greater.statistic) / (len(a) * len(b)), 3),
+    }
+
+
+def holm(pvalues: Sequence[float], alpha: float = 0.05) -> list[bool]:
+    """Which of ``pvalues`` Holm's step-down procedure rejects at family-wise level ``alpha``."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    rejected = [False] * len(pvalues)
+    for rank, i in enumerate(order):
+        if pvalues[i] > alpha / (len(pvalues) - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def verdicts(rows: Sequence[dict[str, Any]], first: str, peer: str, alpha: float = 0.05) -> str:
+    """One line per metric: in how many cells ``first`` is better and worse than ``peer`` (one-sided
+    p < ``alpha``, and with Holm's correction over the cells and both directions)."""
+    lines = []
+    for metric in ("val", "test"):
+        better = [float(r[f"p_{metric}_vs_{peer}"]) for r in rows]
+        worse = [float(r[f"p_worse_{metric}_vs_{peer}"]) for r in rows]
+        kept = holm(better + worse, alpha)
+        lines.append(
+            f"{first} against {peer}, {metric}: better in {sum(p < alpha for p in better)}, worse in "
+            f"{sum(p < alpha for p in worse)} of {len(rows)} cells (p < {alpha}); with Holm over the "
+            f"{2 * len(rows)} tests: better in {sum(kept[: len(rows)])}, worse in {sum(kept[len(rows) :])}"
+        )
+    return "\n".join(lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,18 +361,31 @@ def _load() -> str:
 
 
 def print_summary(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> None:
-    """A markdown table: median best validation accuracy (and test accuracy) per method, p-values."""
+    """A markdown table (per method: median best validation and test accuracy, runs at the
+    validation optimum; per peer: p-values both ways), then the verdict counts per peer."""
     first, peers = methods[0], methods[1:]
     head = ["dataset", "workers", "evals"]
-    head += [f"{m} val / test" for m in methods]
-    head += [f"p val / test, {first} > {peer}" for peer in peers]
+    head += [f"{m} val / test (at opt.)" for m in methods]
+    head += [f"p val / test, {first} > {peer} / < {peer}" for peer in peers]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
         cells = [DATASET_LABEL.get(row["dataset"], row["dataset"]), str(row["workers"]), str(row["budget"])]
-        cells += [f"{row[f'{m}_val']:.2f} / {row[f'{m}_test']:.2f}" for m in methods]
-        cells += [f"{row[f'p_val_vs_{peer}']:.2g} / {row[f'p_test_vs_{peer}']:.2g}" for peer in peers]
+        cells += [f"{row[f'{m}_val']:.2f} / {row[f'{m}_test']:.2f} ({row[f'{m}_at_optimum']:.0%})" for m in methods]
+        cells += [
+            f"{row[f'p_val_vs_{peer}']:.2g} / {row[f'p_test_vs_{peer}']:.2g}"
+            f" / < {row[f'p_worse_val_vs_{peer}']:.2g} / {row[f'p_worse_test_vs_{peer}']:.2g}"
+            for peer in peers
+        ]
         print("| " + " | ".join(cells) + " |")
+    for peer in peers:
+        print(verdicts(rows, first, peer))
+
+
+def seed_sets(starts: Sequence[int], size: int) -> list[int] | None:
+    """The seeds of the sets ``start .. start + size - 1``, in order; None where two sets overlap."""
+    seeds = [s for start in starts for s in range(start, start + size)]
+    return seeds if len(set(seeds)) == len(seeds) else None
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -319,8 +394,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument(
         "--seed0",
         type=int,
-        default=0,
-        help="the first seed (default 0; the default was tuned on 0..49, so pass e.g. 1000 for fresh seeds)",
+        nargs="+",
+        default=[0],
+        help="the first seed of each seed set (default 0; the default was tuned on 0..49, so pass e.g. 1000 for "
+        "fresh seeds; several, e.g. 2000 3000, pool --seeds seeds from each)",
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--jobs", type=int, default=1, help="campaigns run at once, in processes (default 1)")
@@ -345,20 +422,23 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     if not args.methods:
         parser.error("--methods needs at least one sampler")
-    if args.seeds < 1 or args.seed0 < 0 or args.jobs < 1:
+    if args.seeds < 1 or min(args.seed0) < 0 or args.jobs < 1:
         parser.error("--seeds and --jobs must be >= 1, --seed0 >= 0")
+    seeds = seed_sets(args.seed0, args.seeds)
+    if seeds is None:
+        parser.error(f"the seed sets --seed0 {' '.join(map(str, args.seed0))} of --seeds {args.seeds} overlap")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("search").setLevel(logging.WARNING)
 
     started = time.perf_counter()
     print(
         f"# bench.evolution  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  python {sys.version.split()[0]}"
-        f"  optuna {optuna.__version__}  seeds {args.seed0}..{args.seed0 + args.seeds - 1}  budgets {args.budgets}"
+        f"  optuna {optuna.__version__}  seeds {', '.join(f'{s}..{s + args.seeds - 1}' for s in args.seed0)}"
+        f"  budgets {args.budgets}"
         f"  load {_load()}",
         flush=True,
     )
     budgets = sorted(set(args.budgets))
-    seeds = range(args.seed0, args.seed0 + args.seeds)
     earlier = load_runs(args.reuse)
     from_earlier = [m for m in args.methods if any(r.method == m for r in earlier)]
     cells = [(d, w, s, b) for d in args.datasets for w in args.workers for s in seeds for b in budgets]

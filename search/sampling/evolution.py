@@ -53,7 +53,7 @@ sampled jointly by :meth:`RegularizedEvolutionSampler.sample_relative`:
 n_startup_trials=P, candidates=1, skip_duplicates=False)`` is the classic algorithm
 (P random trials, then tournament of S and one mutation), draw for draw as the sampler
 drew it before these knobs existed. ``python -m bench.evolution`` compares the default
-with random search and TPE on NAS-Bench-201 at 16 and 64 asynchronous workers.
+with random search and TPE on NAS-Bench-201 at 1, 16 and 64 asynchronous workers.
 
 Only completed trials are selected from, so trials may finish in any order
 (asynchronous workers, ``ask``/``tell``); for a given seed and sequence of study states

@@ -21,7 +21,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from search.reports.summary import best_trials, state_counts, trial_params, trials_frame
+from search.reports.summary import best_notes, best_trials, state_counts, trial_params, trials_frame
 from search.reports.timing import (  # the timeline's names, read here as before
     Span,
     TimeAxis,
@@ -106,6 +106,10 @@ class CampaignData:
         if self.sweep is not None:  # a sweep ranks only the trials that reached the target
             ranked = [t for t in ranked if t.number in self.sweep.reached][:k]
         return ranked
+
+    def best_notes(self) -> list[str]:
+        """How ``[study] constraints`` chose the best, and the trials that tie with it (single objective)."""
+        return best_notes(self.study, self.directions, best_trials(self.study, self.directions, k=None))
 
     def counts(self) -> dict[str, int]:
         return state_counts(self.study)

@@ -137,7 +137,8 @@ def best(data: CampaignData) -> Section:
         names = list(dict.fromkeys(k for params in chosen.values() for k in params))
         genomes = {t.number: genome_of(data.record(t), space) for t in top}
         has_genome = any(g and g not in chosen[n].values() for n, g in genomes.items())  # else a column shows it
-        columns = ["rank", "trial", *data.metrics, "seed", "epochs", "duration s", *names]
+        constraints = list(data.spec.study.constraints)  # each trial's value: <= 0 is feasible
+        columns = ["rank", "trial", *data.metrics, *constraints, "seed", "epochs", "duration s", *names]
         columns += ["genome"] if has_genome else []
         rows = []
         for rank, t in enumerate(top, 1):
@@ -146,6 +147,7 @@ def best(data: CampaignData) -> Section:
                 rank,
                 r.number,
                 *(r.values or []),
+                *(t.constraints.get(name) for name in constraints),
                 r.seed,
                 epochs_spent(r),
                 r.duration,
@@ -155,6 +157,8 @@ def best(data: CampaignData) -> Section:
         label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
         if data.sweep is not None:
             label = f"the {len(top)} trials with the fewest steps to target: {data.sweep.counts_text()}"
+        else:
+            label = "; ".join([label, *data.best_notes()])
         return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)
 
     return guard("Best trials", build)

@@ -8,12 +8,11 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from search.reports.summary import params_text, state_counts, trial_params
+from search.reports.summary import best_notes, best_trials, params_text, state_counts, trial_params
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.storage import missing_storage, open_storage, storage_url
-from search.store.warm_marks import describe, is_warm_start, own_trials
-from search.vocab.terms import maximizing
+from search.store.warm_marks import describe, own_trials
 from spaces.errors import InputError
 from spaces.params import SearchSpace
 
@@ -79,14 +78,12 @@ def _best_lines(
     if len(directions) > 1:
         front = own_trials(study.best_trials)
         return [f"  Pareto front: {len(front)} trial(s): {[t.number for t in front]}"]
-    best = study.best_trial
-    if is_warm_start(best):  # a warm-start copy: the best of the campaign's own trials instead
-        best = (max if maximizing(directions[0]) else min)(
-            complete, key=lambda t: float(t.value or 0.0)
-        )  # complete: every value set
-    return [
+    ranked = best_trials(study, directions, k=None)  # own, feasible first: Optuna's best_trial raises without one
+    best = ranked[0]
+    lines = [
         f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), params {params_text(trial_params(best, space))}"
     ]
+    return lines + [f"  {note}" for note in best_notes(study, directions, ranked)]
 
 
 def _now() -> str:

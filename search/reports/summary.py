@@ -20,7 +20,16 @@ from spaces.params import SearchSpace
 if TYPE_CHECKING:  # pandas loads for a table, not for ``hypersweep status``
     import pandas as pd
 
-__all__ = ["device_columns", "trials_frame", "best_table", "best_trials", "state_counts", "trial_params", "params_text"]
+__all__ = [
+    "device_columns",
+    "trials_frame",
+    "best_table",
+    "best_trials",
+    "best_notes",
+    "state_counts",
+    "trial_params",
+    "params_text",
+]
 
 
 def _row(trial: FrozenTrial | TrialRecord, metrics: tuple[str, ...]) -> dict:
@@ -104,10 +113,10 @@ def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[
     return trials_frame(study, metrics).iloc[0:0]  # none complete: the table's columns, no row
 
 
-def best_trials(study: optuna.Study, directions: tuple[str, ...], k: int = 5) -> list[FrozenTrial]:
-    """The campaign's best ``k`` complete trials, feasible ones first where the study has constraints (single
-    objective), or its Pareto front (several), best first by the first objective; ties in trial order, as
-    Optuna's ``best_trial`` (a stable sort keeps it under ``reverse`` too)."""
+def best_trials(study: optuna.Study, directions: tuple[str, ...], k: int | None = 5) -> list[FrozenTrial]:
+    """The campaign's best ``k`` (None: all) complete trials, only feasible ones where the study has constraints
+    and some trial meets them (single objective), or its Pareto front (several), best first by the first
+    objective; ties in trial order, as Optuna's ``best_trial`` (a stable sort keeps it under ``reverse`` too)."""
     done = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == optuna.trial.TrialState.COMPLETE]
     if len(directions) > 1:
         front = {t.number for t in study.best_trials}
@@ -115,7 +124,35 @@ def best_trials(study: optuna.Study, directions: tuple[str, ...], k: int = 5) ->
     infeasible = _infeasible(study)
     feasible = [t for t in done if t.number not in infeasible]
     ranked = feasible if infeasible and feasible else done  # with [study] constraints, the best are feasible ones
-    return sorted(ranked, key=_first_value, reverse=maximizing(directions[0]))[:k]
+    ordered = sorted(ranked, key=_first_value, reverse=maximizing(directions[0]))
+    return ordered if k is None else ordered[:k]
+
+
+def best_notes(study: optuna.Study, directions: tuple[str, ...], ranked: Sequence[FrozenTrial]) -> list[str]:
+    """What a reader of the best of ``ranked`` (:func:`best_trials`' order, single objective) should know:
+    how ``[study] constraints`` chose among the complete trials, and which trials tie with the best."""
+    if len(directions) > 1 or not ranked:
+        return []
+    notes = []
+    done = {
+        t.number for t in own_trials(study.get_trials(deepcopy=False)) if t.state == optuna.trial.TrialState.COMPLETE
+    }
+    infeasible = _infeasible(study) & done
+    if infeasible:
+        feasible = len(done) - len(infeasible)
+        notes.append(
+            f"{feasible} of {len(done)} complete trial(s) meet the [study] constraints; only they are ranked"
+            if feasible
+            else f"no complete trial meets the [study] constraints yet: the best of the {len(done)} infeasible one(s)"
+        )
+    best = _first_value(ranked[0])
+    tied = [t.number for t in ranked[1:] if _first_value(t) == best]
+    if tied:
+        who = f"trial {tied[0]} ties" if len(tied) == 1 else f"trials {', '.join(map(str, tied))} tie"
+        notes.append(
+            f"{who} with trial {ranked[0].number} at {best:.6g} (the lowest trial number counts as best, as in Optuna)"
+        )
+    return notes
 
 
 def _first_value(trial: FrozenTrial) -> float:

@@ -1,0 +1,88 @@
+"""The best trial as status and the report name it: constraints that no trial meets yet, and ties."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+
+import search
+from search.reports.status import _best_lines, status_text
+from search.reports.summary import best_notes, best_trials
+from trainers.api import Reporter, TrialConfig
+
+
+def _study(rows: list[tuple[float, float | None]], direction: str = "maximize") -> optuna.Study:
+    """An in-memory study with one complete trial per (value, constraint value or None)."""
+    study = optuna.create_study(direction=direction)
+    for value, size in rows:
+        trial = study.ask(fixed_distributions={"x": FloatDistribution(0.0, 1.0)})
+        if size is not None:
+            trial.set_constraint("size", size)
+        study.tell(trial, value)
+    return study
+
+
+def test_ties_with_the_best_are_named_and_the_lowest_number_is_best() -> None:
+    study = _study([(0.5, None), (0.9, None), (0.7, None), (0.9, None), (0.9, None)])
+    ranked = best_trials(study, ("maximize",), k=None)
+    assert [t.number for t in ranked[:3]] == [1, 3, 4] and ranked[0].number == study.best_trial.number
+    assert best_notes(study, ("maximize",), ranked) == [
+        "trials 3, 4 tie with trial 1 at 0.9 (the lowest trial number counts as best, as in Optuna)"
+    ]
+    single = _study([(0.2, None), (0.1, None), (0.1, None)], direction="minimize")
+    assert best_notes(single, ("minimize",), best_trials(single, ("minimize",), k=None)) == [
+        "trial 2 ties with trial 1 at 0.1 (the lowest trial number counts as best, as in Optuna)"
+    ]
+    assert (
+        best_notes(_study([(0.5, None), (0.4, None)]), ("maximize",), best_trials(_study([(0.5, None)]), ("maximize",)))
+        == []
+    )
+
+
+def test_with_constraints_only_feasible_trials_rank_and_the_count_is_said() -> None:
+    study = _study([(0.9, 3.0), (0.5, -1.0), (0.4, 0.0)])  # the highest value breaks the constraint
+    lines = _best_lines(study, ("score",), ("maximize",))
+    assert lines[0].startswith("  best score = 0.5 (trial 1)")
+    assert lines[1] == "  2 of 3 complete trial(s) meet the [study] constraints; only they are ranked"
+
+
+def test_status_does_not_fail_when_no_trial_meets_the_constraints_yet() -> None:
+    study = _study([(0.9, 3.0), (0.5, 1.0)])
+    with pytest.raises(ValueError, match="No feasible trials"):  # what status called before
+        _ = study.best_trial
+    lines = _best_lines(study, ("score",), ("maximize",))
+    assert lines[0].startswith("  best score = 0.9 (trial 0)")
+    assert "no complete trial meets the [study] constraints yet: the best of the 2 infeasible one(s)" in lines[1]
+
+
+def infeasible_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    metrics = {"score": round(config.params["x"], 1), "over": 1.0}  # every trial breaks the constraint
+    reporter.report(1, metrics)
+    return metrics
+
+
+@pytest.mark.slow
+def test_a_campaign_whose_trials_all_break_the_constraints_has_a_status_and_a_report(tmp_path: Path) -> None:
+    spec = {
+        "study": {
+            "name": "over",
+            "direction": "maximize",
+            "metric": "score",
+            "n_trials": 3,
+            "sampler": "tpe",
+            "constraints": ["over"],
+        },
+        "trainer": {"epochs": 1},
+        "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+    }
+    result = search.run(spec, trainer=infeasible_fit, runs_dir=tmp_path, n_workers=1, progress=False)
+    status = status_text(result.folder)
+    assert "no complete trial meets the [study] constraints yet: the best of the 3 infeasible one(s)" in status
+    report = result.report()
+    text = (Path(report).parent / "report.md").read_text()
+    best = text.split("## Best trials", 1)[1].split("\n## ", 1)[0]
+    assert "no complete trial meets the [study] constraints yet" in best
+    assert "| rank | trial | score | over | seed |" in best  # the constraint's value beside the objective

@@ -81,6 +81,8 @@ def test_a_campaign_whose_trials_all_break_the_constraints_has_a_status_and_a_re
     result = search.run(spec, trainer=infeasible_fit, runs_dir=tmp_path, n_workers=1, progress=False)
     status = status_text(result.folder)
     assert "no complete trial meets the [study] constraints yet: the best of the 3 infeasible one(s)" in status
+    assert "no complete trial meets the [study] constraints yet" in result.summary()  # what `run` prints at the end
+    assert result.best_value is None
     report = result.report()
     text = (Path(report).parent / "report.md").read_text()
     best = text.split("## Best trials", 1)[1].split("\n## ", 1)[0]

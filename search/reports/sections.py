@@ -131,7 +131,7 @@ def best(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         top = data.best()
         if not top:
-            raise LeftOut("no complete trial yet")
+            raise LeftOut("; ".join(data.best_notes()) or "no complete trial yet")
         space = data.spec.space
         chosen = {t.number: searched_params(data.record(t), space) for t in top}
         names = list(dict.fromkeys(k for params in chosen.values() for k in params))

@@ -75,15 +75,13 @@ def _best_lines(
     complete = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == TrialState.COMPLETE]
     if not complete:
         return ["  best: none yet"]
-    if len(directions) > 1:
-        front = own_trials(study.best_trials)
-        return [f"  Pareto front: {len(front)} trial(s): {[t.number for t in front]}"]
     ranked = best_trials(study, directions, k=None)  # own, feasible first: Optuna's best_trial raises without one
+    notes = [f"  {note}" for note in best_notes(study, directions, ranked)]
+    if len(directions) > 1:
+        return [f"  Pareto front: {len(ranked)} trial(s): {sorted(t.number for t in ranked)}", *notes]
     best = ranked[0]
-    lines = [
-        f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), params {params_text(trial_params(best, space))}"
-    ]
-    return lines + [f"  {note}" for note in best_notes(study, directions, ranked)]
+    params = params_text(trial_params(best, space))
+    return [f"  best {metrics[0]} = {best.value:.6g} (trial {best.number}), params {params}", *notes]
 
 
 def _now() -> str:

@@ -129,10 +129,8 @@ def best_trials(study: optuna.Study, directions: tuple[str, ...], k: int | None 
 
 
 def best_notes(study: optuna.Study, directions: tuple[str, ...], ranked: Sequence[FrozenTrial]) -> list[str]:
-    """What a reader of the best of ``ranked`` (:func:`best_trials`' order, single objective) should know:
-    how ``[study] constraints`` chose among the complete trials, and which trials tie with the best."""
-    if len(directions) > 1 or not ranked:
-        return []
+    """What a reader of ``ranked`` (:func:`best_trials`: the best, or the Pareto front) should know: how
+    ``[study] constraints`` chose among the complete trials, and which trials tie with the best (one objective)."""
     notes = []
     done = {
         t.number for t in own_trials(study.get_trials(deepcopy=False)) if t.state == optuna.trial.TrialState.COMPLETE
@@ -140,11 +138,20 @@ def best_notes(study: optuna.Study, directions: tuple[str, ...], ranked: Sequenc
     infeasible = _infeasible(study) & done
     if infeasible:
         feasible = len(done) - len(infeasible)
-        notes.append(
-            f"{feasible} of {len(done)} complete trial(s) meet the [study] constraints; only they are ranked"
-            if feasible
-            else f"no complete trial meets the [study] constraints yet: the best of the {len(done)} infeasible one(s)"
-        )
+        if feasible:
+            notes.append(
+                f"{feasible} of {len(done)} complete trial(s) meet the [study] constraints; only they are ranked"
+            )
+        elif len(directions) > 1:  # Optuna's front holds feasible trials only
+            notes.append(
+                f"no complete trial meets the [study] constraints yet ({len(done)} infeasible): no Pareto front"
+            )
+        else:
+            notes.append(
+                f"no complete trial meets the [study] constraints yet: the best of the {len(done)} infeasible one(s)"
+            )
+    if len(directions) > 1 or not ranked:
+        return notes
     best = _first_value(ranked[0])
     tied = [t.number for t in ranked[1:] if _first_value(t) == best]
     if tied:

@@ -88,3 +88,23 @@ def test_a_campaign_whose_trials_all_break_the_constraints_has_a_status_and_a_re
     best = text.split("## Best trials", 1)[1].split("\n## ", 1)[0]
     assert "no complete trial meets the [study] constraints yet" in best
     assert "| rank | trial | score | over | seed |" in best  # the constraint's value beside the objective
+
+
+def test_a_pareto_front_with_no_feasible_trial_says_why_it_is_empty() -> None:
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for values, size in (((0.5, 1.0), 1.0), ((0.7, 2.0), -1.0), ((0.4, 3.0), 2.0)):
+        trial = study.ask(fixed_distributions={"x": FloatDistribution(0.0, 1.0)})
+        trial.set_constraint("size", size)
+        study.tell(trial, values)
+    directions = ("maximize", "minimize")
+    assert _best_lines(study, ("a", "b"), directions) == [
+        "  Pareto front: 1 trial(s): [1]",
+        "  1 of 3 complete trial(s) meet the [study] constraints; only they are ranked",
+    ]
+    none = optuna.create_study(directions=["maximize", "minimize"])
+    trial = none.ask(fixed_distributions={"x": FloatDistribution(0.0, 1.0)})
+    trial.set_constraint("size", 1.0)
+    none.tell(trial, (0.5, 1.0))
+    assert _best_lines(none, ("a", "b"), directions)[1] == (
+        "  no complete trial meets the [study] constraints yet (1 infeasible): no Pareto front"
+    )

@@ -21,7 +21,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from search.reports.summary import best_notes, best_trials, state_counts, trial_params, trials_frame
+from search.reports.summary import best_trials, ranking, state_counts, trial_params, trials_frame
 from search.reports.timing import (  # the timeline's names, read here as before
     Span,
     TimeAxis,
@@ -109,7 +109,7 @@ class CampaignData:
 
     def best_notes(self) -> list[str]:
         """How ``[study] constraints`` chose the best, and the trials that tie with it (single objective)."""
-        return best_notes(self.study, self.directions, best_trials(self.study, self.directions, k=None))
+        return ranking(self.study, self.directions, k=1)[1]
 
     def counts(self) -> dict[str, int]:
         return state_counts(self.study)

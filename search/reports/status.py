@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from search.reports.summary import best_notes, best_trials, params_text, state_counts, trial_params
+from search.reports.summary import params_text, ranking, state_counts, trial_params
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.storage import missing_storage, open_storage, storage_url
@@ -75,8 +75,8 @@ def _best_lines(
     complete = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == TrialState.COMPLETE]
     if not complete:
         return ["  best: none yet"]
-    ranked = best_trials(study, directions, k=None)  # own, feasible first: Optuna's best_trial raises without one
-    notes = [f"  {note}" for note in best_notes(study, directions, ranked)]
+    ranked, said = ranking(study, directions, k=1)  # own, feasible first: Optuna's best_trial raises without one
+    notes = [f"  {note}" for note in said]
     if len(directions) > 1:
         return [f"  Pareto front: {len(ranked)} trial(s): {sorted(t.number for t in ranked)}", *notes]
     best = ranked[0]

@@ -5,6 +5,7 @@ Only the campaign's own trials: warm-start copies (``search.session.warm_start``
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ __all__ = [
     "trials_frame",
     "best_table",
     "best_trials",
-    "best_notes",
+    "ranking",
     "state_counts",
     "trial_params",
     "params_text",
@@ -116,60 +117,56 @@ def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[
 def best_trials(study: optuna.Study, directions: tuple[str, ...], k: int | None = 5) -> list[FrozenTrial]:
     """The campaign's best ``k`` (None: all) complete trials, only feasible ones where the study has constraints
     and some trial meets them (single objective), or its Pareto front (several), best first by the first
-    objective; ties in trial order, as Optuna's ``best_trial`` (a stable sort keeps it under ``reverse`` too)."""
+    objective; ties in trial order, as Optuna's ``best_trial``."""
+    return ranking(study, directions, k)[0]
+
+
+def ranking(study: optuna.Study, directions: tuple[str, ...], k: int | None = 5) -> tuple[list[FrozenTrial], list[str]]:
+    """:func:`best_trials`, and what a reader of them should know: how ``[study] constraints`` chose among the
+    complete trials, and which trials tie with the best (one objective). One pass over the trials."""
     done = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == optuna.trial.TrialState.COMPLETE]
+    feasible = [t for t in done if all(float(v) <= 0 for v in t.constraints.values())]
+    notes = _constraint_notes(len(done), len(done) - len(feasible), several=len(directions) > 1)
     if len(directions) > 1:
         front = {t.number for t in study.best_trials}
-        return sorted((t for t in done if t.number in front), key=_first_value, reverse=maximizing(directions[0]))
-    infeasible = _infeasible(study)
-    feasible = [t for t in done if t.number not in infeasible]
-    ranked = feasible if infeasible and feasible else done  # with [study] constraints, the best are feasible ones
-    ordered = sorted(ranked, key=_first_value, reverse=maximizing(directions[0]))
-    return ordered if k is None else ordered[:k]
+        return sorted(
+            (t for t in done if t.number in front), key=_first_value, reverse=maximizing(directions[0])
+        ), notes
+    pool = feasible or done  # with [study] constraints, the best are feasible ones while there are any
+    sign = -1.0 if maximizing(directions[0]) else 1.0
+    key = lambda t: sign * _first_value(t)  # noqa: E731  (stable: ties keep trial order)
+    ranked = sorted(pool, key=key) if k is None else heapq.nsmallest(k, pool, key=key)
+    if ranked:
+        best = ranked[0]
+        value = best.values[0]
+        tied = [t.number for t in pool if t.values[0] == value and t is not best]
+        notes += _tie_notes(best, tied)
+    return ranked, notes
 
 
-def best_notes(study: optuna.Study, directions: tuple[str, ...], ranked: Sequence[FrozenTrial]) -> list[str]:
-    """What a reader of ``ranked`` (:func:`best_trials`: the best, or the Pareto front) should know: how
-    ``[study] constraints`` chose among the complete trials, and which trials tie with the best (one objective)."""
-    notes = []
-    done = {
-        t.number for t in own_trials(study.get_trials(deepcopy=False)) if t.state == optuna.trial.TrialState.COMPLETE
-    }
-    infeasible = _infeasible(study) & done
-    if infeasible:
-        feasible = len(done) - len(infeasible)
-        if feasible:
-            notes.append(
-                f"{feasible} of {len(done)} complete trial(s) meet the [study] constraints; only they are ranked"
-            )
-        elif len(directions) > 1:  # Optuna's front holds feasible trials only
-            notes.append(
-                f"no complete trial meets the [study] constraints yet ({len(done)} infeasible): no Pareto front"
-            )
-        else:
-            notes.append(
-                f"no complete trial meets the [study] constraints yet: the best of the {len(done)} infeasible one(s)"
-            )
-    if len(directions) > 1 or not ranked:
-        return notes
-    best = _first_value(ranked[0])
-    tied = [t.number for t in ranked[1:] if _first_value(t) == best]
-    if tied:
-        who = f"trial {tied[0]} ties" if len(tied) == 1 else f"trials {', '.join(map(str, tied))} tie"
-        notes.append(
-            f"{who} with trial {ranked[0].number} at {best:.6g} (the lowest trial number counts as best, as in Optuna)"
-        )
-    return notes
+def _constraint_notes(done: int, infeasible: int, several: bool) -> list[str]:
+    if not infeasible:
+        return []
+    if infeasible < done:
+        return [f"{done - infeasible} of {done} complete trial(s) meet the [study] constraints; only they are ranked"]
+    if several:  # Optuna's front holds feasible trials only
+        return [f"no complete trial meets the [study] constraints yet ({done} infeasible): no Pareto front"]
+    return [f"no complete trial meets the [study] constraints yet: the best of the {done} infeasible one(s)"]
+
+
+def _tie_notes(best: FrozenTrial, tied: Sequence[int], shown: int = 10) -> list[str]:
+    if not tied:
+        return []
+    numbers = ", ".join(map(str, tied[:shown])) + (f" and {len(tied) - shown} more" if len(tied) > shown else "")
+    who = f"trial {numbers} ties" if len(tied) == 1 else f"trials {numbers} tie"
+    return [
+        f"{who} with trial {best.number} at {_first_value(best):.6g} "
+        "(the lowest trial number counts as best, as in Optuna)"
+    ]
 
 
 def _first_value(trial: FrozenTrial) -> float:
     return float(trial.values[0])
-
-
-def _infeasible(study: optuna.Study) -> set[int]:
-    """Complete trials with a constraint value above 0 (Optuna's ``Trial.set_constraint``)."""
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    return {t.number for t in complete if any(float(v) > 0 for v in t.constraints.values())}
 
 
 def state_counts(study: optuna.Study) -> dict[str, int]:

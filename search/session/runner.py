@@ -295,7 +295,7 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     """The end-of-campaign table, the trials by state (COMPLETE, PRUNED and FAIL always) and where to find everything."""
     import pandas as pd
 
-    from search.reports.summary import best_notes, best_table, best_trials, state_counts
+    from search.reports.summary import best_table, ranking, state_counts
 
     directions = spec.objective_directions
     table = best_table(study, spec.objective_metrics, directions)
@@ -303,7 +303,7 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     with pd.option_context("display.max_columns", 30, "display.width", 200, "display.precision", 4):
         body = table.drop(columns=["reason"], errors="ignore").to_string(index=False) if not table.empty else "(none)"
     if spec.scaling is None:  # a sweep's table ranks steps to target: its own notes are in the conclusion
-        body += "".join(f"\n{note}" for note in best_notes(study, directions, best_trials(study, directions, k=None)))
+        body += "".join(f"\n{note}" for note in ranking(study, directions, k=1)[1])
     url = storage_url(spec.study.storage, folder)
     objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.objective_metrics, spec.objective_directions))
     sweep = ""

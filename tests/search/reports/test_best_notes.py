@@ -10,7 +10,7 @@ from optuna.distributions import FloatDistribution
 
 import search
 from search.reports.status import _best_lines, status_text
-from search.reports.summary import best_notes, best_trials
+from search.reports.summary import best_trials, ranking
 from trainers.api import Reporter, TrialConfig
 
 
@@ -27,19 +27,20 @@ def _study(rows: list[tuple[float, float | None]], direction: str = "maximize") 
 
 def test_ties_with_the_best_are_named_and_the_lowest_number_is_best() -> None:
     study = _study([(0.5, None), (0.9, None), (0.7, None), (0.9, None), (0.9, None)])
-    ranked = best_trials(study, ("maximize",), k=None)
+    ranked, notes = ranking(study, ("maximize",), k=None)
     assert [t.number for t in ranked[:3]] == [1, 3, 4] and ranked[0].number == study.best_trial.number
-    assert best_notes(study, ("maximize",), ranked) == [
-        "trials 3, 4 tie with trial 1 at 0.9 (the lowest trial number counts as best, as in Optuna)"
-    ]
+    assert [t.number for t in best_trials(study, ("maximize",), k=2)] == [1, 3]
+    assert notes == ["trials 3, 4 tie with trial 1 at 0.9 (the lowest trial number counts as best, as in Optuna)"]
     single = _study([(0.2, None), (0.1, None), (0.1, None)], direction="minimize")
-    assert best_notes(single, ("minimize",), best_trials(single, ("minimize",), k=None)) == [
+    assert ranking(single, ("minimize",), k=1)[1] == [
         "trial 2 ties with trial 1 at 0.1 (the lowest trial number counts as best, as in Optuna)"
     ]
-    assert (
-        best_notes(_study([(0.5, None), (0.4, None)]), ("maximize",), best_trials(_study([(0.5, None)]), ("maximize",)))
-        == []
-    )
+    assert ranking(_study([(0.5, None), (0.4, None)]), ("maximize",))[1] == []
+    many = _study([(1.0, None)] * 14)
+    assert ranking(many, ("maximize",), k=1)[1] == [
+        "trials 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 3 more tie with trial 0 at 1 "
+        "(the lowest trial number counts as best, as in Optuna)"
+    ]
 
 
 def test_with_constraints_only_feasible_trials_rank_and_the_count_is_said() -> None:

@@ -103,12 +103,19 @@ def trials_frame(
     return pd.DataFrame([_row(t, metrics) for t in trials])
 
 
-def best_table(study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], k: int = 5) -> pd.DataFrame:
+def best_table(
+    study: optuna.Study,
+    metrics: tuple[str, ...],
+    directions: tuple[str, ...],
+    k: int = 5,
+    shown: Sequence[FrozenTrial] | None = None,
+) -> pd.DataFrame:
     """The rows of :func:`best_trials`: the best ``k`` complete trials (single objective) or the Pareto front
-    (several). Only those rows are built (at 100,000 trials the whole table takes seconds)."""
+    (several), or of the trials ``shown``. Only those rows are built (at 100,000 trials the whole table takes
+    seconds)."""
     import pandas as pd
 
-    shown = best_trials(study, directions, k)
+    shown = best_trials(study, directions, k) if shown is None else shown
     if shown:
         return pd.DataFrame([_row(t, metrics) for t in shown])
     return trials_frame(study, metrics).iloc[0:0]  # none complete: the table's columns, no row

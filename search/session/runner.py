@@ -298,12 +298,21 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     from search.reports.summary import best_table, ranking, state_counts
 
     directions = spec.objective_directions
-    table = best_table(study, spec.objective_metrics, directions)
+    if spec.scaling is None:
+        shown, notes = None, ranking(study, directions, k=1)[1]
+    else:  # a sweep ranks only the trials that reached its target, as status and the report do
+        from search.scaling.outcomes import sweep_outcomes
+
+        trials = study.get_trials(deepcopy=False)
+        view = sweep_outcomes(spec, trials)
+        assert view is not None
+        by_number = {t.number: t for t in trials}
+        shown, notes = [by_number[n] for n in view.ranked[:5]], [view.counts_text()]
+    table = best_table(study, spec.objective_metrics, directions, shown=shown)
     title = "Pareto front" if spec.study.multi_objective else "Best trials"
     with pd.option_context("display.max_columns", 30, "display.width", 200, "display.precision", 4):
         body = table.drop(columns=["reason"], errors="ignore").to_string(index=False) if not table.empty else "(none)"
-    if spec.scaling is None:  # a sweep's table ranks steps to target: its own notes are in the conclusion
-        body += "".join(f"\n{note}" for note in ranking(study, directions, k=1)[1])
+    body += "".join(f"\n{note}" for note in notes)
     url = storage_url(spec.study.storage, folder)
     objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.objective_metrics, spec.objective_directions))
     sweep = ""

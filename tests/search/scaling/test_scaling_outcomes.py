@@ -207,3 +207,22 @@ def test_the_steps_plot_draws_the_fit_dashed_where_nothing_was_measured() -> Non
     assert min(solid.get_xdata()) >= 8 and max(solid.get_xdata()) <= 256
     assert "(its B→∞ limit: extrapolated)" in solid.get_label()
     assert f"B_crit≈{fit.b_crit:.3g} (outside the measured B: extrapolated)" in lines
+
+
+def test_the_end_of_run_summary_of_a_sweep_ranks_only_trials_that_reached_the_target(tmp_path: Path) -> None:
+    from search.session.runner import summary_text
+    from search.store.folder import CampaignFolder
+
+    study = sweep_study()
+    dists = study.trials[0].distributions
+    history_short = encode_history(history([0.4, 0.5], [1.0, 0.8], 1))  # 2 steps, not reached: told 4
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={BATCH: 8, "lr": 0.1}, distributions=dists, value=4.0, user_attrs={Attr.HISTORY: history_short}
+        )
+    )
+    text = summary_text(SPEC, CampaignFolder(tmp_path / "sweep"), study)
+    table = text.split("Best trials of study", 1)[1].split("\n\n", 1)[0]
+    numbers = [int(line.split()[0]) for line in table.splitlines() if " COMPLETE " in line]
+    assert numbers == [1, 0]  # trial 4's 4.0 is a penalty, not steps to the target
+    assert "2 of 5 complete trial(s) reached val_accuracy >= 0.95; 2 never did; 1 diverged" in table

@@ -337,6 +337,9 @@ class HistoryPoints:
     failed: list[int]  # numbers
     cuts: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # TimeAxis.marks of the time axis
     not_reached: list[int] = dataclasses.field(default_factory=list)  # a sweep's complete trials short of the target
+    infeasible: list[tuple[int, float]] = dataclasses.field(
+        default_factory=list
+    )  # (number, value): [study] constraints
 
 
 def history_points(data: CampaignData, i: int) -> HistoryPoints:
@@ -345,11 +348,15 @@ def history_points(data: CampaignData, i: int) -> HistoryPoints:
     records = data.records()
     origin = min((r.started for r in records if r.started is not None), default=0.0)
     axis = data.time_axis(origin)
-    complete, pruned, failed, not_reached = [], [], [], []
+    complete, pruned, failed, not_reached, infeasible = [], [], [], [], []
+    breaks = {t.number for t in data.complete() if any(float(v) > 0 for v in t.constraints.values())}
     for r in records:
         if data.sweep is not None and r.number in data.sweep.outcomes and r.number not in data.sweep.reached:
             not_reached.append(r.number)  # told twice its steps, which are not steps to the target
         elif r.state == TrialState.COMPLETE and r.values is not None and len(r.values) > i:
+            if r.number in breaks:  # a value, but not one the campaign may hand over
+                infeasible.append((r.number, float(r.values[i])))
+                continue
             end = r.finished if r.finished is not None else origin
             complete.append((r.number, float(r.values[i]), axis(end - origin)))
         elif r.state == TrialState.PRUNED:
@@ -357,7 +364,7 @@ def history_points(data: CampaignData, i: int) -> HistoryPoints:
             pruned.append((r.number, last[-1] if last else None))
         elif r.state == TrialState.FAIL:
             failed.append(r.number)
-    return HistoryPoints(complete, pruned, failed, cuts=axis.marks(), not_reached=not_reached)
+    return HistoryPoints(complete, pruned, failed, cuts=axis.marks(), not_reached=not_reached, infeasible=infeasible)
 
 
 def importances(data: CampaignData) -> tuple[dict[str, dict[str, float]], str]:

@@ -184,12 +184,15 @@ def optimization_history(
     maximize: bool,
     metric: str,
     cuts: Sequence[tuple[float, float]] = (),
+    infeasible: Sequence[tuple[int, float]] = (),
 ) -> Drawn:
     """Objective per trial number with the best so far, pruned and failed trials marked; best against wall time.
 
     ``complete``: (number, value, seconds to its end); ``pruned``: (number, last reported
     value or None); ``failed``: numbers. A trial with no value sits on the bottom edge.
     ``cuts``: the idle gaps between runs cut from the time axis (:meth:`TimeAxis.marks`), marked on it.
+    ``infeasible``: (number, value) of complete trials that break ``[study] constraints``: drawn
+    hollow, and not in the best so far.
     """
     fig = _figure(10.0, 4.2)
     left, right = fig.subplots(1, 2)
@@ -198,9 +201,15 @@ def optimization_history(
     ys = [v for _n, v, _t in ordered]
     legend = []
     edge = blended_transform_factory(left.transData, left.transAxes)  # x: trial number, y: bottom edge
-    label = f"complete ({len(ordered)})"
+    label = f"{'feasible' if infeasible else 'complete'} ({len(ordered)})"
     left.plot(xs, ys, "o", color=STATE_COLORS["COMPLETE"], ms=5, label=label)
     legend.append(label)
+    if infeasible:
+        label = f"infeasible ({len(infeasible)}): breaks [study] constraints"
+        left.plot(
+            [n for n, _ in infeasible], [v for _, v in infeasible], "o", mfc="none", color="#7f7f7f", ms=5, label=label
+        )
+        legend.append(label)
     valued = [(n, v) for n, v in pruned if v is not None and math.isfinite(v)]
     bare = [n for n, v in pruned if v is None or not math.isfinite(v)]
     if pruned:
@@ -223,7 +232,7 @@ def optimization_history(
         )
         legend.append(label)
     if xs:
-        last = max([*xs, *(n for n, _ in pruned), *failed])
+        last = max([*xs, *(n for n, _ in pruned), *failed, *(n for n, _ in infeasible)])
         best = _best_so_far(ys, maximize)
         left.step([*xs, last], [*best, best[-1]], where="post", color="#2ca02c", lw=2, label="best so far")
         legend.append("best so far")
@@ -240,7 +249,7 @@ def optimization_history(
         "run time (s), idle gaps between runs cut" if cuts else "run time since the first trial started (s)"
     )
     right.set_ylabel(f"best {metric}")
-    right.set_title("best so far against run time (complete trials)", fontsize=9)
+    right.set_title(f"best so far against run time ({'feasible' if infeasible else 'complete'} trials)", fontsize=9)
     legend += _cut_marks(right, cuts)
     return _drawn(fig, legend)
 

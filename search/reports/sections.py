@@ -233,12 +233,21 @@ def history(data: CampaignData) -> Section:
         for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
             points = history_points(data, i)
             drawn = plots.optimization_history(
-                points.complete, points.pruned, points.failed, maximizing(direction), metric, points.cuts
+                points.complete,
+                points.pruned,
+                points.failed,
+                maximizing(direction),
+                metric,
+                points.cuts,
+                points.infeasible,
             )
+            values = [v for _n, v, _t in points.complete]
             counts = (
                 f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
-                f"best {fmt(_best_value([v for _n, v, _t in points.complete], direction))}"
+                f"best {fmt(_best_value(values, direction)) if values else 'none yet'}"
             )
+            if points.infeasible:
+                counts += f"; {len(points.infeasible)} infeasible (hollow, not in the best so far)"
             if points.not_reached:
                 counts += f"; not drawn: {len(points.not_reached)} that never reached the target"
             body += figure(drawn, f"optimization history of {metric}: {counts}, with the best so far")

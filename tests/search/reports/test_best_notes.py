@@ -89,6 +89,23 @@ def test_a_campaign_whose_trials_all_break_the_constraints_has_a_status_and_a_re
     best = text.split("## Best trials", 1)[1].split("\n## ", 1)[0]
     assert "no complete trial meets the [study] constraints yet" in best
     assert "| rank | trial | score | over | seed |" in best  # the constraint's value beside the objective
+    history = text.split("## Optimization history and best so far", 1)[1].split("\n## ", 1)[0]
+    assert "0 complete, 0 pruned, 0 failed; best none yet; 3 infeasible (hollow, not in the best so far)" in history
+    assert "could not be drawn" not in text
+
+
+def test_the_history_plot_draws_infeasible_trials_hollow_and_leaves_them_out_of_the_best_so_far() -> None:
+    from matplotlib.lines import Line2D
+
+    from search.reports import plots
+
+    complete = [(1, 0.3, 1.0), (3, 0.4, 2.0)]
+    drawn = plots.optimization_history(complete, [], [], True, "score", (), infeasible=[(0, 0.9), (2, 0.8)])
+    assert drawn.figure is not None
+    left = drawn.figure.axes[0]
+    lines = {str(line.get_label()): line for line in left.get_lines() if isinstance(line, Line2D)}
+    assert "infeasible (2): breaks [study] constraints" in lines and "feasible (2)" in lines
+    assert max(lines["best so far"].get_ydata()) == 0.4  # 0.9 and 0.8 break the constraints
 
 
 def test_a_pareto_front_with_no_feasible_trial_says_why_it_is_empty() -> None:

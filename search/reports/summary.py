@@ -46,6 +46,16 @@ def _row(trial: FrozenTrial | TrialRecord, metrics: tuple[str, ...]) -> dict:
     return row
 
 
+def _with_constraints(row: dict, trial: FrozenTrial, metrics: tuple[str, ...]) -> dict:
+    """``row`` with the trial's ``[study] constraints`` values after its objective(s) (<= 0: feasible)."""
+    if not trial.constraints:
+        return row
+    keys = list(row)
+    at = keys.index(metrics[-1]) + 1
+    extra = {name: float(value) for name, value in trial.constraints.items()}
+    return {**{k: row[k] for k in keys[:at]}, **extra, **{k: row[k] for k in keys[at:] if k not in extra}}
+
+
 def device_columns(record: TrialRecord) -> dict:
     """Peak memory (MiB; CUDA's, else the host's RSS), what measured it, the GPU share, GPU utilization (%)
     and the out-of-memory re-runs, where the trial recorded them."""
@@ -117,7 +127,7 @@ def best_table(
 
     shown = best_trials(study, directions, k) if shown is None else shown
     if shown:
-        return pd.DataFrame([_row(t, metrics) for t in shown])
+        return pd.DataFrame([_with_constraints(_row(t, metrics), t, metrics) for t in shown])
     return trials_frame(study, metrics).iloc[0:0]  # none complete: the table's columns, no row
 
 

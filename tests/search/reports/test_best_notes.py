@@ -84,6 +84,7 @@ def test_a_campaign_whose_trials_all_break_the_constraints_has_a_status_and_a_re
     assert "no complete trial meets the [study] constraints yet: the best of the 3 infeasible one(s)" in status
     assert "no complete trial meets the [study] constraints yet" in result.summary()  # what `run` prints at the end
     assert result.best_value is None
+    assert list(result.best.columns[:4]) == ["number", "state", "score", "over"]  # each constraint's value
     report = result.report()
     text = (Path(report).parent / "report.md").read_text()
     best = text.split("## Best trials", 1)[1].split("\n## ", 1)[0]

@@ -27,7 +27,7 @@ from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.warm_marks import is_warm_start
-from search.vocab.terms import StopReason, maximizing
+from search.vocab.terms import StopReason, feasible, maximizing
 
 try:  # Optuna's tell without the deep copy of the trial it returns (5% of the controller's time at 10,000 workers)
     from optuna.study._tell import _tell_with_warning
@@ -90,7 +90,7 @@ class Ledger:
                 continue  # another campaign's trial: it informs the sampler, takes none of this budget
             if frozen.state.is_finished():
                 self.counts[_KEY.get(frozen.state, "failed")] += 1
-            if frozen.state == TrialState.COMPLETE and _feasible(frozen.constraints):
+            if frozen.state == TrialState.COMPLETE and feasible(frozen.constraints):
                 self._track_best(frozen.values)
             elif frozen.state == TrialState.RUNNING:
                 resumable.append(frozen)
@@ -158,7 +158,7 @@ class Ledger:
         self._sinks.finish(running.number, verdict.state.name, values, trial.params)
         self._mark_told(running.number)
         self.counts[_KEY[verdict.state]] += 1
-        if verdict.state == TrialState.COMPLETE and _feasible(constraints):
+        if verdict.state == TrialState.COMPLETE and feasible(constraints):
             self._track_best(values)
         log.info("trial %d %s%s", running.number, verdict.state.name, f" ({verdict.reason})" if verdict.reason else "")
 
@@ -265,11 +265,6 @@ def _finite(metrics: Mapping[str, float], names: tuple[str, ...]) -> dict[str, f
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values.values()):
         return {name: float(v) for name, v in values.items()}  # type: ignore[arg-type]
     return {}
-
-
-def _feasible(constraints: dict[str, float]) -> bool:
-    """Whether a trial's constraint values (none: no constraints) are all <= 0."""
-    return all(v <= 0 for v in constraints.values())
 
 
 def _failure_reason(outcome: Outcome) -> str:

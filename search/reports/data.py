@@ -39,6 +39,7 @@ from search.store.heap import gc_paused
 from search.store.records import TrialRecord
 from search.store.storage import open_storage, storage_url
 from search.store.warm_marks import own_trials
+from search.vocab.terms import feasible
 from spaces.batch import LRScaling
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace
@@ -349,7 +350,7 @@ def history_points(data: CampaignData, i: int) -> HistoryPoints:
     origin = min((r.started for r in records if r.started is not None), default=0.0)
     axis = data.time_axis(origin)
     complete, pruned, failed, not_reached, infeasible = [], [], [], [], []
-    breaks = {t.number for t in data.complete() if any(float(v) > 0 for v in t.constraints.values())}
+    breaks = {t.number for t in data.complete() if not feasible(t.constraints)}
     for r in records:
         if data.sweep is not None and r.number in data.sweep.outcomes and r.number not in data.sweep.reached:
             not_reached.append(r.number)  # told twice its steps, which are not steps to the target

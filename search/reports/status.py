@@ -72,11 +72,10 @@ def read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:
 def _best_lines(
     study: optuna.Study, metrics: tuple[str, ...], directions: tuple[str, ...], space: SearchSpace | None = None
 ) -> list[str]:
-    complete = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == TrialState.COMPLETE]
-    if not complete:
-        return ["  best: none yet"]
     ranked, said = ranking(study, directions, k=1)  # own, feasible first: Optuna's best_trial raises without one
     notes = [f"  {note}" for note in said]
+    if not ranked and not notes:  # no complete trial (a front is empty with some only while none is feasible)
+        return ["  best: none yet"]
     if len(directions) > 1:
         return [f"  Pareto front: {len(ranked)} trial(s): {sorted(t.number for t in ranked)}", *notes]
     best = ranked[0]

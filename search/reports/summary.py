@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial
 
 from search.store.records import TrialRecord, state_name
 from search.store.warm_marks import own_trials
-from search.vocab.terms import maximizing
+from search.vocab.terms import feasible, maximizing
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace
 
@@ -142,14 +142,14 @@ def ranking(study: optuna.Study, directions: tuple[str, ...], k: int | None = 5)
     """:func:`best_trials`, and what a reader of them should know: how ``[study] constraints`` chose among the
     complete trials, and which trials tie with the best (one objective). One pass over the trials."""
     done = [t for t in own_trials(study.get_trials(deepcopy=False)) if t.state == optuna.trial.TrialState.COMPLETE]
-    feasible = [t for t in done if all(float(v) <= 0 for v in t.constraints.values())]
-    notes = _constraint_notes(len(done), len(done) - len(feasible), several=len(directions) > 1)
+    meeting = [t for t in done if feasible(t.constraints)]
+    notes = _constraint_notes(len(done), len(done) - len(meeting), several=len(directions) > 1)
     if len(directions) > 1:
         front = {t.number for t in study.best_trials}
         return sorted(
             (t for t in done if t.number in front), key=_first_value, reverse=maximizing(directions[0])
         ), notes
-    pool = feasible or done  # with [study] constraints, the best are feasible ones while there are any
+    pool = meeting or done  # with [study] constraints, the best are feasible ones while there are any
     sign = -1.0 if maximizing(directions[0]) else 1.0
     key = lambda t: sign * _first_value(t)  # noqa: E731  (stable: ties keep trial order)
     ranked = sorted(pool, key=key) if k is None else heapq.nsmallest(k, pool, key=key)

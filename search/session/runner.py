@@ -299,7 +299,7 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
 
     directions = spec.objective_directions
     if spec.scaling is None:
-        shown, notes = None, ranking(study, directions, k=1)[1]
+        shown, notes = ranking(study, directions)
     else:  # a sweep ranks only the trials that reached its target, as status and the report do
         from search.scaling.outcomes import sweep_outcomes
 

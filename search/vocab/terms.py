@@ -9,12 +9,22 @@ Directions are Optuna's own :class:`~optuna.study.StudyDirection`; the spec keep
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 from optuna.study import StudyDirection
 
 from cluster.outcome import TrialStatus
 
-__all__ = ["TrialStatus", "StopReason", "SamplingMode", "StudyDirection", "direction_of", "maximizing", "DIRECTIONS"]
+__all__ = [
+    "TrialStatus",
+    "StopReason",
+    "SamplingMode",
+    "StudyDirection",
+    "direction_of",
+    "maximizing",
+    "feasible",
+    "DIRECTIONS",
+]
 
 
 class StopReason(enum.StrEnum):
@@ -69,3 +79,8 @@ def direction_of(word: str | StudyDirection) -> StudyDirection:
 def maximizing(direction: str | StudyDirection) -> bool:
     """Whether ``direction`` (a spec word or a :class:`StudyDirection`) maximizes."""
     return direction_of(direction) == StudyDirection.MAXIMIZE
+
+
+def feasible(constraints: Mapping[str, float]) -> bool:
+    """Whether a trial's ``[study] constraints`` values (``trial.constraints``; none: no constraints) are all <= 0."""
+    return all(v <= 0 for v in constraints.values())

@@ -1,4 +1,5 @@
-"""The trial <-> controller channel: reports and the outcome go up as Dask events, stop requests come down.
+"""The trial <-> controller channel: reports and the outcome go up as Dask events, stop requests come down
+(and a define-by-run trial's questions go up, their answers down: :mod:`cluster.queries`).
 
 A report is a fire-and-forget ``Worker.log_event`` (about a millisecond, never
 waits for the controller); a stop request is a named ``distributed.Event`` the
@@ -67,6 +68,13 @@ class WorkerReporter:
     def memory(self, peak: int) -> None:
         """Send the trial's memory peak now (it grew): a worker killed for memory leaves its last figure."""
         self._worker.log_event(self._topic, {"number": self._number, "memory": int(peak), "time": time.time()})
+
+    def query(self, question: Mapping[str, Any]) -> dict[str, Any]:
+        """Ask the controller ``question`` and wait for its answer (a define-by-run trial's suggestion:
+        :mod:`cluster.queries`)."""
+        from .queries import ask
+
+        return ask(self._worker, self._topic, self._number, question)
 
     @property
     def stopped(self) -> bool:

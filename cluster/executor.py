@@ -27,6 +27,7 @@ from .first_run import FirstRun, RanBefore, trial_key
 from .memory_kills import MemoryKill, MemoryKills
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
+from .queries import send_answer
 from .restart import kill_worker_tree
 from .runner_pool import RUNNER_DONE, RUNNER_PUT, Placement, RunnerPool
 from .span_executor import PART_DONE, SpanRunner
@@ -39,6 +40,7 @@ __all__ = [
     "Started",
     "Report",
     "Finished",
+    "Query",
     "Outcome",
     "TrialExecutor",
     "BatchingExecutor",
@@ -157,7 +159,17 @@ class Finished:
     outcome: Outcome
 
 
-Event = Started | Report | Finished
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """A running trial asks the controller (a define-by-run suggestion); ``reply(answer)`` sends the answer back."""
+
+    number: int
+    question: Mapping[str, Any]
+    time: float
+    reply: Callable[[Mapping[str, Any]], object]
+
+
+Event = Started | Report | Finished | Query
 
 
 @dataclasses.dataclass(frozen=True)
@@ -537,6 +549,8 @@ class DaskExecutor:
             msg, worker = payload
             if "outcome" in msg:
                 return self._finished_by_event(int(msg["number"]), msg["outcome"])
+            if "query" in msg:
+                return [self._query(msg, worker)]
             if "runner" in msg:
                 if self._pool is not None:
                     self._pool.ready(str(msg["runner"]), str(msg["ready"]))
@@ -554,6 +568,15 @@ class DaskExecutor:
                 return [Started(int(msg["number"]), float(msg["started"]), worker)]
             return [Report(int(msg["number"]), int(msg["step"]), dict(msg["metrics"]), float(msg["time"]), worker)]
         return self._finished_task(payload)
+
+    def _query(self, msg: Mapping[str, Any], worker: str) -> Query:
+        """A trial's question, with the way back to the worker that asked (:mod:`cluster.queries`)."""
+        number, seq = int(msg["number"]), int(msg["seq"])
+
+        def reply(answer: Mapping[str, Any]) -> object:
+            return send_answer(self._client, worker, self._topic, number, seq, answer)
+
+        return Query(number, dict(msg["query"]), float(msg.get("time", 0.0)), reply)
 
     def _finished_by_event(self, number: int, message: Mapping[str, Any]) -> list[Event]:
         """A trial's outcome, sent by its worker after its reports: it ends here, and its task's end adds nothing."""

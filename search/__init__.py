@@ -1,21 +1,23 @@
 """The controller: specs, the ask/tell campaign loop, samplers, pruning, summaries, the CLI and the Python API.
 
 ``search.run(spec, trainer=fit)``, ``search.resume(folder)`` and ``search.load(folder)`` (see
-:mod:`search.api`), :class:`StopCampaign` (:mod:`search.loop.hooks`) and :class:`CampaignExistsError` are
-imported on first use, so ``import search`` stays cheap.
+:mod:`search.api`), ``search.optimize(objective, n_trials=...)`` (an Optuna objective: :mod:`search.objective_api`),
+:class:`StopCampaign` (:mod:`search.loop.hooks`) and :class:`CampaignExistsError` are imported on first use, so
+``import search`` stays cheap.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["run", "resume", "load", "Result", "StopCampaign", "CampaignExistsError"]
+__all__ = ["run", "resume", "load", "optimize", "Result", "StopCampaign", "CampaignExistsError"]
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
     "run": "search.api",
     "resume": "search.api",
     "load": "search.api",
+    "optimize": "search.objective_api",
     "Result": "search.api",
     "StopCampaign": "search.loop.hooks",
     "CampaignExistsError": "search.session.runner",

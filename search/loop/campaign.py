@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import optuna
 
-from cluster.executor import Finished, Outcome, Report, Started, TrialExecutor
+from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExecutor
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.dispatch import CampaignError, Dispatcher
@@ -47,6 +47,7 @@ from search.loop.policies import (
     policies_for,
     population_of,
 )
+from search.loop.queries import answer
 from search.loop.stops import decide_stop, settle_decided
 from search.loop.supply import TrialSupply
 from search.loop.trials import RunningTrial
@@ -56,6 +57,7 @@ from search.store.heap import SurvivorFreezer
 from search.store.records import write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
+from search.vocab.terms import StopReason
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial", "NEVER_STARTED", "TARGET_REACHED"]
 
@@ -189,9 +191,11 @@ class Campaign:
         self.ledger.finish(running, outcome, verdict)
         self.ledger.flush(self._all_asked())  # deterministic: told in number order, as far as it may now
 
-    def _handle(self, event: Started | Report | Finished) -> None:
+    def _handle(self, event: Started | Report | Finished | Query) -> None:
         if isinstance(event, Report):
             self._on_report(event)
+        elif isinstance(event, Query):
+            self._on_query(event)
         elif isinstance(event, Started):
             self.dispatch.started(event)
         else:
@@ -208,6 +212,19 @@ class Campaign:
         if reason:
             decide_stop(running, reason, self._sync)  # durable before it is acted on: a resume keeps it
             self.dispatch.request_stop(running, reason, report.time)
+
+    def _on_query(self, query: Query) -> None:
+        """A define-by-run trial asks (a suggestion, whether it is pruned): answered now, what it wrote flushed first."""
+        running = self.dispatch.running.get(query.number)
+        if running is None:
+            query.reply({"error": f"trial {query.number} is not running on this controller"})
+            return
+        result = answer(running.trial, running.stop_reason, query.question)
+        if result.pruned:  # it raised TrialPruned itself
+            decide_stop(running, StopReason.PRUNED, self._sync)
+            self.dispatch.request_stop(running, StopReason.PRUNED, query.time)
+        self._flush()
+        query.reply(result.reply)
 
     def _on_finished(self, event: Finished) -> None:
         outcome = event.outcome

@@ -93,7 +93,7 @@ class TrialMaker:
 
     def _trial_config(self, trial: optuna.Trial, searched: Mapping[str, Any]) -> TrialConfig:
         spec, trainer = self._spec, self._spec.trainer
-        params = spec.space.complete(searched)
+        params = dict(searched) if trainer.objective else spec.space.complete(searched)  # objective: as suggested
         data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
         folder = str(self._folder.trial(trial.number))
         config = TrialConfig(

@@ -102,6 +102,8 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     trial = _recorded_trial(study, number, folder)
     check_trainer(spec)  # only now, to re-run it: the trainer is imported and checked against the spec
     config = _local_config(trial)
+    if spec.trainer.objective:  # an Optuna objective's suggestions, recorded as it made them: replayed
+        config["params"] = dict(trial.params)
     exact = bool(config.get("deterministic")) and _runs_on_cpu(config)
     notes = _spec_notes(spec, study) + _trainer_notes(spec, folder)
     sweep = sweep_replay(spec, trial)  # a scaling-sweep trial stops where the campaign stopped it, at its target

@@ -77,8 +77,9 @@ def trial_params(trial: FrozenTrial | TrialRecord, space: SearchSpace | None = N
     ``space``, each genome's flat parameters are folded back into its string.
     """
     record = TrialRecord.of(trial)
-    if record.config is not None and isinstance(record.config.get("params"), dict):
-        return dict(record.config["params"])
+    configured = record.config.get("params") if record.config is not None else None
+    if isinstance(configured, dict) and (configured or not record.params):  # empty: an objective's, suggested later
+        return dict(configured)
     return _fold_genomes(dict(record.params), space) if space is not None else dict(record.params)
 
 

@@ -40,6 +40,7 @@ from search.spec.enqueue import parse_enqueue
 from search.spec.gpu import GPU_KEYS, gpu_fields
 from search.spec.keys import BATCH_SIZE, DATA_PARALLEL
 from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
+from search.spec.objective_spec import objective_space, objective_study
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.reading import parse_toml, read_spec_text
 from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
@@ -178,6 +179,10 @@ class TrainerSpec:
     """The fraction of a GPU's memory that the trials packed on it may be expected to use together."""
     oom_retry: str = "none"
     """"accumulate": the built-in trainer re-runs an out-of-memory trial once at half the micro-batch."""
+    objective: bool = False
+    """`true`: `entry` is an Optuna objective, `objective(trial)`, not a trainer: it suggests its own parameters as it
+    runs (define-by-run, each suggestion answered by the controller), so `[space]` stays empty; `search.optimize` writes
+    it. Not with `deterministic`, `[pbt]`, `[scaling]` or `data_parallel`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,7 +282,17 @@ _STUDY = (
     "constraints",
     "warm_start",
 )
-_TRAINER = ("entry", "dataset", "epochs", "device", "checkpoint_every", "data_parallel", "options", *GPU_KEYS)
+_TRAINER = (
+    "entry",
+    "dataset",
+    "epochs",
+    "device",
+    "checkpoint_every",
+    "data_parallel",
+    "options",
+    "objective",
+    *GPU_KEYS,
+)
 _PRUNER = (
     "resource",
     "n_startup_trials",
@@ -411,6 +426,7 @@ def _trainer(t: SpecTable) -> TrainerSpec:
         checkpoint_every=t.int("checkpoint_every", 1, minimum=1, maximum=MAX_EPOCHS),
         data_parallel=t.int("data_parallel", 1, minimum=1, maximum=MAX_WIDTH),
         options=dict(options),
+        objective=t.bool("objective", False),
         **gpu_fields(t),
     )
 
@@ -465,7 +481,10 @@ def parse_spec(
     pruning = _pruning(source, top.table("pruner"), study.pruner)
     sampler_options = dict(top.table("sampler"))
     cluster = parse_cluster(SpecTable(source, "cluster", top.table("cluster"), CLUSTER_KEYS))
-    space = _space(source, data.get("space"))
+    if trainer.objective:
+        study, space = objective_study(source, data, study, trainer), objective_space(source, data.get("space"))
+    else:
+        space = _space(source, data.get("space"))
     scaling = None
     if "scaling" in data:
         scaling = parse_scaling(SpecTable(source, "scaling", top.table("scaling"), SCALING_KEYS))

@@ -34,6 +34,10 @@ def check_trainer(spec: CampaignSpec) -> CampaignSpec:
     from trainers.api import capabilities_of  # by name, only to validate
 
     fn = find_trainer(spec)
+    if spec.trainer.objective:  # an Optuna objective(trial): the campaign runs it wrapped as a trainer
+        from search.objective.trainer import as_trainer
+
+        fn = as_trainer(fn, spec.trainer.entry, spec.study.metrics)
     _check_signature(spec, fn)
     info = capabilities_of(fn)
     if info.accepted_params is not None:

@@ -31,7 +31,9 @@ How they talk:
 - reports: rank 0 holds one end of a socket pair (an inherited fd, nothing on
   the network, nothing on stdout); each report is a JSON message, the launcher
   calls ``reporter.report`` and then ``reporter.should_stop()`` and answers with
-  the stop flag, which rank 0 broadcasts to every rank at the epoch end.
+  the stop flag, which rank 0 broadcasts to every rank at the epoch end. A trial in its own
+  process may also ask the controller a question (``query``, a define-by-run suggestion): the
+  launcher passes it to ``reporter.query`` and sends the answer back.
 - output: each rank's stdout and stderr go to files in a private temporary
   folder, removed when the trial ends; when the trial keeps a log
   (``config.log_dir``), their lines are copied into the launcher's
@@ -414,6 +416,9 @@ class _Ranks:
             if message["kind"] == "ask":  # a trial in its own process asks for the stop flag
                 self._send({"stop": bool(reporter.should_stop())})
                 continue
+            if message["kind"] == "query":  # ... or asks the controller (a define-by-run suggestion)
+                self._send({"answer": _query(reporter, message["query"])})
+                continue
             metrics = {str(k): float(v) for k, v in message["metrics"].items()}
             if message["kind"] == "result":
                 result, exit_deadline = metrics, time.monotonic() + EXIT_SECONDS
@@ -539,6 +544,14 @@ def loopback_store(world_size: int) -> dist.TCPStore:
         raise
     sock.detach()  # the store's now: closing it here too could close another file that reused the number
     return store
+
+
+def _query(reporter: Reporter, question: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller's answer to ``question``, through ``reporter.query`` (a reporter without one cannot ask)."""
+    query = getattr(reporter, "query", None)
+    if query is None:
+        return {"error": f"{type(reporter).__name__} has no controller to ask"}
+    return dict(query(question))
 
 
 def _signal_groups(procs: list[subprocess.Popen[bytes]], sig: signal.Signals) -> None:

@@ -152,6 +152,14 @@ class RankReporter:
         answer = json.loads(self._connection.recv_bytes())
         self._stop = self._stop or bool(answer["stop"])
 
+    def query(self, question: Mapping[str, Any]) -> dict[str, Any]:
+        """Ask the controller ``question`` through the launcher and return its answer (a define-by-run trial's
+        suggestion); only a trial in its own process asks."""
+        if not self._solo or self._connection is None:
+            raise RuntimeError("only a trial in a process of its own asks the controller questions")
+        self._connection.send_bytes(json.dumps({"kind": "query", "query": dict(question), **_cuda_peak()}).encode())
+        return dict(json.loads(self._connection.recv_bytes())["answer"])
+
     def should_stop(self) -> bool:
         """Rank 0's stop flag, broadcast to every rank (a collective once the process group is up); a trial in its
         own process asks its launcher."""

@@ -48,3 +48,13 @@ def test_without_the_key_an_empty_space_is_still_refused() -> None:
     del data["trainer"]["objective"]
     with pytest.raises(SpecError, match="at least one parameter"):
         parse_spec(data, check_trainer=False)
+
+
+def test_an_importable_objective_named_by_a_spec_runs_wrapped() -> None:
+    """``hypersweep run`` of a spec naming ``module:objective``: the campaign ships, keeps and re-runs the wrapper."""
+    from search.objective.trainer import ObjectiveTrainer
+    from trainers.api import registered_trainer
+
+    parse_spec(spec(trainer={"entry": "objectives:tutorial"}))
+    wrapped = registered_trainer("objectives:tutorial")
+    assert isinstance(wrapped, ObjectiveTrainer) and wrapped.metrics == ("value",)

@@ -334,7 +334,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     options = RunOptions(scheduler=args.scheduler, insecure=args.insecure, tls=tls)
     cluster_for(spec, options)  # as run would: the cluster settings,
     check_new(spec, options)  # the warm-start source and the enqueued configurations
-    print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
+    searched = "parameters the objective suggests" if spec.trainer.objective else "searched parameters"
+    count = "" if spec.trainer.objective else f"{len(spec.space.distributions())} "
+    print(f"{args.spec}: ok ({count}{searched}, {spec.study.n_trials} trials)")
     return EXIT_OK
 
 

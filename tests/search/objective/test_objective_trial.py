@@ -118,3 +118,17 @@ def test_a_trial_in_a_process_of_its_own_asks_through_its_launcher() -> None:
     assert metrics == {"value": pytest.approx(frozen.params["x"] + frozen.params.get("n", 0))}
     assert [q["op"] for q in reporter.questions][:2] == ["suggest", "suggest"]
     assert frozen.user_attrs == {"kind": frozen.params["kind"]}
+
+
+def test_the_campaign_tests_objectives_are_plain_optuna_objectives() -> None:
+    """What ``search.optimize`` is tested with runs as it is under ``study.optimize``: nothing was ported."""
+    import objectives
+
+    study = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(upper=objectives.THRESHOLD))
+    study.optimize(objectives.tutorial, n_trials=6, catch=(ValueError,))
+    states = [t.state for t in study.trials]
+    assert states[objectives.FAILS] == optuna.trial.TrialState.FAIL
+    assert states[objectives.PRUNES_ITSELF] == optuna.trial.TrialState.PRUNED
+    multi = optuna.create_study(directions=["minimize", "minimize"])
+    multi.optimize(objectives.two_objectives, n_trials=2)
+    assert all(len(t.values) == 2 for t in multi.trials)

@@ -55,14 +55,12 @@ def answer(trial: optuna.Trial, stop_reason: str, question: Mapping[str, Any]) -
 
 def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
     """``trial.suggest_*`` for ``distribution``: the campaign's sampler picks, the study records."""
-    if isinstance(distribution, FloatDistribution):
-        return trial.suggest_float(
-            name, distribution.low, distribution.high, step=distribution.step, log=distribution.log
-        )
+    if isinstance(distribution, FloatDistribution):  # a builtin (a sampler may give numpy's): it travels as msgpack
+        low, high, step, log = distribution.low, distribution.high, distribution.step, distribution.log
+        return float(trial.suggest_float(name, low, high, step=step, log=log))
     if isinstance(distribution, IntDistribution):
-        return trial.suggest_int(
-            name, distribution.low, distribution.high, step=distribution.step, log=distribution.log
-        )
+        low, high = distribution.low, distribution.high
+        return int(trial.suggest_int(name, low, high, step=distribution.step, log=distribution.log))
     if isinstance(distribution, CategoricalDistribution):
         return trial.suggest_categorical(name, distribution.choices)
     raise TypeError(f"parameter {name!r}: cannot suggest from {type(distribution).__name__}")

@@ -11,6 +11,7 @@ the reporter's ``should_stop``).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -109,7 +110,12 @@ class ObjectiveTrial:
         return bool(self._ask({"op": Op.SHOULD_PRUNE.value})["prune"])
 
     def set_user_attr(self, key: str, value: Any) -> None:
-        """Recorded in the study (``FrozenTrial.user_attrs``) by the controller."""
+        """Recorded in the study (``FrozenTrial.user_attrs``) by the controller; ``value`` must be JSON (as for
+        Optuna's storages: a tuple is kept as a list)."""
+        try:
+            value = json.loads(json.dumps(value))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"trial.set_user_attr({key!r}, ...): the value must be JSON ({exc})") from None
         if self._query is not None:
             self._ask({"op": Op.USER_ATTR.value, "key": str(key), "value": value})
         self._user_attrs[str(key)] = value

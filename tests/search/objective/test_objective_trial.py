@@ -9,9 +9,10 @@ from typing import Any
 
 import optuna
 import pytest
+from optuna.distributions import FloatDistribution
 
 from search.loop.queries import answer
-from search.objective.messages import ControllerRefused
+from search.objective.messages import ControllerRefused, suggestion
 from search.objective.trainer import ObjectiveTrainer, values_as_metrics
 from search.objective.trial import NotRecorded, ObjectiveTrial
 from trainers.api import RecordingReporter, TrialConfig
@@ -132,3 +133,27 @@ def test_the_campaign_tests_objectives_are_plain_optuna_objectives() -> None:
     multi = optuna.create_study(directions=["minimize", "minimize"])
     multi.optimize(objectives.two_objectives, n_trials=2)
     assert all(len(t.values) == 2 for t in multi.trials)
+
+
+def test_what_crosses_to_the_controller_is_plain() -> None:
+    reporter = ControllerHere()
+    trial = ObjectiveTrial(config(), reporter, ["value"])
+    with pytest.raises(TypeError, match="must be JSON"):
+        trial.set_user_attr("bad", object())
+    trial.set_user_attr("pair", (1, 2))
+    assert reporter.study.trials[0].user_attrs == {"pair": [1, 2]} and trial.user_attrs == {"pair": [1, 2]}
+
+
+class NumpySampler(optuna.samplers.RandomSampler):
+    def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+        import numpy as np
+
+        return np.float64(0.25)
+
+
+def test_a_suggestion_answered_is_a_builtin_float() -> None:
+    reporter = ControllerHere()
+    reporter.study.sampler = NumpySampler()
+    value = ObjectiveTrial(config(), reporter, ["value"]).suggest_float("x", 0.0, 1.0)
+    assert value == 0.25 and type(value) is float
+    assert type(answer(reporter.trial, "", suggestion("x", FloatDistribution(0.0, 1.0))).reply["value"]) is float

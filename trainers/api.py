@@ -168,7 +168,10 @@ class Reporter(Protocol):
     controller asked it to stop (pruned, time limit); the trainer then returns its
     last metrics promptly. A trainer resumed from its checkpoint reports again the
     reports the checkpoint covers (one may have been lost with a dying worker); the
-    controller keeps each (step, metrics) once.
+    controller keeps each (step, metrics) once. A reporter on the cluster also has
+    ``query(question) -> answer`` (plain dicts): a question to the controller, waited for,
+    which an Optuna objective's ``trial`` asks for each suggestion (``search.optimize``);
+    a trainer needs none.
     """
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None: ...

@@ -57,3 +57,12 @@ def dies_once(trial: Any) -> float:
         os._exit(3)  # the worker process dies mid-trial: the controller runs the trial again
     trial.set_user_attr("resumed_from", str(saved))
     return abs(json.loads(saved.read_text())["x"] - x)  # 0.0: the retry got the suggestion the first run saved
+
+
+def where_it_runs(trial: Any) -> float:
+    """Records the process it runs in and what it sees of its GPU lease."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    trial.set_user_attr("visible", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    trial.set_user_attr("leased", list(trial.devices))
+    trial.set_user_attr("pid", os.getpid())
+    return x

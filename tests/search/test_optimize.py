@@ -16,6 +16,7 @@ import search
 from search.api import Result
 from search.reports.status import status_text
 from search.store.records import TrialRecord
+from tests.search.dask_processes import external_cluster
 
 pytestmark = pytest.mark.slow  # each test runs a campaign on a cluster of worker processes
 
@@ -124,3 +125,24 @@ def test_a_trial_whose_worker_died_runs_again_from_its_checkpoint_with_its_sugge
     saved = result.folder / "trials" / "0" / "checkpoint.json"
     assert trial.user_attrs["resumed_from"] == str(saved)
     assert json.loads(saved.read_text())["x"] == trial.params["x"]
+
+
+@pytest.mark.timeout(240)
+def test_objective_trials_holding_a_fake_gpu_lease_ask_from_a_process_of_their_own(tmp_path: Path) -> None:
+    """Fake GPUs: a worker declaring ``GPU=1`` on a machine without CUDA; each trial leases it, so it runs in a child
+    process that sees only its lease, whose questions its launcher passes on."""
+    with external_cluster(tmp_path / "cluster", n_workers=1, resources="GPU=1") as cluster:
+        result = search.optimize(
+            objectives.where_it_runs,
+            n_trials=2,
+            gpus=1,
+            scheduler=cluster.address,
+            runs_dir=tmp_path / "runs",
+            progress=False,
+        )
+    trials = result.study.trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2, [t.user_attrs.get("fail_reason") for t in trials]
+    for trial in trials:
+        assert trial.user_attrs["visible"] == "0" and trial.user_attrs["leased"] == [0]  # its lease, as cuda:0
+        assert trial.value == trial.params["x"]
+    assert len({t.user_attrs["pid"] for t in trials}) == 2  # a process each

@@ -293,8 +293,7 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
 
 def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> str:
     """The end-of-campaign table, the trials by state (COMPLETE, PRUNED and FAIL always) and where to find everything."""
-    import pandas as pd
-
+    from search.reports.console import closing_lines, fit_table, wrap
     from search.reports.summary import best_table, ranking, state_counts
 
     directions = spec.objective_directions
@@ -310,16 +309,14 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
         shown, notes = [by_number[n] for n in view.ranked[:5]], [view.counts_text()]
     table = best_table(study, spec.objective_metrics, directions, shown=shown)
     title = "Pareto front" if spec.study.multi_objective else "Best trials"
-    with pd.option_context("display.max_columns", 30, "display.width", 200, "display.precision", 4):
-        body = table.drop(columns=["reason"], errors="ignore").to_string(index=False) if not table.empty else "(none)"
-    body += "".join(f"\n{note}" for note in notes)
+    body = fit_table(table) + "".join(f"\n{wrap(note)}" for note in notes)
     url = storage_url(spec.study.storage, folder)
     objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.objective_metrics, spec.objective_directions))
     sweep = ""
     if spec.scaling is not None and folder.scaling_conclusion.exists():
         sweep = (
             f"Batch-size scaling ({spec.study.metrics[0]} target {spec.scaling.target:g}):\n"
-            f"{folder.scaling_conclusion.read_text().strip()}\n"
+            f"{wrap(folder.scaling_conclusion.read_text().strip())}\n"
             f"table and plots: {os.path.relpath(folder.scaling)}\n\n"
         )
     counts = state_counts(study)
@@ -330,5 +327,10 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
         f"trials: {tally}\n"
         f"campaign folder: {os.path.relpath(folder.root)}\n"
         f"storage: {url}\n"
-        f"trials table: {os.path.relpath(folder.summary)}"
+        f"trials table: {os.path.relpath(folder.summary)}\n"
+        + closing_lines(
+            os.path.relpath(folder.root),
+            shown[0].number if shown else None,
+            "a Pareto-front trial" if spec.study.multi_objective else "the best trial",
+        )
     )

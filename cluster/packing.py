@@ -14,7 +14,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["GpuPacking", "MemoryModel", "param_distance"]
+__all__ = ["GpuPacking", "MemoryModel", "param_distance", "MAX_TRIALS_PER_GPU"]
+
+#: The most trials one GPU may hold (``[trainer] gpus = 1/k``, k <= this): a GPU worker that follows what its
+#: trials ask for runs this many threads per GPU, and Dask's ``GPU`` resource caps how many run at once.
+MAX_TRIALS_PER_GPU = 64
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,8 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--trials-per-gpu",
         type=int,
-        default=1,
-        help="trials one GPU holds at once, for [trainer] gpus = 1/k (default 1)",
+        default=None,
+        help="at most this many trials on one GPU at once (default: as many as the trials ask for, "
+        "[trainer] gpus = 1/k: k)",
     )
     worker.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None, help="PEM files for mutual TLS")
     worker.add_argument("--host", default="", help="address the worker listens on (default: chosen by Dask)")

@@ -393,11 +393,12 @@ def _epochs_not_trained(data: CampaignData) -> str:
     time limits; only what happened is said."""
     budget = data.spec.trainer.epochs
     early = failed = timed = 0.0
-    stopped = 0
+    stopped: dict[str, int] = {}
     for r in data.records():
         left = max(0.0, budget - epochs_spent(r))
-        if r.state.name == "PRUNED" or r.stop_reason in EARLY_STOPS:
-            early, stopped = early + left, stopped + 1
+        if r.stop_reason in EARLY_STOPS or (r.state.name == "PRUNED" and not r.stop_reason):
+            why = "at the scaling target" if r.stop_reason == StopReason.TARGET_REACHED.value else "by the pruner"
+            early, stopped[why] = early + left, stopped.get(why, 0) + 1
         elif r.state.name == "FAIL":
             failed += left
         elif r.stop_reason:
@@ -406,10 +407,8 @@ def _epochs_not_trained(data: CampaignData) -> str:
     pruner = data.spec.study.pruner
     if stopped:
         share = f" ({early / total:.0%})" if total else ""
-        parts = [
-            f"pruner {pruner}; epochs not trained thanks to early stopping: {early:g} of {total:g}{share}, "
-            f"{stopped} trial(s) stopped early"
-        ]
+        how = ", ".join(f"{n} trial(s) stopped {why}" for why, n in sorted(stopped.items()))
+        parts = [f"pruner {pruner}; epochs not trained thanks to early stopping: {early:g} of {total:g}{share} ({how})"]
     else:
         parts = [f"pruner {pruner}; no trial was stopped early" + (" (no pruner)" if pruner == "none" else "")]
     n_failed = sum(1 for r in data.records() if r.state.name == "FAIL")

@@ -154,3 +154,46 @@ def test_no_table_is_clipped_at_a_laptop_width(tmp_path: Path) -> None:
     assert result.errors == []
     assert result.probe == [], result.probe  # every column header inside its section
     assert "efficiency" in result.texts.get("scaling", "")
+
+
+def _pruning_text(tmp_path: Path, ends: list[tuple[str, int]]) -> str:
+    """The pruning section's first line for trials that each ended in ``(state, epochs trained)`` of 4."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from search.reports.data import CampaignData
+    from search.reports.sections import pruning
+    from search.spec.campaign_spec import load_spec
+    from search.store.folder import CampaignFolder
+    from tests.search.reports.test_report import TOY_MO
+    from tests.spec_files import write_spec
+
+    spec = load_spec(write_spec(tmp_path / "toy.toml", TOY_MO.replace("epochs = 3", "epochs = 4")))
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    space = {"quality": FloatDistribution(0.0, 1.0)}
+    for n, (state, epochs) in enumerate(ends):
+        history = [[e, {"score": 0.1 * e, "steps": float(e), "epoch": float(e)}] for e in range(1, epochs + 1)]
+        attrs: dict[str, object] = {"history": history}
+        if state == "PRUNED":
+            attrs["stop_reason"] = "pruned"
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"quality": 0.1 * n},
+                distributions=space,
+                values=[0.5, 1.0] if state == "COMPLETE" else None,
+                state=TrialState[state],
+                user_attrs=attrs,
+            )
+        )
+    data = CampaignData(CampaignFolder(tmp_path / "c"), spec, study, tuple(study.get_trials()), None, None)
+    return pruning(data).md.split("\n", 1)[0]
+
+
+def test_epochs_of_failed_trials_are_not_credited_to_early_stopping(tmp_path: Path) -> None:
+    text = _pruning_text(tmp_path, [("COMPLETE", 4), ("COMPLETE", 4), ("FAIL", 1), ("FAIL", 2)])
+    assert "thanks to early stopping" not in text and "no trial was stopped early" in text, text
+    assert "5 epochs not trained because 2 trial(s) failed" in text, text
+    (tmp_path / "pruned").mkdir()
+    text = _pruning_text(tmp_path / "pruned", [("COMPLETE", 4), ("PRUNED", 1), ("FAIL", 2)])
+    assert "thanks to early stopping: 3 of 12 (25%) (1 trial(s) stopped by the pruner)" in text, text
+    assert "2 epochs not trained because 1 trial(s) failed" in text, text

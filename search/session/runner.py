@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -161,6 +162,7 @@ def _execute(
 ) -> None:
     """Run the campaign: a ``new`` study (seeded with its warm start and enqueued trials), or a resumed one."""
     from cluster import DaskExecutor
+    from cluster.packing import thread_shortfall
     from search.loop.campaign import Campaign, CampaignError
     from search.loop.progress import Progress
     from search.loop.supply import campaign_sampler
@@ -182,7 +184,10 @@ def _execute(
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     try:
         with open_cluster(cluster, env=env) as client:
-            record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
+            info = scheduler_info(client)
+            record_environment(folder.environment, capture_environment(info, spec))
+            for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
+                print(f"hypersweep: warning: {line}", file=sys.stderr)
             executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
             Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
         final_snapshot(study._storage)  # readers of a big journal (status, report, resume) replay nothing

@@ -250,6 +250,7 @@ def test_a_worker_started_with_one_fake_gpu_runs_two_half_gpu_trials_at_once(tmp
     from distributed import Client
 
     from cluster.executor import DaskExecutor, Finished, GpuPacking, Started, TrialRequest
+    from cluster.packing import thread_shortfall
     from trainers.api import TrialConfig
 
     with scheduler(tmp_path) as (address, _file, procs):
@@ -265,6 +266,7 @@ def test_a_worker_started_with_one_fake_gpu_runs_two_half_gpu_trials_at_once(tmp
         wait_for(lambda: len(workers(address)) == 1, 60, "the worker")
         (worker,) = workers(address).values()
         assert worker["resources"] == {"GPU": 1.0} and worker["nthreads"] >= 2, worker
+        assert thread_shortfall({"workers": {worker["address"]: worker}}, GpuPacking(gpus=0.5)) == []  # no warning
         spans: dict[float, list[tuple[float, float]]] = {}
         with Client(address, timeout=10) as client:
             for gpus in (0.5, 1.0):
@@ -292,3 +294,21 @@ def test_a_worker_started_with_one_fake_gpu_runs_two_half_gpu_trials_at_once(tmp
     assert b0 < a1, spans  # the second half-GPU trial started before the first ended: both ran at once
     (c0, c1), (d0, d1) = sorted(spans[1.0])
     assert d0 >= c1 - 0.2, spans  # whole-GPU trials one at a time: Dask's GPU=1 caps the threads
+
+
+def test_the_controller_says_when_a_gpu_worker_has_fewer_threads_than_its_gpus_hold_trials() -> None:
+    """A worker started by hand with Dask's own ``dask worker --resources GPU=1`` (one thread): its scheduler record
+    gives one warning line naming the worker and the fix; a worker with the threads gives none."""
+    from cluster.packing import GpuPacking, thread_shortfall
+
+    info = {
+        "workers": {
+            "tcp://10.0.0.7:4000": {"name": "node7", "nthreads": 1, "resources": {"GPU": 1.0}},
+            "tcp://10.0.0.8:4000": {"name": "node8", "nthreads": 64, "resources": {"GPU": 1.0}},
+            "tcp://10.0.0.9:4000": {"name": "cpu", "nthreads": 1, "resources": {"CPU": 1.0}},
+        }
+    }
+    (line,) = thread_shortfall(info, GpuPacking(gpus=0.5))
+    assert line.startswith("worker node7 (tcp://10.0.0.7:4000) owns GPU=1 but runs 1 thread(s)")
+    assert "1 trial(s) of gpus = 0.5 at once there, not 2" in line and "--nthreads 2" in line
+    assert thread_shortfall(info, GpuPacking(gpus=1.0)) == []  # whole-GPU trials: one thread per GPU is enough

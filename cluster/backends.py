@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from .errors import ClusterError, InvalidSetting, MissingExtraError, SettingError, one_line
 from .options import Backend, ClusterOptions, scheduler_address
+from .packing import MAX_TRIALS_PER_GPU
 from .resources import detect_gpus
 
 if TYPE_CHECKING:  # distributed loads when a cluster is opened, not when a light command reads a spec
@@ -68,16 +69,21 @@ _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def worker_args(gpus: int, slots: int, trials_per_gpu: int = 1) -> list[str]:
-    """``dask worker`` flags for one worker per node: ``GPU=gpus`` (if any) with ``trials_per_gpu`` threads per GPU
-    (``[trainer] gpus = 1/k`` packs k trials on one), else ``CPU=slots``, one thread each."""
-    if gpus < 0 or slots < 1 or trials_per_gpu < 1:
+def worker_args(gpus: int, slots: int, trials_per_gpu: int | None = None) -> list[str]:
+    """``dask worker`` flags for one worker per node: ``GPU=gpus`` (if any), else ``CPU=slots``, one thread each.
+
+    A GPU worker's threads follow what its trials ask for: ``trials_per_gpu`` None gives it
+    :data:`~cluster.packing.MAX_TRIALS_PER_GPU` threads per GPU, and Dask's ``GPU`` resource caps how many
+    trials run at once (two of ``gpus = 0.5`` per GPU, one of ``gpus = 1``); an integer caps them at that many
+    per GPU. Idle threads cost nothing: Dask starts them as tasks arrive."""
+    if gpus < 0 or slots < 1 or (trials_per_gpu is not None and trials_per_gpu < 1):
         raise ValueError(
             f"gpus={gpus!r}, slots={slots!r}, trials_per_gpu={trials_per_gpu!r}: need gpus >= 0, "
-            "slots >= 1 and trials_per_gpu >= 1"
+            "slots >= 1 and trials_per_gpu >= 1 (or None: as the trials ask)"
         )
     n = gpus if gpus > 0 else slots
-    threads = n * trials_per_gpu if gpus > 0 else n
+    per_gpu = MAX_TRIALS_PER_GPU if trials_per_gpu is None else trials_per_gpu
+    threads = n * per_gpu if gpus > 0 else n
     return ["--nthreads", str(threads), "--resources", f"{'GPU' if gpus > 0 else 'CPU'}={n}"]
 
 
@@ -697,7 +703,7 @@ def cluster_spec_dict(backend: KubernetesBackend) -> dict[str, Any]:
     backend.require()
     from dask_kubernetes.operator import make_cluster_spec
 
-    command = ["dask", "worker", *worker_args(backend.gpus_per_worker, backend.slots_per_worker)]
+    command = ["dask", "worker", *worker_args(backend.gpus_per_worker, backend.slots_per_worker, 1)]
     spec = make_cluster_spec(
         name=backend.name,
         image=backend.image,

@@ -14,7 +14,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["GpuPacking", "MemoryModel", "param_distance"]
+__all__ = ["GpuPacking", "MemoryModel", "param_distance", "MAX_TRIALS_PER_GPU", "thread_shortfall"]
+
+#: The most trials one GPU may hold (``[trainer] gpus = 1/k``, k <= this): a GPU worker that follows what its
+#: trials ask for runs this many threads per GPU, and Dask's ``GPU`` resource caps how many run at once.
+MAX_TRIALS_PER_GPU = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +42,24 @@ class GpuPacking:
     def trials_per_gpu(self) -> int:
         """How many trials one GPU holds (1 for whole GPUs): a GPU worker needs that many threads per GPU."""
         return round(1 / self.gpus) if self.gpus < 1 else 1
+
+
+def thread_shortfall(info: Mapping[str, Any], packing: GpuPacking) -> list[str]:
+    """One line per GPU worker in ``info`` (a ``scheduler_info()``) with fewer threads than its GPUs hold trials of
+    ``packing``'s share: Dask runs a task per thread, so such a worker runs fewer trials at once than its ``GPU``
+    resource allows, with no other sign of it."""
+    lines = []
+    for address, worker in dict(info.get("workers") or {}).items():
+        gpus = float((worker.get("resources") or {}).get("GPU", 0))
+        fits = int(gpus / packing.gpus + 1e-9)
+        threads = int(worker.get("nthreads") or 0)
+        if gpus and 0 < threads < fits:
+            lines.append(
+                f"worker {worker.get('name', address)} ({address}) owns GPU={gpus:g} but runs {threads} thread(s): "
+                f"{threads} trial(s) of gpus = {packing.gpus:g} at once there, not {fits}; start it with "
+                f"'hypersweep worker' (its threads follow the trials) or 'dask worker --nthreads {fits}'"
+            )
+    return lines
 
 
 def _number(value: Any) -> float | None:

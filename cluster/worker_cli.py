@@ -2,7 +2,8 @@
 
 For clusters no Dask deploy project covers: on each machine (with the project
 installed) run ``hypersweep worker tls://scheduler:8786 --tls ca.pem cert.pem key.pem``.
-The worker owns the machine's GPUs as ``GPU=n`` with ``n`` threads, or, without
+The worker owns the machine's GPUs as ``GPU=n`` with enough threads for the finest packing a spec
+allows (Dask's ``GPU`` resource caps how many trials run: two of ``gpus = 0.5`` per GPU), or, without
 GPUs, ``CPU=slots`` with one thread per slot. It is ``dask worker`` (with a nanny)
 underneath: this process checks the settings and that the scheduler answers, then
 becomes that command.
@@ -41,7 +42,7 @@ class WorkerOptions:
     name: str = ""
     insecure: bool = False
     connect_timeout: float = 10.0
-    trials_per_gpu: int = 1  # threads per GPU: trials packed on one GPU ([trainer] gpus = 1/k)
+    trials_per_gpu: int | None = None  # at most this many trials per GPU; None: as the trials ask (gpus = 1/k: k)
 
     def __post_init__(self) -> None:
         if self.gpus is not None and self.slots is not None:
@@ -50,7 +51,7 @@ class WorkerOptions:
             raise SettingError(f"--gpus={self.gpus}: must be >= 0")
         if self.slots is not None and self.slots < 1:
             raise SettingError(f"--slots={self.slots}: must be >= 1")
-        if self.trials_per_gpu < 1:
+        if self.trials_per_gpu is not None and self.trials_per_gpu < 1:
             raise SettingError(f"--trials-per-gpu={self.trials_per_gpu}: must be >= 1")
         if self.connect_timeout <= 0:
             raise SettingError(f"--timeout={self.connect_timeout:g}: must be > 0")

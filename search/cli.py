@@ -126,8 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--trials-per-gpu",
         type=int,
-        default=1,
-        help="trials one GPU holds at once, for [trainer] gpus = 1/k (default 1)",
+        default=None,
+        help="at most this many trials on one GPU at once (default: as many as the trials ask for, "
+        "[trainer] gpus = 1/k: k)",
     )
     worker.add_argument("--tls", nargs=3, metavar=("CA", "CERT", "KEY"), default=None, help="PEM files for mutual TLS")
     worker.add_argument("--host", default="", help="address the worker listens on (default: chosen by Dask)")
@@ -192,11 +193,15 @@ def _warn_insecure(exposure: str) -> None:
 
 def _warn_insecure_cluster(spec: CampaignSpec, options: RunOptions) -> None:
     """The cluster settings checked (as ``run``/``resume`` would), then the warnings: what ``--insecure`` lets
-    through, and (in one line) that a plain-TCP scheduler, on loopback too, runs anyone's code."""
-    from search.session.preflight import cluster_for
+    through, that a plain-TCP scheduler, on loopback too, runs anyone's code, and more local workers than cores
+    (each in one line)."""
+    from search.session.preflight import cluster_for, oversubscribed
 
     cluster = cluster_for(spec, options)  # every cluster setting checked first: a bad one is the spec's one line
     _warn_plain_tcp(cluster.plain_tcp_warning(), cluster.insecure_exposure() if options.insecure else "")
+    crowded = oversubscribed(cluster)
+    if crowded:
+        print(f"hypersweep: warning: {crowded}", file=sys.stderr)
     if options.insecure:
         _warn_insecure(cluster.insecure_exposure())
 

@@ -66,10 +66,12 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str
 
 
 def report_best(report_md: str) -> list[int]:
-    """The trial numbers in the report's "Best trials" table, in its order."""
+    """The trial numbers in the report's "Best trials" table, in its order (its "trial" column: a Pareto front has
+    no "rank" column before it)."""
     section = report_md.split("## Best trials", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| rank")]
-    return [int(row.split("|")[2]) for row in rows]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    at = [c.strip() for c in lines[0].split("|")].index("trial")
+    return [int(row.split("|")[at]) for row in lines[1:]]
 
 
 def dominated(a: tuple[float, ...], b: tuple[float, ...], signs: tuple[int, ...]) -> bool:

@@ -71,10 +71,11 @@ class Snapshot:
     complete: int
     pruned: int
     failed: int
-    running: int
+    running: int  # started on a worker
     budget: int
     best: float | None
     elapsed: float
+    queued: int = 0  # sent to the cluster, not started yet (waiting for a slot or a worker)
 
 
 class Campaign:
@@ -272,12 +273,14 @@ class Campaign:
 
     def snapshot(self) -> Snapshot:
         counts = self.ledger.counts
+        started = sum(1 for r in self.dispatch.running.values() if r.started_at is not None)
         return Snapshot(
             complete=counts["complete"],
             pruned=counts["pruned"],
             failed=counts["failed"],
-            running=len(self.dispatch.running),
+            running=started,
             budget=self.spec.study.n_trials,
             best=self.ledger.best,
             elapsed=self.budget.elapsed(),
+            queued=len(self.dispatch.running) - started,
         )

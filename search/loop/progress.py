@@ -25,7 +25,11 @@ def render(s: Snapshot) -> str:
     bar = "#" * filled + "-" * (width - filled)
     best = "-" if s.best is None else f"{s.best:.4g}"
     extra = "".join(f" {n} {label}" for n, label in ((s.pruned, "pruned"), (s.failed, "failed")) if n)
-    return f"[{bar}] {done}/{s.budget} done ({s.complete} ok{extra}), {s.running} running, best {best}, {_clock(s.elapsed)}"
+    queued = f", {s.queued} queued" if s.queued else ""
+    return (
+        f"[{bar}] {done}/{s.budget} done ({s.complete} ok{extra}), {s.running} running{queued}, best {best}, "
+        f"{_clock(s.elapsed)}"
+    )
 
 
 def in_notebook(stream: TextIO) -> bool:

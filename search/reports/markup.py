@@ -77,11 +77,17 @@ LONG_CELL = 40  # characters: a longer genome string wraps in a box of its own, 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
     """An HTML table inside a box that scrolls sideways when the table is wider than its section."""
-    head = "".join(f"<th>{e(c)}</th>" for c in columns)
+    head = "".join(f"<th>{_header(c)}</th>" for c in columns)
     thead = f"<thead><tr>{head}</tr></thead>" if any(columns) else ""
     body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
     klass = f' class="{e(cls)}"' if cls else ""
     return f'<div class="wide"><table{klass}>{thead}<tbody>{body}</tbody></table></div>'
+
+
+def _header(name: Any) -> str:
+    """A column name that may break after each '_' (``examples_to_target``): a header is never what makes a
+    table wider than its section."""
+    return "<wbr>".join(e(part) + "_" for part in str(name).split("_"))[:-1] if "_" in str(name) else e(name)
 
 
 def _cell(value: Any) -> str:

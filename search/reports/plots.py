@@ -23,6 +23,7 @@ from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
+from search.reports.axis_limits import robust_limits
 from search.reports.timing import Span, TimeAxis
 
 __all__ = [
@@ -185,8 +186,12 @@ def optimization_history(
     metric: str,
     cuts: Sequence[tuple[float, float]] = (),
     infeasible: Sequence[tuple[int, float]] = (),
+    front: Sequence[int] | None = None,
 ) -> Drawn:
     """Objective per trial number with the best so far, pruned and failed trials marked; best against wall time.
+
+    ``front``: the Pareto front's trial numbers of a multi-objective study, which has no best so far in one
+    objective: its trials are ringed instead, and the right panel shows the values against wall time.
 
     ``complete``: (number, value, seconds to its end); ``pruned``: (number, last reported
     value or None); ``failed``: numbers. A trial with no value sits on the bottom edge.
@@ -231,7 +236,12 @@ def optimization_history(
             label=label,
         )
         legend.append(label)
-    if xs:
+    if xs and front is not None:
+        on = [(n, v) for n, v, _t in ordered if n in set(front)]
+        label = f"on the Pareto front ({len(on)})"
+        left.plot([n for n, _ in on], [v for _, v in on], "o", mfc="none", mec="#d62728", ms=10, mew=1.6, label=label)
+        legend.append(label)
+    elif xs:
         last = max([*xs, *(n for n, _ in pruned), *failed, *(n for n, _ in infeasible)])
         best = _best_so_far(ys, maximize)
         left.step([*xs, last], [*best, best[-1]], where="post", color="#2ca02c", lw=2, label="best so far")
@@ -244,10 +254,17 @@ def optimization_history(
     by_time = sorted(ordered, key=lambda c: c[2])
     ts = [t for _n, _v, t in by_time]
     right.plot(ts, [v for _n, v, _t in by_time], "o", color=STATE_COLORS["COMPLETE"], ms=4, alpha=0.5)
-    right.step(ts, _best_so_far([v for _n, v, _t in by_time], maximize), where="post", color="#2ca02c", lw=2)
     right.set_xlabel(
         "run time (s), idle gaps between runs cut" if cuts else "run time since the first trial started (s)"
     )
+    if front is not None:
+        ringed = [(t, v) for n, v, t in by_time if n in set(front)]
+        right.plot([t for t, _ in ringed], [v for _, v in ringed], "o", mfc="none", mec="#d62728", ms=9, mew=1.4)
+        right.set_ylabel(metric)
+        right.set_title(f"{metric} against run time (Pareto front ringed)", fontsize=9)
+        legend += _cut_marks(right, cuts)
+        return _drawn(fig, legend)
+    right.step(ts, _best_so_far([v for _n, v, _t in by_time], maximize), where="post", color="#2ca02c", lw=2)
     right.set_ylabel(f"best {metric}")
     right.set_title(f"best so far against run time ({'feasible' if infeasible else 'complete'} trials)", fontsize=9)
     legend += _cut_marks(right, cuts)
@@ -268,12 +285,15 @@ def learning_curves(
     curves: Mapping[int, tuple[str, list[tuple[int, dict[str, float]]]]],
     metrics: Sequence[str],
     highlight: Sequence[int] = (),
+    ranked: bool = True,
 ) -> Drawn:
     """One panel per metric (two per row): every trial's reports against the step.
 
     Trials in ``highlight`` (the best, in order) are drawn thick, in colours no state
-    uses, and named in the legend; the others are thin and coloured by state. With
-    few trials every trial is named.
+    uses, and named in the legend with their rank (``ranked`` False: a Pareto front, which has none: "front");
+    the others are thin and coloured by state. With few trials every trial is named. A panel's y axis
+    stops short of values far out of the rest's range (a diverged trial's loss): those points are left out,
+    a triangle on the edge marks each trial cut, and the legend says so.
     """
     cols = 1 if len(metrics) == 1 else 2
     rows = math.ceil(len(metrics) / cols)
@@ -284,6 +304,7 @@ def learning_curves(
     colors = {n: palette[i % len(palette)] for i, n in enumerate(named)}
     rank = {n: i for i, n in enumerate(highlight, 1)}
     legend: list[str] = []
+    legend_cut: list[str] = []
     order: dict[str, tuple[int, int]] = {}  # the best first, by rank; then by trial number
     for ax, metric in zip(axes, metrics, strict=False):
         for number, (state, history) in sorted(curves.items(), key=lambda c: c[0] in rank):
@@ -294,7 +315,7 @@ def learning_curves(
             if number in colors:
                 label = (
                     f"trial {number}"
-                    + (f" (#{rank[number]})" if number in rank else "")
+                    + ((f" (#{rank[number]})" if ranked else " (front)") if number in rank else "")
                     + (f" {state.lower()}" if state != "COMPLETE" else "")
                 )
                 ax.plot(
@@ -314,7 +335,10 @@ def learning_curves(
                 ax.plot(xs, ys, "-", color=STATE_COLORS.get(state, "#7f7f7f"), alpha=0.35, lw=0.9)
         ax.set_xlabel("step (as reported)")
         _integer_ticks(ax.xaxis)
-        ax.set_title(metric, fontsize=10)
+        cut = robust_limits(ax, curves, metric)
+        ax.set_title(metric + (" (axis cut, see below)" if cut else ""), fontsize=10)
+        if cut:
+            legend_cut.append(f"{metric}: {cut}")
     for ax in axes[len(metrics) :]:
         ax.set_visible(False)
     pairs = sorted(zip(*axes[0].get_legend_handles_labels(), strict=True), key=lambda hl: order.get(hl[1], (2, 0)))
@@ -327,7 +351,7 @@ def learning_curves(
     ]
     legend += [f"other trials: {s.lower()}" for s in others]
     axes[0].legend(handles=handles, fontsize=8)
-    return _drawn(fig, legend)
+    return _drawn(fig, legend + legend_cut)
 
 
 def importance_bars(values: Mapping[str, float], metric: str) -> Drawn:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.reports import pbt_section, run_sections, scaling_section, sections
+from search.reports import architectures, pbt_section, run_sections, scaling_section, sections
 from search.reports.data import CampaignData, load_campaign, report_frame
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
@@ -31,19 +31,20 @@ __all__ = ["SECTION_REGISTRY", "SECTION_IDS", "ReportFiles", "write_report", "bu
 SECTION_REGISTRY: Registry[Callable[[CampaignData], Section]] = Registry("report section")
 for _id, _builder, _line in (
     ("spec", sections.spec, "the question, the searched space and the frozen spec"),
-    ("best", sections.best, "the best trials and their settings"),
+    ("best", sections.best, "the best trials and their settings (the Pareto front of a multi-objective study)"),
+    ("pareto", sections.pareto, "the Pareto front of a multi-objective study, drawn"),
+    ("architectures", architectures.architectures, "the best trials' architectures, drawn"),
+    ("scaling", scaling_section.scaling, "the batch-size scaling sweep: steps to target, the critical batch"),
+    ("pbt", pbt_section.pbt_section, "the population-based training lineage"),
     ("lr", sections.lr, "the learning-rate schedules of the best trials"),
-    ("history", sections.history, "the objective over the trials, with the best so far"),
+    ("history", sections.history, "the objective over the trials, with the best so far (one objective)"),
     ("curves", sections.curves, "the learning curves the trials reported"),
     ("importance", sections.importance, "which parameters mattered (Optuna's importances)"),
     ("pruning", sections.pruning, "what the pruner stopped, and when"),
     ("timeline", run_sections.timeline_section, "when each trial ran, on which worker"),
-    ("pareto", sections.pareto, "the Pareto front of a multi-objective study"),
-    ("scaling", scaling_section.scaling, "the batch-size scaling sweep: steps to target, the critical batch"),
     ("failures", run_sections.failures, "the failed trials and why"),
     ("environment", run_sections.environment, "the software and machines the campaign ran on"),
     ("reproduce", run_sections.reproduce, "the commands that re-run a trial"),
-    ("pbt", pbt_section.pbt_section, "the population-based training lineage"),
 ):
     SECTION_REGISTRY.add(_id, _builder, _line)
 SECTION_IDS = SECTION_REGISTRY.names()

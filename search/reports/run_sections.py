@@ -28,8 +28,14 @@ def timeline_section(data: CampaignData) -> Section:
         axis = data.time_axis(origin)
         use = utilization(spans, slot_count(data.environment, spans), axis)
         share = use["utilization"]
+        trials = len({s.number for s in spans})
+        runs = (
+            f" in {len(spans)} runs (segments: a trial resumed from its checkpoint runs again)"
+            if len(spans) > trials
+            else ""
+        )
         text = (
-            f"{len(spans)} trials on {len(use['per_worker'])} worker(s), {use['slots']} slot(s); "
+            f"{trials} trial(s){runs} on {len(use['per_worker'])} worker(s), {use['slots']} slot(s); "
             f"busy {use['busy_s']:.1f} s of {use['slots']} x {use['span_s']:.1f} s of run time: utilization "
             + (f"{share:.0%}" if share is not None else "n/a")
         )
@@ -47,14 +53,14 @@ def timeline_section(data: CampaignData) -> Section:
                 f"{longest[0]:.1f} s (trial {longest[1]})"
             )
         labels = worker_labels([s.worker for s in spans])
-        runs: dict[str, list[str]] = {}
+        order: dict[str, list[str]] = {}
         for s in spans:  # spans come sorted by worker, then start
-            runs.setdefault(s.worker, []).append(str(s.number))
+            order.setdefault(s.worker, []).append(str(s.number))
         rows = [
-            (labels.get(w, w), w, f"{u:.0%}" if u is not None else "n/a", " ".join(runs.get(w, [])))
+            (labels.get(w, w), w, f"{u:.0%}" if u is not None else "n/a", " ".join(order.get(w, [])))
             for w, u in use["per_worker"].items()
         ]
-        columns = ("worker", "address", "busy share of the run time", "trials, in order")
+        columns = ("worker", "address", "busy share of the run time", "trials, in the order they ran")
         drawn = plots.gantt(spans, labels, axis)
         body = note(text) + figure(drawn, "trials per worker over time, with the wait before each trial")
         body += table(columns, rows)

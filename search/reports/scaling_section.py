@@ -8,6 +8,7 @@ exactly what ``conclusion.txt`` and ``scaling.csv`` say.
 from __future__ import annotations
 
 import base64
+import math
 
 import pandas as pd
 
@@ -46,6 +47,14 @@ def _short_of_target(data: CampaignData) -> tuple[list[str], list[tuple[object, 
     return columns, rows
 
 
+def _short(value: object) -> object:
+    """A table number to 4 significant figures, or whole from 1,000 up (the CSV keeps it all); anything else as
+    it is."""
+    if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        return float(f"{value:.4g}") if abs(value) < 1000 else round(value)
+    return value
+
+
 def scaling(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         if data.scaling_dir is None:
@@ -59,8 +68,12 @@ def scaling(data: CampaignData) -> Section:
         csv = data.scaling_dir / Files.SCALING_TABLE
         if csv.exists():
             frame = pd.read_csv(csv)
-            body += "<h3>Per batch size</h3>" + table(list(frame.columns), frame.itertuples(index=False, name=None))
-            md += md_table(list(frame.columns), frame.itertuples(index=False, name=None)) + "\n\n"
+            rows = [tuple(_short(v) for v in row) for row in frame.itertuples(index=False, name=None)]
+            body += "<h3>Per batch size</h3>" + table(list(frame.columns), rows)
+            body += note(
+                f"numbers to 4 significant figures (whole from 1,000 up); {Files.SCALING}/{Files.SCALING_TABLE} holds them in full"
+            )
+            md += md_table(list(frame.columns), rows) + "\n\n"
         else:
             body += note(f"{Files.SCALING}/ holds no {Files.SCALING_TABLE}")
         if data.sweep is not None:

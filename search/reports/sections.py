@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
 from search.reports import plots
 from search.reports.data import (
     MAX_IMPORTANCE_TRIALS,
@@ -32,7 +34,8 @@ from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, l
 from search.spec.campaign_spec import CampaignSpec
 from search.store.records import spec_sha256_of
 from search.store.warm_marks import own_trials
-from search.vocab.terms import maximizing
+from search.vocab.terms import StopReason, maximizing
+from spaces.genomes import CELL_EDGES, CELL_OPS, CellSpace, LayerSpace
 
 __all__ = ["spec", "best", "lr", "history", "curves", "importance", "pruning", "pareto", "MAX_CURVE_TRIALS"]
 
@@ -61,16 +64,43 @@ def _space_rows(s: CampaignSpec) -> list[tuple[str, str]]:
         if not flat:
             continue  # a fixed value: in the frozen spec
         if list(flat) == [param.name]:
-            rows.append((param.name, repr(flat[param.name])))
+            rows.append((param.name, distribution_text(flat[param.name])))
         else:
             genomes = getattr(param, "space", None)
             rows.append(
                 (
                     param.name,
-                    f"architecture genome {genomes!r} (searched as {len(flat)} Optuna parameters {param.name}.*)",
+                    f"{_genome_space_text(genomes)} (searched as {len(flat)} Optuna parameters {param.name}.*)",
                 )
             )
     return rows
+
+
+def distribution_text(dist: BaseDistribution) -> str:
+    """An Optuna distribution in words: ``log-uniform float from 0.0001 to 0.3``, ``one of: adam, sgd``."""
+    if isinstance(dist, CategoricalDistribution):
+        return "one of: " + ", ".join(map(str, dist.choices))
+    if isinstance(dist, (FloatDistribution, IntDistribution)):
+        kind = "integer" if isinstance(dist, IntDistribution) else "float"
+        shape = "log-uniform " if dist.log else "uniform "
+        step = f" in steps of {dist.step:g}" if dist.step not in (None, 1) else ""
+        return f"{shape}{kind} from {dist.low:g} to {dist.high:g}{step}"
+    return repr(dist)
+
+
+def _genome_space_text(genomes: object) -> str:
+    if isinstance(genomes, CellSpace):
+        return (
+            f"a NAS-Bench-201 cell: one of {len(CELL_OPS)} ops ({', '.join(CELL_OPS)}) on each of its "
+            f"{len(CELL_EDGES)} edges, {genomes.size:,} cells"
+        )
+    if isinstance(genomes, LayerSpace):
+        limit = f", at most {genomes.max_params:,} parameters" if genomes.max_params else ""
+        return (
+            f"a stack of {genomes.min_depth} to {genomes.max_depth} layers, widths "
+            f"{', '.join(map(str, genomes.widths))}, kernels {', '.join(map(str, genomes.kernels))}{limit}"
+        )
+    return f"architecture genome {genomes!r}"
 
 
 def _spec_comment(text: str) -> str:
@@ -138,13 +168,14 @@ def best(data: CampaignData) -> Section:
         genomes = {t.number: genome_of(data.record(t), space) for t in top}
         has_genome = any(g and g not in chosen[n].values() for n, g in genomes.items())  # else a column shows it
         constraints = list(data.spec.study.constraints)  # each trial's value: <= 0 is feasible
-        columns = ["rank", "trial", *data.metrics, *constraints, "seed", "epochs", "duration s", *names]
-        columns += ["genome"] if has_genome else []
+        several = data.spec.study.multi_objective  # a front has no ranking: no rank column
+        columns = [*([] if several else ["rank"]), "trial", *data.metrics, *constraints, "seed", "epochs"]
+        columns += ["duration s", *names, *(["genome"] if has_genome else [])]
         rows = []
         for rank, t in enumerate(top, 1):
             r = data.record(t)
             row = [
-                rank,
+                *([] if several else [rank]),
                 r.number,
                 *(r.values or []),
                 *(t.constraints.get(name) for name in constraints),
@@ -154,7 +185,7 @@ def best(data: CampaignData) -> Section:
                 *(chosen[r.number].get(n) for n in names),
             ]
             rows.append(row + ([genomes[r.number]] if has_genome else []))
-        label = "Pareto front" if data.spec.study.multi_objective else f"the {len(top)} best complete trials"
+        label = _front_text(data, len(top)) if several else f"the {len(top)} best complete trials"
         if data.sweep is not None:
             label = f"the {len(top)} trials with the fewest steps to target: {data.sweep.counts_text()}"
         else:
@@ -162,6 +193,15 @@ def best(data: CampaignData) -> Section:
         return f"<p>{e(label)}</p>" + table(columns, rows), f"{label}:\n\n" + md_table(columns, rows)
 
     return guard("Best trials", build)
+
+
+def _front_text(data: CampaignData, n: int) -> str:
+    """What a multi-objective study's table shows: its Pareto front, which has no single ranking."""
+    goals = ", ".join(f"{d} {m}" for d, m in zip(data.directions, data.metrics, strict=True))
+    return (
+        f"the Pareto front: {n} trial(s), none better than another in every objective ({goals}); a front has "
+        f"no single ranking, so none is 'the best': listed by {data.metrics[0]}, not ranked"
+    )
 
 
 def lr(data: CampaignData) -> Section:
@@ -229,7 +269,15 @@ def history(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         if not data.complete():
             raise LeftOut("no complete trial yet")
-        body, md = "", ""
+        several = data.spec.study.multi_objective
+        front = [t.number for t in data.best()] if several else None
+        body = md = ""
+        if several:
+            text = (
+                "A multi-objective study has no single best, so no best-so-far line: each objective's value per "
+                f"trial, the {len(front or [])} trial(s) of the Pareto front ringed."
+            )
+            body, md = note(text), text + "\n\n"
         for i, (metric, direction) in enumerate(zip(data.metrics, data.directions, strict=True)):
             points = history_points(data, i)
             drawn = plots.optimization_history(
@@ -240,22 +288,27 @@ def history(data: CampaignData) -> Section:
                 metric,
                 points.cuts,
                 points.infeasible,
+                front,
             )
             values = [v for _n, v, _t in points.complete]
+            extreme = "highest" if maximizing(direction) else "lowest"
             counts = (
                 f"{len(points.complete)} complete, {len(points.pruned)} pruned, {len(points.failed)} failed; "
-                f"best {fmt(_best_value(values, direction)) if values else 'none yet'}"
+                + (f"{extreme} " if several else "best ")
+                + (fmt(_best_value(values, direction)) if values else "none yet")
             )
             if points.infeasible:
                 counts += f"; {len(points.infeasible)} infeasible (hollow, not in the best so far)"
             if points.not_reached:
                 counts += f"; not drawn: {len(points.not_reached)} that never reached the target"
-            body += figure(drawn, f"optimization history of {metric}: {counts}, with the best so far")
+            shows = "the Pareto front ringed" if several else "with the best so far"
+            body += figure(drawn, f"optimization history of {metric}: {counts}, {shows}")
             body += note(f"{metric}: {counts}")
             md += f"- {metric}: {counts}\n"
         return body, md
 
-    return guard("Optimization history and best so far", build)
+    title = "Optimization history" + ("" if data.spec.study.multi_objective else " and best so far")
+    return guard(title, build)
 
 
 def _best_value(values: Sequence[float], direction: str) -> float:
@@ -278,10 +331,17 @@ def curves(data: CampaignData) -> Section:
         metrics = [m for m in reported_metrics if m in seen] + extra
         if not metrics:
             raise LeftOut(f"the trials reported none of the study's metrics ({', '.join(reported_metrics)})")
-        drawn = plots.learning_curves(shown, metrics, top)
-        cut = f" (the best {len(top)} and the first others, of {len(reported)})" if len(reported) > len(shown) else ""
-        best_text = f"the best: trial(s) {', '.join(map(str, top))}, drawn thick; " if top else ""
+        several = data.spec.study.multi_objective
+        drawn = plots.learning_curves(shown, metrics, top, ranked=not several)
+        who = f"{len(top)} of the front" if several else f"best {len(top)}"
+        cut = f" (the {who} and the first others, of {len(reported)})" if len(reported) > len(shown) else ""
+        best_text = (
+            f"{'the Pareto front' if several else 'the best'}: trial(s) {', '.join(map(str, top))}, drawn thick; "
+            if top
+            else ""
+        )
         text = f"{len(shown)} trials{cut}; {best_text}the others coloured by their final state"
+        text += "".join(f"; {line}" for line in drawn.legend if ": " in line and "cut off" in line)
         body = figure(drawn, "learning curves") + note(text)
         return body, f"Learning curves of {len(shown)} trials for {', '.join(metrics)}: {text} (figure in index.html)."
 
@@ -325,6 +385,40 @@ def importance(data: CampaignData) -> Section:
     return guard(title, build)
 
 
+EARLY_STOPS = (StopReason.PRUNED.value, StopReason.TARGET_REACHED.value)  # decisions that save epochs
+
+
+def _epochs_not_trained(data: CampaignData) -> str:
+    """Where the epochs the trials did not train went: early stops (the pruner, a scaling target), failures,
+    time limits; only what happened is said."""
+    budget = data.spec.trainer.epochs
+    early = failed = timed = 0.0
+    stopped: dict[str, int] = {}
+    for r in data.records():
+        left = max(0.0, budget - epochs_spent(r))
+        if r.stop_reason in EARLY_STOPS or (r.state.name == "PRUNED" and not r.stop_reason):
+            why = "at the scaling target" if r.stop_reason == StopReason.TARGET_REACHED.value else "by the pruner"
+            early, stopped[why] = early + left, stopped.get(why, 0) + 1
+        elif r.state.name == "FAIL":
+            failed += left
+        elif r.stop_reason:
+            timed += left
+    total = budget * len(data.trials)
+    pruner = data.spec.study.pruner
+    if stopped:
+        share = f" ({early / total:.0%})" if total else ""
+        how = ", ".join(f"{n} trial(s) stopped {why}" for why, n in sorted(stopped.items()))
+        parts = [f"pruner {pruner}; epochs not trained thanks to early stopping: {early:g} of {total:g}{share} ({how})"]
+    else:
+        parts = [f"pruner {pruner}; no trial was stopped early" + (" (no pruner)" if pruner == "none" else "")]
+    n_failed = sum(1 for r in data.records() if r.state.name == "FAIL")
+    if failed:
+        parts.append(f"{failed:g} epochs not trained because {n_failed} trial(s) failed")
+    if timed:
+        parts.append(f"{timed:g} epochs cut by the time budget or a trial timeout")
+    return "; ".join(parts)
+
+
 def pruning(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         if not data.trials:
@@ -337,11 +431,9 @@ def pruning(data: CampaignData) -> Section:
             if r.stop_reason:
                 reasons[r.stop_reason] = reasons.get(r.stop_reason, 0) + 1
         total = sum(sum(v) for v in per_state.values())
-        budget = data.spec.trainer.epochs * len(data.trials)
         rows = [(state, counts.get(state, len(spent)), sum(spent)) for state, spent in sorted(per_state.items())]
         rows.append(("total", len(data.trials), total))
-        saved = f"{budget - total:g} of {budget:g} epochs ({(budget - total) / budget:.0%})" if budget else "n/a"
-        text = f"pruner {data.spec.study.pruner}; epochs not trained thanks to early stopping: {saved}"
+        text = _epochs_not_trained(data)
         body = note(text) + table(("state", "trials", "epochs trained"), rows)
         if reasons:
             body += "<h3>Stop reasons</h3>" + table(("reason", "trials"), sorted(reasons.items()))
@@ -358,22 +450,18 @@ def pareto(data: CampaignData) -> Section:
             raise LeftOut("a single-objective study has no Pareto front")
         front = own_trials(data.study.best_trials)  # not warm-start copies
         names = data.metrics
-        chosen = {t.number: searched_params(data.record(t), data.spec.space) for t in front}
-        params = list(dict.fromkeys(k for p in chosen.values() for k in p))
-        rows: list[Sequence[Any]] = [
-            (t.number, *t.values, *(chosen[t.number].get(k) for k in params))
-            for t in sorted(front, key=lambda t: t.values[0])
-        ]
-        columns = ["trial", *names, *params]
-        body = table(columns, rows)
+        text = (
+            f"{len(front)} trial(s) on the front (red, joined), the other complete trials grey: along the front one "
+            f"objective is bought with another, so which to take is the reader's choice. The front's trials and "
+            "their settings are in the Best trials table above."
+        )
+        body = note(text)
         if len(names) >= 2 and data.complete():
             points = [(t.values[0], t.values[1]) for t in data.complete()]
-            body = (
-                figure(
-                    plots.pareto(points, [(t.number, t.values[0], t.values[1]) for t in front], names), "Pareto front"
-                )
-                + body
-            )
-        return body, md_table(columns, rows)
+            drawn = plots.pareto(points, [(t.number, t.values[0], t.values[1]) for t in front], names)
+            body = figure(drawn, "Pareto front") + body
+            if len(names) > 2:
+                body += note(f"drawn in the first two objectives only ({names[0]}, {names[1]})")
+        return body, text
 
     return guard("Pareto front", build)

@@ -20,18 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from search.scaling.lr_rule import LRRuleFit
 from search.scaling.mccandlish import ScalingFit
 from search.scaling.measured import limit_intervals, outside_text, ratio_sentence
+from search.scaling.numbers import approx
 from search.scaling.regimes import MAXIMAL_EFFICIENCY, PERFECT_EFFICIENCY, Regime, regime_boundaries
 
 __all__ = ["conclusion", "lr_sentence", "boundary_text"]
 
 
-def _num(x: float) -> str:
-    """A batch size or count for prose: 3 significant figures, thousands separated."""
-    if not math.isfinite(x):
-        return "∞"
-    if x >= 10:
-        return f"{float(f'{x:.3g}'):,.0f}"
-    return f"{x:.3g}" if x >= 1 else f"{x:.2g}"
+_num = approx  # a batch size or count for prose: as the figures and the report write it
 
 
 def _listed(values: Sequence[int]) -> str:

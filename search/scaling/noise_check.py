@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from search.scaling.numbers import approx
+
 __all__ = ["RunMean", "NoisePrediction", "run_means", "noise_prediction", "FACTOR"]
 
 FACTOR = 2.0  # "predicts B_crit" means within this factor either way
@@ -107,7 +109,7 @@ class NoisePrediction:
     def sentence(self) -> str:
         """The comparison in one paragraph, stating what was averaged and what was left out."""
         level = f"{self.ci:.0%}"
-        runs = ", ".join(f"{r.mean:,.0f} (B={b}, {r.readings} readings)" for b, r in self.runs.items())
+        runs = ", ".join(f"{approx(r.mean)} (B={b}, {r.readings} readings)" for b, r in self.runs.items())
         left = sum(r.left_out for r in self.runs.values())
         s_lo, s_hi = self.b_simple_interval
         c_lo, c_hi = self.b_crit_interval
@@ -130,8 +132,7 @@ class NoisePrediction:
         )
 
 
-def _fmt(x: float) -> str:
-    return "∞" if math.isinf(x) else f"{float(f'{x:.3g}'):,.0f}" if x >= 10 else f"{x:.3g}"
+_fmt = approx  # as the conclusion, the figures and the report write it
 
 
 def _fmt_ratio(x: float) -> str:

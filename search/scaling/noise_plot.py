@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from search.scaling.noise_check import FACTOR, NoisePrediction
+from search.scaling.numbers import approx
 
 __all__ = ["draw_noise_vs_b_crit", "plot_noise_vs_b_crit"]
 
@@ -29,14 +30,14 @@ def draw_noise_vs_b_crit(p: NoisePrediction) -> Figure:
     x_lo, x_hi = sizes[0] / 2, sizes[-1] * 2
     c_lo, c_hi = p.b_crit_interval
     ax.axhspan(max(c_lo, bottom), min(c_hi, top), color="#f4cccc", alpha=0.6, linewidth=0)
-    ax.axhline(p.b_crit, color="#b22222", linewidth=2, label=f"B_crit≈{p.b_crit:,.0f} (fit of steps to target)")
+    ax.axhline(p.b_crit, color="#b22222", linewidth=2, label=f"B_crit≈{approx(p.b_crit)} (fit of steps to target)")
     ax.plot([], [], "s", color="#f4cccc", markersize=10, label=f"B_crit {p.ci:.0%} interval")
     for factor in (FACTOR, 1 / FACTOR):
         ax.axhline(p.b_crit * factor, color="#b22222", linestyle=":", linewidth=1)
     ax.plot([], [], ":", color="#b22222", label=f"B_crit ×{FACTOR:g} and ÷{FACTOR:g}")
     s_lo, s_hi = p.b_simple_interval
     ax.axhspan(max(s_lo, bottom), min(s_hi, top), color="#c6dbef", alpha=0.6, linewidth=0)
-    ax.axhline(p.b_simple, color="#08519c", linestyle="--", label=f"B_simple, mean of the runs ≈{p.b_simple:,.0f}")
+    ax.axhline(p.b_simple, color="#08519c", linestyle="--", label=f"B_simple, mean of the runs ≈{approx(p.b_simple)}")
     ax.plot([], [], "s", color="#c6dbef", markersize=10, label=f"its {p.ci:.0%} t interval over the runs")
     for b, r in zip(sizes, runs, strict=True):
         low, high = max(r.low, bottom), min(r.high, top)

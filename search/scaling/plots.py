@@ -20,6 +20,7 @@ from matplotlib.ticker import FuncFormatter
 
 from search.scaling.lr_rule import LRRuleFit
 from search.scaling.mccandlish import ScalingFit
+from search.scaling.numbers import approx
 from search.scaling.profile import steps_band
 from search.scaling.regimes import MAXIMAL_EFFICIENCY, PERFECT_EFFICIENCY, Regime, regime_boundaries
 
@@ -105,7 +106,7 @@ def _band(fit: ScalingFit, interval: tuple[float, float], x: np.ndarray) -> tupl
 
 def _interval_label(interval: tuple[float, float], ci: float) -> str:
     low, high = interval
-    return f"B_crit {ci:.0%} interval {low:.3g}–{'∞' if math.isinf(high) else f'{high:.3g}'}"
+    return f"B_crit {ci:.0%} interval {approx(low)}–{approx(high)}"
 
 
 def _draw_b_crit(
@@ -129,7 +130,7 @@ def _draw_b_crit(
             fit.b_crit,
             color=colour,
             linestyle=":",
-            label=f"B_crit≈{fit.b_crit:.3g}" + (" (outside the measured B: extrapolated)" if outside else ""),
+            label=f"B_crit≈{approx(fit.b_crit)}" + (" (outside the measured B: extrapolated)" if outside else ""),
         )
     if interval is None:
         return
@@ -230,7 +231,7 @@ def draw_steps_to_target(
             ci,
             curve=np.asarray(fit.predict_steps(x)),
             scale=1,
-            label=f"fit: S_min={fit.s_min:.3g} (its B→∞ limit: extrapolated), B_noise={fit.b_noise:.3g}",
+            label=f"fit: S_min≈{approx(fit.s_min)} (its B→∞ limit: extrapolated), B_noise≈{approx(fit.b_noise)}",
             colour="tab:blue",
             bar_colour="tab:blue",
             minimum=fit.s_min,
@@ -302,7 +303,7 @@ def draw_examples_to_target(
             ci,
             curve=np.asarray(fit.predict_examples(x)),
             scale=x,
-            label=f"fit: E_min={fit.e_min:.3g}",
+            label=f"fit: E_min≈{approx(fit.e_min)}",
             colour="tab:orange",
             bar_colour="tab:red",
             minimum=fit.e_min,

@@ -21,7 +21,7 @@ from spaces.errors import InputError
 if TYPE_CHECKING:
     from search.session.options import RunOptions
 
-__all__ = ["cluster_for", "check_workers_flag"]
+__all__ = ["cluster_for", "check_workers_flag", "oversubscribed"]
 
 _TLS_FLAG = ("CA", "CERT", "KEY")
 
@@ -87,3 +87,21 @@ def _check_widths(spec: CampaignSpec, cluster: ClusterOptions) -> None:
             f"{n_workers} worker(s) have {per_worker * n_workers:g} in all ({per_worker:g} each); "
             f"lower it or raise {fix}",
         )
+
+
+def oversubscribed(cluster: ClusterOptions) -> str:
+    """One warning line when the embedded cluster runs more CPU trials at once than this machine has cores
+    (they share the cores, so each runs slower and the campaign gains nothing); "" otherwise."""
+    from cluster.backends import local_shape
+
+    if cluster.backend is None or cluster.backend.kind != "local":
+        return ""
+    n_workers, resources = local_shape(cluster)
+    cores = os.cpu_count() or 1
+    slots = int(n_workers * resources.get("CPU", 0))
+    if slots <= cores:
+        return ""
+    return (
+        f"{n_workers} worker(s) with {slots} CPU slot(s) on {cores} core(s): trials share the cores and each runs "
+        f"slower; --workers {cores} (one per core) is usually faster"
+    )

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -161,6 +162,7 @@ def _execute(
 ) -> None:
     """Run the campaign: a ``new`` study (seeded with its warm start and enqueued trials), or a resumed one."""
     from cluster import DaskExecutor
+    from cluster.packing import thread_shortfall
     from search.loop.campaign import Campaign, CampaignError
     from search.loop.progress import Progress
     from search.loop.supply import campaign_sampler
@@ -182,7 +184,10 @@ def _execute(
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     try:
         with open_cluster(cluster, env=env) as client:
-            record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
+            info = scheduler_info(client)
+            record_environment(folder.environment, capture_environment(info, spec))
+            for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
+                print(f"hypersweep: warning: {line}", file=sys.stderr)
             executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
             Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
         final_snapshot(study._storage)  # readers of a big journal (status, report, resume) replay nothing
@@ -293,8 +298,7 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
 
 def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> str:
     """The end-of-campaign table, the trials by state (COMPLETE, PRUNED and FAIL always) and where to find everything."""
-    import pandas as pd
-
+    from search.reports.console import closing_lines, fit_table, wrap
     from search.reports.summary import best_table, ranking, state_counts
 
     directions = spec.objective_directions
@@ -310,16 +314,14 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
         shown, notes = [by_number[n] for n in view.ranked[:5]], [view.counts_text()]
     table = best_table(study, spec.objective_metrics, directions, shown=shown)
     title = "Pareto front" if spec.study.multi_objective else "Best trials"
-    with pd.option_context("display.max_columns", 30, "display.width", 200, "display.precision", 4):
-        body = table.drop(columns=["reason"], errors="ignore").to_string(index=False) if not table.empty else "(none)"
-    body += "".join(f"\n{note}" for note in notes)
+    body = fit_table(table) + "".join(f"\n{wrap(note)}" for note in notes)
     url = storage_url(spec.study.storage, folder)
     objectives = ", ".join(f"{m} {d}" for m, d in zip(spec.objective_metrics, spec.objective_directions))
     sweep = ""
     if spec.scaling is not None and folder.scaling_conclusion.exists():
         sweep = (
             f"Batch-size scaling ({spec.study.metrics[0]} target {spec.scaling.target:g}):\n"
-            f"{folder.scaling_conclusion.read_text().strip()}\n"
+            f"{wrap(folder.scaling_conclusion.read_text().strip())}\n"
             f"table and plots: {os.path.relpath(folder.scaling)}\n\n"
         )
     counts = state_counts(study)
@@ -330,5 +332,10 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
         f"trials: {tally}\n"
         f"campaign folder: {os.path.relpath(folder.root)}\n"
         f"storage: {url}\n"
-        f"trials table: {os.path.relpath(folder.summary)}"
+        f"trials table: {os.path.relpath(folder.summary)}\n"
+        + closing_lines(
+            os.path.relpath(folder.root),
+            shown[0].number if shown else None,
+            "a Pareto-front trial" if spec.study.multi_objective else "the best trial",
+        )
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cluster.packing import GpuPacking
+from cluster.packing import MAX_TRIALS_PER_GPU, GpuPacking
 from search.spec.table import SpecTable
 
 __all__ = ["GPU_KEYS", "GPU_MEMORY", "OOM_RETRY", "MAX_TRIALS_PER_GPU", "check_gpus", "gpu_fields", "gpu_packing"]
@@ -21,7 +21,6 @@ __all__ = ["GPU_KEYS", "GPU_MEMORY", "OOM_RETRY", "MAX_TRIALS_PER_GPU", "check_g
 GPU_KEYS = ("gpus", "gpu_memory", "gpu_headroom", "oom_retry")
 GPU_MEMORY = ("none", "auto")
 OOM_RETRY = ("none", "accumulate")
-MAX_TRIALS_PER_GPU = 64
 MAX_GPUS = 1024
 
 

@@ -38,6 +38,7 @@ from cluster.backends import (
     worker_args,
 )
 from cluster.errors import InvalidSetting
+from cluster.packing import MAX_TRIALS_PER_GPU
 from search.spec.campaign_spec import load_spec
 from search.spec.table import SpecError
 from tests.campaign_storage import load
@@ -420,7 +421,8 @@ def test_cpu_only_jobs_split_cores_into_cpu_slots() -> None:
     assert argv[0] == sys.executable  # no prologue: the python this campaign runs on (a shared file system)
     assert flag(argv, "--nthreads") == "4" and flag(argv, "--resources") == "CPU=4" and flag(argv, "--nworkers") == "2"
     assert worker_args(0, 3) == ["--nthreads", "3", "--resources", "CPU=3"]
-    assert worker_args(2, 3) == ["--nthreads", "2", "--resources", "GPU=2"]
+    assert worker_args(2, 3, 1) == ["--nthreads", "2", "--resources", "GPU=2"]
+    assert worker_args(2, 3) == ["--nthreads", str(2 * MAX_TRIALS_PER_GPU), "--resources", "GPU=2"]  # as trials ask
 
 
 @needs_jobqueue

@@ -17,6 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from cluster.packing import MAX_TRIALS_PER_GPU
 from tests.campaign_storage import load
 from tests.search.toy_specs import toy_toml
 
@@ -105,7 +106,10 @@ def flag(argv: list[str], name: str) -> str:
 def test_the_printed_worker_command_owns_the_gpus() -> None:
     argv = printed("tcp://127.0.0.1:8786", "--gpus", "4", "--name", "node7")
     assert argv[1:4] == ["-m", "distributed.cli.dask_worker", "tcp://127.0.0.1:8786"]
-    assert (flag(argv, "--nthreads"), flag(argv, "--resources"), flag(argv, "--nworkers")) == ("4", "GPU=4", "1")
+    assert (flag(argv, "--resources"), flag(argv, "--nworkers")) == ("GPU=4", "1")
+    assert flag(argv, "--nthreads") == str(4 * MAX_TRIALS_PER_GPU)  # as the trials ask: Dask's GPU=4 caps them
+    capped = printed("tcp://127.0.0.1:8786", "--gpus", "4", "--trials-per-gpu", "2")
+    assert flag(capped, "--nthreads") == "8"
     assert flag(argv, "--name") == "node7" and flag(argv, "--host") == "127.0.0.1"
     assert "--nanny" in argv and "--no-dashboard" in argv
 
@@ -236,3 +240,75 @@ def test_a_scheduler_that_starts_listening_late_is_waited_for_and_a_refusal_ends
         server.close()
     with pytest.raises(ClusterError, match="within 0.5s"):
         check_reachable(f"tcp://127.0.0.1:{port}", timeout=0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_started_with_one_fake_gpu_runs_two_half_gpu_trials_at_once(tmp_path: Path) -> None:
+    """``hypersweep worker --gpus 1`` on a machine without CUDA (a fake GPU: only Dask's resource): two trials of
+    ``gpus = 0.5`` run at once, two of ``gpus = 1`` one after the other (Dask's resource caps the threads)."""
+    from distributed import Client
+
+    from cluster.executor import DaskExecutor, Finished, GpuPacking, Started, TrialRequest
+    from cluster.packing import thread_shortfall
+    from trainers.api import TrialConfig
+
+    with scheduler(tmp_path) as (address, _file, procs):
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "search", "worker", address, "--gpus", "1", "--name", "fake-gpu"],
+                env={**env(), "CUDA_VISIBLE_DEVICES": ""},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+        wait_for(lambda: len(workers(address)) == 1, 60, "the worker")
+        (worker,) = workers(address).values()
+        assert worker["resources"] == {"GPU": 1.0} and worker["nthreads"] >= 2, worker
+        assert thread_shortfall({"workers": {worker["address"]: worker}}, GpuPacking(gpus=0.5)) == []  # no warning
+        spans: dict[float, list[tuple[float, float]]] = {}
+        with Client(address, timeout=10) as client:
+            for gpus in (0.5, 1.0):
+                executor = DaskExecutor(client, f"fake-gpu-{gpus:g}", packing=GpuPacking(gpus=gpus))
+                for number in range(2):
+                    log_dir = str(tmp_path / f"{gpus:g}" / str(number))
+                    config = TrialConfig(
+                        "fake", number, {}, seed=number, epochs=1, options={"steps": 15}, log_dir=log_dir
+                    )
+                    executor.submit(TrialRequest(number, "gpu_trainers:visible_fit", config))
+                started: dict[int, float] = {}
+                ended: dict[int, float] = {}
+                deadline = time.monotonic() + 60
+                while len(ended) < 2 and time.monotonic() < deadline:
+                    for event in executor.events(0.5):
+                        if isinstance(event, Started):
+                            started[event.number] = time.monotonic()
+                        elif isinstance(event, Finished):
+                            assert event.outcome.ok, event.outcome.error
+                            ended[event.number] = time.monotonic()
+                executor.close()
+                assert len(ended) == 2, (started, ended)
+                spans[gpus] = [(started[n], ended[n]) for n in range(2)]
+    (a0, a1), (b0, b1) = sorted(spans[0.5])
+    assert b0 < a1, spans  # the second half-GPU trial started before the first ended: both ran at once
+    (c0, c1), (d0, d1) = sorted(spans[1.0])
+    assert d0 >= c1 - 0.2, spans  # whole-GPU trials one at a time: Dask's GPU=1 caps the threads
+
+
+def test_the_controller_says_when_a_gpu_worker_has_fewer_threads_than_its_gpus_hold_trials() -> None:
+    """A worker started by hand with Dask's own ``dask worker --resources GPU=1`` (one thread): its scheduler record
+    gives one warning line naming the worker and the fix; a worker with the threads gives none."""
+    from cluster.packing import GpuPacking, thread_shortfall
+
+    info = {
+        "workers": {
+            "tcp://10.0.0.7:4000": {"name": "node7", "nthreads": 1, "resources": {"GPU": 1.0}},
+            "tcp://10.0.0.8:4000": {"name": "node8", "nthreads": 64, "resources": {"GPU": 1.0}},
+            "tcp://10.0.0.9:4000": {"name": "cpu", "nthreads": 1, "resources": {"CPU": 1.0}},
+        }
+    }
+    (line,) = thread_shortfall(info, GpuPacking(gpus=0.5))
+    assert line.startswith("worker node7 (tcp://10.0.0.7:4000) owns GPU=1 but runs 1 thread(s)")
+    assert "1 trial(s) of gpus = 0.5 at once there, not 2" in line and "--nthreads 2" in line
+    assert thread_shortfall(info, GpuPacking(gpus=1.0)) == []  # whole-GPU trials: one thread per GPU is enough

@@ -129,6 +129,8 @@ def test_a_pbt_campaign_on_two_workers_ranks_everyone_at_every_rung_and_replays(
     page = write_report(folder.root).index.read_text()
     section = page.split('<section id="pbt">')[1].split("</section>")[0]
     assert f"{bad.number} &lt;- {lineage[0]['source']}" in section and "4 rung" not in section
+    timeline_text = page.split('<section id="timeline">')[1].split("</section>")[0]
+    assert "4 trial(s) in 12 runs (segments" in timeline_text  # members, not segments, are the trials
     spans = timeline(study.get_trials())
     assert len(spans) == 12 and sum(s.asked is not None for s in spans) == 8  # 4 x 3 segments; waits before 2nd, 3rd
     # reproduce replays its whole chain: its first segment, then the source's weights at epoch 2, then its own

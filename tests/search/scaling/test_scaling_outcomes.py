@@ -15,6 +15,7 @@ from matplotlib.collections import PolyCollection
 from search.scaling.conclusion import conclusion
 from search.scaling.fit import classify_regimes, fit_mccandlish
 from search.scaling.measured import doubling_ratios, limit_intervals, measured_regime, ratio_sentence
+from search.scaling.numbers import approx
 from search.scaling.outcomes import TargetOutcome, goal_of, status_lines, sweep_outcomes
 from search.scaling.plots import draw_noise_scale
 from search.scaling.regimes import Regime
@@ -203,10 +204,10 @@ def test_the_steps_plot_draws_the_fit_dashed_where_nothing_was_measured() -> Non
     lines = {str(line.get_label()): line for line in fig.axes[0].get_lines()}
     dashed = lines["the fit outside the measured batch sizes (extrapolated)"]
     assert dashed.get_linestyle() == "--"
-    solid = next(line for label, line in lines.items() if label.startswith("fit: S_min="))
+    solid = next(line for label, line in lines.items() if label.startswith("fit: S_min≈"))
     assert min(solid.get_xdata()) >= 8 and max(solid.get_xdata()) <= 256
     assert "(its B→∞ limit: extrapolated)" in solid.get_label()
-    assert f"B_crit≈{fit.b_crit:.3g} (outside the measured B: extrapolated)" in lines
+    assert f"B_crit≈{approx(fit.b_crit)} (outside the measured B: extrapolated)" in lines
 
 
 def test_the_end_of_run_summary_of_a_sweep_ranks_only_trials_that_reached_the_target(tmp_path: Path) -> None:

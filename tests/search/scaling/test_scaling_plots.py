@@ -12,6 +12,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
 from search.scaling.fit import ScalingFit, bootstrap_b_crit, fit_mccandlish, lr_rule_fit
+from search.scaling.numbers import approx
 from search.scaling.plots import (
     draw_examples_to_target,
     draw_steps_to_target,
@@ -69,7 +70,7 @@ def test_the_b_crit_interval_is_drawn_as_a_band_and_an_error_bar(draw) -> None: 
     draw(fig.add_subplot(), SIZES, values, fit, b_crit_interval=(low, high))
     labels = _labels(fig)
     assert "fits with B_crit in its 90% interval" in labels
-    assert f"B_crit 90% interval {low:.3g}–{high:.3g}" in labels
+    assert f"B_crit 90% interval {approx(low)}–{approx(high)}" in labels
     band = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
     assert len(band) == 1
     bar = [line for line in fig.axes[0].lines if line.get_label().startswith("B_crit 90% interval")][0]
@@ -90,7 +91,7 @@ def test_an_interval_open_above_or_off_the_plot_says_so() -> None:
     draw_steps_to_target(
         fig.add_subplot(), [8, 16, 32, 64], [8000, 4100, 2000, 1000], halving, b_crit_interval=(1017.0, float("inf"))
     )
-    assert "B_crit 90% interval 1.02e+03–∞ (off the plot)" in _labels(fig)
+    assert "B_crit 90% interval 1,020–∞ (off the plot)" in _labels(fig)  # as the conclusion writes it
 
 
 def test_lr_and_noise_scale_plots_are_written(tmp_path: Path) -> None:

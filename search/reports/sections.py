@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial
 
 from search.reports import plots
 from search.reports.data import (
@@ -31,7 +32,6 @@ from search.reports.data import (
     searched_params,
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
-from search.spec.campaign_spec import CampaignSpec
 from search.store.records import spec_sha256_of
 from search.store.warm_marks import own_trials
 from search.vocab.terms import StopReason, maximizing
@@ -47,7 +47,12 @@ def _question(data: CampaignData) -> str:
     s = data.spec
     goals = " and ".join(f"{d} {m}" for d, m in zip(s.objective_directions, s.objective_metrics, strict=True))
     goals += f" (optimizer steps until {data.sweep.target_text})" if data.sweep else ""
-    searched = ", ".join(name for name, _what in _space_rows(s)) or "no parameters"
+    searched = ", ".join(name for name, _what in _space_rows(data)) or "no parameters"
+    if s.trainer.objective:  # define-by-run: no epochs of ours, the objective suggests what it searches
+        return (
+            f"Which settings of {searched} (as the objective suggested them) {goals} for the objective "
+            f"{s.trainer.entry}, within {s.study.n_trials} trials of the {s.study.sampler} sampler?"
+        )
     dataset = dataset_of(s)
     on = f" on {dataset!r}" if dataset else ""
     return (
@@ -56,8 +61,11 @@ def _question(data: CampaignData) -> str:
     )
 
 
-def _space_rows(s: CampaignSpec) -> list[tuple[str, str]]:
+def _space_rows(data: CampaignData) -> list[tuple[str, str]]:
     """Each searched parameter and what it ranges over; an architecture as one row, not its flat parameters."""
+    s = data.spec
+    if s.trainer.objective:
+        return _suggested_rows(data.trials)
     rows = []
     for param in s.space:
         flat = param.distributions()
@@ -74,6 +82,26 @@ def _space_rows(s: CampaignSpec) -> list[tuple[str, str]]:
                 )
             )
     return rows
+
+
+def _suggested_rows(trials: Sequence[FrozenTrial]) -> list[tuple[str, str]]:
+    """A define-by-run objective's space: each parameter its trials suggested, the distribution of its first
+    suggestion, and in how many trials it was suggested where not in all (a conditional parameter)."""
+    first: dict[str, BaseDistribution] = {}
+    count: dict[str, int] = {}
+    asked = [t for t in trials if t.distributions]
+    for trial in asked:
+        for name, dist in trial.distributions.items():
+            first.setdefault(name, dist)
+            count[name] = count.get(name, 0) + 1
+    return [
+        (
+            name,
+            distribution_text(dist)
+            + ("" if count[name] == len(asked) else f" (in {count[name]} of {len(asked)} trials)"),
+        )
+        for name, dist in first.items()
+    ]
 
 
 def distribution_text(dist: BaseDistribution) -> str:
@@ -103,6 +131,12 @@ def _genome_space_text(genomes: object) -> str:
     return f"architecture genome {genomes!r}"
 
 
+def _whose(data: CampaignData) -> str:
+    if data.spec.trainer.objective:
+        return " (your own, define-by-run)"
+    return "" if data.builtin_trainer else " (your own trainer)"
+
+
 def _spec_comment(text: str) -> str:
     lines = []
     for line in text.splitlines():
@@ -130,13 +164,13 @@ def spec(data: CampaignData) -> Section:
         ("trials (budget)", s.study.n_trials),
         ("study seed", s.study.seed),
         ("deterministic", s.study.deterministic),
-        ("trainer", s.trainer.entry + ("" if data.builtin_trainer else " (your own trainer)")),
+        ("objective function" if s.trainer.objective else "trainer", s.trainer.entry + _whose(data)),
         *([("dataset", dataset)] if dataset else []),
-        ("epochs per trial", s.trainer.epochs),
+        *([] if s.trainer.objective else [("epochs per trial", s.trainer.epochs)]),
         ("device", s.trainer.device),
     ]
     kv_html, kv_md = kv(pairs)
-    space = _space_rows(s)
+    space = _space_rows(data)
     comment = _spec_comment(s.text)
     body = (
         f'<p class="question">{e(_question(data))}</p>'

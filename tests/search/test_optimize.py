@@ -90,7 +90,10 @@ def test_status_report_and_reproduce_of_an_objective_campaign(tutorial: Result) 
     assert f"{N_TRIALS} of {N_TRIALS} trials" in text and f"(trial {best.number})" in text
     assert f"x={best.params['x']}" in text  # the suggested parameters, as the objective got them
     assert tutorial.best_params == best.params
-    assert tutorial.report().is_file()
+    page = tutorial.report().read_text()
+    assert "epochs per trial" not in page  # an objective's trials have no epochs of ours
+    assert "Which settings of kind, x, y, lr (as the objective suggested them)" in page
+    assert "one of: quadratic, absolute" in page and "log-uniform float from 0.0001 to 0.1 (in " in page
     pruned = next(n for n, t in done.items() if t.state == TrialState.PRUNED and n != objectives.PRUNES_ITSELF)
     for number in (best.number, pruned):
         reproduction = tutorial.reproduce(number)

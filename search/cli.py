@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spaces.errors import EXIT_ALL_FAILED, EXIT_ERROR, EXIT_INTERRUPTED, HypersweepError, InputError
+from search.store.failures import AllTrialsFailedError, EarlyFailuresError, TrialsFailedError
+from spaces.errors import EXIT_ERROR, EXIT_INTERRUPTED, HypersweepError, InputError
 
 if TYPE_CHECKING:
     import optuna
@@ -29,16 +30,10 @@ if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
     from search.store.folder import CampaignFolder
 
-__all__ = ["main", "AllTrialsFailedError", "failure_summary"]
+__all__ = ["main", "AllTrialsFailedError", "EarlyFailuresError", "TrialsFailedError", "failure_summary"]
 
 EXIT_OK = 0
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for git, cat or head cut off by a closed pipe
-
-
-class AllTrialsFailedError(HypersweepError):
-    """The campaign ran to its end and every one of its trials failed."""
-
-    exit_code = EXIT_ALL_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         help="feed the sampler the finished trials of an earlier campaign folder or an Optuna study "
         "(sqlite:///old.db#study); they do not count in this campaign (overrides [study] warm_start)",
     )
+    _overwrite_flag(run)
 
     scaling = sub.add_parser("scaling", help="run a batch-size scaling sweep (a spec with a [scaling] section)")
     scaling.add_argument("spec", type=Path, help="study spec (TOML) with a [scaling] section")
@@ -71,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     scaling.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)"
     )
+    _overwrite_flag(scaling)
 
     resume = sub.add_parser("resume", help="continue a campaign from its folder")
     resume.add_argument("folder", type=Path)
@@ -92,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-changes",
         action="store_true",
         help="resume although the spec changed since the campaign started (the changes are recorded)",
+    )
+    resume.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run each failed trial again with its parameters (as new trials, first); the failed ones then "
+        "leave the trial budget",
     )
 
     status = sub.add_parser("status", help="trials so far, best value, running trials")
@@ -149,6 +152,15 @@ def _parser() -> argparse.ArgumentParser:
         help="PEM files for mutual TLS (overrides the spec's tls_* keys)",
     )
     return parser
+
+
+def _overwrite_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the campaign folder of the same study, if there is one, and start anew (after every check "
+        "passed; never while its controller runs)",
+    )
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -225,6 +237,8 @@ def _options(args: argparse.Namespace):
         n_trials=getattr(args, "n_trials", None),
         allow_changes=getattr(args, "allow_changes", False),
         spec_file=getattr(args, "spec", None) if args.command == "resume" else None,
+        overwrite=getattr(args, "overwrite", False),
+        retry_failed=getattr(args, "retry_failed", False),
     )
 
 
@@ -253,45 +267,33 @@ def _finished(spec: CampaignSpec, folder: CampaignFolder) -> int:
 
     study = read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))  # no sampler: only read
     print(summary_text(spec, folder, study))
-    failed = failure_summary(study)
-    if failed:
-        raise AllTrialsFailedError(f"{failed}; see {_shown(folder.root / 'trials')}/<n>/error.log")
+    raise_if_all_failed(study, folder.root)
     return EXIT_OK
+
+
+def raise_if_all_failed(study: optuna.Study, root: Path) -> None:
+    """:class:`AllTrialsFailedError` (one line: the reasons, where to look, how to re-run them) when every one of the
+    campaign's trials failed."""
+    from search.store.failures import all_failed_error
+
+    error = all_failed_error(study.get_trials(deepcopy=False), root)
+    if error is not None:
+        raise error
 
 
 def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     """One line when the study has trials and every one failed (``all 12 trials failed: 12x ValueError: ...``,
     the commonest kinds first, one example message each), else the empty string."""
-    from optuna.trial import TrialState
+    from search.store.failures import all_failed_line
 
-    from search.session.warm_start import own_trials
-    from search.store.records import TrialRecord
-
-    trials = own_trials(study.get_trials(deepcopy=False))
-    if not trials or any(t.state != TrialState.FAIL for t in trials):
-        return ""
-    groups: dict[str, list[str]] = {}
-    for trial in trials:
-        record = TrialRecord.of(trial)
-        reason = " ".join((record.fail_reason or "no reason recorded").split())
-        # by the exception class the worker recorded; a failure that raised nothing (a missing or non-finite
-        # metric, a lost worker) or a record from before workers sent the class: by its whole reason, unparsed
-        groups.setdefault(record.error_type or reason, []).append(reason)
-    ranked = sorted(groups.values(), key=len, reverse=True)
-    parts = [f"{len(reasons)}x {_clip(reasons[0])}" for reasons in ranked[:kinds]]
-    if len(ranked) > kinds:
-        parts.append(f"{sum(map(len, ranked[kinds:]))}x other reasons")
-    return f"all {len(trials)} trial{'s' if len(trials) != 1 else ''} failed: {'; '.join(parts)}"
+    return all_failed_line(study.get_trials(deepcopy=False), kinds)
 
 
 def _shown(path: Path) -> str:
     """``path`` relative to here when it is below here, else as it is."""
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
+    from search.store.failures import shown_path
 
-
-def _clip(text: str, width: int = 120) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return shown_path(path)
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:

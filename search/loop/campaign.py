@@ -33,6 +33,7 @@ from cluster.executor import Finished, Outcome, Report, Started, TrialExecutor
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger
@@ -134,6 +135,7 @@ class Campaign:
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
+                self._stop_if_failing()
                 if self.barrier is not None:
                     self._step_population()
                 self.dispatch.enforce_time_limits(campaign_over=not self.budget.time_left())
@@ -234,6 +236,17 @@ class Campaign:
             return
         self.dispatch.forget(event.number)
         self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
+
+    def _stop_if_failing(self) -> None:
+        """``[study] fail_fast``: the first trials all failed one way: stop before the rest of the budget is spent
+        (trials in flight stay resumable). Nothing left to start or finish: the campaign ends as it would."""
+        if self.ledger.fail_fast.tripped is None:
+            return
+        in_flight = len(self.dispatch.running) + len(self.supply.pending)
+        not_started = self.supply.trials_left(len(self.dispatch.running))
+        if not in_flight and not not_started:
+            return
+        raise early_failures_error(self.ledger.fail_fast, self.folder.root, self.spec.source, not_started, in_flight)
 
     # --- budget ------------------------------------------------------------------------------
 

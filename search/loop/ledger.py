@@ -19,10 +19,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from cluster.executor import CANCELLED, LOST, Outcome
+from search.loop.fail_fast import FailFast
 from search.loop.oom import device_fields
 from search.loop.policies import TARGET_REACHED, Verdict
 from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
+from search.store.failures import retried_failures
 from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 MAX_TRACEBACK = 20_000
 NEVER_STARTED = StopReason.NEVER_STARTED
 _KEY = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
+MISSING_METRIC = "trainer did not return metric"  # the start of a failure the spec causes (its metric's name)
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, values: list[float] | None, state: TrialState) -> None:
@@ -71,6 +74,7 @@ class Ledger:
         self._next_to_tell = 0
         self._told: set[int] = set()
         self.waiting: dict[int, tuple[RunningTrial, Outcome, Verdict | None]] = {}  # finished, told in order
+        self.fail_fast = FailFast(spec.study.fail_fast)  # this run's first failures, by reason
 
     @property
     def finished(self) -> int:
@@ -79,15 +83,17 @@ class Ledger:
     def load(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
         """Count the trials already in the study; return those left RUNNING (to run again).
 
-        Enqueued trials still WAITING are the next asks; warm-start copies are told, never counted.
+        Enqueued trials still WAITING are the next asks; warm-start copies are told, never counted, and so are
+        failed trials that a later trial re-runs (``resume --retry-failed``).
         """
         self.next_number = min((t.number for t in trials if t.state == TrialState.WAITING), default=len(trials))
         resumable = []
+        retried = retried_failures(trials)
         for frozen in trials:
             if frozen.state.is_finished():
                 self._mark_told(frozen.number)
-            if is_warm_start(frozen):
-                continue  # another campaign's trial: it informs the sampler, takes none of this budget
+            if is_warm_start(frozen) or frozen.number in retried:
+                continue  # another campaign's trial, or a failure run again: takes none of this budget
             if frozen.state.is_finished():
                 self.counts[_KEY.get(frozen.state, "failed")] += 1
             if frozen.state == TrialState.COMPLETE and feasible(frozen.constraints):
@@ -134,6 +140,7 @@ class Ledger:
         self._study.tell(trial, state=TrialState.FAIL)
         self._mark_told(trial.number)
         self.counts["failed"] += 1
+        self.fail_fast.told(trial.number, TrialState.FAIL, "", reason)
         log.info("trial %d rejected before dispatch: %s", trial.number, reason)
 
     def never_started(self, trial: optuna.Trial) -> None:
@@ -158,6 +165,9 @@ class Ledger:
         self._sinks.finish(running.number, verdict.state.name, values, trial.params)
         self._mark_told(running.number)
         self.counts[_KEY[verdict.state]] += 1
+        self.fail_fast.told(
+            running.number, verdict.state, outcome.error_type, verdict.reason, verdict.reason.startswith(MISSING_METRIC)
+        )
         if verdict.state == TrialState.COMPLETE and feasible(constraints):
             self._track_best(values)
         log.info("trial %d %s%s", running.number, verdict.state.name, f" ({verdict.reason})" if verdict.reason else "")
@@ -174,7 +184,7 @@ class Ledger:
         for name in self._spec.study.metrics:
             if name not in outcome.metrics:
                 got = sorted(outcome.metrics)
-                return Verdict(TrialState.FAIL, (), f"trainer did not return metric {name!r} (it returned {got})")
+                return Verdict(TrialState.FAIL, (), f"{MISSING_METRIC} {name!r} (it returned {got})")
             if not math.isfinite(outcome.metrics[name]):
                 return Verdict(TrialState.FAIL, (), f"metric {name!r} is {outcome.metrics[name]}")
             values.append(float(outcome.metrics[name]))

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from search.reports.summary import params_text, ranking, state_counts, trial_params
 from search.spec.campaign_spec import load_spec
+from search.store.failures import failure_groups, failures_block, rerun_note, retried_failures
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.storage import missing_storage, open_storage, storage_url
 from search.store.warm_marks import describe, own_trials
@@ -26,13 +27,15 @@ def status_text(path: str | Path) -> str:
     alive = ControllerLock.held(folder.lock)
     counts = state_counts(study)
     trials = own_trials(study.get_trials(deepcopy=False))
+    rerun = len(retried_failures(trials))  # failures a later trial re-ran: out of the budget
     lines = [
-        f"study {spec.study.name!r}: {len(trials)} of {spec.study.n_trials} trials, controller "
+        f"study {spec.study.name!r}: {len(trials) - rerun} of {spec.study.n_trials} trials, controller "
         + ("running" if alive else "not running"),
-        "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
+        "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) + rerun_note(rerun)
         if counts
         else "  no trials yet",
     ]
+    lines += failures_block(failure_groups(study.get_trials(deepcopy=False)), folder.root, indent="  ")
     warm = describe(study)
     if warm:
         lines.append(f"  warm start: {warm['used']} trial(s) from {warm['source']} inform the sampler (not counted)")

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import cloudpickle
 
-from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer
+from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer, report_values
 
 if TYPE_CHECKING:
     import torch
@@ -142,7 +142,7 @@ class RankReporter:
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         if self._connection is None:
             return
-        plain = {str(k): _json_float(v) for k, v in metrics.items()}
+        plain = {k: _json_float(v) for k, v in report_values(step, metrics).items()}
         self._ask({"kind": "report", "step": int(step), "metrics": plain})
 
     def _ask(self, message: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ from search.loop.dispatch import CampaignError, Dispatcher
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
-from search.loop.ledger import NEVER_STARTED, Ledger
+from search.loop.ledger import NEVER_STARTED, Ledger, named_values
 from search.loop.policies import (
     TARGET_REACHED,
     Halt,
@@ -212,7 +212,7 @@ class Campaign:
             self.dispatch.request_stop(running, reason, report.time)
 
     def _on_finished(self, event: Finished) -> None:
-        outcome = event.outcome
+        outcome = named_values(event.outcome, self.spec.study.metrics)  # a number returned: the study's metric
         running = self.dispatch.ended(event.number, outcome.duration)
         if running is None:
             return

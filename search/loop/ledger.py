@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from cluster.executor import CANCELLED, LOST, Outcome
+from cluster.executor import CANCELLED, ERROR, LOST, Outcome
 from search.loop.fail_fast import FailFast
 from search.loop.oom import device_fields
 from search.loop.policies import TARGET_REACHED, Verdict
@@ -36,7 +36,7 @@ try:  # Optuna's tell without the deep copy of the trial it returns (5% of the c
 except ImportError:  # pragma: no cover - another Optuna: its public tell
     _tell_with_warning = None  # type: ignore[assignment]
 
-__all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
+__all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK", "named_values"]
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,18 @@ class Ledger:
         value = float(values[0])
         better = max if maximizing(self._spec.objective_directions[0]) else min
         self.best = value if self.best is None else better(self.best, value)
+
+
+def named_values(outcome: Outcome, metrics: tuple[str, ...]) -> Outcome:
+    """A trainer that returned a number, or a tuple of them, as an Optuna objective does: those values as the study's
+    ``[study] metric(s)``, one per objective in order (another count: a failed trial that says so)."""
+    if not outcome.values:
+        return outcome
+    values = outcome.values
+    if len(values) != len(metrics):
+        error = f"the trainer returned {len(values)} value(s) for {len(metrics)} objective(s) ({', '.join(metrics)})"
+        return dataclasses.replace(outcome, status=ERROR, error=error, error_type="ValueError", values=())
+    return dataclasses.replace(outcome, metrics={**outcome.metrics, **dict(zip(metrics, values))}, values=())
 
 
 def _with_run_times(running: RunningTrial, outcome: Outcome) -> Outcome:

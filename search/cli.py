@@ -267,16 +267,16 @@ def _finished(spec: CampaignSpec, folder: CampaignFolder) -> int:
 
     study = read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))  # no sampler: only read
     print(summary_text(spec, folder, study))
-    raise_if_all_failed(study, folder.root)
+    raise_if_all_failed(study, folder.root, spec.source)
     return EXIT_OK
 
 
-def raise_if_all_failed(study: optuna.Study, root: Path) -> None:
-    """:class:`AllTrialsFailedError` (one line: the reasons, where to look, how to re-run them) when every one of the
+def raise_if_all_failed(study: optuna.Study, root: Path, spec_source: str = "") -> None:
+    """:class:`AllTrialsFailedError` (one line: the reasons, where to look, how to recover) when every one of the
     campaign's trials failed."""
     from search.store.failures import all_failed_error
 
-    error = all_failed_error(study.get_trials(deepcopy=False), root)
+    error = all_failed_error(study.get_trials(deepcopy=False), root, spec_source)
     if error is not None:
         raise error
 
@@ -330,6 +330,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from search.session.preflight import cluster_for
     from search.session.runner import RunOptions
     from search.spec.campaign_spec import load_spec
+    from search.spec.trainer_check import unchecked_metrics_note
 
     spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
     tls = tuple(args.tls) if args.tls else None
@@ -337,6 +338,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     cluster_for(spec, options)  # as run would: the cluster settings,
     check_new(spec, options)  # the warm-start source and the enqueued configurations
     print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
+    note = unchecked_metrics_note(spec)
+    if note:
+        print(note)
     return EXIT_OK
 
 

@@ -24,7 +24,7 @@ from search.loop.oom import device_fields
 from search.loop.policies import TARGET_REACHED, Verdict
 from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
-from search.store.failures import retried_failures
+from search.store.failures import MISSING_METRIC, retried_failures
 from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 MAX_TRACEBACK = 20_000
 NEVER_STARTED = StopReason.NEVER_STARTED
 _KEY = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
-MISSING_METRIC = "trainer did not return metric"  # the start of a failure the spec causes (its metric's name)
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, values: list[float] | None, state: TrialState) -> None:

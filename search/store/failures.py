@@ -34,9 +34,11 @@ __all__ = [
     "shown_path",
     "all_failed_line",
     "all_failed_error",
+    "MISSING_METRIC",
 ]
 
 SHOWN_KINDS = 3  # reasons named one by one; the rest are counted together
+MISSING_METRIC = "trainer did not return metric"  # how a failure the spec causes (a metric's name) begins
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,18 +125,19 @@ def all_failed_line(trials: Sequence[FrozenTrial], kinds: int = SHOWN_KINDS) -> 
     return f"all {len(own)} trial{'s' if len(own) != 1 else ''} failed: {groups_text(failure_groups(trials), kinds)}"
 
 
-def all_failed_error(trials: Sequence[FrozenTrial], root: Path) -> AllTrialsFailedError | None:
+def all_failed_error(trials: Sequence[FrozenTrial], root: Path, spec_source: str = "") -> AllTrialsFailedError | None:
     """The error for exit status 4 when every one of the campaign's trials failed (its line: the reasons, where to
-    look, the command that re-runs them), else None."""
+    look, the command that recovers), else None. ``spec_source``: the spec file the campaign was run from."""
     line = all_failed_line(trials)
     if not line:
         return None
+    groups = failure_groups(trials)
     where = shown_path(root)
-    return AllTrialsFailedError(
-        f"{line}; see {where}/trials/<n>/error.log; once fixed: 'hypersweep resume {where} --retry-failed'",
-        failure_groups(trials),
-        root,
-    )
+    if groups[0].first_line.startswith(MISSING_METRIC) and spec_source:
+        fix = f"set [study] metric to one the trainer returns, then 'hypersweep run {spec_source} --overwrite'"
+    else:
+        fix = f"see {where}/trials/<n>/error.log; once fixed: 'hypersweep resume {where} --retry-failed'"
+    return AllTrialsFailedError(f"{line}; {fix}", groups, root)
 
 
 def shown_path(path: Path) -> str:

@@ -1,15 +1,26 @@
 """The controller: specs, the ask/tell campaign loop, samplers, pruning, summaries, the CLI and the Python API.
 
 ``search.run(spec, trainer=fit)``, ``search.resume(folder)`` and ``search.load(folder)`` (see
-:mod:`search.api`), :class:`StopCampaign` (:mod:`search.loop.hooks`) and :class:`CampaignExistsError` are
-imported on first use, so ``import search`` stays cheap.
+:mod:`search.api`), :class:`StopCampaign` (:mod:`search.loop.hooks`), :class:`CampaignExistsError` and
+the errors raised where the command line exits 4 (:class:`TrialsFailedError` and its two kinds, from
+:mod:`search.store.failures`) are imported on first use, so ``import search`` stays cheap.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["run", "resume", "load", "Result", "StopCampaign", "CampaignExistsError"]
+__all__ = [
+    "run",
+    "resume",
+    "load",
+    "Result",
+    "StopCampaign",
+    "CampaignExistsError",
+    "TrialsFailedError",
+    "EarlyFailuresError",
+    "AllTrialsFailedError",
+]
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
@@ -19,6 +30,9 @@ _LAZY = {
     "Result": "search.api",
     "StopCampaign": "search.loop.hooks",
     "CampaignExistsError": "search.session.runner",
+    "TrialsFailedError": "search.store.failures",
+    "EarlyFailuresError": "search.store.failures",
+    "AllTrialsFailedError": "search.store.failures",
 }
 
 

@@ -171,6 +171,11 @@ class RankReporter:
         return self._stop
 
     def send_result(self, metrics: Mapping[str, float]) -> None:
+        if not isinstance(metrics, Mapping):  # a number, as an Optuna objective returns: a worker thread's trial only
+            raise TypeError(
+                f"the trainer returned {type(metrics).__name__} {metrics!r:.60}; a trial in its own process (a GPU "
+                "lease, data-parallel ranks) returns a dict of metrics by name"
+            )
         if self._connection is not None:
             plain = {str(k): _json_float(v) for k, v in metrics.items()}
             self._connection.send_bytes(json.dumps({"kind": "result", "metrics": plain, **_cuda_peak()}).encode())

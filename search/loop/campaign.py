@@ -242,7 +242,7 @@ class Campaign:
         (trials in flight stay resumable). Nothing left to start or finish: the campaign ends as it would."""
         if self.ledger.fail_fast.tripped is None:
             return
-        in_flight = len(self.dispatch.running) + len(self.supply.pending)
+        in_flight = len(self.dispatch.running) + self.supply.in_hand()  # running, or asked and not yet started
         not_started = self.supply.trials_left(len(self.dispatch.running))
         if not in_flight and not not_started:
             return

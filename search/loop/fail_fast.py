@@ -58,7 +58,8 @@ def early_failures_error(
             f"see it), then 'hypersweep run {spec_source} --overwrite'"
         )
     else:
-        fix = f"fix it (trial {group.numbers[0]}: {folder}/trials/{group.numbers[0]}/error.log), then 'hypersweep resume {folder} --retry-failed'"
+        first = group.numbers[0]
+        fix = f"fix it (trial {first}: {folder}/trials/{first}/error.log), then 'hypersweep resume {folder} --retry-failed'"
     message = (
         f"stopped early: {group.count} trials failed the same way before any completed "
         f"([study] fail_fast = {fail_fast.threshold}): {group.first_line}; {spent}; {fix}"

@@ -187,6 +187,7 @@ def test_search_run_raises_what_the_command_line_exits_4_for_with_the_reasons_gr
     )
     with pytest.raises(EarlyFailuresError) as raised:
         search.run(spec, runs_dir=tmp_path, progress=False)
+    assert isinstance(raised.value, search.TrialsFailedError) and raised.value.exit_code == EXIT_ALL_FAILED
     assert [(g.count, g.first_line) for g in raised.value.groups] == [(3, BROKEN)]
     assert f"search.resume('{tmp_path / 'early'}', retry_failed=True)" in str(raised.value), raised.value
 

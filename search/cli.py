@@ -2,7 +2,8 @@
 
 Exit status: 0 done, 1 an unexpected error, 2 bad input (spec, arguments,
 folder), 3 the cluster could not be reached, 4 every trial of the campaign
-failed, 130 interrupted (Ctrl-C). Any :class:`spaces.errors.HypersweepError`
+failed, or its first trials all failed one way and it stopped early (``[study] fail_fast``; both a
+:class:`~search.store.failures.TrialsFailedError`, which ``search.run`` raises too), 130 interrupted (Ctrl-C). Any :class:`spaces.errors.HypersweepError`
 (and ``cluster``'s own user errors) becomes its one-line message on stderr and
 its ``exit_code``; anything else is a bug and shows its traceback.
 """

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainers.api import report_values
+
 if TYPE_CHECKING:  # distributed loads when a trial reports or a stop is sent, not on import
     from distributed import Client, Event
 
@@ -23,10 +25,6 @@ __all__ = ["WorkerReporter", "stop_event_name", "request_stop", "subscribe_repor
 
 def stop_event_name(topic: str, number: int) -> str:
     return f"{topic}-stop-{number}"
-
-
-def _plain_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
-    return {str(key): float(value) for key, value in metrics.items()}
 
 
 class WorkerReporter:
@@ -52,7 +50,7 @@ class WorkerReporter:
         self._worker.log_event(self._topic, {"number": self._number, "started": time.time()})
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
-        plain = _plain_metrics(metrics)
+        plain = report_values(step, metrics)  # a value that is not a number: a TypeError naming it
         now = time.time()
         self.history.append((int(step), plain, now))
         message: dict[str, Any] = {"number": self._number, "step": int(step), "metrics": plain, "time": now}

@@ -44,6 +44,7 @@ __all__ = [
     "out_of_memory",
     "failure_of",
     "ran_here",
+    "returned",
 ]
 
 OOM_TEXTS = ("OutOfMemoryError", "CUDA out of memory")  # an OOM as a rank's traceback names it
@@ -186,6 +187,38 @@ def ran_here(address: str, devices: Sequence[int], started: float | None) -> dic
     }
 
 
+def returned(value: Any) -> tuple[dict[str, float], tuple[float, ...]]:
+    """What a trainer returned, as (metrics, values): a dict of metrics (its numbers), or, as an Optuna objective
+    returns, a number or a tuple of numbers (the values of the study's objectives); anything else is a
+    ``TypeError`` that names it."""
+    if value is None or isinstance(value, Mapping):
+        return _finite_metrics(value), ()
+    if _is_number(value):
+        return {}, (float(value),)
+    if isinstance(value, (tuple, list)) and value and all(_is_number(v) for v in value):
+        return {}, tuple(float(v) for v in value)
+    raise TypeError(
+        f"the trainer returned {_shown(value)} ({type(value).__name__}); a trainer returns a dict of metrics, "
+        "a number or a tuple of numbers (one per objective)"
+    )
+
+
+def _is_number(value: Any) -> bool:
+    """A real number (an int, a float, a numpy or 0-d torch scalar), not a bool and not text."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _finite_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in dict(metrics or {}).items():
@@ -239,6 +272,7 @@ def run_trial(
     make_trial_folders(config)  # for its checkpoints; the controller does not make it
     output = route_output(config.get("log_dir"), int(config["number"]))  # the trainer's prints: its stdout.log
     metrics: dict[str, float] = {}
+    values: tuple[float, ...] = ()
     failure: dict[str, Any] = {}
     figures: dict[str, Any] = {}
     stopped = False
@@ -248,11 +282,11 @@ def run_trial(
         visible = ",".join(str(d) for d in physical_ids(devices))
         with running_trainer(shipment.entry, fit):  # a trainer shipped by value launches its ranks by its entry
             if alone:
-                metrics = _finite_metrics(_in_own_process(shipment.entry, config, devices, visible, reporter, monitor))
+                metrics, values = returned(_in_own_process(shipment.entry, config, devices, visible, reporter, monitor))
             else:
                 monitor.start()
                 trial_config = TrialConfig.from_dict({**config, "devices": devices, "visible_devices": visible})
-                metrics = _finite_metrics(fit(trial_config, reporter))
+                metrics, values = returned(fit(trial_config, reporter))
         stopped = reporter.stopped
     except Exception as exc:  # noqa: BLE001 - any trainer error is a failed trial, kept with its traceback
         failure = failure_of(exc)
@@ -272,6 +306,7 @@ def run_trial(
         history=tuple((step, m, t) for step, m, t in reporter.history),
         stopped=stopped,
         share=share if devices else 0.0,
+        values=values,
         **figures,
         **failure,
     )

@@ -56,6 +56,9 @@ class Outcome:
     gpu_utilization: float | None = None  # percent, from NVML where it is there
     ranks: tuple[Mapping[str, Any], ...] = ()
     """A trial wider than a worker: each rank's own timings (``rank``, ``host``, ``worker``, ``epoch_seconds``)."""
+    values: tuple[float, ...] = ()
+    """What a trainer returned instead of a dict of metrics, as an Optuna objective does: a number, or a tuple of
+    them (one per objective); the controller takes them as the values of the study's ``[study] metric(s)``."""
 
     def __post_init__(self) -> None:
         try:
@@ -87,6 +90,7 @@ class Outcome:
         fields["history"] = tuple((int(s), dict(m), float(t)) for s, m, t in fields.get("history", ()))
         fields["devices"] = tuple(int(d) for d in fields.get("devices", ()))
         fields["ranks"] = tuple(dict(r) for r in fields.get("ranks", ()))
+        fields["values"] = tuple(float(v) for v in fields.get("values", ()))
         return cls(**fields)
 
     @property

@@ -2,15 +2,27 @@
 
 ``search.run(spec, trainer=fit)``, ``search.resume(folder)`` and ``search.load(folder)`` (see
 :mod:`search.api`), ``search.optimize(objective, n_trials=...)`` (an Optuna objective: :mod:`search.objective_api`),
-:class:`StopCampaign` (:mod:`search.loop.hooks`) and :class:`CampaignExistsError` are imported on first use, so
-``import search`` stays cheap.
+:class:`StopCampaign` (:mod:`search.loop.hooks`), :class:`CampaignExistsError` and the errors raised where the
+command line exits 4 (:class:`TrialsFailedError` and its two kinds, from :mod:`search.store.failures`) are imported on
+first use, so ``import search`` stays cheap.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["run", "resume", "load", "optimize", "Result", "StopCampaign", "CampaignExistsError"]
+__all__ = [
+    "run",
+    "resume",
+    "load",
+    "optimize",
+    "Result",
+    "StopCampaign",
+    "CampaignExistsError",
+    "TrialsFailedError",
+    "EarlyFailuresError",
+    "AllTrialsFailedError",
+]
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
@@ -21,6 +33,9 @@ _LAZY = {
     "Result": "search.api",
     "StopCampaign": "search.loop.hooks",
     "CampaignExistsError": "search.session.runner",
+    "TrialsFailedError": "search.store.failures",
+    "EarlyFailuresError": "search.store.failures",
+    "AllTrialsFailedError": "search.store.failures",
 }
 
 

@@ -211,11 +211,10 @@ def run(
             callbacks=callbacks,
             on_report=on_report,
         )
-    if exist_ok == "overwrite" and existing.is_dir():
-        _remove_campaign(existing)
     options = _options(RunOptions, runs_dir, n_workers, scheduler, progress, insecure, tls)
     options = dataclasses.replace(
         options,
+        overwrite=exist_ok == "overwrite",
         warm_start=None if warm_start is None else str(warm_start),
         enqueue_source="search.run(enqueue=...)",
         enqueue=enqueue_from(enqueue, campaign, "search.run(enqueue=...)") if enqueue is not None else (),
@@ -224,7 +223,7 @@ def run(
     with _quiet(), main_kept_from_children(), _python_hint():
         folder = run_campaign(campaign, options)
     _raise_hook_error(hooks)
-    return _result(folder.root, campaign)
+    return _checked(_result(folder.root, campaign))
 
 
 def resume(
@@ -239,6 +238,7 @@ def resume(
     n_trials: int | None = None,
     spec: str | Path | None = None,
     allow_changes: bool = False,
+    retry_failed: bool = False,
     sampler: optuna.samplers.BaseSampler | None = None,
     pruner: optuna.pruners.BasePruner | None = None,
     callbacks: Sequence[Callback] = (),
@@ -250,7 +250,8 @@ def resume(
     ``fit`` again after a restart); without it the entry is imported, or the campaign's kept copy
     (``trainer.pkl``) of a by-value trainer is used. ``n_trials``: the new trial budget (``--n-trials``,
     kept for later resumes); ``spec``: a spec file to run the rest under (``--spec``); a spec that differs
-    from the campaign's is refused unless ``allow_changes`` (``--allow-changes``). ``sampler`` / ``pruner``:
+    from the campaign's is refused unless ``allow_changes`` (``--allow-changes``); ``retry_failed``: each failed
+    trial runs again with its parameters (``--retry-failed``), the failed ones leaving the budget. ``sampler`` / ``pruner``:
     the objects :func:`run` was given, again (needed only where they did not pickle); ``callbacks`` and
     ``on_report``: as for :func:`run`.
     """
@@ -273,13 +274,14 @@ def resume(
         options,
         n_trials=n_trials,
         allow_changes=allow_changes,
+        retry_failed=retry_failed,
         spec_file=None if spec is None else Path(spec),
         hooks=hooks,
     )
-    with _quiet(), main_kept_from_children():
+    with _quiet(), main_kept_from_children(), _python_hint():
         done = resume_campaign(root, options)
     _raise_hook_error(hooks)
-    return load(done.root)
+    return _checked(load(done.root))
 
 
 def load(folder: str | Path) -> Result:
@@ -305,33 +307,44 @@ def _raise_hook_error(hooks: CampaignHooks) -> None:
         raise hooks.error
 
 
-def _remove_campaign(root: Path) -> None:
-    """``exist_ok="overwrite"``: delete a campaign folder (only one that holds a campaign, and no controller)."""
-    import shutil
-
-    from search.store.folder import CampaignFolder, ControllerLock
-
-    folder = CampaignFolder(root)
-    if any(root.iterdir()) and not folder.exists():
-        raise FileExistsError(f"{root} is not a campaign folder (no spec.toml); not overwriting it")
-    if ControllerLock.held(folder.lock):
-        raise RuntimeError(f"{root}: a controller is running this campaign; not overwriting it")
-    shutil.rmtree(root)
-
-
 @contextlib.contextmanager
 def _python_hint() -> Iterator[None]:
-    """A :class:`CampaignExistsError` names the Python calls that continue or replace the campaign."""
+    """A :class:`CampaignExistsError` names the Python calls that continue or replace the campaign, and so does
+    a :class:`~search.store.failures.TrialsFailedError` the calls that re-run its trials."""
     from search.session.runner import CampaignExistsError
+    from search.store.failures import TrialsFailedError
 
     try:
         yield
+    except TrialsFailedError as exc:
+        raise _in_python(exc) from None
     except CampaignExistsError as exc:
         message = str(exc).replace("continue it with 'hypersweep resume ", "continue it with search.resume('")
         message = message.replace(
             "' or pick another", "') or search.run(..., exist_ok='resume' or 'overwrite'), or pick another"
         )
+        message = message.replace(", or start anew with --overwrite", "")
         raise CampaignExistsError(message.replace("--runs-dir", "runs_dir")) from None
+
+
+def _in_python(exc: Any) -> Any:
+    """``exc`` (a :class:`~search.store.failures.TrialsFailedError`) with the commands it names as Python calls."""
+    import re
+
+    message = re.sub(r"'hypersweep resume (\S+) --retry-failed'", r"search.resume('\1', retry_failed=True)", str(exc))
+    message = re.sub(r"'hypersweep run \S+ --overwrite'", "search.run(..., exist_ok='overwrite')", message)
+    return type(exc)(message, exc.groups, exc.folder)
+
+
+def _checked(result: Result) -> Result:
+    """``result``, unless every one of its trials failed: then what the command line exits 4 for, raised
+    (:class:`~search.store.failures.AllTrialsFailedError`, with the failures grouped by reason)."""
+    from search.store.failures import all_failed_error
+
+    error = all_failed_error(result.study.get_trials(deepcopy=False), result.folder)
+    if error is not None:
+        raise _in_python(error)
+    return result
 
 
 def _result(root: Path, spec: CampaignSpec) -> Result:

@@ -2,7 +2,8 @@
 
 Exit status: 0 done, 1 an unexpected error, 2 bad input (spec, arguments,
 folder), 3 the cluster could not be reached, 4 every trial of the campaign
-failed, 130 interrupted (Ctrl-C). Any :class:`spaces.errors.HypersweepError`
+failed, or its first trials all failed one way and it stopped early (``[study] fail_fast``; both a
+:class:`~search.store.failures.TrialsFailedError`, which ``search.run`` raises too), 130 interrupted (Ctrl-C). Any :class:`spaces.errors.HypersweepError`
 (and ``cluster``'s own user errors) becomes its one-line message on stderr and
 its ``exit_code``; anything else is a bug and shows its traceback.
 """
@@ -20,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spaces.errors import EXIT_ALL_FAILED, EXIT_ERROR, EXIT_INTERRUPTED, HypersweepError, InputError
+from search.store.failures import AllTrialsFailedError, EarlyFailuresError, TrialsFailedError
+from spaces.errors import EXIT_ERROR, EXIT_INTERRUPTED, HypersweepError, InputError
 
 if TYPE_CHECKING:
     import optuna
@@ -29,16 +31,10 @@ if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
     from search.store.folder import CampaignFolder
 
-__all__ = ["main", "AllTrialsFailedError", "failure_summary"]
+__all__ = ["main", "AllTrialsFailedError", "EarlyFailuresError", "TrialsFailedError", "failure_summary"]
 
 EXIT_OK = 0
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for git, cat or head cut off by a closed pipe
-
-
-class AllTrialsFailedError(HypersweepError):
-    """The campaign ran to its end and every one of its trials failed."""
-
-    exit_code = EXIT_ALL_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         help="feed the sampler the finished trials of an earlier campaign folder or an Optuna study "
         "(sqlite:///old.db#study); they do not count in this campaign (overrides [study] warm_start)",
     )
+    _overwrite_flag(run)
 
     scaling = sub.add_parser("scaling", help="run a batch-size scaling sweep (a spec with a [scaling] section)")
     scaling.add_argument("spec", type=Path, help="study spec (TOML) with a [scaling] section")
@@ -71,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     scaling.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="parent of campaign folders (default: runs)"
     )
+    _overwrite_flag(scaling)
 
     resume = sub.add_parser("resume", help="continue a campaign from its folder")
     resume.add_argument("folder", type=Path)
@@ -92,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-changes",
         action="store_true",
         help="resume although the spec changed since the campaign started (the changes are recorded)",
+    )
+    resume.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run each failed trial again with its parameters (as new trials, first); the failed ones then "
+        "leave the trial budget",
     )
 
     status = sub.add_parser("status", help="trials so far, best value, running trials")
@@ -150,6 +154,15 @@ def _parser() -> argparse.ArgumentParser:
         help="PEM files for mutual TLS (overrides the spec's tls_* keys)",
     )
     return parser
+
+
+def _overwrite_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the campaign folder of the same study, if there is one, and start anew (after every check "
+        "passed; never while its controller runs)",
+    )
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -230,6 +243,8 @@ def _options(args: argparse.Namespace):
         n_trials=getattr(args, "n_trials", None),
         allow_changes=getattr(args, "allow_changes", False),
         spec_file=getattr(args, "spec", None) if args.command == "resume" else None,
+        overwrite=getattr(args, "overwrite", False),
+        retry_failed=getattr(args, "retry_failed", False),
     )
 
 
@@ -258,45 +273,33 @@ def _finished(spec: CampaignSpec, folder: CampaignFolder) -> int:
 
     study = read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))  # no sampler: only read
     print(summary_text(spec, folder, study))
-    failed = failure_summary(study)
-    if failed:
-        raise AllTrialsFailedError(f"{failed}; see {_shown(folder.root / 'trials')}/<n>/error.log")
+    raise_if_all_failed(study, folder.root, spec.source)
     return EXIT_OK
+
+
+def raise_if_all_failed(study: optuna.Study, root: Path, spec_source: str = "") -> None:
+    """:class:`AllTrialsFailedError` (one line: the reasons, where to look, how to recover) when every one of the
+    campaign's trials failed."""
+    from search.store.failures import all_failed_error
+
+    error = all_failed_error(study.get_trials(deepcopy=False), root, spec_source)
+    if error is not None:
+        raise error
 
 
 def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     """One line when the study has trials and every one failed (``all 12 trials failed: 12x ValueError: ...``,
     the commonest kinds first, one example message each), else the empty string."""
-    from optuna.trial import TrialState
+    from search.store.failures import all_failed_line
 
-    from search.session.warm_start import own_trials
-    from search.store.records import TrialRecord
-
-    trials = own_trials(study.get_trials(deepcopy=False))
-    if not trials or any(t.state != TrialState.FAIL for t in trials):
-        return ""
-    groups: dict[str, list[str]] = {}
-    for trial in trials:
-        record = TrialRecord.of(trial)
-        reason = " ".join((record.fail_reason or "no reason recorded").split())
-        # by the exception class the worker recorded; a failure that raised nothing (a missing or non-finite
-        # metric, a lost worker) or a record from before workers sent the class: by its whole reason, unparsed
-        groups.setdefault(record.error_type or reason, []).append(reason)
-    ranked = sorted(groups.values(), key=len, reverse=True)
-    parts = [f"{len(reasons)}x {_clip(reasons[0])}" for reasons in ranked[:kinds]]
-    if len(ranked) > kinds:
-        parts.append(f"{sum(map(len, ranked[kinds:]))}x other reasons")
-    return f"all {len(trials)} trial{'s' if len(trials) != 1 else ''} failed: {'; '.join(parts)}"
+    return all_failed_line(study.get_trials(deepcopy=False), kinds)
 
 
 def _shown(path: Path) -> str:
     """``path`` relative to here when it is below here, else as it is."""
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
+    from search.store.failures import shown_path
 
-
-def _clip(text: str, width: int = 120) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return shown_path(path)
 
 
 def _cmd_scaling(args: argparse.Namespace) -> int:
@@ -333,6 +336,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from search.session.preflight import cluster_for
     from search.session.runner import RunOptions
     from search.spec.campaign_spec import load_spec
+    from search.spec.trainer_check import unchecked_metrics_note
 
     spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
     tls = tuple(args.tls) if args.tls else None
@@ -342,6 +346,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     searched = "parameters the objective suggests" if spec.trainer.objective else "searched parameters"
     count = "" if spec.trainer.objective else f"{len(spec.space.distributions())} "
     print(f"{args.spec}: ok ({count}{searched}, {spec.study.n_trials} trials)")
+    note = unchecked_metrics_note(spec)
+    if note:
+        print(note)
     return EXIT_OK
 
 

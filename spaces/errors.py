@@ -35,7 +35,7 @@ __all__ = [
 EXIT_ERROR = 1  # an unexpected error, or a failure that is not the user's input
 EXIT_INPUT = 2  # bad input: a spec mistake, a bad argument, a folder that is missing or in use
 EXIT_CLUSTER = 3  # the cluster could not be started or reached
-EXIT_ALL_FAILED = 4  # the campaign ran, and every one of its trials failed
+EXIT_ALL_FAILED = 4  # the campaign ran, and every one of its trials failed (or its first ones, one way: fail_fast)
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
 
 

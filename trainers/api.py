@@ -43,6 +43,7 @@ __all__ = [
     "declare",
     "trainer",
     "capabilities_of",
+    "report_values",
 ]
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -179,6 +180,29 @@ class Reporter(Protocol):
     def should_stop(self) -> bool: ...
 
 
+def report_values(step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
+    """A report's metrics as floats; a value that is not a number is a ``TypeError`` naming its key and value (a
+    report's values become Optuna intermediate values, pruning inputs and TensorBoard scalars: numbers only, as
+    Optuna's own ``trial.report`` insists)."""
+    plain: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, (str, bytes)):
+            raise TypeError(_not_a_number(step, key, value))
+        try:
+            plain[str(key)] = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(_not_a_number(step, key, value)) from None
+    return plain
+
+
+def _not_a_number(step: int, key: Any, value: Any) -> str:
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return (
+        f"report at step {step}: {str(key)!r} = {shown} ({type(value).__name__}) is not a number; a report holds "
+        "numbers only (print text to the trial's stdout.log instead)"
+    )
+
+
 class RecordingReporter:
     """Keeps every report in memory; stops after ``stop_after`` reports if given."""
 
@@ -187,7 +211,7 @@ class RecordingReporter:
         self._stop_after = stop_after
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
-        self.reports.append((int(step), {k: float(v) for k, v in metrics.items()}))
+        self.reports.append((int(step), report_values(step, metrics)))
 
     def should_stop(self) -> bool:
         return self._stop_after is not None and len(self.reports) >= self._stop_after

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import cloudpickle
 
-from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer
+from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer, report_values
 
 if TYPE_CHECKING:
     import torch
@@ -142,7 +142,7 @@ class RankReporter:
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         if self._connection is None:
             return
-        plain = {str(k): _json_float(v) for k, v in metrics.items()}
+        plain = {k: _json_float(v) for k, v in report_values(step, metrics).items()}
         self._ask({"kind": "report", "step": int(step), "metrics": plain})
 
     def _ask(self, message: dict[str, Any]) -> None:
@@ -179,6 +179,11 @@ class RankReporter:
         return self._stop
 
     def send_result(self, metrics: Mapping[str, float]) -> None:
+        if not isinstance(metrics, Mapping):  # a number, as an Optuna objective returns: a worker thread's trial only
+            raise TypeError(
+                f"the trainer returned {type(metrics).__name__} {metrics!r:.60}; a trial in its own process (a GPU "
+                "lease, data-parallel ranks) returns a dict of metrics by name"
+            )
         if self._connection is not None:
             plain = {str(k): _json_float(v) for k, v in metrics.items()}
             self._connection.send_bytes(json.dumps({"kind": "result", "metrics": plain, **_cuda_peak()}).encode())

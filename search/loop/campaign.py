@@ -33,9 +33,10 @@ from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExe
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
-from search.loop.ledger import NEVER_STARTED, Ledger
+from search.loop.ledger import NEVER_STARTED, Ledger, named_values
 from search.loop.policies import (
     TARGET_REACHED,
     Halt,
@@ -137,6 +138,7 @@ class Campaign:
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
+                self._stop_if_failing()
                 if self.barrier is not None:
                     self._step_population()
                 self.dispatch.enforce_time_limits(campaign_over=not self.budget.time_left())
@@ -228,7 +230,7 @@ class Campaign:
         query.reply(result.reply)
 
     def _on_finished(self, event: Finished) -> None:
-        outcome = event.outcome
+        outcome = named_values(event.outcome, self.spec.study.metrics)  # a number returned: the study's metric
         running = self.dispatch.ended(event.number, outcome.duration)
         if running is None:
             return
@@ -252,6 +254,17 @@ class Campaign:
             return
         self.dispatch.forget(event.number)
         self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
+
+    def _stop_if_failing(self) -> None:
+        """``[study] fail_fast``: the first trials all failed one way: stop before the rest of the budget is spent
+        (trials in flight stay resumable). Nothing left to start or finish: the campaign ends as it would."""
+        if self.ledger.fail_fast.tripped is None:
+            return
+        in_flight = len(self.dispatch.running) + self.supply.in_hand()  # running, or asked and not yet started
+        not_started = self.supply.trials_left(len(self.dispatch.running))
+        if not in_flight and not not_started:
+            return
+        raise early_failures_error(self.ledger.fail_fast, self.folder.root, self.spec.source, not_started, in_flight)
 
     # --- budget ------------------------------------------------------------------------------
 

@@ -18,11 +18,13 @@ from collections.abc import Mapping
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from cluster.executor import CANCELLED, LOST, Outcome
+from cluster.executor import CANCELLED, ERROR, LOST, Outcome
+from search.loop.fail_fast import FailFast
 from search.loop.oom import device_fields
 from search.loop.policies import TARGET_REACHED, Verdict
 from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
+from search.store.failures import MISSING_METRIC, retried_failures
 from search.store.folder import CampaignFolder
 from search.store.records import MODEL_SIZE_ATTRS, Attr, encode_history, encode_metrics, write_attrs
 from search.store.sinks import ReportSinks
@@ -34,7 +36,7 @@ try:  # Optuna's tell without the deep copy of the trial it returns (5% of the c
 except ImportError:  # pragma: no cover - another Optuna: its public tell
     _tell_with_warning = None  # type: ignore[assignment]
 
-__all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK"]
+__all__ = ["Ledger", "NEVER_STARTED", "MAX_TRACEBACK", "named_values"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ class Ledger:
         self._next_to_tell = 0
         self._told: set[int] = set()
         self.waiting: dict[int, tuple[RunningTrial, Outcome, Verdict | None]] = {}  # finished, told in order
+        self.fail_fast = FailFast(spec.study.fail_fast)  # this run's first failures, by reason
 
     @property
     def finished(self) -> int:
@@ -79,15 +82,17 @@ class Ledger:
     def load(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
         """Count the trials already in the study; return those left RUNNING (to run again).
 
-        Enqueued trials still WAITING are the next asks; warm-start copies are told, never counted.
+        Enqueued trials still WAITING are the next asks; warm-start copies are told, never counted, and so are
+        failed trials that a later trial re-runs (``resume --retry-failed``).
         """
         self.next_number = min((t.number for t in trials if t.state == TrialState.WAITING), default=len(trials))
         resumable = []
+        retried = retried_failures(trials)
         for frozen in trials:
             if frozen.state.is_finished():
                 self._mark_told(frozen.number)
-            if is_warm_start(frozen):
-                continue  # another campaign's trial: it informs the sampler, takes none of this budget
+            if is_warm_start(frozen) or frozen.number in retried:
+                continue  # another campaign's trial, or a failure run again: takes none of this budget
             if frozen.state.is_finished():
                 self.counts[_KEY.get(frozen.state, "failed")] += 1
             if frozen.state == TrialState.COMPLETE and feasible(frozen.constraints):
@@ -134,6 +139,7 @@ class Ledger:
         self._study.tell(trial, state=TrialState.FAIL)
         self._mark_told(trial.number)
         self.counts["failed"] += 1
+        self.fail_fast.told(trial.number, TrialState.FAIL, "", reason)
         log.info("trial %d rejected before dispatch: %s", trial.number, reason)
 
     def never_started(self, trial: optuna.Trial) -> None:
@@ -158,6 +164,9 @@ class Ledger:
         self._sinks.finish(running.number, verdict.state.name, values, trial.params)
         self._mark_told(running.number)
         self.counts[_KEY[verdict.state]] += 1
+        self.fail_fast.told(
+            running.number, verdict.state, outcome.error_type, verdict.reason, verdict.reason.startswith(MISSING_METRIC)
+        )
         if verdict.state == TrialState.COMPLETE and feasible(constraints):
             self._track_best(values)
         log.info("trial %d %s%s", running.number, verdict.state.name, f" ({verdict.reason})" if verdict.reason else "")
@@ -174,7 +183,7 @@ class Ledger:
         for name in self._spec.study.metrics:
             if name not in outcome.metrics:
                 got = sorted(outcome.metrics)
-                return Verdict(TrialState.FAIL, (), f"trainer did not return metric {name!r} (it returned {got})")
+                return Verdict(TrialState.FAIL, (), f"{MISSING_METRIC} {name!r} (it returned {got})")
             if not math.isfinite(outcome.metrics[name]):
                 return Verdict(TrialState.FAIL, (), f"metric {name!r} is {outcome.metrics[name]}")
             values.append(float(outcome.metrics[name]))
@@ -248,6 +257,18 @@ class Ledger:
         value = float(values[0])
         better = max if maximizing(self._spec.objective_directions[0]) else min
         self.best = value if self.best is None else better(self.best, value)
+
+
+def named_values(outcome: Outcome, metrics: tuple[str, ...]) -> Outcome:
+    """A trainer that returned a number, or a tuple of them, as an Optuna objective does: those values as the study's
+    ``[study] metric(s)``, one per objective in order (another count: a failed trial that says so)."""
+    if not outcome.values:
+        return outcome
+    values = outcome.values
+    if len(values) != len(metrics):
+        error = f"the trainer returned {len(values)} value(s) for {len(metrics)} objective(s) ({', '.join(metrics)})"
+        return dataclasses.replace(outcome, status=ERROR, error=error, error_type="ValueError", values=())
+    return dataclasses.replace(outcome, metrics={**outcome.metrics, **dict(zip(metrics, values))}, values=())
 
 
 def _with_run_times(running: RunningTrial, outcome: Outcome) -> Outcome:

@@ -114,7 +114,10 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
         reports, metrics, error = replay_member(spec, study, folder, number, load_trainer(spec.trainer.entry))
     else:
         reports, metrics, error = _run(
-            spec.trainer.entry, config, stop_after=_stop_after(trial) if sweep is None else sweep.stop_after
+            spec.trainer.entry,
+            config,
+            stop_after=_stop_after(trial) if sweep is None else sweep.stop_after,
+            names=spec.study.metrics,
         )
     checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
     notes += replay_notes(sweep, trial.history, reports) if sweep is not None else []
@@ -183,6 +186,7 @@ def _spec_notes(spec: CampaignSpec, study: optuna.Study) -> list[str]:
 
 def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
     """Whether the trainer's files (its whole package, or the modules it imported) are those the campaign ran."""
+    from search.spec.kept_trainer import environment_problem
     from search.store.environment import changed_trainer_files, read_environment, trainer_source_sha256
     from trainers.api import registered_trainer
 
@@ -206,7 +210,8 @@ def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
             f"{len(recorded['files'])} file(s) matches the campaign's record"
         ]
     if recorded.get("source_sha256") is None:
-        return notes + [f"the campaign recorded no trainer source hash (no {Files.ENVIRONMENT})"]
+        problem = environment_problem(folder.environment) or f"none in {Files.ENVIRONMENT}"
+        return notes + [f"the campaign recorded no trainer source hash ({problem})"]
     if recorded.get("shipped") == "by value":
         return notes
     now = trainer_source_sha256(spec.trainer.entry).get("source_sha256")
@@ -219,17 +224,20 @@ def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
 
 
 def _run(
-    entry: str, config: dict[str, Any], stop_after: int | None
+    entry: str, config: dict[str, Any], stop_after: int | None, names: tuple[str, ...] = ()
 ) -> tuple[list[tuple[int, dict[str, float]]], dict[str, float], str]:
+    """Run the trial alone: its reports, its final metrics (a number or tuple returned: as the study's ``names``,
+    as the campaign took them), and what it raised, if it did."""
+    from cluster.entrypoint import returned
     from trainers.api import RecordingReporter, TrialConfig, load_trainer  # by name, at run time
 
     fit = load_trainer(entry)
     reporter = RecordingReporter(stop_after=stop_after)
     try:
-        metrics = fit(TrialConfig.from_dict(config), reporter)
+        metrics, values = returned(fit(TrialConfig.from_dict(config), reporter))
     except Exception as exc:  # noqa: BLE001 - a trial that now fails is a mismatch, shown as one line
         return reporter.reports, {}, f"the trainer raised {type(exc).__name__}: {exc}"
-    return reporter.reports, {str(k): float(v) for k, v in dict(metrics).items()}, ""
+    return reporter.reports, {**metrics, **dict(zip(names, values))}, ""
 
 
 def _num(value: Any) -> float | None:

@@ -13,6 +13,7 @@ from search.reports import plots
 from search.reports.data import CampaignData, searched_params
 from search.reports.markup import LeftOut, Section, e, figure, guard, kv, left_out, md_table, note, table
 from search.reports.timing import slot_count, timeline, timeline_origin, utilization, worker_labels
+from search.spec.kept_trainer import environment_problem
 
 __all__ = ["timeline_section", "failures", "environment", "reproduce", "MAX_TRACEBACK"]
 
@@ -88,10 +89,13 @@ def failures(data: CampaignData) -> Section:
 def environment(data: CampaignData) -> Section:
     env = data.environment
     if env is None:
-        text = (
-            f"{data.folder.environment.name} is missing: this campaign started before environment capture, "
-            "so the machine it ran on is unknown"
+        problem = environment_problem(data.folder.environment) or f"{data.folder.environment.name} is unreadable"
+        cause = (
+            "this campaign started before environment capture"
+            if problem.endswith("missing")
+            else "restore it from a copy if there is one"
         )
+        text = f"{problem}: {cause}, so the machine it ran on is unknown"
         return Section("Environment", note(text), text + ".")
     torch = env.get("torch") or {}
     cluster = env.get("cluster") or {}

@@ -10,7 +10,9 @@ from optuna.trial import TrialState
 
 from search.reports.summary import params_text, ranking, state_counts, trial_params
 from search.spec.campaign_spec import load_spec
+from search.store.failures import failure_groups, failures_block, rerun_note, retried_failures
 from search.store.folder import CampaignFolder, ControllerLock
+from search.store.journal_lines import first_unreadable_line, line_text, unreadable_last_line
 from search.store.storage import missing_storage, open_storage, storage_url
 from search.store.warm_marks import describe, own_trials
 from spaces.errors import InputError
@@ -22,17 +24,21 @@ __all__ = ["status_text", "read_study"]
 def status_text(path: str | Path) -> str:
     folder = CampaignFolder.existing(path)
     spec = load_spec(folder.spec, check_trainer=False)  # reading a campaign needs no trainer
-    study = read_study(folder, spec.study.name, storage_url(spec.study.storage, folder))
+    url = storage_url(spec.study.storage, folder)
+    study = read_study(folder, spec.study.name, url)
     alive = ControllerLock.held(folder.lock)
     counts = state_counts(study)
     trials = own_trials(study.get_trials(deepcopy=False))
+    rerun = len(retried_failures(trials))  # failures a later trial re-ran: out of the budget
     lines = [
-        f"study {spec.study.name!r}: {len(trials)} of {spec.study.n_trials} trials, controller "
+        f"study {spec.study.name!r}: {len(trials) - rerun} of {spec.study.n_trials} trials, controller "
         + ("running" if alive else "not running"),
-        "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
+        "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) + rerun_note(rerun)
         if counts
         else "  no trials yet",
     ]
+    lines += journal_lines(url)
+    lines += failures_block(failure_groups(study.get_trials(deepcopy=False)), folder.root, indent="  ")
     warm = describe(study)
     if warm:
         lines.append(f"  warm start: {warm['used']} trial(s) from {warm['source']} inform the sampler (not counted)")
@@ -67,6 +73,25 @@ def read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:
         raise InputError(
             f"{folder.root}: the storage holds no study {name!r} (was [study] name changed in spec.toml?)"
         ) from None
+    except ValueError:  # a JSONDecodeError or UnicodeDecodeError from a journal line, which Optuna does not name
+        found = first_unreadable_line(Path(url.removeprefix("journal:"))) if url.startswith("journal:") else None
+        if found is None:
+            raise
+        raise InputError(
+            f"{line_text(Path(url.removeprefix('journal:')), found)}: the study cannot be read past this line; "
+            "restore the journal from a copy, or remove the line to read the rest"
+        ) from None
+
+
+def journal_lines(url: str) -> list[str]:
+    """A line for a journal whose last line is unreadable (Optuna leaves it out without a word): which line."""
+    if not url.startswith("journal:"):
+        return []
+    path = Path(url.removeprefix("journal:"))
+    found = unreadable_last_line(path) if path.is_file() else None
+    if found is None:
+        return []
+    return [f"  warning: {line_text(path, found)}: left out, so what it recorded is not shown"]
 
 
 def _best_lines(

@@ -29,8 +29,9 @@ from search.spec.changes import SPEC_CHANGES, SPEC_TEXT, resume_text
 from search.spec.enqueue import parse_enqueue
 from search.spec.reading import parse_toml, read_spec_text
 from search.spec.table import SpecError
-from search.store.folder import CampaignFolder, write_atomic
-from search.store.records import StudyAttr, spec_sha256_of
+from search.store.failures import open_failures, retried_failures
+from search.store.folder import CampaignFolder, ControllerLock, write_atomic
+from search.store.records import Attr, StudyAttr, spec_sha256_of
 from search.store.storage import flusher, missing_storage, open_storage, storage_url
 from spaces.errors import InputError
 
@@ -47,6 +48,10 @@ __all__ = [
     "read_resumed_study",
     "added_enqueue",
     "record_spec_changes",
+    "remove_campaign",
+    "CampaignRunningError",
+    "enqueue_failed",
+    "failed_to_retry",
 ]
 
 log = logging.getLogger(__name__)
@@ -98,6 +103,25 @@ def _warm_trials(source: str, spec: CampaignSpec, from_spec: bool) -> list[Froze
         if from_spec:
             raise SpecError(spec.source, "study.warm_start", str(exc).removeprefix("warm start ")) from None
         raise InputError("--warm-start " + str(exc).removeprefix("warm start ")) from None
+
+
+class CampaignRunningError(InputError, RuntimeError):
+    """A folder whose campaign's controller is running cannot be overwritten."""
+
+
+def remove_campaign(root: Path) -> None:
+    """``run --overwrite``, ``search.run(exist_ok="overwrite")``: delete a campaign folder (one that holds a
+    campaign or nothing, and whose controller is not running); a missing folder is left as it is."""
+    import shutil
+
+    if not root.is_dir():
+        return
+    folder = CampaignFolder(root)
+    if any(root.iterdir()) and not folder.exists():
+        raise FileExistsError(f"{root} is not a campaign folder (no spec.toml); not overwriting it")
+    if ControllerLock.held(folder.lock):
+        raise CampaignRunningError(f"{root}: a controller is running this campaign; not overwriting it")
+    shutil.rmtree(root)
 
 
 def check_new(spec: CampaignSpec, options: RunOptions) -> NewStudy:
@@ -162,15 +186,48 @@ def nothing_left(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     if spec.pbt is not None or (spec.scaling is not None and not folder.scaling_conclusion.exists()):
         return False
     study = study if study is not None else read_resumed_study(spec, folder)
-    trials = own_trials(study.get_trials(deepcopy=False))
+    trials = _counted(study)
     if any(not t.state.is_finished() for t in trials):
         return False
     return len(trials) >= spec.study.n_trials
 
 
+def _counted(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials the budget counts: the campaign's own, but failures a later trial re-runs (``--retry-failed``)."""
+    every = study.get_trials(deepcopy=False)
+    retried = retried_failures(every)
+    return [t for t in own_trials(every) if t.number not in retried]
+
+
+def failed_to_retry(spec: CampaignSpec, study: optuna.Study) -> list[FrozenTrial]:
+    """``resume --retry-failed``: the failed trials no later trial re-runs yet (a PBT population is refused: its
+    members' failures are part of its generations)."""
+    if spec.pbt is not None:
+        raise InputError("--retry-failed: a population-based training campaign ([pbt]) cannot re-run failed members")
+    return open_failures(study.get_trials(deepcopy=False))
+
+
+def enqueue_failed(spec: CampaignSpec, study: optuna.Study) -> list[str]:
+    """Enqueue each failed trial's parameters as a new trial (``retry_of`` its number), as Optuna users do with
+    ``study.enqueue_trial``: they run first, and the failed ones leave the trial budget. The line that says so."""
+    failed = failed_to_retry(spec, study)
+    for trial in failed:
+        study.enqueue_trial(
+            dict(trial.params),
+            user_attrs={ENQUEUED: f"retry of trial {trial.number}", Attr.RETRY_OF: trial.number},
+            skip_if_exists=False,
+        )
+    flusher(study._storage, sync=True)()
+    if not failed:
+        return ["--retry-failed: no failed trial to re-run"]
+    line = f"re-running {len(failed)} failed trial(s) with their parameters first; they leave the trial budget"
+    log.info("%s", line)
+    return [line]
+
+
 def _check_budget(n_trials: int, study: optuna.Study) -> None:
     """The new budget holds every trial already finished, and those left running, which the resume re-runs."""
-    trials = own_trials(study.get_trials(deepcopy=False))
+    trials = _counted(study)
     finished = sum(t.state.is_finished() for t in trials)
     running = sum(t.state == TrialState.RUNNING for t in trials)
     if n_trials < max(finished + running, 1):
@@ -227,6 +284,17 @@ def added_enqueue(recorded: str | None, spec: CampaignSpec) -> list[dict[str, An
     return added
 
 
+def _rename_metrics(study: optuna.Study, spec: CampaignSpec) -> None:
+    """A changed ``[study] metric``: the study's metric names (optuna-dashboard's, ``study.metric_names``) follow."""
+    import warnings
+
+    names = list(spec.objective_metrics)
+    if study.metric_names is not None and list(study.metric_names) != names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(names)
+
+
 def _raw_enqueue(text: str) -> list[Any]:
     entries = tomllib.loads(text).get("enqueue", [])
     return [entries] if isinstance(entries, dict) else list(entries)
@@ -246,6 +314,7 @@ def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[s
     if changes or study.user_attrs.get(SPEC_TEXT) != spec.text:
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
+        _rename_metrics(study, spec)
     flusher(study._storage, sync=True)()
     if not added:
         return []

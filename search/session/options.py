@@ -32,6 +32,8 @@ class RunOptions:
     allow_changes: bool = False  # resume: run under a spec that differs from the recorded one
     spec_file: Path | None = None  # resume: the spec to run the rest under (default: the folder's spec.toml)
     hooks: CampaignHooks | None = None  # search.run(callbacks=..., on_report=...)
+    overwrite: bool = False  # run: a folder holding this campaign is deleted and the campaign started anew
+    retry_failed: bool = False  # resume: each failed trial runs again (its params enqueued), out of the budget
 
 
 def cluster_options(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:

@@ -30,9 +30,12 @@ from search.session.lifecycle import (
     NewStudy,
     check_environment_record,
     check_new,
+    enqueue_failed,
+    failed_to_retry,
     nothing_left,
     read_resumed_study,
     record_spec_changes,
+    remove_campaign,
     spec_to_resume,
 )
 from search.session.options import RunOptions  # noqa: F401 - re-exported
@@ -178,6 +181,9 @@ def _execute(
     else:
         for line in record_spec_changes(study, spec, changes or []):
             print(line)
+        if options.retry_failed:
+            for line in enqueue_failed(spec, study):
+                print(line)
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.
@@ -230,10 +236,12 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     folder = CampaignFolder.for_study(options.runs_dir, spec.study.name)
     cluster = cluster_for(spec, options)  # bad cluster settings fail before anything is created
     new = check_new(spec, options)  # and a bad warm-start source or enqueued configuration
+    if options.overwrite:
+        remove_campaign(folder.root)  # every check passed: only now is the old campaign deleted
     if folder.root.exists() and any(folder.root.iterdir()):
         raise CampaignExistsError(
             f"{folder.root} already holds a campaign; continue it with 'hypersweep resume {folder.root}' "
-            "or pick another [study] name or --runs-dir"
+            "or pick another [study] name or --runs-dir, or start anew with --overwrite"
         )
     new_runs_dir = not folder.root.parent.exists()
     folder.root.mkdir(parents=True, exist_ok=True)
@@ -282,7 +290,8 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
         study = read_resumed_study(load_spec(folder.spec, check_trainer=False), folder)  # read once, for both
         spec, changes = spec_to_resume(folder, options, check_trainer=False, study=study)
         given = registered_trainer(spec.trainer.entry) is not None  # search.resume(trainer=...): record and keep it
-        if not changes and not given and nothing_left(spec, folder, study):
+        retry = options.retry_failed and bool(failed_to_retry(spec, study))
+        if not changes and not given and not retry and nothing_left(spec, folder, study):
             return folder  # finished: no trainer import, no cluster; the caller prints its summary
         del study  # the run opens the storage as its writer
         spec = load_spec(folder.spec)  # checked in full now: the trainer, TLS files, components
@@ -294,6 +303,21 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
         except KeyboardInterrupt as exc:
             raise CampaignInterrupted(folder.root) from exc
     return folder
+
+
+def _rerun(study: optuna.Study) -> str:
+    from search.store.failures import rerun_note, retried_failures
+
+    return rerun_note(len(retried_failures(study.get_trials(deepcopy=False))))
+
+
+def _failures(study: optuna.Study, folder: CampaignFolder) -> str:
+    """The failures grouped by reason (count, first line, one trial folder to open), a line each; "" for none."""
+    from search.store.failures import failure_groups, failures_block
+
+    return "".join(
+        f"{line}\n" for line in failures_block(failure_groups(study.get_trials(deepcopy=False)), folder.root)
+    )
 
 
 def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> str:
@@ -326,10 +350,11 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
         )
     counts = state_counts(study)
     states = ["COMPLETE", "PRUNED", "FAIL", *sorted(set(counts) - {"COMPLETE", "PRUNED", "FAIL"})]
-    tally = ", ".join(f"{counts.get(state, 0)} {state}" for state in states)
+    tally = ", ".join(f"{counts.get(state, 0)} {state}" for state in states) + _rerun(study)
     return sweep + (
         f"{title} of study {spec.study.name!r} ({objectives}):\n{body}\n\n"
         f"trials: {tally}\n"
+        f"{_failures(study, folder)}"
         f"campaign folder: {os.path.relpath(folder.root)}\n"
         f"storage: {url}\n"
         f"trials table: {os.path.relpath(folder.summary)}\n"

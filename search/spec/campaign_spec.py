@@ -141,6 +141,10 @@ class StudySpec:
     """Deterministic campaigns: trial k is sampled from trials 0..k-P-1 only."""
     max_retries: int = 2
     """Times a trial is re-run (from its checkpoint, same number and parameters) after its worker died; then FAIL."""
+    fail_fast: int = 3
+    """Stop the campaign (exit status 4) once this many trials have failed for one reason (the same exception class,
+    else the same message) while none has completed or been pruned; the rest of the budget is not spent and trials in
+    flight are kept for `resume`. Counted anew by each `run` or `resume`; 0: never stop early."""
     constraints: tuple[str, ...] = ()  # reported metrics that must be <= 0 for a feasible trial
     """Names of metrics the trainer reports (final metrics, or a stopped trial's last report) that must each be `<= 0`
     for a trial to be feasible; `tpe`, `gp` and `nsga2` only."""
@@ -275,6 +279,7 @@ _STUDY = (
     "deterministic",
     "parallelism",
     "max_retries",
+    "fail_fast",
     "scheduler",
     "dispatch_ahead",
     "batch_trials",
@@ -361,6 +366,7 @@ def _study(t: SpecTable) -> StudySpec:
         batch_trials=_auto_int(t, "batch_trials", 1),
         sampling=sampling,
         max_retries=t.int("max_retries", 2, minimum=0, maximum=MAX_COUNT),
+        fail_fast=t.int("fail_fast", 3, minimum=0, maximum=MAX_TRIALS),
         constraints=_constraints(t, sampler),
         warm_start=t.str("warm_start", ""),
     )

@@ -13,18 +13,42 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRAINER_PICKLE", "read_environment", "trainer_records", "recorded_trainer_paths", "stored_trainer"]
+__all__ = [
+    "TRAINER_PICKLE",
+    "read_environment",
+    "environment_problem",
+    "trainer_records",
+    "recorded_trainer_paths",
+    "stored_trainer",
+]
 
 TRAINER_PICKLE = "trainer.pkl"  # a by-value trainer, as its workers got it (next to environment.json)
 
 
 def read_environment(path: Path) -> dict[str, Any] | None:
-    """The recorded environment, or ``None`` when the campaign has none (or it is unreadable)."""
+    """The recorded environment, or ``None`` when the campaign has none (or it is unreadable:
+    :func:`environment_problem` says which)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # JSONDecodeError, UnicodeDecodeError
         return None
     return data if isinstance(data, dict) else None
+
+
+def environment_problem(path: Path) -> str:
+    """Why ``path`` gives no environment record, in words (``environment.json is missing``, ``... is corrupt (not
+    valid JSON: ...)``); "" when it reads."""
+    if not path.exists():
+        return f"{path.name} is missing"
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        return f"{path.name} cannot be read ({exc.strerror or exc})"
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return f"{path.name} is corrupt (not valid JSON: {str(exc).splitlines()[0]})"
+    if not isinstance(data, dict):
+        return f"{path.name} is corrupt (a JSON {type(data).__name__}, not an object)"
+    return ""
 
 
 def recorded_trainer_paths(folder: Path) -> list[str]:

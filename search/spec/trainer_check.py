@@ -23,7 +23,7 @@ from search.spec.table import SpecError, _closest
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
 
-__all__ = ["check_trainer", "find_trainer", "trainer_paths"]
+__all__ = ["check_trainer", "find_trainer", "trainer_paths", "unchecked_metrics_note"]
 
 
 def check_trainer(spec: CampaignSpec) -> CampaignSpec:
@@ -51,6 +51,25 @@ def check_trainer(spec: CampaignSpec) -> CampaignSpec:
             f"trainer {spec.trainer.entry} does not declare supports_pbt (schedule_epochs, inherit_checkpoint)",
         )
     return spec
+
+
+def unchecked_metrics_note(spec: CampaignSpec) -> str:
+    """``check``'s note when the trainer declares no ``reported_metrics``: the spec's metrics cannot be checked
+    before trials run (a trainer that never reports one then stops the campaign early, ``[study] fail_fast``)."""
+    from trainers.api import capabilities_of  # by name, only to validate
+
+    if capabilities_of(find_trainer(spec)).reported_metrics is not None:
+        return ""
+    names = ", ".join(repr(m) for m in (*spec.study.metrics, *spec.study.constraints))
+    stop = (
+        f"; a campaign whose first {spec.study.fail_fast} trials do not return it stops early"
+        if spec.study.fail_fast
+        else ""
+    )
+    return (
+        f"note: trainer {spec.trainer.entry} declares no reported_metrics, so {names} is checked only when trials "
+        f"finish (declare them with @trainer(reported_metrics=...) to check them here){stop}"
+    )
 
 
 def _check_signature(spec: CampaignSpec, fn: Any) -> None:

@@ -57,6 +57,7 @@ class Attr:
     WIDTH: Final = "width"  # int: data-parallel processes (slots) the trial takes
     SAMPLER_SAW: Final = "sampler_saw"  # int: finished trials the sampler knew when it sampled this one
     BATCH: Final = "batch"  # int: trials sent together as one task (only when > 1)
+    RETRY_OF: Final = "retry_of"  # int: the failed trial this one re-runs (resume --retry-failed), its params again
     # from the worker's outcome
     WORKER: Final = "worker"  # str: the Dask worker address
     HOST: Final = "host"  # str

@@ -134,9 +134,13 @@ def make_bad_batch_fit():
 @pytest.mark.timeout(240)
 def test_the_worker_outcome_carries_the_error_type_to_the_record(tmp_path: Path) -> None:
     import search
+    from search.store.failures import AllTrialsFailedError
 
     fit, bad_batch = make_bad_batch_fit()
-    result = search.run(toy_spec("typed", n_trials=2), trainer=fit, runs_dir=tmp_path, progress=False)
+    with pytest.raises(AllTrialsFailedError) as raised:  # every trial failed: what the command line exits 4 for
+        search.run(toy_spec("typed", n_trials=2), trainer=fit, runs_dir=tmp_path, progress=False)
+    assert [(g.count, g.numbers) for g in raised.value.groups] == [(2, (0, 1))]
+    result = search.load(tmp_path / "typed")
     trials = result.study.get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] * 2
     # the class's module and name, as the worker saw it (a class shipped by value has no <locals> there)

@@ -98,7 +98,13 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("folder", type=Path)
 
     check = sub.add_parser("check", help="validate a spec (and its cluster settings, as run would) and exit")
-    check.add_argument("spec", type=Path)
+    check.add_argument("spec", type=Path, nargs="?", help="study spec (TOML); optional with --versions")
+    check.add_argument(
+        "--versions",
+        action="store_true",
+        help="print the versions found of the core dependencies (against the tested ones) and the optional extras, "
+        "and which path of Optuna's private API runs",
+    )
     check.add_argument("--scheduler", default=None, help="as for run: the Dask scheduler the campaign will join")
     check.add_argument("--insecure", action="store_true", help="as for run: plain TCP on a non-loopback address")
     check.add_argument(
@@ -329,6 +335,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from search.session.runner import RunOptions
     from search.spec.campaign_spec import load_spec
 
+    if _print_versions(args.versions) and args.spec is None:
+        return EXIT_OK
+    if args.spec is None:
+        raise InputError("check: a spec file is needed (or --versions alone)")
     spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
     tls = tuple(args.tls) if args.tls else None
     options = RunOptions(scheduler=args.scheduler, insecure=args.insecure, tls=tls)
@@ -336,6 +346,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
     check_new(spec, options)  # the warm-start source and the enqueued configurations
     print(f"{args.spec}: ok ({len(spec.space.distributions())} searched parameters, {spec.study.n_trials} trials)")
     return EXIT_OK
+
+
+def _print_versions(full: bool) -> bool:
+    """``full``: the versions and the private API's path on stdout; else one line on stderr where a core dependency
+    is outside the versions tested (none: nothing). Returns ``full``."""
+    from search.compat.versions import untested_line, versions_text
+
+    if full:
+        from search.compat import optuna_private
+
+        print(versions_text(f"optuna's private API: {optuna_private.describe()}"))
+    else:
+        warning = untested_line()
+        if warning:
+            print(f"hypersweep: {warning}", file=sys.stderr)
+    return full
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

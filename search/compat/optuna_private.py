@@ -154,6 +154,7 @@ _FAMILY_OF_BASE = {
 
 _lock = threading.Lock()
 _paths: dict[str, tuple[str, str]] | None = None  # family -> (path, why)
+_private: frozenset[str] | None = None  # the families whose private path runs
 _storages: weakref.WeakKeyDictionary[optuna.Study, BaseStorage] = weakref.WeakKeyDictionary()
 
 
@@ -268,19 +269,23 @@ def _check(family: str, forced: set[str]) -> tuple[str, str]:
 
 def paths() -> dict[str, tuple[str, str]]:
     """Each family's path (``"private"`` or ``"public"``) and why it is public; checked once per process."""
-    global _paths
+    global _paths, _private
     with _lock:
         if _paths is None:
             forced = _forced_public()
             _paths = {family: _check(family, forced) for family in FAMILIES}
-            level = logging.INFO if all(p == PRIVATE for p, _ in _paths.values()) else logging.WARNING
+            _private = frozenset(f for f, (path, _) in _paths.items() if path == PRIVATE)
+            level = logging.INFO if len(_private) == len(FAMILIES) else logging.WARNING
             log.log(level, "%s", describe(_paths))
     return _paths
 
 
 def uses(family: str) -> bool:
-    """Whether ``family``'s private path runs (its check passed)."""
-    return paths()[family][0] == PRIVATE
+    """Whether ``family``'s private path runs (its check passed). Lock-free once checked: the hot paths ask it."""
+    private = _private
+    if private is None:
+        private = frozenset(f for f, (path, _) in paths().items() if path == PRIVATE)
+    return family in private
 
 
 def describe(found: Mapping[str, tuple[str, str]] | None = None) -> str:
@@ -296,9 +301,9 @@ def describe(found: Mapping[str, tuple[str, str]] | None = None) -> str:
 
 def reset() -> None:
     """Check again on next use (tests that break or restore the private API)."""
-    global _paths
+    global _paths, _private
     with _lock:
-        _paths = None
+        _paths, _private = None, None
 
 
 # ---------------------------------------------------------------------------------------------------- studies

@@ -31,6 +31,7 @@ import optuna
 from bench.light import finished_campaign, time_command
 from bench.simulate import NB201_CSV, TRIAL_SECONDS
 from cluster.simulated import SimulatedExecutor, TableModel
+from search.compat import optuna_private as op
 from search.loop.campaign import Campaign
 from search.session.runner import load_study
 from search.spec.campaign_spec import load_spec
@@ -54,9 +55,9 @@ def big_campaign(root: Path, n_trials: int, seed_trials: int = 200) -> Path:
     study = load_study(load_spec(folder.spec, check_trainer=False), folder, create=True, writer=True)
     for trial in trials:
         study.add_trial(_copy(trial))
-    study._storage.flush()
+    op.storage_of(study).flush()
     _repeat_last_lines(folder.journal, len(trials), n_trials - len(trials))
-    storage = load_study(load_spec(folder.spec, check_trainer=False), folder, create=False, writer=True)._storage
+    storage = op.storage_of(load_study(load_spec(folder.spec, check_trainer=False), folder, create=False, writer=True))
     final_snapshot(storage)  # as the end of a run leaves it
     return folder.root
 
@@ -92,7 +93,7 @@ def controller_ms_per_trial(folder: Path, more: int, workers: int = 64) -> float
     spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, n_trials=n_done + more))
     executor = SimulatedExecutor(workers, TableModel(NB201_CSV, trial_seconds=TRIAL_SECONDS, jitter=0.1), seed=1)
     Campaign(spec, CampaignFolder(folder), study, executor, clock=executor.clock).run()
-    final_snapshot(study._storage)
+    final_snapshot(op.storage_of(study))
     finished = executor.counts["ok"] + executor.counts["lost"]
     return 1e3 * executor.controller_seconds / max(1, finished)
 

@@ -102,7 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("folder", type=Path)
 
     check = sub.add_parser("check", help="validate a spec (and its cluster settings, as run would) and exit")
-    check.add_argument("spec", type=Path)
+    check.add_argument("spec", type=Path, nargs="?", help="study spec (TOML); optional with --versions")
+    check.add_argument(
+        "--versions",
+        action="store_true",
+        help="print the versions found of the core dependencies (against the tested ones) and the optional extras, "
+        "and which path of Optuna's private API runs",
+    )
     check.add_argument("--scheduler", default=None, help="as for run: the Dask scheduler the campaign will join")
     check.add_argument("--insecure", action="store_true", help="as for run: plain TCP on a non-loopback address")
     check.add_argument(
@@ -295,13 +301,6 @@ def failure_summary(study: optuna.Study, kinds: int = 3) -> str:
     return all_failed_line(study.get_trials(deepcopy=False), kinds)
 
 
-def _shown(path: Path) -> str:
-    """``path`` relative to here when it is below here, else as it is."""
-    from search.store.failures import shown_path
-
-    return shown_path(path)
-
-
 def _cmd_scaling(args: argparse.Namespace) -> int:
     from search.spec.campaign_spec import SpecError, load_spec
 
@@ -332,12 +331,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from search.compat.versions import print_versions
     from search.session.lifecycle import check_new
     from search.session.preflight import cluster_for
     from search.session.runner import RunOptions
     from search.spec.campaign_spec import load_spec
     from search.spec.trainer_check import unchecked_metrics_note
 
+    if print_versions(args.versions) and args.spec is None:
+        return EXIT_OK
+    if args.spec is None:
+        raise InputError("check: a spec file is needed (or --versions alone)")
     spec = load_spec(args.spec)  # and imports the trainer, to check the spec against it
     tls = tuple(args.tls) if args.tls else None
     options = RunOptions(scheduler=args.scheduler, insecure=args.insecure, tls=tls)
@@ -415,7 +419,9 @@ def _interrupted(folder: Path | str | None) -> str:
         return "interrupted before any trial ran; nothing was kept"
     if folder == "?":  # interrupted outside a campaign (while checking, connecting)
         return "interrupted"
-    return f"interrupted; running trials are kept: continue with 'hypersweep resume {_shown(Path(folder))}'"
+    from search.store.failures import shown_path
+
+    return f"interrupted; running trials are kept: continue with 'hypersweep resume {shown_path(Path(folder))}'"
 
 
 def _closed_pipe() -> int:

@@ -23,10 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["generate", "load_arrays", "default_cache_dir", "SEQUENCE_LENGTH", "DEFAULT_SAMPLES"]
+__all__ = ["generate", "load_arrays", "default_cache_dir", "SEQUENCE_LENGTH", "DEFAULT_SAMPLES", "NEEDED"]
 
 SEQUENCE_LENGTH = 40
 DEFAULT_SAMPLES = 62_500  # 50,000 training examples after the 80/20 split
+
+
+NEEDED = "dataset='mnist1d' needs the mnist1d package: pip install 'hypersweep[mnist1d]'"
 
 
 def default_cache_dir() -> Path:
@@ -51,7 +54,7 @@ def generate(n_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     try:
         from mnist1d.data import get_dataset_args, make_dataset
     except ImportError as exc:
-        raise ImportError("dataset='mnist1d' needs the mnist1d package: pip install 'hypersweep[mnist1d]'") from exc
+        raise ImportError(NEEDED) from exc
     args = get_dataset_args()
     args.num_samples, args.seed, args.train_split = int(n_samples), int(seed), 1.0
     with _global_rng_kept():
@@ -60,7 +63,10 @@ def generate(n_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cache_file(folder: Path, n_samples: int, seed: int) -> Path:
-    version = importlib.metadata.version("mnist1d")
+    try:
+        version = importlib.metadata.version("mnist1d")
+    except importlib.metadata.PackageNotFoundError as exc:  # looked up before the import: the same line
+        raise ImportError(NEEDED) from exc
     return folder / f"mnist1d-{version}-n{n_samples}-seed{seed}.npz"
 
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import optuna
 
 from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExecutor
+from search.compat import optuna_private as op
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.dispatch import CampaignError, Dispatcher
@@ -101,8 +102,10 @@ class Campaign:
         self.executor = executor
         self._on_progress = on_progress or (lambda _s: None)
         self._poll = poll_interval
-        self._flush = flush or flusher(study._storage)  # group commit: this iteration's writes, out of the process
-        self._sync = flush or flusher(study._storage, sync=True)  # and on disk: before a decision is acted on
+        self._flush = flush or flusher(
+            op.storage_of(study)
+        )  # group commit: this iteration's writes, out of the process
+        self._sync = flush or flusher(op.storage_of(study), sync=True)  # and on disk: before a decision is acted on
         self.hooks = hooks or CampaignHooks()  # the user's callbacks and report hook; they may stop the campaign
         self.budget = Budget(  # clock: wall-clock seconds; a simulated executor passes its virtual clock
             spec.study.n_trials, spec.study.time_budget, clock, self.hooks

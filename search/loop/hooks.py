@@ -26,6 +26,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from search.compat import optuna_private as op
+
 __all__ = ["StopCampaign", "CampaignHooks", "Callback", "ReportHook"]
 
 log = logging.getLogger(__name__)
@@ -91,8 +93,8 @@ class HookSink:
     def finish(self, number: int, state: str, values: Sequence[float] | None, params: Mapping[str, Any]) -> None:
         if not self._hooks.callbacks:
             return
-        storage, study = self._study._storage, self._study
-        frozen = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
+        storage, study = op.storage_of(self._study), self._study
+        frozen = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(op.study_id(study), number))
         for callback in self._hooks.callbacks:
             self._hooks._guarded(
                 f"callback {getattr(callback, '__name__', callback)!r}", functools.partial(self._call, callback, frozen)
@@ -100,15 +102,7 @@ class HookSink:
 
     def _call(self, callback: Callback, frozen: FrozenTrial) -> None:
         """Optuna's ``study.stop()`` works only inside ``optimize``: the callback runs as if it were there."""
-        study, local = self._study, self._study._thread_local
-        study._stop_flag, was = False, local.in_optimize_loop
-        local.in_optimize_loop = True
-        try:
-            callback(study, frozen)
-        finally:
-            local.in_optimize_loop = was
-            stop, study._stop_flag = study._stop_flag, False
-        if stop:
+        if op.run_callback(self._study, callback, frozen):
             self._hooks.stop(f"study.stop() in callback {getattr(callback, '__name__', callback)!r}")
 
     def close(self) -> None:

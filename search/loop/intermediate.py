@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 
 import optuna
 
+from search.compat import optuna_private as op
 from search.loop.trials import RunningTrial
 from search.sampling.pruning import make_pruner, ready_at_start, resource_of
 from search.spec.campaign_spec import CampaignSpec
@@ -74,7 +75,7 @@ class IntermediateValues:
         earlier = read_metrics_lines(self._folder.trial_metrics(running.number))
         if not earlier:
             return
-        frozen = self._study._storage.get_trial(running.trial._trial_id)
+        frozen = op.storage_of(self._study).get_trial(op.trial_id(running.trial))
         running.recorded(frozen.intermediate_values)
         for step, metrics, at in earlier:
             if self._remember(running, step, metrics, at):

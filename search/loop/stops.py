@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from cluster.executor import OK, Outcome
+from search.compat import optuna_private as op
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import Ledger
 from search.loop.policies import TARGET_REACHED, Verdict
@@ -57,7 +58,7 @@ def settle_decided(
         if not reason or not isinstance(config, dict):
             rest.append(frozen)
             continue
-        running = RunningTrial(optuna.Trial(study, frozen._trial_id), TrialConfig.from_dict(config), 1, 0.0)
+        running = RunningTrial(optuna.Trial(study, op.frozen_id(study, frozen)), TrialConfig.from_dict(config), 1, 0.0)
         running.stop(reason)
         reports.replay(running, ())  # its reports so far, from its metrics.jsonl (any the study lacks are told)
         log.info(

@@ -38,6 +38,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from cluster.executor import TrialExecutor
+from search.compat import optuna_private as op
 from search.loop.budget import Budget
 from search.loop.ledger import Ledger
 from search.loop.pipeline import SLOW_ASK_SECONDS
@@ -324,15 +325,15 @@ class TrialSupply:
         )
         completer = optuna.load_study(
             study_name=self._study.study_name,
-            storage=self._study._storage,
+            storage=op.storage_of(self._study),
             sampler=optuna.samplers.RandomSampler(self._cut_seed(frozen.number)),
         )
-        sampled = self._spec.space.suggest_missing(optuna.Trial(completer, frozen._trial_id))
+        sampled = self._spec.space.suggest_missing(optuna.Trial(completer, op.frozen_id(self._study, frozen)))
         if restored or sampled:
             how = [f"{', '.join(restored)} restored from its folder"] if restored else []
             how += [f"{', '.join(sampled)} sampled now"] if sampled else []
             log.warning("trial %d's record was cut short: %s", frozen.number, "; ".join(how))
-        return optuna.Trial(self._study, frozen._trial_id)
+        return optuna.Trial(self._study, op.frozen_id(self._study, frozen))
 
     def _cut_seed(self, number: int) -> int:
         return component_seed(self._spec.study.seed, f"cut-{number}")

@@ -63,7 +63,7 @@ including any non-architecture name in a search space handed to ``sample_relativ
 (so Optuna's sampler contract suites pass).
 
 Lineage is written to each trial's system attrs through the storage API
-(``study._storage.set_trial_system_attr``; the public ``Trial.set_system_attr`` was
+(``set_trial_system_attr`` through :mod:`search.compat.optuna_private`; the public ``Trial.set_system_attr`` was
 removed from Optuna): :data:`GENOME_ATTR` (canonical genome string), :data:`PARENT_ATTR`
 (parent trial number, ``None`` for a random genome) and :data:`MUTATION_ATTR`
 (``"random"`` or the mutation kind). The sampler also keeps it in :attr:`lineage`.
@@ -93,6 +93,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from search.compat import optuna_private as op
 from spaces.architecture import GenomeParam
 from spaces.genomes import CellGenome, CellSpace, Genome, LayerGenome, LayerSpace, SupportsSuggest
 from spaces.mutations import mutate_with_kind
@@ -342,12 +343,12 @@ class RegularizedEvolutionSampler(BaseSampler):
         key = (study.study_name, trial.number)
         with self._lock:
             cached = self._ended.get(key)
-        if cached is not None and cached[0] == trial._trial_id:
+        if cached is not None and cached[0] == op.frozen_id(study, trial):
             return cached[1], cached[2]
         genome = self.genome_of(trial)
         text = None if genome is None else genome.to_string()
         with self._lock:
-            self._ended[key] = (trial._trial_id, genome, text)
+            self._ended[key] = (op.frozen_id(study, trial), genome, text)
         return genome, text
 
     def _finished(self, study: Study, limit: int | None = None) -> list[tuple[FrozenTrial, Genome]]:
@@ -455,10 +456,10 @@ class RegularizedEvolutionSampler(BaseSampler):
     def _record(self, study: Study, trial: FrozenTrial, lineage: Lineage) -> None:
         with self._lock:
             self._lineage[trial.number] = lineage
-        storage = study._storage
-        storage.set_trial_system_attr(trial._trial_id, GENOME_ATTR, lineage.genome)
-        storage.set_trial_system_attr(trial._trial_id, PARENT_ATTR, lineage.parent)
-        storage.set_trial_system_attr(trial._trial_id, MUTATION_ATTR, lineage.mutation)
+        storage, trial_id = op.storage_of(study), op.frozen_id(study, trial)
+        storage.set_trial_system_attr(trial_id, GENOME_ATTR, lineage.genome)
+        storage.set_trial_system_attr(trial_id, PARENT_ATTR, lineage.parent)
+        storage.set_trial_system_attr(trial_id, MUTATION_ATTR, lineage.mutation)
 
 
 def _ranks(values: Sequence[float]) -> np.ndarray:

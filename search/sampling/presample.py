@@ -28,6 +28,8 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from search.compat import optuna_private as op
+
 __all__ = ["Presampler", "ask_fixed"]
 
 
@@ -43,7 +45,7 @@ class Presampler(ABC):
 def ask_fixed(study: optuna.Study, distributions: dict[str, BaseDistribution]) -> optuna.Trial:
     """``study.ask(fixed_distributions=distributions)``, in one storage entry where the sampler presamples."""
     sampler = study.sampler
-    if not isinstance(sampler, Presampler) or _waiting(study):
+    if not isinstance(sampler, Presampler) or not op.uses("study") or _waiting(study):
         return study.ask(fixed_distributions=distributions)
     params = sampler.presample(distributions)
     if params is None:
@@ -61,11 +63,11 @@ def ask_fixed(study: optuna.Study, distributions: dict[str, BaseDistribution]) -
         intermediate_values={},
         trial_id=-1,
     )
-    study._thread_local.cached_all_trials = None  # as Study.ask starts
-    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    op.forget_cached_trials(study)  # as Study.ask starts
+    trial_id = op.storage_of(study).create_new_trial(op.study_id(study), template_trial=template)
     return optuna.Trial(study, trial_id)  # the sampler's before_trial sees it, as in Study.ask
 
 
 def _waiting(study: optuna.Study) -> bool:
     """Whether an enqueued trial waits (the campaign's journal answers from a flag)."""
-    return bool(study._storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,)))
+    return bool(op.storage_of(study).get_all_trials(op.study_id(study), deepcopy=False, states=(TrialState.WAITING,)))

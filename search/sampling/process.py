@@ -45,9 +45,9 @@ from typing import Any, Generic, TypeVar, cast
 
 import optuna
 from optuna.distributions import BaseDistribution
-from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
+from search.compat import optuna_private as op
 from search.sampling.asker import AskFailed, AskTimes
 from search.sampling.presample import Presampler
 
@@ -135,7 +135,7 @@ class _Replica:
         suggest: Suggest | None = None,
     ) -> None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(directions=cast(list[Any], list(directions)), sampler=sampler)
+        self.study = op.create_study(directions=cast(list[Any], list(directions)), sampler=sampler)
         self.study.add_trials(finished)
         self.distributions = distributions
         self.suggest = suggest
@@ -152,8 +152,9 @@ class _Replica:
     def record(self, done: Done) -> None:
         self.seen += 1
         if done.replica is not None:
-            frozen = self.study._storage.get_trial(
-                self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, done.replica)
+            storage = op.storage_of(self.study)
+            frozen = storage.get_trial(
+                storage.get_trial_id_from_study_id_trial_number(op.study_id(self.study), done.replica)
             )
             if frozen.params == done.params:
                 self._finish(frozen, done)
@@ -172,16 +173,16 @@ class _Replica:
 
     def _finish(self, frozen: FrozenTrial, done: Done) -> None:
         """What ``Study.tell`` does, as the controller already validated it: intermediate values, then state."""
-        storage = self.study._storage
+        storage, trial_id = op.storage_of(self.study), op.frozen_id(self.study, frozen)
         for step, value in done.intermediate.items():
-            storage.set_trial_intermediate_value(frozen._trial_id, step, value)
+            storage.set_trial_intermediate_value(trial_id, step, value)
         for key, value in done.constraints.items():  # as ``Trial.set_constraint`` stores them
-            storage.set_trial_system_attr(frozen._trial_id, f"{_CONSTRAINTS_KEY}:{key}", value)
-        frozen = storage.get_trial(frozen._trial_id)
+            storage.set_trial_system_attr(trial_id, f"{op.constraints_key()}:{key}", value)
+        frozen = storage.get_trial(trial_id)
         try:
             self.study.sampler.after_trial(self.study, frozen, done.state, done.values)
         finally:
-            storage.set_trial_state_values(frozen._trial_id, done.state, done.values)
+            storage.set_trial_state_values(trial_id, done.state, done.values)
 
 
 def serve(

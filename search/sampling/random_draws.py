@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, _get_single_value
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
+from search.compat import optuna_private as op
 from search.sampling.presample import Presampler
 
 __all__ = ["RandomDraws"]
@@ -53,7 +54,7 @@ class RandomDraws(optuna.samplers.RandomSampler, Presampler):
 
     def presample(self, distributions: dict[str, BaseDistribution]) -> dict[str, Any]:
         """The draws ``Study.ask`` would make, in order: a single-valued distribution takes its value undrawn."""
-        return {name: _get_single_value(d) if d.single() else self._draw(d) for name, d in distributions.items()}
+        return {name: op.single_value(d) if d.single() else self._draw(d) for name, d in distributions.items()}
 
     def _draw(self, param_distribution: BaseDistribution) -> Any:
         entry = self._kept.get(id(param_distribution))
@@ -66,14 +67,12 @@ class RandomDraws(optuna.samplers.RandomSampler, Presampler):
         return kept.untransform(rng.uniform(low, high))[_KEY]
 
     def _keep(self, distribution: BaseDistribution) -> Any:
-        from optuna._transform import _SearchSpaceTransform
-
         if len(self._kept) >= _MAX_KEPT:
             self._kept.clear()
         kept: Any
         if isinstance(distribution, CategoricalDistribution):
             kept = (distribution.choices, len(distribution.choices))
         else:
-            kept = _SearchSpaceTransform({_KEY: distribution})
+            kept = op.SearchSpaceTransform({_KEY: distribution})
         self._kept[id(distribution)] = (distribution, kept)
         return kept

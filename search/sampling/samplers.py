@@ -20,6 +20,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 
+from search.compat import optuna_private as op
 from search.sampling import components
 from search.sampling.random_draws import RandomDraws
 from search.sampling.seeds import component_seed
@@ -102,9 +103,18 @@ def _evolution(space: SearchSpace, seed: int, budget: int | None = None, **optio
 
 
 def _tpe(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
+    if not op.uses("samplers"):  # Optuna's TPE internals moved: its own TPESampler (refits every ask)
+        options.pop("refit_fraction", None)
+        return optuna.samplers.TPESampler(seed=seed, **options)
     from search.sampling.tpe import RefitTPESampler
 
     return RefitTPESampler(seed=seed, **options)
+
+
+def _random(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
+    if not op.uses("samplers"):  # Optuna's own RandomSampler: the same draws, slower
+        return optuna.samplers.RandomSampler(seed=seed, **options)
+    return RandomDraws(seed=seed, **options)
 
 
 def _grid_space(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
@@ -149,7 +159,7 @@ _BUILT_IN = (
     ),
     SamplerInfo(
         "random",
-        lambda space, seed, **kw: RandomDraws(seed=seed, **kw),
+        _random,
         description="independent uniform draws; the baseline",
     ),
     SamplerInfo(

@@ -44,12 +44,10 @@ from typing import Any, cast
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import TPESampler
-from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
-from optuna.samplers._tpe.probability_distributions import _BatchedCategoricalDistributions
-from optuna.samplers._tpe.sampler import default_gamma, default_gamma_multiobjective
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from search.compat import optuna_private as op
 from search.sampling.random_draws import RandomDraws
 from search.sampling.tpe_density import FittedLogPdf
 from search.sampling.tpe_split import split_for_refit
@@ -67,8 +65,8 @@ class _Fit:
 
     study: tuple[int, int]
     trials: int
-    below: _ParzenEstimator
-    above: _ParzenEstimator
+    below: op.ParzenEstimator
+    above: op.ParzenEstimator
     discrete: bool  # every parameter discrete: candidates repeat, so their acquisition values are kept
     acquisition: dict[tuple[float, ...], float] = dataclasses.field(default_factory=dict)
     grid: np.ndarray | None = None  # log l(x) - log g(x) at every point of an all-categorical space
@@ -81,7 +79,7 @@ def _space_key(search_space: dict[str, BaseDistribution]) -> tuple[tuple[str, st
 
 
 def _study_key(study: Study) -> tuple[int, int]:
-    return (id(study._storage), study._study_id)
+    return (id(op.storage_of(study)), op.study_id(study))
 
 
 class RefitTPESampler(TPESampler):
@@ -132,7 +130,7 @@ class RefitTPESampler(TPESampler):
         known = self._startup.get(key)
         if known is not None and (known[1] or not self._stale(trial, known[0])):
             return known[1]
-        finished = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED), use_cache=True)
+        finished = op.get_trials(study, deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED), use_cache=True)
         done = len(finished) >= self._n_startup_trials
         self._startup[key] = (trial.number, done)
         return done
@@ -170,7 +168,7 @@ class RefitTPESampler(TPESampler):
             return self._draw_from_grid(fit, search_space)
         samples_below = fit.below.sample(self._rng.rng, self._n_ei_candidates)
         acq_func_vals = self._acquisition(fit, samples_below)
-        ret = TPESampler._compare(samples_below, acq_func_vals)
+        ret = self._compare(samples_below, acq_func_vals)
         return {name: dist.to_external_repr(ret[name]) for name, dist in search_space.items()}
 
     def _draw_from_grid(self, fit: _Fit, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -187,7 +185,7 @@ class RefitTPESampler(TPESampler):
         """Optuna's log l(x) - log g(x) of each candidate; in a discrete space, computed once per point and fit
         (g holds a kernel per trial: 24 candidates against 20,000 kernels cost 45 ms an ask)."""
         if fit.grid is not None:
-            return fit.grid[tuple(samples[name].astype(np.intp) for name in fit.below._search_space)]
+            return fit.grid[tuple(samples[name].astype(np.intp) for name in op.space_of(fit.below))]
         if not fit.discrete:
             return self._log_ratio(fit, samples)
         names = list(samples)
@@ -243,7 +241,7 @@ class RefitTPESampler(TPESampler):
         table = self._tables[key]
         if table is None:
             return None
-        if not table.update(study._get_trials(deepcopy=False, use_cache=not self._constant_liar)):
+        if not table.update(op.get_trials(study, deepcopy=False, use_cache=not self._constant_liar)):
             self._tables[key] = None  # for good: the walk serves this study
             return None
         asking = trial.number if self._constant_liar else -1
@@ -262,7 +260,7 @@ class RefitTPESampler(TPESampler):
             states = [TrialState.COMPLETE, TrialState.PRUNED]
             if self._constant_liar:
                 states.append(TrialState.RUNNING)
-            trials = study._get_trials(deepcopy=False, states=states, use_cache=not self._constant_liar)
+            trials = op.get_trials(study, deepcopy=False, states=states, use_cache=not self._constant_liar)
             # the liar leaves the asking trial out; running trials are left out of gamma (Optuna 4073)
             scores = self._scores.setdefault(_study_key(study), {})
             asking = trial.number if self._constant_liar else -1
@@ -295,7 +293,7 @@ class _Intersection:
 
     def update(self, study: Study) -> dict[str, BaseDistribution]:
         """The intersection, sorted by name, without single-valued distributions (as TPE infers it)."""
-        trials = study._get_trials(deepcopy=False, use_cache=True)
+        trials = op.get_trials(study, deepcopy=False, use_cache=True)
         fresh = self._changes.since(trials)
         if fresh is None:  # not numbered by position: every trial, afresh
             self._changes, self._space = TrialChanges(), None
@@ -328,10 +326,10 @@ _FOLDED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 def _gamma_of(study: Study) -> Callable[[int], int]:
     """Optuna's default split of the trials into below and above, as its ``_sample`` picks it."""
-    return default_gamma if len(study.directions) <= 1 else default_gamma_multiobjective
+    return op.default_gamma if len(study.directions) <= 1 else op.default_gamma_multiobjective
 
 
-def _acquisition_grid(below: _ParzenEstimator, above: _ParzenEstimator) -> tuple[np.ndarray, np.ndarray] | None:
+def _acquisition_grid(below: op.ParzenEstimator, above: op.ParzenEstimator) -> tuple[np.ndarray, np.ndarray] | None:
     """log l(x) - log g(x) at every point of an all-categorical space of at most ``GRID_CELLS`` points, indexed by
     the choices' positions, and l(x) summed over the points in order; None for any other space. The same values as
     Optuna's log-sum over kernels (to rounding), for the cost of one pass over the kernels instead of one per
@@ -349,16 +347,16 @@ def _draw_points(cumulative: np.ndarray, rng: np.random.RandomState, size: int) 
     return np.minimum(np.searchsorted(cumulative, uniform, side="right"), cumulative.size - 1)
 
 
-def _categorical_density(estimator: _ParzenEstimator) -> np.ndarray | None:
+def _categorical_density(estimator: op.ParzenEstimator) -> np.ndarray | None:
     """The mixture's density at every point of its space, or None if a parameter is not categorical or the space
     is too large. A kernel's row of choice weights depends only on its observed choice (or is the prior's), so the
     kernels' weights are summed per combination of distinct rows, then each axis is mapped to the choices."""
-    mixture = estimator._mixture_distribution
-    if not all(isinstance(d, _BatchedCategoricalDistributions) for d in mixture.distributions):
+    mixture = op.mixture_of(estimator)
+    if not all(isinstance(d, op.BatchedCategorical) for d in mixture.distributions):
         return None
     rows, inverses = [], []
     for dist in mixture.distributions:
-        split = _distinct_rows(cast(_BatchedCategoricalDistributions, dist).weights)
+        split = _distinct_rows(cast(op.BatchedCategorical, dist).weights)
         if split is None:
             return None
         rows.append(split[0])

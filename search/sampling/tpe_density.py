@@ -11,37 +11,28 @@ Optuna's ``_MixtureOfProductDistribution.log_pdf`` does, in the same order: the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
-from optuna.samplers._tpe import _truncnorm
-from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
-from optuna.samplers._tpe.probability_distributions import (
-    _BatchedCategoricalDistributions,
-    _BatchedTruncLogNormDistributions,
-    _BatchedTruncNormDistributions,
-    _log_gauss_mass_unique,
-    _unique_inverse_2d,
-)
+
+from search.compat import optuna_private as op
 
 __all__ = ["FittedLogPdf"]
 
-_Continuous = _BatchedTruncNormDistributions | _BatchedTruncLogNormDistributions  # no step
+_Continuous = Any  # op.BatchedTruncNorm | op.BatchedTruncLogNorm: no step
 
 
 class FittedLogPdf:
     """``estimator.log_pdf(samples)``, with each continuous kernel's truncation mass and log scale kept."""
 
-    def __init__(self, estimator: _ParzenEstimator) -> None:
-        mixture = estimator._mixture_distribution
-        self._names = list(estimator._search_space)
+    def __init__(self, estimator: op.ParzenEstimator) -> None:
+        mixture = op.mixture_of(estimator)
+        self._names = list(op.space_of(estimator))
         self._distributions = mixture.distributions
         self._log_weights = np.log(mixture.weights[np.newaxis])
         self._n = len(mixture.weights)
         self._continuous = [
-            i
-            for i, d in enumerate(mixture.distributions)
-            if not isinstance(d, _BatchedCategoricalDistributions) and d.step == 0.0
+            i for i, d in enumerate(mixture.distributions) if not isinstance(d, op.BatchedCategorical) and d.step == 0.0
         ]
         if self._continuous:
             dists = [cast(_Continuous, mixture.distributions[i]) for i in self._continuous]
@@ -53,7 +44,7 @@ class FittedLogPdf:
             a = (self._lows - self._mus) / self._sigmas
             b = (self._highs - self._mus) / self._sigmas
             self._a, self._b = np.atleast_1d(a, b)
-            self._log_mass = _truncnorm._log_gauss_mass(self._a, self._b)
+            self._log_mass = op.log_gauss_mass(self._a, self._b)
             self._log_scale = np.log(self._sigmas)
             self._degenerate = bool((self._a == self._b).any())  # a kernel with no width: Optuna's NaN
 
@@ -62,7 +53,7 @@ class FittedLogPdf:
         x = np.array([samples[name] for name in self._names]).T
         weighted_log_pdf = np.zeros((len(x), self._n), dtype=np.float64)
         for i, d in enumerate(self._distributions):  # categorical and stepped: as Optuna computes them
-            if isinstance(d, _BatchedCategoricalDistributions):
+            if isinstance(d, op.BatchedCategorical):
                 xi = x[:, i, np.newaxis, np.newaxis].astype(np.int64)
                 weighted_log_pdf += np.log(np.take_along_axis(d.weights[np.newaxis], xi, axis=-1))[..., 0]
                 continue
@@ -70,14 +61,14 @@ class FittedLogPdf:
                 continue
             is_log = d.is_log
             xi_uniq, xi_inv = np.unique(x[:, i], return_inverse=True)
-            mu_uniq, sigma_uniq, mu_sigma_inv = _unique_inverse_2d(d.mu, d.sigma)
+            mu_uniq, sigma_uniq, mu_sigma_inv = op.unique_inverse_2d(d.mu, d.sigma)
             left = np.log(xi_uniq - step / 2) if is_log else (xi_uniq - step / 2)
             right = np.log(xi_uniq + step / 2) if is_log else (xi_uniq + step / 2)
-            weighted_log_pdf += _log_gauss_mass_unique(
+            weighted_log_pdf += op.log_gauss_mass_unique(
                 (left[:, np.newaxis] - mu_uniq) / sigma_uniq,
                 (right[:, np.newaxis] - mu_uniq) / sigma_uniq,
             )[np.ix_(xi_inv, mu_sigma_inv)]
-            weighted_log_pdf -= _truncnorm._log_gauss_mass(
+            weighted_log_pdf -= op.log_gauss_mass(
                 (d.adapted_low - mu_uniq) / sigma_uniq, (d.adapted_high - mu_uniq) / sigma_uniq
             )[mu_sigma_inv]
         if self._continuous:
@@ -93,7 +84,7 @@ class FittedLogPdf:
         kernels' log mass and log scale from the fit."""
         columns = np.asarray([np.log(x[:, i]) if log else x[:, i] for i, log in zip(self._continuous, self._is_log)]).T
         z = (columns[:, np.newaxis, :] - self._mus) / self._sigmas
-        out = _truncnorm._norm_logpdf(z) - self._log_mass - self._log_scale
+        out = op.norm_logpdf(z) - self._log_mass - self._log_scale
         if not self._degenerate and ((columns >= self._lows) & (columns <= self._highs)).all():
             return out  # every sample in range: x >= low implies z >= a after rounding too (same mu, same sigma)
         z, a, b = np.broadcast_arrays(z, self._a, self._b)

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from optuna.samplers._tpe.sampler import (
-    _get_infeasible_trial_score,
-    _split_complete_trials,
-    _split_infeasible_trials,
-    _split_pruned_trials,
-)
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
+
+from search.compat import optuna_private as op
 
 __all__ = ["split_for_refit"]
 
@@ -54,7 +50,7 @@ def split_for_refit(
             continue
         score = scores.get(number)
         if score is None:
-            score = scores[number] = _get_infeasible_trial_score(trial)
+            score = scores[number] = op.infeasible_score(trial)
         if score > 0:
             infeasible.append(trial)
         elif state == _COMPLETE:
@@ -64,11 +60,11 @@ def split_for_refit(
         else:
             raise ValueError(f"trial {number} is {state.name}: a refit models complete, pruned and running trials")
     n_below = gamma(len(complete) + len(pruned) + len(infeasible))
-    below_complete, _ = _split_complete_trials(complete, study, n_below)
+    below_complete, _ = op.split_complete(complete, study, n_below)
     n_below = max(0, n_below - len(below_complete))
-    below_pruned, _ = _split_pruned_trials(pruned, study, n_below)
+    below_pruned, _ = op.split_pruned(pruned, study, n_below)
     n_below = max(0, n_below - len(below_pruned))
-    below_infeasible, _ = _split_infeasible_trials(infeasible, n_below)
+    below_infeasible, _ = op.split_infeasible(infeasible, n_below)
     below = {id(t) for t in (*below_complete, *below_pruned, *below_infeasible)}
     if not ordered:  # Optuna's order: by number
         kept.sort(key=lambda trial: trial.number)

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 from optuna.distributions import BaseDistribution
-from optuna.samplers._tpe.sampler import _get_infeasible_trial_score
 from optuna.trial import FrozenTrial, TrialState
+
+from search.compat import optuna_private as op
 
 __all__ = ["LIVE", "TrialChanges", "TrialTable"]
 
@@ -103,7 +104,7 @@ class TrialTable:
         if state == TrialState.RUNNING:
             self.kind[number] = _RUNNING
         elif state in (TrialState.COMPLETE, TrialState.PRUNED):
-            infeasibility = _get_infeasible_trial_score(trial)
+            infeasibility = op.infeasible_score(trial)
             if infeasibility > 0:
                 self.kind[number], self.keys[number] = _INFEASIBLE, (infeasibility, 0.0)
             elif state == TrialState.PRUNED:

@@ -26,6 +26,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from search.compat import optuna_private as op
 from search.sampling.seeds import component_seed
 from search.scaling.fit import (
     ScalingFit,
@@ -78,7 +79,7 @@ class _BatchView:
         return self._keep(self._study.get_trials(deepcopy=deepcopy, states=states))
 
     def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[FrozenTrial]:
-        return self._keep(self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache))
+        return self._keep(op.get_trials(self._study, deepcopy=deepcopy, states=states, use_cache=use_cache))
 
     @property
     def trials(self) -> list[FrozenTrial]:

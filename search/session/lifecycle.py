@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from search.compat import optuna_private as op
 from search.session.preflight import cluster_for
 from search.session.warm_start import WarmStartError, own_trials, source_trials, warm_start
 from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
@@ -172,7 +173,7 @@ def read_resumed_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Stu
         )
     storage = open_storage(url)
     try:
-        return optuna.load_study(study_name=spec.study.name, storage=storage)
+        return op.load_study(study_name=spec.study.name, storage=storage)
     except KeyError:
         raise InputError(
             f"{folder.root}: the storage holds no study {spec.study.name!r} (was [study] name changed in spec.toml?)"
@@ -217,7 +218,7 @@ def enqueue_failed(spec: CampaignSpec, study: optuna.Study) -> list[str]:
             user_attrs={ENQUEUED: f"retry of trial {trial.number}", Attr.RETRY_OF: trial.number},
             skip_if_exists=False,
         )
-    flusher(study._storage, sync=True)()
+    flusher(op.storage_of(study), sync=True)()
     if not failed:
         return ["--retry-failed: no failed trial to re-run"]
     line = f"re-running {len(failed)} failed trial(s) with their parameters first; they leave the trial budget"
@@ -315,7 +316,7 @@ def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[s
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
         _rename_metrics(study, spec)
-    flusher(study._storage, sync=True)()
+    flusher(op.storage_of(study), sync=True)()
     if not added:
         return []
     line = f"enqueued {len(added)} configuration(s) new in [[enqueue]]: they run next, within the budget"

@@ -15,6 +15,7 @@ from cluster.connect import is_loopback
 from search.session.options import cluster_options
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.spec.cluster import MAX_WORKERS
+from search.spec.extras import check_extras
 from search.spec.table import SpecError
 from spaces.errors import InputError
 
@@ -34,6 +35,7 @@ def check_workers_flag(n_workers: int | None) -> None:
 
 def cluster_for(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     """The cluster options a run of ``spec`` uses, every setting checked (see the module's docstring)."""
+    check_extras(spec)  # an optional package the spec needs: named with its install command, before any trial
     check_workers_flag(options.n_workers)
     _check_tls_flag(options.tls)
     _check_listen(spec, options)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from cluster import ClusterError, ClusterOptions, open_cluster
+from search.compat import optuna_private as op
 from search.sampling import components
 from search.sampling.pruning import make_pruner
 from search.session.lifecycle import (
@@ -92,7 +93,7 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
         try:
-            study = optuna.create_study(
+            study = op.create_study(
                 study_name=spec.study.name,
                 storage=storage,
                 sampler=campaign_sampler(spec),
@@ -112,7 +113,7 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SEED, spec.study.seed)
         return study
-    study = optuna.load_study(
+    study = op.load_study(
         study_name=spec.study.name, storage=storage, sampler=optuna.samplers.RandomSampler(), pruner=pruner
     )
     study.sampler = campaign_sampler(spec, trials=len(study.get_trials(deepcopy=False)))
@@ -196,7 +197,7 @@ def _execute(
                 print(f"hypersweep: warning: {line}", file=sys.stderr)
             executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
             Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
-        final_snapshot(study._storage)  # readers of a big journal (status, report, resume) replay nothing
+        final_snapshot(op.storage_of(study))  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:
         if create and not _has_trials(folder):
             raise

@@ -16,6 +16,7 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from search.compat import optuna_private as op
 from search.spec.reading import read_spec_text
 from search.spec.table import SpecError, _closest
 from spaces.params import ConditionalParam, SearchSpace
@@ -36,7 +37,7 @@ def misfit(dist: BaseDistribution, value: Any) -> str:
     if isinstance(dist, (FloatDistribution, IntDistribution)):
         if not dist.low <= value <= dist.high:
             return f"{value!r} is outside [{dist.low!r}, {dist.high!r}]"
-        if not dist._contains(float(value)):  # both distributions' internal form is the float
+        if not op.contains(dist, float(value)):  # both distributions' internal form is the float
             return f"{value!r} is not on the grid {dist.low!r} + k * {dist.step!r}"
         return ""
     return f"cannot check a value of a {type(dist).__name__}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 
+from search.compat.versions import install_command
 from search.spec.table import SpecTable
 
 __all__ = ["LoggingSpec", "LOGGING_KEYS", "parse_logging"]
@@ -57,8 +58,9 @@ def parse_logging(t: SpecTable, check_installed: bool = True) -> LoggingSpec:
         wandb=t.bool("wandb", False),
         wandb_project=t.str("wandb_project", ""),
     )
-    if check_installed and spec.wandb and importlib.util.find_spec("wandb") is None:
-        raise t.error("wandb", "wandb is not installed here; pip install wandb (or set wandb = false)")
-    if check_installed and spec.mlflow and importlib.util.find_spec("mlflow") is None:
-        raise t.error("mlflow", "mlflow is not installed here; pip install mlflow (or set mlflow = false)")
+    for key, wanted in (("wandb", spec.wandb), ("mlflow", spec.mlflow)):
+        if check_installed and wanted and importlib.util.find_spec(key) is None:
+            raise t.error(
+                key, f"needs the [{key}] extra ({key} not installed): {install_command(key)} (or set {key} = false)"
+            )
     return spec

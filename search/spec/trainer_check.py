@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from search.compat.versions import extra_hint
 from search.sampling.pruning import RESOURCE_METRIC
 from search.spec.kept_trainer import recorded_trainer_paths, stored_trainer
 from search.spec.keys import DATA_PARALLEL
@@ -148,7 +149,7 @@ def find_trainer(spec: CampaignSpec) -> Any:
     try:
         return load_trainer(entry, trainer_paths(spec))
     except TrainerImportError as exc:
-        problem = str(exc)
+        problem = str(exc) + extra_hint(getattr(exc.__cause__, "name", None))  # an optional framework: its extra
     except Exception as exc:  # noqa: BLE001 - the user's module raised on import: one line, its traceback in a file
         raise SpecError(spec.source, "trainer.entry", _import_failure(entry, exc)) from None
     try:

@@ -53,10 +53,10 @@ from optuna.distributions import (
     json_to_distribution,
 )
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalStorage
-from optuna.storages.journal._base import BaseJournalSnapshot  # public in optuna.storages.journal only as a base
-from optuna.storages.journal._storage import JournalOperation, JournalStorageReplayResult  # what the snapshot holds
 from optuna.trial import FrozenTrial, TrialState
 
+from search.compat import optuna_private as op
+from search.compat.optuna_private import BaseJournalSnapshot  # public in optuna.storages.journal only as a base
 from search.store.heap import gc_paused
 from search.store.snapshot import (
     MAX_SEGMENTS,
@@ -74,6 +74,7 @@ __all__ = [
     "GroupCommitJournal",
     "ControllerJournalStorage",
     "SnapshotJournalStorage",
+    "PublicJournalStorage",
     "repair_journal",
     "SYNC_INTERVAL",
 ]
@@ -194,9 +195,7 @@ class GroupCommitJournal(BaseJournalBackend):
 def _seek_table(backend: JournalFileBackend, lines: int, size: int) -> None:
     """Let Optuna's file backend seek straight to line ``lines`` (its table of line offsets; without it the
     backend would scan every line before, which is correct, only slower)."""
-    offsets = getattr(backend, "_log_number_offset", None)
-    if isinstance(offsets, dict):
-        offsets[lines] = size
+    op.seek_table(backend, lines, size)
 
 
 class _Restoring(BaseJournalBackend, BaseJournalSnapshot):
@@ -255,10 +254,28 @@ class SnapshotJournalStorage(JournalStorage):
             return  # Optuna could not unpickle it: it replays from the start
         trials = read_segments(path, found.segments)
         if trials is None:
-            self._replay_result = JournalStorageReplayResult(self._worker_id_prefix)
+            self._replay_result = op.new_replay_state(self)
             return
-        self._replay_result._trials.update(trials)
+        op.replay_trials(self._replay_result).update(trials)
         self._segments, self._sealed, self._restored = found.segments, set(trials), True
+
+
+class PublicJournalStorage(JournalStorage):
+    """Optuna's journal storage on the group-commit backend through Optuna's public API alone: what the writer opens
+    where the check of the private journal API failed (:mod:`search.compat.optuna_private`). Optuna replays each
+    entry it appends, and no snapshot is written: slower at 10,000s of trials, the same file."""
+
+    def __init__(self, backend: GroupCommitJournal) -> None:
+        super().__init__(backend)
+        self.group_commit = backend
+
+    def flush(self, sync: bool = False) -> int:
+        """The group commit (see :class:`GroupCommitJournal`)."""
+        return self.group_commit.flush(sync)
+
+    def snapshot(self) -> bool:
+        """No snapshot on this path (it pickles Optuna's private replay state)."""
+        return False
 
 
 class ControllerJournalStorage(SnapshotJournalStorage):
@@ -311,7 +328,7 @@ class ControllerJournalStorage(SnapshotJournalStorage):
             try:
                 segments, sealed = self._seal(state, lines)
                 head = copy.copy(state)  # the state without the sealed trials: they are in the segments
-                head._trials = {tid: t for tid, t in state._trials.items() if tid not in sealed}
+                op.set_replay_trials(head, {tid: t for tid, t in op.replay_trials(state).items() if tid not in sealed})
                 write_snapshot(path, head, lines, size, segments)
             except OSError as exc:  # a cache: a full disk costs readers a replay, never the campaign
                 log.warning("no snapshot of %s written: %s", path, exc)
@@ -323,14 +340,16 @@ class ControllerJournalStorage(SnapshotJournalStorage):
                 remove_stale(path, segments)  # the merged segments (a reader opening one now replays instead)
         return True
 
-    def _seal(self, state: JournalStorageReplayResult, lines: int) -> tuple[tuple[Segment, ...], set[int]]:
+    def _seal(self, state: Any, lines: int) -> tuple[tuple[Segment, ...], set[int]]:
         """The next snapshot's segments and the trial ids they hold: the current ones and a new one of the trials
         finished since, or all finished trials in one when there would be more than ``MAX_SEGMENTS``."""
         path = self._writer.path
         if len(self._segments) >= MAX_SEGMENTS:
-            finished = {tid: t for tid, t in state._trials.items() if t.state.is_finished()}
+            finished = {tid: t for tid, t in op.replay_trials(state).items() if t.state.is_finished()}
             return (write_segment(path, finished, lines),), set(finished)
-        new = {tid: t for tid, t in state._trials.items() if tid not in self._sealed and t.state.is_finished()}
+        new = {
+            tid: t for tid, t in op.replay_trials(state).items() if tid not in self._sealed and t.state.is_finished()
+        }
         if not new:
             return self._segments, self._sealed
         return (*self._segments, write_segment(path, new, lines)), self._sealed | set(new)
@@ -348,7 +367,7 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         The state and the errors are Optuna's (the entry is written before a check fails, as Optuna writes it)."""
         text = self._encoded_distribution(distribution)
         log = {
-            "op_code": JournalOperation.SET_TRIAL_PARAM,
+            "op_code": op.journal_operation("SET_TRIAL_PARAM"),
             "worker_id": self._replay_result.worker_id,
             "trial_id": trial_id,
             "param_name": param_name,
@@ -360,14 +379,15 @@ class ControllerJournalStorage(SnapshotJournalStorage):
             self._backend.append_logs([log])
             state = self._replay_result
             state.log_number_read += 1
-            if not state._trial_exists_and_updatable(trial_id, log):
+            if not op.updatable(state, trial_id, log):
                 return
             decoded = self._decoded_distribution(text)
             self._check_first_holder(state, trial_id, param_name, text, decoded)
-            trial = copy.copy(state._trials[trial_id])
+            trials = op.replay_trials(state)
+            trial = copy.copy(trials[trial_id])
             trial.params = {**trial.params, param_name: decoded.to_external_repr(param_value_internal)}
             trial.distributions = {**trial.distributions, param_name: decoded}
-            state._trials[trial_id] = trial
+            trials[trial_id] = trial
 
     def _encoded_distribution(self, distribution: BaseDistribution) -> str:
         """``distribution_to_json``, kept per distribution object: a campaign asks with the same objects every time
@@ -389,25 +409,26 @@ class ControllerJournalStorage(SnapshotJournalStorage):
             decoded = self._decoded[text] = json_to_distribution(text)
         return decoded
 
-    def _check_first_holder(
-        self, state: JournalStorageReplayResult, trial_id: int, name: str, text: str, decoded: BaseDistribution
-    ) -> None:
+    def _check_first_holder(self, state: Any, trial_id: int, name: str, text: str, decoded: BaseDistribution) -> None:
         """Raise as Optuna does when ``decoded`` is incompatible with the parameter's distribution in the study's
         first trial that has it; with none, ``trial_id`` becomes that trial."""
-        study_id = state._trial_id_to_study_id[trial_id]
+        study_id = op.study_of_trial(state)[trial_id]
         key = (study_id, name)
         first = self._first_holder.get(key)
         if first is None:
             holder = next(
                 (
                     t
-                    for t in map(state._trials.get, state._study_id_to_trial_ids[study_id])
+                    for t in map(op.replay_trials(state).get, op.trials_of_study(state)[study_id])
                     if t is not None and name in t.params
                 ),
                 None,
             )
             if holder is not None:
-                first = self._first_holder[key] = (holder._trial_id, distribution_to_json(holder.distributions[name]))
+                first = self._first_holder[key] = (
+                    op.trial_id_in_replay(holder),
+                    distribution_to_json(holder.distributions[name]),
+                )
         if first is not None and first[1] != text:
             check_distribution_compatibility(self._decoded_distribution(first[1]), decoded)
         if first is None:
@@ -425,19 +446,20 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         if not attrs:
             return
         worker = self._replay_result.worker_id
-        op = JournalOperation.SET_TRIAL_USER_ATTR
+        code = op.journal_operation("SET_TRIAL_USER_ATTR")
         logs = [
-            {"op_code": op, "worker_id": worker, "trial_id": trial_id, "user_attr": {k: v}} for k, v in attrs.items()
+            {"op_code": code, "worker_id": worker, "trial_id": trial_id, "user_attr": {k: v}} for k, v in attrs.items()
         ]
         with self._thread_lock:
             self._sync_with_backend()  # caught up: the entries appended next are the next ones read
             self._backend.append_logs(logs)
             state = self._replay_result
             state.log_number_read += len(logs)
-            if state._trial_exists_and_updatable(trial_id, logs[0]):
-                trial = copy.copy(state._trials[trial_id])
+            if op.updatable(state, trial_id, logs[0]):
+                trials = op.replay_trials(state)
+                trial = copy.copy(trials[trial_id])
                 trial.user_attrs = {**trial.user_attrs, **attrs}
-                state._trials[trial_id] = trial
+                trials[trial_id] = trial
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         if template_trial is not None and template_trial.state == TrialState.WAITING:
@@ -452,7 +474,7 @@ class ControllerJournalStorage(SnapshotJournalStorage):
         values from their choices); the writer gives it the ones it keeps per JSON text, as :meth:`set_trial_param`
         does. Without this, 40,000 trials of six categoricals (``search.sampling.presample``) held 100 MB more."""
         with self._thread_lock:
-            trial = self._replay_result._trials.get(trial_id)
+            trial = op.replay_trials(self._replay_result).get(trial_id)
             if trial is None:
                 return
             shared = {
@@ -465,7 +487,7 @@ class ControllerJournalStorage(SnapshotJournalStorage):
                 for name, value in template.params.items()
             }
             trial.distributions = shared
-            self._replay_result._trials[trial_id] = trial
+            op.replay_trials(self._replay_result)[trial_id] = trial
 
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None

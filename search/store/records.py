@@ -26,6 +26,8 @@ from typing import Any, Final
 
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from search.compat import optuna_private as op
+
 __all__ = [
     "Attr",
     "StudyAttr",
@@ -154,14 +156,10 @@ def write_attrs(trial: Any, /, **fields: Any) -> None:
     unknown = sorted(set(fields) - TRIAL_ATTRS)
     if unknown:
         raise TypeError(f"unknown trial attribute(s) {', '.join(unknown)} (see search.store.records.Attr)")
-    storage = trial.storage if isinstance(trial, Trial) else None
-    together = getattr(storage, "set_trial_user_attrs", None)  # the controller's journal: one append
-    if together is None or len(fields) < 2:
-        for key, value in fields.items():
-            trial.set_user_attr(key, value)
-        return
-    together(trial._trial_id, fields)
-    trial._cached_frozen_trial.user_attrs.update(fields)  # as ``Trial.set_user_attr`` keeps it
+    if len(fields) >= 2 and isinstance(trial, Trial) and op.keep_user_attrs(trial, fields):
+        return  # the controller's journal: one append
+    for key, value in fields.items():
+        trial.set_user_attr(key, value)
 
 
 def encode_number(value: float) -> float | str:

@@ -15,10 +15,16 @@ from typing import TYPE_CHECKING
 
 import optuna
 from optuna.storages import BaseStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+from search.compat import optuna_private as op
 from search.store.folder import CampaignFolder
-from search.store.journal import ControllerJournalStorage, GroupCommitJournal, SnapshotJournalStorage
+from search.store.journal import (
+    ControllerJournalStorage,
+    GroupCommitJournal,
+    PublicJournalStorage,
+    SnapshotJournalStorage,
+)
 from spaces.errors import InputError
 
 if TYPE_CHECKING:  # sqlalchemy loads for an SQLite or RDB storage only
@@ -99,6 +105,10 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
         raise MissingStorageError(f"{missing}: no such storage file (the campaign has no study there)")
     if url.startswith("journal:"):
         path = url.removeprefix("journal:")
+        if not op.uses("journal"):  # Optuna's private journal API moved: its public storage, the same file
+            return (
+                PublicJournalStorage(GroupCommitJournal(path)) if writer else JournalStorage(JournalFileBackend(path))
+            )
         if writer:
             return ControllerJournalStorage(GroupCommitJournal(path))
         return SnapshotJournalStorage(JournalFileBackend(path), path)  # from its snapshot when it has one
@@ -118,9 +128,9 @@ def open_storage(url: str, writer: bool = False, create: bool = False) -> BaseSt
 def flusher(storage: BaseStorage, sync: bool = False) -> Callable[[], object]:
     """What the campaign calls once per loop iteration to write its entries out (and, now and then, to write
     the journal's snapshot); ``sync``: the call also fsyncs them (see :mod:`search.store.journal`)."""
-    if isinstance(storage, ControllerJournalStorage):
+    if isinstance(storage, (ControllerJournalStorage, PublicJournalStorage)):
         return functools.partial(storage.flush, sync)
-    backend = getattr(storage, "_backend", None)
+    backend = op.backend_of(storage)
     return functools.partial(backend.flush, sync) if isinstance(backend, GroupCommitJournal) else (lambda: None)
 
 

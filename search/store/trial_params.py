@@ -38,6 +38,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial
 
+from search.compat import optuna_private as op
 from search.store.folder import CampaignFolder
 from search.store.records import Files, ends_mid_line
 
@@ -176,9 +177,9 @@ def restore_params(
             internal = dist.to_internal_repr(value)
         except (ValueError, TypeError):
             continue
-        if not dist._contains(internal):
+        if not op.contains(dist, internal):
             continue
-        study._storage.set_trial_param(frozen._trial_id, name, internal, dist)
+        op.storage_of(study).set_trial_param(op.frozen_id(study, frozen), name, internal, dist)
         restored.append(name)
     return restored
 

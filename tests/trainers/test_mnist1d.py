@@ -57,3 +57,22 @@ def test_the_classifier_trains_on_it(tmp_path: Path) -> None:
     accuracies = [m["val_accuracy"] for _s, m in reporter.reports]
     assert accuracies[-1] > 0.2  # above chance (10 classes) after 3 epochs on 800 examples
     assert "b_simple_lo" in final
+
+
+def test_without_the_package_the_first_error_is_the_install_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package's version names the cache file: looked up before the import, it must fail with the same line
+    (it failed with ``PackageNotFoundError: mnist1d``)."""
+    import importlib.metadata
+
+    import trainers.mnist1d as mnist1d
+
+    def absent(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(mnist1d.importlib.metadata, "version", absent)
+    with pytest.raises(
+        ImportError, match=r"^dataset='mnist1d' needs the mnist1d package: pip install 'hypersweep\[mnist1d\]'$"
+    ):
+        load_arrays(64, 123, str(tmp_path))

@@ -269,7 +269,8 @@ def test_mlflow_asked_for_but_not_installed_is_one_spec_line(monkeypatch: pytest
     with pytest.raises(SpecError) as info:
         parse_spec(spec_with({"mlflow": True}), "spec.toml", check_trainer=True)
     assert str(info.value) == (
-        "spec.toml: logging.mlflow: mlflow is not installed here; pip install mlflow (or set mlflow = false)"
+        "spec.toml: logging.mlflow: needs the [mlflow] extra (mlflow not installed): pip install -e '.[mlflow]' in the "
+        "hypersweep checkout, or pip install mlflow-skinny (or set mlflow = false)"
     )
     assert parse_spec(spec_with({"mlflow": True}), check_trainer=False).logging.mlflow  # reading a campaign: fine
 

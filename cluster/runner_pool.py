@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from .connect import worker_slots
 from .outcome import Outcome, TrialStatus
 from .slot_runner import PUT_OP, Trial, pack_item, run_slot, runner_key
 
@@ -144,10 +145,14 @@ class RunnerPool:
         idle = sum(1 for r in self._runners.values() if r.ready and not r.trials)
         starting = sum(1 for r in self._runners.values() if not r.worker and not r.closed)
         wanted = min(len(self._waiting) - idle - starting, self._slots() - len(self._runners))
-        for i in range(max(0, wanted)):
+        prefers = [str(self._waiting[idle + starting + i].request.prefer) for i in range(max(0, wanted))]
+        # A preference for a worker that is gone (its batch job ended, say) is dropped: Dask leaves a task that
+        # prefers an unknown worker unscheduled when it came while no worker was there, even with other workers
+        # joining since (every worker's job reached its walltime at once).
+        live = set(worker_slots(self._client)) if any(prefers) else set()
+        for prefer in prefers:
             key = runner_key(self._topic, time.monotonic_ns())
-            prefer = str(self._waiting[idle + starting + i].request.prefer)
-            where: dict[str, Any] = {"workers": [prefer], "allow_other_workers": True} if prefer else {}
+            where: dict[str, Any] = {"workers": [prefer], "allow_other_workers": True} if prefer in live else {}
             future = self._client.submit(
                 run_slot,
                 key,

@@ -17,11 +17,13 @@ cut by its job's walltime is told apart from one whose worker failed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime
 import ipaddress
 import logging
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -36,7 +38,9 @@ __all__ = [
     "JobKeeper",
     "JobState",
     "MAX_FAILED_SUBMISSIONS",
+    "Walltimes",
     "POLL_SECONDS",
+    "job_deadlines",
     "job_expired",
     "refusal_text",
     "slurm_nodes_elsewhere",
@@ -152,25 +156,60 @@ def refusal_text(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def job_expired(client: Client, worker: str, timeout: float = 5.0) -> bool:
-    """Whether ``worker`` (an address) ran in a batch job whose walltime has ended by now: the keeper of that
-    cluster recorded the end. False on any other cluster, or when the scheduler does not answer."""
-    if not worker:
-        return False
+def job_deadlines(client: Client, timeout: float = 5.0) -> dict[str, float]:
+    """Each worker's batch-job walltime end (epoch seconds) by address, as a :class:`JobKeeper` recorded them on
+    the scheduler; empty on any other cluster, or when the scheduler does not answer."""
     try:
         deadlines = client.sync(
             client.scheduler.get_metadata, keys=list(DEADLINES_KEY), default={}, callback_timeout=timeout
         )
-    except Exception:  # noqa: BLE001 - no answer: the loss counts as a loss
-        return False
-    end = deadlines.get(worker) if isinstance(deadlines, dict) else None
-    return end is not None and time.time() >= float(end) - WALLTIME_SLACK
+    except Exception:  # noqa: BLE001 - no answer: nothing known
+        return {}
+    return {str(k): float(v) for k, v in deadlines.items()} if isinstance(deadlines, dict) else {}
+
+
+def job_expired(client: Client, worker: str, timeout: float = 5.0) -> bool:
+    """Whether ``worker`` (an address) ran in a batch job whose walltime has ended by now: the keeper of that
+    cluster recorded the end. False on any other cluster, or when the scheduler does not answer."""
+    end = job_deadlines(client, timeout).get(worker) if worker else None
+    return end is not None and time.time() >= end - WALLTIME_SLACK
+
+
+class Walltimes:
+    """Which workers still have the time to run one more trial: each worker's job walltime end (read from the
+    scheduler every :data:`POLL_SECONDS`) against the median duration of the trials seen so far. A worker of no
+    batch job, or before any trial ended, always has."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._ends: dict[str, float] = {}
+        self._durations: collections.deque[float] = collections.deque(maxlen=64)
+        self._read = 0.0
+
+    def refresh(self) -> None:
+        if time.monotonic() - self._read >= POLL_SECONDS:
+            self._read = time.monotonic()
+            self._ends = job_deadlines(self._client)
+
+    def ran(self, seconds: float) -> None:
+        """A trial ran ``seconds`` on its worker."""
+        if seconds > 0:
+            self._durations.append(seconds)
+
+    def fits(self, worker: str, ahead: int = 0) -> bool:
+        """Whether a trial of the median duration seen so far ends on ``worker`` before its job does, after the
+        ``ahead`` trials queued there before it (each taken as long as the median)."""
+        end = self._ends.get(worker)
+        if end is None or not self._durations:
+            return True
+        return time.time() + statistics.median(self._durations) * (1 + ahead) < end
 
 
 def _notify(line: str) -> None:
     """One line on the terminal and in campaign.log (the ``cluster`` logger's file while a campaign runs)."""
     log.warning(line)
-    print(f"hypersweep: {line}", file=sys.stderr, flush=True)
+    erase = "\r\x1b[2K" if sys.stderr.isatty() else ""  # over a progress line being drawn, not after it
+    print(f"{erase}hypersweep: {line}", file=sys.stderr, flush=True)
 
 
 class JobKeeper:
@@ -198,7 +237,6 @@ class JobKeeper:
         self.stopped = ""  # why submissions stopped ("" while they go on)
         self.joined_once = False
         self._joined: dict[str, set[str]] = {}  # each job whose worker joined, by name: its workers' addresses
-        self._told: list[Any] = []  # the job objects already dealt with (kept, so that no new one shares an id)
         self._deadlines: dict[str, float] = {}
         self._joins: list[tuple[str, str]] = []  # (worker name, address) as they join, appended on the loop
         self._halt = threading.Event()
@@ -309,54 +347,59 @@ class JobKeeper:
         self._cluster.scheduler.add_plugin(Joins(), name=Joins.name)
 
     async def _snapshot(self) -> tuple[dict[str, tuple[str, str]], list[tuple[str, str]]]:
-        """Each job object (not told of yet) by name: its id and refusal; the workers that joined since the last
-        look (name, address)."""
+        """Each job by name: its id and refusal; the workers that joined since the last look (name, address)."""
         jobs = {
             name: (str(job.job_id or ""), str(getattr(job, "refusal", "")))
             for name, job in self._cluster.workers.items()
-            if not any(job is told for told in self._told)
         }
         joins, self._joins[:] = list(self._joins), []
         return jobs, joins
 
     async def _replace(self, ended: Mapping[str, str]) -> None:
-        """Forget the ended jobs and submit others in their places, unless submissions stopped; record the ends."""
+        """Forget the ended jobs and submit others in their places, unless submissions stopped; record the ends.
+
+        A replacement takes a new name: 15 s after a worker left, Dask itself cancels the job of that name unless
+        a worker of that name is back, and a replacement still in the queue then would be cancelled."""
+        places: dict[str, str] = {}  # an ended job's name -> the name of the place made for its replacement
         for name in ended:
             job = self._cluster.workers.pop(name, None)
             if job is not None:
-                self._told.append(job)
                 await job.close()  # nothing to cancel, most often; Dask checks that each job it made closed
+            if self._cluster.worker_spec.pop(name, None) is not None:
+                place = self._cluster.new_worker_spec()
+                self._cluster.worker_spec.update(place)
+                places[name] = next(iter(place))
         await self._record_deadlines()
         missing = set(self._cluster.worker_spec) - set(self._cluster.workers)
         if not missing or self._halt.is_set() or self._cluster.status.name in ("closing", "closed"):
-            for line in ended.values():
-                if line != "refused":
-                    self._notify(line)
+            self._tell(ended)
             return
         if self.failures >= MAX_FAILED_SUBMISSIONS:
             self._stop_submitting(ended)
             return
         await self._cluster._correct_state()  # Dask's own: a job for each place in the plan without one
+        replacements = {name: self._cluster.workers.get(place) for name, place in places.items()}
+        self._tell(ended, {name: str(job.job_id) for name, job in replacements.items() if job and job.job_id})
+
+    def _tell(self, ended: Mapping[str, str], replacements: Mapping[str, str] | None = None) -> None:
         for name, line in ended.items():
-            job = self._cluster.workers.get(name)
             if line != "refused":
-                new = f"; job {job.job_id} submitted in its place" if job is not None and job.job_id else ""
-                self._notify(line + new)
+                new = (replacements or {}).get(name)
+                self._notify(f"{line}; job {new} submitted in its place" if new else line)
 
     def _stop_submitting(self, ended: Mapping[str, str]) -> None:
         """No more submissions: the places left without a job leave the plan (Dask would fill them again)."""
         for name in set(self._cluster.worker_spec) - set(self._cluster.workers):
             del self._cluster.worker_spec[name]
-        for line in ended.values():
-            if line != "refused":
-                self._notify(line)
+        self._tell(ended)
         if not self.stopped:
             self.stopped = (
                 f"{self.failures} {self.system} jobs in a row were refused or ended before their worker joined"
             )
-            self._notify(
-                f"{self.stopped}: no more are submitted (check the job logs and [cluster.{self.system.lower()}])"
-            )
+            if self.joined_once:  # before, opening the cluster fails with it
+                self._notify(
+                    f"{self.stopped}: no more are submitted (check the job logs and [cluster.{self.system.lower()}])"
+                )
 
     async def _record_deadlines(self) -> None:
         if self._deadlines:

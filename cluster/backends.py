@@ -537,8 +537,13 @@ class JobQueueBackend(_Deployed):
         this host (single-host SLURM: a workstation, CI)."""
         if not is_loopback(options.host):
             return
+        if self.system != "slurm":
+            raise SettingError(
+                f"listen = {options.host!r} is loopback, but {self.system} workers run on other nodes: listen on this "
+                "host's address they can reach (with TLS files, or --insecure)"
+            )
         where = f"partition {self.queue!r}" if self.queue else "SLURM"
-        elsewhere = slurm_nodes_elsewhere(self.queue) if self.system == "slurm" else None
+        elsewhere = slurm_nodes_elsewhere(self.queue)
         if elsewhere is None:
             raise ClusterError(f"cannot list the nodes of {where} (sinfo) to check that listen = {options.host!r} fits")
         if elsewhere:

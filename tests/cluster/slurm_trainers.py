@@ -1,6 +1,6 @@
 """A trainer for the real-SLURM tests: sleeps through its epochs, checkpoints each one, resumes from the last.
 
-``options.sleep``: seconds per epoch (4 times as many for the trial numbers in ``options.slow``). ``options.log``: a file where every epoch run appends
+``options.sleep``: seconds per epoch (twice as many for the trial numbers in ``options.slow``). ``options.log``: a file where every epoch run appends
 ``<trial number> <epoch> <SLURM job id>``, so a test sees which job ran which epoch (and that a trial cut by its
 job's end resumed from its checkpoint: no epoch twice).
 """
@@ -25,7 +25,7 @@ def resumable(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     metrics = state["history"][-1] if state["history"] else {}
     for epoch in range(int(state["epoch"]) + 1, config.epochs + 1):
         slow = config.number in config.options.get("slow", ())
-        time.sleep(float(config.options.get("sleep", 0.0)) * (4 if slow else 1))
+        time.sleep(float(config.options.get("sleep", 0.0)) * (2 if slow else 1))
         metrics = {"score": float(config.params["quality"]) * epoch / config.epochs}
         with open(config.options["log"], "a") as log:
             log.write(f"{config.number} {epoch} {os.environ.get('SLURM_JOB_ID', '')}\n")

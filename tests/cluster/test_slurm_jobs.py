@@ -190,16 +190,17 @@ def test_jobs_run_the_trials_a_cancelled_job_is_replaced_and_no_job_is_left(tmp_
 def test_a_walltime_shorter_than_the_campaign_spends_no_retry_and_starts_no_trial_it_would_cut(
     tmp_path: Path, slurm: str
 ) -> None:
-    """2 jobs of a 1-minute walltime, 4 trials of 25 s but trial 0 of 100 s, on them. Trial 0 starts before any
-    duration is known and is cut by its job's walltime: it resumes on a replacement job from its checkpoint, and
-    spends no retry (max_retries = 0: it would fail). The other job runs trials 1 and 2 (until ~50 s) but not trial
-    3, which could not end before its walltime: that one waits for a replacement job and runs whole."""
-    n_trials = 4
+    """2 jobs of a 1-minute walltime (SLURM ends a job 60 to 90 s after its start); 3 trials of 50 s, trial 0 of
+    100 s. Trial 0 starts before any duration is known and is cut by its job's walltime: it resumes on a replacement
+    job from its checkpoint and spends no retry (max_retries = 0: it would fail). The other job runs trial 1 (until
+    ~53 s), but not trial 2, asked then, which could not end before the walltime (it would have started there and
+    been cut): it waits for a replacement job and runs whole."""
+    n_trials = 3
     path = spec(
         tmp_path,
         n_trials=n_trials,
-        epochs=5,
-        sleep=5.0,
+        epochs=2,
+        sleep=25.0,
         slow=(0,),
         slurm="walltime = '00:01:00'\nminimum_jobs = 2\n",
         study="max_retries = 0",
@@ -214,10 +215,13 @@ def test_a_walltime_shorter_than_the_campaign_spends_no_retry_and_starts_no_tria
     assert not [t.number for t in trials if "retries" in t.user_attrs]  # no retry spent
     runs = epochs_by_job(tmp_path)
     jobs_of = {n: {job for m, _, job in runs if m == n} for n in range(n_trials)}
-    assert [n for n, jobs in jobs_of.items() if len(jobs) > 1] == [0], runs  # only trial 0 was cut
+    log = (tmp_path / "runs" / "sl" / "campaign.log").read_text().splitlines()
+    cut = [line.split("trial ", 1)[1].split(":")[0] for line in log if "reached its walltime; sent again" in line]
+    assert cut == ["0"], cut  # only trial 0 was cut (trial 2 never started where it would have been)
+    assert [n for n, jobs in jobs_of.items() if len(jobs) > 1] == [0], runs
     for number in range(n_trials):  # each epoch ran once: the cut trial resumed from its checkpoint
-        assert sorted(e for n, e, _ in runs if n == number) == [1, 2, 3, 4, 5], runs
-    assert jobs_of[3] - jobs_of[1] - jobs_of[2], runs  # trial 3 waited for a replacement job
+        assert sorted(e for n, e, _ in runs if n == number) == [1, 2], runs
+    assert not jobs_of[2] & (jobs_of[0] | jobs_of[1]), runs  # trial 2 waited for a replacement job
     jobs = {job for _, _, job in runs}
     print(f"walltime: {len(jobs)} jobs ran trials, {n_trials} trials, 1 cut and resumed, 0 retries, {took:.0f}s")
 

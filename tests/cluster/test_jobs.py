@@ -11,7 +11,7 @@ from distributed import Client, LocalCluster
 
 from cluster.jobs import DEADLINES_KEY, WALLTIME_SLACK, Walltimes, job_expired
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # an in-process scheduler starts: ~1.5 s, more under load
 
 
 @pytest.fixture

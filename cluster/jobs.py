@@ -361,14 +361,16 @@ class JobKeeper:
         A replacement takes a new name: 15 s after a worker left, Dask itself cancels the job of that name unless
         a worker of that name is back, and a replacement still in the queue then would be cancelled."""
         places: dict[str, str] = {}  # an ended job's name -> the name of the place made for its replacement
-        for name in ended:
+        for name in list(ended):
             job = self._cluster.workers.pop(name, None)
             if job is not None:
                 await job.close()  # nothing to cancel, most often; Dask checks that each job it made closed
-            if self._cluster.worker_spec.pop(name, None) is not None:
-                place = self._cluster.new_worker_spec()
-                self._cluster.worker_spec.update(place)
-                places[name] = next(iter(place))
+            if self._cluster.worker_spec.pop(name, None) is None:  # Dask took it out of the plan (scaled down)
+                ended = {n: line for n, line in ended.items() if n != name}
+                continue
+            place = self._cluster.new_worker_spec()
+            self._cluster.worker_spec.update(place)
+            places[name] = next(iter(place))
         await self._record_deadlines()
         missing = set(self._cluster.worker_spec) - set(self._cluster.workers)
         if not missing or self._halt.is_set() or self._cluster.status.name in ("closing", "closed"):

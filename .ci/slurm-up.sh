@@ -50,7 +50,7 @@ memory_mb="$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)"
 cat >"$CONF" <<EOF
 $MARK
 ClusterName=hypersweep-ci
-SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldHost=$(uname -n | cut -d. -f1)(127.0.0.1)
 SlurmUser=slurm
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd.pid

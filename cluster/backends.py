@@ -28,13 +28,16 @@ import importlib
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from .errors import ClusterError, InvalidSetting, MissingExtraError, SettingError, one_line
-from .options import Backend, ClusterOptions, scheduler_address
+from .errors import ClusterError, InvalidSetting, MissingExtraError, SettingError, SubmissionRefused, one_line
+from .jobs import JobKeeper, refusal_text, slurm_nodes_elsewhere, slurm_states
+from .options import Backend, ClusterOptions, is_loopback, scheduler_address
 from .packing import MAX_TRIALS_PER_GPU
 from .resources import detect_gpus
 
@@ -64,6 +67,8 @@ __all__ = [
 JOBQUEUE_SYSTEMS = ("slurm", "pbs")
 # In a printed job script the scheduler's port is only known once it has started.
 SCHEDULER_PLACEHOLDER = "<port>"
+#: The first line of every job script after its directives: the job's log at Dask's INFO level.
+JOB_LOG_LEVEL = "export DASK_LOGGING__DISTRIBUTED=info"
 _MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*([kKmMgGtTpP]i?)?[bB]?\s*$")
 _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -95,12 +100,19 @@ def install_hint(kind: str, module: str) -> str:
 
 
 def _import_extra(kind: str, module: str) -> Any:
+    """Import a deploy project, keeping this process's Ctrl-C: importing dask_jobqueue installs a SIGINT handler
+    that calls ``sys.exit()`` (its runner module), which would end a campaign with status 0 and no resume line."""
+    main = threading.current_thread() is threading.main_thread()
+    sigint = signal.getsignal(signal.SIGINT) if main else None
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(
             f"backend {kind!r} needs {module.replace('_', '-')}: {install_hint(kind, module)} ({exc})"
         ) from exc
+    finally:
+        if main and sigint is not None and signal.getsignal(signal.SIGINT) is not sigint:
+            signal.signal(signal.SIGINT, sigint)
 
 
 def _silence_logs(options: ClusterOptions) -> int | bool:
@@ -502,6 +514,73 @@ class JobQueueBackend(_Deployed):
     def _start(self, options: ClusterOptions) -> Any:
         return _jobqueue_cluster(options)
 
+    @contextlib.contextmanager
+    def open(self, options: ClusterOptions, *, env: Mapping[str, str] | None = None) -> Iterator[Client]:
+        """Start the scheduler, submit the jobs and keep them at their count (:class:`~cluster.jobs.JobKeeper`);
+        a refused submission is exit 2 with the batch system's message, at once; cancel every job on exit."""
+        self.require()
+        self._check_loopback(options)
+        cluster = self._start(options)
+        keeper = JobKeeper(cluster, self.system, states=slurm_states if self.system == "slurm" else None)
+        try:
+            self._grow(cluster)
+            keeper.start()
+            from distributed import Client
+
+            client = Client(cluster, timeout=options.connect_timeout, security=options.security())
+            try:
+                self._wait_for_first_job(client, keeper)
+                yield client
+            finally:
+                keeper.cancel_all()  # first, and not replaced: each worker leaves on SIGTERM, its log clean
+                client.close(timeout=10)
+        finally:
+            keeper.close()
+            cluster.close(timeout=30)
+
+    def _check_loopback(self, options: ClusterOptions) -> None:
+        """A scheduler on loopback serves only jobs that run on this host: every node of the partition must be
+        this host (single-host SLURM: a workstation, CI)."""
+        if not is_loopback(options.host):
+            return
+        if self.system != "slurm":
+            raise SettingError(
+                f"listen = {options.host!r} is loopback, but {self.system} workers run on other nodes: listen on this "
+                "host's address they can reach (with TLS files, or --insecure)"
+            )
+        where = f"partition {self.queue!r}" if self.queue else "SLURM"
+        elsewhere = slurm_nodes_elsewhere(self.queue)
+        if elsewhere is None:
+            raise ClusterError(f"cannot list the nodes of {where} (sinfo) to check that listen = {options.host!r} fits")
+        if elsewhere:
+            raise SettingError(
+                f"listen = {options.host!r} is loopback, but {where} has nodes on other hosts "
+                f"({', '.join(elsewhere[:3])}{', ...' if len(elsewhere) > 3 else ''}): listen on this host's address "
+                "they can reach (with TLS files, or --insecure)"
+            )
+
+    def _wait_for_first_job(self, client: Client, keeper: JobKeeper) -> None:
+        """Return once a worker joined; a refused submission, or submissions stopped, or ``start_timeout``: raise."""
+        import time
+
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                client.wait_for_workers(1, timeout=0.5)
+                return
+            except TimeoutError:
+                pass
+            if keeper.refusal and not keeper.joined_once:
+                raise SubmissionRefused(f"{self.system.upper()} refused the job: {keeper.refusal}")
+            if keeper.stopped:
+                logs = "slurm-<job id>.out where run was started" if self.system == "slurm" else "the job logs"
+                raise ClusterError(f"{keeper.stopped}: check {logs}")
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"no worker joined within {self.start_timeout:g}s (start_timeout): check the queue "
+                    f"({'squeue' if self.system == 'slurm' else 'qstat'}) and the job logs"
+                )
+
     def _grow(self, cluster: Any) -> None:
         if self.adaptive:
             # Dask's Adaptive: keeps minimum_jobs, releases idle jobs. It grows only when tasks wait at the
@@ -550,10 +629,30 @@ def _job_class(system: str) -> type:
 
     def __init__(self: Any, *args: Any, worker_threads: int, **kwargs: Any) -> None:
         self._worker_threads = worker_threads
+        self.refusal = ""
         base.__init__(self, *args, **kwargs)
 
+    async def start(self: Any) -> None:
+        """Submit the job; a refusal (the submit command's non-zero exit) is kept as ``refusal`` for the
+        :class:`~cluster.jobs.JobKeeper` to show, not raised inside Dask's event loop, where no one sees it."""
+        from distributed.core import Status
+
+        try:
+            await base.start(self)
+        except RuntimeError as exc:  # jobqueue's _call: the command's exit status, stdout and stderr
+            self.refusal = refusal_text(exc)
+            self.status = Status.running  # Dask's SpecCluster asserts a started job runs; the keeper drops it
+
+    async def close(self: Any) -> None:
+        """Cancel the job (if it was submitted) and say so: Dask's SpecCluster checks that each job it made closed."""
+        from distributed.core import Status
+
+        await base.close(self)
+        self.status = Status.closed
+
     threads = property(lambda self: self._worker_threads, doc="One thread per slot this worker owns.")
-    return type(f"OneWorkerPerNode{base.__name__}", (base,), {"__init__": __init__, "worker_process_threads": threads})
+    members = {"__init__": __init__, "start": start, "close": close, "worker_process_threads": threads}
+    return type(f"OneWorkerPerNode{base.__name__}", (base,), members)
 
 
 def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
@@ -567,7 +666,9 @@ def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
         "account": backend.account or None,
         "worker_threads": backend.slots,
         "worker_extra_args": worker_args(backend.gpus_per_job, backend.slots)[2:],  # --nthreads: worker_threads
-        "job_script_prologue": list(backend.job_script_prologue),
+        # The controller's environment (which sbatch passes on) keeps Dask quiet; a job's log shows its worker
+        # starting, joining and why it left.
+        "job_script_prologue": [JOB_LOG_LEVEL, *backend.job_script_prologue],
         "job_name": "hypersweep-worker",
     }
     if backend.job_script_prologue:  # it sets the node's environment up: its python, not this machine's venv path

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-__all__ = ["ClusterError", "SettingError", "InvalidSetting", "MissingExtraError", "USER_ERRORS", "one_line"]
+__all__ = [
+    "ClusterError",
+    "SubmissionRefused",
+    "SettingError",
+    "InvalidSetting",
+    "MissingExtraError",
+    "USER_ERRORS",
+    "one_line",
+]
 
 
 class ClusterError(RuntimeError):
     """A cluster that cannot be started or reached; the message is one line for the user (exit status 3)."""
 
     exit_code = 3
+
+
+class SubmissionRefused(ClusterError):
+    """The batch system refused a job at submission (a partition that does not exist, more memory than any node
+    has): its own message, in one line (exit status 2, as for any setting the user can fix)."""
+
+    exit_code = 2
 
 
 class MissingExtraError(ImportError):

@@ -24,6 +24,7 @@ from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_memory_limits, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
 from .first_run import FirstRun, RanBefore, trial_key
+from .jobs import job_expired
 from .memory_kills import MemoryKill, MemoryKills
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
@@ -622,6 +623,10 @@ class DaskExecutor:
         seen = self._memory_seen.pop(number, 0)
         params = self._params.pop(number, {})
         worker, since = self._started_on.pop(number, (outcome.worker, outcome.started or 0.0))
+        if outcome.status == LOST and job_expired(self._client, worker or outcome.worker):
+            return dataclasses.replace(
+                outcome, job_expired=True, error=f"its batch job reached its walltime ({outcome.error})"
+            )
         if outcome.status == LOST:
             oom, resident = self._host_oom(number, outcome, worker or outcome.worker, since, seen)
             if oom:

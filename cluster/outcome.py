@@ -49,6 +49,7 @@ class Outcome:
     disk_error: str = ""
     error_type: str = ""
     oom: bool = False  # the trainer ran out of (device or host) memory
+    job_expired: bool = False  # lost because its worker's batch job reached its walltime: the job ended, not the trial
     share: float = 0.0  # of each leased GPU (below 1: packed with other trials)
     peak_memory: int = 0  # bytes: torch.cuda.max_memory_allocated, or the host RSS peak without CUDA
     memory_kind: str = ""  # "cuda" or "rss"

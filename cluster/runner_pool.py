@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from .connect import worker_slots
+from .jobs import Walltimes
 from .outcome import Outcome, TrialStatus
 from .slot_runner import PUT_OP, Trial, pack_item, run_slot, runner_key
 
@@ -105,6 +107,7 @@ class RunnerPool:
         self._of: dict[int, Runner] = {}  # trial -> the runner it was sent to
         self._waiting: collections.deque[Placement] = collections.deque()  # for a runner being started
         self._checked = 0.0
+        self._walltimes = Walltimes(client)  # batch jobs: no trial for a worker whose job ends before it would
         self.retired = False
 
     # --- placing ------------------------------------------------------------------------------------
@@ -133,6 +136,7 @@ class RunnerPool:
     def tick(self) -> None:
         """Start the runners that trials still wait for (the cluster had no free slot for them when they came:
         its workers were restarting, say)."""
+        self._walltimes.refresh()
         with self._lock:
             if self._waiting and not self.retired:
                 self._start_runners()
@@ -141,13 +145,17 @@ class RunnerPool:
     def _start_runners(self) -> None:
         """Start a runner for each trial that no idle or starting runner will take, up to one per slot (each where
         its trial would rather run)."""
-        idle = sum(1 for r in self._runners.values() if r.ready and not r.trials)
+        idle = sum(1 for r in self._runners.values() if self._takes(r) and not r.trials)
         starting = sum(1 for r in self._runners.values() if not r.worker and not r.closed)
         wanted = min(len(self._waiting) - idle - starting, self._slots() - len(self._runners))
-        for i in range(max(0, wanted)):
+        prefers = [str(self._waiting[idle + starting + i].request.prefer) for i in range(max(0, wanted))]
+        # A preference for a worker that is gone (its batch job ended, say) is dropped: Dask leaves a task that
+        # prefers an unknown worker unscheduled when it came while no worker was there, even with other workers
+        # joining since (every worker's job reached its walltime at once).
+        live = set(worker_slots(self._client)) if any(prefers) else set()
+        for prefer in prefers:
             key = runner_key(self._topic, time.monotonic_ns())
-            prefer = str(self._waiting[idle + starting + i].request.prefer)
-            where: dict[str, Any] = {"workers": [prefer], "allow_other_workers": True} if prefer else {}
+            where: dict[str, Any] = {"workers": [prefer], "allow_other_workers": True} if prefer in live else {}
             future = self._client.submit(
                 run_slot,
                 key,
@@ -194,17 +202,22 @@ class RunnerPool:
         runner became ready first, so a runner started for one trial can take another, and a trial does not land
         where it did not want to when its own runner comes next); with none idle and none starting, the first trial
         queues behind the runner expected to free first."""
-        idle = [r for r in self._runners.values() if r.ready and not r.trials]
+        idle = [r for r in self._runners.values() if self._takes(r) and not r.trials]
         for runner in idle:
             for index, placement in enumerate(self._waiting):
                 if placement.request.prefer == runner.worker:
                     return runner, index
         if idle:
             return idle[0], 0
-        ready = [r for r in self._runners.values() if r.ready]
+        ready = [r for r in self._runners.values() if self._takes(r)]
         if not ready or starting:
             return None  # a runner on its way takes it sooner than a busy one frees
         return min(ready, key=lambda r: r.order(self._waiting[0].request.prefer)), 0
+
+    def _takes(self, runner: Runner) -> bool:
+        """Whether ``runner`` takes another trial: it is ready, and its worker's batch job (if any) does not end
+        before a trial of the usual duration would."""
+        return runner.ready and self._walltimes.fits(runner.worker, ahead=len(runner.trials))
 
     def _send(self, runner: Runner, batch: list[Placement]) -> None:
         """Send ``batch`` to ``runner`` in one message: an item per first-run key (a batch's trials share one)."""
@@ -266,7 +279,9 @@ class RunnerPool:
             runner = self._of.pop(number, None)
             if runner is not None:
                 runner.trials.pop(number, None)
-                runner.started.pop(number, None)
+                started = runner.started.pop(number, None)
+                if started is not None:
+                    self._walltimes.ran(time.time() - started)
                 self._dispatch()
 
     def refused(self, key: str, numbers: list[int]) -> None:

@@ -214,7 +214,8 @@ class RetryLostTrials:
     """A trial whose worker died runs again elsewhere (from its last checkpoint), up to ``max_retries`` times.
 
     Only a trial that had started is charged a retry: one that was only queued on the lost worker
-    (or waiting behind another trial of its batch) is sent again for free, at most ``MAX_REQUEUES`` times.
+    (or waiting behind another trial of its batch), or whose worker's batch job reached its walltime (the job
+    ended, the trial did not fail), is sent again for free, at most ``MAX_REQUEUES`` times.
     """
 
     MAX_REQUEUES = 10
@@ -230,6 +231,12 @@ class RetryLostTrials:
             return None
         if running.stop_reason:  # it was ending anyway (pruned, out of time): no retry, its stop is the verdict
             return _ended_without_result(running, f"{running.stop_reason} (then its worker was lost)")
+        if outcome.job_expired and running.requeues < self.MAX_REQUEUES:
+            log.warning(
+                "trial %d: its worker's batch job reached its walltime; sent again from its checkpoint (not a retry)",
+                running.number,
+            )
+            return Resubmit(running.config, requeue=True)
         if running.started_at is None and running.requeues < self.MAX_REQUEUES:
             log.info("trial %d had not started on its lost worker; sent again (not a retry)", running.number)
             return Resubmit(running.config, requeue=True)

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["cluster_for", "check_workers_flag", "oversubscribed"]
 
 _TLS_FLAG = ("CA", "CERT", "KEY")
+#: The advice to listen on loopback follows the rule (search.spec.cluster): SLURM jobs may run on this host,
+#: PBS jobs are taken to run elsewhere.
+_LOOPBACK_ADVICE = {"slurm": "listen on 127.0.0.1 (where the SLURM jobs run on this host), ", "pbs": ""}
 
 
 def check_workers_flag(n_workers: int | None) -> None:
@@ -64,8 +67,8 @@ def _check_listen(spec: CampaignSpec, options: RunOptions) -> None:
             spec.source,
             "cluster.listen",
             f"{c.listen!r} without TLS is refused: anyone who reaches it "
-            "could run code on the workers; give tls_ca_file, tls_cert_file and tls_key_file, listen on "
-            "127.0.0.1, or pass --insecure to accept the risk",
+            f"could run code on the workers; give tls_ca_file, tls_cert_file and tls_key_file, "
+            f"{_LOOPBACK_ADVICE.get(c.backend, 'listen on 127.0.0.1, ')}or pass --insecure to accept the risk",
         )
 
 

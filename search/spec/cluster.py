@@ -84,7 +84,8 @@ class ClusterSpec:
     dashboard: bool = False
     """Start Dask's dashboard on the listen address (plain HTTP); without it no Dask HTTP server runs at all."""
     listen: str = "127.0.0.1"
-    """Where the embedded scheduler and workers listen; anything but loopback needs TLS or `--insecure`."""
+    """Where the scheduler started here (and the embedded workers) listen; anything but loopback needs TLS or
+    `--insecure`. `slurm`: loopback only where every node of its partition is this host; `pbs`: not loopback."""
     tls_ca_file: str = ""
     """PEM file of the CA for mutual TLS between scheduler, workers and controller (all three `tls_*` files or none)."""
     tls_cert_file: str = ""
@@ -158,7 +159,8 @@ def check_tls_files(source: str, spec: ClusterSpec) -> None:
 
 
 def _check_backend(t: SpecTable, spec: ClusterSpec) -> None:
-    if spec.backend in JOBQUEUE_SYSTEMS and is_loopback(spec.listen):
+    # SLURM may run its jobs on this host (a workstation, CI): loopback is checked against its nodes at start.
+    if spec.backend in JOBQUEUE_SYSTEMS and spec.backend != "slurm" and is_loopback(spec.listen):
         raise t.error(
             "listen",
             f"{spec.listen!r} is loopback, but {spec.backend} workers run on other nodes: "

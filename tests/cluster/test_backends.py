@@ -37,7 +37,7 @@ from cluster.backends import (
     submission_text,
     worker_args,
 )
-from cluster.errors import InvalidSetting
+from cluster.errors import InvalidSetting, SettingError
 from cluster.packing import MAX_TRIALS_PER_GPU
 from search.spec.campaign_spec import load_spec
 from search.spec.table import SpecError
@@ -200,8 +200,8 @@ def test_a_slurm_spec_becomes_a_jobqueue_backend(tmp_path: Path) -> None:
             r"cluster\.kubernetes\.image: is required",
         ),
         (
-            '[cluster]\nbackend = "slurm"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\nmemory = "8GB"\n',
-            r"cluster\.listen: '127\.0\.0\.1' is loopback, but slurm workers run on other nodes",
+            '[cluster]\nbackend = "pbs"\n[cluster.pbs]\nwalltime = "1:00:00"\ncores = 4\nmemory = "8GB"\n',
+            r"cluster\.listen: '127\.0\.0\.1' is loopback, but pbs workers run on other nodes",
         ),
         (
             '[cluster]\nbackend = "slurm"\nlisten = "10.1.2.3"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 4\n'
@@ -579,13 +579,24 @@ FAKE_SCANCEL = """#!/bin/bash
 kill -TERM -- "-$1" 2>/dev/null
 exit 0
 """
+FAKE_SINFO = """#!/bin/bash
+echo "localhost|127.0.0.1"
+"""
+# squeue -h -t all -j ID,ID -o FORMAT: RUNNING while the job's process group lives, COMPLETED after.
+FAKE_SQUEUE = """#!/bin/bash
+while [ $# -gt 0 ]; do [ "$1" = -j ] && ids="$2"; shift; done
+for id in ${ids//,/ }; do
+    if kill -0 -- "-$id" 2>/dev/null; then echo "$id|RUNNING|N/A|None"; else echo "$id|COMPLETED|N/A|None"; fi
+done
+"""
 
 
 @pytest.fixture
 def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("sbatch", FAKE_SBATCH), ("scancel", FAKE_SCANCEL)):
+    fakes = (("sbatch", FAKE_SBATCH), ("scancel", FAKE_SCANCEL), ("squeue", FAKE_SQUEUE), ("sinfo", FAKE_SINFO))
+    for name, text in fakes:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -659,3 +670,58 @@ def test_a_campaign_runs_on_slurm_jobs_over_tls(tmp_path: Path, fake_slurm: Path
     assert {t.user_attrs["worker"].rsplit(":", 1)[0] for t in trials} == {f"tls://{host}"}
     (job,) = fake_slurm.glob("job-*.sh")
     assert "--tls-ca-file" in job.read_text() and "--resources CPU=2" in job.read_text()
+
+
+# --- single-host SLURM: listen on loopback where the jobs run on this host -------------------------
+
+LOOPBACK_SLURM = '[cluster]\nbackend = "slurm"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 1\nmemory = "1GB"\n'
+
+
+def test_slurm_may_listen_on_loopback_and_the_no_tls_advice_agrees(tmp_path: Path) -> None:
+    """Loopback is a SLURM spec's own choice (checked against the nodes when jobs are submitted); PBS's jobs are
+    taken to run elsewhere. The no-TLS refusal advises loopback only where the rule allows it."""
+    from search.session.options import RunOptions
+    from search.session.preflight import cluster_for
+
+    assert load_spec(write(tmp_path, LOOPBACK_SLURM)).cluster.listen == "127.0.0.1"
+    for kind, advice in (("slurm", "listen on 127.0.0.1 (where the SLURM jobs run on this host), or"), ("pbs", "")):
+        table = LOOPBACK_SLURM.replace("slurm", kind).replace("[cluster]\n", '[cluster]\nlisten = "10.1.2.3"\n')
+        with pytest.raises(SpecError, match="without TLS is refused") as info:
+            cluster_for(load_spec(write(tmp_path, table, name=kind)), RunOptions())
+        assert ("127.0.0.1" in str(info.value)) == bool(advice) and advice in str(info.value), info.value
+
+
+SINFO_ELSEWHERE = """#!/bin/bash
+# Stand-in for sinfo on a multi-node SLURM (none runs here): this host and a node elsewhere.
+echo "localhost|127.0.0.1"
+echo "node7|10.9.8.7"
+"""
+
+
+@needs_jobqueue
+def test_loopback_is_refused_when_slurm_nodes_are_elsewhere_stand_in_sinfo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text(SINFO_ELSEWHERE)
+    (bin_dir / "sinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    backend = JobQueueBackend("slurm", walltime="1:00:00", cores=1, memory="1GB", queue="gpu")
+    with pytest.raises(SettingError, match=r"partition 'gpu' has nodes on other hosts \(node7 \(10\.9\.8\.7\)\)"):
+        with open_cluster(ClusterOptions(backend=backend)):
+            pass
+
+
+def test_a_refusal_is_the_submit_commands_own_message_in_one_line() -> None:
+    from cluster.jobs import JobState, refusal_text
+
+    error = RuntimeError(
+        "Command exited with non-zero exit code.\nExit code: 1\nCommand:\nsbatch /tmp/x.sh\nstdout:\n\nstderr:\n"
+        "sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed\n\n"
+    )
+    assert refusal_text(error) == (
+        "sbatch: error: invalid partition specified: nope; sbatch: error: Batch job submission failed"
+    )
+    assert JobState("7", "TIMEOUT").why() == "TIMEOUT, its walltime" and not JobState("7", "TIMEOUT").alive
+    assert JobState("7", "RUNNING").alive and JobState("7", "FAILED").why() == "FAILED"

@@ -185,3 +185,17 @@ def test_a_trial_asked_to_stop_whose_worker_is_then_lost_keeps_its_stop_as_the_v
     queued = running_trial(study, started=False)  # still queued at the time budget's end when its worker died
     queued.stop_reason = "time budget"
     assert ends(policy, queued, lost()).state == TrialState.PRUNED
+
+
+def test_a_trial_cut_by_its_jobs_walltime_runs_again_without_being_charged_a_retry() -> None:
+    """The batch job ended, the trial did not fail: sent again from its checkpoint, its retries untouched (a bound
+    still holds: a trial longer than any job's walltime ends after MAX_REQUEUES)."""
+    study = optuna.create_study()
+    policy = RetryLostTrials(max_retries=0)
+    cut = running_trial(study)
+    expired = Outcome(LOST, error="its batch job reached its walltime (worker left)", job_expired=True)
+    decisions = [ends(policy, cut, expired) for _ in range(RetryLostTrials.MAX_REQUEUES)]
+    assert all(isinstance(d, Resubmit) and d.requeue and not d.retry for d in decisions)
+    assert (cut.attempts, cut.requeues) == (0, RetryLostTrials.MAX_REQUEUES)
+    assert "retries" not in study.trials[0].user_attrs
+    assert ends(policy, cut, expired) is None  # max_retries=0: after the bound, a loss is charged

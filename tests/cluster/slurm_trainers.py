@@ -1,0 +1,43 @@
+"""A trainer for the real-SLURM tests: sleeps through its epochs, checkpoints each one, resumes from the last.
+
+``options.sleep``: seconds per epoch (twice as many for the trial numbers in ``options.slow``). ``options.log``: a file where every epoch run appends
+``<trial number> <epoch> <SLURM job id>``, so a test sees which job ran which epoch (and that a trial cut by its
+job's end resumed from its checkpoint: no epoch twice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from trainers.api import Reporter, TrialConfig
+
+
+def resumable(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    folder = Path(config.checkpoint_dir or ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "state.json"
+    state = json.loads(path.read_text()) if path.exists() else {"epoch": 0, "history": []}
+    for epoch, metrics in enumerate(state["history"], start=1):
+        reporter.report(epoch, metrics)
+    metrics = state["history"][-1] if state["history"] else {}
+    for epoch in range(int(state["epoch"]) + 1, config.epochs + 1):
+        slow = config.number in config.options.get("slow", ())
+        time.sleep(float(config.options.get("sleep", 0.0)) * (2 if slow else 1))
+        metrics = {"score": float(config.params["quality"]) * epoch / config.epochs}
+        with open(config.options["log"], "a") as log:
+            log.write(f"{config.number} {epoch} {os.environ.get('SLURM_JOB_ID', '')}\n")
+        state = {"epoch": epoch, "history": [*state["history"], metrics]}
+        part = path.with_suffix(".part")
+        part.write_text(json.dumps(state))
+        os.replace(part, path)
+        reporter.report(epoch, metrics)
+        if reporter.should_stop():
+            break
+    return dict(metrics)
+
+
+resumable.accepted_params = frozenset({"quality"})  # type: ignore[attr-defined]
+resumable.reported_metrics = frozenset({"score"})  # type: ignore[attr-defined]

@@ -1,0 +1,282 @@
+"""The SLURM backend on a real single-host SLURM (``.ci/slurm-up.sh``: Debian's slurm-wlm and munge, started here).
+
+Real ``sbatch``, ``squeue`` and ``scancel``, real jobs running real Dask workers, real campaigns: jobs submitted,
+trials complete and no job is left; a cancelled job and jobs whose walltime ends are replaced, the trials they cut
+resumed from their checkpoints (a walltime spends no retry); a refused submission is one line with SLURM's own
+message, exit 2, within seconds; Ctrl-C is 130 with the resume line. Where SLURM cannot be started (no root, no
+apt) these tests skip with the reason. They share one SLURM node, so they run one at a time (one xdist group).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.campaign_storage import load
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+JOB_NAME = "hypersweep-worker"
+
+pytestmark = pytest.mark.xdist_group("real-slurm")
+
+
+@pytest.fixture(scope="session")
+def slurm_host() -> str:
+    """A real single-host SLURM, started by ``.ci/slurm-up.sh`` unless it runs already; skip with its reason."""
+    try:
+        proc = subprocess.run(
+            [str(ROOT / ".ci" / "slurm-up.sh")], capture_output=True, text=True, timeout=600, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"no SLURM here: .ci/slurm-up.sh: {exc}")
+    if proc.returncode != 0:
+        pytest.skip(f"no SLURM here: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout.strip()
+
+
+def live_jobs() -> list[str]:
+    """This test suite's jobs that hold or wait for the node (a job ending, COMPLETING, is not counted)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-n", JOB_NAME, "-t", "PD,CF,R,S", "-o", "%i"], capture_output=True, text=True, timeout=30
+    )
+    return out.stdout.split()
+
+
+@pytest.fixture
+def slurm(slurm_host: str) -> Iterator[str]:
+    """The SLURM host, and no job of ours left after the test: leftovers are cancelled and fail the test."""
+    assert not live_jobs(), "jobs left from before this test"
+    yield slurm_host
+    left = live_jobs()
+    if left:
+        subprocess.run(["scancel", *left], timeout=30, check=False)
+    assert not left, f"jobs left running after the test: {left}"
+
+
+def spec(
+    tmp_path: Path,
+    *,
+    n_trials: int,
+    epochs: int,
+    sleep: float,
+    slurm: str,
+    study: str = "",
+    memory: str = "1GB",
+    slow: tuple[int, ...] = (),
+) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            [study]
+            name = "sl"
+            direction = "maximize"
+            metric = "score"
+            sampler = "random"
+            n_trials = {n_trials}
+            {study}
+
+            [trainer]
+            entry = "slurm_trainers:resumable"
+            epochs = {epochs}
+            options = {{ sleep = {sleep}, log = "{tmp_path / "epochs.log"}", slow = {list(slow)} }}
+
+            [space]
+            quality = {{ type = "float", low = 0.0, high = 1.0 }}
+
+            [cluster]
+            backend = "slurm"
+            listen = "127.0.0.1"
+
+            [cluster.slurm]
+            cores = 1
+            memory = "{memory}"
+            start_timeout = 120
+            """
+        )
+        + textwrap.dedent(slurm)
+    )
+    return path
+
+
+def command(spec_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "search", "run", str(spec_path), "--runs-dir", "runs", "--no-progress", *args]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+
+
+def run(tmp_path: Path, spec_path: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command(spec_path), cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def epochs_by_job(tmp_path: Path) -> list[tuple[int, int, str]]:
+    path = tmp_path / "epochs.log"
+    lines = path.read_text().split("\n") if path.exists() else []
+    return [(int(n), int(e), job) for n, e, job in (line.split() for line in lines if line.strip())]
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout:g}s")
+        time.sleep(0.2)
+
+
+def complete_once(tmp_path: Path, n_trials: int) -> list:  # type: ignore[type-arg]
+    """Every trial COMPLETE, each counted once (each number once, each of its epochs once in the ledger)."""
+    import optuna
+
+    trials = load(tmp_path / "runs" / "sl", "sl").get_trials()
+    assert len(trials) == n_trials
+    assert sorted(t.number for t in trials) == list(range(n_trials))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [t.state for t in trials]
+    return trials
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_jobs_run_the_trials_a_cancelled_job_is_replaced_and_no_job_is_left(tmp_path: Path, slurm: str) -> None:
+    n_trials = 12
+    path = spec(tmp_path, n_trials=n_trials, epochs=3, sleep=1.0, slurm="walltime = '00:10:00'\nminimum_jobs = 2\n")
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(command(path), cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_for(lambda: len({job for _, _, job in epochs_by_job(tmp_path)}) == 2, 120, "epoch run on 2 jobs")
+            first = epochs_by_job(tmp_path)[0][2]
+            subprocess.run(["scancel", first], check=True, timeout=30)
+            cancelled_at = time.time()
+            assert proc.wait(timeout=240) == 0, stderr.read_text()
+        finally:
+            proc.kill()
+    lines = stderr.read_text().splitlines()
+    (ended,) = [line for line in lines if f"SLURM job {first} ended (CANCELLED" in line]
+    replacement = ended.rsplit("job ", 1)[1].split()[0]
+    assert ended.endswith(f"job {replacement} submitted in its place"), ended
+    jobs = {job for _, _, job in epochs_by_job(tmp_path)}
+    assert replacement in jobs and len(jobs) == 3, jobs  # the replacement ran trials
+    complete_once(tmp_path, n_trials)
+    # The job logs: the worker starting, joining, and why it left; no traceback at the end.
+    for job in jobs:
+        log = (tmp_path / f"slurm-{job}.out").read_text()
+        assert "Start worker at" in log and "Registered to" in log and "Reason: signal-15" in log, log
+        assert "Traceback" not in log, log
+    told = next(
+        line
+        for line in (tmp_path / "runs" / "sl" / "campaign.log").read_text().splitlines()
+        if ended.removeprefix("hypersweep: ") in line
+    )
+    at = datetime.datetime.strptime(told[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    print(f"scancel of job {first}: its end and replacement told {at - cancelled_at:.1f}s later")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_a_walltime_shorter_than_the_campaign_spends_no_retry_and_starts_no_trial_it_would_cut(
+    tmp_path: Path, slurm: str
+) -> None:
+    """2 jobs of a 1-minute walltime (SLURM ends a job 60 to 90 s after its start); 3 trials of 50 s, trial 0 of
+    100 s. Trial 0 starts before any duration is known and is cut by its job's walltime: it resumes on a replacement
+    job from its checkpoint and spends no retry (max_retries = 0: it would fail). The other job runs trial 1 (until
+    ~53 s), but not trial 2, asked then, which could not end before the walltime (it would have started there and
+    been cut): it waits for a replacement job and runs whole."""
+    n_trials = 3
+    path = spec(
+        tmp_path,
+        n_trials=n_trials,
+        epochs=2,
+        sleep=25.0,
+        slow=(0,),
+        slurm="walltime = '00:01:00'\nminimum_jobs = 2\n",
+        study="max_retries = 0",
+    )
+    started = time.monotonic()
+    proc = run(tmp_path, path, timeout=420)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    expired = [line for line in proc.stderr.splitlines() if "ended (TIMEOUT, its walltime); job" in line]
+    assert len(expired) >= 2, proc.stderr  # both replaced
+    trials = complete_once(tmp_path, n_trials)
+    assert not [t.number for t in trials if "retries" in t.user_attrs]  # no retry spent
+    runs = epochs_by_job(tmp_path)
+    jobs_of = {n: {job for m, _, job in runs if m == n} for n in range(n_trials)}
+    log = (tmp_path / "runs" / "sl" / "campaign.log").read_text().splitlines()
+    cut = [line.split("trial ", 1)[1].split(":")[0] for line in log if "reached its walltime; sent again" in line]
+    assert cut == ["0"], cut  # only trial 0 was cut (trial 2 never started where it would have been)
+    assert [n for n, jobs in jobs_of.items() if len(jobs) > 1] == [0], runs
+    for number in range(n_trials):  # each epoch ran once: the cut trial resumed from its checkpoint
+        assert sorted(e for n, e, _ in runs if n == number) == [1, 2], runs
+    assert not jobs_of[2] & (jobs_of[0] | jobs_of[1]), runs  # trial 2 waited for a replacement job
+    jobs = {job for _, _, job in runs}
+    print(f"walltime: {len(jobs)} jobs ran trials, {n_trials} trials, 1 cut and resumed, 0 retries, {took:.0f}s")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("partition = 'nope'", "invalid partition specified: nope"),
+        ("memory", "Memory specification can not be satisfied"),
+    ],
+)
+def test_a_refused_submission_is_one_line_exit_2_within_seconds(
+    tmp_path: Path, slurm: str, setting: str, message: str
+) -> None:
+    too_much = setting == "memory"  # more than any node has
+    slurm_settings = "walltime = '00:10:00'\n" + ("" if too_much else f"{setting}\n")
+    path = spec(tmp_path, n_trials=2, epochs=1, sleep=0.0, slurm=slurm_settings, memory="900TB" if too_much else "1GB")
+    started = time.monotonic()
+    proc = run(tmp_path, path, timeout=50)
+    took = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("hypersweep: SLURM refused the job: sbatch: error: ") and message in line, line
+    assert took < 10, f"{took:.1f}s"
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_jobs_failing_before_their_worker_joins_stop_after_a_cap(tmp_path: Path, slurm: str) -> None:
+    path = spec(
+        tmp_path, n_trials=2, epochs=1, sleep=0.0, slurm="walltime = '00:10:00'\njob_script_prologue = ['exit 7']\n"
+    )
+    proc = run(tmp_path, path, timeout=50)
+    assert proc.returncode == 3, proc.stderr
+    assert "3 SLURM jobs in a row were refused or ended before their worker joined" in proc.stderr.splitlines()[-1]
+    assert len(list(tmp_path.glob("slurm-*.out"))) == 3  # 3 submitted, then no more
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_ctrl_c_exits_130_with_the_resume_line(tmp_path: Path, slurm: str) -> None:
+    path = spec(tmp_path, n_trials=4, epochs=20, sleep=1.0, slurm="walltime = '00:10:00'\n")
+    proc = subprocess.Popen(
+        command(path), cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: bool(epochs_by_job(tmp_path)), 90, "epoch run")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (
+        "hypersweep: interrupted; running trials are kept: continue with 'hypersweep resume runs/sl'"
+    ), err

@@ -184,7 +184,10 @@ def _execute(
         with open_cluster(cluster, env=env) as client:
             record_environment(folder.environment, capture_environment(scheduler_info(client), spec))
             executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
-            Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
+            campaign = Campaign(
+                spec, folder, study, executor, on_progress=progress, hooks=options.hooks, on_notice=progress.note
+            )
+            campaign.run()
         final_snapshot(study._storage)  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:
         if create and not _has_trials(folder):

@@ -166,10 +166,14 @@ class LocalBackend(Backend):
 
         with dask.config.set({**settings, **({} if options.dashboard else NO_HTTP_ROUTES)}):
             cluster = _local_cluster(options, n_workers, threads, resources, env, security)
+        from .revive import REVIVE_AFTER, reviving
+
         try:
             client = Client(cluster, timeout=options.connect_timeout, security=security)
             try:
-                yield client
+                # a worker its nanny does not start again is started anew, well before worker_timeout ends the run
+                with reviving(cluster, after=min(REVIVE_AFTER, options.worker_timeout / 2)):
+                    yield client
             finally:
                 client.close(timeout=10)
         finally:

@@ -3,6 +3,7 @@ real SIGKILLs)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 from dask_processes import WORKER, external_cluster, wait_for
 from toy_specs import toy_toml
@@ -126,3 +128,119 @@ def test_a_joined_cluster_whose_workers_all_die_is_said_within_30s_then_exit_3_a
     for trial in trials:
         steps = [json.loads(line)["step"] for line in (folder / "trials" / str(trial.number) / "metrics.jsonl").open()]
         assert sorted(set(steps)) == steps == list(range(1, 31))  # every report once
+
+
+def worker_processes(controller: int) -> list[psutil.Process]:
+    """The embedded cluster's worker processes: the controller's spawned children (sampling is inline here)."""
+    found = []
+    for child in psutil.Process(controller).children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def embedded_spec(tmp_path: Path, n_trials: int) -> Path:
+    spec = tmp_path / "lost.toml"
+    spec.write_text(
+        toy_toml(
+            "lost",
+            n_trials,
+            epochs=20,
+            sampling="inline",
+            trainer={"options": {"sleep": 0.2}},
+            cluster={"worker_timeout": TIMEOUT, "n_workers": 1},
+        )
+    )
+    return spec
+
+
+@pytest.mark.timeout(300)
+def test_an_embedded_worker_that_its_nanny_does_not_start_again_is_started_anew_and_the_campaign_finishes(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    spec = embedded_spec(tmp_path, 3)
+    runs = tmp_path / "runs"
+    folder = runs / "lost"
+    proc = start(["run", str(spec), "--runs-dir", str(runs)], subprocess_env)
+    lines = Lines(proc)
+    stopped: list[psutil.Process] = []
+    try:
+        wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report")
+        first = worker_processes(proc.pid)
+        assert len(first) == 1
+        first[0].kill()  # SIGKILL; its nanny starts a new worker process ...
+        gone = {first[0].pid}
+
+        def stop_the_next() -> bool:
+            stopped.extend(p for p in worker_processes(proc.pid) if p.pid not in gone)
+            for p in stopped:
+                p.suspend()  # ... which never finishes starting: SIGSTOP, as a process hung in its imports
+            return bool(stopped)
+
+        wait_for(stop_the_next, 60, "the nanny's new worker process")
+        proc.wait(timeout=180)
+    finally:
+        for p in stopped:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    err = lines.text()
+    assert proc.returncode == 0, err
+    assert "not restarted by its nanny: starting it again" in (folder / "campaign.log").read_text()
+    trials = load_campaign(folder, "lost").get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+
+
+@pytest.mark.timeout(300)
+def test_an_embedded_cluster_whose_workers_keep_dying_is_said_within_30s_then_exit_3_and_resume_finishes(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    spec = embedded_spec(tmp_path, 3)
+    runs = tmp_path / "runs"
+    folder = runs / "lost"
+    proc = start(["run", str(spec), "--runs-dir", str(runs)], subprocess_env)
+    lines = Lines(proc)
+    killing = threading.Event()
+
+    def kill_every_worker() -> None:  # an OOM killer that takes every worker process as soon as it starts
+        while killing.is_set():
+            for p in worker_processes(proc.pid):
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_every_worker, daemon=True)
+    try:
+        wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report")
+        killing.set()
+        killer.start()
+        died = time.monotonic()
+        proc.wait(timeout=TIMEOUT + 120)
+    finally:
+        killing.clear()
+        killer.join(timeout=10) if killer.is_alive() else None
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    err = lines.text()
+    said = lines.first(WAIT_LINE)
+    assert said is not None, err
+    assert said - died <= 30, (said - died, err)
+    assert proc.returncode == 3, err
+    assert f"hypersweep resume {folder}" in err.splitlines()[-1], err
+    again = subprocess.run(
+        [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert again.returncode == 0, again.stderr
+    trials = load_campaign(folder, "lost").get_trials(deepcopy=False)
+    assert [t.number for t in trials] == [0, 1, 2]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from search.startup_interrupt import install as _quiet_startup_interrupt
+
+_quiet_startup_interrupt()  # the hypersweep command only: Ctrl-C while it imports is one line (exit 130)
+
 __all__ = ["run", "resume", "load", "Result", "StopCampaign", "CampaignExistsError"]
 
 # name -> the module that defines it, imported on first use

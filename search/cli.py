@@ -437,13 +437,16 @@ def _exit_code(exc: BaseException) -> int | None:
     return None
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    """Ctrl-C or SIGTERM: ``KeyboardInterrupt``. What asyncio logs of the tasks it leaves failed (a worker that was
+    starting) is noise from here on, on the terminal and in campaign.log."""
+    logging.getLogger("asyncio").disabled = True
+    raise KeyboardInterrupt
+
+
 def _interrupt_on_sigterm() -> None:
     """SIGTERM (a batch system's cancel, `kill`) stops the campaign like Ctrl-C: cleanly, resumable."""
-
-    def handler(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _stacks_on_sigusr1() -> None:
@@ -489,11 +492,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker": _cmd_worker,
         "cluster-script": _cmd_cluster_script,
     }
+    from search.startup_interrupt import release
+
     try:
+        release(_interrupt)  # from here Ctrl-C is a KeyboardInterrupt, turned into the line below
         return commands[args.command](args)
     except BrokenPipeError:
         return _closed_pipe()
     except KeyboardInterrupt as exc:
+        logging.disable(logging.CRITICAL)  # what Dask logs as its cluster goes down after a Ctrl-C is noise
         return _fail(EXIT_INTERRUPTED, _interrupted(getattr(exc, "folder", "?")))
     except Exception as exc:
         code = _exit_code(exc)

@@ -601,17 +601,22 @@ def job_script(options: ClusterOptions, scheduler_address: str | None = None) ->
 def _jobqueue_cluster(options: ClusterOptions) -> Any:
     """Start jobqueue's cluster object: a scheduler here on ``options.host``; no job is submitted yet."""
     backend = _jobqueue_backend(options)
-    scheduler_options = {
+    scheduler_options: dict[str, Any] = {
         "host": options.host,
         "port": 0,
         "dashboard": options.dashboard,
         "dashboard_address": f"{options.host}:0",  # never jobqueue's default ':8787' on every interface
     }
     # Same policy as the embedded cluster: a worker lost mid-trial fails the task at once and the
-    # controller retries it (max_retries) from its checkpoint.
+    # controller retries it (max_retries) from its checkpoint; and no HTTP server unless the dashboard is asked for.
     import dask
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    from .plugins import CloseSchedulerHTTP
+
+    if not options.dashboard:
+        scheduler_options["plugins"] = [CloseSchedulerHTTP()]
+    no_http = {} if options.dashboard else NO_HTTP_ROUTES
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0, **no_http}):
         return _cluster_class(backend.system)(
             n_workers=0,
             job_cls=_job_class(backend.system),

@@ -231,6 +231,24 @@ def test_the_embedded_cluster_serves_plain_http_only_with_the_dashboard() -> Non
             assert bool(http_ports) == dashboard, (dashboard, http_ports)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_batch_systems_scheduler_serves_plain_http_only_with_the_dashboard() -> None:
+    pytest.importorskip("dask_jobqueue")
+    from cluster.backends import JobQueueBackend, _jobqueue_cluster
+
+    backend = JobQueueBackend(system="slurm", walltime="00:10:00", cores=1, memory="1GB")
+    for dashboard in (False, True):
+        cluster = _jobqueue_cluster(ClusterOptions(backend=backend, dashboard=dashboard))  # no job submitted
+        try:
+            ports = listening(os.getpid())
+            assert ports and all(ip == "127.0.0.1" for ip, _ in ports), ports
+            http_ports = [port for _, port in ports if speaks_http(port)]
+            assert bool(http_ports) == dashboard, (dashboard, http_ports)
+        finally:
+            cluster.close()
+
+
 def test_the_campaign_folder_is_private_even_when_made_by_hand(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
 from tests.campaign_storage import load
@@ -124,7 +125,9 @@ def test_the_worker_command_carries_slots_tls_and_scheduler_files(tmp_path: Path
     argv = worker_command(WorkerOptions("tls://10.9.8.7:8786", slots=1, tls=tls, host="10.9.8.6"))
     assert argv[3] == "tls://10.9.8.7:8786" and flag(argv, "--host") == "10.9.8.6"
     assert [flag(argv, f) for f in ("--tls-ca-file", "--tls-cert", "--tls-key")] == list(map(str, pem))
-    assert "--host" not in worker_command(WorkerOptions("tls://10.9.8.7:8786", slots=1, tls=tls))  # Dask picks
+    # no --host: the address on the route to the scheduler, never every interface (issue 47.4)
+    host = flag(worker_command(WorkerOptions("tls://10.9.8.7:8786", slots=1, tls=tls)), "--host")
+    assert host and host not in ("0.0.0.0", "::", "")
     file = tmp_path / "scheduler.json"
     file.write_text(json.dumps({"address": "tcp://127.0.0.1:9999"}))
     assert worker_command(WorkerOptions(str(file), slots=1))[3] == "tcp://127.0.0.1:9999"
@@ -236,3 +239,42 @@ def test_a_scheduler_that_starts_listening_late_is_waited_for_and_a_refusal_ends
         server.close()
     with pytest.raises(ClusterError, match="within 0.5s"):
         check_reachable(f"tcp://127.0.0.1:{port}", timeout=0.5)
+
+
+def listening(pid: int) -> list[tuple[str, int]]:
+    """(ip, port) of every listening TCP socket of ``pid`` and its descendants."""
+    root = psutil.Process(pid)
+    found = []
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            found += [(c.laddr.ip, c.laddr.port) for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+    return found
+
+
+def speaks_http(ip: str, port: int) -> bool:
+    """Whether what listens at ``ip:port`` answers a plain HTTP request (a 404 too)."""
+    try:
+        with socket.create_connection(("127.0.0.1" if ip in ("0.0.0.0", "::") else ip, port), timeout=2) as sock:
+            sock.sendall(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            return sock.recv(5) == b"HTTP/"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_started_by_hand_listens_on_its_address_only_and_serves_no_http(tmp_path: Path) -> None:
+    with scheduler(tmp_path) as (address, _file, procs):
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "search", "worker", address, "--slots", "1", "--name", "quiet"],
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        procs.append(worker)
+        wait_for(lambda: "quiet" in workers(address), 60, "the worker")
+        ports = listening(worker.pid)
+        assert len(ports) == 2, ports  # the nanny's and the worker's Dask ports
+        assert all(ip == "127.0.0.1" for ip, _ in ports), ports
+        assert not [p for p in ports if speaks_http(*p)], ports

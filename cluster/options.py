@@ -224,7 +224,9 @@ class ClusterOptions:
     dashboard: bool = False
     connect_timeout: float = 10.0
     worker_timeout: float = 60.0
-    """Seconds a joined scheduler (``address``) may take to have its first worker."""
+    """Seconds a joined scheduler (``address``) may take to have its first worker; the campaign's limit on a cluster
+    with no slot at all (``search.loop.slot_watch``); the embedded cluster replaces a worker its nanny does not restart
+    well within it (``cluster.revive``)."""
     memory_limit: str = "auto"
     tls: TLSFiles | None = None
     insecure: bool = False

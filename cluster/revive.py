@@ -63,13 +63,16 @@ class Reviver:
                     os.kill(pid, signal.SIGKILL)
 
     async def look(self) -> None:
-        """One look (on the cluster's event loop): replace the nannies of workers gone too long."""
+        """One look (on the cluster's event loop): start again the workers gone too long. A worker of the cluster's
+        spec is there when its nanny is and the scheduler has its worker; Dask drops a nanny that failed to start
+        its worker from the cluster's workers, which its spec still names."""
         cluster: Any = self._cluster
         here = {ws.nanny for ws in cluster.scheduler.workers.values() if ws.nanny}
         now = time.monotonic()
         stale = []
-        for name, nanny in list(cluster.workers.items()):
-            if getattr(nanny, "address", None) in here:
+        for name in list(cluster.worker_spec):
+            nanny = cluster.workers.get(name)
+            if nanny is not None and getattr(nanny, "address", None) in here:
                 self._gone_since.pop(name, None)
                 continue
             since = self._gone_since.setdefault(name, now)
@@ -79,9 +82,10 @@ class Reviver:
             log.warning(
                 "embedded worker %s gone for %.0f s and not restarted by its nanny: starting it again", name, gone
             )
-            cluster.workers.pop(name, None)
             self._gone_since.pop(name, None)
-            await _close(nanny)
+            if nanny is not None:
+                cluster.workers.pop(name, None)
+                await _close(nanny)
             self.revived += 1
         if stale:
             await cluster._correct_state()  # SpecCluster: starts the workers of its spec that it does not have

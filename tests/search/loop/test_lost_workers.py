@@ -9,12 +9,14 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 import optuna
 import psutil
 import pytest
 from dask_processes import WORKER, external_cluster, wait_for
+from distributed import Client
 from toy_specs import toy_toml
 
 from tests.campaign_storage import load as load_campaign
@@ -244,3 +246,36 @@ def test_an_embedded_cluster_whose_workers_keep_dying_is_said_within_30s_then_ex
     trials = load_campaign(folder, "lost").get_trials(deepcopy=False)
     assert [t.number for t in trials] == [0, 1, 2]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+
+
+@pytest.mark.timeout(180)
+def test_a_campaign_that_starts_on_a_cluster_with_no_worker_yet_says_so_and_runs_when_one_joins(
+    tmp_path: Path,
+) -> None:
+    """Issue 47.7: no 'the cluster has no worker with a free slot' (exit 1) while workers are still on their way."""
+    from distributed import LocalCluster
+
+    from cluster import DaskExecutor
+    from search.loop.campaign import Campaign
+    from search.session.runner import load_study
+    from search.spec.campaign_spec import parse_spec
+    from search.store.folder import CampaignFolder
+
+    text = toy_toml("late", 2, 1, sampling="inline", cluster={"worker_timeout": 20, "n_workers": None})
+    spec = parse_spec(tomllib.loads(text), "late.toml", text)
+    folder = CampaignFolder(tmp_path / "late")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    said: list[str] = []
+    with LocalCluster(
+        n_workers=0, threads_per_worker=1, resources={"CPU": 1}, processes=True, dashboard_address=None
+    ) as cluster:
+
+        def notice(line: str) -> None:  # the line comes: now the worker starts
+            said.append(line)
+            cluster.scale(1)
+
+        with Client(cluster) as client:
+            Campaign(spec, folder, study, DaskExecutor(client, "test-late"), on_notice=notice).run()
+    assert said and said[0].startswith(WAIT_LINE), said
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE] * 2

@@ -111,8 +111,8 @@ def worker_command(options: WorkerOptions) -> list[str]:
     argv = [sys.executable, "-m", WORKER_MODULE, options.address, *worker_args(gpus, slots, options.trials_per_gpu)]
     argv += ["--nworkers", "1", "--nanny", "--no-dashboard", "--preload", NO_HTTP_PRELOAD]
     host = listen_host(options)
-    # the HTTP server, closed as the worker starts (NO_HTTP_PRELOAD), binds on this address only meanwhile
-    argv += ["--host", host, "--dashboard-address", f"{_bracketed(host)}:0"]
+    if host:  # the HTTP server, closed as the worker starts (NO_HTTP_PRELOAD), binds on this address only meanwhile
+        argv += ["--host", host, "--dashboard-address", f"{_bracketed(host)}:0"]
     if options.name:
         argv += ["--name", options.name]
     if options.tls is not None:
@@ -129,7 +129,8 @@ def worker_command(options: WorkerOptions) -> list[str]:
 
 def listen_host(options: WorkerOptions) -> str:
     """Where the worker and its nanny listen: ``--host``, else the scheduler's own address for a loopback scheduler,
-    else this machine's address on the route to the scheduler (never every interface)."""
+    else this machine's address on the route to the scheduler (never every interface); "" when this machine has no
+    route to it (Dask's choice then; such a worker cannot reach its scheduler anyway)."""
     if options.host:
         return options.host
     if is_loopback(options.scheduler_host):
@@ -138,10 +139,8 @@ def listen_host(options: WorkerOptions) -> str:
 
     try:
         return str(get_ip(options.scheduler_host))
-    except OSError as exc:
-        raise ClusterError(
-            f"no route from this machine to the scheduler's host {options.scheduler_host!r} ({exc}): give --host"
-        ) from exc
+    except OSError:
+        return ""
 
 
 def _bracketed(host: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from search.startup_interrupt import install as _quiet_startup_interrupt
+from search.interrupts import install as _quiet_startup_interrupt
 
 _quiet_startup_interrupt()  # the hypersweep command only: Ctrl-C while it imports is one line (exit 130)
 

@@ -437,16 +437,11 @@ def _exit_code(exc: BaseException) -> int | None:
     return None
 
 
-def _interrupt(_signum: int, _frame: object) -> None:
-    """Ctrl-C or SIGTERM: ``KeyboardInterrupt``. What asyncio logs of the tasks it leaves failed (a worker that was
-    starting) is noise from here on, on the terminal and in campaign.log."""
-    logging.getLogger("asyncio").disabled = True
-    raise KeyboardInterrupt
-
-
 def _interrupt_on_sigterm() -> None:
     """SIGTERM (a batch system's cancel, `kill`) stops the campaign like Ctrl-C: cleanly, resumable."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    from search.interrupts import interrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _stacks_on_sigusr1() -> None:
@@ -492,10 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker": _cmd_worker,
         "cluster-script": _cmd_cluster_script,
     }
-    from search.startup_interrupt import release
+    from search.interrupts import interrupt, release
 
     try:
-        release(_interrupt)  # from here Ctrl-C is a KeyboardInterrupt, turned into the line below
+        release(interrupt)  # from here Ctrl-C is a KeyboardInterrupt, turned into the line below
         return commands[args.command](args)
     except BrokenPipeError:
         return _closed_pipe()

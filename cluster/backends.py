@@ -184,10 +184,14 @@ class LocalBackend(Backend):
 
         with dask.config.set({**settings, **({} if options.dashboard else NO_HTTP_ROUTES)}):
             cluster = _local_cluster(options, n_workers, threads, resources, env, security)
+        from .revive import REVIVE_AFTER, reviving
+
         try:
             client = Client(cluster, timeout=options.connect_timeout, security=security)
             try:
-                yield client
+                # a worker its nanny does not start again is started anew, well before worker_timeout ends the run
+                with reviving(cluster, after=min(REVIVE_AFTER, options.worker_timeout / 2)):
+                    yield client
             finally:
                 client.close(timeout=10)
         finally:
@@ -665,7 +669,8 @@ def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
         "queue": backend.queue or None,
         "account": backend.account or None,
         "worker_threads": backend.slots,
-        "worker_extra_args": worker_args(backend.gpus_per_job, backend.slots)[2:],  # --nthreads: worker_threads
+        # --nthreads: worker_threads; the preload closes the worker's plain-HTTP server (/health, /metrics)
+        "worker_extra_args": [*worker_args(backend.gpus_per_job, backend.slots)[2:], "--preload", "cluster.no_http"],
         # The controller's environment (which sbatch passes on) keeps Dask quiet; a job's log shows its worker
         # starting, joining and why it left.
         "job_script_prologue": [JOB_LOG_LEVEL, *backend.job_script_prologue],
@@ -704,17 +709,22 @@ def job_script(options: ClusterOptions, scheduler_address: str | None = None) ->
 def _jobqueue_cluster(options: ClusterOptions) -> Any:
     """Start jobqueue's cluster object: a scheduler here on ``options.host``; no job is submitted yet."""
     backend = _jobqueue_backend(options)
-    scheduler_options = {
+    scheduler_options: dict[str, Any] = {
         "host": options.host,
         "port": 0,
         "dashboard": options.dashboard,
         "dashboard_address": f"{options.host}:0",  # never jobqueue's default ':8787' on every interface
     }
     # Same policy as the embedded cluster: a worker lost mid-trial fails the task at once and the
-    # controller retries it (max_retries) from its checkpoint.
+    # controller retries it (max_retries) from its checkpoint; and no HTTP server unless the dashboard is asked for.
     import dask
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    from .plugins import CloseSchedulerHTTP
+
+    if not options.dashboard:
+        scheduler_options["plugins"] = [CloseSchedulerHTTP()]
+    no_http = {} if options.dashboard else NO_HTTP_ROUTES
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0, **no_http}):
         return _cluster_class(backend.system)(
             n_workers=0,
             job_cls=_job_class(backend.system),

@@ -7,9 +7,9 @@ The names other packages have always imported from here are kept.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sys
+import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -90,10 +90,25 @@ def worker_nanny(client: Client, worker: str) -> str:
 
 
 def _workers(client: Client) -> dict[str, dict[str, Any]]:
-    """Every worker's record (not only the first few the scheduler sends by default)."""
-    info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
-    return dict(info.get("workers", {}))
+    """Every worker's record, fetched from the scheduler now (not only the first few it sends by default).
+
+    Not through ``Client.scheduler_info``: that returns the client's cached identity, which its own periodic refresh
+    (every 2 s) overwrites with one that lists no worker at all, and which a fetch that fails leaves as it is. Under
+    load a caller then read "no worker" from a cluster whose workers were all there (a trial "lost its worker" whose
+    process lived on; a campaign refused for "no worker with a free slot"). A fetch that fails here gives the last
+    full answer this client got, or raises ``OSError`` when there is none.
+    """
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1)
+    except OSError:
+        known = _LAST_SEEN.get(client)
+        if known is None:
+            raise
+        return known
+    workers = dict(info.get("workers", {}))
+    _LAST_SEEN[client] = workers
+    return workers
 
 
-def _accepts_n_workers(client: Client) -> bool:
-    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+#: Each client's last full list of workers (see :func:`_workers`).
+_LAST_SEEN: weakref.WeakKeyDictionary[Client, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()

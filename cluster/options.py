@@ -27,6 +27,7 @@ __all__ = [
     "TLSFiles",
     "is_loopback",
     "scheduler_address",
+    "check_scheduler_target",
     "plain_tcp_warning",
     "key_file_problem",
 ]
@@ -56,6 +57,26 @@ def scheduler_address(target: str) -> str:
             return str(json.load(fh)["address"])
     except (OSError, ValueError, KeyError, TypeError):
         return target
+
+
+#: The address schemes a joined scheduler may have.
+SCHEMES = ("tcp://", "tls://", "inproc://", "ucx://")
+
+
+def check_scheduler_target(target: str) -> None:
+    """Raise ``SettingError`` unless ``target`` is a scheduler address with a host and a port (``tcp://host:port``,
+    ``tls://host:port``) or an existing scheduler file."""
+    rule = "must be tcp://host:port, tls://host:port or an existing scheduler file"
+    if "://" not in target:
+        if not os.path.isfile(target):
+            raise SettingError(f"scheduler {target!r}: {rule} (no such file)")
+        return
+    if not target.startswith(SCHEMES):
+        raise SettingError(f"scheduler {target!r}: {rule}")
+    host = _host_of(target)
+    port = target.split("://", 1)[1].rsplit(":", 1)[-1] if ":" in target.split("://", 1)[1] else ""
+    if target.startswith(("tcp://", "tls://")) and (not host or not port.isdigit() or " " in host):
+        raise SettingError(f"scheduler {target!r}: {rule} (needs a host and a port number)")
 
 
 def plain_tcp_warning(address: str) -> str:
@@ -203,7 +224,9 @@ class ClusterOptions:
     dashboard: bool = False
     connect_timeout: float = 10.0
     worker_timeout: float = 60.0
-    """Seconds a joined scheduler (``address``) may take to have its first worker."""
+    """Seconds a joined scheduler (``address``) may take to have its first worker; the campaign's limit on a cluster
+    with no slot at all (``search.loop.slot_watch``); the embedded cluster replaces a worker its nanny does not restart
+    well within it (``cluster.revive``)."""
     memory_limit: str = "auto"
     tls: TLSFiles | None = None
     insecure: bool = False
@@ -231,6 +254,8 @@ class ClusterOptions:
                 "run code on the workers; give TLS files (tls_ca_file, tls_cert_file, tls_key_file) "
                 "or pass --insecure to accept the risk"
             )
+        if self.address:
+            check_scheduler_target(self.address)
         if self.address.startswith("tls://") and self.tls is None:
             raise SettingError(f"scheduler {self.address!r} uses TLS: give tls_ca_file, tls_cert_file and tls_key_file")
         joined = scheduler_address(self.address) if self.address else ""

@@ -108,6 +108,7 @@ class RunnerPool:
         self._waiting: collections.deque[Placement] = collections.deque()  # for a runner being started
         self._checked = 0.0
         self._walltimes = Walltimes(client)  # batch jobs: no trial for a worker whose job ends before it would
+        self._missing: set[str] = set()  # runners' workers the last look did not find
         self.retired = False
 
     # --- placing ------------------------------------------------------------------------------------
@@ -358,17 +359,18 @@ class RunnerPool:
             self._client.cancel([r.future for r in gone], force=True)
 
     def check_workers(self, present: Callable[[], Iterable[str]]) -> None:
-        """Every :data:`CHECK_SECONDS`: a runner whose worker is not among ``present()`` ends (see
-        :meth:`lost_worker`; the scheduler's event says so sooner, this look catches a missed one)."""
+        """Every :data:`CHECK_SECONDS`: a runner whose worker is not among ``present()`` in two looks in a row ends
+        (see :meth:`lost_worker`; the scheduler's event says so sooner, this look catches a missed one)."""
         now = time.monotonic()
         with self._lock:
             placed = [r.worker for r in self._runners.values() if r.worker]
         if not placed or now - self._checked < CHECK_SECONDS:
             return
         self._checked = now
-        here = set(present())
-        for worker in set(placed) - here:
+        missing = set(placed) - set(present())
+        for worker in missing & self._missing:  # missing from two looks in a row: one look may be torn
             self.lost_worker(worker)
+        self._missing = missing
 
     # --- ending -------------------------------------------------------------------------------------
 

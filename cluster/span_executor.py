@@ -55,6 +55,7 @@ class SpanRunner:
         self._queue, self._ship, self._run_once = events, ship, run_once
         self._placer = SpanPlacer(self._place)
         self._checked = 0.0
+        self._missing: set[str] = set()  # parts' workers the last look did not find
 
     def has(self, number: int) -> bool:
         return number in self._placer.trials or any(r.number == number for r in self._placer.waiting())
@@ -158,18 +159,24 @@ class SpanRunner:
             return Outcome(TrialStatus.LOST, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
 
     def check_workers(self) -> None:
-        """A part whose worker left the cluster: every part of its trial ends (the pinned task would wait forever)."""
+        """A part whose worker left the cluster (not found in two looks in a row): every part of its trial ends (the
+        pinned task would wait forever)."""
         now = time.monotonic()
         if not self._placer.trials or now - self._checked < CHECK_SECONDS:
             return
         self._checked = now
         present = set(worker_slots(self._client))
+        missing: set[str] = set()  # missing from two looks in a row (self._missing too): one look may be torn
+        confirmed = self._missing
         for trial in list(self._placer.trials.values()):
-            gone = [i for i, p in enumerate(trial.parts) if p.worker not in present and i not in trial.outcomes]
+            absent = [i for i, p in enumerate(trial.parts) if p.worker not in present and i not in trial.outcomes]
+            missing.update(trial.parts[i].worker for i in absent)
+            gone = [i for i in absent if trial.parts[i].worker in confirmed]
             if gone and not trial.aborted:
                 trial.first_failure = gone[0]
                 self._abort(trial, f"lost: worker {trial.parts[gone[0]].worker} of part {gone[0]} left the cluster")
                 self._client.cancel([trial.futures[i] for i in gone], force=True)
+        self._missing = missing
 
     # --- ending -------------------------------------------------------------------------------------
 

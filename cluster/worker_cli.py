@@ -27,6 +27,7 @@ from .resources import detect_gpus
 __all__ = ["WorkerOptions", "worker_command", "check_reachable", "start_worker"]
 
 WORKER_MODULE = "distributed.cli.dask_worker"
+NO_HTTP_PRELOAD = "cluster.no_http"  # the worker closes its plain-HTTP server as it starts
 _RETRY_S = 0.2  # between attempts to reach the scheduler
 
 
@@ -38,7 +39,7 @@ class WorkerOptions:
     gpus: int | None = None  # None: the GPUs this machine has
     slots: int | None = None  # CPU slots when there are no GPUs; None: one per core
     tls: TLSFiles | None = None
-    host: str = ""  # listen address; "" : 127.0.0.1 for a loopback scheduler, else Dask's choice
+    host: str = ""  # listen address; "": the scheduler's for a loopback scheduler, else the one routing to it
     name: str = ""
     insecure: bool = False
     connect_timeout: float = 10.0
@@ -109,10 +110,10 @@ def worker_command(options: WorkerOptions) -> list[str]:
     """The ``dask worker`` command line this worker runs."""
     gpus, slots = options.shape()
     argv = [sys.executable, "-m", WORKER_MODULE, options.address, *worker_args(gpus, slots, options.trials_per_gpu)]
-    argv += ["--nworkers", "1", "--nanny", "--no-dashboard"]
-    host = options.host or (options.scheduler_host if is_loopback(options.scheduler_host) else "")
-    if host:
-        argv += ["--host", host]
+    argv += ["--nworkers", "1", "--nanny", "--no-dashboard", "--preload", NO_HTTP_PRELOAD]
+    host = listen_host(options)
+    if host:  # the HTTP server, closed as the worker starts (NO_HTTP_PRELOAD), binds on this address only meanwhile
+        argv += ["--host", host, "--dashboard-address", f"{_bracketed(host)}:0"]
     if options.name:
         argv += ["--name", options.name]
     if options.tls is not None:
@@ -125,6 +126,26 @@ def worker_command(options: WorkerOptions) -> list[str]:
             options.tls.key_file,
         ]
     return argv
+
+
+def listen_host(options: WorkerOptions) -> str:
+    """Where the worker and its nanny listen: ``--host``, else the scheduler's own address for a loopback scheduler,
+    else this machine's address on the route to the scheduler (never every interface); "" when this machine has no
+    route to it (Dask's choice then; such a worker cannot reach its scheduler anyway)."""
+    if options.host:
+        return options.host
+    if is_loopback(options.scheduler_host):
+        return options.scheduler_host
+    from distributed.utils import get_ip
+
+    try:
+        return str(get_ip(options.scheduler_host))
+    except OSError:
+        return ""
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def worker_env(options: WorkerOptions) -> dict[str, str]:

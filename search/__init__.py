@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from search.interrupts import install as _quiet_startup_interrupt
+
+_quiet_startup_interrupt()  # the hypersweep command only: Ctrl-C while it imports is one line (exit 130)
+
 __all__ = [
     "run",
     "resume",

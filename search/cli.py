@@ -459,11 +459,9 @@ def _exit_code(exc: BaseException) -> int | None:
 
 def _interrupt_on_sigterm() -> None:
     """SIGTERM (a batch system's cancel, `kill`) stops the campaign like Ctrl-C: cleanly, resumable."""
+    from search.interrupts import interrupt
 
-    def handler(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _stacks_on_sigusr1() -> None:
@@ -509,11 +507,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker": _cmd_worker,
         "cluster-script": _cmd_cluster_script,
     }
+    from search.interrupts import interrupt, release
+
     try:
+        release(interrupt)  # from here Ctrl-C is a KeyboardInterrupt, turned into the line below
         return commands[args.command](args)
     except BrokenPipeError:
         return _closed_pipe()
     except KeyboardInterrupt as exc:
+        logging.disable(logging.CRITICAL)  # what Dask logs as its cluster goes down after a Ctrl-C is noise
         return _fail(EXIT_INTERRUPTED, _interrupted(getattr(exc, "folder", "?")))
     except Exception as exc:
         code = _exit_code(exc)

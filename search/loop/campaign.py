@@ -50,6 +50,7 @@ from search.loop.policies import (
     population_of,
 )
 from search.loop.queries import answer
+from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
 from search.loop.supply import TrialSupply
 from search.loop.trials import RunningTrial
@@ -95,6 +96,7 @@ class Campaign:
         flush: Callable[[], object] | None = None,
         sampling: str | None = None,
         hooks: CampaignHooks | None = None,
+        on_notice: Callable[[str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.folder = folder
@@ -120,6 +122,9 @@ class Campaign:
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
         self.barrier = Barrier(population, self.sinks) if population else None
         self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
+        # too few slots: a line (on_notice: the terminal; campaign.log too); none for worker_timeout: exit 3
+        self._slot_watch = SlotWatch(spec.cluster.worker_timeout, on_notice or (lambda _line: None), clock)
+        self._widest = max(spec.widths())
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -145,6 +150,7 @@ class Campaign:
                 if self.barrier is not None:
                     self._step_population()
                 self.dispatch.enforce_time_limits(campaign_over=not self.budget.time_left())
+                self._watch_slots()
                 self._on_progress(self.snapshot())
                 self._freezer.tick()
         except BaseException:
@@ -182,6 +188,14 @@ class Campaign:
                 return
             self.dispatch.launch(group, plan)
         self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False, len(self.dispatch.running))
+
+    def _watch_slots(self) -> None:
+        """Too few slots for the trials in flight: said, and bounded (:mod:`search.loop.slot_watch`)."""
+        slots = self.executor.slots()
+        if slots.total >= self._widest:  # enough for any trial: no scan of the running ones
+            self._slot_watch.check(slots, None)
+        else:
+            self._slot_watch.check(slots, self.dispatch.in_flight(self.supply.pending))
 
     def _step_population(self) -> None:
         """PBT: members of a decided rung go on; past the time budget the waiting ones are told PRUNED."""

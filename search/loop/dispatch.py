@@ -15,11 +15,12 @@ import logging
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from cluster.errors import ClusterError
 from cluster.executor import Started, TrialExecutor, TrialRequest
 from search.loop.pipeline import Pipeline
+from search.loop.slot_watch import Waiting
 from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.records import write_attrs
@@ -81,6 +82,8 @@ class Dispatcher:
         self._over_seen = False  # whether it has seen the time budget run out
 
     def check_capacity(self) -> None:
+        """Refuse a cluster whose workers declare no slots, or too few for the widest trial. A cluster with no worker
+        yet (restarting, joining) is waited for: the campaign's :class:`~search.loop.slot_watch.SlotWatch` bounds it."""
         slots = self._executor.slots()
         if slots.total < 1 and slots.workers:
             raise ClusterError(
@@ -88,10 +91,8 @@ class Dispatcher:
                 f"without --resources?): start them with 'dask worker ... --resources {slots.resource}=n', "
                 "or with 'hypersweep worker', which declares them"
             )
-        if slots.total < 1:
-            raise CampaignError("the cluster has no worker with a free slot")
         width = max(self._spec.widths())
-        if width > slots.total:  # wider than one worker is fine: it spans several (cluster.span)
+        if 0 < slots.total < width:  # wider than one worker is fine: it spans several (cluster.span)
             raise CampaignError(
                 f"a trial may need {width} {slots.resource} slots (data_parallel) "
                 f"but the cluster's {slots.workers} worker(s) have {slots.total} in all; add workers or slots, "
@@ -221,6 +222,15 @@ class Dispatcher:
         return oldest.worker
 
     # --- what happens to running trials -------------------------------------------------------------
+
+    def in_flight(self, pending: Iterable[Prepared]) -> Waiting | None:
+        """The trials sent out and not told, and ``pending`` (asked, not sent): how many, the widest (None: none)."""
+        trials = [(r.width, r.number) for r in self.running.values()]
+        trials += [(p.width, p.trial.number) for p in pending]
+        if not trials:
+            return None
+        width, number = max(trials, key=lambda t: (t[0], -t[1]))
+        return Waiting(len(trials), width, number)
 
     def started(self, event: Started) -> None:
         running = self.running.get(event.number)

@@ -96,6 +96,16 @@ class Progress:
         self._stream.flush()
         self._shown, self._last_time = line, self._clock()
 
+    def note(self, line: str) -> None:
+        """A line that must be seen (a wait for workers), whether or not progress is shown: on a terminal above the
+        live line, which is drawn again below it."""
+        if self._tty or self._notebook:
+            self._stream.write("\r\x1b[2K" if self._tty else "\r" + " " * len(self._shown) + "\r")
+        self._stream.write(f"hypersweep: {line}\n")
+        if (self._tty or self._notebook) and self._shown:
+            self._stream.write(self._shown)
+        self._stream.flush()
+
     def close(self) -> None:
         if not self._enabled or not self._pending:
             return

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cluster import ClusterOptions
 from cluster.connect import is_loopback
+from cluster.options import check_scheduler_target
 from search.session.options import cluster_options
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
 from search.spec.cluster import MAX_WORKERS
@@ -41,6 +42,7 @@ def cluster_for(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     check_extras(spec)  # an optional package the spec needs: named with its install command, before any trial
     check_workers_flag(options.n_workers)
     _check_tls_flag(options.tls)
+    _check_scheduler_flag(options.scheduler)
     _check_listen(spec, options)
     try:
         cluster = cluster_options(spec, options)
@@ -50,6 +52,15 @@ def cluster_for(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
         raise SpecError(spec.source, "cluster", str(exc)) from None
     _check_widths(spec, cluster)
     return cluster
+
+
+def _check_scheduler_flag(scheduler: str | None) -> None:
+    """``--scheduler ADDRESS``: a scheduler address with a host and a port, or an existing scheduler file."""
+    if scheduler:
+        try:
+            check_scheduler_target(scheduler)
+        except ValueError as exc:
+            raise InputError(f"--{exc}") from None
 
 
 def _check_tls_flag(files: tuple[str, str, str] | None) -> None:

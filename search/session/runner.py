@@ -196,7 +196,10 @@ def _execute(
             for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
                 print(f"hypersweep: warning: {line}", file=sys.stderr)
             executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
-            Campaign(spec, folder, study, executor, on_progress=progress, hooks=options.hooks).run()
+            campaign = Campaign(
+                spec, folder, study, executor, on_progress=progress, hooks=options.hooks, on_notice=progress.note
+            )
+            campaign.run()
         final_snapshot(op.storage_of(study))  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:
         if create and not _has_trials(folder):

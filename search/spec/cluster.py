@@ -79,8 +79,9 @@ class ClusterSpec:
     connect_timeout: float = 10.0
     """Seconds to reach a scheduler (then exit 3)."""
     worker_timeout: float = 60.0
-    """Seconds to wait for the first worker of a joined scheduler (`backend = "address"`; then exit 3), so the
-    controller and the workers may start together."""
+    """Seconds the campaign may have no worker slot at all, on any backend: a joined scheduler's first worker (so the
+    controller and the workers may start together), and every worker gone mid-run; then exit 3 with the resume
+    command. Too few slots is said after 10 s, and every 60 s while it lasts."""
     dashboard: bool = False
     """Start Dask's dashboard on the listen address (plain HTTP); without it no Dask HTTP server runs at all."""
     listen: str = "127.0.0.1"

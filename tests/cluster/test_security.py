@@ -23,13 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
-import psutil
 import pytest
 from tls_certs import make_certs
 
 from cluster import ClusterError, ClusterOptions, TLSFiles, open_cluster
 from search.store.folder import CampaignFolder, ControllerLock
 from tests.campaign_storage import load
+from tests.cluster.net_probe import listening, speaks_http
 from tests.search.toy_specs import toy_toml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,26 +143,6 @@ print(client(address.replace("tls://", "tcp://"), None), client(address, own), a
 """
 
 
-def listening(pid: int) -> list[tuple[str, int]]:
-    """(ip, port) of every listening TCP socket of ``pid`` and its descendants."""
-    root = psutil.Process(pid)
-    found = []
-    for proc in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            found += [(c.laddr.ip, c.laddr.port) for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
-    return found
-
-
-def speaks_http(port: int) -> bool:
-    """Whether what listens on 127.0.0.1:``port`` answers a plain HTTP request."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
-            sock.sendall(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            return sock.recv(5) == b"HTTP/"
-    except OSError:
-        return False
-
-
 def wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -203,7 +183,7 @@ def test_while_a_campaign_runs_no_other_process_can_join_its_cluster(tmp_path: P
         # Only the cluster's TLS ports listen, on loopback: no plain-HTTP server (no dashboard was asked for).
         ports = listening(proc.pid)
         assert ports and all(ip == "127.0.0.1" for ip, _ in ports), ports
-        assert not [port for _, port in ports if speaks_http(port)]
+        assert not [port for ip, port in ports if speaks_http(ip, port)]
         # The cluster's key is in memory only: never written into the campaign folder.
         assert not [p for p in folder.rglob("*") if p.is_file() and b"PRIVATE KEY" in p.read_bytes()]
         assert proc.poll() is None, "the campaign ended early: the checks above ran against nothing"
@@ -226,9 +206,27 @@ def test_the_embedded_cluster_serves_plain_http_only_with_the_dashboard() -> Non
             assert client.submit(sum, [1, 2]).result(timeout=60) == 3
             ports = listening(os.getpid())
             assert ports and all(ip == "127.0.0.1" for ip, _ in ports), ports
-            http_ports = [port for _, port in ports if speaks_http(port)]
+            http_ports = [port for ip, port in ports if speaks_http(ip, port)]
             # The control (dashboard = true) shows that the check finds an HTTP server where there is one.
             assert bool(http_ports) == dashboard, (dashboard, http_ports)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_batch_systems_scheduler_serves_plain_http_only_with_the_dashboard() -> None:
+    pytest.importorskip("dask_jobqueue")
+    from cluster.backends import JobQueueBackend, _jobqueue_cluster
+
+    backend = JobQueueBackend(system="slurm", walltime="00:10:00", cores=1, memory="1GB")
+    for dashboard in (False, True):
+        cluster = _jobqueue_cluster(ClusterOptions(backend=backend, dashboard=dashboard))  # no job submitted
+        try:
+            ports = listening(os.getpid())
+            assert ports and all(ip == "127.0.0.1" for ip, _ in ports), ports
+            http_ports = [port for ip, port in ports if speaks_http(ip, port)]
+            assert bool(http_ports) == dashboard, (dashboard, http_ports)
+        finally:
+            cluster.close()
 
 
 def test_the_campaign_folder_is_private_even_when_made_by_hand(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ apt) these tests skip with the reason. They share one SLURM node, so they run on
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,9 +21,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.campaign_storage import load
+from tests.cluster.net_probe import listening
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -129,6 +133,31 @@ def epochs_by_job(tmp_path: Path) -> list[tuple[int, int, str]]:
     return [(int(n), int(e), job) for n, e, job in (line.split() for line in lines if line.strip())]
 
 
+DASK_PORT = re.compile(r"Start (?:worker|Nanny) at:\s+'?tcp://[\d.]+:(\d+)")
+
+
+def jobs_seen(tmp_path: Path) -> set[str]:
+    return {job for _, _, job in epochs_by_job(tmp_path)}
+
+
+def job_log(tmp_path: Path, job: str) -> str:
+    path = tmp_path / f"slurm-{job}.out"
+    return path.read_text() if path.exists() else ""
+
+
+def job_workers() -> list[int]:
+    """The pids of the Dask workers the SLURM jobs run (their nannies: ``listening`` adds the workers below)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if (
+                "distributed.cli.dask_worker" in " ".join(proc.info["cmdline"] or ())
+                and "SLURM_JOB_ID" in proc.environ()
+            ):
+                found.append(proc.info["pid"])
+    return found
+
+
 def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -159,6 +188,13 @@ def test_jobs_run_the_trials_a_cancelled_job_is_replaced_and_no_job_is_left(tmp_
         try:
             wait_for(lambda: len({job for _, _, job in epochs_by_job(tmp_path)}) == 2, 120, "epoch run on 2 jobs")
             first = epochs_by_job(tmp_path)[0][2]
+            # A job's nanny and worker listen on their Dask ports and nothing else (no HTTP: cluster.no_http);
+            # probing them with HTTP would put a traceback into the job logs checked below.
+            ports = {port for pid in job_workers() for _ip, port in listening(pid)}
+            dask_ports = {
+                int(port) for job in jobs_seen(tmp_path) for port in DASK_PORT.findall(job_log(tmp_path, job))
+            }
+            assert ports and ports <= dask_ports, (ports, dask_ports)
             subprocess.run(["scancel", first], check=True, timeout=30)
             cancelled_at = time.time()
             assert proc.wait(timeout=240) == 0, stderr.read_text()

@@ -19,6 +19,7 @@ import pytest
 
 from cluster.packing import MAX_TRIALS_PER_GPU
 from tests.campaign_storage import load
+from tests.cluster.net_probe import listening, speaks_http
 from tests.search.toy_specs import toy_toml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +129,9 @@ def test_the_worker_command_carries_slots_tls_and_scheduler_files(tmp_path: Path
     argv = worker_command(WorkerOptions("tls://10.9.8.7:8786", slots=1, tls=tls, host="10.9.8.6"))
     assert argv[3] == "tls://10.9.8.7:8786" and flag(argv, "--host") == "10.9.8.6"
     assert [flag(argv, f) for f in ("--tls-ca-file", "--tls-cert", "--tls-key")] == list(map(str, pem))
-    assert "--host" not in worker_command(WorkerOptions("tls://10.9.8.7:8786", slots=1, tls=tls))  # Dask picks
+    # no --host: the address on the route to the scheduler, never every interface (issue 47.4)
+    host = flag(worker_command(WorkerOptions("tls://10.9.8.7:8786", slots=1, tls=tls)), "--host")
+    assert host and host not in ("0.0.0.0", "::", "")
     file = tmp_path / "scheduler.json"
     file.write_text(json.dumps({"address": "tcp://127.0.0.1:9999"}))
     assert worker_command(WorkerOptions(str(file), slots=1))[3] == "tcp://127.0.0.1:9999"
@@ -312,3 +315,22 @@ def test_the_controller_says_when_a_gpu_worker_has_fewer_threads_than_its_gpus_h
     assert line.startswith("worker node7 (tcp://10.0.0.7:4000) owns GPU=1 but runs 1 thread(s)")
     assert "1 trial(s) of gpus = 0.5 at once there, not 2" in line and "--nthreads 2" in line
     assert thread_shortfall(info, GpuPacking(gpus=1.0)) == []  # whole-GPU trials: one thread per GPU is enough
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_started_by_hand_listens_on_its_address_only_and_serves_no_http(tmp_path: Path) -> None:
+    with scheduler(tmp_path) as (address, _file, procs):
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "search", "worker", address, "--slots", "1", "--name", "quiet"],
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        procs.append(worker)
+        wait_for(lambda: "quiet" in workers(address), 60, "the worker")
+        ports = listening(worker.pid)
+        assert len(ports) == 2, ports  # the nanny's and the worker's Dask ports
+        assert all(ip == "127.0.0.1" for ip, _ in ports), ports
+        assert not [p for p in ports if speaks_http(*p)], ports

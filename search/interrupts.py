@@ -1,0 +1,53 @@
+"""Ctrl-C and SIGTERM in the ``hypersweep`` command: one line and exit 130, never a traceback.
+
+While the command is still importing, Ctrl-C prints ``hypersweep: interrupted`` and exits 130 at once.
+
+:func:`install` runs first thing in ``search/__init__`` and acts only in the ``hypersweep`` command itself
+(``hypersweep ...`` or ``python -m search ...``), never in a program that imports ``search``. The command's
+``main`` calls :func:`release` once its imports are done: from there Ctrl-C and SIGTERM are :func:`interrupt`, a
+``KeyboardInterrupt`` that its own ``try`` turns into the line that says what was kept. A process that multiprocessing spawned from the command (an embedded worker
+importing it as ``__mp_main__``) exits quietly: the controller says what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+__all__ = ["install", "interrupt", "release"]
+
+EXIT_INTERRUPTED = 130  # spaces.errors.EXIT_INTERRUPTED (not imported: spaces loads optuna)
+
+
+def _is_command() -> bool:
+    first = sys.argv[0] if sys.argv else ""
+    return os.path.basename(first) == "hypersweep" or first == "-m"  # "-m": python -m search, while it imports
+
+
+def _interrupted(_signum: int, _frame: FrameType | None) -> None:
+    if "__mp_main__" not in sys.modules:  # the command itself, not a process spawned from it
+        os.write(2, b"hypersweep: interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
+def install() -> None:
+    """In the ``hypersweep`` command, with Python's own SIGINT handler in place: Ctrl-C exits 130 in one line."""
+    if _is_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupted)
+
+
+def interrupt(_signum: int, _frame: FrameType | None) -> None:
+    """Ctrl-C or SIGTERM once the command runs: ``KeyboardInterrupt``. What asyncio logs of the tasks it leaves
+    failed (a worker that was starting) is noise from here on, on the terminal and in campaign.log."""
+    logging.getLogger("asyncio").disabled = True
+    raise KeyboardInterrupt
+
+
+def release(then: Callable[[int, FrameType | None], object] = signal.default_int_handler) -> None:
+    """SIGINT handled by ``then`` (Python's own: ``KeyboardInterrupt``), if :func:`install` replaced Python's."""
+    if signal.getsignal(signal.SIGINT) is _interrupted:
+        signal.signal(signal.SIGINT, then)

@@ -4,6 +4,7 @@ is rebuilt from it (by ``resume`` and ``report``), and ``Result.history`` reads 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from search.store.folder import CampaignFolder
 from search.store.records import Attr, encode_history, metrics_line
 from search.store.trial_reports import reports_of, restore_metrics_files
 
+HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers and scenarios
 REPORTS = [(1, {"score": 0.5, "loss": float("nan")}, 100.0), (2, {"score": 0.75, "loss": 1.5}, 101.5)]
 
 
@@ -102,3 +104,40 @@ def test_resume_report_and_result_history_give_every_report_after_metrics_files_
         assert restored == [[json.loads(line) for line in lines] for lines in original], command
         pd.testing.assert_frame_equal(search.load(result.folder).history, expected)
         lose()
+
+
+def _can_mount_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d && umount $d"
+    return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs a private mount namespace (unshare -m) to make a file system")
+def test_a_read_only_file_system_stops_the_run_in_one_line_and_resume_rebuilds_the_emptied_files(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    """The fault of the issue: the campaign's file system turned read-only mid-run and two told trials were left
+    with an empty ``metrics.jsonl`` (``tests/search/read_only_scenario.py``)."""
+    done = subprocess.run(
+        ["unshare", "-m", sys.executable, str(HERE / "read_only_scenario.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=580,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    code, stderr = result["first"]
+    last = stderr.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in stderr, stderr
+    assert last.startswith("hypersweep: ") and "Read-only file system" in last and "hypersweep resume" in last
+    emptied = result["emptied"]
+    assert len(emptied) >= 2, result
+    code, stderr = result["second"]
+    assert code == 0, stderr
+    assert f"trials {emptied}: metrics.jsonl held fewer reports than the study; rewritten from it" in stderr
+    assert result["trials"] == [[n, "COMPLETE"] for n in range(4)]
+    assert result["history"] == result["lines"] == [[1, 2, 3, 4]] * 4

@@ -73,7 +73,8 @@ class Result:
 
     @property
     def history(self) -> pd.DataFrame:
-        """Every report: one row per (trial, step, metric) with its ``value`` and ``time`` (a long table)."""
+        """Every report: one row per (trial, step, metric) with its ``value`` and ``time`` (a long table); a finished
+        trial's from the study, where a fault cannot have cut it (a running one's from its ``metrics.jsonl``)."""
         from search.results import history_frame
         from search.store.folder import CampaignFolder
 

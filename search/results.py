@@ -9,7 +9,8 @@ import optuna
 import pandas as pd
 
 from search.store.folder import CampaignFolder
-from search.store.records import TrialRecord, read_metrics_lines
+from search.store.records import TrialRecord
+from search.store.trial_reports import reports_of
 from search.store.warm_marks import own_trials
 
 __all__ = ["trials_table", "history_frame", "checkpoint_of", "HISTORY_COLUMNS"]
@@ -42,10 +43,11 @@ def trials_table(study: optuna.Study, metrics: tuple[str, ...], folder: Campaign
 
 
 def history_frame(study: optuna.Study, folder: CampaignFolder) -> pd.DataFrame:
-    """Every report of every trial, one row per (trial, step, metric): ``value`` and wall-clock ``time``."""
+    """Every report of every trial, one row per (trial, step, metric): ``value`` and wall-clock ``time``; a told
+    trial's from the study, a running one's from its ``metrics.jsonl`` (:func:`~search.store.trial_reports.reports_of`)."""
     rows = []
     for trial in own_trials(study.get_trials(deepcopy=False)):
-        for step, metrics, at in read_metrics_lines(folder.trial_metrics(trial.number)):
+        for step, metrics, at in reports_of(trial, folder):
             rows += [(trial.number, int(step), str(name), float(value), float(at)) for name, value in metrics.items()]
     frame = pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
     frame["time"] = pd.to_datetime(frame["time"], unit="s")

@@ -1,5 +1,7 @@
 """Reports as they stream in: each lands in the trial's ``metrics.jsonl`` and becomes an Optuna
 intermediate value (keyed by the pruning resource), and the pruner is set up from the first one.
+The ledger records them all in the study when it tells the trial (``history``, ``report_times``): from
+then on that is their record, and the file is derived from it (:mod:`search.store.trial_reports`).
 
 A report the event stream had not delivered by the time its trial ended comes with the
 outcome's history and is replayed here, so neither the file nor the study misses a step.

@@ -230,7 +230,8 @@ class Ledger:
         fields.update(device_fields(outcome))
         metrics = encode_metrics(outcome.metrics)
         fields.update({size: metrics[size] for size in MODEL_SIZE_ATTRS if size in metrics})  # where measured
-        write_attrs(running.trial, **fields, metrics=metrics, history=encode_history(running.reports))
+        history, times = encode_history(running.reports), [at for _step, _metrics, at in running.reports]
+        write_attrs(running.trial, **fields, metrics=metrics, history=history, report_times=times)
 
     def _write_failure_log(self, running: RunningTrial, outcome: Outcome, reason: str) -> None:
         text = outcome.traceback or reason

@@ -23,6 +23,7 @@ from search.reports.data import CampaignData, load_campaign, report_frame
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
 from search.store.records import Files
+from search.store.trial_reports import restore_metrics_files
 from search.vocab.registry import Registry
 
 __all__ = ["SECTION_REGISTRY", "SECTION_IDS", "ReportFiles", "write_report", "build_sections", "Section"]
@@ -61,6 +62,7 @@ class ReportFiles:
 def write_report(path: str | Path) -> ReportFiles:
     """Render the campaign in ``path`` into ``path/report/``."""
     data = load_campaign(path)
+    restore_metrics_files(data.trials, data.folder)  # a fault may have lost some: the study has them
     out = data.folder.report
     out.mkdir(parents=True, exist_ok=True)
     built = build_sections(data)

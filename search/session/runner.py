@@ -48,6 +48,8 @@ from search.store.environment import capture_environment, record_environment, sc
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
 from search.store.storage import final_snapshot, open_storage, storage_url
+from search.store.trial_reports import restore_metrics_files
+from search.store.warm_marks import own_trials
 from spaces.errors import InputError
 from trainers.api import registered_trainer
 
@@ -295,6 +297,8 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
         spec, changes = spec_to_resume(folder, options, check_trainer=False, study=study)
         given = registered_trainer(spec.trainer.entry) is not None  # search.resume(trainer=...): record and keep it
         retry = options.retry_failed and bool(failed_to_retry(spec, study))
+        # a told trial's metrics.jsonl that a fault cut: rewritten from the study, its record
+        restore_metrics_files(own_trials(study.get_trials(deepcopy=False)), folder)
         if not changes and not given and not retry and nothing_left(spec, folder, study):
             return folder  # finished: no trainer import, no cluster; the caller prints its summary
         del study  # the run opens the storage as its writer

@@ -74,6 +74,7 @@ class Attr:
     N_PARAMS: Final = "n_params"  # float: model size, where the trainer measures it
     MACS: Final = "macs"  # float
     HISTORY: Final = "history"  # list of [step, {metric: number}]: every report, in order
+    REPORT_TIMES: Final = "report_times"  # list of float: each ``history`` report's time (worker clock), in order
     # why it ended, and how
     FAIL_REASON: Final = "fail_reason"  # str: one line, for FAIL trials
     ERROR_TYPE: Final = "error_type"  # str: the class of the trainer's exception (ValueError, mypkg.BadBatch)
@@ -332,6 +333,7 @@ class TrialRecord:
     n_params: float | None = None
     macs: float | None = None
     recorded_history: tuple[Any, ...] = dataclasses.field(default=(), repr=False)  # as stored; see ``history``
+    report_times: tuple[Any, ...] = dataclasses.field(default=(), repr=False)  # as stored: each report's time
     fail_reason: str = ""
     error_type: str = ""
     stop_reason: str = ""
@@ -379,6 +381,7 @@ class TrialRecord:
             n_params=_opt_float(a.get(Attr.N_PARAMS)),
             macs=_opt_float(a.get(Attr.MACS)),
             recorded_history=tuple(a.get(Attr.HISTORY) or ()),
+            report_times=tuple(a.get(Attr.REPORT_TIMES) or ()),
             fail_reason=str(a.get(Attr.FAIL_REASON) or ""),
             error_type=str(a.get(Attr.ERROR_TYPE) or ""),
             stop_reason=str(a.get(Attr.STOP_REASON) or ""),

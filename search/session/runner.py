@@ -328,6 +328,17 @@ def _failures(study: optuna.Study, folder: CampaignFolder) -> str:
     )
 
 
+def _shown_storage(url: str) -> str:
+    """A storage URL as the summary shows it: a journal or SQLite file relative to here when it is below here (a
+    valid URL still: ``sqlite:///runs/x/study.db`` is relative), any other URL as it is."""
+    from search.store.failures import shown_path
+
+    for prefix in ("journal:", "sqlite:///"):
+        if url.startswith(prefix):
+            return prefix + shown_path(Path(url.removeprefix(prefix)))
+    return url
+
+
 def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> str:
     """The end-of-campaign table, the trials by state (COMPLETE, PRUNED and FAIL always) and where to find everything."""
     from search.reports.console import closing_lines, fit_table, wrap
@@ -364,7 +375,7 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
         f"trials: {tally}\n"
         f"{_failures(study, folder)}"
         f"campaign folder: {os.path.relpath(folder.root)}\n"
-        f"storage: {url}\n"
+        f"storage: {_shown_storage(url)}\n"
         f"trials table: {os.path.relpath(folder.summary)}\n"
         + closing_lines(
             os.path.relpath(folder.root),

@@ -253,13 +253,17 @@ def test_a_walltime_shorter_than_the_campaign_spends_no_retry_and_starts_no_tria
     jobs_of = {n: {job for m, _, job in runs if m == n} for n in range(n_trials)}
     log = (tmp_path / "runs" / "sl" / "campaign.log").read_text().splitlines()
     cut = [line.split("trial ", 1)[1].split(":")[0] for line in log if "reached its walltime; sent again" in line]
-    assert cut == ["0"], cut  # only trial 0 was cut (trial 2 never started where it would have been)
+    # Only trial 0 was cut (trial 2 never started where it would have been). Under load trial 0 may be cut twice:
+    # its job's worker can take 20 s of a 60 s walltime to join, and the rule judges by whole trials' median.
+    assert cut and set(cut) == {"0"}, cut
     assert [n for n, jobs in jobs_of.items() if len(jobs) > 1] == [0], runs
     for number in range(n_trials):  # each epoch ran once: the cut trial resumed from its checkpoint
         assert sorted(e for n, e, _ in runs if n == number) == [1, 2], runs
     assert not jobs_of[2] & (jobs_of[0] | jobs_of[1]), runs  # trial 2 waited for a replacement job
     jobs = {job for _, _, job in runs}
-    print(f"walltime: {len(jobs)} jobs ran trials, {n_trials} trials, 1 cut and resumed, 0 retries, {took:.0f}s")
+    print(
+        f"walltime: {len(jobs)} jobs ran trials, {n_trials} trials, {len(cut)} cut(s) resumed, 0 retries, {took:.0f}s"
+    )
 
 
 @pytest.mark.slow

@@ -257,6 +257,7 @@ def _run_child(request: dict[str, Any], fds: list[int], base_path: list[str]) ->
     sys.path[:] = base_path
     if base_path and base_path[0] != request["cwd"]:
         sys.path[0] = request["cwd"]  # `python -m` puts its working directory first
+    _reseed()
     module, *args = request["argv"]
     sys.argv = [module, *args]
     try:
@@ -277,6 +278,17 @@ def _run_child(request: dict[str, Any], fds: list[int], base_path: list[str]) ->
         with contextlib.suppress(Exception):
             stream.flush()
     return code
+
+
+def _reseed() -> None:
+    """Fresh unseeded generators, as a fresh process has (Python's ``random`` reseeds itself at fork): without it
+    every child would draw what the server's torch and numpy generators would have drawn next."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()  # a non-deterministic seed, as torch starts with
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()  # the legacy global generator, from the OS's entropy as at its import
 
 
 def _exit_code(value: object) -> int:

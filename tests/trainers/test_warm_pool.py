@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -190,3 +193,56 @@ def test_a_two_rank_gloo_trial_takes_its_ranks_from_the_pool_with_the_same_resul
     drop = {"epoch_seconds"}
     assert {k: v for k, v in warm.items() if k not in drop} == {k: v for k, v in fresh.items() if k not in drop}
     assert _gone(pids + fresh_pids)
+
+
+LAUNCHER = """
+import sys
+from trainers import warm_pool
+from trainers.api import RecordingReporter, TrialConfig
+from trainers.ddp import launch_solo
+
+def started(pids):
+    print(pids[0], warm_pool.servers()[0].proc.pid, flush=True)
+
+warm_pool.enable()
+config = TrialConfig("pool", 0, {}, seed=0, epochs=1, devices=(0,))
+launch_solo("tests.trainers.pool_trainers:sleep_fit", config, RecordingReporter(), "0", on_start=started)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_killed_outright_leaves_neither_its_server_nor_its_trials_running() -> None:
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert launcher.stdout is not None
+        ready, _, _ = select.select([launcher.stdout], [], [], 180)
+        assert ready, "the launcher did not start its trial"
+        child, server = (int(word) for word in launcher.stdout.readline().split())
+        assert _alive(child) and _alive(server)
+        launcher.kill()  # no clean-up of its own: SIGKILL
+        launcher.wait(30)
+        assert _gone([child, server])
+    finally:
+        launcher.kill()
+        launcher.wait(30)
+        if launcher.stdout is not None:
+            launcher.stdout.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_server_where_a_preloaded_module_initialised_cuda_forks_no_more_fake_cuda(
+    pool: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No CUDA here: the preloaded module fakes an initialised CUDA context (``torch.cuda.is_initialized``)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "pool_fake_cuda.py").write_text("import torch\n\ntorch.cuda.is_initialized = lambda: True\n")
+    (tmp_path / "pool_cuda_trainer.py").write_text(
+        "import os\nimport pool_fake_cuda\n\ndef fit(config, reporter):\n    return {'parent': float(os.getppid())}\n"
+    )
+    config = TrialConfig("pool", 0, {}, seed=0, epochs=1, devices=(0,))
+    for _ in range(2):  # refused, then not asked again: each process starts fresh, and the trial runs
+        assert launch_solo("pool_cuda_trainer:fit", config, RecordingReporter(), "0")["parent"] == os.getpid()

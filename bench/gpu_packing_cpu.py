@@ -1,10 +1,12 @@
 """CPU twin of packed GPU trials and of out-of-memory handling, with figures (issue 26).
 
     python -m bench.gpu_packing_cpu packing [--trials 24 --hold 3]   # gpus = 0.25 on 2 fake GPU=2 workers
+    HYPERSWEEP_WARM_POOL=0 python -m bench.gpu_packing_cpu packing   # the same, each trial's process fresh
     python -m bench.gpu_packing_cpu oom [--trials 9]                 # injected CUDA OOMs on 2 CPU workers
 
 ``packing``: two Dask worker processes declaring ``GPU=2`` (8 threads each), no CUDA; prints how many
-trials held each (worker, device) lease at once, at most and on average over the campaign.
+trials held each (worker, device) lease at once, at most and on average over the campaign, and the campaign's
+wall time (from the controller's start to its end, the cluster already up).
 ``oom``: the built-in classifier on a "device" that holds 40 examples per pass, ``oom_retry = "accumulate"``,
 TPE: prints trials, completed, retried at half the micro-batch, infeasible (out of memory).
 """
@@ -12,8 +14,10 @@ TPE: prints trials, completed, retried at half the micro-batch, infeasible (out 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,7 +64,14 @@ def packing(trials: int, hold: float, folder: Path | None) -> None:
             dashboard_address=None,
         ) as cluster,
     ):
-        print_packing(_records(_run(text, Path(tmp), cluster.scheduler_address), "packed"))
+        start = time.monotonic()
+        folder = _run(text, Path(tmp), cluster.scheduler_address)
+        print(f"campaign wall time {time.monotonic() - start:.1f} s (warm pool: {_pool_state()})")
+        print_packing(_records(folder, "packed"))
+
+
+def _pool_state() -> str:
+    return "off, HYPERSWEEP_WARM_POOL=0" if os.environ.get("HYPERSWEEP_WARM_POOL") == "0" else "on"
 
 
 def print_packing(records: list) -> None:

@@ -220,7 +220,7 @@ def run_trial(
 
     from trainers.api import TrialConfig, running_trainer  # at run time only
 
-    from .plugins import WarmPool
+    from .warm_pool_plugin import WarmPool
 
     worker = get_worker()
     if first_run is not None:

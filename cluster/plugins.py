@@ -13,7 +13,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
-__all__ = ["AskFirstRun", "CloseSchedulerHTTP", "CloseWorkerHTTP", "IgnoreInterrupt", "SlotInboxes", "WarmPool"]
+__all__ = ["AskFirstRun", "CloseSchedulerHTTP", "CloseWorkerHTTP", "IgnoreInterrupt", "SlotInboxes"]
 
 
 def _close_http_server(server: Any) -> None:
@@ -93,32 +93,3 @@ class SlotInboxes(WorkerPlugin):
             return put_trials(worker, runner, items, retire)
 
         worker.handlers[PUT_OP] = hypersweep_slot_put
-
-
-class WarmPool(WorkerPlugin):
-    """Keeps the warm pool of trial processes (:mod:`trainers.warm_pool`) on this worker and shuts it down with the
-    worker; attached by the first trial that needs a process of its own (:meth:`attach`), on any cluster."""
-
-    name = "hypersweep-warm-pool"
-    idempotent = True
-
-    def setup(self, worker: Any) -> None:
-        from trainers import warm_pool  # at run time only
-
-        warm_pool.enable()
-
-    def teardown(self, worker: Any) -> None:
-        from trainers import warm_pool
-
-        warm_pool.shutdown()
-
-    @classmethod
-    def attach(cls, worker: Any) -> None:
-        """Called on ``worker`` in a trial's thread: the pool is on from now on and ends when the worker closes."""
-        from distributed.utils import sync
-
-        from trainers import warm_pool
-
-        if cls.name not in worker.plugins:
-            sync(worker.loop, worker.plugin_add, cls(), cls.name, callback_timeout=30)
-        warm_pool.enable()  # again: in-process workers share one pool, which a closed worker's teardown shut down

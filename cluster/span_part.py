@@ -118,7 +118,7 @@ def run_part(
     from trainers.ddp import launch_part
     from trainers.ddp_span import RankSpan
 
-    from .plugins import WarmPool
+    from .warm_pool_plugin import WarmPool
 
     started = time.time()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <worker pid>: every thread's stack

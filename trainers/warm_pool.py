@@ -4,7 +4,9 @@ A Dask worker calls :func:`enable` (``cluster.entrypoint``); from then on :func:
 in its own process or of a data-parallel trial's ranks (:mod:`trainers.ddp`) a child of a server
 (:mod:`trainers.warm_server`) instead of a fresh interpreter: the same program (``python -m MODULE ARGS``), the
 same environment, working directory, ``sys.path`` and files, its own process group, in about a tenth of a second
-instead of the seconds ``import torch`` and ``torch._dynamo`` take.
+instead of the seconds ``import torch`` and ``torch._dynamo`` take. The server has imported what the trainer's
+module imports (:func:`preloads`: torch for a torch trainer, then ``torch._dynamo``), so nothing for a torch-free
+one.
 
 What keeps each process as isolated as a fresh one:
 
@@ -290,8 +292,9 @@ def shutdown() -> None:
 
 
 def preloads(entry: str) -> tuple[str, ...]:
-    """What the trainer ``entry``'s module imports at its top level (and its parent packages), for a server to
-    import before forking; not the module itself, which each process imports as a fresh one would."""
+    """What the trainer ``entry``'s module imports, anywhere in it (at its top or inside its functions, as the
+    built-in trainers import torch), and its parent packages, for a server to import before forking; not the
+    module itself, which each process imports as a fresh one would."""
     module = entry.partition(":")[0]
     if not module or module == "__main__":
         return ()
@@ -305,10 +308,11 @@ def preloads(entry: str) -> tuple[str, ...]:
         return ()
     package = module.rpartition(".")[0] if not spec.submodule_search_locations else module
     found = [package.rsplit(".", i)[0] for i in range(package.count(".") + 1)] if package else []
-    for node in tree.body:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
-            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level else ""
-            found.append(base or str(node.module))
+            with contextlib.suppress(ImportError, ValueError):
+                relative = "." * node.level + (node.module or "")
+                found.append(importlib.util.resolve_name(relative, package) if node.level else str(node.module))
     return tuple(dict.fromkeys(m for m in found if m and m != module))

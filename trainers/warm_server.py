@@ -1,7 +1,9 @@
 """The server of a warm process pool: ``python -m trainers.warm_server SOCKET``, started by :mod:`trainers.warm_pool`.
 
-It imports torch (and ``torch._dynamo``, which the first optimizer would import: a throwaway SGD on a CPU tensor
-pulls it in), the rank program and whatever modules each request names, then forks one child per request. A child
+It imports what the rank program imports, then, before each fork, the modules the request names (what the trainer's
+module imports: torch, for a torch trainer, and then ``torch._dynamo``, which the first optimizer would import: a
+throwaway SGD on a CPU tensor pulls it in), and forks one child per request. A torch-free trainer's processes
+do not carry torch. A child
 is what ``python -m MODULE ARGS`` would have been: its own session (process group), the environment, working
 directory and ``sys.path`` the request names (``sys.path`` as a fresh interpreter started with that ``PYTHONPATH``
 has it), ``MODULE`` run as ``__main__``, stdin from ``/dev/null``, stdout and stderr on the files it was handed.
@@ -41,7 +43,8 @@ from typing import Any
 
 __all__ = ["main", "BASE_MODULES", "cuda_free"]
 
-BASE_MODULES = ("cloudpickle", "trainers.api", "trainers.ddp_rank", "torch", "torch.nn", "torch.optim")
+# what the rank program imports (trainers.ddp_rank, run as __main__ in each child, so not imported here itself)
+BASE_MODULES = ("ctypes", "faulthandler", "multiprocessing.connection", "cloudpickle", "trainers.api")
 MAX_FDS = 8
 MAX_MESSAGE = 1 << 20
 REQUEST_SECONDS = 10.0  # a connection that sends no request in this time is dropped
@@ -54,21 +57,26 @@ def cuda_free() -> bool:
 
 
 def _warm_torch() -> None:
-    """Import torch and what the first optimizer imports (``torch._dynamo``), on the CPU, leaving its RNG as found."""
-    import torch
-
+    """Once torch is imported here: what the first optimizer imports (``torch._dynamo``), on the CPU, leaving torch's
+    generator as found."""
+    torch = sys.modules.get("torch")
+    if torch is None or "torch._dynamo" in sys.modules:
+        return
     state = torch.get_rng_state()
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo; no CUDA
     torch.set_rng_state(state)
 
 
 def _preload(modules: Sequence[str]) -> None:
-    """Import each of ``modules`` here once; one that fails is left for the child to fail on, as it would alone."""
+    """Import each of ``modules`` here once (and ``torch._dynamo`` when torch came with them); one that fails is left
+    for the child to fail on, as it would alone."""
     for name in modules:
         if name in sys.modules:
             continue
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    with contextlib.suppress(Exception):
+        _warm_torch()
 
 
 class _Files:
@@ -306,7 +314,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("python -m trainers.warm_server SOCKET: started by trainers.warm_pool only", file=sys.stderr)
         return 2
     _preload(BASE_MODULES)
-    _warm_torch()
     if not cuda_free():
         print("trainers.warm_server: CUDA was initialised while preloading; refusing to fork", file=sys.stderr)
         return 3

@@ -35,7 +35,8 @@ def where_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
 
 
 def torch_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
-    """A few SGD steps of a seeded linear model, and a draw from torch's unseeded default generator."""
+    """A few SGD steps of a seeded linear model, and draws from torch's, numpy's and Python's unseeded generators."""
+    dynamo = float("torch._dynamo" in sys.modules)  # which the first optimizer imports: preloaded in the pool
     unseeded = [float(torch.rand(1).item()), float(numpy.random.rand()), random.random()]
     generator = torch.Generator().manual_seed(config.seed)
     x = torch.randn(64, 8, generator=generator)
@@ -49,7 +50,12 @@ def torch_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
         loss.backward()
         optimizer.step()
         reporter.report(step, {"loss": float(loss)})
-    return {"loss": float(loss), "parent": float(os.getppid()), **{f"unseeded{i}": u for i, u in enumerate(unseeded)}}
+    return {
+        "loss": float(loss),
+        "parent": float(os.getppid()),
+        "dynamo": dynamo,
+        **{f"unseeded{i}": u for i, u in enumerate(unseeded)},
+    }
 
 
 def crash_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:

@@ -87,6 +87,7 @@ def test_the_same_seed_gives_the_same_result_from_the_pool_as_in_a_fresh_process
         warm_pool.shutdown()
     assert all(w["parent"] in servers for w in warm)
     assert warm[0]["loss"] == warm[1]["loss"] == fresh["loss"]
+    assert fresh["dynamo"] == 0.0 and warm[0]["dynamo"] == warm[1]["dynamo"] == 1.0  # preloaded, not paid
     for i in range(3):  # torch's, numpy's and Python's unseeded generators: each process's own, as fresh ones have
         assert len({warm[0][f"unseeded{i}"], warm[1][f"unseeded{i}"], fresh[f"unseeded{i}"]}) == 3, i
 

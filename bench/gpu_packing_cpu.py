@@ -2,6 +2,7 @@
 
     python -m bench.gpu_packing_cpu packing [--trials 24 --hold 3]   # gpus = 0.25 on 2 fake GPU=2 workers
     HYPERSWEEP_WARM_POOL=0 python -m bench.gpu_packing_cpu packing   # the same, each trial's process fresh
+    python -m bench.gpu_packing_cpu packing --torch                  # a torch lease holder (bench.trial_start)
     python -m bench.gpu_packing_cpu oom [--trials 9]                 # injected CUDA OOMs on 2 CPU workers
 
 ``packing``: two Dask worker processes declaring ``GPU=2`` (8 threads each), no CUDA; prints how many
@@ -44,7 +45,7 @@ def _run(text: str, runs: Path, scheduler: str | None = None) -> Path:
     return run_campaign(spec, RunOptions(runs_dir=runs, scheduler=scheduler, progress=False)).root
 
 
-def packing(trials: int, hold: float, folder: Path | None) -> None:
+def packing(trials: int, hold: float, folder: Path | None, torch_trainer: bool = False) -> None:
     from distributed import LocalCluster
 
     from tests.search.loop.test_gpu_packing_campaign import SPEC
@@ -53,6 +54,8 @@ def packing(trials: int, hold: float, folder: Path | None) -> None:
         print_packing(_records(folder, "packed"))
         return
     text = SPEC.format(hold=hold).replace("n_trials = 24", f"n_trials = {trials}")
+    if torch_trainer:
+        text = text.replace('"gpu_trainers:packed_fit"', '"bench.trial_start:packed_torch_fit"')
     with (
         tempfile.TemporaryDirectory() as tmp,
         LocalCluster(
@@ -90,6 +93,9 @@ def print_packing(records: list) -> None:
             f"  worker :{port} GPU {device}: {len(mine)} trials, at most {most} at once, "
             f"{busy / span:.2f} on average while it had any"
         )
+    for r in records:
+        if r.state.name == "FAIL":
+            print(f"  trial {r.number} failed: {r.reason}")
     own = {r.metrics.get("pid") for r in records if r.metrics}
     seen = sorted({r.metrics.get("device") for r in records if r.metrics})
     print(f"  {len(own)} trial processes for {len(records)} trials; CUDA_VISIBLE_DEVICES seen inside: {seen}")
@@ -122,11 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("case", choices=("packing", "oom"))
     parser.add_argument("--trials", type=int, default=0)
     parser.add_argument("--hold", type=float, default=3.0, help="seconds each packed trial holds its lease")
+    parser.add_argument("--torch", action="store_true", help="packing: a lease holder that trains a step with torch")
     parser.add_argument("--folder", type=Path, default=None, help="summarise this finished campaign folder instead")
     args = parser.parse_args(argv)
     sys.path[:0] = [str(TRAINERS), str(ROOT)]
     if args.case == "packing":
-        packing(args.trials or 24, args.hold, args.folder)
+        packing(args.trials or 24, args.hold, args.folder, args.torch)
     else:
         oom(args.trials or 9, args.folder)
     return 0

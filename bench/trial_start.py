@@ -42,6 +42,23 @@ def first_step_fit(config: Any, reporter: Any) -> dict[str, float]:
     return {"entered": entered, "first_step": time.time(), "parent": float(os.getppid())}
 
 
+def packed_torch_fit(config: Any, reporter: Any) -> dict[str, float]:
+    """The packing campaign's lease holder (``tests/search/gpu_trainers.py:packed_fit``) as a torch trainer: one SGD
+    step first (torch imported inside, as the built-in trainers do), then it holds its lease ``options.hold`` s."""
+    import torch
+
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(8, 16)).pow(2).mean().backward()
+    optimizer.step()
+    hold = float(config.options.get("hold", 1.0))
+    for step in range(1, 4):
+        time.sleep(hold / 3)
+        reporter.report(step, {"score": float(step)})
+    visible = os.environ["CUDA_VISIBLE_DEVICES"]
+    return {"score": float(config.params["x"]), "device": float(visible), "pid": float(os.getpid())}
+
+
 def cuda_first_step_fit(config: Any, reporter: Any) -> dict[str, float]:
     """:func:`first_step_fit` on ``cuda:0`` (the trial's lease), with this process's own CUDA memory peak."""
     entered = time.time()

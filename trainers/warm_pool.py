@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -294,7 +295,7 @@ def shutdown() -> None:
 def preloads(entry: str) -> tuple[str, ...]:
     """What the trainer ``entry``'s module imports, anywhere in it (at its top or inside its functions, as the
     built-in trainers import torch), and its parent packages, for a server to import before forking; not the
-    module itself, which each process imports as a fresh one would."""
+    module itself, which each process imports as a fresh one would. ``()`` when it cannot be read."""
     module = entry.partition(":")[0]
     if not module or module == "__main__":
         return ()
@@ -302,11 +303,19 @@ def preloads(entry: str) -> tuple[str, ...]:
         spec = importlib.util.find_spec(module)
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             return ()
-        with open(spec.origin, encoding="utf-8") as source:
-            tree = ast.parse(source.read(), spec.origin)
-    except (ImportError, OSError, SyntaxError, ValueError):
+        package = module.rpartition(".")[0] if not spec.submodule_search_locations else module
+        return _imports_of(spec.origin, os.stat(spec.origin).st_mtime_ns, module, package)
+    except Exception:  # noqa: BLE001 - an optimisation: a module it cannot read is imported by its process
         return ()
-    package = module.rpartition(".")[0] if not spec.submodule_search_locations else module
+
+
+_PARSE_LOCK = threading.Lock()  # CPython 3.11's ast.parse is not safe in several threads at once
+
+
+@functools.lru_cache(maxsize=256)
+def _imports_of(path: str, mtime_ns: int, module: str, package: str) -> tuple[str, ...]:
+    with open(path, encoding="utf-8") as source, _PARSE_LOCK:
+        tree = ast.parse(source.read(), path)
     found = [package.rsplit(".", i)[0] for i in range(package.count(".") + 1)] if package else []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -2,7 +2,7 @@
 
     python -m bench.gpu_packing_cpu packing [--trials 24 --hold 3]   # gpus = 0.25 on 2 fake GPU=2 workers
     HYPERSWEEP_WARM_POOL=0 python -m bench.gpu_packing_cpu packing   # the same, each trial's process fresh
-    python -m bench.gpu_packing_cpu packing --torch                  # a torch lease holder (bench.trial_start)
+    python -m bench.gpu_packing_cpu packing --torch                  # a torch lease holder (bench.start_trainers)
     python -m bench.gpu_packing_cpu oom [--trials 9]                 # injected CUDA OOMs on 2 CPU workers
 
 ``packing``: two Dask worker processes declaring ``GPU=2`` (8 threads each), no CUDA; prints how many
@@ -55,7 +55,7 @@ def packing(trials: int, hold: float, folder: Path | None, torch_trainer: bool =
         return
     text = SPEC.format(hold=hold).replace("n_trials = 24", f"n_trials = {trials}")
     if torch_trainer:
-        text = text.replace('"gpu_trainers:packed_fit"', '"bench.trial_start:packed_torch_fit"')
+        text = text.replace('"gpu_trainers:packed_fit"', '"bench.start_trainers:packed_torch_fit"')
     with (
         tempfile.TemporaryDirectory() as tmp,
         LocalCluster(

@@ -25,6 +25,7 @@ process group still running, and removes its socket.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -174,6 +175,7 @@ class _Server:
             raise ValueError(f"the pool's server runs {threading.active_count()} Python threads: it may not fork")
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
+        gc.freeze()  # what is here now is never traversed by a child's collector, so its pages stay shared
         with warnings.catch_warnings():  # numpy's BLAS thread: fork-safe (it is stopped and restarted around fork)
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
@@ -268,6 +270,7 @@ def _run_child(request: dict[str, Any], fds: list[int], base_path: list[str]) ->
     _reseed()
     module, *args = request["argv"]
     sys.argv = [module, *args]
+    sys.modules.pop(module, None)  # preloaded as a trainer's import: `python -m` runs a copy of its own as __main__
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0

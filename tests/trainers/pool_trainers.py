@@ -73,3 +73,13 @@ def crash_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
 def sleep_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     time.sleep(600)
     return {}
+
+
+def rank_killed_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
+    """Rank 1 dies by SIGKILL; rank 0 waits for it at the rendezvous (until its launcher kills it)."""
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+    from trainers.ddp_rank import process_group
+
+    with process_group(torch.device("cpu")):
+        return {"parent": float(os.getppid())}

@@ -18,7 +18,7 @@ import pytest
 
 from trainers import warm_pool
 from trainers.api import RecordingReporter, TrialConfig
-from trainers.ddp import TrialProcessError, launch, launch_solo
+from trainers.ddp import RankError, TrialProcessError, launch, launch_solo
 
 pytestmark = pytest.mark.slow
 
@@ -247,3 +247,14 @@ def test_a_server_where_a_preloaded_module_initialised_cuda_forks_no_more_fake_c
     config = TrialConfig("pool", 0, {}, seed=0, epochs=1, devices=(0,))
     for _ in range(2):  # refused, then not asked again: each process starts fresh, and the trial runs
         assert launch_solo("pool_cuda_trainer:fit", config, RecordingReporter(), "0")["parent"] == os.getpid()
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_rank_from_the_pool_fails_its_trial_and_no_rank_survives(pool: None) -> None:
+    config = TrialConfig("pool", 0, {}, seed=0, epochs=1, device="cpu", data_parallel=2)
+    pids: list[int] = []
+    with pytest.raises(RankError, match="rank 1 of 2 was killed by SIGKILL"):
+        launch(f"{HELPERS}:rank_killed_fit", config, RecordingReporter(), on_start=pids.extend, grace=1.0)
+    assert len(pids) == 2 and _gone(pids)
+    (server,) = _server_pids()
+    assert _solo("torch_fit")["parent"] == server  # the pool goes on

@@ -52,8 +52,8 @@ def pool() -> Iterator[None]:
         assert _gone(servers), servers
 
 
-def _solo(entry: str, number: int = 0, **options: object) -> dict[str, float]:
-    config = TrialConfig("pool", number, {}, seed=3, epochs=1, options=dict(options), devices=(0,))
+def _solo(entry: str, number: int = 0, log_dir: str | None = None, **options: object) -> dict[str, float]:
+    config = TrialConfig("pool", number, {}, seed=3, epochs=1, options=dict(options), devices=(0,), log_dir=log_dir)
     return launch_solo(f"{HELPERS}:{entry}", config, RecordingReporter(), "1", grace=1.0)
 
 
@@ -62,14 +62,19 @@ def _server_pids() -> set[float]:
 
 
 @pytest.mark.timeout(300)
-def test_a_pool_process_sees_the_environment_and_sys_path_a_fresh_one_sees(tmp_path: Path) -> None:
-    fresh = _solo("where_fit", out=str(tmp_path / "fresh.json"))
+def test_a_pool_process_sees_the_environment_and_sys_path_a_fresh_one_sees(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = str(tmp_path / "logs")  # a trial that keeps a log: its process's output comes to the launcher's streams
+    fresh = _solo("where_fit", log_dir=logs, out=str(tmp_path / "fresh.json"))
+    fresh_output = capsys.readouterr()
     warm_pool.enable()
     try:
-        warm = _solo("where_fit", out=str(tmp_path / "warm.json"))
+        warm = _solo("where_fit", log_dir=logs, out=str(tmp_path / "warm.json"))
         servers = _server_pids()
     finally:
         warm_pool.shutdown()
+    assert capsys.readouterr() == fresh_output  # nothing more said (a runpy warning, say) than a fresh process says
     assert fresh["parent"] == os.getpid() and warm["parent"] in servers  # fresh: the launcher's child; warm: not
     seen = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in ("fresh", "warm")}
     assert seen["warm"] == seen["fresh"]  # environment (less the launch's own folder and pids), sys.path, cwd ...

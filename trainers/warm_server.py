@@ -194,6 +194,7 @@ class _Server:
             os.close(self.wake_w)
             for sock in [self.listener, conn, *self.children.values()]:
                 sock.close()
+            self.selector.close()
             code = _run_child(request, fds, self.base_path)
         except BaseException:  # noqa: BLE001 - the child ends here whatever happened
             with contextlib.suppress(Exception):
@@ -324,7 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = server.files.new()
     sys.stdout.write(json.dumps({"pid": os.getpid(), "files": files}) + "\n")
     sys.stdout.flush()
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the handshake is the only thing on the pool's pipe
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # the handshake is the only thing on the pool's pipe
+    os.close(devnull)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.serve()

@@ -29,9 +29,21 @@ def where_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
         "main": sys.modules["__main__"].__spec__.name,  # type: ignore[union-attr]
         "own_group": os.getpgid(0) == os.getpid(),
         "cuda_initialized": torch.cuda.is_initialized(),
+        "open_files": _open_files(),
     }
     Path(str(config.options["out"])).write_text(json.dumps(record))
     return {"parent": float(os.getppid()), "pid": float(os.getpid())}
+
+
+def _open_files() -> list[str]:
+    """What this process's file descriptors are open on (a socket, a pipe, a path), less the numbers."""
+    kinds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            kinds.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}").split(":[")[0]))  # less the launch folder
+        except OSError:
+            continue  # the listing's own descriptor, closed already
+    return sorted(kinds)
 
 
 def torch_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:

@@ -253,6 +253,8 @@ def run_trial(
 
     from trainers.api import TrialConfig, running_trainer  # at run time only
 
+    from .warm_pool_plugin import WarmPool
+
     worker = get_worker()
     if first_run is not None:
         first_run.check()  # a task Dask runs again ends here, before it says it started or writes anything
@@ -262,6 +264,8 @@ def run_trial(
     lease, pool = _lease_devices(resource, width, share, memory, headroom)
     devices = lease.ids if lease is not None else ()
     alone = bool(devices) and not _ranked(config)  # its own process, which sees only its devices
+    if alone or _ranked(config):
+        WarmPool.attach(worker)  # its process (its ranks') from this worker's warm pool
     monitor = TrialMonitor(
         () if alone else devices,
         physical_ids(devices),

@@ -118,9 +118,12 @@ def run_part(
     from trainers.ddp import launch_part
     from trainers.ddp_span import RankSpan
 
+    from .warm_pool_plugin import WarmPool
+
     started = time.time()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <worker pid>: every thread's stack
     worker = get_worker()
+    WarmPool.attach(worker)  # the part's ranks come from this worker's warm pool
     key, number = str(part["key"]), int(config["number"])
     reporter = WorkerReporter(topic, number)
     worker.log_event(topic, {"number": number, "part": int(part["index"]), "started": started})

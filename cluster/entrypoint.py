@@ -330,9 +330,10 @@ def _in_own_process(
     visible: str,
     reporter: WorkerReporter,
     monitor: TrialMonitor,
-) -> Mapping[str, Any]:
+) -> Mapping[str, Any] | tuple[float, ...]:
     """Run the trial in a child process whose ``CUDA_VISIBLE_DEVICES`` is its lease (``visible``), so that inside
-    it the devices are ``0..n-1`` (``cuda:0`` the first) and a trainer sees no other GPU; the trial's metrics.
+    it the devices are ``0..n-1`` (``cuda:0`` the first) and a trainer sees no other GPU; the trial's metrics (or
+    the objectives' values it returned).
 
     The child is the data-parallel launcher's (:func:`trainers.ddp.launch_solo`): reports, stop requests, output
     and its CUDA memory peaks come back over its channel; ``monitor`` follows its RSS.

@@ -100,6 +100,7 @@ __all__ = [
 POLL_SECONDS = 0.05
 EXIT_SECONDS = 30.0  # after rank 0's result, how long the ranks may take to exit before they are killed
 STDERR_TAIL = 4000
+Returned = dict[str, float] | tuple[float, ...]  # rank 0's result: its metrics, or the objectives' values it returned
 STORE_HOST = "127.0.0.1"  # every rank runs on this machine: the rendezvous store listens on loopback only
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", ENV_FD)
 PICKLE_NAME = "trainer.pkl"  # in the launch folder: the trainer, for ranks that cannot import it by name
@@ -159,9 +160,9 @@ def launch(
     *,
     grace: float = 5.0,
     on_start: Callable[[Sequence[int]], None] | None = None,
-) -> dict[str, float]:
+) -> Returned:
     """Run ``trainer`` (a function, or its entry "module:function") as ``config.data_parallel`` ranks; return
-    rank 0's metrics.
+    rank 0's metrics (or the number or tuple of numbers it returned, as floats).
 
     Reports from rank 0 reach ``reporter`` as they happen. ``timeout`` (seconds) bounds
     the whole trial (``TimeoutError``); ``on_start`` gets the ranks' pids once started.
@@ -191,7 +192,7 @@ def launch_part(
     watch: Callable[[], str] | None = None,
     grace: float = 5.0,
     log_dir: Path | None = None,
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
+) -> tuple[Returned, list[dict[str, Any]]]:
     """Run this host's part of a trial spanning several hosts: ranks ``span.ranks`` of ``span.world_size``.
 
     The store must already listen at ``span.master_addr:master_port`` (rank 0's part hosts it,
@@ -226,7 +227,7 @@ def launch_solo(
     grace: float = 5.0,
     on_start: Callable[[Sequence[int]], None] | None = None,
     on_memory: Callable[[int], None] | None = None,
-) -> dict[str, float]:
+) -> Returned:
     """Run a whole trial (``trainer(config, reporter)``) in a process of its own that sees only the devices
     ``visible`` (its ``CUDA_VISIBLE_DEVICES``: physical ids), as the ranks of :func:`launch` run.
 
@@ -400,14 +401,12 @@ class _Ranks:
             env[ENV_PICKLED] = str(self.pickled_path)
         return env
 
-    def serve(
-        self, reporter: Reporter, deadline: float | None, watch: Callable[[], str] | None = None
-    ) -> dict[str, float]:
+    def serve(self, reporter: Reporter, deadline: float | None, watch: Callable[[], str] | None = None) -> Returned:
         """Forward rank 0's reports until every rank has exited; raise on the first failure.
 
         ``watch`` (a part of a wider trial): a non-empty answer is why this part must end now.
         """
-        result: dict[str, float] | None = None
+        result: Returned | None = None
         exit_deadline = math.inf
         while True:
             why = watch() if watch is not None else ""
@@ -439,16 +438,16 @@ class _Ranks:
             if message["kind"] == "query":  # ... or asks the controller (a define-by-run suggestion)
                 self._send({"answer": _query(reporter, message["query"])})
                 continue
-            metrics = {str(k): float(v) for k, v in message["metrics"].items()}
-            if message["kind"] == "result":
-                result, exit_deadline = metrics, time.monotonic() + EXIT_SECONDS
+            if message["kind"] == "result":  # a dict of metrics, or the objectives' values (a number returned)
+                result, exit_deadline = _returned(message), time.monotonic() + EXIT_SECONDS
                 continue
+            metrics = {str(k): float(v) for k, v in message["metrics"].items()}
             reporter.report(int(message["step"]), metrics)
             self._send({"stop": bool(reporter.should_stop())})
         if result is None and self.first == 0:
             what = "the trial's process" if self.solo is not None else "data-parallel trial: rank 0"
             raise RankError(f"{what} exited without returning metrics", 0, self._stderr_tail(0))
-        return result or {}
+        return {} if result is None else result
 
     def _receive(self) -> dict[str, Any] | None:
         if self.connection is None or self.connection.closed:
@@ -564,6 +563,13 @@ def loopback_store(world_size: int) -> dist.TCPStore:
         raise
     sock.detach()  # the store's now: closing it here too could close another file that reused the number
     return store
+
+
+def _returned(message: Mapping[str, Any]) -> Returned:
+    """Rank 0's result message: its metrics, or the values of the objectives it returned."""
+    if "values" in message:
+        return tuple(float(v) for v in message["values"])
+    return {str(k): float(v) for k, v in message["metrics"].items()}
 
 
 def _query(reporter: Reporter, question: Mapping[str, Any]) -> dict[str, Any]:

@@ -176,7 +176,7 @@ def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]], rep
     if all(lr > 0 for points, _s in curves.values() for _, lr in points):
         ax.set_yscale("log")
     _integer_ticks(ax.xaxis)
-    ax.legend(fontsize=8)
+    fig.legend(fontsize=8, loc="outside lower center", ncol=min(3, max(1, len(legend))))  # off the curves
     return _drawn(fig, legend)
 
 
@@ -353,7 +353,8 @@ def learning_curves(
         for s in others
     ]
     legend += [f"other trials: {s.lower()}" for s in others]
-    axes[0].legend(handles=handles, fontsize=8)
+    if handles:  # under the panels, off the data
+        fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=min(4, len(handles)))
     return _drawn(fig, legend + legend_cut)
 
 

@@ -1,4 +1,4 @@
-"""Learning-curve panels are labelled by what their x is: epochs when the trainer reported epochs."""
+"""Learning-curve and LR panels: labelled by what their x is (epochs when the trainer reported epochs), legends off the data."""
 
 from __future__ import annotations
 
@@ -20,3 +20,12 @@ def test_learning_curve_panels_name_the_epoch_axis() -> None:
     assert [ax.get_xlabel() for ax in (drawn.figure.axes if drawn.figure else []) if ax.get_visible()] == ["epoch"]
     drawn = plots.learning_curves({0: ("COMPLETE", BY_STEP)}, ["val_loss"])
     assert drawn.figure is not None and drawn.figure.axes[0].get_xlabel() == REPORTED
+
+
+def test_learning_curve_and_lr_legends_stand_under_the_panels() -> None:
+    """A legend on the first panel covered other trials' curves."""
+    drawn = plots.learning_curves({n: ("COMPLETE", BY_EPOCH) for n in range(3)}, ["val_loss"], highlight=[0])
+    assert drawn.figure is not None and drawn.figure.axes[0].get_legend() is None and len(drawn.figure.legends) == 1
+    drawn = plots.lr_curves({0: ([(1, 0.1), (2, 0.2)], "reported")}, EPOCH)
+    assert drawn.figure is not None and drawn.figure.axes[0].get_legend() is None and len(drawn.figure.legends) == 1
+    assert drawn.figure.axes[0].get_xlabel() == "epoch"

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = ["cpu_record", "trial_threads", "machine_differences", "KERNEL_ENV"]
 
-#: The environment variables that choose torch's and MKL's CPU kernels or their threads.
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: The environment variables that choose torch's and MKL's CPU kernels, then those that set their threads.
+KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")
+KERNEL_ENV = (*KERNEL_CHOICE, "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"})  # what ATen asks for AVX512
 _AVX2 = frozenset({"avx2", "fma"})
 _BUILT_IN_DEFAULT_THREADS = 1  # trainers.classifier's options.torch_threads default
@@ -88,7 +89,8 @@ def _capability(flags: str) -> tuple[str, str]:
 def machine_differences(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
     """One line per thing that differs between the campaign's record and this machine's (same layout as
     ``environment.json``): package versions, Python, torch's CPU capability, CPU vendor and model, the
-    kernel variables, the trials' thread count. Fields the record lacks are not compared."""
+    kernel variables (their thread variables only for a trainer that inherits its thread count), the trials'
+    thread count. Fields the record lacks are not compared."""
     lines = []
     for name, then in sorted(dict(recorded.get("packages") or {}).items()):
         now = dict(here.get("packages") or {}).get(name)
@@ -105,9 +107,11 @@ def machine_differences(recorded: Mapping[str, Any], here: Mapping[str, Any]) ->
         then, now = _get(recorded, path), _get(here, path)
         if then is not None and then != now:
             lines.append(f"{label} {then} in the campaign, {now} here" + _hint(path, then))
+    # the thread variables matter only to a trainer that inherits its count (the built-in one sets its own)
+    compared = KERNEL_ENV if recorded.get("trial_threads") is None else KERNEL_CHOICE
     for name, then in sorted(dict(_get(recorded, ("cpu", "env")) or {}).items()):
         now = dict(_get(here, ("cpu", "env")) or {}).get(name)
-        if then != now:
+        if name in compared and then != now:
             lines.append(f"{name}={then} in the campaign, {now} here")
     return lines
 

@@ -51,3 +51,12 @@ def test_differences_are_named_and_unrecorded_fields_are_not_compared() -> None:
         "MKL_CBWR=AVX2 in the campaign, None here",
     ]
     assert machine_differences(here, here) == []
+    # OMP_NUM_THREADS is the workers' (the embedded cluster sets it to 1); it matters only to a trainer that
+    # inherits its thread count, not to the built-in one, which sets its own (trial_threads)
+    threads_then = {"cpu": {"env": {"OMP_NUM_THREADS": "1"}}, "trial_threads": 1}
+    threads_now = {"cpu": {"env": {"OMP_NUM_THREADS": None}}, "trial_threads": 1}
+    assert machine_differences(threads_then, threads_now) == []
+    inherited = {**threads_then, "trial_threads": None}
+    assert machine_differences(inherited, {**threads_now, "trial_threads": None}) == [
+        "OMP_NUM_THREADS=1 in the campaign, None here"
+    ]

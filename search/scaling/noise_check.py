@@ -110,6 +110,12 @@ class NoisePrediction:
         outside = high < 1 / FACTOR or low > FACTOR
         return inside or outside
 
+    def _median_interval_text(self) -> str:
+        low, high = self.b_simple_interval
+        if math.isinf(high):
+            return f"{len(self.runs)} run(s) are too few to bound the median at {self.ci:.0%}"
+        return f"{self.ci:.0%} order-statistic interval over the runs {_fmt(low)}–{_fmt(high)}"
+
     def sentence(self) -> str:
         """The comparison in one paragraph, stating what was averaged and what was left out."""
         level = f"{self.ci:.0%}"
@@ -128,9 +134,8 @@ class NoisePrediction:
             f"Measured gradient noise scale B_simple, the mean over each batch size's best run up to the target: "
             f"{runs}"
             + (f" ({left} readings above the measurable range or without an estimate left out)" if left else "")
-            + f"; their median {_fmt(self.b_simple)} ({level} order-statistic interval over the runs "
-            f"{_fmt(s_lo)}–{_fmt(s_hi)}; the median, not the mean, {_fmt(self.b_simple_mean)}, so that one run whose "
-            f"readings climb does not carry the verdict). "
+            + f"; their median {_fmt(self.b_simple)} ({self._median_interval_text()}; the median, not the mean, "
+            f"{_fmt(self.b_simple_mean)}, so that one run whose readings climb does not carry the verdict). "
             f"B_crit / B_simple = {self.ratio:.2f} (from B_crit≈{_fmt(self.b_crit)}, {level} interval "
             f"{_fmt(c_lo)}–{_fmt(c_hi)}; the ratio's range {r_lo:.2f}–{_fmt_ratio(r_hi)}): the noise scale "
             f"is {verdict} a factor of {FACTOR:g} of B_crit, {how}. McCandlish et al. (2018) found "

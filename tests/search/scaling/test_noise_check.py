@@ -117,3 +117,10 @@ def test_the_median_interval_is_the_order_statistics_with_binomial_coverage(
     n: int, expected: tuple[float, float]
 ) -> None:
     assert median_interval([float(v) for v in range(n, 0, -1)], 0.9) == expected
+
+
+def test_too_few_runs_to_bound_the_median_are_said_so() -> None:
+    readings = {b: [(1, v, v / 2, v * 2)] for b, v in {64: 145.0, 128: 185.0, 256: 203.0}.items()}
+    p = noise_prediction(readings, b_crit=272.0, b_crit_interval=(190.0, 408.0))
+    assert p is not None and p.b_simple_interval == (0.0, math.inf) and not p.settled
+    assert "their median 185 (3 run(s) are too few to bound the median at 90%;" in p.sentence()

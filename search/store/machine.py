@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["cpu_record", "trial_threads", "machine_differences", "KERNEL_ENV"]
 
 #: The environment variables that choose torch's and MKL's CPU kernels, then those that set their threads.
-KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")
+KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA")
 KERNEL_ENV = (*KERNEL_CHOICE, "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"})  # what ATen asks for AVX512
 _AVX2 = frozenset({"avx2", "fma"})

@@ -17,7 +17,10 @@ One command, a few minutes on a GPU machine (well under 10). It measures
    (1, 2 and 4 trials per GPU at once): trials per hour, the GPU busy fraction and
    mean utilization, and the trials' peak device memory (``summary.csv``);
 4. a two-rank NCCL trial (``data_parallel = 2`` on GPUs 0 and 1; needs two GPUs,
-   else the record says why it was not run).
+   else the record says why it was not run);
+5. a trial's start in its own process on GPU 0 (issue 54): the time from the launch to the trainer's first
+   line and to its first optimizer step on ``cuda:0``, a fresh process vs the warm pool
+   (``bench.trial_start.cuda_start``), and each process's own CUDA memory peak.
 
 It prints a short table and writes the figures (with the GPU model, driver,
 torch and CUDA versions, and the date) to JSON. With one GPU only the 1-GPU
@@ -245,6 +248,16 @@ def nccl_pair(n: int, epochs: int, quick: bool) -> dict[str, Any]:
     return throughput(2, epochs, quick)
 
 
+def trial_start() -> dict[str, Any]:
+    """A trial's process on GPU 0, fresh vs from the warm pool (``bench.trial_start``); the error if it failed."""
+    from bench.trial_start import cuda_start
+
+    try:
+        return cuda_start()
+    except Exception as exc:  # noqa: BLE001 - a failed case is recorded, the other figures still written
+        return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+
+
 def _environment() -> dict[str, Any]:
     import torch
 
@@ -318,6 +331,14 @@ def _packing_lines(record: dict[str, Any]) -> list[str]:
                 else f"{pair['examples_per_s']:.0f} examples/s at global batch {pair['global_batch']}"
             ),
         ]
+    start = record.get("trial_start") or {}
+    if start:
+        lines += ["", "a trial's process on GPU 0, from launch (s): first line / first step on cuda:0"]
+        if "error" in start:
+            lines.append(f"  error: {start['error'][:300]}")
+        for way in ("fresh", "pool", "pool_first"):
+            if way in start:
+                lines.append(f"  {way:<10} {start[way]['first_line_s']:.3f} / {start[way]['first_step_s']:.3f}")
     if record.get("packing"):
         lines += ["", "packing    trials  trials/hour  GPU busy  mean util  peak MiB"]
     for case in record.get("packing", []):
@@ -358,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         record["note"] = "one GPU: the data-parallel (all-GPU) trial was not run"
     record["nccl_pair"] = nccl_pair(n, args.epochs, args.quick)
+    record["trial_start"] = trial_start()
     if not args.no_campaign:
         record["campaign"] = campaign(n, 2, args.quick, args.campaign_timeout)
         record["packing"] = packing(n, 2, args.quick, args.campaign_timeout)

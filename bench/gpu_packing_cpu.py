@@ -1,10 +1,13 @@
 """CPU twin of packed GPU trials and of out-of-memory handling, with figures (issue 26).
 
     python -m bench.gpu_packing_cpu packing [--trials 24 --hold 3]   # gpus = 0.25 on 2 fake GPU=2 workers
+    HYPERSWEEP_WARM_POOL=0 python -m bench.gpu_packing_cpu packing   # the same, each trial's process fresh
+    python -m bench.gpu_packing_cpu packing --torch                  # a torch lease holder (bench.start_trainers)
     python -m bench.gpu_packing_cpu oom [--trials 9]                 # injected CUDA OOMs on 2 CPU workers
 
 ``packing``: two Dask worker processes declaring ``GPU=2`` (8 threads each), no CUDA; prints how many
-trials held each (worker, device) lease at once, at most and on average over the campaign.
+trials held each (worker, device) lease at once, at most and on average over the campaign, and the campaign's
+wall time (from the controller's start to its end, the cluster already up).
 ``oom``: the built-in classifier on a "device" that holds 40 examples per pass, ``oom_retry = "accumulate"``,
 TPE: prints trials, completed, retried at half the micro-batch, infeasible (out of memory).
 """
@@ -12,8 +15,10 @@ TPE: prints trials, completed, retried at half the micro-batch, infeasible (out 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +45,7 @@ def _run(text: str, runs: Path, scheduler: str | None = None) -> Path:
     return run_campaign(spec, RunOptions(runs_dir=runs, scheduler=scheduler, progress=False)).root
 
 
-def packing(trials: int, hold: float, folder: Path | None) -> None:
+def packing(trials: int, hold: float, folder: Path | None, torch_trainer: bool = False) -> None:
     from distributed import LocalCluster
 
     from tests.search.loop.test_gpu_packing_campaign import SPEC
@@ -49,6 +54,8 @@ def packing(trials: int, hold: float, folder: Path | None) -> None:
         print_packing(_records(folder, "packed"))
         return
     text = SPEC.format(hold=hold).replace("n_trials = 24", f"n_trials = {trials}")
+    if torch_trainer:
+        text = text.replace('"gpu_trainers:packed_fit"', '"bench.start_trainers:packed_torch_fit"')
     with (
         tempfile.TemporaryDirectory() as tmp,
         LocalCluster(
@@ -60,7 +67,14 @@ def packing(trials: int, hold: float, folder: Path | None) -> None:
             dashboard_address=None,
         ) as cluster,
     ):
-        print_packing(_records(_run(text, Path(tmp), cluster.scheduler_address), "packed"))
+        start = time.monotonic()
+        folder = _run(text, Path(tmp), cluster.scheduler_address)
+        print(f"campaign wall time {time.monotonic() - start:.1f} s (warm pool: {_pool_state()})")
+        print_packing(_records(folder, "packed"))
+
+
+def _pool_state() -> str:
+    return "off, HYPERSWEEP_WARM_POOL=0" if os.environ.get("HYPERSWEEP_WARM_POOL") == "0" else "on"
 
 
 def print_packing(records: list) -> None:
@@ -79,6 +93,9 @@ def print_packing(records: list) -> None:
             f"  worker :{port} GPU {device}: {len(mine)} trials, at most {most} at once, "
             f"{busy / span:.2f} on average while it had any"
         )
+    for r in records:
+        if r.state.name == "FAIL":
+            print(f"  trial {r.number} failed: {r.reason}")
     own = {r.metrics.get("pid") for r in records if r.metrics}
     seen = sorted({r.metrics.get("device") for r in records if r.metrics})
     print(f"  {len(own)} trial processes for {len(records)} trials; CUDA_VISIBLE_DEVICES seen inside: {seen}")
@@ -111,11 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("case", choices=("packing", "oom"))
     parser.add_argument("--trials", type=int, default=0)
     parser.add_argument("--hold", type=float, default=3.0, help="seconds each packed trial holds its lease")
+    parser.add_argument("--torch", action="store_true", help="packing: a lease holder that trains a step with torch")
     parser.add_argument("--folder", type=Path, default=None, help="summarise this finished campaign folder instead")
     args = parser.parse_args(argv)
     sys.path[:0] = [str(TRAINERS), str(ROOT)]
     if args.case == "packing":
-        packing(args.trials or 24, args.hold, args.folder)
+        packing(args.trials or 24, args.hold, args.folder, args.torch)
     else:
         oom(args.trials or 9, args.folder)
     return 0

@@ -253,6 +253,8 @@ def run_trial(
 
     from trainers.api import TrialConfig, running_trainer  # at run time only
 
+    from .warm_pool_plugin import WarmPool
+
     worker = get_worker()
     if first_run is not None:
         first_run.check()  # a task Dask runs again ends here, before it says it started or writes anything
@@ -262,6 +264,8 @@ def run_trial(
     lease, pool = _lease_devices(resource, width, share, memory, headroom)
     devices = lease.ids if lease is not None else ()
     alone = bool(devices) and not _ranked(config)  # its own process, which sees only its devices
+    if alone or _ranked(config):
+        WarmPool.attach(worker)  # its process (its ranks') from this worker's warm pool
     monitor = TrialMonitor(
         () if alone else devices,
         physical_ids(devices),
@@ -326,9 +330,10 @@ def _in_own_process(
     visible: str,
     reporter: WorkerReporter,
     monitor: TrialMonitor,
-) -> Mapping[str, Any]:
+) -> Mapping[str, Any] | tuple[float, ...]:
     """Run the trial in a child process whose ``CUDA_VISIBLE_DEVICES`` is its lease (``visible``), so that inside
-    it the devices are ``0..n-1`` (``cuda:0`` the first) and a trainer sees no other GPU; the trial's metrics.
+    it the devices are ``0..n-1`` (``cuda:0`` the first) and a trainer sees no other GPU; the trial's metrics (or
+    the objectives' values it returned).
 
     The child is the data-parallel launcher's (:func:`trainers.ddp.launch_solo`): reports, stop requests, output
     and its CUDA memory peaks come back over its channel; ``monitor`` follows its RSS.

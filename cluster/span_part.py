@@ -22,7 +22,7 @@ from distributed import Event, Variable, get_worker
 from distributed.comm import get_address_host
 
 from .channel import WorkerReporter
-from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failure_of, ran_here
+from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failure_of, ran_here, returned
 from .first_run import FirstRun
 from .outcome import Outcome, TrialStatus
 from .trial_output import make_trial_folders, route_output
@@ -118,9 +118,12 @@ def run_part(
     from trainers.ddp import launch_part
     from trainers.ddp_span import RankSpan
 
+    from .warm_pool_plugin import WarmPool
+
     started = time.time()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <worker pid>: every thread's stack
     worker = get_worker()
+    WarmPool.attach(worker)  # the part's ranks come from this worker's warm pool
     key, number = str(part["key"]), int(config["number"])
     reporter = WorkerReporter(topic, number)
     worker.log_event(topic, {"number": number, "part": int(part["index"]), "started": started})
@@ -130,6 +133,7 @@ def run_part(
     make_trial_folders(config)  # for its checkpoints; the controller does not make it
     output = route_output(config.get("log_dir"), number)
     metrics: dict[str, float] = {}
+    values: tuple[float, ...] = ()
     timings: list[dict[str, Any]] = []
     failure: dict[str, Any] = {}
     watch = _Watch(key)
@@ -142,7 +146,8 @@ def run_part(
         trial_config = TrialConfig.from_dict({**config, "devices": devices})
         log_dir = Path(config["log_dir"]) if config.get("log_dir") else None
         with running_trainer(shipment.entry, fit):
-            metrics, timings = launch_part(fit, trial_config, reporter, span, watch=watch, log_dir=log_dir)
+            result, timings = launch_part(fit, trial_config, reporter, span, watch=watch, log_dir=log_dir)
+            metrics, values = returned(result)
     except Exception as exc:  # noqa: BLE001 - a failed part is an outcome; every other part is ended too
         failure = failure_of(exc)
         output.write(failure["traceback"])
@@ -159,6 +164,7 @@ def run_part(
         TrialStatus.ERROR if failure else TrialStatus.OK,
         _finite_metrics(metrics),
         **ran_here(worker.address, devices, started),
+        values=values,
         history=tuple(reporter.history),
         stopped=reporter.stopped,
         ranks=tuple(timings),

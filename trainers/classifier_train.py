@@ -159,7 +159,10 @@ def _fit_here(
     if rank is None and config.data_parallel > 1:
         make_lr_schedule(params, 1, config.schedule_epochs or config.epochs)  # fails here, not in k processes
         options = {**config.options, "max_micro_batch": max_micro_batch} if max_micro_batch else config.options
-        return launch(ENTRY, dataclasses.replace(config, options=options), reporter)
+        metrics = launch(ENTRY, dataclasses.replace(config, options=options), reporter)
+        if not isinstance(metrics, dict):  # pragma: no cover - the built-in trainer's rank 0 returns its metrics
+            raise TypeError(f"the classifier's rank 0 returned {metrics!r}, not its metrics")
+        return metrics
     if rank is not None and rank.world_size != config.data_parallel:
         raise ValueError(f"data_parallel={config.data_parallel} but this rank's WORLD_SIZE={rank.world_size}")
     replica = Replica(rank.rank, rank.world_size) if rank is not None else Replica()

@@ -178,15 +178,33 @@ class RankReporter:
         self._marks.append(time.time())
         return self._stop
 
-    def send_result(self, metrics: Mapping[str, float]) -> None:
-        if not isinstance(metrics, Mapping):  # a number, as an Optuna objective returns: a worker thread's trial only
+    def send_result(self, metrics: Any) -> None:
+        """Send what the trainer returned: a dict of metrics, or (as an Optuna objective returns) a number or a tuple
+        of numbers, the values of the study's objectives; anything else is a ``TypeError`` that names it."""
+        if isinstance(metrics, Mapping):
+            payload: dict[str, Any] = {"metrics": {str(k): _json_float(v) for k, v in metrics.items()}}
+        elif _is_number(metrics) or (
+            isinstance(metrics, (tuple, list)) and metrics and all(_is_number(v) for v in metrics)
+        ):
+            payload = {"values": [float(v) for v in (metrics if isinstance(metrics, (tuple, list)) else [metrics])]}
+        else:
             raise TypeError(
-                f"the trainer returned {type(metrics).__name__} {metrics!r:.60}; a trial in its own process (a GPU "
-                "lease, data-parallel ranks) returns a dict of metrics by name"
+                f"the trainer returned {type(metrics).__name__} {metrics!r:.60}; a trainer returns a dict of metrics, "
+                "a number or a tuple of numbers (one per objective)"
             )
         if self._connection is not None:
-            plain = {str(k): _json_float(v) for k, v in metrics.items()}
-            self._connection.send_bytes(json.dumps({"kind": "result", "metrics": plain, **_cuda_peak()}).encode())
+            self._connection.send_bytes(json.dumps({"kind": "result", **payload, **_cuda_peak()}).encode())
+
+
+def _is_number(value: Any) -> bool:
+    """A real number (an int, a float, a numpy or 0-d torch scalar), not a bool and not text."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _cuda_peak() -> dict[str, int]:

@@ -24,6 +24,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from search.reports.axis_limits import robust_limits
+from search.reports.step_axis import REPORTED, step_label
 from search.reports.timing import Span, TimeAxis
 
 __all__ = [
@@ -145,8 +146,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]]) -> Drawn:
-    """Per trial: the learning rate it followed, by source (``reported`` by the trainer or ``rebuilt``)."""
+def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]], reported_x: str = REPORTED) -> Drawn:
+    """Per trial: the learning rate it followed, by source (``reported`` by the trainer, against ``reported_x``
+    (:func:`search.reports.step_axis.step_label`), or ``rebuilt``, against the optimizer step)."""
     fig = _figure(9.0, 4.0)
     ax = fig.add_subplot()
     legend = []
@@ -166,15 +168,15 @@ def lr_curves(curves: Mapping[int, tuple[Sequence[tuple[int, float]], str]]) -> 
         legend.append(label)
     sources = {source for points, source in curves.values() if points}
     ax.set_xlabel(
-        {"reported": "step (as the trainer reported it)", "rebuilt": "optimizer step"}.get(
-            next(iter(sources)) if len(sources) == 1 else "", "step (reported: report step; rebuilt: optimizer step)"
+        {"reported": reported_x, "rebuilt": "optimizer step"}.get(
+            next(iter(sources)) if len(sources) == 1 else "", f"reported: {reported_x}; rebuilt: optimizer step"
         )
     )
     ax.set_ylabel("learning rate")
     if all(lr > 0 for points, _s in curves.values() for _, lr in points):
         ax.set_yscale("log")
     _integer_ticks(ax.xaxis)
-    ax.legend(fontsize=8)
+    fig.legend(fontsize=8, loc="outside lower center", ncol=min(3, max(1, len(legend))))  # off the curves
     return _drawn(fig, legend)
 
 
@@ -299,6 +301,7 @@ def learning_curves(
     rows = math.ceil(len(metrics) / cols)
     fig = _figure(11.0, 4.6 * rows)
     axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    x_label = step_label(history for _state, history in curves.values())
     named = list(highlight) if len(curves) > FEW_CURVES else sorted(curves)
     palette = HIGHLIGHT_COLORS if len(named) < len(curves) else [f"C{i}" for i in range(10)]  # others: state colours
     colors = {n: palette[i % len(palette)] for i, n in enumerate(named)}
@@ -333,7 +336,7 @@ def learning_curves(
                     order[label] = (0, rank[number]) if number in rank else (1, number)
             else:
                 ax.plot(xs, ys, "-", color=STATE_COLORS.get(state, "#7f7f7f"), alpha=0.35, lw=0.9)
-        ax.set_xlabel("step (as reported)")
+        ax.set_xlabel(x_label)
         _integer_ticks(ax.xaxis)
         cut = robust_limits(ax, curves, metric)
         ax.set_title(metric + (" (axis cut, see below)" if cut else ""), fontsize=10)
@@ -350,7 +353,8 @@ def learning_curves(
         for s in others
     ]
     legend += [f"other trials: {s.lower()}" for s in others]
-    axes[0].legend(handles=handles, fontsize=8)
+    if handles:  # under the panels, off the data
+        fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=min(4, len(handles)))
     return _drawn(fig, legend + legend_cut)
 
 

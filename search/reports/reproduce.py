@@ -10,7 +10,9 @@ compared; a changed trainer file (the sha256 of each file of the trainer's packa
 in ``environment.json``) is noted. The trainer is found as the campaign found it
 (the folders it recorded, the spec's folder, the current directory), and one that
 went to the workers by value (defined in a script or notebook) runs from the copy
-the campaign kept (``trainer.pkl``).
+the campaign kept (``trainer.pkl``). What differs from the machine the campaign recorded
+(package versions, torch's CPU capability, the CPU, the kernel variables, the trials' thread count:
+:mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class Reproduction:
     checks: tuple[Check, ...]
     notes: tuple[str, ...] = ()
     error: str = ""
+    machine: tuple[str, ...] = ()  # what differs from the machine the campaign recorded (versions, CPU, threads)
 
     def mismatches(self) -> list[Check]:
         return [c for c in self.checks if not c.ok(self.tolerance)]
@@ -131,7 +134,17 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
         tuple(checks),
         tuple(notes),
         error,
+        tuple(_machine_differences(spec, folder)),
     )
+
+
+def _machine_differences(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
+    """What differs between the machine the campaign recorded and this one (after the run: torch is loaded)."""
+    from search.store.environment import machine_now, read_environment
+    from search.store.machine import machine_differences
+
+    recorded = read_environment(folder.environment)
+    return machine_differences(recorded, machine_now(spec)) if recorded else []
 
 
 def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) -> TrialRecord:
@@ -289,6 +302,7 @@ def comparison_text(result: Reproduction, max_rows: int = 40) -> str:
         f"{result.config.get('epochs')} epochs, {params}",
         f"comparison: {mode}",
         *result.notes,
+        *(f"machine differs: {line}" for line in result.machine),
     ]
     final = [c for c in result.checks if c.where == "final"]
     steps = [c for c in result.checks if c.where != "final"]
@@ -307,7 +321,8 @@ def comparison_text(result: Reproduction, max_rows: int = 40) -> str:
         lines.append(f"MATCH: trial {result.number} reproduces its recorded metrics and history")
     else:
         what = f"{len(bad)} value(s) differ" if bad else (result.error or "see above")
-        lines.append(f"MISMATCH: trial {result.number} does not reproduce its record ({what})")
+        where = f"; this machine differs from the campaign's: {'; '.join(result.machine)}" if result.machine else ""
+        lines.append(f"MISMATCH: trial {result.number} does not reproduce its record ({what}){where}")
     return "\n".join(lines)
 
 

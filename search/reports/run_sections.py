@@ -113,6 +113,8 @@ def environment(data: CampaignData) -> Section:
         ("cuDNN", torch.get("cudnn") or "none"),
         ("NCCL", torch.get("nccl") or "none"),
         ("GPUs (controller)", ", ".join(torch.get("gpus") or []) or "none"),
+        ("CPU (torch's kernels)", _cpu_text(env.get("cpu"))),
+        ("intra-op threads per trial", _threads_text(env)),
         ("packages", packages),
         ("Dask cluster", _cluster_text(cluster)),
         ("trainer", trainer.get("entry")),
@@ -128,6 +130,25 @@ def environment(data: CampaignData) -> Section:
     full = json.dumps(env, indent=2, sort_keys=True, default=str)
     body = kv_html + f"<details><summary>environment.json</summary><pre>{e(full)}</pre></details>"
     return Section("Environment", body, kv_md)
+
+
+def _cpu_text(cpu: Any) -> str:
+    """torch's CPU capability, the CPU and its cores: what a trial's floating point depends on (a trial's losses
+    differ between AVX2 and AVX-512 kernels); "not recorded" for a campaign recorded before."""
+    if not isinstance(cpu, dict):
+        return "not recorded"
+    chosen = ", ".join(f"{k}={v}" for k, v in sorted((cpu.get("env") or {}).items()) if v and "THREADS" not in k)
+    return (
+        f"{cpu.get('capability')} ({cpu.get('capability_source')}), {cpu.get('vendor')} {cpu.get('model')}, "
+        f"{cpu.get('cores')} core(s)" + (f"; {chosen}" if chosen else "")
+    )
+
+
+def _threads_text(env: dict[str, Any]) -> str:
+    if "trial_threads" not in env:
+        return "not recorded"
+    threads = env["trial_threads"]
+    return f"{threads}, set by the trainer" if threads is not None else "inherited from the worker (not set)"
 
 
 def _spec_digests(env: dict[str, Any], frozen: str) -> list[tuple[str, str]]:

@@ -32,6 +32,7 @@ from search.reports.data import (
     searched_params,
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
+from search.reports.step_axis import step_label
 from search.store.records import spec_sha256_of
 from search.store.warm_marks import own_trials
 from search.vocab.terms import StopReason, maximizing
@@ -275,7 +276,8 @@ def lr(data: CampaignData) -> Section:
         missing = sorted(set(found) - set(curves))
         notes.append("" if not missing else f"no lr for trial(s) {', '.join(map(str, missing))}")
         text = "\n\n".join(n for n in notes if n)
-        body = figure(plots.lr_curves(curves), "learning rate of the best trials") + table(columns, rows)
+        x = step_label(history_of(data.record(t)) for t in top if t.number in curves)
+        body = figure(plots.lr_curves(curves, x), "learning rate of the best trials") + table(columns, rows)
         body += "".join(note(n) for n in notes if n)
         return body, md_table(columns, rows) + (f"\n\n{text}" if text else "")
 

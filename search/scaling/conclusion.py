@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from search.scaling.forced_rule import ForcedRule
 from search.scaling.lr_rule import LRRuleFit
 from search.scaling.mccandlish import ScalingFit
 from search.scaling.measured import limit_intervals, outside_text, ratio_sentence
@@ -159,11 +160,16 @@ def _critical(
     ]
 
 
-def lr_sentence(lr_fit: LRRuleFit, ci: float = 0.9) -> str:
-    """What the best learning rates say about ``lr ∝ B^alpha``: a rule only when the interval picks one."""
+def lr_sentence(lr_fit: LRRuleFit, ci: float = 0.9, forced: ForcedRule | None = None) -> str:
+    """What the best learning rates say about ``lr ∝ B^alpha``: a rule only when the interval picks one, and none
+    when the design forced the exponent (``forced``: every rate scaled by the spec's rule)."""
     low, high = lr_fit.alpha_interval(ci)
     grew = f"The best learning rate grew like B^{lr_fit.alpha:.2f}"
     verdict = lr_fit.verdict(ci)
+    if forced is not None:
+        shown = f" ({ci:.0%} interval {low:.2f} to {high:.2f})" if math.isfinite(low) and math.isfinite(high) else ""
+        sizes = lr_fit.batch_sizes
+        return f"{grew}{shown}. " + forced.sentence(lr_fit.alpha, min(sizes), max(sizes))
     if not (math.isfinite(low) and math.isfinite(high)):
         return (
             f"{grew}, but from too few batch sizes to bound the exponent: whether the square-root rule "
@@ -201,6 +207,7 @@ def conclusion(
     maximal: float = MAXIMAL_EFFICIENCY,
     interpolated: bool = True,
     measured: Mapping[int, float] | None = None,
+    forced: ForcedRule | None = None,
 ) -> str:
     """One plain-language paragraph: each measured batch size's regime, the boundaries, B_crit, the LR rule.
 
@@ -211,7 +218,8 @@ def conclusion(
     figure outside the measured batch sizes is named an extrapolation, and
     ``S_min``/``E_min`` get intervals from ``b_crit_interval``.
     ``interpolated=False`` (steps counted at report granularity) adds that the
-    steps are upper bounds and bias ``B_crit`` upward.
+    steps are upper bounds and bias ``B_crit`` upward. ``forced``: the rates were searched in windows that
+    follow the spec's ``lr_scaling`` rule, so the fitted exponent is named the design's, not a finding.
     """
     halve = f"{1 - perfect / 2:.2g}"  # S(2B)/S(B) at the perfect threshold
     keep = f"{1 - maximal / 2:.2g}"  # S(2B)/S(B) at the maximal threshold
@@ -245,5 +253,5 @@ def conclusion(
             "to one report interval, which biases B_crit upward; the interval does not include this."
         )
     if lr_fit is not None:
-        parts.append(lr_sentence(lr_fit, ci))
+        parts.append(lr_sentence(lr_fit, ci, forced))
     return " ".join(parts)

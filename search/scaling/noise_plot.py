@@ -18,7 +18,7 @@ __all__ = ["draw_noise_vs_b_crit", "plot_noise_vs_b_crit"]
 
 def draw_noise_vs_b_crit(p: NoisePrediction) -> Figure:
     """Per batch size the best run's mean ``B_simple`` (bars: the mean of its readings' ends; an arrow: open),
-    their mean with its t interval, and ``B_crit`` with its interval and the factor-of-2 band around it."""
+    their median with its order-statistic interval, and ``B_crit`` with its interval and the factor-of-2 band around it."""
     fig = Figure(figsize=(6.4, 5.4), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -37,8 +37,8 @@ def draw_noise_vs_b_crit(p: NoisePrediction) -> Figure:
     ax.plot([], [], ":", color="#b22222", label=f"B_crit ×{FACTOR:g} and ÷{FACTOR:g}")
     s_lo, s_hi = p.b_simple_interval
     ax.axhspan(max(s_lo, bottom), min(s_hi, top), color="#c6dbef", alpha=0.6, linewidth=0)
-    ax.axhline(p.b_simple, color="#08519c", linestyle="--", label=f"B_simple, mean of the runs ≈{approx(p.b_simple)}")
-    ax.plot([], [], "s", color="#c6dbef", markersize=10, label=f"its {p.ci:.0%} t interval over the runs")
+    ax.axhline(p.b_simple, color="#08519c", linestyle="--", label=f"B_simple, median of the runs ≈{approx(p.b_simple)}")
+    ax.plot([], [], "s", color="#c6dbef", markersize=10, label=f"its {p.ci:.0%} interval (order statistics)")
     for b, r in zip(sizes, runs, strict=True):
         low, high = max(r.low, bottom), min(r.high, top)
         ax.plot([b, b], [low, high], "-", color="#08519c", linewidth=1.5)

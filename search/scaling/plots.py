@@ -43,9 +43,20 @@ REGIME_COLOURS = {
 
 
 def _figure() -> tuple[Figure, Axes]:
-    fig = Figure(figsize=(6.4, 4.4), dpi=100, layout="constrained")
+    """A figure with room under its axes for the legend (:func:`_legend_below`)."""
+    fig = Figure(figsize=(6.4, 5.6), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
+
+
+def _legend_below(ax: Axes) -> None:
+    """The axes' legend under them, outside the data (a legend inside hid points and the fit)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not labels:
+        return
+    longest = max(len(label) for label in labels)
+    columns = max(1, min(len(labels), 5, 96 // (longest + 6)))  # about 96 characters fit across the figure
+    ax.figure.legend(handles, labels, fontsize="small", loc="outside lower center", ncol=columns)
 
 
 def _batch_axis(ax: Axes, x: np.ndarray) -> None:
@@ -243,7 +254,7 @@ def draw_steps_to_target(
     ax.set_yscale("log")
     ax.set_ylabel("steps to target")
     ax.set_title("Steps to target vs batch size")
-    ax.legend(fontsize="small")
+    _legend_below(ax)
 
 
 def plot_steps_to_target(
@@ -316,7 +327,7 @@ def draw_examples_to_target(
     ax.set_yscale("log")
     ax.set_ylabel("examples to target")
     ax.set_title("Examples to target vs batch size")
-    ax.legend(fontsize="small")
+    _legend_below(ax)
 
 
 def plot_examples_to_target(
@@ -371,7 +382,7 @@ def plot_lr_rule(path: str | Path, lr_fit: LRRuleFit, *, ci: float = 0.9) -> Pat
     ax.set_yscale("log")
     ax.set_ylabel("learning rate")
     ax.set_title("Best learning rate vs batch size")
-    ax.legend(fontsize="small")
+    _legend_below(ax)
     return _save(fig, path)
 
 
@@ -401,6 +412,7 @@ def draw_noise_scale(histories: Mapping[int, Sequence[Sequence[float]]]) -> Figu
     ``histories`` is ``{B: [(step, b_simple, low, high), ...]}`` (``low``/``high``
     may be left out). A reading above the measurable range is drawn as an
     upward triangle at its lower bound (no estimate and no upper end exist);
+    the x axis (steps) is logarithmic when every step is positive, the legend under the axes;
     the y axis is logarithmic when every value drawn is positive (early
     estimates can be negative); a lower end (of an interval, or an above-range
     bound) that is not positive is drawn at a tenth of the smallest positive value.
@@ -442,13 +454,17 @@ def draw_noise_scale(histories: Mapping[int, Sequence[Sequence[float]]]) -> Figu
             drawn.extend(max(r.low, floor) for r in above)
     if drawn and min(drawn) > 0:
         ax.set_yscale("log")
-    ax.set_xlabel("optimizer step")
+    steps = [r.step for h in histories.values() for r in _readings(h)]
+    if steps and min(steps) > 0:  # the batch sizes' runs span 100x in steps: on a linear axis most were squeezed left
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: approx(v)))
+    ax.set_xlabel("optimizer step" + (" (log scale)" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("B_simple = tr(Σ) / |G|²")
     ax.set_title("Gradient noise scale over training (shaded: interval)")
     if above_any:
-        ax.plot([], [], "^", color="#555555", label="above measurable range (at its lower bound)")
+        ax.plot([], [], "^", color="#555555", label="above range (at its lower bound)")
     if drawn:
-        ax.legend(fontsize="small")
+        _legend_below(ax)
     else:
         ax.text(0.5, 0.5, "no noise-scale measurements", ha="center", va="center", transform=ax.transAxes)
     return fig

@@ -40,6 +40,7 @@ from search.scaling.fit import (
     scaling_table,
     write_scaling_table,
 )
+from search.scaling.forced_rule import ForcedRule, forced_rule
 from search.scaling.target import TargetGoal, steps_to_target  # TargetGoal re-exported: status imports it without scipy
 
 # Re-exported: the [scaling] section is parsed in search.spec.
@@ -192,6 +193,12 @@ def _trained_lr(params: Mapping[str, Any]) -> float | None:
     return LRScaling.of_params(params)(float(lr), int(params[BATCH]))
 
 
+def _forced(study: optuna.Study) -> ForcedRule | None:
+    """The rule every finished trial's rate was scaled by, if the design forced one on the exponent."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    return forced_rule((_trainer_params(t), t.distributions) for t in finished)
+
+
 def _noise_reading(step: float, metrics: Mapping[str, float]) -> tuple[float, float, float, float] | None:
     """A report's ``(step, b_simple, low, high)``; above the measurable range ``(step, inf, low, inf)``."""
     low = float(metrics.get("b_simple_lo", math.nan))
@@ -263,6 +270,7 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
             ci=CI,
             not_reached=not_reached,
             interpolated=goal.interpolate,
+            forced=_forced(study),
         )
         _, examples = reached_points(table, "examples_to_target")
         plots.append(

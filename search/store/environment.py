@@ -4,7 +4,9 @@ The report describes the run, not the machine that renders it: Python, platform,
 torch with its CUDA/cuDNN/NCCL builds and GPU models, package versions, the Dask
 cluster's shape, the trainer (every file of its top-level package, or of the modules
 it imported from its own folder, each with its sha256, and one digest over them all;
-the folders it was looked for in), the study seed and the command.
+the folders it was looked for in), the study seed and the command, and what a trial's floating point
+depends on beyond its seed (:mod:`search.store.machine`: torch's CPU capability, the CPU, the kernel
+variables, the thread count each trial trains with).
 torch is imported lazily (``search`` must not import it at import time), and the
 cluster arrives as a plain dict (``Client.scheduler_info()``), so nothing here
 imports ``distributed``.
@@ -40,6 +42,7 @@ from search.spec.kept_trainer import (  # re-exported: the environment record's 
     stored_trainer,
 )
 from search.store.folder import write_atomic, write_atomic_bytes
+from search.store.machine import cpu_record, trial_threads
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PACKAGES",
     "capture_environment",
+    "machine_now",
     "cluster_shape",
     "scheduler_info",
     "trainer_source_sha256",
@@ -86,9 +90,11 @@ def capture_environment(
         "hostname": socket.gethostname(),
         "packages": {name: _version(name) for name in PACKAGES},
         "torch": torch_info(),
+        "cpu": cpu_record(),
         "cluster": cluster_shape(client_info) if client_info is not None else None,
     }
     if spec is not None:
+        env["trial_threads"] = trial_threads(spec)
         env["study"] = {
             "name": spec.study.name,
             "seed": spec.study.seed,
@@ -97,6 +103,16 @@ def capture_environment(
         }
         env["trainer"] = trainer_record(spec)
     return env
+
+
+def machine_now(spec: CampaignSpec) -> dict[str, Any]:
+    """What this process would record of the machine for ``spec`` (``reproduce`` compares it with the record)."""
+    return {
+        "packages": {name: _version(name) for name in PACKAGES},
+        "python": {"version": platform.python_version()},
+        "cpu": cpu_record(),
+        "trial_threads": trial_threads(spec),
+    }
 
 
 def _version(name: str) -> str | None:

@@ -81,6 +81,8 @@ def test_packed_trials_on_a_fake_gpu_each_see_their_own_lease_in_their_own_proce
         assert o.metrics["visible"] == lease and o.metrics["inside"] == 0.0, o.metrics  # cuda:0 is its lease
         assert o.share == 0.5 and o.peak_memory > 0 and o.memory_kind == "rss"
         assert o.metrics["torch_imported"] == 0.0  # a trainer without torch does not pay its import in its process
+    parents = {o.metrics["parent"] for o in outcomes.values()}
+    assert len(parents) == 1 and not parents & {float(p) for p in worker_pid}  # all from the worker's warm pool
     assert sorted(o.devices[0] for o in outcomes.values()) == [0, 0, 1, 1]  # two trials on each fake GPU
     stopped = outcomes[0]
     assert stopped.stopped and stopped.metrics["steps"] < 30 and len(stopped.history) < 30
@@ -105,3 +107,43 @@ def test_an_error_in_a_trials_own_process_comes_back_with_its_type_and_traceback
     (outcome,) = [f.outcome for f in finished]
     assert not outcome.ok and outcome.error == "ValueError: boom" and outcome.error_type == "ValueError"
     assert "visible_fit" in outcome.traceback and not outcome.oom
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("processes", [True, False], ids=["worker-process", "in-process-worker"])
+def test_the_warm_pool_ends_with_its_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processes: bool) -> None:
+    monkeypatch.syspath_prepend(str(HELPERS))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            resources={"GPU": 1},
+            processes=processes,
+            dashboard_address=None,
+            **({"host": "127.0.0.1", "env": {"PYTHONPATH": str(HELPERS)}} if processes else {}),
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        executor = DaskExecutor(client, "fake-gpu-pool-ends", packing=GpuPacking(gpus=0.5))
+        for number in range(2):
+            executor.submit(TrialRequest(number, "gpu_trainers:visible_fit", _config(number, tmp_path, 2)))
+        finished: list[Finished] = []
+        deadline = time.monotonic() + 180
+        while len(finished) < 2 and time.monotonic() < deadline:
+            finished += [e for e in executor.events(0.5) if isinstance(e, Finished)]
+        executor.close()
+        assert len(finished) == 2 and all(f.outcome.ok for f in finished), [f.outcome.error for f in finished]
+        (server,) = {int(f.outcome.metrics["parent"]) for f in finished}  # one warm server gave both processes
+        assert server not in {os.getpid(), *(f.outcome.pid for f in finished)} and _running(server)  # not the worker
+    deadline = time.monotonic() + 30
+    while _running(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(server)  # shut down with the worker, not left behind by the campaign

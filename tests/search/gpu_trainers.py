@@ -39,4 +39,5 @@ def visible_fit(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
         "inside": float(config.devices[0]),
         "steps": float(step),
         "torch_imported": float("torch" in sys.modules),  # nothing here uses it: the process should not load it
+        "parent": float(os.getppid()),  # the worker, or the server of its warm pool
     }

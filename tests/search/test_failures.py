@@ -305,3 +305,27 @@ def test_status_names_the_journal_line_it_cannot_read(mixed: Path, tmp_path: Pat
 
     last, number = torn("last", -1)
     assert f"warning: {last / 'study.journal'}, line {number}: not JSON" in status_text(last)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_number_or_tuple_returned_by_a_trial_in_its_own_process_is_the_study_metric(tmp_path: Path) -> None:
+    """Fake GPUs (a worker declaring ``GPU=1`` on a machine without CUDA): each trial leases it and so runs in a
+    process of its own (``trainers.ddp.launch_solo``), whose number or tuple returned travels back to the study."""
+    import search
+    from tests.search.dask_processes import external_cluster
+
+    with external_cluster(tmp_path / "cluster", n_workers=1, resources="GPU=1") as cluster:
+        for name, pair, extra in (("solo", False, {}), ("solo-pair", True, {"directions": ["maximize"] * 2})):
+            study = {"direction": None, "metric": None, "metrics": ["score", "rest"], **extra} if pair else {}
+            spec = toy_spec(
+                name,
+                n_trials=2,
+                trainer={"entry": "failing_trainers:objective", "gpus": 1, "options": {"pair": pair}},
+                **study,
+            )
+            result = search.run(spec, runs_dir=tmp_path / "runs", scheduler=cluster.address, progress=False)
+            for trial in result.study.trials:
+                assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+                quality = trial.params["quality"]
+                assert trial.values == pytest.approx([quality, 1.0 - quality] if pair else [quality])

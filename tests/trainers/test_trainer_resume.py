@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from trainers.api import RecordingReporter
+from trainers.api import RecordingReporter, TrialConfig
 from trainers.classifier import fit
 from trainers.loop import CHECKPOINT_NAME
 
@@ -50,3 +53,32 @@ def test_checkpoint_of_another_trial_is_refused(make_config, tmp_path: Path) -> 
     fit(make_config(epochs=1, checkpoint_dir=str(tmp_path)), RecordingReporter())
     with pytest.raises(ValueError, match="written by another trial"):
         fit(make_config(epochs=2, seed=8, checkpoint_dir=str(tmp_path)), RecordingReporter())
+
+
+@pytest.mark.slow
+def test_scaling_trial_resumed_in_a_fresh_process_reports_the_same_bits(
+    make_config, without_timing: Strip, tmp_path: Path
+) -> None:
+    """As a trial retried after its worker was lost: SGD with momentum, the LR scaled to the batch size and the
+    noise scale measured (its estimator's state and the measurement draws are in the checkpoint), resumed by
+    ``python -m trainers`` in another process. Every report, bit for bit, as the uninterrupted run's."""
+    params = {"optimizer": "sgd", "momentum": 0.9, "lr": 0.3, "batch_size": 64, "schedule": "constant"}
+    params |= {"lr_scaling": "sqrt", "base_batch_size": 32, "hidden": 64}
+    config = make_config(params, epochs=4, options={"noise_scale_every": 4})
+    whole = RecordingReporter()
+    fit(config, whole)
+
+    resumable = TrialConfig.from_dict({**config.to_dict(), "checkpoint_dir": str(tmp_path / "ckpt")})
+    fit(resumable, RecordingReporter(stop_after=2))
+    (tmp_path / "config.json").write_text(json.dumps(resumable.to_dict()))
+    out = subprocess.run(
+        [sys.executable, "-m", "trainers", str(tmp_path / "config.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = [json.loads(line) for line in out.stdout.splitlines()][:-1]  # the reports; the last line: the result
+    again = [(int(m.pop("step")), without_timing(m)) for m in lines]
+    assert "b_simple" in again[-1][1]
+    assert again == [(step, without_timing(m)) for step, m in whole.reports]

@@ -299,6 +299,11 @@ def test_campaign_records_its_environment_at_start(digits_report: CampaignFolder
     }
     assert env["trainer"]["source_sha256"] == trainer_source_sha256("trainers.classifier:fit")["source_sha256"]
     assert env["trainer"]["source"].endswith("trainers/classifier.py")
+    # what a trial's floating point depends on beyond its seed: torch's CPU kernels and the threads per trial
+    assert env["cpu"]["capability"] in ("DEFAULT", "AVX2", "AVX512") and env["trial_threads"] == 1
+    page = (digits_report.report / "index.html").read_text()
+    assert f"{env['cpu']['capability']} ({env['cpu']['capability_source']})" in page
+    assert "1, set by the trainer" in page
 
 
 @pytest.mark.slow

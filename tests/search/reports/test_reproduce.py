@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from search.cli import main
-from search.reports.reproduce import Check, compare, reproduce_trial
+from search.reports.reproduce import Check, Reproduction, compare, comparison_text, reproduce_trial
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
@@ -229,3 +229,42 @@ def test_the_printed_commands_work_as_printed_for_a_trainer_beside_the_spec(tmp_
     changed = _sh(f"hypersweep reproduce {folder} 0", cwd=elsewhere)
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert "1 of the trainer's 3 recorded file(s) changed since the campaign ran: owntrain/scale.py" in changed.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_reproduce_names_what_differs_from_the_campaigns_machine(
+    campaign: CampaignFolder, capsys: pytest.CaptureFixture
+) -> None:
+    """Another machine simulated by editing the record: its CPU capability, its trials' threads, its torch."""
+    assert reproduce_trial(campaign.root, 0).machine == ()  # the same machine: nothing to name
+    original = campaign.environment.read_text()
+    env = json.loads(original)
+    here = env["cpu"]["capability"]
+    assert here and env["trial_threads"] == 1  # the built-in trainer's default, recorded
+    other = "AVX2" if here != "AVX2" else "AVX512"
+    env["cpu"]["capability"], env["trial_threads"] = other, 2
+    env["packages"]["torch"] = "2.12.0"
+    campaign.environment.write_text(json.dumps(env))
+    try:
+        assert main(["reproduce", str(campaign.root), "0"]) == 0  # the numbers still match here
+    finally:
+        campaign.environment.write_text(original)
+    out = capsys.readouterr().out
+    assert f"machine differs: torch's CPU capability {other} in the campaign, {here} here" in out
+    assert f"ATEN_CPU_CAPABILITY={other.lower()}" in out
+    assert "machine differs: intra-op threads per trial 2 in the campaign, 1 here" in out
+    assert "machine differs: torch 2.12.0 in the campaign" in out
+
+
+def test_a_mismatch_verdict_names_the_machines_differences() -> None:
+    result = Reproduction(
+        "s", 3, "trainers.classifier:fit", {"deterministic": True, "device": "cpu"}, True, 0.0,
+        (Check("final", "val_loss", 0.5, 0.25),),
+        machine=("torch's CPU capability AVX2 in the campaign, AVX512 here",),
+    )  # fmt: skip
+    verdict = comparison_text(result).splitlines()[-1]
+    assert verdict == (
+        "MISMATCH: trial 3 does not reproduce its record (1 value(s) differ); this machine differs from the "
+        "campaign's: torch's CPU capability AVX2 in the campaign, AVX512 here"
+    )

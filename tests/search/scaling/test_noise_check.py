@@ -9,7 +9,7 @@ import numpy as np
 import optuna
 import pytest
 
-from search.scaling.noise_check import noise_prediction, run_means
+from search.scaling.noise_check import median_interval, noise_prediction, run_means
 from search.scaling.noise_plot import plot_noise_vs_b_crit
 from search.scaling.sweep import BATCH, ScalingSpec, TargetGoal, analyze_sweep
 from search.scaling.synthetic import SyntheticScaling, synthetic_history
@@ -30,12 +30,13 @@ def test_run_means_average_the_finite_readings_and_count_the_rest() -> None:
 
 
 def test_the_ratio_its_interval_and_the_factor_of_two_verdict() -> None:
-    readings = {b: [(1, v, v / 2, v * 2)] for b, v in {64: 90.0, 128: 110.0, 256: 100.0}.items()}
+    means = {16: 95.0, 32: 90.0, 64: 105.0, 128: 110.0, 256: 100.0}
+    readings = {b: [(1, v, v / 2, v * 2)] for b, v in means.items()}
     p = noise_prediction(readings, b_crit=150.0, b_crit_interval=(120.0, 190.0))
     assert p is not None
-    assert p.b_simple == pytest.approx(100.0)
+    assert p.b_simple == pytest.approx(100.0)  # the median of the run means
     low, high = p.b_simple_interval
-    assert low < 100.0 < high  # t over the three run means, 2 degrees of freedom
+    assert (low, high) == (90.0, 110.0)  # 5 runs: the smallest and the largest cover the median with 94%
     assert p.ratio == pytest.approx(1.5) and p.within
     assert p.ratio_interval == pytest.approx((120.0 / high, 190.0 / low))
     assert p.settled is (120.0 / high >= 0.5 and 190.0 / low <= 2.0)
@@ -93,8 +94,33 @@ def test_the_sweep_conclusion_says_whether_the_noise_scale_predicts_b_crit(
     result = analyze_sweep(noisy_study(truth, sizes, b_simple, seed=3), spec, goal, tmp_path / "scaling", seed=0)
     assert "noise_vs_b_crit.png" in {p.name for p in result.plots}
     text = result.conclusion
-    assert "mean over each batch size's best run up to the target" in text
+    assert "mean over each batch size's best run up to the target" in text and "their median" in text
     ratio = float(text.split("B_crit / B_simple = ", 1)[1].split(" ", 1)[0])
     b_crit = float(text.split("The critical batch size is B_crit≈", 1)[1].split(" ", 1)[0].replace(",", ""))
     assert ratio == pytest.approx(b_crit / b_simple, rel=0.15)  # readings scatter 20% around b_simple
     assert (f"is {'within' if within else 'not within'} a factor of 2 of B_crit" in text) is True
+
+
+def test_one_climbing_run_does_not_carry_the_noise_scale() -> None:
+    """Issue 53: a batch size whose readings climb towards 10^4 pulled the mean of the run means up enough to
+    turn "not within 2x" into "within"; the median of the run means is not moved by it."""
+    means = {64: 500.0, 256: 600.0, 1024: 650.0, 4096: 700.0, 16384: 9000.0}
+    readings = {b: [(1, v, v / 2, v * 2)] for b, v in means.items()}
+    p = noise_prediction(readings, b_crit=1400.0, b_crit_interval=(1300.0, 1500.0))
+    assert p is not None and p.b_simple == 650.0 and p.b_simple_mean == pytest.approx(2290.0)
+    assert p.ratio == pytest.approx(1400 / 650) and not p.within
+    assert "their median 650" in p.sentence() and "not the mean, 2,290" in p.sentence()
+
+
+@pytest.mark.parametrize(("n", "expected"), [(4, (0.0, math.inf)), (6, (1.0, 6.0)), (9, (2.0, 8.0)), (20, (6.0, 15.0))])
+def test_the_median_interval_is_the_order_statistics_with_binomial_coverage(
+    n: int, expected: tuple[float, float]
+) -> None:
+    assert median_interval([float(v) for v in range(n, 0, -1)], 0.9) == expected
+
+
+def test_too_few_runs_to_bound_the_median_are_said_so() -> None:
+    readings = {b: [(1, v, v / 2, v * 2)] for b, v in {64: 145.0, 128: 185.0, 256: 203.0}.items()}
+    p = noise_prediction(readings, b_crit=272.0, b_crit_interval=(190.0, 408.0))
+    assert p is not None and p.b_simple_interval == (0.0, math.inf) and not p.settled
+    assert "their median 185 (3 run(s) are too few to bound the median at 90%;" in p.sentence()

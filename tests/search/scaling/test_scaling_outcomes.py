@@ -186,7 +186,7 @@ def test_noise_scale_plot_draws_intervals_and_marks_above_range_readings() -> No
     assert sorted(len(t.get_xdata()) for t in triangles) == [1, 2]
     assert sorted(np.concatenate([t.get_ydata() for t in triangles]).tolist()) == [52.0, 60.0, 70.0]
     labels = ax.get_legend_handles_labels()[1]
-    assert "above measurable range (at its lower bound)" in labels and {"B=16", "B=128", "B=256"} <= set(labels)
+    assert "above range (at its lower bound)" in labels and {"B=16", "B=128", "B=256"} <= set(labels)
     assert ax.get_yscale() == "log"
     plain = draw_noise_scale({32: [(1, 10.0), (2, 12.0)]})  # (step, b_simple) pairs still draw
     assert not [c for c in plain.axes[0].collections if isinstance(c, PolyCollection)]

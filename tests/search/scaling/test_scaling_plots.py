@@ -15,6 +15,7 @@ from search.scaling.fit import ScalingFit, bootstrap_b_crit, fit_mccandlish, lr_
 from search.scaling.numbers import approx
 from search.scaling.plots import (
     draw_examples_to_target,
+    draw_noise_scale,
     draw_steps_to_target,
     plot_examples_to_target,
     plot_lr_rule,
@@ -57,7 +58,9 @@ def test_steps_plot_without_a_fit_or_with_an_unbounded_one(tmp_path: Path, fit: 
 
 
 def _labels(fig: Figure) -> list[str]:
-    return [str(t.get_text()) for t in fig.axes[0].get_legend().get_texts()]
+    """The texts of the figure's legend (it stands under the axes, not on them)."""
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1
+    return [str(t.get_text()) for t in fig.legends[0].get_texts()]
 
 
 @pytest.mark.parametrize("draw", [draw_steps_to_target, draw_examples_to_target])
@@ -120,3 +123,29 @@ def test_plots_do_not_touch_pyplot(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
     assert_png(tmp_path / "lr.png")
+
+
+def _overlap(fig: Figure) -> float:
+    """The area the figure's legend shares with its axes, in display units (after a draw)."""
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent()
+    axes = fig.axes[0].get_window_extent()
+    width = min(legend.x1, axes.x1) - max(legend.x0, axes.x0)
+    height = min(legend.y1, axes.y1) - max(legend.y0, axes.y0)
+    return max(width, 0) * max(height, 0)
+
+
+@pytest.mark.slow
+def test_legends_stand_outside_the_data_and_the_noise_steps_are_logarithmic(tmp_path: Path) -> None:
+    """A legend on the axes hid the B=256 point of a sweep; a linear step axis squeezed 6 of 9 batch sizes'
+    noise readings into its left 5%."""
+    from search.scaling.plots import _figure
+
+    fit = fit_mccandlish(SIZES, NOISY)
+    fig, ax = _figure()
+    draw_steps_to_target(ax, SIZES, NOISY, fit, b_crit_interval=bootstrap_b_crit(SIZES, NOISY, n_boot=200, seed=0))
+    assert _overlap(fig) == 0
+    histories = {b: [(s, 100.0 + s / 100) for s in range(4096 // b, 40 * 4096 // b, 4096 // b)] for b in SIZES}
+    fig = draw_noise_scale(histories)
+    assert fig.axes[0].get_xscale() == "log" and fig.axes[0].get_xlabel() == "optimizer step (log scale)"
+    assert _labels(fig)[:2] == ["B=8", "B=16"] and _overlap(fig) == 0

@@ -193,25 +193,15 @@ def returned(value: Any) -> tuple[dict[str, float], tuple[float, ...]]:
     ``TypeError`` that names it."""
     if value is None or isinstance(value, Mapping):
         return _finite_metrics(value), ()
-    if _is_number(value):
-        return {}, (float(value),)
-    if isinstance(value, (tuple, list)) and value and all(_is_number(v) for v in value):
-        return {}, tuple(float(v) for v in value)
+    from trainers.api import objective_values  # at run time only
+
+    values = objective_values(value)
+    if values is not None:
+        return {}, values
     raise TypeError(
         f"the trainer returned {_shown(value)} ({type(value).__name__}); a trainer returns a dict of metrics, "
         "a number or a tuple of numbers (one per objective)"
     )
-
-
-def _is_number(value: Any) -> bool:
-    """A real number (an int, a float, a numpy or 0-d torch scalar), not a bool and not text."""
-    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
-        return False
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _shown(value: Any, width: int = 60) -> str:

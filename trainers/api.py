@@ -44,6 +44,7 @@ __all__ = [
     "trainer",
     "capabilities_of",
     "report_values",
+    "objective_values",
 ]
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -178,6 +179,27 @@ class Reporter(Protocol):
     def report(self, step: int, metrics: Mapping[str, float]) -> None: ...
 
     def should_stop(self) -> bool: ...
+
+
+def objective_values(value: Any) -> tuple[float, ...] | None:
+    """What a trainer returned as an Optuna objective returns it: a number or a tuple of numbers (the values of the
+    study's objectives), as floats; ``None`` for anything else."""
+    if _is_number(value):
+        return (float(value),)
+    if isinstance(value, (tuple, list)) and value and all(_is_number(v) for v in value):
+        return tuple(float(v) for v in value)
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    """A real number (an int, a float, a numpy or 0-d torch scalar), not a bool and not text."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def report_values(step: int, metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import cloudpickle
 
-from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer, report_values
+from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer, objective_values, report_values
 
 if TYPE_CHECKING:
     import torch
@@ -183,10 +183,8 @@ class RankReporter:
         of numbers, the values of the study's objectives; anything else is a ``TypeError`` that names it."""
         if isinstance(metrics, Mapping):
             payload: dict[str, Any] = {"metrics": {str(k): _json_float(v) for k, v in metrics.items()}}
-        elif _is_number(metrics) or (
-            isinstance(metrics, (tuple, list)) and metrics and all(_is_number(v) for v in metrics)
-        ):
-            payload = {"values": [float(v) for v in (metrics if isinstance(metrics, (tuple, list)) else [metrics])]}
+        elif (values := objective_values(metrics)) is not None:
+            payload = {"values": list(values)}
         else:
             raise TypeError(
                 f"the trainer returned {type(metrics).__name__} {metrics!r:.60}; a trainer returns a dict of metrics, "
@@ -194,17 +192,6 @@ class RankReporter:
             )
         if self._connection is not None:
             self._connection.send_bytes(json.dumps({"kind": "result", **payload, **_cuda_peak()}).encode())
-
-
-def _is_number(value: Any) -> bool:
-    """A real number (an int, a float, a numpy or 0-d torch scalar), not a bool and not text."""
-    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
-        return False
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _cuda_peak() -> dict[str, int]:

@@ -17,7 +17,8 @@ With ``minimum_jobs < maximum_jobs`` it also scales the jobs to the campaign's d
 leaves on the scheduler (:data:`DEMAND_KEY`: the slots its running and waiting trials could use; the controller
 keeps its waiting trials itself, so Dask's own adaptive scaling never sees them): more jobs, up to
 ``maximum_jobs``, while trials wait; a job none of whose workers runs anything is released, down to
-``minimum_jobs``, once the demand fits in fewer jobs.
+``minimum_jobs``, once the demand fits in fewer jobs (two looks in a row: from the first, its workers count as at
+their walltime's end, so that no trial is given to them meanwhile).
 """
 
 from __future__ import annotations
@@ -250,6 +251,7 @@ class JobKeeper:
         self.joined_once = False
         self._joined: dict[str, set[str]] = {}  # each job whose worker joined, by name: its workers' addresses
         self._deadlines: dict[str, float] = {}
+        self._releasing: set[str] = set()  # idle jobs to release at the next look, their walltime end set to now
         self._joins: list[tuple[str, str]] = []  # (worker name, address) as they join, appended on the loop
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -304,7 +306,7 @@ class JobKeeper:
         ended: dict[str, str] = {}  # job name -> why
         for name, (job_id, refusal) in jobs.items():
             state = states.get(job_id) if states is not None and job_id else None
-            if state is not None and state.end is not None:
+            if state is not None and state.end is not None and name not in self._releasing:
                 for address in self._joined.get(name, ()):
                     self._deadlines[address] = state.end
             if refusal:
@@ -425,6 +427,7 @@ class JobKeeper:
             return
         target = min(maximum, max(minimum, -(-int(demand["slots"]) // max(1, per_job))))
         planned = len(self._cluster.worker_spec)
+        marked, self._releasing = self._releasing, set()
         if target > planned:
             for _ in range(target - planned):
                 self._cluster.worker_spec.update(self._cluster.new_worker_spec())
@@ -434,8 +437,21 @@ class JobKeeper:
             if new:
                 self._notify(f"{len(new)} more {self.system} job(s) submitted for waiting trials: {', '.join(new)}")
         elif target < planned:
-            for name in self._idle_jobs(set(demand.get("busy", ())))[: planned - target]:
+            idle = self._idle_jobs(set(demand.get("busy", ())))[: planned - target]
+            now = [name for name in idle if name in marked or name not in self._joined]
+            for name in now:
                 await self._release(name)
+            await self._mark_ending({name for name in idle if name not in now})
+
+    async def _mark_ending(self, names: set[str]) -> None:
+        """Jobs to release at the next look, if still idle then: their workers' walltime ends are set to now, so
+        that no trial is given to them meanwhile (``Walltimes``), and one cut by the release spends no retry."""
+        self._releasing = names
+        for name in names:
+            for address in self._joined.get(name, ()):
+                self._deadlines[address] = time.time()
+        if names:
+            await self._record_deadlines()
 
     def _idle_jobs(self, busy: set[str]) -> list[str]:
         """The planned jobs that run nothing: not joined yet first, then those none of whose workers is ``busy``

@@ -525,7 +525,9 @@ class JobQueueBackend(_Deployed):
         self.require()
         self._check_loopback(options)
         cluster = self._start(options)
-        keeper = JobKeeper(cluster, self.system, states=slurm_states if self.system == "slurm" else None)
+        states = slurm_states if self.system == "slurm" else None
+        scale = (self.minimum_jobs, self.maximum_jobs, self.slots * self.processes) if self.adaptive else None
+        keeper = JobKeeper(cluster, self.system, states=states, scale=scale)
         try:
             self._grow(cluster)
             keeper.start()
@@ -586,12 +588,10 @@ class JobQueueBackend(_Deployed):
                 )
 
     def _grow(self, cluster: Any) -> None:
-        if self.adaptive:
-            # Dask's Adaptive: keeps minimum_jobs, releases idle jobs. It grows only when tasks wait at the
-            # scheduler, and the controller submits no more trials than there are free slots: see the README.
-            cluster.adapt(minimum_jobs=self.minimum_jobs, maximum_jobs=self.maximum_jobs)
-        else:
-            cluster.scale(jobs=self.maximum_jobs)
+        # Not Dask's Adaptive: it grows only when tasks wait at the scheduler, and the controller keeps its waiting
+        # trials itself. Adaptive, the keeper scales the jobs to the demand the controller leaves (cluster.jobs);
+        # at least one to start with, for the first worker to join.
+        cluster.scale(jobs=max(1, self.minimum_jobs) if self.adaptive else self.maximum_jobs)
 
 
 def _slurm_kwargs(backend: JobQueueBackend) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from .channel import request_stop, subscribe_reports
 from .connect import ClusterError, worker_memory_limits, worker_nanny, worker_slots
 from .entrypoint import TrainerShipment, run_trial, run_trials
 from .first_run import FirstRun, RanBefore, trial_key
-from .jobs import job_expired
+from .jobs import DEMAND_KEY, job_expired
 from .memory_kills import MemoryKill, MemoryKills
 from .outcome import Outcome, TrialStatus
 from .packing import GpuPacking, MemoryModel
@@ -213,6 +213,11 @@ class TrialExecutor(Protocol):
         """Make a waiting ``events`` call return now (callable from any thread)."""
         ...
 
+    def want(self, slots: int) -> None:
+        """The campaign could use ``slots`` slots now (those its running trials hold and those its waiting trials
+        need): a cluster that grows and shrinks (a job backend's ``minimum_jobs < maximum_jobs``) follows it."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -280,6 +285,7 @@ class DaskExecutor:
         self._disconnected_since: float | None = None
         self._address = str(getattr(client.scheduler, "address", "") or "the scheduler")
         self._slots: Slots | None = None
+        self._wanted: dict[str, Any] = {}  # the demand last left on the scheduler (want)
         self._slots_at = 0.0
         self._topic = topic
         self._resource = resource or self._infer_resource()
@@ -440,6 +446,21 @@ class DaskExecutor:
 
     def wake(self) -> None:
         self._queue.put(("wake", None))
+
+    def want(self, slots: int) -> None:
+        """Leave the campaign's demand on the scheduler (:data:`~cluster.jobs.DEMAND_KEY`: the slots, and the
+        workers whose slot runners hold a trial), when it changed: a job keeper scales its jobs by it."""
+        demand = {"slots": slots, "busy": self._pool.busy_workers() if self._pool is not None else []}
+        if demand == self._wanted:
+            return
+        try:
+            self._client.sync(
+                self._client.scheduler.set_metadata, keys=list(DEMAND_KEY), value=demand, callback_timeout=5
+            )
+        except Exception:  # noqa: BLE001 - no answer now: told again on the next call
+            log.debug("could not leave the demand %s on the scheduler", demand, exc_info=True)
+            return
+        self._wanted = demand
 
     def stop(self, number: int) -> None:
         if self._spans.stop_waiting(number):

@@ -12,6 +12,13 @@ and why, and submits another in its place. A refused submission is one line with
 message; :data:`MAX_FAILED_SUBMISSIONS` failures in a row (refused, or ended before its worker joined) stop
 the submissions. It records each running job's walltime end (:func:`job_expired` reads it), so that a trial
 cut by its job's walltime is told apart from one whose worker failed.
+
+With ``minimum_jobs < maximum_jobs`` it also scales the jobs to the campaign's demand, which the controller
+leaves on the scheduler (:data:`DEMAND_KEY`: the slots its running and waiting trials could use; the controller
+keeps its waiting trials itself, so Dask's own adaptive scaling never sees them): more jobs, up to
+``maximum_jobs``, while trials wait; a job none of whose workers runs anything is released, down to
+``minimum_jobs``, once the demand fits in fewer jobs (two looks in a row: from the first, its workers count as at
+their walltime's end, so that no trial is given to them meanwhile).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = [
+    "DEMAND_KEY",
     "JobKeeper",
     "JobState",
     "MAX_FAILED_SUBMISSIONS",
@@ -56,6 +64,8 @@ MAX_FAILED_SUBMISSIONS = 3
 WALLTIME_SLACK = 5.0
 #: Where the keeper leaves each worker's walltime end on the scheduler (``Client.get_metadata``).
 DEADLINES_KEY = ("hypersweep", "job-deadlines")
+#: Where the controller leaves the slots it could use now (``cluster.executor.DaskExecutor.want``).
+DEMAND_KEY = ("hypersweep", "slots-wanted")
 #: SLURM job states in which the job still holds (or waits for) its node.
 SLURM_ALIVE = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SIGNALING"}
@@ -216,7 +226,8 @@ class JobKeeper:
     """Keeps a dask-jobqueue cluster's jobs at their count (see the module's docstring).
 
     ``states``: the batch system's view of job ids (:func:`slurm_states`); None where the system has no query
-    here (PBS): then only what Dask sees is acted on (a worker that left, a refused submission).
+    here (PBS): then only what Dask sees is acted on (a worker that left, a refused submission). ``scale``:
+    ``(minimum_jobs, maximum_jobs, slots per job)`` to scale the jobs to the demand; None keeps their count.
     """
 
     def __init__(
@@ -226,8 +237,10 @@ class JobKeeper:
         states: Callable[[list[str]], dict[str, JobState] | None] | None = None,
         notify: Callable[[str], None] = _notify,
         poll: float = POLL_SECONDS,
+        scale: tuple[int, int, int] | None = None,
     ) -> None:
         self._cluster = cluster
+        self._scale = scale
         self.system = system.upper()
         self._states = states
         self._notify = notify
@@ -238,6 +251,7 @@ class JobKeeper:
         self.joined_once = False
         self._joined: dict[str, set[str]] = {}  # each job whose worker joined, by name: its workers' addresses
         self._deadlines: dict[str, float] = {}
+        self._releasing: set[str] = set()  # idle jobs to release at the next look, their walltime end set to now
         self._joins: list[tuple[str, str]] = []  # (worker name, address) as they join, appended on the loop
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -292,7 +306,7 @@ class JobKeeper:
         ended: dict[str, str] = {}  # job name -> why
         for name, (job_id, refusal) in jobs.items():
             state = states.get(job_id) if states is not None and job_id else None
-            if state is not None and state.end is not None:
+            if state is not None and state.end is not None and name not in self._releasing:
                 for address in self._joined.get(name, ()):
                     self._deadlines[address] = state.end
             if refusal:
@@ -300,6 +314,8 @@ class JobKeeper:
             elif job_id and states is not None and (state is None or not state.alive):
                 ended[name] = self._ended(name, job_id, state)
         self._on_loop(self._replace(ended))
+        if self._scale is not None and not self._halt.is_set():
+            self._on_loop(self._follow_demand(*self._scale))
 
     def _on_joined(self, names: list[str], address: str) -> None:
         for name in names:
@@ -403,9 +419,73 @@ class JobKeeper:
                     f"{self.stopped}: no more are submitted (check the job logs and [cluster.{self.system.lower()}])"
                 )
 
+    async def _follow_demand(self, minimum: int, maximum: int, per_job: int) -> None:
+        """As many jobs as the demand's slots fill, within ``minimum..maximum``: more submitted, or idle ones
+        released (those whose worker has not joined first, then those whose workers run nothing)."""
+        demand = self._cluster.scheduler.get_metadata(keys=list(DEMAND_KEY), default=None)
+        if not isinstance(demand, dict) or self.stopped or self._cluster.status.name in ("closing", "closed"):
+            return
+        target = min(maximum, max(minimum, -(-int(demand["slots"]) // max(1, per_job))))
+        planned = len(self._cluster.worker_spec)
+        marked, self._releasing = self._releasing, set()
+        if target > planned:
+            for _ in range(target - planned):
+                self._cluster.worker_spec.update(self._cluster.new_worker_spec())
+            before = set(self._cluster.workers)
+            await self._cluster._correct_state()
+            new = [str(job.job_id) for name, job in self._cluster.workers.items() if name not in before and job.job_id]
+            if new:
+                self._notify(f"{len(new)} more {self.system} job(s) submitted for waiting trials: {', '.join(new)}")
+        elif target < planned:
+            idle = self._idle_jobs(set(demand.get("busy", ())))[: planned - target]
+            now = [name for name in idle if name in marked or name not in self._joined]
+            for name in now:
+                await self._release(name)
+            await self._mark_ending({name for name in idle if name not in now})
+
+    async def _mark_ending(self, names: set[str]) -> None:
+        """Jobs to release at the next look, if still idle then: their workers' walltime ends are set to now, so
+        that no trial is given to them meanwhile (``Walltimes``), and one cut by the release spends no retry."""
+        self._releasing = names
+        for name in names:
+            for address in self._joined.get(name, ()):
+                self._deadlines[address] = time.time()
+        if names:
+            await self._record_deadlines()
+
+    def _idle_jobs(self, busy: set[str]) -> list[str]:
+        """The planned jobs that run nothing: not joined yet first, then those none of whose workers is ``busy``
+        (a slot runner holding a trial there) or runs a task other than an idle slot runner."""
+        by_name = {str(ws.name): ws for ws in self._cluster.scheduler.workers.values()}
+        waiting, idle = [], []
+        for name in self._cluster.worker_spec:
+            workers = [ws for worker, ws in by_name.items() if _of_job(worker, name)]
+            if not workers:
+                waiting.append(name)
+            elif not any(ws.address in busy or _runs_a_trial_task(ws) for ws in workers):
+                idle.append(name)
+        return waiting + idle
+
+    async def _release(self, name: str) -> None:
+        """Cancel the job ``name`` and take it out of the plan (not replaced); say so."""
+        self._cluster.worker_spec.pop(name, None)
+        job = self._cluster.workers.pop(name, None)
+        self._joined.pop(name, None)
+        if job is None:
+            return
+        await job.close()
+        if job.job_id:
+            self._notify(f"{self.system} job {job.job_id} released: no trial waits for its slots")
+
     async def _record_deadlines(self) -> None:
         if self._deadlines:
             self._cluster.scheduler.set_metadata(keys=list(DEADLINES_KEY), value=dict(self._deadlines))
+
+
+def _runs_a_trial_task(worker: Any) -> bool:
+    """Whether the scheduler's ``worker`` runs a task that is not a slot runner (``cluster.slot_runner.runner_key``
+    names those ``<topic>-runner-<n>``): a trial of its own, or a part of one."""
+    return any("-runner-" not in str(ts.key) for ts in worker.processing)
 
 
 def _of_job(worker: str, job: str) -> bool:

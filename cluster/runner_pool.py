@@ -122,6 +122,11 @@ class RunnerPool:
             runner = self._of.get(number)
             return runner.future if runner is not None else None
 
+    def busy_workers(self) -> list[str]:
+        """The workers whose runners hold a trial (sent, running, or not ended yet)."""
+        with self._lock:
+            return sorted({r.worker for r in self._runners.values() if r.trials and r.worker})
+
     def running(self) -> tuple[int, ...]:
         with self._lock:
             return (*self._of, *(p.number for p in self._waiting))

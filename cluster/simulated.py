@@ -448,6 +448,9 @@ class SimulatedExecutor:
     def wake(self) -> None:
         """Nothing to wake: ``events`` never waits in real time."""
 
+    def want(self, slots: int) -> None:
+        """Its workers are fixed: the demand changes nothing."""
+
     def submit(self, request: TrialRequest) -> None:
         if request.width > self._slots_per_worker:
             raise ValueError(

@@ -138,6 +138,7 @@ class Campaign:
             self.supply.start(resumable)
             while True:
                 self._fill()
+                self.executor.want(self.dispatch.wanted(self.supply, self.budget.may_start()))
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
                 self.supply.flush_params()  # of the trials the journal is about to record
                 self._flush()

@@ -16,6 +16,7 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from cluster.errors import ClusterError
 from cluster.executor import Started, TrialExecutor, TrialRequest
@@ -27,6 +28,9 @@ from search.store.records import write_attrs
 from search.vocab.terms import StopReason
 from spaces.errors import HypersweepError
 from trainers.api import TrialConfig
+
+if TYPE_CHECKING:
+    from search.loop.supply import TrialSupply
 
 __all__ = ["Dispatcher", "FillPlan", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
 
@@ -220,6 +224,12 @@ class Dispatcher:
             return ""
         self._claimed.add(oldest.task)
         return oldest.worker
+
+    def wanted(self, supply: TrialSupply, may_start: bool) -> int:
+        """The slots the campaign could use now: those its launched trials hold, and one for each trial that waits
+        or may still be asked (widened to the narrowest trial)."""
+        waiting = len(supply.pending) + (supply.trials_left(len(self.running)) if may_start else 0)
+        return self._busy + waiting * max(1, self._min_width)
 
     # --- what happens to running trials -------------------------------------------------------------
 

@@ -222,6 +222,29 @@ def test_jobs_run_the_trials_a_cancelled_job_is_replaced_and_no_job_is_left(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_adaptive_jobs_grow_while_trials_wait_and_an_idle_job_is_released(tmp_path: Path, slurm: str) -> None:
+    """minimum_jobs = 1, maximum_jobs = 2: the controller keeps its waiting trials itself, so the keeper scales by
+    the demand it leaves on the scheduler: a second job runs trials beside the first, and once nothing waits, the
+    job left idle while the last (slow) trial runs is released before the campaign ends."""
+    n_trials = 8
+    slurm_keys = "walltime = '00:10:00'\nminimum_jobs = 1\nmaximum_jobs = 2\n"
+    path = spec(tmp_path, n_trials=n_trials, epochs=3, sleep=1.0, slurm=slurm_keys, slow=(n_trials - 1,))
+    proc = run(tmp_path, path, timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    order = [job for _, _, job in epochs_by_job(tmp_path)]
+    first, *others = dict.fromkeys(order)
+    assert len(others) == 1, order  # one more job, and no more than maximum_jobs
+    # at the same time: the second job ran an epoch before the first job's last one
+    assert order.index(others[0]) < len(order) - 1 - order[::-1].index(first), order
+    assert "1 more SLURM job(s) submitted for waiting trials" in proc.stderr, proc.stderr
+    (released,) = [line for line in proc.stderr.splitlines() if "released: no trial waits for its slots" in line]
+    last = [job for number, _, job in epochs_by_job(tmp_path) if number == n_trials - 1]
+    assert released.split()[3] in (first, *others) and released.split()[3] not in last, (released, last)
+    complete_once(tmp_path, n_trials)
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_a_walltime_shorter_than_the_campaign_spends_no_retry_and_starts_no_trial_it_would_cut(
     tmp_path: Path, slurm: str

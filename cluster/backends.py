@@ -501,6 +501,10 @@ class JobQueueBackend(_Deployed):
     def adaptive(self) -> bool:
         return self.maximum_jobs > self.minimum_jobs
 
+    @property
+    def follows_demand(self) -> bool:
+        return self.adaptive
+
     def describe(self, options: ClusterOptions) -> str:
         jobs = f"{self.minimum_jobs}..{self.maximum_jobs} (adaptive)" if self.adaptive else str(self.maximum_jobs)
         queue = f" on queue {self.queue!r}" if self.queue else ""

@@ -258,7 +258,9 @@ def _register_first_run(client: Client) -> None:
 class DaskExecutor:
     """Trials on a Dask cluster: one-slot trials through slot runners (long-lived tasks that each hold a slot and
     run the trials sent to them, :mod:`cluster.runner_pool`), wider ones as Dask tasks with resource restrictions;
-    reports via the worker event stream. ``runners=False`` runs every trial as a task of its own."""
+    reports via the worker event stream. ``runners=False`` runs every trial as a task of its own;
+    ``follows_demand`` (a cluster that scales with the campaign, ``Backend.follows_demand``): :meth:`want` leaves the
+    demand on the scheduler."""
 
     supports_batch = True
     virtual_time = False
@@ -271,6 +273,7 @@ class DaskExecutor:
         lost_after: float = 30.0,
         packing: GpuPacking | None = None,
         runners: bool = True,
+        follows_demand: bool = False,
     ) -> None:
         self._client = client
         self._packing = packing or GpuPacking()
@@ -286,6 +289,7 @@ class DaskExecutor:
         self._address = str(getattr(client.scheduler, "address", "") or "the scheduler")
         self._slots: Slots | None = None
         self._wanted: dict[str, Any] = {}  # the demand last left on the scheduler (want)
+        self._follows_demand = follows_demand
         self._slots_at = 0.0
         self._topic = topic
         self._resource = resource or self._infer_resource()
@@ -450,6 +454,8 @@ class DaskExecutor:
     def want(self, slots: int) -> None:
         """Leave the campaign's demand on the scheduler (:data:`~cluster.jobs.DEMAND_KEY`: the slots, and the
         workers whose slot runners hold a trial), when it changed: a job keeper scales its jobs by it."""
+        if not self._follows_demand:  # a cluster of fixed size: no scheduler round trip per launched trial
+            return
         demand = {"slots": slots, "busy": self._pool.busy_workers() if self._pool is not None else []}
         if demand == self._wanted:
             return

@@ -130,6 +130,12 @@ class Backend(abc.ABC):
     #: One line on the backend for the docs and ``search.vocab.registry.backends()``; ``{kind}``: the name it is given.
     summary: ClassVar[str] = ""
 
+    @property
+    def follows_demand(self) -> bool:
+        """Whether this cluster grows and shrinks with the campaign's demand (a job backend's ``minimum_jobs <
+        maximum_jobs``): only then does the executor leave its demand on the scheduler (``DaskExecutor.want``)."""
+        return False
+
     @classmethod
     def description_of(cls, kind: str) -> str:
         """The one line on the backend named ``kind`` (one class may serve several names: slurm, pbs)."""

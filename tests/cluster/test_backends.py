@@ -481,7 +481,7 @@ def test_tls_files_reach_the_workers_command_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("system", ["slurm", "pbs"])
 def test_the_printed_script_is_what_jobqueue_submits(system: str) -> None:
     """jobqueue's own ``cluster.job_script()`` of the started cluster object equals ours, address aside."""
-    from cluster.backends import _jobqueue_cluster
+    from cluster.jobqueue_backend import _jobqueue_cluster
 
     backend = JobQueueBackend(
         system,

@@ -154,7 +154,8 @@ def worker_processes(controller: int) -> list[psutil.Process]:
     return found
 
 
-def embedded_spec(tmp_path: Path, n_trials: int) -> Path:
+def embedded_run(tmp_path: Path, n_trials: int) -> tuple[list[str], Path]:
+    """``run`` of a campaign of ``n_trials`` on one embedded worker: its arguments and its folder."""
     spec = tmp_path / "lost.toml"
     spec.write_text(
         toy_toml(
@@ -166,18 +167,16 @@ def embedded_spec(tmp_path: Path, n_trials: int) -> Path:
             cluster={"worker_timeout": TIMEOUT, "n_workers": 1},
         )
     )
-    return spec
+    return ["run", str(spec), "--runs-dir", str(tmp_path / "runs")], tmp_path / "runs" / "lost"
 
 
 @pytest.mark.timeout(300)
 def test_an_embedded_worker_that_its_nanny_does_not_start_again_is_started_anew_and_the_campaign_finishes(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = embedded_spec(tmp_path, 3)
-    runs = tmp_path / "runs"
-    folder = runs / "lost"
+    run, folder = embedded_run(tmp_path, 3)
     stopped: list[psutil.Process] = []
-    with controller(["run", str(spec), "--runs-dir", str(runs)], subprocess_env) as (proc, lines):
+    with controller(run, subprocess_env) as (proc, lines):
         try:
             wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report")
             first = worker_processes(proc.pid)
@@ -208,11 +207,9 @@ def test_an_embedded_worker_that_its_nanny_does_not_start_again_is_started_anew_
 def test_an_embedded_cluster_whose_workers_keep_dying_is_said_within_30s_then_exit_3_and_resume_finishes(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = embedded_spec(tmp_path, 3)
-    runs = tmp_path / "runs"
-    folder = runs / "lost"
+    run, folder = embedded_run(tmp_path, 3)
     killing = threading.Event()
-    with controller(["run", str(spec), "--runs-dir", str(runs)], subprocess_env) as (proc, lines):
+    with controller(run, subprocess_env) as (proc, lines):
 
         def kill_every_worker() -> None:  # an OOM killer that takes every worker process as soon as it starts
             while killing.is_set():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -144,7 +145,7 @@ class JobQueueBackend(Deployed):
 
             client = Client(cluster, timeout=options.connect_timeout, security=options.security())
             try:
-                self._wait_for_first_job(client, keeper)
+                self._wait_for_first_job(client, keeper, options.job_logs)
                 yield client
             finally:
                 keeper.cancel_all()  # first, and not replaced: each worker leaves on SIGTERM, its log clean
@@ -174,7 +175,7 @@ class JobQueueBackend(Deployed):
                 "they can reach (with TLS files, or --insecure)"
             )
 
-    def _wait_for_first_job(self, client: Client, keeper: JobKeeper) -> None:
+    def _wait_for_first_job(self, client: Client, keeper: JobKeeper, job_logs: str) -> None:
         """Return once a worker joined; a refused submission, or submissions stopped, or ``start_timeout``: raise."""
         import time
 
@@ -188,8 +189,7 @@ class JobQueueBackend(Deployed):
             if keeper.refusal and not keeper.joined_once:
                 raise SubmissionRefused(f"{self.system.upper()} refused the job: {keeper.refusal}")
             if keeper.stopped:
-                logs = "slurm-<job id>.out where run was started" if self.system == "slurm" else "the job logs"
-                raise ClusterError(f"{keeper.stopped}: check {logs}")
+                raise ClusterError(f"{keeper.stopped}: check {job_log_files(self.system, job_logs)}")
             if time.monotonic() > deadline:
                 raise ClusterError(
                     f"no worker joined within {self.start_timeout:g}s (start_timeout): check the queue "
@@ -203,18 +203,29 @@ class JobQueueBackend(Deployed):
         cluster.scale(jobs=max(1, self.minimum_jobs) if self.adaptive else self.maximum_jobs)
 
 
-def _slurm_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
+def job_log_files(system: str, job_logs: str) -> str:
+    """Where a job's log is, in words: in ``job_logs`` (the campaign's ``jobs/``), or where the batch system puts it."""
+    if system == "slurm":
+        return f"{job_logs or 'the folder run was started in'}/slurm-<job id>.out"
+    return f"the job logs in {job_logs}" if job_logs else "the job logs"
+
+
+def _slurm_kwargs(backend: JobQueueBackend, job_logs: str) -> dict[str, Any]:
     directives = list(backend.job_extra_directives)
     gpus = backend.gpus_per_job
     if gpus and not any(re.search(r"--(gres|gpus)", d) for d in directives):
         directives.append(f"--gres=gpu:{gpus}")
+    # stdout and stderr in one file, as sbatch's default, in the campaign's folder (unless the user's own --output)
+    if job_logs and not any(re.match(r"\s*(-o|--output)\b", d) for d in directives):
+        directives.append(f"--output={job_logs}/slurm-%j.out")
     return {"job_extra_directives": directives}
 
 
-def _pbs_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
+def _pbs_kwargs(backend: JobQueueBackend, job_logs: str) -> dict[str, Any]:
     return {
         "resource_spec": backend.resource_spec or _pbs_select(backend),
         "job_extra_directives": list(backend.job_extra_directives),
+        **({"log_directory": job_logs} if job_logs else {}),  # jobqueue's #PBS -o and -e
     }
 
 
@@ -268,8 +279,9 @@ def _job_class(system: str) -> type:
     return type(f"OneWorkerPerNode{base.__name__}", (base,), members)
 
 
-def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
-    """Keyword arguments for jobqueue's cluster (and job) classes; nothing from the spec passes through raw."""
+def _job_kwargs(backend: JobQueueBackend, job_logs: str = "") -> dict[str, Any]:
+    """Keyword arguments for jobqueue's cluster (and job) classes; nothing from the spec passes through raw.
+    ``job_logs``: the folder each job's log goes to ("": where the batch system puts it)."""
     kwargs: dict[str, Any] = {
         "cores": backend.cores,
         "memory": backend.memory,
@@ -287,7 +299,7 @@ def _job_kwargs(backend: JobQueueBackend) -> dict[str, Any]:
     }
     if backend.job_script_prologue:  # it sets the node's environment up: its python, not this machine's venv path
         kwargs["python"] = "python"
-    return {**kwargs, **_JOB_SYSTEMS[backend.system][1](backend)}
+    return {**kwargs, **_JOB_SYSTEMS[backend.system][1](backend, job_logs)}
 
 
 def _network_kwargs(options: ClusterOptions) -> dict[str, Any]:
@@ -310,7 +322,7 @@ def job_script(options: ClusterOptions, scheduler_address: str | None = None) ->
     backend = _jobqueue_backend(options)
     job = _job_class(backend.system)
     address = scheduler_address or f"{options.protocol}{options.host}:{SCHEDULER_PLACEHOLDER}"
-    kwargs = {**_job_kwargs(backend), **_network_kwargs(options), "interface": None}
+    kwargs = {**_job_kwargs(backend, options.job_logs), **_network_kwargs(options), "interface": None}
     # jobqueue's own cluster.job_script() builds this very job with the name "dummy-name".
     return job(address, name="dummy-name", config_name=backend.system, **kwargs).job_script()
 
@@ -332,6 +344,8 @@ def _jobqueue_cluster(options: ClusterOptions) -> Any:
 
     if not options.dashboard:
         scheduler_options["plugins"] = [CloseSchedulerHTTP()]
+    if options.job_logs:  # the batch system writes into it; it does not make it
+        os.makedirs(options.job_logs, exist_ok=True)
     no_http = {} if options.dashboard else NO_HTTP_ROUTES
     with dask.config.set({"distributed.scheduler.allowed-failures": 0, **no_http}):
         return _cluster_class(backend.system)(
@@ -340,5 +354,5 @@ def _jobqueue_cluster(options: ClusterOptions) -> Any:
             scheduler_options=scheduler_options,
             silence_logs=silence_logs(options),
             **_network_kwargs(options),
-            **_job_kwargs(backend),
+            **_job_kwargs(backend, options.job_logs),
         )

@@ -7,6 +7,7 @@ it would submit. A submitted job, with a stand-in ``sbatch``: ``test_backend_job
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 from pathlib import Path
@@ -276,6 +277,24 @@ def test_a_jobqueue_backend_submits_its_job_script() -> None:
     backend = JobQueueBackend("pbs", walltime="1:00:00", cores=4, memory="8GB")
     options = ClusterOptions(backend=backend)
     assert backend.submission(options) == submission_text(options) == job_script(options)
+
+
+@needs_jobqueue
+def test_a_campaigns_jobs_log_into_its_folder_unless_the_user_names_the_output(tmp_path: Path) -> None:
+    logs = str(tmp_path / "runs" / "demo" / "jobs")
+    slurm = JobQueueBackend("slurm", walltime="1:00:00", cores=1, memory="1GB")
+    assert "--output" not in job_script(ClusterOptions(backend=slurm))  # cluster-script: sbatch's default
+    script = job_script(ClusterOptions(backend=slurm, job_logs=logs))
+    assert f"--output={logs}/slurm-%j.out" in directives(script, "#SBATCH")
+    assert "--error" not in script  # stderr in the same file, as sbatch's default
+    own = dataclasses.replace(slurm, job_extra_directives=("--output=/scratch/%j.log",))
+    assert (
+        directives(job_script(ClusterOptions(backend=own, job_logs=logs)), "#SBATCH")[-1] == "--output=/scratch/%j.log"
+    )
+    pbs = JobQueueBackend("pbs", walltime="1:00:00", cores=1, memory="1GB")
+    assert {f"-o {logs}/", f"-e {logs}/"} <= set(
+        directives(job_script(ClusterOptions(backend=pbs, job_logs=logs)), "#PBS")
+    )
 
 
 # --- generated job scripts -----------------------------------------------------------------------

@@ -62,7 +62,6 @@ function (``tests/search/session/test_resume_no_duplicates.py`` calls it).
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import dataclasses
 import json
@@ -77,6 +76,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.chaos_processes import WorkerKills, group_alive, kill_all, start_campaign, stop_campaign
+from bench.chaos_study import (
+    CHECKPOINT,
+    DEATHS,
+    PIDFILE,
+    STUDY,
+    ChaosResult,
+    check_study,
+    count_trials,
+    metrics_steps,
+    read_text,
+)
 from trainers.api import TrainerInfo, declare
 
 __all__ = [
@@ -90,8 +101,6 @@ __all__ = [
     "die_between_chaos",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
-STUDY = "chaos"
 
 SPEC = """
 [study]
@@ -115,11 +124,6 @@ y = {{ type = "float", low = -1.0, high = 1.0 }}
 [cluster]
 n_workers = {workers}
 """
-
-
-CHECKPOINT = "chaos_checkpoint.json"  # in the trial's checkpoint_dir: {"identity": ..., "history": [metrics, ...]}
-PIDFILE = "chaos.pid"  # in the trial's checkpoint_dir while fit runs: the pid of its process (a Dask worker)
-DEATHS = "chaos_deaths"  # in the trial's checkpoint_dir: how often ``options.die_between`` killed its worker
 
 
 def fit(config: Any, reporter: Any) -> dict[str, float]:
@@ -182,23 +186,16 @@ def _die_between(config: Any, folder: Path | None, epoch: int) -> None:
     chance = float(config.options.get("die_between", 0.0))
     if not chance or folder is None:
         return
-    deaths = int(_read_text(folder / DEATHS) or 0)
+    deaths = int(read_text(folder / DEATHS) or 0)
     if deaths >= int(config.options.get("die_max", 1)):
         return
     if random.Random(f"{config.seed}-{epoch}-{deaths}").random() >= chance:  # the trial's seed: from --seed
         return
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and epoch not in _metrics_steps(folder / "metrics.jsonl"):
+    while time.monotonic() < deadline and epoch not in metrics_steps(folder / "metrics.jsonl"):
         time.sleep(0.01)
     _write_atomic(folder / DEATHS, str(deaths + 1))
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return ""
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -226,370 +223,11 @@ def _load_checkpoint(path: Path) -> dict[str, Any] | None:
 declare(fit, TrainerInfo(accepted_params={"x", "y"}, reported_metrics={"score", "epoch_seconds"}))
 
 
-# --- the checks, with plain Optuna ---------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class ChaosResult:
-    """What the kills did and what the study holds afterwards."""
-
-    sampler: str
-    budget: int
-    epochs: int
-    signal: str = "KILL"
-    kills: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # per kill: delay, trials, returncode, left
-    finished_early: bool = False  # the budget was spent before every kill happened
-    worker_kills_wanted: int = 0
-    worker_kills: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # per kill: at, pid, trials
-    final_returncode: int | None = None
-    final_stderr: str = ""
-    trials: int = 0
-    states: dict[str, int] = dataclasses.field(default_factory=dict)
-    lost: list[int] = dataclasses.field(default_factory=list)
-    failed: dict[int, str] = dataclasses.field(default_factory=dict)  # number -> recorded reason
-    duplicated: list[list[int]] = dataclasses.field(default_factory=list)  # groups of trial numbers
-    missing_reports: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # number -> missing steps
-    repeated_reports: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # number -> steps kept twice
-    resumed_runs: int = 0  # runs of fit that started from a checkpoint (a retry or a resume)
-    resent_reports: int = 0  # reports those runs sent again
-    gaps_filled: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # number -> steps kept from a re-send
-    worker_deaths: int = 0  # workers fit killed between a report and its checkpoint (``options.die_between``)
-    seconds: float = 0.0
-
-    @property
-    def bad_interrupts(self) -> list[int]:
-        """The SIGTERMed controllers (1-based) that did not exit 130 on their own."""
-        return [i for i, kill in enumerate(self.kills, 1) if kill["signal"] == "TERM" and kill["returncode"] != 130]
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.final_returncode == 0
-            and self.trials == self.budget
-            and not self.lost
-            and not self.failed
-            and not self.duplicated
-            and not self.missing_reports
-            and not self.repeated_reports
-            and not self.bad_interrupts
-        )
-
-    def lines(self) -> list[str]:
-        how = "kill -9" if self.signal == "KILL" else "SIGTERM"
-        out = [
-            f"sampler {self.sampler}: {len(self.kills)} {how} of the controller"
-            + (" (the budget was spent before the last one)" if self.finished_early else "")
-            + (f", {len(self.worker_kills)} kill -9 of a worker" if self.worker_kills_wanted else "")
-            + (
-                f" (of {self.worker_kills_wanted}: the budget was spent first)"
-                if len(self.worker_kills) < self.worker_kills_wanted
-                else ""
-            )
-        ]
-        for i, kill in enumerate(self.kills, 1):
-            line = f"  kill {i}: {kill['delay']:.2f} s after the storage grew, {kill['trials']} trial(s) in the storage"
-            if kill["signal"] == "TERM":
-                line += f"; exit status {kill['returncode']} after {kill['exit_s']:.1f} s"
-                line += f", {len(kill['left'])} process(es) left behind {kill['left'] or ''}"
-                if kill["stayed"]:
-                    line += f", still there 2 s later: {kill['stayed']}"
-            out.append(line)
-        for i, kill in enumerate(self.worker_kills, 1):
-            out.append(
-                f"  worker kill {i}: pid {kill['pid']} at {kill['at']:.2f} s of running time (controller "
-                f"run {kill['run']}), running trial(s) {kill['running']}, {kill['trials']} in the storage"
-            )
-
-        def verdict(bad: object) -> str:
-            return "FAIL" if bad else "OK"
-
-        missing = sum(map(len, self.missing_reports.values()))
-        repeated = sum(map(len, self.repeated_reports.values()))
-        out += [
-            f"final resume exit status: {self.final_returncode}",
-            f"budget:            {self.trials} trials of {self.budget}  {verdict(self.trials != self.budget)}",
-            f"states:            {', '.join(f'{n} {s}' for s, n in sorted(self.states.items()))}",
-            f"lost (unfinished): {len(self.lost)} {self.lost or ''}  {verdict(self.lost)}",
-            f"failed trials:     {len(self.failed)} {self.failed or ''}  {verdict(self.failed)}",
-            f"duplicated params: {len(self.duplicated)} {self.duplicated or ''}  {verdict(self.duplicated)}",
-            f"missing reports:   {missing} step(s) in {len(self.missing_reports)} trial(s) "
-            f"{self.missing_reports or ''}  {verdict(self.missing_reports)}",
-            f"repeated reports:  {repeated} step(s) in {len(self.repeated_reports)} trial(s) "
-            f"{self.repeated_reports or ''}  {verdict(self.repeated_reports)}",
-        ]
-        torn = [kill for kill in self.kills if kill.get("torn")]
-        if any("torn" in kill for kill in self.kills):
-            out.append(
-                f"torn journals:     {len(torn)} of {len(self.kills)} kills tore the line after the last trial "
-                f"creation ({sum(k['cut_bytes'] for k in torn)} bytes cut in all)"
-            )
-        if self.worker_deaths:
-            out.append(f"worker deaths:     {self.worker_deaths} between a report and its checkpoint")
-        out.append(
-            f"re-sent reports:   {self.resent_reports} in {self.resumed_runs} run(s) resumed from a checkpoint; "
-            f"{sum(map(len, self.gaps_filled.values()))} of them filled a gap {self.gaps_filled or ''}"
-        )
-        if self.signal == "TERM":
-            out.append(
-                f"interrupts:        {len(self.kills) - len(self.bad_interrupts)} of {len(self.kills)} "
-                f"exited 130 {self.bad_interrupts or ''}  {verdict(self.bad_interrupts)}"
-            )
-        out += [f"wall time:         {self.seconds:.1f} s", "RESULT: " + ("PASS" if self.ok else "FAIL")]
-        if self.final_returncode not in (0, None) and self.final_stderr:
-            out.append("last resume's stderr (tail):\n" + self.final_stderr[-2000:])
-        return out
-
-
-def open_study(folder: Path, name: str = STUDY) -> Any:
-    """The campaign's study, opened with plain Optuna as a reader (``search.store.storage.open_storage``)."""
-    import optuna
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = JournalStorage(JournalFileBackend(str(folder / "study.journal")))
-    return optuna.load_study(study_name=name, storage=storage)
-
-
-def check_study(folder: Path, result: ChaosResult, name: str = STUDY) -> ChaosResult:
-    """Fill ``result`` from the study in ``folder``: budget, lost, failed, duplicated, missing/repeated reports."""
-    from optuna.trial import TrialState
-
-    trials = open_study(folder, name).get_trials(deepcopy=False)
-    result.trials = len(trials)
-    result.states = dict(collections.Counter(t.state.name for t in trials))
-    result.lost = [t.number for t in trials if not t.state.is_finished()]
-    result.failed = {
-        t.number: str(t.user_attrs.get("fail_reason") or t.user_attrs.get("stop_reason") or "?")
-        for t in trials
-        if t.state == TrialState.FAIL
-    }
-    by_params: dict[tuple, list[int]] = collections.defaultdict(list)
-    for t in trials:
-        by_params[tuple(sorted(t.params.items()))].append(t.number)
-    result.duplicated = [numbers for numbers in by_params.values() if len(numbers) > 1]
-    every = set(range(1, result.epochs + 1))
-    for t in trials:
-        if t.state != TrialState.COMPLETE:
-            continue
-        history = [int(step) for step, _metrics in t.user_attrs.get("history") or ()]
-        lines = _metrics_steps(folder / "trials" / str(t.number) / "metrics.jsonl")
-        missing = sorted((every - set(history)) | (every - set(t.intermediate_values)) | (every - set(lines)))
-        if missing:
-            result.missing_reports[t.number] = missing
-        repeated = sorted({step for steps in (history, lines) for step in steps if steps.count(step) > 1})
-        if repeated:
-            result.repeated_reports[t.number] = repeated
-    for t in trials:
-        _count_resends(folder / "trials" / str(t.number), t.number, result)
-        result.worker_deaths += int(_read_text(folder / "trials" / str(t.number) / DEATHS) or 0)
-    return result
-
-
-def _count_resends(trial: Path, number: int, result: ChaosResult) -> None:
-    """From fit's checkpoint: the runs resumed from it, the reports they re-sent, and which of those the
-    controller kept (its ``metrics.jsonl`` line is later than the resume: the first send was lost)."""
-    try:
-        resumes = json.loads((trial / CHECKPOINT).read_text()).get("resumes", ())
-        lines = [json.loads(line) for line in (trial / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return
-    for at, covered in resumes:
-        result.resumed_runs += 1
-        result.resent_reports += int(covered)
-        filled = sorted({int(r["step"]) for r in lines if int(r["step"]) <= covered and float(r["time"]) >= at})
-        if filled:
-            result.gaps_filled.setdefault(number, []).extend(filled)
-
-
-def _metrics_steps(path: Path) -> list[int]:
-    """The steps in a trial's ``metrics.jsonl``, one per whole line (plain json)."""
-    steps = []
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return steps
-    for line in text.splitlines():
-        try:
-            steps.append(int(json.loads(line)["step"]))
-        except (ValueError, TypeError, KeyError):
-            continue  # a torn line
-    return steps
-
-
-# --- the kills --------------------------------------------------------------------------------------
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "ab") as fh:
-        return subprocess.Popen(
-            [sys.executable, "-m", "search", *args, "--no-progress"],
-            cwd=ROOT,
-            env=_env(),
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _group(pgid: int) -> list[tuple[int, int]]:
-    """``(pid, parent pid)`` of every live (not zombie) process in process group ``pgid`` (Linux ``/proc``)."""
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp ... (after "pid (comm)")
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append((int(entry.name), int(fields[1])))
-    return out
-
-
-def _stop(proc: subprocess.Popen, how: str = "KILL", grace: float = 60.0) -> dict[str, Any]:
-    """Stop the controller, then SIGKILL whatever it left in its process group (workers, the sampler child).
-
-    ``how="KILL"``: SIGKILL. ``how="TERM"``: SIGTERM, then up to ``grace`` s for the controller to exit on its
-    own (then SIGKILL); says its exit status, how long it took and how many processes it left behind."""
-    sent = time.monotonic()
-    try:
-        os.kill(proc.pid, signal.SIGTERM if how == "TERM" else signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=grace if how == "TERM" else 30)
-        returncode: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        returncode = None  # did not exit on its own
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    exited = time.monotonic() - sent
-    left = [_describe(pid) for pid, _parent in _group(proc.pid)]  # alive when the controller had exited
-    time.sleep(2.0 if left else 0.0)
-    stayed = [_describe(pid) for pid, _parent in _group(proc.pid)]  # and 2 s later
-    deadline = time.monotonic() + 30
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    return {"signal": how, "returncode": returncode, "exit_s": exited, "left": left, "stayed": stayed}
-
-
-def _describe(pid: int) -> str:
-    """``pid`` in a few words: what it runs (from its command line) and its thread count."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        threads = next(
-            line.split()[1]
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-            if line.startswith("Threads:")
-        )
-    except (OSError, StopIteration):
-        return f"{pid} (gone)"
-    kind = (
-        "resource_tracker"
-        if "resource_tracker" in cmdline
-        else "spawned child"
-        if "spawn_main" in cmdline
-        else cmdline[:60]
-    )
-    return f"{pid} {kind}, {threads} threads"
-
-
-def _kill_all(proc: subprocess.Popen) -> None:
-    """SIGKILL the controller, then whatever it left in its process group (workers, the sampler child)."""
-    _stop(proc, "KILL")
-
-
-class _WorkerKills:
-    """SIGKILLs a Dask worker ``n`` times, after gaps of ``uniform(0, window)`` s of running time drawn from ``seed``.
-
-    A worker here is a process of the controller's process group whose parent is the controller (the embedded
-    cluster's nanny runs in it) and whose pid :func:`fit` wrote into a trial folder: it is running trials now.
-    The controller's other children (its sampler child, multiprocessing's resource tracker) never run one."""
-
-    def __init__(self, n: int, window: float, seed: int, folder: Path, say: Any) -> None:
-        self.rng = random.Random(f"chaos-workers-{seed}")
-        self.left, self.window, self.folder, self.say = n, window, folder, say
-        self.live = 0.0  # seconds of running time (a controller up, its storage grown), all runs together
-        self.due = self.rng.uniform(0.0, window) if n else float("inf")
-        self.done: list[dict[str, Any]] = []
-
-    def _running_on(self, proc: subprocess.Popen) -> dict[int, list[int]]:
-        """Worker pid -> the trials whose pid file names it, for the controller's live children."""
-        children = {pid for pid, parent in _group(proc.pid) if parent == proc.pid}
-        running: dict[int, list[int]] = collections.defaultdict(list)
-        for pidfile in self.folder.glob(f"trials/*/{PIDFILE}"):
-            try:
-                pid = int(pidfile.read_text())
-            except (OSError, ValueError):
-                continue
-            if pid in children:
-                running[pid].append(int(pidfile.parent.name))
-        return running
-
-    def tick(self, proc: subprocess.Popen, seconds: float, run: int) -> None:
-        """``seconds`` more of running time under controller ``proc`` (its ``run``-th start); kill if one is due."""
-        if self.left <= 0:
-            return
-        self.live += seconds
-        if self.live < self.due or proc.poll() is not None:
-            return
-        running = self._running_on(proc)
-        if not running:
-            return  # no worker runs a trial yet: at the next tick
-        pid = self.rng.choice(sorted(running))
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        kill = {
-            "at": self.live,
-            "pid": pid,
-            "run": run,
-            "running": sorted(running[pid]),
-            "trials": _count_trials(self.folder),
-        }
-        self.done.append(kill)
-        self.left -= 1
-        self.due = self.live + self.rng.uniform(0.0, self.window)
-        self.say(
-            f"worker kill {len(self.done)}: pid {pid} (trial(s) {kill['running']}), "
-            f"{kill['trials']} trial(s) in the storage"
-        )
-
-
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def _count_trials(folder: Path) -> int:
-    try:
-        return len(open_study(folder).get_trials(deepcopy=False))
-    except Exception:  # noqa: BLE001 - a journal being written, or not created yet
-        return -1
 
 
 def chaos(
@@ -612,7 +250,7 @@ def chaos(
 ) -> ChaosResult:
     """Run the campaign, kill its controller ``reps`` times (``signal`` ``"KILL"`` or ``"TERM"``, each
     ``uniform(0, window)`` s after its storage grew), resume each time, and check the study. ``kill_workers``:
-    also SIGKILL a worker that many times (see :class:`_WorkerKills`). ``root``: where the campaign lives (a
+    also SIGKILL a worker that many times (see :class:`WorkerKills`). ``root``: where the campaign lives (a
     temporary folder otherwise, removed afterwards). ``after_kill(folder) -> dict``: done to the campaign folder
     after each kill (its answer joins the kill's record); ``options``: more trainer options (TOML, ``, k = v``)."""
     if signal not in ("KILL", "TERM"):
@@ -651,7 +289,7 @@ def chaos(
     journal = folder / "study.journal"
     log = root / "controller.log"
     result = ChaosResult(sampler, trials, epochs, signal=signal, worker_kills_wanted=kill_workers)
-    workers_killer = _WorkerKills(kill_workers, window, seed, folder, say)
+    workers_killer = WorkerKills(kill_workers, window, seed, folder, say)
     deadline = started + timeout
     command = ["run", str(spec), "--runs-dir", str(runs)]
 
@@ -670,7 +308,7 @@ def chaos(
     for run in range(1, reps + 1):
         delay = rng.uniform(0.0, window)
         size = _size(journal)
-        proc = _start(command, log)
+        proc = start_campaign(command, log)
         command = ["resume", str(folder)]
         stopped: dict[str, Any] = {}
         try:
@@ -679,30 +317,30 @@ def chaos(
                 result.finished_early = True
                 result.final_returncode = proc.returncode
                 break
-            stopped = _stop(proc, signal, term_grace)
+            stopped = stop_campaign(proc, signal, term_grace)
         finally:
-            if proc.poll() is None or _group_alive(proc.pid):
-                _kill_all(proc)
+            if proc.poll() is None or group_alive(proc.pid):
+                kill_all(proc)
         if signal == "TERM" and stopped["returncode"] == 0:  # the campaign ended before the interrupt did
             result.finished_early = True
             result.final_returncode = 0
             break
         if after_kill is not None:
             stopped.update(after_kill(folder))
-        result.kills.append({"delay": delay, "trials": _count_trials(folder), **stopped})
+        result.kills.append({"delay": delay, "trials": count_trials(folder), **stopped})
         say(
-            f"kill {len(result.kills)} ({signal}): {delay:.2f} s in, {_count_trials(folder)} trial(s) in the storage"
+            f"kill {len(result.kills)} ({signal}): {delay:.2f} s in, {count_trials(folder)} trial(s) in the storage"
             + (f", exit status {stopped['returncode']}" if signal == "TERM" else "")
         )
     if not result.finished_early:
-        proc = _start(command, log)
+        proc = start_campaign(command, log)
         try:
             run_until(proc, _size(journal), float("inf"), reps + 1)
             if proc.poll() is None:
                 say("the last resume did not finish in time")
         finally:
-            if proc.poll() is None or _group_alive(proc.pid):
-                _kill_all(proc)
+            if proc.poll() is None or group_alive(proc.pid):
+                kill_all(proc)
         result.final_returncode = proc.returncode
     result.worker_kills = workers_killer.done
     result.final_stderr = log.read_text(errors="replace")[-4000:] if log.exists() else ""

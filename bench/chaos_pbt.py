@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.chaos import _count_trials, _group_alive, _kill_all, _metrics_steps, _start, _stop, open_study
+from bench.chaos_processes import group_alive, kill_all, start_campaign, stop_campaign
+from bench.chaos_study import count_trials, metrics_steps, open_study
 
 __all__ = ["PBTChaosResult", "chaos_pbt", "check_pbt_study", "MOMENTS", "PBT_STUDY"]
 
@@ -164,7 +165,7 @@ def chaos_pbt(
     seen: set[tuple[str, int]] = set()  # (trial, epoch) a mid-segment kill already landed at
     for i in range(reps):
         moment = MOMENTS[i % len(MOMENTS)]
-        proc = _start(command, log)
+        proc = start_campaign(command, log)
         command = ["resume", str(folder)]
         result.runs += 1
         try:
@@ -173,21 +174,21 @@ def chaos_pbt(
                 result.final_returncode = proc.returncode
                 say(f"the campaign ended (or timed out) before kill {i + 1} ({moment})")
                 break
-            _stop(proc, "KILL")
+            stop_campaign(proc, "KILL")
         finally:
-            if proc.poll() is None or _group_alive(proc.pid):
-                _kill_all(proc)
+            if proc.poll() is None or group_alive(proc.pid):
+                kill_all(proc)
         result.kills.append({"moment": moment, "what": what, "trials": _count_trials_pbt(folder)})
         say(f"kill {i + 1} ({moment}): {what}")
     else:
-        proc = _start(command, log)
+        proc = start_campaign(command, log)
         result.runs += 1
         try:
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
         finally:
-            if proc.poll() is None or _group_alive(proc.pid):
-                _kill_all(proc)
+            if proc.poll() is None or group_alive(proc.pid):
+                kill_all(proc)
         result.final_returncode = proc.returncode
     result.final_log = log.read_text(errors="replace")[-4000:] if log.exists() else ""
     check_pbt_study(folder, result)
@@ -199,7 +200,7 @@ def _count_trials_pbt(folder: Path) -> int:
     try:
         return len(open_study(folder, PBT_STUDY).get_trials(deepcopy=False))
     except Exception:  # noqa: BLE001 - not created yet
-        return _count_trials(folder)
+        return count_trials(folder)
 
 
 def _wait_for(moment: str, folder: Path, proc: Any, interval: int, deadline: float, seen: set[tuple[str, int]]) -> str:
@@ -211,7 +212,7 @@ def _wait_for(moment: str, folder: Path, proc: Any, interval: int, deadline: flo
                 return f"the rung at epoch {(_journal(folder) or [{'rung': '?'}])[-1]['rung']} decided in pbt.jsonl"
         else:
             for trials in sorted(folder.glob("trials/*")):
-                steps = _metrics_steps(trials / "metrics.jsonl")
+                steps = metrics_steps(trials / "metrics.jsonl")
                 past = [s for s in steps if s > interval and (s - 1) % interval == 0]
                 if past and (trials.name, max(past)) not in seen:
                     seen.add((trials.name, max(past)))  # a later kill waits for another member or segment
@@ -253,7 +254,7 @@ def check_pbt_study(folder: Path, result: PBTChaosResult) -> PBTChaosResult:
         if t.state != TrialState.COMPLETE:
             continue
         history = [(int(s), m) for s, m in t.user_attrs.get("history") or ()]
-        lines = _metrics_steps(folder / "trials" / str(t.number) / "metrics.jsonl")
+        lines = metrics_steps(folder / "trials" / str(t.number) / "metrics.jsonl")
         steps = [s for s, _m in history]
         missing = sorted(set(every) - set(steps) | set(every) - set(lines))
         if len(t.intermediate_values) != len(set(steps)):

@@ -23,6 +23,8 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.fake_gpus import fake_gpu_cluster
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINERS = ROOT / "tests" / "search"  # gpu_trainers.py (a lease holder), oom_trainers.py (an OOM injector)
 
@@ -46,8 +48,6 @@ def _run(text: str, runs: Path, scheduler: str | None = None) -> Path:
 
 
 def packing(trials: int, hold: float, folder: Path | None, torch_trainer: bool = False) -> None:
-    from distributed import LocalCluster
-
     from tests.search.loop.test_gpu_packing_campaign import SPEC
 
     if folder is not None:
@@ -58,14 +58,7 @@ def packing(trials: int, hold: float, folder: Path | None, torch_trainer: bool =
         text = text.replace('"gpu_trainers:packed_fit"', '"bench.start_trainers:packed_torch_fit"')
     with (
         tempfile.TemporaryDirectory() as tmp,
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=8,
-            resources={"GPU": 2},
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
+        fake_gpu_cluster(2, 2, 8) as cluster,
     ):
         start = time.monotonic()
         folder = _run(text, Path(tmp), cluster.scheduler_address)

@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.fake_gpus import fake_gpu_cluster
+
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = "bench.start_trainers:first_step_fit"
 GLOO_ENTRY = "bench.start_trainers:gloo_fit"
@@ -134,24 +136,13 @@ def gloo(repeat: int) -> None:
 
 
 def _dask_rows(repeat: int, pool: bool) -> list[dict[str, float]]:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from cluster.executor import DaskExecutor, GpuPacking, TrialRequest
 
     env = {"PYTHONPATH": str(ROOT), **({} if pool else {"HYPERSWEEP_WARM_POOL": "0"})}
     rows = []
-    with (
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            resources={"GPU": 1},
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-            env=env,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with fake_gpu_cluster(1, 1, 1, env=env) as cluster, Client(cluster) as client:
         executor = DaskExecutor(client, f"trial-start-{int(pool)}", packing=GpuPacking(gpus=1.0))
         try:
             for number in range(repeat):

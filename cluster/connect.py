@@ -31,6 +31,7 @@ __all__ = [
     "open_cluster",
     "quiet_dask_finalizers",
     "quiet_dask_logs",
+    "scheduler_identity",
     "slot_resource",
     "worker_slots",
     "worker_nanny",
@@ -74,6 +75,15 @@ def worker_nanny(client: Client, worker: str) -> str:
     return str((_workers(client).get(worker) or {}).get("nanny") or "")
 
 
+def scheduler_identity(client: Client) -> dict[str, Any]:
+    """The scheduler's identity (its address, every worker's record), fetched from the scheduler now.
+
+    Not ``Client.scheduler_info``, a cache its own refresh empties of workers (see :func:`_workers`). Raises
+    ``OSError`` when the scheduler does not answer.
+    """
+    return dict(client.sync(client.scheduler.identity, n_workers=-1))
+
+
 def _workers(client: Client) -> dict[str, dict[str, Any]]:
     """Every worker's record, fetched from the scheduler now (not only the first few it sends by default).
 
@@ -84,7 +94,7 @@ def _workers(client: Client) -> dict[str, dict[str, Any]]:
     full answer this client got, or raises ``OSError`` when there is none.
     """
     try:
-        info = client.sync(client.scheduler.identity, n_workers=-1)
+        info = scheduler_identity(client)
     except OSError:
         known = _LAST_SEEN.get(client)
         if known is None:

@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["dask_setup"]
+__all__ = ["NO_HTTP_ENV", "NO_HTTP_ROUTES", "dask_setup"]
+
+# --- no plain-HTTP servers -----------------------------------------------------------------------
+#
+# Every Dask scheduler and worker starts an HTTP server (health, Prometheus metrics, the scheduler's
+# JSON API, which can retire workers) in plain HTTP, even when its cluster talks TLS. Unless the user
+# asks for the dashboard, the embedded cluster serves no routes and closes those servers as soon as
+# each scheduler or worker starts, before a worker registers: nothing but the TLS ports listens.
+
+#: Dask config (and, for processes started here, environment) that serves no HTTP routes.
+NO_HTTP_ROUTES: dict[str, list[str]] = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+NO_HTTP_ENV = {"DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]", "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]"}
 
 
 def dask_setup(server: Any) -> None:

@@ -240,6 +240,9 @@ class ClusterOptions:
     verbose: bool = False
     trials_per_gpu: int = 1
     """Trials sharing one GPU (``[trainer] gpus = 1/k``): a GPU worker started here runs that many threads per GPU."""
+    job_logs: str = ""
+    """The folder a SLURM/PBS job's log goes to (a campaign's ``jobs/``); "": where the batch system puts it (SLURM:
+    ``slurm-<job id>.out`` in the folder ``run`` was started in)."""
 
     def __post_init__(self) -> None:
         if self.backend is not None:

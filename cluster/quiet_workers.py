@@ -4,7 +4,7 @@
 sent to the whole foreground process group, reaches only the controller, even in a worker's first second of Python
 start-up (before :class:`cluster.plugins.IgnoreInterrupt` ignores it), where it printed a ``KeyboardInterrupt``
 traceback. :func:`quiet_dask_finalizers` (the controller and each worker): no "Exception ignored in
-Client.__del__" as a process exits.
+Client.__del__" as a process exits. :func:`silence_logs`: Dask's own log handlers show warnings and errors only.
 
 A thread's signal mask is inherited across ``fork`` and ``exec``; the standard library starts its own resource
 tracker the same way. Blocking SIGINT in Dask's thread that spawns moves Ctrl-C to another thread of the controller,
@@ -13,14 +13,18 @@ its main thread.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from multiprocessing import util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["quiet_dask_finalizers", "spawn_without_sigint"]
+if TYPE_CHECKING:
+    from .options import ClusterOptions
+
+__all__ = ["quiet_dask_finalizers", "silence_logs", "spawn_without_sigint"]
 
 _SPAWN: Callable[..., int] = util.spawnv_passfds
 #: The name of the thread that starts each of Dask's processes (a nanny's worker): distributed.process.AsyncProcess.
@@ -57,3 +61,10 @@ def quiet_dask_finalizers() -> None:
         previous(unraisable)
 
     sys.unraisablehook = hook
+
+
+def silence_logs(options: ClusterOptions) -> int | bool:
+    """Dask's ``silence_logs`` for a cluster started here: while it runs, Dask's own log handlers (this process's
+    and its worker processes') show warnings and errors only, unless ``options.verbose``. False keeps them as they are.
+    """
+    return False if options.verbose else logging.WARNING

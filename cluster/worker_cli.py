@@ -19,10 +19,11 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from .backends import NO_HTTP_ENV, worker_args
 from .errors import ClusterError, SettingError
+from .no_http import NO_HTTP_ENV
 from .options import TLSFiles, is_loopback, plain_tcp_warning
 from .resources import detect_gpus
+from .worker_shape import worker_args
 
 __all__ = ["WorkerOptions", "worker_command", "check_reachable", "start_worker"]
 

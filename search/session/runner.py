@@ -11,6 +11,7 @@ lags behind the trials asked ahead of it, and would sample them again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -192,7 +193,7 @@ def _execute(
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     try:
-        with open_cluster(cluster, env=env) as client:
+        with open_cluster(dataclasses.replace(cluster, job_logs=str(folder.job_logs)), env=env) as client:
             info = scheduler_info(client)
             record_environment(folder.environment, capture_environment(info, spec))
             for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
@@ -266,7 +267,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
         with _campaign_log(folder):
             _execute(spec, folder, options, cluster, new=new)
     except BaseException as exc:
-        if created and not _has_trials(folder):
+        if created and not _has_trials(folder) and not _has_job_logs(folder):
             lock.release()
             shutil.rmtree(folder.root, ignore_errors=True)  # nothing ran: leave nothing behind
             if new_runs_dir:
@@ -288,6 +289,11 @@ def keep_components(spec: CampaignSpec, folder: CampaignFolder) -> None:
 
 def _has_trials(folder: CampaignFolder) -> bool:
     return folder.trials.exists() and any(folder.trials.iterdir())
+
+
+def _has_job_logs(folder: CampaignFolder) -> bool:
+    """Whether batch jobs ran and logged (they say why no worker joined): their campaign is kept for them."""
+    return folder.job_logs.exists() and any(folder.job_logs.iterdir())
 
 
 def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:

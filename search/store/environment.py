@@ -8,7 +8,7 @@ the folders it was looked for in), the study seed and the command, and what a tr
 depends on beyond its seed (:mod:`search.store.machine`: torch's CPU capability, the CPU, the kernel
 variables, the thread count each trial trains with).
 torch is imported lazily (``search`` must not import it at import time), and the
-cluster arrives as a plain dict (``Client.scheduler_info()``), so nothing here
+cluster arrives as a plain dict (the scheduler's identity, :func:`scheduler_info`), so nothing here
 imports ``distributed``.
 
 A trainer that went to the workers by value (a function defined in a script or a
@@ -189,10 +189,15 @@ def _unloaded_build(spec: importlib.machinery.ModuleSpec) -> dict[str, Any] | No
 
 
 def scheduler_info(client: Any) -> dict[str, Any]:
-    """``client.scheduler_info()`` with every worker (newer ``distributed`` lists 5 unless asked)."""
+    """The scheduler's identity with every worker, fetched from it now (:func:`cluster.connect.scheduler_identity`).
+
+    Not the client's cached ``Client.scheduler_info()``: the client's own refresh empties its workers, so a campaign
+    under load recorded a cluster of no worker. The cache only where the scheduler does not answer."""
+    from cluster.connect import scheduler_identity
+
     try:
-        return dict(client.scheduler_info(n_workers=-1))
-    except TypeError:
+        return scheduler_identity(client)
+    except OSError:
         return dict(client.scheduler_info())
 
 

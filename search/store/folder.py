@@ -98,6 +98,10 @@ class CampaignFolder:
         return self.root / Files.TRIALS
 
     @property
+    def job_logs(self) -> Path:
+        return self.root / Files.JOB_LOGS
+
+    @property
     def environment(self) -> Path:
         return self.root / Files.ENVIRONMENT
 

@@ -2,26 +2,18 @@
 
 No real SLURM or Kubernetes here: the generated artefacts are checked field by field, a
 jobqueue cluster object is started (nothing submitted) to show ``cluster-script`` prints what
-it would submit, and a stand-in ``sbatch`` that runs the job script locally shows the
-submitted worker joins with the right resources.
+it would submit. A submitted job, with a stand-in ``sbatch``: ``test_backend_jobs.py``.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shlex
-import shutil
-import signal
+import dataclasses
 import socket
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
-from tls_certs import make_certs
 
 from cluster import ClusterOptions, open_cluster
 from cluster.backends import (
@@ -37,121 +29,28 @@ from cluster.backends import (
     submission_text,
     worker_args,
 )
-from cluster.errors import InvalidSetting, SettingError
+from cluster.errors import InvalidSetting
 from cluster.packing import MAX_TRIALS_PER_GPU
 from search.spec.campaign_spec import load_spec
 from search.spec.table import SpecError
-from tests.campaign_storage import load
-
-ROOT = Path(__file__).resolve().parents[2]
-TOY = ROOT / "tests" / "search"
-
-needs_jobqueue = pytest.mark.skipif(
-    importlib.util.find_spec("dask_jobqueue") is None, reason="pip install 'hypersweep[slurm]' to test SLURM/PBS"
+from tests.cluster.backend_specs import (
+    KUBERNETES,
+    PBS,
+    SLURM,
+    TOY,
+    directives,
+    flag,
+    hypersweep,
+    needs_jobqueue,
+    needs_kubernetes,
+    worker_line,
+    write,
 )
-needs_kubernetes = pytest.mark.skipif(
-    importlib.util.find_spec("dask_kubernetes") is None, reason="pip install 'hypersweep[kubernetes]' to test it"
-)
-
-HEAD = """
-[study]
-name = "{name}"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-n_trials = {n_trials}
-
-[trainer]
-entry = "toy_trainers:fit"
-epochs = 2
-
-[space]
-quality = {{ type = "float", low = 0.0, high = 1.0 }}
-"""
-
-SLURM = """
-[cluster]
-backend = "slurm"
-listen = "10.1.2.3"
-
-[cluster.slurm]
-partition = "gpu"
-account = "proj42"
-walltime = "02:00:00"
-cores = 16
-memory = "64GB"
-gpus_per_job = 4
-minimum_jobs = 1
-maximum_jobs = 8
-job_extra_directives = ["--constraint=a100"]
-job_script_prologue = ["module load cuda/12.4", "source /shared/venv/bin/activate"]
-"""
-
-PBS = """
-[cluster]
-backend = "pbs"
-listen = "10.1.2.3"
-
-[cluster.pbs]
-queue = "gpuq"
-account = "proj42"
-walltime = "04:00:00"
-cores = 8
-memory = "32GB"
-gpus_per_job = 2
-maximum_jobs = 4
-"""
-
-KUBERNETES = """
-[cluster]
-backend = "kubernetes"
-
-[cluster.kubernetes]
-image = "registry.example.org/team/hypersweep:0.1"
-name = "sweep-a"
-namespace = "research"
-n_workers = 3
-gpus_per_worker = 2
-resources = { cpu = "8", memory = "32Gi" }
-"""
 
 
 @pytest.fixture(autouse=True)
 def toy_trainers_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(TOY))  # load_spec imports the trainer entry to check it
-
-
-def write(tmp_path: Path, cluster: str, name: str = "demo", n_trials: int = 4) -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(textwrap.dedent(HEAD.format(name=name, n_trials=n_trials)) + textwrap.dedent(cluster))
-    return path
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TOY), str(ROOT)])}
-
-
-def hypersweep(
-    *args: str, timeout: float = 120, extra_env: dict[str, str] | None = None, python: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """``python -m search ...``; ``python`` is code run first in the same interpreter (to hide a module)."""
-    head = [sys.executable, "-c", f"{python}\nimport sys; from search.cli import main; sys.exit(main(sys.argv[1:]))"]
-    return subprocess.run(
-        [*head, *args], capture_output=True, text=True, env={**env(), **(extra_env or {})}, timeout=timeout
-    )
-
-
-def directives(script: str, prefix: str) -> list[str]:
-    return [line[len(prefix) + 1 :].strip() for line in script.splitlines() if line.startswith(prefix + " ")]
-
-
-def worker_line(script: str) -> list[str]:
-    (line,) = [line for line in script.splitlines() if "distributed.cli.dask_worker" in line]
-    return shlex.split(line.replace("<port>", "PORT"))
-
-
-def flag(argv: list[str], name: str) -> str:
-    return argv[argv.index(name) + 1]
 
 
 # --- the spec ------------------------------------------------------------------------------------
@@ -380,6 +279,24 @@ def test_a_jobqueue_backend_submits_its_job_script() -> None:
     assert backend.submission(options) == submission_text(options) == job_script(options)
 
 
+@needs_jobqueue
+def test_a_campaigns_jobs_log_into_its_folder_unless_the_user_names_the_output(tmp_path: Path) -> None:
+    logs = str(tmp_path / "runs" / "demo" / "jobs")
+    slurm = JobQueueBackend("slurm", walltime="1:00:00", cores=1, memory="1GB")
+    assert "--output" not in job_script(ClusterOptions(backend=slurm))  # cluster-script: sbatch's default
+    script = job_script(ClusterOptions(backend=slurm, job_logs=logs))
+    assert f"--output={logs}/slurm-%j.out" in directives(script, "#SBATCH")
+    assert "--error" not in script  # stderr in the same file, as sbatch's default
+    own = dataclasses.replace(slurm, job_extra_directives=("--output=/scratch/%j.log",))
+    assert (
+        directives(job_script(ClusterOptions(backend=own, job_logs=logs)), "#SBATCH")[-1] == "--output=/scratch/%j.log"
+    )
+    pbs = JobQueueBackend("pbs", walltime="1:00:00", cores=1, memory="1GB")
+    assert {f"-o {logs}/", f"-e {logs}/"} <= set(
+        directives(job_script(ClusterOptions(backend=pbs, job_logs=logs)), "#PBS")
+    )
+
+
 # --- generated job scripts -----------------------------------------------------------------------
 
 
@@ -481,7 +398,7 @@ def test_tls_files_reach_the_workers_command_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("system", ["slurm", "pbs"])
 def test_the_printed_script_is_what_jobqueue_submits(system: str) -> None:
     """jobqueue's own ``cluster.job_script()`` of the started cluster object equals ours, address aside."""
-    from cluster.backends import _jobqueue_cluster
+    from cluster.jobqueue_backend import _jobqueue_cluster
 
     backend = JobQueueBackend(
         system,
@@ -562,166 +479,3 @@ def test_kubernetes_without_credentials_is_exit_3(tmp_path: Path) -> None:
 def test_local_and_address_backends_have_no_script(tmp_path: Path) -> None:
     proc = hypersweep("cluster-script", str(write(tmp_path, "")))
     assert proc.returncode == 2 and "submits nothing" in proc.stderr
-
-
-# --- a submitted job, for real: a stand-in sbatch runs the script here --------------------------
-
-FAKE_SBATCH = """#!/bin/bash
-# Stand-in for SLURM's sbatch: run the job script here, in its own process group.
-dir="$(dirname "$0")"
-job="$dir/job-$(date +%s%N).sh"
-cp "$1" "$job"
-setsid bash "$job" > "$job.log" 2>&1 < /dev/null &
-echo "$!" >> "$dir/pids"
-echo "Submitted batch job $!"
-"""
-FAKE_SCANCEL = """#!/bin/bash
-kill -TERM -- "-$1" 2>/dev/null
-exit 0
-"""
-FAKE_SINFO = """#!/bin/bash
-echo "localhost|127.0.0.1"
-"""
-# squeue -h -t all -j ID,ID -o FORMAT: RUNNING while the job's process group lives, COMPLETED after.
-FAKE_SQUEUE = """#!/bin/bash
-while [ $# -gt 0 ]; do [ "$1" = -j ] && ids="$2"; shift; done
-for id in ${ids//,/ }; do
-    if kill -0 -- "-$id" 2>/dev/null; then echo "$id|RUNNING|N/A|None"; else echo "$id|COMPLETED|N/A|None"; fi
-done
-"""
-
-
-@pytest.fixture
-def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fakes = (("sbatch", FAKE_SBATCH), ("scancel", FAKE_SCANCEL), ("squeue", FAKE_SQUEUE), ("sinfo", FAKE_SINFO))
-    for name, text in fakes:
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TOY), str(ROOT)]))
-    try:
-        yield bin_dir
-    finally:
-        pids = bin_dir / "pids"
-        for pid in pids.read_text().split() if pids.exists() else []:
-            try:
-                os.killpg(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(90)
-@needs_jobqueue
-def test_a_submitted_job_joins_as_one_worker_owning_its_slots(fake_slurm: Path) -> None:
-    backend = JobQueueBackend("slurm", walltime="0:10:00", cores=2, memory="2GB", start_timeout=60)
-    with open_cluster(ClusterOptions(backend=backend)) as client:
-        (worker,) = client.scheduler_info()["workers"].values()
-        assert worker["resources"] == {"CPU": 2.0} and worker["nthreads"] == 2
-        assert client.submit(lambda: os.getpid(), resources={"CPU": 2}).result(timeout=30) != os.getpid()
-    assert len((fake_slurm / "pids").read_text().split()) == 1  # one job, then scancel on close
-
-
-def _host_address() -> str:
-    try:
-        out = subprocess.run(
-            ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True, timeout=10
-        ).stdout
-    except OSError:
-        return ""
-    addresses = [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
-    return addresses[0] if addresses else ""
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-@needs_jobqueue
-def test_a_campaign_runs_on_slurm_jobs_over_tls(tmp_path: Path, fake_slurm: Path) -> None:
-    """``hypersweep run`` with backend = "slurm": the scheduler listens on this host's address with TLS."""
-    import optuna
-
-    host = _host_address()
-    if not host or shutil.which("openssl") is None:
-        pytest.skip("needs a non-loopback IPv4 address and openssl")
-    ca, cert, key = make_certs(tmp_path / "certs", (host,))
-    cluster = f"""
-    [cluster]
-    backend = "slurm"
-    listen = "{host}"
-    tls_ca_file = "{ca}"
-    tls_cert_file = "{cert}"
-    tls_key_file = "{key}"
-
-    [cluster.slurm]
-    walltime = "0:10:00"
-    cores = 2
-    memory = "2GB"
-    start_timeout = 60
-    """
-    spec = write(tmp_path, cluster, name="slurmrun", n_trials=4)
-    runs = tmp_path / "runs"
-    proc = hypersweep("run", str(spec), "--runs-dir", str(runs), "--no-progress", timeout=100)
-    assert proc.returncode == 0, proc.stderr
-    study = load(runs / "slurmrun", "slurmrun")
-    trials = study.get_trials()
-    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
-    assert {t.user_attrs["worker"].rsplit(":", 1)[0] for t in trials} == {f"tls://{host}"}
-    (job,) = fake_slurm.glob("job-*.sh")
-    assert "--tls-ca-file" in job.read_text() and "--resources CPU=2" in job.read_text()
-
-
-# --- single-host SLURM: listen on loopback where the jobs run on this host -------------------------
-
-LOOPBACK_SLURM = '[cluster]\nbackend = "slurm"\n[cluster.slurm]\nwalltime = "1:00:00"\ncores = 1\nmemory = "1GB"\n'
-
-
-def test_slurm_may_listen_on_loopback_and_the_no_tls_advice_agrees(tmp_path: Path) -> None:
-    """Loopback is a SLURM spec's own choice (checked against the nodes when jobs are submitted); PBS's jobs are
-    taken to run elsewhere. The no-TLS refusal advises loopback only where the rule allows it."""
-    from search.session.options import RunOptions
-    from search.session.preflight import cluster_for
-
-    assert load_spec(write(tmp_path, LOOPBACK_SLURM)).cluster.listen == "127.0.0.1"
-    for kind, advice in (("slurm", "listen on 127.0.0.1 (where the SLURM jobs run on this host), or"), ("pbs", "")):
-        table = LOOPBACK_SLURM.replace("slurm", kind).replace("[cluster]\n", '[cluster]\nlisten = "10.1.2.3"\n')
-        with pytest.raises(SpecError, match="without TLS is refused") as info:
-            cluster_for(load_spec(write(tmp_path, table, name=kind)), RunOptions())
-        assert ("127.0.0.1" in str(info.value)) == bool(advice) and advice in str(info.value), info.value
-
-
-SINFO_ELSEWHERE = """#!/bin/bash
-# Stand-in for sinfo on a multi-node SLURM (none runs here): this host and a node elsewhere.
-echo "localhost|127.0.0.1"
-echo "node7|10.9.8.7"
-"""
-
-
-@needs_jobqueue
-def test_loopback_is_refused_when_slurm_nodes_are_elsewhere_stand_in_sinfo(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sinfo").write_text(SINFO_ELSEWHERE)
-    (bin_dir / "sinfo").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    backend = JobQueueBackend("slurm", walltime="1:00:00", cores=1, memory="1GB", queue="gpu")
-    with pytest.raises(SettingError, match=r"partition 'gpu' has nodes on other hosts \(node7 \(10\.9\.8\.7\)\)"):
-        with open_cluster(ClusterOptions(backend=backend)):
-            pass
-
-
-def test_a_refusal_is_the_submit_commands_own_message_in_one_line() -> None:
-    from cluster.jobs import JobState, refusal_text
-
-    error = RuntimeError(
-        "Command exited with non-zero exit code.\nExit code: 1\nCommand:\nsbatch /tmp/x.sh\nstdout:\n\nstderr:\n"
-        "sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission failed\n\n"
-    )
-    assert refusal_text(error) == (
-        "sbatch: error: invalid partition specified: nope; sbatch: error: Batch job submission failed"
-    )
-    assert JobState("7", "TIMEOUT").why() == "TIMEOUT, its walltime" and not JobState("7", "TIMEOUT").alive
-    assert JobState("7", "RUNNING").alive and JobState("7", "FAILED").why() == "FAILED"

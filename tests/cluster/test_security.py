@@ -215,7 +215,8 @@ def test_the_embedded_cluster_serves_plain_http_only_with_the_dashboard() -> Non
 @pytest.mark.timeout(120)
 def test_a_batch_systems_scheduler_serves_plain_http_only_with_the_dashboard() -> None:
     pytest.importorskip("dask_jobqueue")
-    from cluster.backends import JobQueueBackend, _jobqueue_cluster
+    from cluster.backends import JobQueueBackend
+    from cluster.jobqueue_backend import _jobqueue_cluster
 
     backend = JobQueueBackend(system="slurm", walltime="00:10:00", cores=1, memory="1GB")
     for dashboard in (False, True):

@@ -140,8 +140,13 @@ def jobs_seen(tmp_path: Path) -> set[str]:
     return {job for _, _, job in epochs_by_job(tmp_path)}
 
 
+def job_logs(tmp_path: Path) -> Path:
+    """Where the campaign's jobs log (its folder's ``jobs/``), not the folder ``run`` was started in."""
+    return tmp_path / "runs" / "sl" / "jobs"
+
+
 def job_log(tmp_path: Path, job: str) -> str:
-    path = tmp_path / f"slurm-{job}.out"
+    path = job_logs(tmp_path) / f"slurm-{job}.out"
     return path.read_text() if path.exists() else ""
 
 
@@ -209,7 +214,7 @@ def test_jobs_run_the_trials_a_cancelled_job_is_replaced_and_no_job_is_left(tmp_
     complete_once(tmp_path, n_trials)
     # The job logs: the worker starting, joining, and why it left; no traceback at the end.
     for job in jobs:
-        log = (tmp_path / f"slurm-{job}.out").read_text()
+        log = (job_logs(tmp_path) / f"slurm-{job}.out").read_text()
         assert "Start worker at" in log and "Registered to" in log and "Reason: signal-15" in log, log
         assert "Traceback" not in log, log
     told = next(
@@ -322,8 +327,11 @@ def test_jobs_failing_before_their_worker_joins_stop_after_a_cap(tmp_path: Path,
     )
     proc = run(tmp_path, path, timeout=50)
     assert proc.returncode == 3, proc.stderr
-    assert "3 SLURM jobs in a row were refused or ended before their worker joined" in proc.stderr.splitlines()[-1]
-    assert len(list(tmp_path.glob("slurm-*.out"))) == 3  # 3 submitted, then no more
+    last = proc.stderr.splitlines()[-1]
+    assert "3 SLURM jobs in a row were refused or ended before their worker joined" in last
+    assert f"check {job_logs(tmp_path)}/slurm-<job id>.out" in last, last
+    assert len(list(job_logs(tmp_path).glob("slurm-*.out"))) == 3  # 3 submitted, then no more
+    assert not list(tmp_path.glob("slurm-*.out"))  # none where run was started
 
 
 @pytest.mark.slow

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
+from bench.fake_gpus import fake_gpu_cluster
 from cluster.executor import DaskExecutor, Finished, GpuPacking, Report, Started, TrialRequest
 from trainers.api import TrialConfig
 
@@ -24,18 +25,7 @@ def fake_gpu_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
     """One worker process with ``GPU=2`` (fake: no CUDA here) and 4 threads, so 2 trials per fake GPU."""
     monkeypatch.syspath_prepend(str(HELPERS))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with (
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=4,
-            resources={"GPU": 2},
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-            env={"PYTHONPATH": str(HELPERS)},
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with fake_gpu_cluster(1, 2, 4, pythonpath=str(HELPERS)) as cluster, Client(cluster) as client:
         yield client
 
 
@@ -122,14 +112,7 @@ def test_the_warm_pool_ends_with_its_worker(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.syspath_prepend(str(HELPERS))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with (
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=2,
-            resources={"GPU": 1},
-            processes=processes,
-            dashboard_address=None,
-            **({"host": "127.0.0.1", "env": {"PYTHONPATH": str(HELPERS)}} if processes else {}),
-        ) as cluster,
+        fake_gpu_cluster(1, 1, 2, pythonpath=str(HELPERS), processes=processes) as cluster,
         Client(cluster) as client,
     ):
         executor = DaskExecutor(client, "fake-gpu-pool-ends", packing=GpuPacking(gpus=0.5))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-from distributed import LocalCluster
 
+from bench.fake_gpus import fake_gpu_cluster
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import parse_spec
 from search.store.records import TrialRecord
@@ -45,15 +45,7 @@ def fake_gpu_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Two worker processes declaring ``GPU=2`` each, 8 threads (4 trials per GPU), no CUDA."""
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=8,
-        resources={"GPU": 2},
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        env={"PYTHONPATH": str(HERE)},
-    ) as cluster:
+    with fake_gpu_cluster(2, 2, 8, pythonpath=str(HERE)) as cluster:
         yield cluster.scheduler_address
 
 

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -48,8 +49,10 @@ class Lines:
         return "\n".join(line for _at, line in self.seen)
 
 
-def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
+@contextlib.contextmanager
+def controller(args: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen, Lines]]:
+    """``python -m search ARGS`` and its stderr's lines; killed on the way out if it still runs."""
+    proc = subprocess.Popen(
         [sys.executable, "-m", "search", *args, "--no-progress"],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -57,6 +60,24 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
         text=True,
         start_new_session=True,
     )
+    try:
+        yield proc, Lines(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def assert_said_within_30s_then_exit_3(proc: subprocess.Popen, lines: Lines, died: float, folder: Path) -> None:
+    """The controller whose workers all died at ``died`` said what it waits for within 30 s, then exited 3 with
+    the resume command as its last line, no traceback."""
+    err = lines.text()
+    said = lines.first(WAIT_LINE)
+    assert said is not None, err
+    assert said - died <= 30, (said - died, err)
+    assert proc.returncode == 3, err
+    assert f"hypersweep resume {folder}" in err.splitlines()[-1], err
+    assert "Traceback" not in err, err
 
 
 def reported(folder: Path, number: int) -> int:
@@ -83,25 +104,14 @@ def test_a_joined_cluster_whose_workers_all_die_is_said_within_30s_then_exit_3_a
     runs = tmp_path / "runs"
     folder = runs / "lost"
     with external_cluster(tmp_path, 2) as cluster:
-        proc = start(["run", str(spec), "--runs-dir", str(runs), "--scheduler", cluster.address], subprocess_env)
-        lines = Lines(proc)
-        try:
+        args = ["run", str(spec), "--runs-dir", str(runs), "--scheduler", cluster.address]
+        with controller(args, subprocess_env) as (proc, lines):
             wait_for(lambda: reported(folder, 0) >= 2 and reported(folder, 1) >= 2, 120, "two trials to report")
             for name in list(cluster.workers):
                 cluster.kill_worker(name)  # SIGKILL; the scheduler stays
             died = time.monotonic()
             proc.wait(timeout=TIMEOUT + 90)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-        err = lines.text()
-        said = lines.first(WAIT_LINE)
-        assert said is not None, err
-        assert said - died <= 30, (said - died, err)
-        assert proc.returncode == 3, err
-        assert f"hypersweep resume {folder}" in err.splitlines()[-1], err
-        assert "Traceback" not in err, err
+        assert_said_within_30s_then_exit_3(proc, lines, died, folder)
         assert WAIT_LINE in (folder / "campaign.log").read_text()
         # everything kept: the campaign resumes on a new worker and counts each trial once
         worker = subprocess.Popen(
@@ -144,7 +154,8 @@ def worker_processes(controller: int) -> list[psutil.Process]:
     return found
 
 
-def embedded_spec(tmp_path: Path, n_trials: int) -> Path:
+def embedded_run(tmp_path: Path, n_trials: int) -> tuple[list[str], Path]:
+    """``run`` of a campaign of ``n_trials`` on one embedded worker: its arguments and its folder."""
     spec = tmp_path / "lost.toml"
     spec.write_text(
         toy_toml(
@@ -156,41 +167,35 @@ def embedded_spec(tmp_path: Path, n_trials: int) -> Path:
             cluster={"worker_timeout": TIMEOUT, "n_workers": 1},
         )
     )
-    return spec
+    return ["run", str(spec), "--runs-dir", str(tmp_path / "runs")], tmp_path / "runs" / "lost"
 
 
 @pytest.mark.timeout(300)
 def test_an_embedded_worker_that_its_nanny_does_not_start_again_is_started_anew_and_the_campaign_finishes(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = embedded_spec(tmp_path, 3)
-    runs = tmp_path / "runs"
-    folder = runs / "lost"
-    proc = start(["run", str(spec), "--runs-dir", str(runs)], subprocess_env)
-    lines = Lines(proc)
+    run, folder = embedded_run(tmp_path, 3)
     stopped: list[psutil.Process] = []
-    try:
-        wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report")
-        first = worker_processes(proc.pid)
-        assert len(first) == 1
-        first[0].kill()  # SIGKILL; its nanny starts a new worker process ...
-        gone = {first[0].pid}
+    with controller(run, subprocess_env) as (proc, lines):
+        try:
+            wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report")
+            first = worker_processes(proc.pid)
+            assert len(first) == 1
+            first[0].kill()  # SIGKILL; its nanny starts a new worker process ...
+            gone = {first[0].pid}
 
-        def stop_the_next() -> bool:
-            stopped.extend(p for p in worker_processes(proc.pid) if p.pid not in gone)
+            def stop_the_next() -> bool:
+                stopped.extend(p for p in worker_processes(proc.pid) if p.pid not in gone)
+                for p in stopped:
+                    p.suspend()  # ... which never finishes starting: SIGSTOP, as a process hung in its imports
+                return bool(stopped)
+
+            wait_for(stop_the_next, 60, "the nanny's new worker process")
+            proc.wait(timeout=180)
+        finally:
             for p in stopped:
-                p.suspend()  # ... which never finishes starting: SIGSTOP, as a process hung in its imports
-            return bool(stopped)
-
-        wait_for(stop_the_next, 60, "the nanny's new worker process")
-        proc.wait(timeout=180)
-    finally:
-        for p in stopped:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
     err = lines.text()
     assert proc.returncode == 0, err
     assert "not restarted by its nanny: starting it again" in (folder / "campaign.log").read_text()
@@ -202,39 +207,28 @@ def test_an_embedded_worker_that_its_nanny_does_not_start_again_is_started_anew_
 def test_an_embedded_cluster_whose_workers_keep_dying_is_said_within_30s_then_exit_3_and_resume_finishes(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    spec = embedded_spec(tmp_path, 3)
-    runs = tmp_path / "runs"
-    folder = runs / "lost"
-    proc = start(["run", str(spec), "--runs-dir", str(runs)], subprocess_env)
-    lines = Lines(proc)
+    run, folder = embedded_run(tmp_path, 3)
     killing = threading.Event()
+    with controller(run, subprocess_env) as (proc, lines):
 
-    def kill_every_worker() -> None:  # an OOM killer that takes every worker process as soon as it starts
-        while killing.is_set():
-            for p in worker_processes(proc.pid):
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            time.sleep(0.02)
+        def kill_every_worker() -> None:  # an OOM killer that takes every worker process as soon as it starts
+            while killing.is_set():
+                for p in worker_processes(proc.pid):
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+                time.sleep(0.02)
 
-    killer = threading.Thread(target=kill_every_worker, daemon=True)
-    try:
-        wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report")
-        killing.set()
-        killer.start()
-        died = time.monotonic()
-        proc.wait(timeout=TIMEOUT + 120)
-    finally:
-        killing.clear()
-        killer.join(timeout=10) if killer.is_alive() else None
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    err = lines.text()
-    said = lines.first(WAIT_LINE)
-    assert said is not None, err
-    assert said - died <= 30, (said - died, err)
-    assert proc.returncode == 3, err
-    assert f"hypersweep resume {folder}" in err.splitlines()[-1], err
+        killer = threading.Thread(target=kill_every_worker, daemon=True)
+        try:
+            wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report")
+            killing.set()
+            killer.start()
+            died = time.monotonic()
+            proc.wait(timeout=TIMEOUT + 120)
+        finally:
+            killing.clear()
+            killer.join(timeout=10) if killer.is_alive() else None
+    assert_said_within_30s_then_exit_3(proc, lines, died, folder)
     again = subprocess.run(
         [sys.executable, "-m", "search", "resume", str(folder), "--no-progress"],
         env=subprocess_env,

@@ -24,7 +24,7 @@ from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from search.store.records import TrialRecord
-from tests.search.reports.test_report import CHROMIUM, PageResult, available, open_page
+from tests.search.reports.devtools import CHROMIUM, PageResult, available, open_page
 from tests.spec_files import write_spec
 
 OWN = """

@@ -32,7 +32,7 @@ from search.spec.campaign_spec import load_spec
 from search.store.folder import CampaignFolder
 from spaces.architecture import genome_from_string
 from spaces.genomes import CellSpace
-from tests.search.reports.test_report import CHROMIUM, available, open_page
+from tests.search.reports.devtools import CHROMIUM, available, open_page
 from tests.spec_files import write_spec
 
 WIDTH = 1400

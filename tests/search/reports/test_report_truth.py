@@ -23,7 +23,8 @@ from search.scaling.fit import classify_regimes, fit_mccandlish
 from search.scaling.noise_check import noise_prediction
 from search.scaling.noise_plot import draw_noise_vs_b_crit
 from search.scaling.plots import draw_steps_to_target
-from tests.search.reports.test_report import CHROMIUM, _hand_made_campaign, available, open_page
+from tests.search.reports.devtools import CHROMIUM, available, open_page
+from tests.search.reports.test_report import _hand_made_campaign
 
 CELL = "|nor_conv_3x3~0|+|skip_connect~0|none~1|+|avg_pool_3x3~0|nor_conv_1x1~1|skip_connect~2|"
 LAYERS = "conv:w32:k3:relu:noskip|pool:w32:k3:relu:skip|sepconv:w16:k5:tanh:noskip"

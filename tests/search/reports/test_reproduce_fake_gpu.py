@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from distributed import LocalCluster
 
+from bench.fake_gpus import fake_gpu_cluster
 from search.reports.reproduce import reproduce_trial
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import load_spec
@@ -47,14 +47,7 @@ hidden = 32
 def fake_gpu_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """One worker process declaring ``GPU=1`` (fake: no CUDA here), 2 threads."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with LocalCluster(
-        n_workers=1,
-        threads_per_worker=2,
-        resources={"GPU": 1},
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-    ) as cluster:
+    with fake_gpu_cluster(1, 1, 2) as cluster:
         yield cluster.scheduler_address
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 from dask_processes import wait_for
+from private_mount import needs_private_mount, run_scenario
 from toy_specs import toy_toml
 
 from cluster.entrypoint import disk_error_of
@@ -28,28 +28,13 @@ from tests.spec_files import write_spec
 HERE = Path(__file__).resolve().parents[1]  # tests/search: the shared trainers
 
 
-def _can_mount_tmpfs() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d && umount $d"
-    return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs a private mount namespace (unshare -m) to make a full disk")
+@needs_private_mount
 def test_a_full_disk_stops_the_campaign_in_one_line_and_resume_reruns_what_it_cut(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    done = subprocess.run(
-        ["unshare", "-m", sys.executable, str(HERE / "disk_full_scenario.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=580,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_scenario("disk_full_scenario.py", tmp_path, subprocess_env)
 
     code, stderr = result["first"]
     assert code == 1, stderr

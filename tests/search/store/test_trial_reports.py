@@ -4,7 +4,6 @@ is rebuilt from it (by ``resume`` and ``report``), and ``Result.history`` reads 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+from private_mount import needs_private_mount, run_scenario
 from toy_specs import toy_spec
 
 import search
@@ -106,30 +106,15 @@ def test_resume_report_and_result_history_give_every_report_after_metrics_files_
         lose()
 
 
-def _can_mount_tmpfs() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d && umount $d"
-    return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs a private mount namespace (unshare -m) to make a file system")
+@needs_private_mount
 def test_a_read_only_file_system_stops_the_run_in_one_line_and_resume_rebuilds_the_emptied_files(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
     """The fault of the issue: the campaign's file system turned read-only mid-run and two told trials were left
     with an empty ``metrics.jsonl`` (``tests/search/read_only_scenario.py``)."""
-    done = subprocess.run(
-        ["unshare", "-m", sys.executable, str(HERE / "read_only_scenario.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=580,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_scenario("read_only_scenario.py", tmp_path, subprocess_env)
     code, stderr = result["first"]
     last = stderr.strip().splitlines()[-1]
     assert code == 1 and "Traceback" not in stderr, stderr

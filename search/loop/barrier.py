@@ -30,7 +30,6 @@ from search.loop.trials import RunningTrial
 from search.pbt.population import Population
 from search.store.records import Attr, write_attrs
 from search.store.sinks import ReportSinks
-from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 __all__ = ["Barrier", "Release", "Expire", "SEGMENTS_ATTR", "EXPLOIT_METRIC"]
@@ -99,10 +98,9 @@ class Barrier:
                 self._sinks.record(
                     running.number, released.epoch, {EXPLOIT_METRIC: float(released.source)}, time.time()
                 )
-            transition = Transition.CONTINUE if released.source is None else Transition.EXPLOIT
             examples = examples_seen([(released.epoch, outcome.metrics)]) or running.view().examples()
             segment = following(
-                running.segment(), transition, running.config, released.config, examples, released.source
+                running.segment(), released.transition, running.config, released.config, examples, released.source
             )
             released_now.append(Release(running, released.config, segment))
         return released_now

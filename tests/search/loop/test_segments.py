@@ -17,12 +17,15 @@ import optuna
 import pytest
 
 from cluster.executor import Outcome
+from cluster.simulated import SimulatedExecutor, TrialPlan
+from search.loop.campaign import Campaign
 from search.loop.hooks import CampaignHooks
 from search.loop.policies import Decision, NextSegment
 from search.loop.segments import Segment, Stop, following, lr_for_batch, segment_config
 from search.loop.trials import TrialView
-from search.session.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, load_study, run_campaign
 from search.spec.campaign_spec import parse_spec
+from search.store.folder import CampaignFolder
 from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
@@ -78,7 +81,9 @@ class ResizeAtRung:
         grown = batch * self.width // running.width
         lr = lr_for_batch(float(config.params["lr"]), batch, grown, "linear")
         resized = segment_config(config, self.width, {"batch_size": grown, "lr": lr}, config.schedule_epochs or 1)
-        return NextSegment(resized, following(running.segment(), Transition.RESIZE, config, resized, running.examples()))
+        return NextSegment(
+            resized, following(running.segment(), Transition.RESIZE, config, resized, running.examples())
+        )
 
 
 @pytest.mark.slow
@@ -121,3 +126,60 @@ def test_a_segment_record_reads_back_and_its_transition_is_typed() -> None:
         Segment(0, Transition.START, 0, 0, 1)
     with pytest.raises(ValueError, match="a stop needs a reason"):
         Stop("")
+
+
+class GrowAtReport:
+    """TEST policy: at its first report a 1-slot trial's segment is stopped to grow (``resize``, not a prune); once
+    that segment has ended, its next one runs at 2 slots."""
+
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
+        return Stop("grow to 2 slots", Transition.RESIZE) if running.width == 1 else None
+
+    def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
+        if running.stop_transition is not Transition.RESIZE or not running.stop_reason:
+            return None
+        grown = dataclasses.replace(running.config, data_parallel=2)
+        return NextSegment(grown, following(running.segment(), Transition.RESIZE, running.config, grown, None))
+
+
+class TwoEpochs:
+    def plan(self, config, rng):  # type: ignore[no-untyped-def]
+        return TrialPlan((1.0, 1.0), ({"score": 0.1, "epoch": 1.0}, {"score": 0.2, "epoch": 2.0}))
+
+
+SIMULATED = """
+[study]
+name = "grow"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 2
+n_trials = 3
+
+[trainer]
+entry = "bench.trivial:fit"
+epochs = 2
+
+[space]
+x = { type = "float", low = 0.0, high = 1.0 }
+"""
+
+
+def test_a_stop_whose_transition_is_a_resize_is_no_prune_and_the_trial_goes_on_wider(tmp_path: Path) -> None:
+    """The stop's transition, not its reason, decides: a resize stop is not told PRUNED, nor recorded as a durable
+    prune decision; the loop starts the trial's next segment at 2 slots and tells it COMPLETE at its end."""
+    spec = parse_spec(tomllib.loads(SIMULATED), "grow.toml", SIMULATED)
+    folder = CampaignFolder(tmp_path / "grow")
+    folder.create(SIMULATED)
+    study = load_study(spec, folder, create=True)
+    executor = SimulatedExecutor(2, TwoEpochs(), slots_per_worker=2, seed=1, controller_time_scale=0)
+    hooks = CampaignHooks(policies=[GrowAtReport()])
+    Campaign(spec, folder, study, executor, clock=executor.clock, hooks=hooks).run()
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    for trial in trials:
+        assert Attr.STOP_DECIDED not in trial.user_attrs and Attr.STOP_REASON not in trial.user_attrs
+        widths = [(r["transition"], r["width"]) for r in trial.user_attrs[Attr.SEGMENTS]]
+        assert widths == [("start", 1), ("resize", 2)]
+        assert trial.user_attrs[Attr.CONFIG]["data_parallel"] == 2
+    assert executor.counts["submitted"] == 6

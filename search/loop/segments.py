@@ -10,7 +10,8 @@ carries them out, and a trial that changed segment records them all (``segments`
 :meth:`Segment.to_record`).
 
 Progress is counted in examples seen (the ``examples`` a trainer reports), not steps or epochs: a trial whose
-global batch or width changes between segments stays comparable with the others on that axis.
+global batch or width changes between segments stays comparable with the others on that axis (the pruner's
+rungs too, with ``[pruner] resource = "examples"``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from search.sampling.pruning import RESOURCE_METRIC
 from search.vocab.terms import Transition
 from spaces.batch import LRScaling
 from trainers.api import TrialConfig
@@ -34,7 +36,7 @@ __all__ = [
     "lr_for_batch",
 ]
 
-EXAMPLES = "examples"  # the report metric that counts training examples seen (the built-in trainer's)
+EXAMPLES = RESOURCE_METRIC["examples"]  # the report metric counting examples seen (a rung's, with resource = examples)
 
 
 @dataclasses.dataclass(frozen=True)

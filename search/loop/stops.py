@@ -34,17 +34,15 @@ log = logging.getLogger(__name__)
 
 
 def decide_stop(running: RunningTrial, stop: Stop, flush: Callable[[], object]) -> None:
-    """Write the decision to prune ``running`` (its reason, the step and the examples seen) into the study and
-    ``flush`` the storage; only then is it logged (and, by the caller, sent). Any other stop is only logged."""
+    """Write the decision to prune ``running`` (its reason and the step) into the study and ``flush`` the storage;
+    only then is it logged with the examples seen (and, by the caller, sent). Any other stop is only logged."""
     step = running.reports[-1][0] if running.reports else -1
     if stop.transition is Transition.PRUNE:
-        decided: dict[str, object] = {"reason": stop.reason, "step": step}
-        examples = running.view().examples()
-        if examples is not None:
-            decided["examples"] = examples
-        write_attrs(running.trial, **{Attr.STOP_DECIDED: decided})
+        write_attrs(running.trial, **{Attr.STOP_DECIDED: {"reason": stop.reason, "step": step}})
         flush()
-    log.info("trial %d %s at step %d", running.number, stop.reason, step)
+    examples = running.view().examples()
+    seen = f" ({examples:,} examples seen)" if examples is not None else ""
+    log.info("trial %d %s at step %d%s", running.number, stop.reason, step, seen)
 
 
 def decided_stop(frozen: FrozenTrial) -> str:

@@ -352,6 +352,7 @@ class TrialRecord:
     pbt_lineage: tuple[dict[str, Any], ...] = ()
     pbt_schedule: tuple[tuple[int, float], ...] = ()
     pbt_segments: tuple[tuple[float, float, str], ...] = ()  # each run of a PBT member: started, finished, worker
+    segments: tuple[dict[str, Any], ...] = ()  # each segment it began (search.loop.segments.Segment records)
 
     @classmethod
     def of(cls, trial: FrozenTrial | TrialRecord) -> TrialRecord:
@@ -400,6 +401,7 @@ class TrialRecord:
             pbt_lineage=tuple(dict(x) for x in (a.get(Attr.PBT_LINEAGE) or ()) if isinstance(x, Mapping)),
             pbt_schedule=_schedule(a.get(Attr.PBT_SCHEDULE)),
             pbt_segments=_segments(a.get(Attr.PBT_SEGMENTS)),
+            segments=tuple(dict(x) for x in (a.get(Attr.SEGMENTS) or ()) if isinstance(x, Mapping)),
         )
 
     @functools.cached_property

@@ -26,7 +26,7 @@ from search.loop.trials import TrialView
 from search.session.runner import RunOptions, load_study, run_campaign
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
-from search.store.records import Attr
+from search.store.records import Attr, TrialRecord
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
 from trainers.api import TrialConfig
@@ -112,6 +112,7 @@ def test_a_policy_resizes_a_trial_from_1_to_2_slots_at_a_rung_and_it_goes_on_fro
         assert history[1]["steps"] == math.ceil(n / 32)
         assert history[2]["steps"] == math.ceil(n / 32) + math.ceil(n / 64)
         assert history[1]["lr"] == pytest.approx(lr) and history[3]["lr"] == pytest.approx(2 * lr)
+        assert [Segment.from_record(r) for r in TrialRecord.of(trial).segments] == segments  # read back typed
         config = trial.user_attrs[Attr.CONFIG]  # the last segment's: 2 processes, its own params kept as base
         assert config["data_parallel"] == 2 and config["epochs"] == 3
         assert config["base_params"]["lr"] == lr and config["params"]["batch_size"] == 64

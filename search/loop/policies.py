@@ -401,6 +401,8 @@ def first_segments(policies: list[Policy], group: list[Prepared]) -> list[Prepar
         config = prepared.config
         for planner in planners:
             config = planner.first_segment(config) if config is not None else None
+            if config is not None and config.data_parallel != prepared.width:
+                raise ValueError(f"{type(planner).__name__}.first_segment changed a trial's width: the space sets it")
         planned.append(dataclasses.replace(prepared, config=config))
     return planned
 

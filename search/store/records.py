@@ -95,6 +95,8 @@ class Attr:
     PBT_LINEAGE: Final = "pbt_lineage"  # list of {"epoch", "source", "params"}: whom it copied, when
     PBT_SCHEDULE: Final = "pbt_schedule"  # list of [first step, lr]: the LR it actually followed
     PBT_SEGMENTS: Final = "pbt_segments"  # list of [started, finished, worker]: each run of a PBT member
+    # a trial's life as segments (search.loop.segments)
+    SEGMENTS: Final = "segments"  # list of Segment records: each segment it began, once it began a second
 
 
 class StudyAttr:
@@ -351,6 +353,7 @@ class TrialRecord:
     pbt_lineage: tuple[dict[str, Any], ...] = ()
     pbt_schedule: tuple[tuple[int, float], ...] = ()
     pbt_segments: tuple[tuple[float, float, str], ...] = ()  # each run of a PBT member: started, finished, worker
+    segments: tuple[dict[str, Any], ...] = ()  # each segment it began (search.loop.segments.Segment records)
 
     @classmethod
     def of(cls, trial: FrozenTrial | TrialRecord) -> TrialRecord:
@@ -399,6 +402,7 @@ class TrialRecord:
             pbt_lineage=tuple(dict(x) for x in (a.get(Attr.PBT_LINEAGE) or ()) if isinstance(x, Mapping)),
             pbt_schedule=_schedule(a.get(Attr.PBT_SCHEDULE)),
             pbt_segments=_segments(a.get(Attr.PBT_SEGMENTS)),
+            segments=tuple(dict(x) for x in (a.get(Attr.SEGMENTS) or ()) if isinstance(x, Mapping)),
         )
 
     @functools.cached_property

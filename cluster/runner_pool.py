@@ -20,13 +20,13 @@ import concurrent.futures
 import dataclasses
 import functools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .connect import worker_slots
+from .executor_queue import EventQueue, RunnerDone, RunnerRefused
 from .jobs import Walltimes
 from .outcome import Outcome, TrialStatus
 from .slot_runner import PUT_OP, Trial, pack_item, run_slot, runner_key
@@ -34,13 +34,13 @@ from .slot_runner import PUT_OP, Trial, pack_item, run_slot, runner_key
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-__all__ = ["Placement", "RunnerPool", "RUNNER_DONE", "RUNNER_PUT"]
+    from .executor_api import TrialRequest
+
+__all__ = ["Placement", "RunnerPool"]
 
 log = logging.getLogger(__name__)
 
 RUNNER_IDLE = 10.0  # seconds a runner waits with nothing to run before it gives its slot back
-RUNNER_DONE = "runner-done"  # the executor's queue: a runner's task ended
-RUNNER_PUT = "runner-put"  # the executor's queue: a runner did not take trials sent to it
 CHECK_SECONDS = 1.0  # between looks at whether every runner's worker is still there
 RESULT_TIMEOUT = 30.0  # seconds to fetch an ended runner's result
 RETIRE_TIMEOUT = 5.0  # seconds to tell every runner to end, on close
@@ -52,7 +52,7 @@ class Placement:
     one, and go to one runner together), its expected memory, and whether it was never sent under that key
     (``fresh``: it cannot have run, so nothing asks whether it did)."""
 
-    request: Any  # cluster.executor.TrialRequest
+    request: TrialRequest
     key: str
     memory: int = 0
     fresh: bool = True
@@ -92,7 +92,7 @@ class RunnerPool:
         client: Client,
         topic: str,
         resource: str,
-        events: queue.Queue[tuple[str, Any]],
+        events: EventQueue,
         ship: Callable[[Any], Any],
         slots: Callable[[], int],
         share: float = 1.0,
@@ -176,7 +176,7 @@ class RunnerPool:
                 **where,
             )
             self._runners[key] = Runner(key, future)
-            future.add_done_callback(lambda _f, k=key: self._events.put((RUNNER_DONE, k)))
+            future.add_done_callback(lambda _f, k=key: self._events.put(RunnerDone(k)))
 
     def _dispatch(self) -> None:
         """Give waiting trials to idle runners (a trial to a runner on the worker it would rather run on first);
@@ -256,7 +256,7 @@ class RunnerPool:
         if error is None and future.result() == "ok":
             return
         log.debug("runner %s took no trials %s (%s)", runner.key, numbers, error or future.result())
-        self._events.put((RUNNER_PUT, (runner.key, numbers)))
+        self._events.put(RunnerRefused(runner.key, tuple(numbers)))
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -290,7 +290,7 @@ class RunnerPool:
                     self._walltimes.ran(time.time() - started)
                 self._dispatch()
 
-    def refused(self, key: str, numbers: list[int]) -> None:
+    def refused(self, key: str, numbers: Iterable[int]) -> None:
         """Runner ``key`` took none of ``numbers`` (it had closed, or its worker is gone): place them again."""
         with self._lock:
             runner = self._runners.get(key)

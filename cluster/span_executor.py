@@ -11,12 +11,12 @@ slots is cancelled then.
 from __future__ import annotations
 
 import logging
-import queue
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .connect import worker_slots
+from .executor_queue import EventQueue, PartDone, SpanCancelled
 from .outcome import Outcome, TrialStatus
 from .span import SpanPlacer, SpanTrial, merge_outcomes, plan_parts, scheduler_capacity
 
@@ -35,7 +35,6 @@ def _parts() -> Any:
 
 log = logging.getLogger(__name__)
 
-PART_DONE = "span-part-done"
 CHECK_SECONDS = 1.0  # between looks at whether every part's worker is still there
 
 
@@ -47,7 +46,7 @@ class SpanRunner:
         client: Client,
         topic: str,
         resource: str,
-        events: queue.Queue[tuple[str, Any]],
+        events: EventQueue,
         ship: Callable[[Any], Any],
         run_once: Callable[..., Any],
     ) -> None:
@@ -78,7 +77,7 @@ class SpanRunner:
         except ValueError as exc:  # workers left since the campaign checked: the trial cannot be placed now
             trial = SpanTrial(request.number, key, [])
             trial.aborted = f"lost: {exc}"
-            self._queue.put(("span-cancelled", (request.number, trial.aborted)))
+            self._queue.put(SpanCancelled(request.number, trial.aborted))
             return trial
         trial = SpanTrial(request.number, key, parts)
         shipment = self._ship(request.trainer)
@@ -107,7 +106,7 @@ class SpanRunner:
                 allow_other_workers=False,
                 pure=False,
             )
-            future.add_done_callback(lambda _f, n=request.number, i=index: self._queue.put((PART_DONE, (n, i))))
+            future.add_done_callback(lambda _f, n=request.number, i=index: self._queue.put(PartDone(n, i)))
             trial.futures.append(future)
         log.info(
             "trial %d spans %d workers: %s",
@@ -119,12 +118,13 @@ class SpanRunner:
 
     # --- events -------------------------------------------------------------------------------------
 
-    def part_started(self, msg: dict[str, Any], worker: str) -> list[tuple[int, float, str]]:
-        """A part began; the trial's (number, time, rank 0's worker) once its last part has."""
-        trial = self._placer.trials.get(int(msg["number"]))
+    def part_started(self, number: int, part: int, at: float) -> list[tuple[int, float, str]]:
+        """Part ``part`` of trial ``number`` began at ``at``; the trial's (number, time, rank 0's worker) once its
+        last part has."""
+        trial = self._placer.trials.get(number)
         if trial is None or trial.all_started:
             return []
-        trial.started[int(msg["part"])] = float(msg["started"])
+        trial.started[part] = at
         if not trial.all_started:
             return []
         self._placer.next()
@@ -185,7 +185,7 @@ class SpanRunner:
         request = self._placer.drop_waiting(number)
         if request is None:
             return False
-        self._queue.put(("span-cancelled", (number, "cancelled before it was placed")))
+        self._queue.put(SpanCancelled(number, "cancelled before it was placed"))
         return True
 
     def kill(self, number: int) -> bool:

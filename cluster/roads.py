@@ -19,7 +19,8 @@ from .executor_api import TrialRequest
 from .executor_queue import EventQueue, WorkerGone
 from .first_run import trial_key
 from .restart import kill_worker_tree
-from .runner_pool import Placement, RunnerPool
+from .runner_mail import Placement
+from .runner_pool import RunnerPool
 from .shipping import Shipments
 from .span_executor import SpanRunner
 from .task_runner import TaskRunner, run_once

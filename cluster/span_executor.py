@@ -23,6 +23,8 @@ from .span import SpanPlacer, SpanTrial, merge_outcomes, plan_parts, scheduler_c
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor (status and check never import it)
     from distributed import Client
 
+    from .executor_api import TrialRequest
+
 __all__ = ["SpanRunner"]
 
 
@@ -62,10 +64,10 @@ class SpanRunner:
     def running(self) -> tuple[int, ...]:
         return tuple(self._placer.trials) + tuple(r.number for r in self._placer.waiting())
 
-    def submit(self, request: Any) -> None:
+    def submit(self, request: TrialRequest) -> None:
         self._placer.submit(request)
 
-    def _place(self, request: Any) -> SpanTrial:
+    def _place(self, request: TrialRequest) -> SpanTrial:
         try:
             capacity = scheduler_capacity(self._client, self._resource)
         except Exception as exc:  # noqa: BLE001 - a scheduler that refuses the probe: plan on declared slots

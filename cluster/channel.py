@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainers.api import report_values
 
+from .worker_messages import MemoryPeak, TrialEnded, TrialReported, TrialStarted, send
+
 if TYPE_CHECKING:  # distributed loads when a trial reports or a stop is sent, not on import
     from distributed import Client, Event
 
@@ -47,25 +49,23 @@ class WorkerReporter:
 
     def started(self) -> None:
         """Tell the controller the trial began on this worker (queued trials wait for a slot first)."""
-        self._worker.log_event(self._topic, {"number": self._number, "started": time.time()})
+        send(self._worker, self._topic, TrialStarted(self._number, time.time()))
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         plain = report_values(step, metrics)  # a value that is not a number: a TypeError naming it
         now = time.time()
         self.history.append((int(step), plain, now))
-        message: dict[str, Any] = {"number": self._number, "step": int(step), "metrics": plain, "time": now}
-        if self.figures is not None:
-            message["memory"] = int(self.figures())  # the peak device (or host) memory so far, at each report
-        self._worker.log_event(self._topic, message)
+        memory = int(self.figures()) if self.figures is not None else None  # the peak so far, at each report
+        send(self._worker, self._topic, TrialReported(self._number, int(step), plain, now, memory))
 
     def finished(self, outcome: Outcome) -> None:
         """Send the trial's outcome up the same stream as its reports, after them: the controller has it without
         asking the worker for the task's result (which it still does where this message is late or lost)."""
-        self._worker.log_event(self._topic, {"number": self._number, "outcome": outcome.to_message()})
+        send(self._worker, self._topic, TrialEnded(self._number, outcome))
 
     def memory(self, peak: int) -> None:
         """Send the trial's memory peak now (it grew): a worker killed for memory leaves its last figure."""
-        self._worker.log_event(self._topic, {"number": self._number, "memory": int(peak), "time": time.time()})
+        send(self._worker, self._topic, MemoryPeak(self._number, int(peak), time.time()))
 
     def query(self, question: Mapping[str, Any]) -> dict[str, Any]:
         """Ask the controller ``question`` and wait for its answer (a define-by-run trial's suggestion:

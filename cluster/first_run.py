@@ -52,7 +52,7 @@ def forget_early(key: str) -> None:
 
 
 class RanBefore(BaseException):  # noqa: N818 - not an error of the trial's: it must pass its ``except Exception``
-    """Raised where the trainer would be called, when the task ran before; :func:`cluster.executor.run_once`
+    """Raised where the trainer would be called, when the task ran before; :func:`cluster.task_runner.run_once`
     turns it into a lost outcome for each of the task's trials."""
 
 

@@ -5,7 +5,7 @@ nanny logs the event ``worker-restart-memory`` (``{"worker": address, "pid", "rs
 scheduler and terminates it; the trial running there ends as a lost worker. The controller
 subscribes to that topic (one push per kill, nothing polled), and, when a lost trial's worker is
 not known yet, asks the scheduler's event log once (``Client.get_events``) before it judges.
-A worker the kernel's OOM killer ends leaves no such event (see :func:`cluster.executor.host_out_of_memory`).
+A worker the kernel's OOM killer ends leaves no such event (see :func:`cluster.oom_forensics.host_out_of_memory`).
 """
 
 from __future__ import annotations

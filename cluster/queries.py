@@ -22,6 +22,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .worker_messages import TrialAsked, send
+
 if TYPE_CHECKING:  # distributed is loaded where a question is asked or answered
     from distributed import Client
 
@@ -49,7 +51,7 @@ def ask(worker: Any, topic: str, number: int, question: Mapping[str, Any], timeo
     with _LOCK:
         _WAITING[key] = box
     try:
-        worker.log_event(topic, {"number": int(number), "query": dict(question), "seq": seq, "time": time.time()})
+        send(worker, topic, TrialAsked(int(number), dict(question), seq, time.time()))
         try:
             return box.get(timeout=timeout)
         except queue.Empty:

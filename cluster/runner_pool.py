@@ -14,52 +14,34 @@ same first-run key (so that none can run twice).
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import dataclasses
-import functools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .connect import worker_slots
+from .executor_queue import EventQueue, RunnerDone
 from .jobs import Walltimes
 from .outcome import Outcome, TrialStatus
-from .slot_runner import PUT_OP, Trial, pack_item, run_slot, runner_key
+from .runner_mail import Placement, RunnerMail
+from .slot_runner import run_slot, runner_key
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-__all__ = ["Placement", "RunnerPool", "RUNNER_DONE", "RUNNER_PUT"]
+
+__all__ = ["RunnerPool"]
 
 log = logging.getLogger(__name__)
 
 RUNNER_IDLE = 10.0  # seconds a runner waits with nothing to run before it gives its slot back
-RUNNER_DONE = "runner-done"  # the executor's queue: a runner's task ended
-RUNNER_PUT = "runner-put"  # the executor's queue: a runner did not take trials sent to it
 CHECK_SECONDS = 1.0  # between looks at whether every runner's worker is still there
 RESULT_TIMEOUT = 30.0  # seconds to fetch an ended runner's result
 RETIRE_TIMEOUT = 5.0  # seconds to tell every runner to end, on close
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """A one-slot trial to run: its request, its first-run key (kept when it is sent again; the trials of a batch share
-    one, and go to one runner together), its expected memory, and whether it was never sent under that key
-    (``fresh``: it cannot have run, so nothing asks whether it did)."""
-
-    request: Any  # cluster.executor.TrialRequest
-    key: str
-    memory: int = 0
-    fresh: bool = True
-
-    @property
-    def number(self) -> int:
-        return int(self.request.number)
 
 
 @dataclasses.dataclass(eq=False)
@@ -92,7 +74,7 @@ class RunnerPool:
         client: Client,
         topic: str,
         resource: str,
-        events: queue.Queue[tuple[str, Any]],
+        events: EventQueue,
         ship: Callable[[Any], Any],
         slots: Callable[[], int],
         share: float = 1.0,
@@ -100,7 +82,8 @@ class RunnerPool:
         idle: float = RUNNER_IDLE,
     ) -> None:
         self._client, self._topic, self._resource = client, topic, resource
-        self._events, self._ship, self._idle = events, ship, idle
+        self._events, self._idle = events, idle
+        self._mail = RunnerMail(client, ship, events)
         self._slots, self._share, self._headroom = slots, share, headroom  # the cluster's one-slot capacity, now
         self._lock = threading.Lock()
         self._runners: dict[str, Runner] = {}
@@ -176,7 +159,7 @@ class RunnerPool:
                 **where,
             )
             self._runners[key] = Runner(key, future)
-            future.add_done_callback(lambda _f, k=key: self._events.put((RUNNER_DONE, k)))
+            future.add_done_callback(lambda _f, k=key: self._events.put(RunnerDone(k)))
 
     def _dispatch(self) -> None:
         """Give waiting trials to idle runners (a trial to a runner on the worker it would rather run on first);
@@ -199,7 +182,8 @@ class RunnerPool:
                 self._of[placement.number] = runner
             batches.setdefault(runner.key, []).extend(group)
         for key, batch in batches.items():
-            self._send(self._runners[key], batch)
+            runner = self._runners[key]
+            self._mail.send(runner.key, runner.worker, batch)
 
     def _next_pair(self, starting: bool) -> tuple[Runner, int] | None:
         """The runner to give a waiting trial to, and which trial (its index in the queue); None to wait.
@@ -225,39 +209,6 @@ class RunnerPool:
         before a trial of the usual duration would."""
         return runner.ready and self._walltimes.fits(runner.worker, ahead=len(runner.trials))
 
-    def _send(self, runner: Runner, batch: list[Placement]) -> None:
-        """Send ``batch`` to ``runner`` in one message: an item per first-run key (a batch's trials share one)."""
-        by_key: dict[str, list[Placement]] = {}
-        for placement in batch:
-            by_key.setdefault(placement.key, []).append(placement)
-        items = [
-            pack_item(key, [self._trial(p) for p in group], all(p.fresh for p in group))
-            for key, group in by_key.items()
-        ]
-        numbers = [p.number for p in batch]
-        sent = self._put(runner.worker, runner=runner.key, items=items)
-        sent.add_done_callback(functools.partial(self._sent, runner=runner, numbers=numbers))
-
-    def _trial(self, placement: Placement) -> Trial:
-        request = placement.request
-        return placement.number, self._ship(request.trainer), request.config.to_dict(), placement.memory
-
-    def _put(self, worker: str, **message: Any) -> concurrent.futures.Future[Any]:
-        """Send ``message`` to ``worker``'s :data:`PUT_OP` handler over the client's connections (returns at once)."""
-
-        async def put() -> Any:
-            return await getattr(self._client.rpc(worker), PUT_OP)(**message)
-
-        loop: Any = self._client.loop  # tornado's IOLoop over the client's asyncio loop
-        return asyncio.run_coroutine_threadsafe(put(), loop.asyncio_loop)
-
-    def _sent(self, future: concurrent.futures.Future[Any], runner: Runner, numbers: list[int]) -> None:
-        error = future.exception()
-        if error is None and future.result() == "ok":
-            return
-        log.debug("runner %s took no trials %s (%s)", runner.key, numbers, error or future.result())
-        self._events.put((RUNNER_PUT, (runner.key, numbers)))
-
     # --- events -------------------------------------------------------------------------------------
 
     def ready(self, key: str, worker: str) -> None:
@@ -269,7 +220,7 @@ class RunnerPool:
             runner.worker = worker
             if self.retired:  # started after the others were told to end: it ends too
                 runner.closed = True
-                self._put(worker, runner=key, retire="drain")
+                self._mail.retire(key, worker, now=False)
                 return
             self._dispatch()
 
@@ -290,7 +241,7 @@ class RunnerPool:
                     self._walltimes.ran(time.time() - started)
                 self._dispatch()
 
-    def refused(self, key: str, numbers: list[int]) -> None:
+    def refused(self, key: str, numbers: Iterable[int]) -> None:
         """Runner ``key`` took none of ``numbers`` (it had closed, or its worker is gone): place them again."""
         with self._lock:
             runner = self._runners.get(key)
@@ -315,7 +266,7 @@ class RunnerPool:
             runner = self._runners.pop(key, None)
         if runner is None:
             return []
-        result, why = self._result(runner.future)
+        result, why = _result(runner.future)
         with self._lock:
             runner.closed = True
             recent: dict[int, Outcome] = (result or {}).get("recent", {})
@@ -325,7 +276,7 @@ class RunnerPool:
                 if number in recent:
                     ended.append((number, recent[number]))
                 elif number in runner.started and placement.key not in unrun:
-                    ended.append((number, self._unfinished(runner, why)))
+                    ended.append((number, _unfinished(runner, why)))
             for number, _ in ended:
                 runner.trials.pop(number)
                 self._of.pop(number, None)
@@ -334,24 +285,6 @@ class RunnerPool:
                 self._start_runners()
                 self._dispatch()
         return ended
-
-    @staticmethod
-    def _unfinished(runner: Runner, why: str) -> Outcome:
-        """The outcome of a trial that started on ``runner`` and whose own outcome never came."""
-        if runner.lost:
-            return Outcome(TrialStatus.LOST, error=runner.lost)
-        if why.startswith("cancelled"):
-            return Outcome(TrialStatus.CANCELLED, error=why)
-        return Outcome(TrialStatus.LOST, error=why or "its runner ended without its outcome")
-
-    def _result(self, future: Future) -> tuple[dict[str, Any] | None, str]:
-        """An ended runner's result, or why it has none (``cancelled: ...``, or its worker was lost)."""
-        if future.cancelled():
-            return None, "cancelled: its worker was restarted"
-        try:
-            return future.result(timeout=RESULT_TIMEOUT), ""
-        except Exception as exc:  # noqa: BLE001 - KilledWorker, comm errors: the runner's worker is gone
-            return None, f"its worker was lost ({type(exc).__name__}: {exc})".splitlines()[0]
 
     def lost_worker(self, worker: str) -> None:
         """``worker`` left the cluster: its runners end now (cancelled, so that Dask does not start them again)."""
@@ -385,7 +318,7 @@ class RunnerPool:
         with self._lock:
             self.retired = True
             runners = list(self._runners.values())
-        sent = [self._put(r.worker, runner=r.key, retire="now" if now else "drain") for r in runners if r.worker]
+        sent = [self._mail.retire(r.key, r.worker, now) for r in runners if r.worker]
         if now:
             concurrent.futures.wait(sent, timeout=RETIRE_TIMEOUT)
         return [r.future for r in runners]
@@ -395,3 +328,22 @@ class RunnerPool:
         with self._lock:
             waiting, self._waiting = list(self._waiting), collections.deque()
             return waiting
+
+
+def _unfinished(runner: Runner, why: str) -> Outcome:
+    """The outcome of a trial that started on ``runner`` and whose own outcome never came."""
+    if runner.lost:
+        return Outcome(TrialStatus.LOST, error=runner.lost)
+    if why.startswith("cancelled"):
+        return Outcome(TrialStatus.CANCELLED, error=why)
+    return Outcome(TrialStatus.LOST, error=why or "its runner ended without its outcome")
+
+
+def _result(future: Future) -> tuple[dict[str, Any] | None, str]:
+    """An ended runner's result, or why it has none (``cancelled: ...``, or its worker was lost)."""
+    if future.cancelled():
+        return None, "cancelled: its worker was restarted"
+    try:
+        return future.result(timeout=RESULT_TIMEOUT), ""
+    except Exception as exc:  # noqa: BLE001 - KilledWorker, comm errors: the runner's worker is gone
+        return None, f"its worker was lost ({type(exc).__name__}: {exc})".splitlines()[0]

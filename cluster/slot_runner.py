@@ -28,6 +28,7 @@ import cloudpickle
 from .entrypoint import run_trial
 from .first_run import FirstRun, RanBefore, ask_early
 from .outcome import Outcome, TrialStatus, error_type_of
+from .worker_messages import RunnerReady, TrialEnded, send
 
 __all__ = ["Inbox", "Item", "PUT_OP", "RUNNER_KEY", "Trial", "runner_key", "run_slot", "put_trials", "pack_item"]
 
@@ -137,7 +138,7 @@ def run_slot(key: str, topic: str, resource: str, share: float, headroom: float,
     inbox = _INBOXES[key] = Inbox()
     recent: collections.OrderedDict[int, Outcome] = collections.OrderedDict()
     try:
-        worker.log_event(topic, {"runner": key, "ready": worker.address, "id": str(worker.id)})
+        send(worker, topic, RunnerReady(key, worker.address, str(worker.id)))
         while (item := inbox.take(idle)) is not None:
             for number, outcome in _run_item(item, topic, resource, share, headroom):
                 recent[number] = outcome
@@ -150,7 +151,7 @@ def run_slot(key: str, topic: str, resource: str, share: float, headroom: float,
 
 
 def _run_item(item: Item, topic: str, resource: str, share: float, headroom: float) -> list[tuple[int, Outcome]]:
-    """Run an item's trials one after another, each as its own task would (:func:`cluster.executor.run_once`); their
+    """Run an item's trials one after another, each as its own task would (:func:`cluster.task_runner.run_once`); their
     outcomes."""
     key, blob, fresh = item
     first_run = FirstRun(key, fresh)  # asked (if at all) once for the item, answered before its first trial
@@ -175,5 +176,5 @@ def _run_one(
     except Exception as exc:  # noqa: BLE001 - a failure outside the trainer (a device lease): this trial's only
         log.warning("trial %s failed outside its trainer: %s", number, exc)
         outcome = Outcome(TrialStatus.LOST, error=f"{type(exc).__name__}: {exc}", error_type=error_type_of(exc))
-    get_worker().log_event(topic, {"number": number, "outcome": outcome.to_message()})
+    send(get_worker(), topic, TrialEnded(number, outcome))
     return number, outcome

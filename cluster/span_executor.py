@@ -11,17 +11,19 @@ slots is cancelled then.
 from __future__ import annotations
 
 import logging
-import queue
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .connect import worker_slots
+from .executor_queue import EventQueue, PartDone, SpanCancelled
 from .outcome import Outcome, TrialStatus
 from .span import SpanPlacer, SpanTrial, merge_outcomes, plan_parts, scheduler_capacity
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor (status and check never import it)
     from distributed import Client
+
+    from .executor_api import TrialRequest
 
 __all__ = ["SpanRunner"]
 
@@ -35,7 +37,6 @@ def _parts() -> Any:
 
 log = logging.getLogger(__name__)
 
-PART_DONE = "span-part-done"
 CHECK_SECONDS = 1.0  # between looks at whether every part's worker is still there
 
 
@@ -47,7 +48,7 @@ class SpanRunner:
         client: Client,
         topic: str,
         resource: str,
-        events: queue.Queue[tuple[str, Any]],
+        events: EventQueue,
         ship: Callable[[Any], Any],
         run_once: Callable[..., Any],
     ) -> None:
@@ -63,10 +64,10 @@ class SpanRunner:
     def running(self) -> tuple[int, ...]:
         return tuple(self._placer.trials) + tuple(r.number for r in self._placer.waiting())
 
-    def submit(self, request: Any) -> None:
+    def submit(self, request: TrialRequest) -> None:
         self._placer.submit(request)
 
-    def _place(self, request: Any) -> SpanTrial:
+    def _place(self, request: TrialRequest) -> SpanTrial:
         try:
             capacity = scheduler_capacity(self._client, self._resource)
         except Exception as exc:  # noqa: BLE001 - a scheduler that refuses the probe: plan on declared slots
@@ -78,7 +79,7 @@ class SpanRunner:
         except ValueError as exc:  # workers left since the campaign checked: the trial cannot be placed now
             trial = SpanTrial(request.number, key, [])
             trial.aborted = f"lost: {exc}"
-            self._queue.put(("span-cancelled", (request.number, trial.aborted)))
+            self._queue.put(SpanCancelled(request.number, trial.aborted))
             return trial
         trial = SpanTrial(request.number, key, parts)
         shipment = self._ship(request.trainer)
@@ -107,7 +108,7 @@ class SpanRunner:
                 allow_other_workers=False,
                 pure=False,
             )
-            future.add_done_callback(lambda _f, n=request.number, i=index: self._queue.put((PART_DONE, (n, i))))
+            future.add_done_callback(lambda _f, n=request.number, i=index: self._queue.put(PartDone(n, i)))
             trial.futures.append(future)
         log.info(
             "trial %d spans %d workers: %s",
@@ -119,12 +120,13 @@ class SpanRunner:
 
     # --- events -------------------------------------------------------------------------------------
 
-    def part_started(self, msg: dict[str, Any], worker: str) -> list[tuple[int, float, str]]:
-        """A part began; the trial's (number, time, rank 0's worker) once its last part has."""
-        trial = self._placer.trials.get(int(msg["number"]))
+    def part_started(self, number: int, part: int, at: float) -> list[tuple[int, float, str]]:
+        """Part ``part`` of trial ``number`` began at ``at``; the trial's (number, time, rank 0's worker) once its
+        last part has."""
+        trial = self._placer.trials.get(number)
         if trial is None or trial.all_started:
             return []
-        trial.started[int(msg["part"])] = float(msg["started"])
+        trial.started[part] = at
         if not trial.all_started:
             return []
         self._placer.next()
@@ -185,7 +187,7 @@ class SpanRunner:
         request = self._placer.drop_waiting(number)
         if request is None:
             return False
-        self._queue.put(("span-cancelled", (number, "cancelled before it was placed")))
+        self._queue.put(SpanCancelled(number, "cancelled before it was placed"))
         return True
 
     def kill(self, number: int) -> bool:

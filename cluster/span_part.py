@@ -26,6 +26,7 @@ from .entrypoint import TrainerShipment, _finite_metrics, _lease_devices, failur
 from .first_run import FirstRun
 from .outcome import Outcome, TrialStatus
 from .trial_output import make_trial_folders, route_output
+from .worker_messages import PartStarted, send
 
 __all__ = ["run_part", "abort_event_name", "rendezvous_name", "abort_why_name", "RENDEZVOUS_TIMEOUT"]
 
@@ -126,7 +127,7 @@ def run_part(
     WarmPool.attach(worker)  # the part's ranks come from this worker's warm pool
     key, number = str(part["key"]), int(config["number"])
     reporter = WorkerReporter(topic, number)
-    worker.log_event(topic, {"number": number, "part": int(part["index"]), "started": started})
+    send(worker, topic, PartStarted(number, int(part["index"]), started))
     host = get_address_host(worker.address)
     lease, pool = _lease_devices(resource, int(part["local"]), 1.0, 0, 0.9)  # whole GPUs: a part packs with nothing
     devices = lease.ids if lease is not None else ()

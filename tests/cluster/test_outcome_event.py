@@ -12,6 +12,7 @@ import pytest
 from distributed import Client
 from inproc import inproc_client
 
+from cluster import task_runner
 from cluster.channel import WorkerReporter
 from cluster.executor import DaskExecutor, Finished, Outcome, Report, TrialRequest, TrialStatus
 
@@ -71,8 +72,8 @@ def _drain(executor: DaskExecutor, numbers: set[int]) -> tuple[dict[int, Outcome
 
 def test_outcomes_come_by_event_with_no_fetch_of_the_tasks_result(client: Client, monkeypatch) -> None:
     fetched: list[Any] = []
-    original = DaskExecutor._outcome
-    monkeypatch.setattr(DaskExecutor, "_outcome", staticmethod(lambda f: fetched.append(f) or original(f)))
+    original = task_runner._outcome
+    monkeypatch.setattr(task_runner, "_outcome", lambda f: fetched.append(f) or original(f))
     executor = DaskExecutor(client, "test-outcome-event")
     executor.submit_batch([TrialRequest(n, _fit, _config(n)) for n in (1, 2, 3)])  # one task, three outcomes
     executor.submit(TrialRequest(4, _fit, _config(4)))

@@ -160,8 +160,8 @@ def test_closing_the_executor_ends_its_runners_and_frees_their_slots(client: Cli
 def test_an_idle_runner_gives_its_slot_back(client: Client) -> None:
     tasks = _processed(client.cluster)
     executor = DaskExecutor(client, "runners-c")
-    assert executor._pool is not None
-    executor._pool._idle = 0.3
+    assert executor._roads.pool is not None
+    executor._roads.pool._idle = 0.3
     try:
         executor.submit(TrialRequest(0, _fit, _config(0)))
         _drain(executor, {0})

@@ -6,9 +6,9 @@ a real one would sample in gets the child's code in process, on virtual time
 
 Each trial is configured (its :class:`~trainers.api.TrialConfig`) by a
 :class:`~search.loop.trial_maker.TrialMaker`, which the asker calls; one whose parameters
-cannot run is told FAIL at once, without a slot. Asked trials wait in
-``pending`` until the campaign moves them to the dispatcher; the budget counts them as spent
-(:meth:`TrialSupply.spent`; the campaign says how many the dispatcher holds, ``launched``).
+cannot run is handed to the campaign, which tells it FAIL at once, without a slot (the supply tells the ledger
+nothing). Asked trials wait in ``pending`` until the campaign moves them to the dispatcher; the budget counts them as
+spent (:meth:`TrialSupply.spent`; ``outside``, a count the campaign gives once, says how many it holds elsewhere).
 
 No trial is sampled twice from one random stream. Trials are asked ahead of need, so a
 saved sampler state is always behind what reached the storage: restoring it would replay
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any, cast
 
 import optuna
@@ -40,9 +41,8 @@ from optuna.trial import FrozenTrial
 from cluster.executor import TrialExecutor
 from search.compat import optuna_private as op
 from search.loop.budget import Budget
-from search.loop.ledger import Ledger
 from search.loop.pipeline import SLOW_ASK_SECONDS
-from search.loop.trial_maker import TrialMaker
+from search.loop.trial_maker import AskOrder, TrialMaker
 from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
@@ -112,17 +112,21 @@ class TrialSupply:
         folder: CampaignFolder,
         study: optuna.Study,
         executor: TrialExecutor,
-        ledger: Ledger,
+        order: AskOrder,
         budget: Budget,
         population: Population | None,
+        outside: Callable[[], int],
         sampling: str | None = None,
     ) -> None:
+        """``order``: the ledger's count of told trials and (deterministic) order of asks; ``outside``: the trials
+        of the budget the campaign holds elsewhere (told, waiting to be told, launched)."""
         self._spec = spec
         self._folder = folder
         self._study = study
         self._executor = executor
-        self._ledger = ledger
+        self._order = order
         self._budget = budget
+        self._outside = outside
         self._sampling_asked = sampling or spec.study.sampling
         ordered = spec.study.deterministic or population is not None or executor.virtual_time
         self.sampling = sampling_mode(self._sampling_asked, spec.study.sampler, ordered)
@@ -132,8 +136,8 @@ class TrialSupply:
             and population is None
             and sampling_mode(self._sampling_asked, spec.study.sampler, False) == SamplingMode.PROCESS
         )
-        self._maker = TrialMaker(spec, folder, study, ledger, population)  # what the askers call, on any thread
-        self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, ledger.may_ask)
+        self._maker = TrialMaker(spec, folder, study, order, population)  # what the askers call, on any thread
+        self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, order.may_ask)
         self._resumable: deque[FrozenTrial] = deque()
         self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
         self._restarts = 0  # samplers built by this controller after the first (a dead child replaced)
@@ -222,14 +226,11 @@ class TrialSupply:
         """The parameters of the trials asked since the last call, written (see :meth:`TrialMaker.flush_params`)."""
         self._maker.flush_params()
 
-    def release_unstarted(self) -> None:
-        """Trials asked but never launched (the time budget ran out first) end PRUNED; none stays RUNNING."""
-        while self.pending:
-            prepared = self.pending.popleft()
-            if prepared.invalid:
-                self._ledger.reject(prepared.trial, prepared.invalid)
-            else:
-                self._ledger.never_started(prepared.trial)
+    def unstarted(self) -> list[Prepared]:
+        """Trials asked but never launched (the time budget ran out first), taken out for the campaign to tell."""
+        taken = list(self.pending)
+        self.pending.clear()
+        return taken
 
     # --- how many ---------------------------------------------------------------------------------------
 
@@ -237,19 +238,19 @@ class TrialSupply:
         """Trials asked (or to be run again) and not yet launched: the budget counts them as spent."""
         return self._asker.in_hand() + len(self._resumable) + len(self.pending)
 
-    def spent(self, launched: int) -> int:
-        """Trials of the budget spent: told, waiting to be told, ``launched`` (the dispatcher's) or in hand here."""
-        return self._ledger.finished + len(self._ledger.waiting) + launched + self.in_hand()
+    def spent(self) -> int:
+        """Trials of the budget spent: held by the campaign (told, waiting to be told, launched) or in hand here."""
+        return self._outside() + self.in_hand()
 
-    def trials_left(self, launched: int) -> int:
+    def trials_left(self) -> int:
         """Trials the campaign may still ask."""
-        return self._budget.trials_left(self.spent(launched))
+        return self._budget.trials_left(self.spent())
 
-    def more_coming(self, time_left: bool, launched: int) -> bool:
+    def more_coming(self, time_left: bool) -> bool:
         """Whether a background sampler still owes trials (nothing runs while it samples the first ones)."""
         if not self._asker.background or not time_left:
             return False
-        return self._asker.in_hand() > 0 or self.trials_left(launched) > 0
+        return self._asker.in_hand() > 0 or self.trials_left() > 0
 
     @property
     def times(self) -> AskTimes:
@@ -259,7 +260,7 @@ class TrialSupply:
     def ask_seconds(self) -> float:
         return self._asker.times.ask_seconds
 
-    def want(self, free_tasks: int, batch: int, spare: int, slot_free: bool, time_left: bool, launched: int) -> None:
+    def want(self, free_tasks: int, batch: int, spare: int, slot_free: bool, time_left: bool) -> None:
         """Tell a background sampler how many trials to have ready: what is free plus spares, within budget.
 
         A fast sampler that the loop may ask itself gets 0: it is asked on the loop's thread, when needed.
@@ -267,16 +268,18 @@ class TrialSupply:
         wanted = 0
         if time_left and (self._sampler_is_slow() or not self._asker.asks_here):
             wanted = max(0, batch * free_tasks + spare - len(self.pending))
-            wanted = min(wanted, self._asker.in_hand() + self.trials_left(launched))
+            wanted = min(wanted, self._asker.in_hand() + self.trials_left())
         starved = not self.pending and slot_free and self._asker.asks_here  # a slot waits for a trial
         self._asker.want(wanted, wake_at=1 if starved else batch)
 
     # --- the next trials --------------------------------------------------------------------------------
 
-    def next_group(self, batch: int, launched: int) -> list[Prepared]:
-        """Up to ``batch`` prepared trials of one width, the pending ones first (``launched``: see :meth:`spent`)."""
-        while len(self.pending) < batch and (item := self._fetch(launched)) is not None:
-            self.pending.append(item)
+    def short_of(self, batch: int) -> bool:
+        """Fewer than ``batch`` trials wait to launch: :meth:`fetch` another."""
+        return len(self.pending) < batch
+
+    def group(self, batch: int) -> list[Prepared]:
+        """Up to ``batch`` prepared trials of one width, the pending ones first, taken out of ``pending``."""
         group: list[Prepared] = []
         while self.pending and len(group) < batch and (not group or self.pending[0].width == group[0].width):
             group.append(self.pending.popleft())
@@ -295,19 +298,19 @@ class TrialSupply:
         """
         return not self._asker.asks_here and len(group) < batch and self._asker.in_hand() > 0
 
-    def _fetch(self, launched: int) -> Prepared | None:
-        """The next trial to launch: one to run again, else one asked (ahead, or now); invalid ones are told FAIL."""
-        while True:
-            item: Prepared | None
-            if self._resumable:
-                frozen = self._resumable.popleft()
-                log.info("trial %d was left running; starting it again", frozen.number)
-                item = self._maker.configure(self._reopen(frozen), self._ledger.finished)
-            else:
-                item = self._take() or self._ask_here(launched)
-            if item is None or not item.invalid:
-                return item
-            self._ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
+    def fetch(self) -> Prepared | None:
+        """The next trial: one to run again, else one asked (ahead, or now). One marked ``invalid`` (e.g. a genome
+        over the parameter limit) is the campaign's to tell FAIL; a valid one goes to ``pending``."""
+        item: Prepared | None
+        if self._resumable:
+            frozen = self._resumable.popleft()
+            log.info("trial %d was left running; starting it again", frozen.number)
+            item = self._maker.configure(self._reopen(frozen), self._order.finished)
+        else:
+            item = self._take() or self._ask_here()
+        if item is not None and not item.invalid:
+            self.pending.append(item)
+        return item
 
     def _reopen(self, frozen: FrozenTrial) -> optuna.Trial:
         """A trial left running, to run again. Parameters a torn journal cut from its record are taken back from
@@ -346,9 +349,9 @@ class TrialSupply:
             self._replace_dead_child(died)
             return None
 
-    def _ask_here(self, launched: int) -> Prepared | None:
+    def _ask_here(self) -> Prepared | None:
         """A fast sampler is asked on this thread (cheaper than a hand-over); a slow one only on its own."""
-        if self.trials_left(launched) <= 0 or self._sampler_is_slow():
+        if self.trials_left() <= 0 or self._sampler_is_slow():
             return None
         return self._asker.ask_here()
 

@@ -8,11 +8,10 @@ own thread, or (for a sampler child) with the parameters the child sampled. The
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 
-from search.loop.ledger import Ledger
 from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.presample import ask_fixed
@@ -23,7 +22,19 @@ from search.store.trial_params import ParamsLog, set_aside_stale_folders
 from spaces.errors import SpaceError
 from trainers.api import TrialConfig
 
-__all__ = ["TrialMaker"]
+__all__ = ["AskOrder", "TrialMaker"]
+
+
+class AskOrder(Protocol):
+    """What asking needs of the ledger (:class:`~search.loop.ledger.Ledger`): how many trials are told, and in
+    a deterministic campaign the order of asks. Nothing here tells a trial: the campaign alone does."""
+
+    @property
+    def finished(self) -> int: ...
+
+    def asked(self, number: int) -> None: ...
+
+    def may_ask(self) -> bool: ...
 
 
 class TrialMaker:
@@ -34,13 +45,13 @@ class TrialMaker:
         spec: CampaignSpec,
         folder: CampaignFolder,
         study: optuna.Study,
-        ledger: Ledger,
+        order: AskOrder,
         population: Population | None,
     ) -> None:
         self._spec = spec
         self._folder = folder
         self._study = study
-        self._ledger = ledger
+        self._order = order
         self._population = population
         self._params = ParamsLog(folder)  # each new trial's parameters, written before the journal's record
 
@@ -61,14 +72,14 @@ class TrialMaker:
 
     def ask_inline(self) -> Prepared:
         """One new trial, asked on the loop's thread, its ask recorded with the ledger (deterministic order)."""
-        saw = self._ledger.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
+        saw = self._order.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
         trial = self._ask()
-        self._ledger.asked(trial.number)
+        self._order.asked(trial.number)
         return self.configure(trial, saw, fresh=True)
 
     def produce(self, saw: int | None = None) -> Prepared:
         """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
-        saw = self._ledger.finished if saw is None else saw
+        saw = self._order.finished if saw is None else saw
         return self.configure(self._ask(), saw, fresh=True)
 
     def _ask(self) -> optuna.Trial:

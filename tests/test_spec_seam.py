@@ -47,6 +47,37 @@ def test_the_count_sees_every_way_of_annotating_the_spec(tmp_path: Path) -> None
     assert whole_spec_functions(tmp_path, ("pkg",)) == ["pkg/m.py:1 a", "pkg/m.py:2 b", "pkg/m.py:4 __init__"]
 
 
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (``from a.b import c``: ``a.b`` and ``a.b.c``), at any depth."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_session_builds_its_sampler_without_the_supply() -> None:
+    reaching = [str(p.relative_to(ROOT)) for p in (ROOT / "search" / "session").rglob("*.py")]
+    reaching = [name for name in reaching if "search.loop.supply" in _imports(ROOT / name)]
+    assert reaching == []
+
+
+def test_the_supply_tells_the_ledger_nothing_and_takes_the_dispatchers_count_once() -> None:
+    for name in ("supply.py", "trial_maker.py"):  # the supply and what its askers call
+        assert "search.loop.ledger" not in _imports(ROOT / "search" / "loop" / name), name
+    tree = ast.parse((ROOT / "search" / "loop" / "supply.py").read_text())
+    supply = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrialSupply")
+    threaded = [
+        f.name
+        for f in supply.body
+        if isinstance(f, ast.FunctionDef) and any(a.arg == "launched" for a in f.args.args + f.args.kwonlyargs)
+    ]
+    assert threaded == []
+
+
 if __name__ == "__main__":
     lines = whole_spec_functions()
     print("\n".join(lines))

@@ -10,17 +10,7 @@ cannot run is handed to the campaign, which tells it FAIL at once, without a slo
 nothing). Asked trials wait in ``pending`` until the campaign moves them to the dispatcher; the budget counts them as
 spent (:meth:`TrialSupply.spent`; ``outside``, a count the campaign gives once, says how many it holds elsewhere).
 
-No trial is sampled twice from one random stream. Trials are asked ahead of need, so a
-saved sampler state is always behind what reached the storage: restoring it would replay
-parameter sets already run. Instead every sampler the campaign builds gets its own seed,
-:func:`sampler_seed` of the study seed, the number of trials in the storage when it is
-built, and how many samplers this controller built before (:func:`campaign_sampler`). A
-sampler whose trials reached the storage leaves that number higher for any sampler built
-after it, so two samplers that both put trials in the storage never share a seed: after
-``resume``, after a sampler child that died and was replaced, after both. Besides their
-random generator, the registry's samplers keep nothing outside the storage that sampling
-needs (TPE, CMA-ES, QMC, NSGA-II, grid and evolution read the trials; GP's kernel cache
-only speeds it up), so a new sampler loses nothing else.
+Every sampler the campaign builds is seeded anew (:func:`~search.loop.sampler_factory.campaign_sampler`: why).
 
 A sampler child process that dies (OOM killer, a signal) does not end the campaign: the
 trials it had sent and not handed out are dropped (they exist in its replica only), and
@@ -42,12 +32,13 @@ from cluster.executor import TrialExecutor
 from search.compat import optuna_private as op
 from search.loop.budget import Budget
 from search.loop.pipeline import SLOW_ASK_SECONDS
+from search.loop.sampler_factory import campaign_sampler
 from search.loop.trial_maker import AskOrder, TrialMaker
 from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
-from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
+from search.sampling.samplers import runs_in_process, sampling_problem
 from search.sampling.seeds import component_seed
 from search.sampling.virtual_child import SamplerCore, VirtualChildAsker
 from search.spec.campaign_spec import CampaignSpec
@@ -59,34 +50,12 @@ from spaces.errors import InputError
 __all__ = [
     "TrialSupply",
     "sampling_mode",
-    "sampler_seed",
-    "campaign_sampler",
     "MAX_CHILD_RESTARTS",
 ]
 
 log = logging.getLogger(__name__)
 
 MAX_CHILD_RESTARTS = 2  # sampler child processes started again after one died; then a thread samples
-
-
-def sampler_seed(study_seed: int, trials: int, restart: int = 0) -> int:
-    """The seed of a sampler built with ``trials`` trials in the storage, after ``restart`` others in this
-    controller; a new campaign's first sampler (0, 0) gets the study seed itself."""
-    if trials == 0 and restart == 0:
-        return int(study_seed)
-    return component_seed(study_seed, f"sampler-{int(trials)}-{int(restart)}")
-
-
-def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> optuna.samplers.BaseSampler:
-    """The spec's sampler, seeded with :func:`sampler_seed` (a scaling sweep's: one per batch size)."""
-    seed = sampler_seed(spec.study.seed, trials, restart)
-    if spec.scaling is None:
-        return make_sampler(spec.study.sampler, spec.space, seed, spec.sampler_options, budget=spec.study.n_trials)
-    from search.scaling.sweep import scaling_sampler  # lazily: scipy and pandas for a scaling sweep only
-
-    return scaling_sampler(
-        spec.scaling.batch_sizes, seed, lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options)
-    )
 
 
 def sampling_mode(requested: str, sampler: str, ordered: bool) -> SamplingMode:

@@ -4,7 +4,7 @@
 one from its folder (the frozen spec and the storage), re-running trials a dead
 controller left RUNNING under their own numbers and parameters. A resumed campaign
 samples with a new sampler seeded from the study seed and the number of trials in the
-storage (``search.loop.supply.campaign_sampler``), never with a saved one: a saved sampler
+storage (``search.loop.sampler_factory.campaign_sampler``), never with a saved one: a saved sampler
 lags behind the trials asked ahead of it, and would sample them again.
 """
 
@@ -84,10 +84,10 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     """The campaign's study, with its seeded sampler and pruner (``writer``: the controller's own).
 
     A new study's sampler gets the study seed; a loaded one's, a seed of its own for the number of trials
-    already in the storage (:func:`~search.loop.supply.campaign_sampler`), so that a resumed campaign never
+    already in the storage (:func:`~search.loop.sampler_factory.campaign_sampler`), so that a resumed campaign never
     replays a random stream whose trials are already in the storage.
     """
-    from search.loop.supply import campaign_sampler
+    from search.loop.sampler_factory import campaign_sampler
 
     storage = open_storage(
         storage_url(spec.study.storage, folder), writer=create if writer is None else writer, create=create
@@ -171,7 +171,7 @@ def _execute(
     from cluster.packing import thread_shortfall
     from search.loop.campaign import Campaign, CampaignError
     from search.loop.progress import Progress
-    from search.loop.supply import campaign_sampler
+    from search.loop.sampler_factory import campaign_sampler
 
     create = new is not None
     study = load_study(spec, folder, create, writer=True)

@@ -47,6 +47,27 @@ def test_the_count_sees_every_way_of_annotating_the_spec(tmp_path: Path) -> None
     assert whole_spec_functions(tmp_path, ("pkg",)) == ["pkg/m.py:1 a", "pkg/m.py:2 b", "pkg/m.py:4 __init__"]
 
 
+def _calls(path: Path) -> set[str]:
+    """The names ``path`` calls (``f(...)`` and ``x.f(...)``: ``f``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return names
+
+
+def test_one_place_builds_the_pruner() -> None:
+    """``install_pruner`` gives a study its pruner (the runner's study, the campaign's at start and at the first
+    report); besides it, only the spec's check of a pruner class builds one, and nothing else picks a NopPruner."""
+    building = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "search").rglob("*.py")
+        if {"make_pruner", "NopPruner"} & _calls(path)
+    }
+    assert building == {"search/sampling/pruning.py", "search/spec/component_check.py"}
+
+
 def _imports(path: Path) -> set[str]:
     """Every module ``path`` imports (``from a.b import c``: ``a.b`` and ``a.b.c``), at any depth."""
     found: set[str] = set()

@@ -116,7 +116,7 @@ class Campaign:
         self.sinks = ReportSinks.for_campaign(spec.logging, folder, spec.study.name)  # closed when run() ends
         self.sinks.add(self.hooks.sink(study))
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
-        self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
+        self.reports = IntermediateValues(spec.study, spec.pruning, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports)
         self.dispatch = Dispatcher(spec, executor, clock)
         self.supply = TrialSupply(

@@ -26,7 +26,7 @@ import optuna
 from cluster import ClusterError, ClusterOptions, open_cluster
 from search.compat import optuna_private as op
 from search.sampling import components
-from search.sampling.pruning import make_pruner
+from search.sampling.pruning import install_pruner
 from search.session.lifecycle import (
     NewStudy,
     check_environment_record,
@@ -92,14 +92,12 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     storage = open_storage(
         storage_url(spec.study.storage, folder), writer=create if writer is None else writer, create=create
     )
-    pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
         try:
             study = op.create_study(
                 study_name=spec.study.name,
                 storage=storage,
                 sampler=campaign_sampler(spec),
-                pruner=pruner,
                 directions=[optuna.study.StudyDirection[d.upper()] for d in spec.objective_directions],
                 load_if_exists=False,
             )
@@ -114,11 +112,10 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SEED, spec.study.seed)
-        return study
-    study = op.load_study(
-        study_name=spec.study.name, storage=storage, sampler=optuna.samplers.RandomSampler(), pruner=pruner
-    )
-    study.sampler = campaign_sampler(spec, trials=len(study.get_trials(deepcopy=False)))
+    else:
+        study = op.load_study(study_name=spec.study.name, storage=storage, sampler=optuna.samplers.RandomSampler())
+        study.sampler = campaign_sampler(spec, trials=len(study.get_trials(deepcopy=False)))
+    install_pruner(study, spec.study.pruner, spec.pruning)
     return study
 
 

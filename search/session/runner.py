@@ -182,7 +182,7 @@ def _execute(
         for line in record_spec_changes(study, spec, changes or []):
             print(line)
         if options.retry_failed:
-            for line in enqueue_failed(spec, study):
+            for line in enqueue_failed(spec.pbt, study):
                 print(line)
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
@@ -295,10 +295,10 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     with lock.held_quietly():  # a refused resume leaves the folder as it was, controller.lock included
         check_environment_record(folder.environment)
         components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
-        study = read_resumed_study(load_spec(folder.spec, check_trainer=False), folder)  # read once, for both
+        study = read_resumed_study(load_spec(folder.spec, check_trainer=False).study, folder)  # read once, for both
         spec, changes = spec_to_resume(folder, options, check_trainer=False, study=study)
         given = registered_trainer(spec.trainer.entry) is not None  # search.resume(trainer=...): record and keep it
-        retry = options.retry_failed and bool(failed_to_retry(spec, study))
+        retry = options.retry_failed and bool(failed_to_retry(spec.pbt, study))
         # a told trial's metrics.jsonl that a fault cut: rewritten from the study, its record
         restore_metrics_files(own_trials(study.get_trials(deepcopy=False)), folder)
         if not changes and not given and not retry and nothing_left(spec, folder, study):

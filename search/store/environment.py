@@ -45,7 +45,7 @@ from search.store.folder import write_atomic, write_atomic_bytes
 from search.store.machine import cpu_record, trial_threads
 
 if TYPE_CHECKING:
-    from search.spec.campaign_spec import CampaignSpec
+    from search.spec.campaign_spec import CampaignSpec, TrainerSpec
 
 __all__ = [
     "PACKAGES",
@@ -94,7 +94,7 @@ def capture_environment(
         "cluster": cluster_shape(client_info) if client_info is not None else None,
     }
     if spec is not None:
-        env["trial_threads"] = trial_threads(spec)
+        env["trial_threads"] = trial_threads(spec.trainer)
         env["study"] = {
             "name": spec.study.name,
             "seed": spec.study.seed,
@@ -105,13 +105,13 @@ def capture_environment(
     return env
 
 
-def machine_now(spec: CampaignSpec) -> dict[str, Any]:
-    """What this process would record of the machine for ``spec`` (``reproduce`` compares it with the record)."""
+def machine_now(trainer: TrainerSpec) -> dict[str, Any]:
+    """What this process would record of the machine for ``trainer`` (``reproduce`` compares it with the record)."""
     return {
         "packages": {name: _version(name) for name in PACKAGES},
         "python": {"version": platform.python_version()},
         "cpu": cpu_record(),
-        "trial_threads": trial_threads(spec),
+        "trial_threads": trial_threads(trainer),
     }
 
 
@@ -265,7 +265,7 @@ def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
     record["files_sha256"] = _digest(files) if files else record.get("source_sha256")
     if note:
         record["files_note"] = note
-    record["paths"] = list(trainer_paths(spec))
+    record["paths"] = list(trainer_paths(spec.source))
     if fn is not None:
         record["pickle"] = TRAINER_PICKLE
     return record

@@ -105,7 +105,9 @@ class TrialSupply:
             and population is None
             and sampling_mode(self._sampling_asked, spec.study.sampler, False) == SamplingMode.PROCESS
         )
-        self._maker = TrialMaker(spec, folder, study, order, population)  # what the askers call, on any thread
+        self._maker = TrialMaker(
+            spec.study, spec.trainer, spec.space, folder, study, order, population
+        )  # what the askers call, on any thread
         self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, order.may_ask)
         self._resumable: deque[FrozenTrial] = deque()
         self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)

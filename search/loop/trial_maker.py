@@ -16,10 +16,11 @@ from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.presample import ask_fixed
 from search.sampling.seeds import trial_seed
-from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
+from search.spec.campaign_spec import DATA_PARALLEL, StudySpec, TrainerSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import ParamsLog, set_aside_stale_folders
 from spaces.errors import SpaceError
+from spaces.params import SearchSpace
 from trainers.api import TrialConfig
 
 __all__ = ["AskOrder", "TrialMaker"]
@@ -42,13 +43,17 @@ class TrialMaker:
 
     def __init__(
         self,
-        spec: CampaignSpec,
+        spec: StudySpec,
+        trainer: TrainerSpec,
+        space: SearchSpace,
         folder: CampaignFolder,
         study: optuna.Study,
         order: AskOrder,
         population: Population | None,
     ) -> None:
         self._spec = spec
+        self._trainer = trainer
+        self._space = space
         self._folder = folder
         self._study = study
         self._order = order
@@ -85,7 +90,7 @@ class TrialMaker:
     def _ask(self) -> optuna.Trial:
         """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
         conditional parameter whose condition holds (from the child's values when a child samples)."""
-        space = self._spec.space
+        space = self._space
         trial = ask_fixed(self._study, space.base_distributions())
         space.suggest(trial)
         return trial
@@ -103,15 +108,15 @@ class TrialMaker:
         return Prepared(trial, config, config.data_parallel, saw, fresh=fresh)
 
     def _trial_config(self, trial: optuna.Trial, searched: Mapping[str, Any]) -> TrialConfig:
-        spec, trainer = self._spec, self._spec.trainer
-        params = dict(searched) if trainer.objective else spec.space.complete(searched)  # objective: as suggested
+        spec, trainer = self._spec, self._trainer
+        params = dict(searched) if trainer.objective else self._space.complete(searched)  # objective: as suggested
         data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
         folder = str(self._folder.trial(trial.number))
         config = TrialConfig(
-            study=spec.study.name,
+            study=spec.name,
             number=trial.number,
             params=params,
-            seed=trial_seed(spec.study.seed, trial.number),
+            seed=trial_seed(spec.seed, trial.number),
             epochs=trainer.epochs,
             dataset=trainer.dataset,
             device=trainer.device,
@@ -119,7 +124,7 @@ class TrialMaker:
             checkpoint_dir=folder,
             log_dir=folder,  # the trainer's output: trials/<n>/stdout.log
             checkpoint_every=trainer.checkpoint_every,
-            deterministic=spec.study.deterministic,
+            deterministic=spec.deterministic,
             options=dict(trainer.options),
             oom_retry=trainer.oom_retry,
         )

@@ -41,7 +41,7 @@ from search.session.lifecycle import (
 )
 from search.session.options import RunOptions  # noqa: F401 - re-exported
 from search.session.preflight import cluster_for
-from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.spec.campaign_spec import CampaignSpec, StudySpec, load_spec
 from search.spec.changes import SPEC_TEXT
 from search.spec.gpu import gpu_packing
 from search.store.environment import capture_environment, record_environment, scheduler_info
@@ -259,7 +259,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     try:
         folder.create(spec.text)
         created = True
-        keep_components(spec, folder)
+        keep_components(spec.study, folder)
         with _campaign_log(folder):
             _execute(spec, folder, options, cluster, new=new)
     except BaseException as exc:
@@ -277,10 +277,10 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     return folder
 
 
-def keep_components(spec: CampaignSpec, folder: CampaignFolder) -> None:
+def keep_components(spec: StudySpec, folder: CampaignFolder) -> None:
     """Pickle a sampler or pruner object passed from Python into the folder, so that ``resume`` rebuilds it."""
-    components.keep(folder.root, "sampler", spec.study.sampler)
-    components.keep(folder.root, "pruner", spec.study.pruner)
+    components.keep(folder.root, "sampler", spec.sampler)
+    components.keep(folder.root, "pruner", spec.pruner)
 
 
 def _has_trials(folder: CampaignFolder) -> bool:

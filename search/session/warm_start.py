@@ -24,6 +24,7 @@ from spaces.errors import InputError
 
 if TYPE_CHECKING:
     from search.spec.campaign_spec import CampaignSpec
+    from spaces.params import SearchSpace
 
 __all__ = [
     "WARM_START",
@@ -63,7 +64,8 @@ def warm_start(
 ) -> WarmStart:
     """Add the fitting finished trials of ``source`` (``found``: read already) to ``study``; record and return them."""
     found = source_trials(source, spec) if found is None else found
-    copies = [copy for trial in found if (copy := _copy(trial, spec, source)) is not None]
+    constrained = bool(spec.study.constraints)
+    copies = [copy for trial in found if (copy := _copy(trial, spec.space, constrained, source)) is not None]
     study.add_trials(copies)
     done = WarmStart(source, len(copies), len(found) - len(copies))
     study.set_user_attr(WARM_START, dataclasses.asdict(done))
@@ -87,15 +89,16 @@ def source_trials(source: str, spec: CampaignSpec) -> list[FrozenTrial]:
     return [t for t in own_trials(finished) if t.state == TrialState.COMPLETE or t.intermediate_values]
 
 
-def _copy(trial: FrozenTrial, spec: CampaignSpec, source: str) -> FrozenTrial | None:
-    """``trial`` as a trial of this campaign's space (its distributions), or None if it does not fit."""
-    dists = spec.space.distributions()
+def _copy(trial: FrozenTrial, space: SearchSpace, constrained: bool, source: str) -> FrozenTrial | None:
+    """``trial`` as a trial of this campaign's ``space`` (its distributions), or None if it does not fit;
+    ``constrained``: the campaign has ``[study] constraints`` (the trial's are kept)."""
+    dists = space.distributions()
     if any(name not in dists or misfit(dists[name], value) for name, value in trial.params.items()):
         return None
-    if any(name not in trial.params for name in spec.space.base_distributions()):
+    if any(name not in trial.params for name in space.base_distributions()):
         return None
     complete = trial.state == TrialState.COMPLETE
-    constraints = dict(trial.constraints) if spec.study.constraints and trial.constraints else None
+    constraints = dict(trial.constraints) if constrained and trial.constraints else None
     return optuna.trial.create_trial(
         state=trial.state,
         values=list(trial.values) if complete else None,

@@ -34,7 +34,6 @@ __all__ = [
     "install_pruner",
     "make_pruner",
     "pruner_info",
-    "ready_at_start",
     "resource_of",
     "RESOURCE_METRIC",
 ]
@@ -120,8 +119,3 @@ def install_pruner(study: optuna.Study, name: str, spec: PrunerSpec, first_resou
     pruner = make_pruner(name, spec, first_resource)
     study.pruner = pruner or optuna.pruners.NopPruner()
     return pruner is not None
-
-
-def ready_at_start(name: str, spec: PrunerSpec) -> bool:
-    """Whether pruner ``name`` can be built before any report (it needs no rung size, or the spec gives one)."""
-    return not pruner_info(name).needs_resource or spec.min_resource > 0

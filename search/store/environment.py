@@ -101,7 +101,7 @@ def capture_environment(
             "spec_sha256": spec.sha256,
             "deterministic": spec.study.deterministic,
         }
-        env["trainer"] = trainer_record(spec)
+        env["trainer"] = trainer_record(spec.trainer.entry, spec.source)
     return env
 
 
@@ -239,8 +239,9 @@ def trainer_source_sha256(entry: str) -> dict[str, Any]:
     return {"source": str(Path(origin).resolve()), "source_sha256": digest}
 
 
-def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
-    """The trainer of ``spec`` as ``environment.json`` keeps it (call it once the trainer is loaded).
+def trainer_record(entry: str, source: str) -> dict[str, Any]:
+    """The trainer ``entry`` of the spec read from ``source`` as ``environment.json`` keeps it (call it once the
+    trainer is loaded).
 
     ``source``/``source_sha256``: the file defining the entry. ``files``: every ``.py`` file of the
     entry's top-level package, or, for a single module or a script, that file and the modules it
@@ -252,7 +253,6 @@ def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
     """
     from search.spec.trainer_check import trainer_paths
 
-    entry = spec.trainer.entry
     fn = _by_value(entry)
     record: dict[str, Any] = {"entry": entry, "shipped": "by value" if fn is not None else "by name"}
     record.update(trainer_source_sha256(entry) if fn is None else _function_source(fn))
@@ -265,7 +265,7 @@ def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
     record["files_sha256"] = _digest(files) if files else record.get("source_sha256")
     if note:
         record["files_note"] = note
-    record["paths"] = list(trainer_paths(spec.source))
+    record["paths"] = list(trainer_paths(source))
     if fn is not None:
         record["pickle"] = TRAINER_PICKLE
     return record

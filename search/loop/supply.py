@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import optuna
@@ -197,11 +197,11 @@ class TrialSupply:
         """The parameters of the trials asked since the last call, written (see :meth:`TrialMaker.flush_params`)."""
         self._maker.flush_params()
 
-    def unstarted(self) -> list[Prepared]:
-        """Trials asked but never launched (the time budget ran out first), taken out for the campaign to tell."""
-        taken = list(self.pending)
-        self.pending.clear()
-        return taken
+    def unstarted(self) -> Iterator[Prepared]:
+        """Trials asked but never launched (the time budget ran out first), taken out one by one for the campaign
+        to tell."""
+        while self.pending:
+            yield self.pending.popleft()
 
     # --- how many ---------------------------------------------------------------------------------------
 

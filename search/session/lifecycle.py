@@ -81,12 +81,13 @@ class NewStudy:
                 "training ([pbt]) cannot start warm"
             )
         self.found: list[FrozenTrial] = _warm_trials(self.source, spec, from_spec=not options.warm_start)
+        self._space, self._constrained = spec.space, bool(spec.study.constraints)  # what the warm trials must fit
 
-    def seed(self, spec: CampaignSpec, study: optuna.Study) -> list[str]:
+    def seed(self, study: optuna.Study) -> list[str]:
         """Add the warm-start trials, then the waiting enqueued ones; the lines that say what was added."""
         lines = []
         if self.source:
-            lines.append(warm_start(study, spec, self.source, self.found).line())
+            lines.append(warm_start(study, self.source, self.found, self._space, self._constrained).line())
         for params, source in self.enqueue:
             study.enqueue_trial(params, user_attrs={ENQUEUED: source})
         if self.enqueue:
@@ -101,7 +102,7 @@ def _warm_trials(source: str, spec: CampaignSpec, from_spec: bool) -> list[Froze
     if not source:
         return []
     try:
-        return source_trials(source, spec)
+        return source_trials(source, spec.objective_directions, spec.objective_metrics)
     except WarmStartError as exc:
         if from_spec:
             raise SpecError(spec.source, "study.warm_start", str(exc).removeprefix("warm start ")) from None

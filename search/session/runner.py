@@ -173,7 +173,7 @@ def _execute(
     create = new is not None
     study = load_study(spec, folder, create, writer=True)
     if new is not None:
-        for line in new.seed(spec, study):
+        for line in new.seed(study):
             print(line)
         seeded = len(study.get_trials(deepcopy=False))
         if seeded:  # a warm start's trials: a sampler seeded apart from the source campaign's, which may share the seed

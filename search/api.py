@@ -218,7 +218,9 @@ def run(
         overwrite=exist_ok == "overwrite",
         warm_start=None if warm_start is None else str(warm_start),
         enqueue_source="search.run(enqueue=...)",
-        enqueue=enqueue_from(enqueue, campaign, "search.run(enqueue=...)") if enqueue is not None else (),
+        enqueue=enqueue_from(enqueue, campaign.space, campaign.study.n_trials, "search.run(enqueue=...)")
+        if enqueue is not None
+        else (),
         hooks=hooks,
     )
     with _quiet(), main_kept_from_children(), _python_hint():

@@ -58,7 +58,7 @@ from search.loop.segments import Segment, Stop
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
 from search.loop.supply import TrialSupply
-from search.loop.trials import RunningTrial
+from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
@@ -122,10 +122,12 @@ class Campaign:
         self.sinks = ReportSinks.for_campaign(spec.logging, folder, spec.study.name)  # closed when run() ends
         self.sinks.add(self.hooks.sink(study))
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
-        self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
+        self.reports = IntermediateValues(spec.study, spec.pruning, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports, self.hooks.policies)
         self.dispatch = Dispatcher(spec, executor, clock)
-        self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
+        self.supply = TrialSupply(
+            spec, folder, study, executor, self.ledger, self.budget, population, self._outside_supply, sampling
+        )
         self.barrier = Barrier(population, self.sinks) if population else None
         self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
         # too few slots: a line (on_notice: the terminal; campaign.log too); none for worker_timeout: exit 3
@@ -148,8 +150,7 @@ class Campaign:
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
                 self.supply.flush_params()  # of the trials the journal is about to record
                 self._flush()
-                launched = len(self.dispatch.running)
-                if not launched and not self.supply.more_coming(self.budget.may_start(), launched):
+                if not self.dispatch.running and not self.supply.more_coming(self.budget.may_start()):
                     break
                 for event in self.executor.events(timeout=self._poll):
                     self._handle(event)
@@ -166,7 +167,7 @@ class Campaign:
             raise
         else:
             self.supply.close()
-            self.supply.release_unstarted()
+            self._release_unstarted()
         finally:
             try:
                 self._sync()  # may fail too when the disk is full; the executor is closed all the same
@@ -180,12 +181,11 @@ class Campaign:
         """Move asked trials from the supply to the dispatcher while there is room and trials may start."""
         plan = self.dispatch.plan(self.supply.ask_seconds())
         while self.budget.may_start():
-            launched = len(self.dispatch.running)
             free, slot_free = self.dispatch.free_tasks(plan), self.dispatch.slot_free(plan)
-            self.supply.want(free, plan.batch, plan.spare, slot_free, True, launched)
+            self.supply.want(free, plan.batch, plan.spare, slot_free, True)
             if not self.dispatch.has_room(plan):
                 return  # no room, not even in the queue: ask nothing, so the next trial sees the latest results
-            group = self.supply.next_group(plan.batch, launched)
+            group = self._next_group(plan.batch)
             if not group:
                 return
             # sampling may outlast the time budget; a child process may still be sending this batch
@@ -194,7 +194,14 @@ class Campaign:
                 self.supply.put_back(group)
                 return
             self.dispatch.launch(first_segments(self.policies, group), plan)
-        self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False, len(self.dispatch.running))
+        self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False)
+
+    def _next_group(self, batch: int) -> list[Prepared]:
+        """Up to ``batch`` trials of one width from the supply; one whose parameters cannot run is told FAIL now."""
+        while self.supply.short_of(batch) and (item := self.supply.fetch()) is not None:
+            if item.invalid:
+                self.ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
+        return self.supply.group(batch)
 
     def _watch_slots(self) -> None:
         """Too few slots for the trials in flight: said, and bounded (:mod:`search.loop.slot_watch`)."""
@@ -302,7 +309,7 @@ class Campaign:
         if self.ledger.fail_fast.tripped is None:
             return
         in_flight = len(self.dispatch.running) + self.supply.in_hand()  # running, or asked and not yet started
-        not_started = self.supply.trials_left(len(self.dispatch.running))
+        not_started = self.supply.trials_left()
         if not in_flight and not not_started:
             return
         raise early_failures_error(self.ledger.fail_fast, self.folder.root, self.spec.source, not_started, in_flight)
@@ -311,7 +318,19 @@ class Campaign:
 
     def _all_asked(self) -> bool:
         """The whole budget is asked: no trial left to ask, none asked waiting for a slot."""
-        return self.supply.trials_left(len(self.dispatch.running)) == 0 and not self.supply.pending
+        return self.supply.trials_left() == 0 and not self.supply.pending
+
+    def _outside_supply(self) -> int:
+        """Trials of the budget past the supply: told, finished and waiting to be told, or launched."""
+        return self.ledger.finished + len(self.ledger.waiting) + len(self.dispatch.running)
+
+    def _release_unstarted(self) -> None:
+        """Trials asked but never launched (the time budget ran out first) end PRUNED; none stays RUNNING."""
+        for prepared in self.supply.unstarted():
+            if prepared.invalid:
+                self.ledger.reject(prepared.trial, prepared.invalid)
+            else:
+                self.ledger.never_started(prepared.trial)
 
     def _mark_interrupted(self) -> None:
         """Leave unfinished trials RUNNING (resumable, same number and params) and say so."""

@@ -229,7 +229,7 @@ class Dispatcher:
     def wanted(self, supply: TrialSupply, may_start: bool) -> int:
         """The slots the campaign could use now: those its launched trials hold, and one for each trial that waits
         or may still be asked (widened to the narrowest trial)."""
-        waiting = len(supply.pending) + (supply.trials_left(len(self.running)) if may_start else 0)
+        waiting = len(supply.pending) + (supply.trials_left() if may_start else 0)
         return self._busy + waiting * max(1, self._min_width)
 
     # --- what happens to running trials -------------------------------------------------------------

@@ -22,8 +22,8 @@ import optuna
 
 from search.compat import optuna_private as op
 from search.loop.trials import RunningTrial
-from search.sampling.pruning import make_pruner, ready_at_start, resource_of
-from search.spec.campaign_spec import CampaignSpec
+from search.sampling.pruning import install_pruner, resource_of
+from search.spec.campaign_spec import PrunerSpec, StudySpec
 from search.store.folder import CampaignFolder
 from search.store.records import append_metrics_line, read_metrics_lines
 from search.store.sinks import ReportSinks
@@ -37,16 +37,21 @@ class IntermediateValues:
     """Records every report of a running trial, once, in the trial's folder and in the study."""
 
     def __init__(
-        self, spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, sinks: ReportSinks | None = None
+        self,
+        spec: StudySpec,
+        pruning: PrunerSpec,
+        study: optuna.Study,
+        folder: CampaignFolder,
+        sinks: ReportSinks | None = None,
     ) -> None:
         self._spec = spec
+        self._pruning = pruning
         self._sinks = sinks or ReportSinks()  # TensorBoard, MLflow: every report kept goes there too
         self._study = study
         self._folder = folder
-        self._pruner_ready = ready_at_start(spec.study.pruner, spec.pruning)
-        # the spec's pruner, whoever created the study (Optuna's default is a MedianPruner); asha and
-        # hyperband without min_resource prune nothing until the first report sets their rung size
-        study.pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
+        # the spec's pruner, whoever created the study; asha and hyperband without min_resource prune nothing
+        # until the first report sets their rung size
+        self._pruner_ready = install_pruner(study, spec.pruner, pruning)
 
     def record(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
         """Keep a report, unless the trial already reported this step (the first copy of a step wins)."""
@@ -87,12 +92,12 @@ class IntermediateValues:
         return self._pruner_ready and trial.should_prune()
 
     def _report_value(self, running: RunningTrial, step: int, metrics: Mapping[str, float]) -> None:
-        if self._spec.study.multi_objective:
+        if self._spec.multi_objective:
             return
-        value = metrics.get(self._spec.study.metrics[0])
+        value = metrics.get(self._spec.metrics[0])
         if value is None or not math.isfinite(value):
             return
-        resource = resource_of(step, metrics, self._spec.pruning.resource)
+        resource = resource_of(step, metrics, self._pruning.resource)
         if resource in running.recorded_steps:
             return
         running.recorded((resource,))
@@ -102,12 +107,8 @@ class IntermediateValues:
     def _ensure_pruner(self, first_resource: int) -> None:
         if self._pruner_ready:
             return
-        study = self._spec.study
-        pruner = make_pruner(study.pruner, self._spec.pruning, first_resource)
-        if pruner is not None:
-            self._study.pruner = pruner
-            self._pruner_ready = True
-            log.info("pruner %s: a rung is %d %s", study.pruner, first_resource, self._spec.pruning.resource)
+        self._pruner_ready = install_pruner(self._study, self._spec.pruner, self._pruning, first_resource)
+        log.info("pruner %s: a rung is %d %s", self._spec.pruner, first_resource, self._pruning.resource)
 
     def _append_file(self, number: int, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
         append_metrics_line(self._folder.trial_metrics_file(number), step, metrics, at, worker)

@@ -6,21 +6,11 @@ a real one would sample in gets the child's code in process, on virtual time
 
 Each trial is configured (its :class:`~trainers.api.TrialConfig`) by a
 :class:`~search.loop.trial_maker.TrialMaker`, which the asker calls; one whose parameters
-cannot run is told FAIL at once, without a slot. Asked trials wait in
-``pending`` until the campaign moves them to the dispatcher; the budget counts them as spent
-(:meth:`TrialSupply.spent`; the campaign says how many the dispatcher holds, ``launched``).
+cannot run is handed to the campaign, which tells it FAIL at once, without a slot (the supply tells the ledger
+nothing). Asked trials wait in ``pending`` until the campaign moves them to the dispatcher; the budget counts them as
+spent (:meth:`TrialSupply.spent`; ``outside``, a count the campaign gives once, says how many it holds elsewhere).
 
-No trial is sampled twice from one random stream. Trials are asked ahead of need, so a
-saved sampler state is always behind what reached the storage: restoring it would replay
-parameter sets already run. Instead every sampler the campaign builds gets its own seed,
-:func:`sampler_seed` of the study seed, the number of trials in the storage when it is
-built, and how many samplers this controller built before (:func:`campaign_sampler`). A
-sampler whose trials reached the storage leaves that number higher for any sampler built
-after it, so two samplers that both put trials in the storage never share a seed: after
-``resume``, after a sampler child that died and was replaced, after both. Besides their
-random generator, the registry's samplers keep nothing outside the storage that sampling
-needs (TPE, CMA-ES, QMC, NSGA-II, grid and evolution read the trials; GP's kernel cache
-only speeds it up), so a new sampler loses nothing else.
+Every sampler the campaign builds is seeded anew (:func:`~search.loop.sampler_factory.campaign_sampler`: why).
 
 A sampler child process that dies (OOM killer, a signal) does not end the campaign: the
 trials it had sent and not handed out are dropped (they exist in its replica only), and
@@ -32,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import optuna
@@ -40,14 +31,14 @@ from optuna.trial import FrozenTrial
 from cluster.executor import TrialExecutor
 from search.compat import optuna_private as op
 from search.loop.budget import Budget
-from search.loop.ledger import Ledger
 from search.loop.pipeline import SLOW_ASK_SECONDS
-from search.loop.trial_maker import TrialMaker
+from search.loop.sampler_factory import campaign_sampler
+from search.loop.trial_maker import AskOrder, TrialMaker
 from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.asker import Asker, AskTimes, BackgroundAsker, InlineAsker
 from search.sampling.process import NotPortable, ProcessAsker, SamplerDied
-from search.sampling.samplers import make_sampler, runs_in_process, sampling_problem
+from search.sampling.samplers import runs_in_process, sampling_problem
 from search.sampling.seeds import component_seed
 from search.sampling.virtual_child import SamplerCore, VirtualChildAsker
 from search.spec.campaign_spec import CampaignSpec
@@ -59,34 +50,12 @@ from spaces.errors import InputError
 __all__ = [
     "TrialSupply",
     "sampling_mode",
-    "sampler_seed",
-    "campaign_sampler",
     "MAX_CHILD_RESTARTS",
 ]
 
 log = logging.getLogger(__name__)
 
 MAX_CHILD_RESTARTS = 2  # sampler child processes started again after one died; then a thread samples
-
-
-def sampler_seed(study_seed: int, trials: int, restart: int = 0) -> int:
-    """The seed of a sampler built with ``trials`` trials in the storage, after ``restart`` others in this
-    controller; a new campaign's first sampler (0, 0) gets the study seed itself."""
-    if trials == 0 and restart == 0:
-        return int(study_seed)
-    return component_seed(study_seed, f"sampler-{int(trials)}-{int(restart)}")
-
-
-def campaign_sampler(spec: CampaignSpec, trials: int = 0, restart: int = 0) -> optuna.samplers.BaseSampler:
-    """The spec's sampler, seeded with :func:`sampler_seed` (a scaling sweep's: one per batch size)."""
-    seed = sampler_seed(spec.study.seed, trials, restart)
-    if spec.scaling is None:
-        return make_sampler(spec.study.sampler, spec.space, seed, spec.sampler_options, budget=spec.study.n_trials)
-    from search.scaling.sweep import scaling_sampler  # lazily: scipy and pandas for a scaling sweep only
-
-    return scaling_sampler(
-        spec.scaling.batch_sizes, seed, lambda s: make_sampler(spec.study.sampler, spec.space, s, spec.sampler_options)
-    )
 
 
 def sampling_mode(requested: str, sampler: str, ordered: bool) -> SamplingMode:
@@ -112,17 +81,21 @@ class TrialSupply:
         folder: CampaignFolder,
         study: optuna.Study,
         executor: TrialExecutor,
-        ledger: Ledger,
+        order: AskOrder,
         budget: Budget,
         population: Population | None,
+        outside: Callable[[], int],
         sampling: str | None = None,
     ) -> None:
+        """``order``: the ledger's count of told trials and (deterministic) order of asks; ``outside``: the trials
+        of the budget the campaign holds elsewhere (told, waiting to be told, launched)."""
         self._spec = spec
         self._folder = folder
         self._study = study
         self._executor = executor
-        self._ledger = ledger
+        self._order = order
         self._budget = budget
+        self._outside = outside
         self._sampling_asked = sampling or spec.study.sampling
         ordered = spec.study.deterministic or population is not None or executor.virtual_time
         self.sampling = sampling_mode(self._sampling_asked, spec.study.sampler, ordered)
@@ -132,8 +105,10 @@ class TrialSupply:
             and population is None
             and sampling_mode(self._sampling_asked, spec.study.sampler, False) == SamplingMode.PROCESS
         )
-        self._maker = TrialMaker(spec, folder, study, ledger, population)  # what the askers call, on any thread
-        self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, ledger.may_ask)
+        self._maker = TrialMaker(
+            spec.study, spec.trainer, spec.space, folder, study, order, population
+        )  # what the askers call, on any thread
+        self._asker: Asker[Prepared] = InlineAsker(self._maker.ask_inline, order.may_ask)
         self._resumable: deque[FrozenTrial] = deque()
         self.pending: deque[Prepared] = deque()  # asked, not yet launched (they go first)
         self._restarts = 0  # samplers built by this controller after the first (a dead child replaced)
@@ -222,14 +197,11 @@ class TrialSupply:
         """The parameters of the trials asked since the last call, written (see :meth:`TrialMaker.flush_params`)."""
         self._maker.flush_params()
 
-    def release_unstarted(self) -> None:
-        """Trials asked but never launched (the time budget ran out first) end PRUNED; none stays RUNNING."""
+    def unstarted(self) -> Iterator[Prepared]:
+        """Trials asked but never launched (the time budget ran out first), taken out one by one for the campaign
+        to tell."""
         while self.pending:
-            prepared = self.pending.popleft()
-            if prepared.invalid:
-                self._ledger.reject(prepared.trial, prepared.invalid)
-            else:
-                self._ledger.never_started(prepared.trial)
+            yield self.pending.popleft()
 
     # --- how many ---------------------------------------------------------------------------------------
 
@@ -237,19 +209,19 @@ class TrialSupply:
         """Trials asked (or to be run again) and not yet launched: the budget counts them as spent."""
         return self._asker.in_hand() + len(self._resumable) + len(self.pending)
 
-    def spent(self, launched: int) -> int:
-        """Trials of the budget spent: told, waiting to be told, ``launched`` (the dispatcher's) or in hand here."""
-        return self._ledger.finished + len(self._ledger.waiting) + launched + self.in_hand()
+    def spent(self) -> int:
+        """Trials of the budget spent: held by the campaign (told, waiting to be told, launched) or in hand here."""
+        return self._outside() + self.in_hand()
 
-    def trials_left(self, launched: int) -> int:
+    def trials_left(self) -> int:
         """Trials the campaign may still ask."""
-        return self._budget.trials_left(self.spent(launched))
+        return self._budget.trials_left(self.spent())
 
-    def more_coming(self, time_left: bool, launched: int) -> bool:
+    def more_coming(self, time_left: bool) -> bool:
         """Whether a background sampler still owes trials (nothing runs while it samples the first ones)."""
         if not self._asker.background or not time_left:
             return False
-        return self._asker.in_hand() > 0 or self.trials_left(launched) > 0
+        return self._asker.in_hand() > 0 or self.trials_left() > 0
 
     @property
     def times(self) -> AskTimes:
@@ -259,7 +231,7 @@ class TrialSupply:
     def ask_seconds(self) -> float:
         return self._asker.times.ask_seconds
 
-    def want(self, free_tasks: int, batch: int, spare: int, slot_free: bool, time_left: bool, launched: int) -> None:
+    def want(self, free_tasks: int, batch: int, spare: int, slot_free: bool, time_left: bool) -> None:
         """Tell a background sampler how many trials to have ready: what is free plus spares, within budget.
 
         A fast sampler that the loop may ask itself gets 0: it is asked on the loop's thread, when needed.
@@ -267,16 +239,18 @@ class TrialSupply:
         wanted = 0
         if time_left and (self._sampler_is_slow() or not self._asker.asks_here):
             wanted = max(0, batch * free_tasks + spare - len(self.pending))
-            wanted = min(wanted, self._asker.in_hand() + self.trials_left(launched))
+            wanted = min(wanted, self._asker.in_hand() + self.trials_left())
         starved = not self.pending and slot_free and self._asker.asks_here  # a slot waits for a trial
         self._asker.want(wanted, wake_at=1 if starved else batch)
 
     # --- the next trials --------------------------------------------------------------------------------
 
-    def next_group(self, batch: int, launched: int) -> list[Prepared]:
-        """Up to ``batch`` prepared trials of one width, the pending ones first (``launched``: see :meth:`spent`)."""
-        while len(self.pending) < batch and (item := self._fetch(launched)) is not None:
-            self.pending.append(item)
+    def short_of(self, batch: int) -> bool:
+        """Fewer than ``batch`` trials wait to launch: :meth:`fetch` another."""
+        return len(self.pending) < batch
+
+    def group(self, batch: int) -> list[Prepared]:
+        """Up to ``batch`` prepared trials of one width, the pending ones first, taken out of ``pending``."""
         group: list[Prepared] = []
         while self.pending and len(group) < batch and (not group or self.pending[0].width == group[0].width):
             group.append(self.pending.popleft())
@@ -295,19 +269,19 @@ class TrialSupply:
         """
         return not self._asker.asks_here and len(group) < batch and self._asker.in_hand() > 0
 
-    def _fetch(self, launched: int) -> Prepared | None:
-        """The next trial to launch: one to run again, else one asked (ahead, or now); invalid ones are told FAIL."""
-        while True:
-            item: Prepared | None
-            if self._resumable:
-                frozen = self._resumable.popleft()
-                log.info("trial %d was left running; starting it again", frozen.number)
-                item = self._maker.configure(self._reopen(frozen), self._ledger.finished)
-            else:
-                item = self._take() or self._ask_here(launched)
-            if item is None or not item.invalid:
-                return item
-            self._ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
+    def fetch(self) -> Prepared | None:
+        """The next trial: one to run again, else one asked (ahead, or now). One marked ``invalid`` (e.g. a genome
+        over the parameter limit) is the campaign's to tell FAIL; a valid one goes to ``pending``."""
+        item: Prepared | None
+        if self._resumable:
+            frozen = self._resumable.popleft()
+            log.info("trial %d was left running; starting it again", frozen.number)
+            item = self._maker.configure(self._reopen(frozen), self._order.finished)
+        else:
+            item = self._take() or self._ask_here()
+        if item is not None and not item.invalid:
+            self.pending.append(item)
+        return item
 
     def _reopen(self, frozen: FrozenTrial) -> optuna.Trial:
         """A trial left running, to run again. Parameters a torn journal cut from its record are taken back from
@@ -346,9 +320,9 @@ class TrialSupply:
             self._replace_dead_child(died)
             return None
 
-    def _ask_here(self, launched: int) -> Prepared | None:
+    def _ask_here(self) -> Prepared | None:
         """A fast sampler is asked on this thread (cheaper than a hand-over); a slow one only on its own."""
-        if self.trials_left(launched) <= 0 or self._sampler_is_slow():
+        if self.trials_left() <= 0 or self._sampler_is_slow():
             return None
         return self._asker.ask_here()
 

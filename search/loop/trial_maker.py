@@ -8,22 +8,34 @@ own thread, or (for a sampler child) with the parameters the child sampled. The
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 
-from search.loop.ledger import Ledger
 from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.presample import ask_fixed
 from search.sampling.seeds import trial_seed
-from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
+from search.spec.campaign_spec import DATA_PARALLEL, StudySpec, TrainerSpec
 from search.store.folder import CampaignFolder
 from search.store.trial_params import ParamsLog, set_aside_stale_folders
 from spaces.errors import SpaceError
+from spaces.params import SearchSpace
 from trainers.api import TrialConfig
 
-__all__ = ["TrialMaker"]
+__all__ = ["AskOrder", "TrialMaker"]
+
+
+class AskOrder(Protocol):
+    """What asking needs of the ledger (:class:`~search.loop.ledger.Ledger`): how many trials are told, and in
+    a deterministic campaign the order of asks. Nothing here tells a trial: the campaign alone does."""
+
+    @property
+    def finished(self) -> int: ...
+
+    def asked(self, number: int) -> None: ...
+
+    def may_ask(self) -> bool: ...
 
 
 class TrialMaker:
@@ -31,16 +43,20 @@ class TrialMaker:
 
     def __init__(
         self,
-        spec: CampaignSpec,
+        spec: StudySpec,
+        trainer: TrainerSpec,
+        space: SearchSpace,
         folder: CampaignFolder,
         study: optuna.Study,
-        ledger: Ledger,
+        order: AskOrder,
         population: Population | None,
     ) -> None:
         self._spec = spec
+        self._trainer = trainer
+        self._space = space
         self._folder = folder
         self._study = study
-        self._ledger = ledger
+        self._order = order
         self._population = population
         self._params = ParamsLog(folder)  # each new trial's parameters, written before the journal's record
 
@@ -61,20 +77,20 @@ class TrialMaker:
 
     def ask_inline(self) -> Prepared:
         """One new trial, asked on the loop's thread, its ask recorded with the ledger (deterministic order)."""
-        saw = self._ledger.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
+        saw = self._order.finished  # before ``asked`` tells the trials this ask makes tellable (deterministic)
         trial = self._ask()
-        self._ledger.asked(trial.number)
+        self._order.asked(trial.number)
         return self.configure(trial, saw, fresh=True)
 
     def produce(self, saw: int | None = None) -> Prepared:
         """A background asker's job: one new trial with its config; ``saw``: finished trials the sampler knew."""
-        saw = self._ledger.finished if saw is None else saw
+        saw = self._order.finished if saw is None else saw
         return self.configure(self._ask(), saw, fresh=True)
 
     def _ask(self) -> optuna.Trial:
         """A new trial: every unconditional parameter as fixed distributions, then (define-by-run) each
         conditional parameter whose condition holds (from the child's values when a child samples)."""
-        space = self._spec.space
+        space = self._space
         trial = ask_fixed(self._study, space.base_distributions())
         space.suggest(trial)
         return trial
@@ -92,15 +108,15 @@ class TrialMaker:
         return Prepared(trial, config, config.data_parallel, saw, fresh=fresh)
 
     def _trial_config(self, trial: optuna.Trial, searched: Mapping[str, Any]) -> TrialConfig:
-        spec, trainer = self._spec, self._spec.trainer
-        params = dict(searched) if trainer.objective else spec.space.complete(searched)  # objective: as suggested
+        spec, trainer = self._spec, self._trainer
+        params = dict(searched) if trainer.objective else self._space.complete(searched)  # objective: as suggested
         data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
         folder = str(self._folder.trial(trial.number))
         config = TrialConfig(
-            study=spec.study.name,
+            study=spec.name,
             number=trial.number,
             params=params,
-            seed=trial_seed(spec.study.seed, trial.number),
+            seed=trial_seed(spec.seed, trial.number),
             epochs=trainer.epochs,
             dataset=trainer.dataset,
             device=trainer.device,
@@ -108,7 +124,7 @@ class TrialMaker:
             checkpoint_dir=folder,
             log_dir=folder,  # the trainer's output: trials/<n>/stdout.log
             checkpoint_every=trainer.checkpoint_every,
-            deterministic=spec.study.deterministic,
+            deterministic=spec.deterministic,
             options=dict(trainer.options),
             oom_retry=trainer.oom_retry,
         )

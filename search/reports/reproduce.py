@@ -27,7 +27,7 @@ import optuna
 from optuna.trial import TrialState
 
 from search.scaling.replay import replay_notes, sweep_replay
-from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.spec.campaign_spec import TrainerSpec, load_spec
 from search.spec.trainer_check import check_trainer
 from search.store.folder import CampaignFolder
 from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
@@ -108,7 +108,7 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     if spec.trainer.objective:  # an Optuna objective's suggestions, recorded as it made them: replayed
         config["params"] = dict(trial.params)
     exact = bool(config.get("deterministic")) and _runs_on_cpu(config)
-    notes = _spec_notes(spec, study) + _trainer_notes(spec, folder)
+    notes = _spec_notes(spec.sha256, study) + _trainer_notes(spec.trainer.entry, folder)
     sweep = sweep_replay(spec, trial)  # a scaling-sweep trial stops where the campaign stopped it, at its target
     if spec.pbt is not None:  # a population member: its whole schedule and inherited checkpoints
         from search.pbt.replay import replay_member
@@ -134,17 +134,17 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
         tuple(checks),
         tuple(notes),
         error,
-        tuple(_machine_differences(spec, folder)),
+        tuple(_machine_differences(spec.trainer, folder)),
     )
 
 
-def _machine_differences(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
+def _machine_differences(trainer: TrainerSpec, folder: CampaignFolder) -> list[str]:
     """What differs between the machine the campaign recorded and this one (after the run: torch is loaded)."""
     from search.store.environment import machine_now, read_environment
     from search.store.machine import machine_differences
 
     recorded = read_environment(folder.environment)
-    return machine_differences(recorded, machine_now(spec)) if recorded else []
+    return machine_differences(recorded, machine_now(trainer)) if recorded else []
 
 
 def _recorded_trial(study: optuna.Study, number: int, folder: CampaignFolder) -> TrialRecord:
@@ -188,16 +188,17 @@ def _stop_after(trial: TrialRecord) -> int | None:
     return None
 
 
-def _spec_notes(spec: CampaignSpec, study: optuna.Study) -> list[str]:
+def _spec_notes(sha256: str, study: optuna.Study) -> list[str]:
+    """Whether the frozen spec (its ``sha256``) is the one the study recorded."""
     recorded = spec_sha256_of(study)
     if recorded is None:
         return ["the study recorded no spec hash; the frozen spec is used as it is"]
-    if recorded != spec.sha256:
-        return [f"MISMATCH: spec.toml has sha256 {spec.sha256} but the study was run with {recorded}"]
-    return [f"spec.toml sha256 {spec.sha256} matches the study's record"]
+    if recorded != sha256:
+        return [f"MISMATCH: spec.toml has sha256 {sha256} but the study was run with {recorded}"]
+    return [f"spec.toml sha256 {sha256} matches the study's record"]
 
 
-def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
+def _trainer_notes(entry: str, folder: CampaignFolder) -> list[str]:
     """Whether the trainer's files (its whole package, or the modules it imported) are those the campaign ran."""
     from search.spec.kept_trainer import environment_problem
     from search.store.environment import changed_trainer_files, read_environment, trainer_source_sha256
@@ -205,9 +206,9 @@ def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
 
     recorded = (read_environment(folder.environment) or {}).get("trainer") or {}
     notes = []
-    if recorded.get("pickle") and registered_trainer(spec.trainer.entry) is not None:
+    if recorded.get("pickle") and registered_trainer(entry) is not None:
         notes.append(
-            f"the trainer {spec.trainer.entry} runs from the copy the campaign kept "
+            f"the trainer {entry} runs from the copy the campaign kept "
             f"({folder.root / recorded['pickle']}): it was defined in a script or notebook"
         )
     if recorded.get("files"):
@@ -227,7 +228,7 @@ def _trainer_notes(spec: CampaignSpec, folder: CampaignFolder) -> list[str]:
         return notes + [f"the campaign recorded no trainer source hash ({problem})"]
     if recorded.get("shipped") == "by value":
         return notes
-    now = trainer_source_sha256(spec.trainer.entry).get("source_sha256")
+    now = trainer_source_sha256(entry).get("source_sha256")
     if recorded["source_sha256"] != now:
         return notes + [
             f"note: the trainer's source changed since the campaign ran (sha256 "

@@ -31,9 +31,9 @@ __all__ = [
     "PrunerInfo",
     "PRUNER_REGISTRY",
     "PRUNERS",
+    "install_pruner",
     "make_pruner",
     "pruner_info",
-    "ready_at_start",
     "resource_of",
     "RESOURCE_METRIC",
 ]
@@ -112,6 +112,10 @@ def make_pruner(name: str, spec: PrunerSpec, first_resource: int | None = None) 
     return info.build(spec, int(min_resource or 0))
 
 
-def ready_at_start(name: str, spec: PrunerSpec) -> bool:
-    """Whether pruner ``name`` can be built before any report (it needs no rung size, or the spec gives one)."""
-    return not pruner_info(name).needs_resource or spec.min_resource > 0
+def install_pruner(study: optuna.Study, name: str, spec: PrunerSpec, first_resource: int | None = None) -> bool:
+    """Give ``study`` the pruner ``name`` (the one place a study's pruner is built), whoever created the study
+    (Optuna's default is a MedianPruner); one that needs a rung size (asha, hyperband without ``min_resource``)
+    and has no ``first_resource`` yet gets a ``NopPruner``, which prunes nothing. Whether ``name``'s is in place."""
+    pruner = make_pruner(name, spec, first_resource)
+    study.pruner = pruner or optuna.pruners.NopPruner()
+    return pruner is not None

@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.compat import optuna_private as op
 from search.session.preflight import cluster_for
 from search.session.warm_start import WarmStartError, own_trials, source_trials, warm_start
-from search.spec.campaign_spec import CampaignSpec, load_spec, parse_spec
+from search.spec.campaign_spec import CampaignSpec, StudySpec, load_spec, parse_spec
 from search.spec.changes import SPEC_CHANGES, SPEC_TEXT, resume_text
 from search.spec.enqueue import parse_enqueue
 from search.spec.reading import parse_toml, read_spec_text
@@ -38,6 +38,8 @@ from spaces.errors import InputError
 
 if TYPE_CHECKING:
     from search.session.options import RunOptions
+    from search.spec.pbt import PBTSpec
+    from spaces.params import SearchSpace
 
 __all__ = [
     "ENQUEUED",
@@ -79,12 +81,13 @@ class NewStudy:
                 "training ([pbt]) cannot start warm"
             )
         self.found: list[FrozenTrial] = _warm_trials(self.source, spec, from_spec=not options.warm_start)
+        self._space, self._constrained = spec.space, bool(spec.study.constraints)  # what the warm trials must fit
 
-    def seed(self, spec: CampaignSpec, study: optuna.Study) -> list[str]:
+    def seed(self, study: optuna.Study) -> list[str]:
         """Add the warm-start trials, then the waiting enqueued ones; the lines that say what was added."""
         lines = []
         if self.source:
-            lines.append(warm_start(study, spec, self.source, self.found).line())
+            lines.append(warm_start(study, self.source, self.found, self._space, self._constrained).line())
         for params, source in self.enqueue:
             study.enqueue_trial(params, user_attrs={ENQUEUED: source})
         if self.enqueue:
@@ -99,7 +102,7 @@ def _warm_trials(source: str, spec: CampaignSpec, from_spec: bool) -> list[Froze
     if not source:
         return []
     try:
-        return source_trials(source, spec)
+        return source_trials(source, spec.objective_directions, spec.objective_metrics)
     except WarmStartError as exc:
         if from_spec:
             raise SpecError(spec.source, "study.warm_start", str(exc).removeprefix("warm start ")) from None
@@ -130,9 +133,11 @@ def check_new(spec: CampaignSpec, options: RunOptions) -> NewStudy:
     return NewStudy(spec, options)
 
 
-def enqueue_from(entries: Any, spec: CampaignSpec, source: str = "enqueue") -> tuple[dict[str, Any], ...]:
-    """Configurations given in Python (a dict or a list of dicts), checked against ``spec``'s space."""
-    return parse_enqueue(source, "enqueue", entries, spec.space, spec.study.n_trials)
+def enqueue_from(
+    entries: Any, space: SearchSpace, n_trials: int, source: str = "enqueue"
+) -> tuple[dict[str, Any], ...]:
+    """Configurations given in Python (a dict or a list of dicts), checked against ``space`` and the budget."""
+    return parse_enqueue(source, "enqueue", entries, space, n_trials)
 
 
 # --- resume --------------------------------------------------------------------------------------
@@ -145,7 +150,7 @@ def spec_to_resume(
     ``check_trainer=False``: not checked against its trainer yet (a finished campaign never imports it).
     ``study``: the campaign's study as :func:`read_resumed_study` read it, where the caller has it already."""
     frozen = load_spec(folder.spec, check_trainer=False)
-    study = study if study is not None else read_resumed_study(frozen, folder)
+    study = study if study is not None else read_resumed_study(frozen.study, folder)
     where = str(options.spec_file or folder.spec)
     current = read_spec_text(where)
     text, changes = resume_text(
@@ -154,16 +159,17 @@ def spec_to_resume(
     if options.n_trials is not None:
         _check_budget(options.n_trials, study)
     parsed = parse_spec(parse_toml(where, text), where, text, check_trainer=False)  # its mistakes name its file
-    _check_room(where, len(added_enqueue(study.user_attrs.get(SPEC_TEXT), parsed)), parsed.study.n_trials, study)
+    added = added_enqueue(study.user_attrs.get(SPEC_TEXT), parsed.text, parsed.enqueue)
+    _check_room(where, len(added), parsed.study.n_trials, study)
     cluster_for(parsed, options)  # a spec.toml a refused resume would leave rewritten: checked before the write
     if text != folder.spec.read_text():
         write_atomic(folder.spec, text)
     return load_spec(folder.spec, check_trainer=check_trainer), changes  # and checked against its trainer
 
 
-def read_resumed_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Study:
-    """The study of the campaign ``spec`` (the frozen one) names, read only; a clear error where it is missing."""
-    url = storage_url(spec.study.storage, folder)
+def read_resumed_study(spec: StudySpec, folder: CampaignFolder) -> optuna.Study:
+    """The study the frozen spec's ``[study]`` names, read only; a clear error where it is missing."""
+    url = storage_url(spec.storage, folder)
     missing = missing_storage(url)
     if missing is not None:
         raise SpecError(
@@ -173,10 +179,10 @@ def read_resumed_study(spec: CampaignSpec, folder: CampaignFolder) -> optuna.Stu
         )
     storage = open_storage(url)
     try:
-        return op.load_study(study_name=spec.study.name, storage=storage)
+        return op.load_study(study_name=spec.name, storage=storage)
     except KeyError:
         raise InputError(
-            f"{folder.root}: the storage holds no study {spec.study.name!r} (was [study] name changed in spec.toml?)"
+            f"{folder.root}: the storage holds no study {spec.name!r} (was [study] name changed in spec.toml?)"
         ) from None
 
 
@@ -186,7 +192,7 @@ def nothing_left(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     written are left to the loop.) ``study``: as in :func:`spec_to_resume`."""
     if spec.pbt is not None or (spec.scaling is not None and not folder.scaling_conclusion.exists()):
         return False
-    study = study if study is not None else read_resumed_study(spec, folder)
+    study = study if study is not None else read_resumed_study(spec.study, folder)
     trials = _counted(study)
     if any(not t.state.is_finished() for t in trials):
         return False
@@ -200,18 +206,18 @@ def _counted(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in own_trials(every) if t.number not in retried]
 
 
-def failed_to_retry(spec: CampaignSpec, study: optuna.Study) -> list[FrozenTrial]:
-    """``resume --retry-failed``: the failed trials no later trial re-runs yet (a PBT population is refused: its
-    members' failures are part of its generations)."""
-    if spec.pbt is not None:
+def failed_to_retry(pbt: PBTSpec | None, study: optuna.Study) -> list[FrozenTrial]:
+    """``resume --retry-failed``: the failed trials no later trial re-runs yet (a PBT population, ``pbt``, is
+    refused: its members' failures are part of its generations)."""
+    if pbt is not None:
         raise InputError("--retry-failed: a population-based training campaign ([pbt]) cannot re-run failed members")
     return open_failures(study.get_trials(deepcopy=False))
 
 
-def enqueue_failed(spec: CampaignSpec, study: optuna.Study) -> list[str]:
+def enqueue_failed(pbt: PBTSpec | None, study: optuna.Study) -> list[str]:
     """Enqueue each failed trial's parameters as a new trial (``retry_of`` its number), as Optuna users do with
     ``study.enqueue_trial``: they run first, and the failed ones leave the trial budget. The line that says so."""
-    failed = failed_to_retry(spec, study)
+    failed = failed_to_retry(pbt, study)
     for trial in failed:
         study.enqueue_trial(
             dict(trial.params),
@@ -271,13 +277,14 @@ def _check_room(where: str, added: int, n_trials: int, study: optuna.Study) -> N
         )
 
 
-def added_enqueue(recorded: str | None, spec: CampaignSpec) -> list[dict[str, Any]]:
-    """``spec``'s ``[[enqueue]]`` entries that the ``recorded`` spec text did not have (none if it is unknown)."""
+def added_enqueue(recorded: str | None, text: str, enqueue: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    """The ``[[enqueue]]`` entries (``enqueue``, parsed from the spec ``text``) that the ``recorded`` spec text did
+    not have (none if it is unknown)."""
     if recorded is None:
         return []
     before = _raw_enqueue(recorded)
     added = []
-    for raw, params in zip(_raw_enqueue(spec.text), spec.enqueue):
+    for raw, params in zip(_raw_enqueue(text), enqueue):
         if raw in before:
             before.remove(raw)  # each recorded entry matches one entry: listed twice now, the second is new
         else:
@@ -285,11 +292,11 @@ def added_enqueue(recorded: str | None, spec: CampaignSpec) -> list[dict[str, An
     return added
 
 
-def _rename_metrics(study: optuna.Study, spec: CampaignSpec) -> None:
+def _rename_metrics(study: optuna.Study, metrics: tuple[str, ...]) -> None:
     """A changed ``[study] metric``: the study's metric names (optuna-dashboard's, ``study.metric_names``) follow."""
     import warnings
 
-    names = list(spec.objective_metrics)
+    names = list(metrics)
     if study.metric_names is not None and list(study.metric_names) != names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -304,7 +311,7 @@ def _raw_enqueue(text: str) -> list[Any]:
 def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[str]) -> list[str]:
     """Record the spec the study now runs under (text and hash) and, if any, the changes that led to it; enqueue
     the ``[[enqueue]]`` entries it adds to the recorded one. The line that says so, if any."""
-    added = added_enqueue(study.user_attrs.get(SPEC_TEXT), spec)
+    added = added_enqueue(study.user_attrs.get(SPEC_TEXT), spec.text, spec.enqueue)
     for params in added:
         study.enqueue_trial(params, user_attrs={ENQUEUED: "spec [[enqueue]], added on resume"})
     if changes:
@@ -315,7 +322,7 @@ def record_spec_changes(study: optuna.Study, spec: CampaignSpec, changes: list[s
     if changes or study.user_attrs.get(SPEC_TEXT) != spec.text:
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
-        _rename_metrics(study, spec)
+        _rename_metrics(study, spec.objective_metrics)
     flusher(op.storage_of(study), sync=True)()
     if not added:
         return []

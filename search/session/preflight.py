@@ -15,13 +15,14 @@ from cluster.connect import is_loopback
 from cluster.options import check_scheduler_target
 from search.session.options import cluster_options
 from search.spec.campaign_spec import DATA_PARALLEL, CampaignSpec
-from search.spec.cluster import MAX_WORKERS
+from search.spec.cluster import MAX_WORKERS, ClusterSpec
 from search.spec.extras import check_extras
 from search.spec.table import SpecError
 from spaces.errors import InputError
 
 if TYPE_CHECKING:
     from search.session.options import RunOptions
+    from spaces.params import SearchSpace
 
 __all__ = ["cluster_for", "check_workers_flag", "oversubscribed"]
 
@@ -43,14 +44,14 @@ def cluster_for(spec: CampaignSpec, options: RunOptions) -> ClusterOptions:
     check_workers_flag(options.n_workers)
     _check_tls_flag(options.tls)
     _check_scheduler_flag(options.scheduler)
-    _check_listen(spec, options)
+    _check_listen(spec.cluster, spec.source, options)
     try:
         cluster = cluster_options(spec, options)
     except SpecError:
         raise
     except ValueError as exc:  # ClusterOptions' own rule, not tied to one key
         raise SpecError(spec.source, "cluster", str(exc)) from None
-    _check_widths(spec, cluster)
+    _check_widths(max(spec.widths()), spec.space, spec.source, cluster)
     return cluster
 
 
@@ -69,13 +70,12 @@ def _check_tls_flag(files: tuple[str, str, str] | None) -> None:
             raise InputError(f"--tls {name} {path!r}: no such file (a PEM file is needed here)")
 
 
-def _check_listen(spec: CampaignSpec, options: RunOptions) -> None:
-    """A cluster started here listens off loopback only with TLS files or ``--insecure``."""
-    c = spec.cluster
+def _check_listen(c: ClusterSpec, source: str, options: RunOptions) -> None:
+    """A cluster started here listens off loopback only with TLS files or ``--insecure`` (``source``: the spec's)."""
     starts_own = not (options.scheduler or c.scheduler)
     if starts_own and not is_loopback(c.listen) and not (c.tls or options.tls) and not options.insecure:
         raise SpecError(
-            spec.source,
+            source,
             "cluster.listen",
             f"{c.listen!r} without TLS is refused: anyone who reaches it "
             f"could run code on the workers; give tls_ca_file, tls_cert_file and tls_key_file, "
@@ -83,21 +83,20 @@ def _check_listen(spec: CampaignSpec, options: RunOptions) -> None:
         )
 
 
-def _check_widths(spec: CampaignSpec, cluster: ClusterOptions) -> None:
-    """On the embedded cluster, whose workers are known now, the widest trial fits on all of them together
-    (a trial wider than one worker spans several)."""
+def _check_widths(width: int, space: SearchSpace, source: str, cluster: ClusterOptions) -> None:
+    """On the embedded cluster, whose workers are known now, the widest trial (``width``) fits on all of them
+    together (a trial wider than one worker spans several)."""
     from cluster.backends import local_shape
 
     if cluster.backend is None or cluster.backend.kind != "local":
         return
     n_workers, resources = local_shape(cluster)
     resource, per_worker = next(iter(resources.items()))
-    width = max(spec.widths())
     if width > per_worker * n_workers:
-        key = f"space.{DATA_PARALLEL}" if DATA_PARALLEL in spec.space else "trainer.data_parallel"
+        key = f"space.{DATA_PARALLEL}" if DATA_PARALLEL in space else "trainer.data_parallel"
         fix = "[cluster] n_workers or slots_per_worker" if resource == "CPU" else "the GPUs ([cluster] n_workers)"
         raise SpecError(
-            spec.source,
+            source,
             key,
             f"a trial may take {width} {resource} slots, but the embedded cluster's "
             f"{n_workers} worker(s) have {per_worker * n_workers:g} in all ({per_worker:g} each); "

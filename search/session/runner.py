@@ -4,7 +4,7 @@
 one from its folder (the frozen spec and the storage), re-running trials a dead
 controller left RUNNING under their own numbers and parameters. A resumed campaign
 samples with a new sampler seeded from the study seed and the number of trials in the
-storage (``search.loop.supply.campaign_sampler``), never with a saved one: a saved sampler
+storage (``search.loop.sampler_factory.campaign_sampler``), never with a saved one: a saved sampler
 lags behind the trials asked ahead of it, and would sample them again.
 """
 
@@ -27,7 +27,7 @@ import optuna
 from cluster import ClusterError, ClusterOptions, open_cluster
 from search.compat import optuna_private as op
 from search.sampling import components
-from search.sampling.pruning import make_pruner
+from search.sampling.pruning import install_pruner
 from search.session.lifecycle import (
     NewStudy,
     check_environment_record,
@@ -42,7 +42,7 @@ from search.session.lifecycle import (
 )
 from search.session.options import RunOptions  # noqa: F401 - re-exported
 from search.session.preflight import cluster_for
-from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.spec.campaign_spec import CampaignSpec, StudySpec, load_spec
 from search.spec.changes import SPEC_TEXT
 from search.spec.gpu import gpu_packing
 from search.store.environment import capture_environment, record_environment, scheduler_info
@@ -85,22 +85,20 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
     """The campaign's study, with its seeded sampler and pruner (``writer``: the controller's own).
 
     A new study's sampler gets the study seed; a loaded one's, a seed of its own for the number of trials
-    already in the storage (:func:`~search.loop.supply.campaign_sampler`), so that a resumed campaign never
+    already in the storage (:func:`~search.loop.sampler_factory.campaign_sampler`), so that a resumed campaign never
     replays a random stream whose trials are already in the storage.
     """
-    from search.loop.supply import campaign_sampler
+    from search.loop.sampler_factory import campaign_sampler
 
     storage = open_storage(
         storage_url(spec.study.storage, folder), writer=create if writer is None else writer, create=create
     )
-    pruner = make_pruner(spec.study.pruner, spec.pruning) or optuna.pruners.NopPruner()
     if create:
         try:
             study = op.create_study(
                 study_name=spec.study.name,
                 storage=storage,
                 sampler=campaign_sampler(spec),
-                pruner=pruner,
                 directions=[optuna.study.StudyDirection[d.upper()] for d in spec.objective_directions],
                 load_if_exists=False,
             )
@@ -115,11 +113,10 @@ def load_study(spec: CampaignSpec, folder: CampaignFolder, create: bool, writer:
         study.set_user_attr(StudyAttr.SPEC_SHA256, spec.sha256)
         study.set_user_attr(SPEC_TEXT, spec.text)
         study.set_user_attr(StudyAttr.SEED, spec.study.seed)
-        return study
-    study = op.load_study(
-        study_name=spec.study.name, storage=storage, sampler=optuna.samplers.RandomSampler(), pruner=pruner
-    )
-    study.sampler = campaign_sampler(spec, trials=len(study.get_trials(deepcopy=False)))
+    else:
+        study = op.load_study(study_name=spec.study.name, storage=storage, sampler=optuna.samplers.RandomSampler())
+        study.sampler = campaign_sampler(spec, trials=len(study.get_trials(deepcopy=False)))
+    install_pruner(study, spec.study.pruner, spec.pruning)
     return study
 
 
@@ -172,12 +169,12 @@ def _execute(
     from cluster.packing import thread_shortfall
     from search.loop.campaign import Campaign, CampaignError
     from search.loop.progress import Progress
-    from search.loop.supply import campaign_sampler
+    from search.loop.sampler_factory import campaign_sampler
 
     create = new is not None
     study = load_study(spec, folder, create, writer=True)
     if new is not None:
-        for line in new.seed(spec, study):
+        for line in new.seed(study):
             print(line)
         seeded = len(study.get_trials(deepcopy=False))
         if seeded:  # a warm start's trials: a sampler seeded apart from the source campaign's, which may share the seed
@@ -186,7 +183,7 @@ def _execute(
         for line in record_spec_changes(study, spec, changes or []):
             print(line)
         if options.retry_failed:
-            for line in enqueue_failed(spec, study):
+            for line in enqueue_failed(spec.pbt, study):
                 print(line)
     topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
@@ -263,7 +260,7 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     try:
         folder.create(spec.text)
         created = True
-        keep_components(spec, folder)
+        keep_components(spec.study, folder)
         with _campaign_log(folder):
             _execute(spec, folder, options, cluster, new=new)
     except BaseException as exc:
@@ -281,10 +278,10 @@ def run_campaign(spec: CampaignSpec, options: RunOptions) -> CampaignFolder:
     return folder
 
 
-def keep_components(spec: CampaignSpec, folder: CampaignFolder) -> None:
+def keep_components(spec: StudySpec, folder: CampaignFolder) -> None:
     """Pickle a sampler or pruner object passed from Python into the folder, so that ``resume`` rebuilds it."""
-    components.keep(folder.root, "sampler", spec.study.sampler)
-    components.keep(folder.root, "pruner", spec.study.pruner)
+    components.keep(folder.root, "sampler", spec.sampler)
+    components.keep(folder.root, "pruner", spec.pruner)
 
 
 def _has_trials(folder: CampaignFolder) -> bool:
@@ -304,10 +301,10 @@ def resume_campaign(path: str | Path, options: RunOptions) -> CampaignFolder:
     with lock.held_quietly():  # a refused resume leaves the folder as it was, controller.lock included
         check_environment_record(folder.environment)
         components.restore_kept(folder.root)  # a sampler or pruner object search.run was given
-        study = read_resumed_study(load_spec(folder.spec, check_trainer=False), folder)  # read once, for both
+        study = read_resumed_study(load_spec(folder.spec, check_trainer=False).study, folder)  # read once, for both
         spec, changes = spec_to_resume(folder, options, check_trainer=False, study=study)
         given = registered_trainer(spec.trainer.entry) is not None  # search.resume(trainer=...): record and keep it
-        retry = options.retry_failed and bool(failed_to_retry(spec, study))
+        retry = options.retry_failed and bool(failed_to_retry(spec.pbt, study))
         # a told trial's metrics.jsonl that a fault cut: rewritten from the study, its record
         restore_metrics_files(own_trials(study.get_trials(deepcopy=False)), folder)
         if not changes and not given and not retry and nothing_left(spec, folder, study):

@@ -23,7 +23,7 @@ from search.store.warm_marks import WARM_START, WARM_START_TRIAL, describe, is_w
 from spaces.errors import InputError
 
 if TYPE_CHECKING:
-    from search.spec.campaign_spec import CampaignSpec
+    from spaces.params import SearchSpace
 
 __all__ = [
     "WARM_START",
@@ -59,43 +59,41 @@ class WarmStart:
 
 
 def warm_start(
-    study: optuna.Study, spec: CampaignSpec, source: str, found: list[FrozenTrial] | None = None
+    study: optuna.Study, source: str, found: list[FrozenTrial], space: SearchSpace, constrained: bool
 ) -> WarmStart:
-    """Add the fitting finished trials of ``source`` (``found``: read already) to ``study``; record and return them."""
-    found = source_trials(source, spec) if found is None else found
-    copies = [copy for trial in found if (copy := _copy(trial, spec, source)) is not None]
+    """Add the trials ``found`` in ``source`` (:func:`source_trials`) that fit ``space`` to ``study``; record and
+    return them. ``constrained``: the campaign has ``[study] constraints`` (the trials' are kept)."""
+    copies = [copy for trial in found if (copy := _copy(trial, space, constrained, source)) is not None]
     study.add_trials(copies)
     done = WarmStart(source, len(copies), len(found) - len(copies))
     study.set_user_attr(WARM_START, dataclasses.asdict(done))
     return done
 
 
-def source_trials(source: str, spec: CampaignSpec) -> list[FrozenTrial]:
-    """The source study's own COMPLETE trials and PRUNED trials with intermediate values (checked objectives)."""
+def source_trials(source: str, directions: tuple[str, ...], metrics: tuple[str, ...]) -> list[FrozenTrial]:
+    """The source study's own COMPLETE trials and PRUNED trials with intermediate values, where it optimises the
+    campaign's objective (its ``directions`` and ``metrics``, as ``CampaignSpec.objective_*`` give them)."""
     study = _open(source)
-    directions = tuple(d.name.lower() for d in study.directions)
-    if directions != spec.objective_directions:
-        raise WarmStartError(
-            f"warm start {source!r}: its study optimises {list(directions)}, this one {list(spec.objective_directions)}"
-        )
+    theirs = tuple(d.name.lower() for d in study.directions)
+    if theirs != directions:
+        raise WarmStartError(f"warm start {source!r}: its study optimises {list(theirs)}, this one {list(directions)}")
     names = study.metric_names
-    if names is not None and tuple(names) != spec.objective_metrics:
-        raise WarmStartError(
-            f"warm start {source!r}: its study's metrics are {names}, this one's {list(spec.objective_metrics)}"
-        )
+    if names is not None and tuple(names) != metrics:
+        raise WarmStartError(f"warm start {source!r}: its study's metrics are {names}, this one's {list(metrics)}")
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
     return [t for t in own_trials(finished) if t.state == TrialState.COMPLETE or t.intermediate_values]
 
 
-def _copy(trial: FrozenTrial, spec: CampaignSpec, source: str) -> FrozenTrial | None:
-    """``trial`` as a trial of this campaign's space (its distributions), or None if it does not fit."""
-    dists = spec.space.distributions()
+def _copy(trial: FrozenTrial, space: SearchSpace, constrained: bool, source: str) -> FrozenTrial | None:
+    """``trial`` as a trial of this campaign's ``space`` (its distributions), or None if it does not fit;
+    ``constrained``: the campaign has ``[study] constraints`` (the trial's are kept)."""
+    dists = space.distributions()
     if any(name not in dists or misfit(dists[name], value) for name, value in trial.params.items()):
         return None
-    if any(name not in trial.params for name in spec.space.base_distributions()):
+    if any(name not in trial.params for name in space.base_distributions()):
         return None
     complete = trial.state == TrialState.COMPLETE
-    constraints = dict(trial.constraints) if spec.study.constraints and trial.constraints else None
+    constraints = dict(trial.constraints) if constrained and trial.constraints else None
     return optuna.trial.create_trial(
         state=trial.state,
         values=list(trial.values) if complete else None,

@@ -12,6 +12,7 @@ import inspect
 import os
 import tempfile
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,15 +35,15 @@ def check_trainer(spec: CampaignSpec) -> CampaignSpec:
     """
     from trainers.api import capabilities_of  # by name, only to validate
 
-    fn = find_trainer(spec)
+    fn = find_trainer(spec.trainer.entry, spec.source)
     if spec.trainer.objective:  # an Optuna objective(trial): the campaign runs it wrapped as a trainer
         from search.objective.trainer import as_trainer
 
         fn = as_trainer(fn, spec.trainer.entry, spec.study.metrics)
-    _check_signature(spec, fn)
+    _check_signature(spec.source, spec.trainer.entry, fn)
     info = capabilities_of(fn)
     if info.accepted_params is not None:
-        _check_params(spec, info.accepted_params)
+        _check_params(spec.source, spec.trainer.entry, spec.space.names, info.accepted_params)
     if info.reported_metrics is not None:
         _check_metrics(spec, info.reported_metrics)
     if spec.pbt is not None and not info.supports_pbt:
@@ -59,7 +60,7 @@ def unchecked_metrics_note(spec: CampaignSpec) -> str:
     before trials run (a trainer that never reports one then stops the campaign early, ``[study] fail_fast``)."""
     from trainers.api import capabilities_of  # by name, only to validate
 
-    if capabilities_of(find_trainer(spec)).reported_metrics is not None:
+    if capabilities_of(find_trainer(spec.trainer.entry, spec.source)).reported_metrics is not None:
         return ""
     names = ", ".join(repr(m) for m in (*spec.study.metrics, *spec.study.constraints))
     stop = (
@@ -73,7 +74,7 @@ def unchecked_metrics_note(spec: CampaignSpec) -> str:
     )
 
 
-def _check_signature(spec: CampaignSpec, fn: Any) -> None:
+def _check_signature(source: str, entry: str, fn: Any) -> None:
     """The trainer can be called as ``fit(config, reporter)`` (a function whose signature cannot be read passes)."""
     try:
         signature = inspect.signature(fn)
@@ -83,20 +84,18 @@ def _check_signature(spec: CampaignSpec, fn: Any) -> None:
         signature.bind(None, None)
     except TypeError:
         raise SpecError(
-            spec.source,
-            "trainer.entry",
-            f"{spec.trainer.entry} takes {signature}, but a trainer is called as fit(config, reporter)",
+            source, "trainer.entry", f"{entry} takes {signature}, but a trainer is called as fit(config, reporter)"
         ) from None
 
 
-def _check_params(spec: CampaignSpec, accepted: frozenset[str]) -> None:
+def _check_params(source: str, entry: str, names: Iterable[str], accepted: frozenset[str]) -> None:
     """Every searched parameter (but the controller's own ``data_parallel``) is one the trainer accepts."""
-    for name in spec.space.names:
+    for name in names:
         if name not in accepted and name != DATA_PARALLEL:
             raise SpecError(
-                spec.source,
+                source,
                 f"space.{name}",
-                f"trainer {spec.trainer.entry} does not accept this parameter{_closest(name, sorted(accepted))}",
+                f"trainer {entry} does not accept this parameter{_closest(name, sorted(accepted))}",
             )
 
 
@@ -129,34 +128,34 @@ def _import_failure(entry: str, exc: BaseException) -> str:
     return f"importing module {module!r} raised {type(exc).__name__}: {exc} (traceback in {path})"
 
 
-def trainer_paths(spec: CampaignSpec) -> tuple[str, ...]:
+def trainer_paths(source: str) -> tuple[str, ...]:
     """The folders the trainer is looked for in after ``sys.path``: the spec's folder, the current directory,
     and, for a campaign's frozen spec, the folders its campaign recorded (``environment.json``), so that
-    ``resume``, ``reproduce`` and a re-run of the frozen spec find the trainer the campaign ran."""
-    spec_file = Path(spec.source)
+    ``resume``, ``reproduce`` and a re-run of the frozen spec find the trainer the campaign ran. ``source``: where
+    the spec was read from."""
+    spec_file = Path(source)
     here = spec_file.resolve().parent if spec_file.is_file() else None
     paths = ([str(here)] if here else []) + [os.getcwd()] + (recorded_trainer_paths(here) if here else [])
     return tuple(dict.fromkeys(paths))
 
 
-def find_trainer(spec: CampaignSpec) -> Any:
-    """The spec's trainer function, looked for on ``sys.path`` and in :func:`trainer_paths` (which its workers get
-    too); for a campaign's frozen spec whose trainer was handed over by value (defined in a script or notebook),
-    the copy the campaign kept. A trainer that cannot be found is a :class:`SpecError` on ``trainer.entry``."""
+def find_trainer(entry: str, source: str) -> Any:
+    """The trainer function ``entry`` of the spec read from ``source``, looked for on ``sys.path`` and in
+    :func:`trainer_paths` (which its workers get too); for a campaign's frozen spec whose trainer was handed over
+    by value (defined in a script or notebook), the copy the campaign kept. A trainer that cannot be found is a :class:`SpecError` on ``trainer.entry``."""
     from trainers.api import TrainerImportError, load_trainer, register_trainer  # by name, only to validate
 
-    entry = spec.trainer.entry
     try:
-        return load_trainer(entry, trainer_paths(spec))
+        return load_trainer(entry, trainer_paths(source))
     except TrainerImportError as exc:
         problem = str(exc) + extra_hint(getattr(exc.__cause__, "name", None))  # an optional framework: its extra
     except Exception as exc:  # noqa: BLE001 - the user's module raised on import: one line, its traceback in a file
-        raise SpecError(spec.source, "trainer.entry", _import_failure(entry, exc)) from None
+        raise SpecError(source, "trainer.entry", _import_failure(entry, exc)) from None
     try:
-        kept = stored_trainer(Path(spec.source).parent, entry) if Path(spec.source).is_file() else None
+        kept = stored_trainer(Path(source).parent, entry) if Path(source).is_file() else None
     except Exception as exc:  # noqa: BLE001 - an unpicklable copy (a module it needs is gone): say so, in one line
         kept, problem = None, f"{problem}; the campaign's kept copy cannot be loaded ({type(exc).__name__}: {exc})"
     if kept is None:
-        raise SpecError(spec.source, "trainer.entry", problem)
+        raise SpecError(source, "trainer.entry", problem)
     register_trainer(kept, entry)
     return kept

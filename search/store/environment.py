@@ -45,7 +45,7 @@ from search.store.folder import write_atomic, write_atomic_bytes
 from search.store.machine import cpu_record, trial_threads
 
 if TYPE_CHECKING:
-    from search.spec.campaign_spec import CampaignSpec
+    from search.spec.campaign_spec import CampaignSpec, TrainerSpec
 
 __all__ = [
     "PACKAGES",
@@ -94,24 +94,24 @@ def capture_environment(
         "cluster": cluster_shape(client_info) if client_info is not None else None,
     }
     if spec is not None:
-        env["trial_threads"] = trial_threads(spec)
+        env["trial_threads"] = trial_threads(spec.trainer)
         env["study"] = {
             "name": spec.study.name,
             "seed": spec.study.seed,
             "spec_sha256": spec.sha256,
             "deterministic": spec.study.deterministic,
         }
-        env["trainer"] = trainer_record(spec)
+        env["trainer"] = trainer_record(spec.trainer.entry, spec.source)
     return env
 
 
-def machine_now(spec: CampaignSpec) -> dict[str, Any]:
-    """What this process would record of the machine for ``spec`` (``reproduce`` compares it with the record)."""
+def machine_now(trainer: TrainerSpec) -> dict[str, Any]:
+    """What this process would record of the machine for ``trainer`` (``reproduce`` compares it with the record)."""
     return {
         "packages": {name: _version(name) for name in PACKAGES},
         "python": {"version": platform.python_version()},
         "cpu": cpu_record(),
-        "trial_threads": trial_threads(spec),
+        "trial_threads": trial_threads(trainer),
     }
 
 
@@ -244,8 +244,9 @@ def trainer_source_sha256(entry: str) -> dict[str, Any]:
     return {"source": str(Path(origin).resolve()), "source_sha256": digest}
 
 
-def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
-    """The trainer of ``spec`` as ``environment.json`` keeps it (call it once the trainer is loaded).
+def trainer_record(entry: str, source: str) -> dict[str, Any]:
+    """The trainer ``entry`` of the spec read from ``source`` as ``environment.json`` keeps it (call it once the
+    trainer is loaded).
 
     ``source``/``source_sha256``: the file defining the entry. ``files``: every ``.py`` file of the
     entry's top-level package, or, for a single module or a script, that file and the modules it
@@ -257,7 +258,6 @@ def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
     """
     from search.spec.trainer_check import trainer_paths
 
-    entry = spec.trainer.entry
     fn = _by_value(entry)
     record: dict[str, Any] = {"entry": entry, "shipped": "by value" if fn is not None else "by name"}
     record.update(trainer_source_sha256(entry) if fn is None else _function_source(fn))
@@ -270,7 +270,7 @@ def trainer_record(spec: CampaignSpec) -> dict[str, Any]:
     record["files_sha256"] = _digest(files) if files else record.get("source_sha256")
     if note:
         record["files_note"] = note
-    record["paths"] = list(trainer_paths(spec))
+    record["paths"] = list(trainer_paths(source))
     if fn is not None:
         record["pickle"] = TRAINER_PICKLE
     return record

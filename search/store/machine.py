@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from search.spec.campaign_spec import CampaignSpec
+    from search.spec.campaign_spec import TrainerSpec
 
 __all__ = ["cpu_record", "trial_threads", "machine_differences", "KERNEL_ENV"]
 
@@ -46,12 +46,12 @@ def cpu_record() -> dict[str, Any]:
     }
 
 
-def trial_threads(spec: CampaignSpec) -> int | None:
+def trial_threads(trainer: TrainerSpec) -> int | None:
     """The intra-op thread count the built-in trainer sets for each trial (None: a trainer of the user's own,
     which inherits its worker's)."""
-    if not spec.trainer.entry.startswith("trainers."):
+    if not trainer.entry.startswith("trainers."):
         return None
-    threads = dict(spec.trainer.options).get("torch_threads", _BUILT_IN_DEFAULT_THREADS)
+    threads = dict(trainer.options).get("torch_threads", _BUILT_IN_DEFAULT_THREADS)
     return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
 
 

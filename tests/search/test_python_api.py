@@ -360,7 +360,7 @@ def test_workers_started_elsewhere_find_the_trainer_beside_the_spec(tmp_path: Pa
 def test_the_environment_hashes_the_whole_package_or_the_modules_a_script_imported(tmp_path: Path) -> None:
     write_trainer_package(tmp_path / "pkgcase")
     spec = load_spec_like(tmp_path / "pkgcase" / "spec.toml")  # imports mytrain from the spec's folder
-    record = trainer_record(spec)
+    record = trainer_record(spec.trainer.entry, spec.source)
     assert sorted(record["files"]) == ["mytrain/__init__.py", "mytrain/fit.py", "mytrain/scale.py", "mytrain/unused.py"]
     assert record["source"] == str(tmp_path / "pkgcase" / "mytrain" / "fit.py")
     assert changed_trainer_files(record) == []
@@ -375,6 +375,7 @@ def test_the_environment_hashes_the_whole_package_or_the_modules_a_script_import
         "import solo_helper\n\ndef fit(config, reporter):\n    return {'score': 1.0}\n"
     )
     (single / "spec.toml").write_text(PACKAGE_SPEC.replace("mytrain.fit:fit", "solo_train:fit"))
-    record = trainer_record(load_spec_like(single / "spec.toml"))
+    single_spec = load_spec_like(single / "spec.toml")
+    record = trainer_record(single_spec.trainer.entry, single_spec.source)
     assert sorted(record["files"]) == ["solo_helper.py", "solo_train.py"]
     assert record["files_sha256"] and record["paths"][0] == str(single)

@@ -137,7 +137,7 @@ def test_a_genome_over_its_parameter_limit_fails_before_it_reaches_a_worker(tmp_
             self.submitted.append(request.number)
 
     campaign = Campaign(spec, folder, study, NoWorkers())  # type: ignore[arg-type]
-    group = campaign.supply.next_group(1, 0)
+    group = campaign._next_group(1)
     assert NoWorkers.submitted == []
     rejected = study.trials[0]
     assert rejected.state == optuna.trial.TrialState.FAIL

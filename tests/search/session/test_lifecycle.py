@@ -192,24 +192,25 @@ def test_warm_start_from_an_optuna_study_takes_complete_and_reported_pruned_tria
         ]
     )
     spec = parse_spec(toy("new", high=0.5), "new.toml", check_trainer=False)
-    found = source_trials(f"{url}#old", spec)
+    objective = (spec.objective_directions, spec.objective_metrics)
+    found = source_trials(f"{url}#old", *objective)
     assert [t.params["quality"] for t in found] == [0.3, 0.2, 0.9]
-    assert [t.params["quality"] for t in source_trials(url, spec)] == [0.3, 0.2, 0.9]  # the storage's only study
+    assert [t.params["quality"] for t in source_trials(url, *objective)] == [0.3, 0.2, 0.9]  # the storage's only study
     from search.session.warm_start import warm_start
 
     study = optuna.create_study(direction="maximize")
-    done = warm_start(study, spec, f"{url}#old", found)
+    done = warm_start(study, f"{url}#old", found, spec.space, bool(spec.study.constraints))
     assert (done.used, done.skipped) == (2, 1)
     assert "2 finished trial(s) used, 1 skipped" in done.line()
     assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE, TrialState.PRUNED]
     assert study.get_trials()[1].intermediate_values == {1: 0.1}
     with pytest.raises(WarmStartError, match=r"the storage holds no study 'nope' \(it holds: old\)"):
-        source_trials(f"{url}#nope", spec)
+        source_trials(f"{url}#nope", *objective)
     with pytest.raises(WarmStartError, match=r"its study optimises \['minimize'\], this one \['maximize'\]"):
         optuna.create_study(study_name="down", storage=url, direction="minimize")
-        source_trials(f"{url}#down", spec)
+        source_trials(f"{url}#down", *objective)
     with pytest.raises(WarmStartError, match=r"not a campaign folder \(no spec.toml\)"):
-        source_trials(str(tmp_path / "nowhere"), spec)
+        source_trials(str(tmp_path / "nowhere"), *objective)
 
 
 @pytest.mark.slow

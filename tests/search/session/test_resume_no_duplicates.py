@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import SPEC, chaos
-from search.loop.supply import campaign_sampler, sampler_seed
+from search.loop.sampler_factory import campaign_sampler, sampler_seed
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, FloatDistribution
 from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
@@ -44,7 +44,7 @@ from search.scaling.forced_rule import ForcedRule, forced_rule
 from search.scaling.target import TargetGoal, steps_to_target  # TargetGoal re-exported: status imports it without scipy
 
 # Re-exported: the [scaling] section is parsed in search.spec.
-from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.spec.scaling import BATCH, LR, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.store.records import TrialRecord
 from spaces.batch import LRScaling
 
@@ -100,7 +100,8 @@ class ScalingSampler(BaseSampler):
         return self._sizes[number % len(self._sizes)]
 
     def _pick(self, study: Study, trial: FrozenTrial) -> tuple[BaseSampler, _BatchView]:
-        b = self.batch_size_of(trial.number)
+        fixed = trial.system_attrs.get("fixed_params") or {}  # an enqueued trial (an lr_grid round) names its own
+        b = int(fixed[BATCH]) if BATCH in fixed else self.batch_size_of(trial.number)
         return self._inner[b], _BatchView(study, b)
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -199,6 +200,23 @@ def _forced(study: optuna.Study) -> ForcedRule | None:
     return forced_rule((_trainer_params(t), t.distributions) for t in finished)
 
 
+def _tuned(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal) -> str:
+    """With an ``lr_grid``: how the rate was tuned at each batch size and where its window widened ("" without)."""
+    if not spec.lr_grid:
+        return ""
+    from search.scaling.lr_grid import bracket_sentence, brackets_of
+
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+    searched = next(
+        (t.distributions.get(LR) for t in trials if isinstance(t.distributions.get(LR), FloatDistribution)), None
+    )
+    if not isinstance(searched, FloatDistribution):
+        return ""
+    brackets = brackets_of(trials, spec, goal, float(searched.low), float(searched.high))
+    rule = str(_trainer_params(trials[0]).get("lr_scaling", "none"))
+    return bracket_sentence(brackets, spec, rule) if brackets else ""
+
+
 def _noise_reading(step: float, metrics: Mapping[str, float]) -> tuple[float, float, float, float] | None:
     """A report's ``(step, b_simple, low, high)``; above the measurable range ``(step, inf, low, inf)``."""
     low = float(metrics.get("b_simple_lo", math.nan))
@@ -270,7 +288,8 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
             ci=CI,
             not_reached=not_reached,
             interpolated=goal.interpolate,
-            forced=_forced(study),
+            forced=None if spec.lr_grid else _forced(study),
+            tuned=_tuned(study, spec, goal),
         )
         _, examples = reached_points(table, "examples_to_target")
         plots.append(

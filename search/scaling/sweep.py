@@ -217,6 +217,21 @@ def _tuned(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal) -> str:
     return bracket_sentence(brackets, spec, rule) if brackets else ""
 
 
+def _grid_points(study: optuna.Study, goal: TargetGoal) -> list[Any]:
+    """An ``lr_grid`` sweep's trials for :func:`~search.scaling.grid_plot.plot_lr_grid` (stopped ones too)."""
+    from search.scaling.grid_plot import GridPoint
+
+    points = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        history, lr = _history(trial), _trained_lr(_trainer_params(trial))
+        if not history or lr is None:
+            continue
+        hit = steps_to_target(history, goal.metric, goal.target, goal.mode, interpolate=goal.interpolate)
+        ran = float(history[-1][1].get("steps", math.nan))
+        points.append(GridPoint(int(trial.params[BATCH]), lr, hit.steps if hit else ran, hit is not None))
+    return points
+
+
 def _noise_reading(step: float, metrics: Mapping[str, float]) -> tuple[float, float, float, float] | None:
     """A report's ``(step, b_simple, low, high)``; above the measurable range ``(step, inf, low, inf)``."""
     low = float(metrics.get("b_simple_lo", math.nan))
@@ -310,6 +325,10 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
         )
         if lr_fit is not None:
             plots.append(plot_lr_rule(out / "lr_rule.png", lr_fit, ci=CI))
+    if spec.lr_grid:
+        from search.scaling.grid_plot import plot_lr_grid
+
+        plots.append(plot_lr_grid(out / "lr_grid.png", _grid_points(study, goal)))
     best = {int(r.batch_size): int(r.best_trial) for r in table.itertuples() if r.status == "reached"}
     noise = _noise_histories(study, best)
     if noise:

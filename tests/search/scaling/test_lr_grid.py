@@ -208,6 +208,7 @@ lr = { type = "float", low = 1e-3, high = 1.0, log = true }
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_says_so(tmp_path: Path) -> None:
+    from search.reports.status import status_text
     from search.session.lr_rounds import SCALING_ROUND
     from search.session.runner import RunOptions, run_campaign
     from search.spec.campaign_spec import load_spec
@@ -231,3 +232,6 @@ def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_say
     text = (folder.scaling / "conclusion.txt").read_text()
     assert "The learning rate was tuned at every batch size: a log grid of 3 rates 2x apart" in text
     assert "The window widened at" in text and "forced by the design" not in text
+    assert (folder.scaling / "lr_grid.png").stat().st_size > 1000
+    widened = len(trials) - 9
+    assert f"{len(trials)} trials (9 in the lr grid, {widened} widening it)" in status_text(folder.root)

@@ -160,8 +160,8 @@ def _history(trial: FrozenTrial) -> list[tuple[int, dict[str, float]]]:
 
 def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
     outcomes = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        history = _history(trial)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        history = _history(trial) if trial.state == TrialState.COMPLETE else []  # stopped short: not reached
         hit = (
             steps_to_target(
                 history,

@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
@@ -233,5 +234,7 @@ def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_say
     assert "The learning rate was tuned at every batch size: a log grid of 3 rates 2x apart" in text
     assert "The window widened at" in text and "forced by the design" not in text
     assert (folder.scaling / "lr_grid.png").stat().st_size > 1000
+    table = pd.read_csv(folder.scaling / "scaling.csv")  # every trial that ran counts, the outpaced ones too
+    assert table["trials"].sum() == len([t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)])
     widened = len(trials) - 9
     assert f"{len(trials)} trials (9 in the lr grid, {widened} widening it)" in status_text(folder.root)

@@ -34,15 +34,15 @@ class StopReason(enum.StrEnum):
     """The pruner judged it behind (told PRUNED)."""
     TARGET_REACHED = "target reached"
     """A scaling sweep's trial reached its target (told COMPLETE with its steps)."""
-    OUTPACED = "outpaced"
-    """A scaling sweep's trial (``lr_grid``) ran more steps than its batch size's fewest to the target without
-    reaching it: it cannot be that batch size's best (told PRUNED)."""
     TIME_BUDGET = "time budget"
     """The campaign's ``time_budget`` ran out while it ran."""
     TRIAL_TIMEOUT = "trial timeout"
     """It ran longer than ``trial_timeout``."""
     NEVER_STARTED = "time budget: never started"
     """Asked, but the time budget ran out before it was launched."""
+    OUTPACED = "outpaced"
+    """A scaling sweep's trial (``lr_grid``) ran more steps than its batch size's fewest to the target without
+    reaching it: it cannot be that batch size's best (told PRUNED)."""
 
 
 class SamplingMode(enum.StrEnum):

@@ -429,7 +429,8 @@ def importance(data: CampaignData) -> Section:
     return guard(title, build)
 
 
-EARLY_STOPS = (StopReason.PRUNED.value, StopReason.TARGET_REACHED.value)  # decisions that save epochs
+EARLY_STOPS = (StopReason.PRUNED.value, StopReason.TARGET_REACHED.value, StopReason.OUTPACED.value)  # save epochs
+_WHY = {StopReason.TARGET_REACHED.value: "at the scaling target", StopReason.OUTPACED.value: "as outpaced"}
 
 
 def _epochs_not_trained(data: CampaignData) -> str:
@@ -441,7 +442,7 @@ def _epochs_not_trained(data: CampaignData) -> str:
     for r in data.records():
         left = max(0.0, budget - epochs_spent(r))
         if r.stop_reason in EARLY_STOPS or (r.state.name == "PRUNED" and not r.stop_reason):
-            why = "at the scaling target" if r.stop_reason == StopReason.TARGET_REACHED.value else "by the pruner"
+            why = _WHY.get(r.stop_reason, "by the pruner")
             early, stopped[why] = early + left, stopped.get(why, 0) + 1
         elif r.state.name == "FAIL":
             failed += left

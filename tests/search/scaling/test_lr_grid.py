@@ -236,5 +236,11 @@ def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_say
     assert (folder.scaling / "lr_grid.png").stat().st_size > 1000
     table = pd.read_csv(folder.scaling / "scaling.csv")  # every trial that ran counts, the outpaced ones too
     assert table["trials"].sum() == len([t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)])
+    if stopped:  # the report's pruning section counts them as early stops, not as time limits
+        from search.cli import main
+
+        assert main(["report", str(folder.root)]) == 0
+        page = (folder.root / "report" / "report.md").read_text()
+        assert f"{len(stopped)} trial(s) stopped as outpaced" in page and "time budget" not in page
     widened = len(trials) - 9
     assert f"{len(trials)} trials (9 in the lr grid, {widened} widening it)" in status_text(folder.root)

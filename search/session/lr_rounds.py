@@ -21,7 +21,7 @@ from search.spec.scaling import LR
 from search.store.warm_marks import own_trials
 from spaces.params import FloatParam
 
-__all__ = ["lr_range", "enqueue_first_round", "next_round", "SCALING_ROUND"]
+__all__ = ["lr_range", "enqueue_first_round", "next_round", "round_budget", "SCALING_ROUND"]
 
 SCALING_ROUND = "scaling_round"  # a trial's user attribute: the lr_grid round that enqueued it (0: the grid)
 
@@ -65,3 +65,14 @@ def next_round(spec: CampaignSpec, study: optuna.Study) -> CampaignSpec | None:
     _enqueue(study, plan, done + 1)
     budget = len(trials) + len(plan)
     return dataclasses.replace(spec, study=dataclasses.replace(spec.study, n_trials=budget))
+
+
+def round_budget(spec: CampaignSpec, study: optuna.Study) -> CampaignSpec:
+    """The spec a (resumed) round runs with: the frozen budget is the grid's, so a round that widened it, cut short
+    and resumed, gets the budget of every trial enqueued so far (its waiting ones would never be asked)."""
+    if lr_range(spec) is None:
+        return spec
+    enqueued = len(own_trials(study.get_trials(deepcopy=False)))
+    if enqueued <= spec.study.n_trials:
+        return spec
+    return dataclasses.replace(spec, study=dataclasses.replace(spec.study, n_trials=enqueued))

@@ -172,7 +172,7 @@ def _execute(
     from search.loop.campaign import Campaign, CampaignError
     from search.loop.progress import Progress
     from search.loop.supply import campaign_sampler
-    from search.session.lr_rounds import enqueue_first_round, lr_range, next_round
+    from search.session.lr_rounds import enqueue_first_round, lr_range, next_round, round_budget
 
     create = new is not None
     study = load_study(spec, folder, create, writer=True)
@@ -199,7 +199,7 @@ def _execute(
             record_environment(folder.environment, capture_environment(info, spec))
             for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
                 print(f"hypersweep: warning: {line}", file=sys.stderr)
-            round_spec: CampaignSpec | None = spec
+            round_spec: CampaignSpec | None = round_budget(spec, study)
             while round_spec is not None:  # one round, or (a scaling sweep's lr_grid) until every best is bracketed
                 executor = DaskExecutor(
                     client,

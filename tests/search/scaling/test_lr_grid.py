@@ -97,7 +97,10 @@ def _finished(study: optuna.Study, batch: int, lr: float, steps: float | None, s
             state=state,
             value=value if state == TrialState.COMPLETE else None,
             params={BATCH: batch, LR: lr},
-            distributions={BATCH: CategoricalDistribution((16, 64)), LR: FloatDistribution(LOW, HIGH, log=True)},
+            distributions={
+                BATCH: CategoricalDistribution((16, 64, 128, 256)),
+                LR: FloatDistribution(1e-3, 20.0, log=True),
+            },
             user_attrs={Attr.HISTORY: encode_history(history)},
         )
     )
@@ -122,6 +125,22 @@ def test_brackets_are_read_from_the_finished_trials_only_once_the_round_is_over(
     assert widening(brackets) == [{BATCH: 16, LR: pytest.approx(high * STEP)}]
     study.enqueue_trial({BATCH: 16, LR: high * STEP})  # the next round, not run yet
     assert brackets_of(study.get_trials(), SPEC, GOAL, LOW, HIGH) is None
+
+
+def test_a_resumed_round_gets_the_budget_of_every_trial_enqueued_so_far() -> None:
+    """The frozen spec's budget is the grid's: a widening round cut short and resumed would never ask its waiting
+    trials (the sweep then ended with them waiting)."""
+    from search.session.lr_rounds import round_budget
+
+    spec = parse_spec(_spec(batch_sizes=[64, 128, 256], lr_grid=3), "s.toml")
+    study = optuna.create_study()
+    for b in (64, 128, 256):
+        for lr in grid_rates(0.005, 20.0, 3, 2.0):
+            _finished(study, b, lr, 100.0, TrialState.COMPLETE)
+    assert round_budget(spec, study).study.n_trials == 9 == spec.study.n_trials
+    study.enqueue_trial({BATCH: 64, LR: 0.05})
+    study.enqueue_trial({BATCH: 256, LR: 5.0})
+    assert round_budget(spec, study).study.n_trials == 11
 
 
 def _view(trial: optuna.Trial, batch: int, stop_reason: str = "") -> TrialView:

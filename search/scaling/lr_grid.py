@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -151,8 +151,14 @@ def _sizes(brackets: Iterable[Bracket]) -> str:
     return ", ".join(f"{b.batch_size:,}" for b in brackets)
 
 
-def bracket_sentence(brackets: Mapping[int, Bracket], scaling: ScalingSpec, rule: str) -> str:
-    """The conclusion's words on how the rate was searched, what the design forces, and where it widened."""
+def bracket_sentence(
+    brackets: Mapping[int, Bracket],
+    scaling: ScalingSpec,
+    rule: str,
+    trained: Callable[[float, int], float] = lambda lr, _b: lr,
+) -> str:
+    """The conclusion's words on how the rate was searched, what the design forces, and where it widened (the rates
+    as trained: ``trained(lr, B)`` applies the spec's ``lr_scaling``)."""
     every = list(brackets.values())
     inside = [b for b in every if b.edge is Edge.INSIDE]
     widened = [b for b in every if b.widened]
@@ -166,8 +172,11 @@ def bracket_sentence(brackets: Mapping[int, Bracket], scaling: ScalingSpec, rule
         f"{len(inside)} of {len(every)} batch sizes have their best rate inside the rates they tried."
     )
     if widened:
-        reach = "; ".join(f"B={b.batch_size:,}: {b.tried[0]:.3g} to {b.tried[-1]:.3g}" for b in widened)
-        text += f" The window widened at {len(widened)} batch size(s) ({reach})."
+        reach = "; ".join(
+            f"B={b.batch_size:,}: {trained(b.tried[0], b.batch_size):.3g} to {trained(b.tried[-1], b.batch_size):.3g}"
+            for b in widened
+        )
+        text += f" The window widened at {len(widened)} batch size(s) (rates trained with, {reach})."
     if bounded:
         text += (
             f" At B={_sizes(bounded)} the best rate is at the edge of [space] lr and a rate further out is not "

@@ -213,8 +213,9 @@ def _tuned(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal) -> str:
     if not isinstance(searched, FloatDistribution):
         return ""
     brackets = brackets_of(trials, spec, goal, float(searched.low), float(searched.high))
-    rule = str(_trainer_params(trials[0]).get("lr_scaling", "none"))
-    return bracket_sentence(brackets, spec, rule) if brackets else ""
+    fixed = _trainer_params(trials[0])
+    scaled = LRScaling.of_params(fixed)
+    return bracket_sentence(brackets, spec, scaled.rule, lambda lr, b: scaled(lr, b)) if brackets else ""
 
 
 def _grid_points(study: optuna.Study, goal: TargetGoal) -> list[Any]:

@@ -83,7 +83,9 @@ def test_widening_stops_at_the_edge_of_the_space_and_says_the_best_is_a_bound() 
     sentence = bracket_sentence({256: found}, ScalingSpec((16, 64, 256), 0.9, lr_grid=3), "sqrt")
     assert "0 of 1 batch sizes have their best rate inside" in sentence
     assert "B=256 the best rate is at the edge of [space] lr" in sentence and "a bound, not an optimum" in sentence
-    assert "widened at 1 batch size(s) (B=256: 0.25 to 0.9)" in sentence
+    assert "widened at 1 batch size(s) (rates trained with, B=256: 0.25 to 0.9)" in sentence
+    sqrt = bracket_sentence({256: found}, ScalingSpec((16, 64, 256), 0.9, lr_grid=3), "sqrt", lambda lr, b: lr * 2)
+    assert "(rates trained with, B=256: 0.5 to 1.8)" in sqrt  # the spec's lr_scaling applied
 
 
 def _finished(study: optuna.Study, batch: int, lr: float, steps: float | None, state: TrialState) -> None:

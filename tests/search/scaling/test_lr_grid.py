@@ -145,6 +145,27 @@ def test_a_resumed_round_gets_the_budget_of_every_trial_enqueued_so_far() -> Non
     assert round_budget(spec, study).study.n_trials == 11
 
 
+def test_the_next_round_enqueues_each_widening_trial_and_raises_the_budget_by_as_many() -> None:
+    from search.session.lr_rounds import SCALING_ROUND, enqueue_first_round, next_round
+
+    spec = parse_spec(_spec(batch_sizes=[64, 128, 256], lr_grid=3), "s.toml")
+    low, middle, high = grid_rates(0.005, 20.0, 3, 2.0)
+    grid = optuna.create_study()
+    assert enqueue_first_round(spec, grid) == 9
+    first = [t.system_attrs["fixed_params"] for t in grid.get_trials()[:3]]
+    assert first == [{BATCH: b, LR: middle} for b in (64, 128, 256)]  # the middle rate first, every batch size
+    assert next_round(spec, grid) is None  # the grid has not run: nothing to widen yet
+    done = optuna.create_study()
+    for b in (64, 128, 256):  # B=64 is fastest at its lowest rate; the others at their middle one
+        for lr, steps in ((low, 100.0), (middle, 200.0 if b == 64 else 50.0), (high, 300.0)):
+            _finished(done, b, lr, steps, TrialState.COMPLETE)
+    widened = next_round(spec, done)
+    assert widened is not None and widened.study.n_trials == 9 + 1
+    waiting = [t for t in done.get_trials() if t.state == TrialState.WAITING]
+    assert [(t.system_attrs["fixed_params"][BATCH], t.user_attrs[SCALING_ROUND]) for t in waiting] == [(64, 1)]
+    assert math.isclose(waiting[0].system_attrs["fixed_params"][LR], low / 2)
+
+
 def _view(trial: optuna.Trial, batch: int, stop_reason: str = "") -> TrialView:
     config = TrialConfig(study="s", number=trial.number, params={BATCH: batch, LR: 0.1}, seed=0, epochs=10)
     return TrialView(trial, config, (), stop_reason, "", False, 1, 0, None)

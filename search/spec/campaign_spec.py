@@ -582,7 +582,7 @@ def _scaling_study(
         raise SpecError(
             source,
             "study.n_trials",
-            f"{given} does not match [scaling]: (lr_grid or trials_per_batch) x batch sizes = {scaling.n_trials}",
+            f"{given} does not match [scaling]: trials per batch size x batch sizes = {scaling.n_trials}; leave it out",
         )
     return dataclasses.replace(study, n_trials=scaling.n_trials), sweep_space(source, scaling, space)
 

@@ -284,6 +284,8 @@ def _measure_noise(
     idx = idx.to(data.x_train.device)
     x, y = data.x_train[idx], data.y_train[idx]
     norms = grad_sq_norms_two_batch_sizes(model, F.cross_entropy, x, y, settings.noise_scale_micro)
+    if not (math.isfinite(norms[0]) and math.isfinite(norms[1])):  # a diverged model: no gradient to measure
+        return
     progress.noise.update(*norms, at=progress.examples)
 
 

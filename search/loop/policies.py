@@ -378,6 +378,10 @@ def policies_for(
 
         goal = goal_of(spec)
         if goal is not None:
+            if spec.scaling.lr_grid:  # a trial past its batch size's fewest steps to target cannot be its best
+                from search.loop.outpaced import Outpaced
+
+                policies.append(Outpaced(goal))  # first: it notes every trial that reached the target
             policies.append(ScalingTarget(goal))
     policies.append(Pruning(values, spec.study.multi_objective))
     return policies

@@ -23,6 +23,7 @@ FIGURE_CAPTIONS = {
     "steps_to_target.png": "steps to target per batch size (measured points, the fit, regimes shaded, interval band)",
     "examples_to_target.png": "examples to target per batch size, with the fit",
     "lr_rule.png": "the best learning rate per batch size against the linear and square-root rules",
+    "lr_grid.png": "steps to target against the learning rate, per batch size (lr_grid: each best rate ringed)",
     "noise_scale.png": "gradient noise scale B_simple over training of each batch size's best trial, with intervals",
     "noise_vs_b_crit.png": (
         "B_crit (fit of steps to target) with its interval and the factor-of-2 band, against B_simple "

@@ -33,6 +33,7 @@ from search.reports.data import (
 )
 from search.reports.markup import LeftOut, Section, e, figure, fmt, guard, kv, left_out, md_table, note, table
 from search.reports.step_axis import step_label
+from search.spec.campaign_spec import CampaignSpec
 from search.store.records import spec_sha256_of
 from search.store.warm_marks import own_trials
 from search.vocab.terms import StopReason, maximizing
@@ -52,14 +53,21 @@ def _question(data: CampaignData) -> str:
     if s.trainer.objective:  # define-by-run: no epochs of ours, the objective suggests what it searches
         return (
             f"Which settings of {searched} (as the objective suggested them) {goals} for the objective "
-            f"{s.trainer.entry}, within {s.study.n_trials} trials of the {s.study.sampler} sampler?"
+            f"{s.trainer.entry}, {_within(s)}?"
         )
     dataset = dataset_of(s)
     on = f" on {dataset!r}" if dataset else ""
     return (
         f"Which settings of {searched} {goals} for the trainer {s.trainer.entry}{on} "
-        f"({s.trainer.epochs} epochs per trial), within {s.study.n_trials} trials of the {s.study.sampler} sampler?"
+        f"({s.trainer.epochs} epochs per trial), {_within(s)}?"
     )
+
+
+def _within(s: CampaignSpec) -> str:
+    if s.scaling is not None and s.scaling.lr_grid:  # the rounds add trials wherever a best rate is at an edge
+        grid = f"over a grid of {s.scaling.lr_grid} learning rates per batch size ({s.study.n_trials} trials)"
+        return f"{grid}, widened wherever a best rate is at its edge"
+    return f"within {s.study.n_trials} trials of the {s.study.sampler} sampler"
 
 
 def _space_rows(data: CampaignData) -> list[tuple[str, str]]:
@@ -162,7 +170,7 @@ def spec(data: CampaignData) -> Section:
         ),
         ("sampler", s.study.sampler),
         ("pruner", s.study.pruner),
-        ("trials (budget)", s.study.n_trials),
+        ("trials (budget)" if not (s.scaling and s.scaling.lr_grid) else "trials (lr grid)", s.study.n_trials),
         ("study seed", s.study.seed),
         ("deterministic", s.study.deterministic),
         ("objective function" if s.trainer.objective else "trainer", s.trainer.entry + _whose(data)),
@@ -421,7 +429,8 @@ def importance(data: CampaignData) -> Section:
     return guard(title, build)
 
 
-EARLY_STOPS = (StopReason.PRUNED.value, StopReason.TARGET_REACHED.value)  # decisions that save epochs
+EARLY_STOPS = (StopReason.PRUNED.value, StopReason.TARGET_REACHED.value, StopReason.OUTPACED.value)  # save epochs
+_WHY = {StopReason.TARGET_REACHED.value: "at the scaling target", StopReason.OUTPACED.value: "as outpaced"}
 
 
 def _epochs_not_trained(data: CampaignData) -> str:
@@ -433,7 +442,7 @@ def _epochs_not_trained(data: CampaignData) -> str:
     for r in data.records():
         left = max(0.0, budget - epochs_spent(r))
         if r.stop_reason in EARLY_STOPS or (r.state.name == "PRUNED" and not r.stop_reason):
-            why = "at the scaling target" if r.stop_reason == StopReason.TARGET_REACHED.value else "by the pruner"
+            why = _WHY.get(r.stop_reason, "by the pruner")
             early, stopped[why] = early + left, stopped.get(why, 0) + 1
         elif r.state.name == "FAIL":
             failed += left

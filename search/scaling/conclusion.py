@@ -208,6 +208,7 @@ def conclusion(
     interpolated: bool = True,
     measured: Mapping[int, float] | None = None,
     forced: ForcedRule | None = None,
+    tuned: str = "",
 ) -> str:
     """One plain-language paragraph: each measured batch size's regime, the boundaries, B_crit, the LR rule.
 
@@ -219,7 +220,9 @@ def conclusion(
     ``S_min``/``E_min`` get intervals from ``b_crit_interval``.
     ``interpolated=False`` (steps counted at report granularity) adds that the
     steps are upper bounds and bias ``B_crit`` upward. ``forced``: the rates were searched in windows that
-    follow the spec's ``lr_scaling`` rule, so the fitted exponent is named the design's, not a finding.
+    follow the spec's ``lr_scaling`` rule, so the fitted exponent is named the design's, not a finding. ``tuned``:
+    how an ``lr_grid`` tuned the rate at each batch size (:func:`~search.scaling.lr_grid.bracket_sentence`), said
+    before the exponent.
     """
     halve = f"{1 - perfect / 2:.2g}"  # S(2B)/S(B) at the perfect threshold
     keep = f"{1 - maximal / 2:.2g}"  # S(2B)/S(B) at the maximal threshold
@@ -252,6 +255,7 @@ def conclusion(
             "Steps were counted at report granularity (interpolate = false): each is an upper bound by up "
             "to one report interval, which biases B_crit upward; the interval does not include this."
         )
+    parts += [tuned] if tuned else []
     if lr_fit is not None:
         parts.append(lr_sentence(lr_fit, ci, forced))
     return " ".join(parts)

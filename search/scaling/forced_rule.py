@@ -53,8 +53,8 @@ class ForcedRule:
             f"{formula.format(b=f'{self.base_batch_size:,}')}, lr from {self.low:g} to {self.high:g}, a "
             f"{approx(self.high / self.low)}x window), so the best rates follow B^{self.exponent:g} by construction, "
             f"and a fit over B={smallest:,.0f} to {largest:,.0f} can only land between {lo:.2f} and {hi:.2f} "
-            f"(it found {alpha:.2f}). To measure the rule, search each batch size's rate with lr_scaling = "
-            f'"none" over a window wide enough that its best rate is not at an edge.'
+            f"(it found {alpha:.2f}). To measure the rule, tune the rate at every batch size: [scaling] lr_grid "
+            f"(a grid per batch size, widened until its best rate is inside)."
         )
 
 

@@ -16,6 +16,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from optuna.trial import TrialState
+
 from search.scaling.outcomes import goal_of
 from search.scaling.target import TargetGoal
 from search.store.records import TrialRecord
@@ -50,7 +52,8 @@ def sweep_replay(spec: CampaignSpec, trial: TrialRecord) -> ReplayPlan | None:
 
 
 def replay_plan(goal: TargetGoal, trial: TrialRecord) -> ReplayPlan:
-    """Stop the replay after the recorded reports when the record reached the target; else run every epoch.
+    """Stop the replay after the recorded reports when the record reached the target, or the campaign stopped it
+    short of it (``outpaced``); else run every epoch.
 
     Raises ``InputError`` (one line) for a complete sweep trial with no recorded
     reports: where it reached its target cannot be known, so it cannot be replayed.
@@ -63,7 +66,8 @@ def replay_plan(goal: TargetGoal, trial: TrialRecord) -> ReplayPlan:
             f"so it cannot be replayed"
         )
     hit = first_target_report(history, goal)
-    return ReplayPlan(goal, len(history) if hit is not None else None, hit)
+    stopped = trial.state == TrialState.PRUNED or bool(trial.stop_reason)  # e.g. outpaced: stopped short of it
+    return ReplayPlan(goal, len(history) if hit is not None or stopped else None, hit)
 
 
 def replay_notes(plan: ReplayPlan, recorded: History, reproduced: History) -> list[str]:

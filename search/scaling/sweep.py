@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, FloatDistribution
 from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
@@ -44,7 +44,7 @@ from search.scaling.forced_rule import ForcedRule, forced_rule
 from search.scaling.target import TargetGoal, steps_to_target  # TargetGoal re-exported: status imports it without scipy
 
 # Re-exported: the [scaling] section is parsed in search.spec.
-from search.spec.scaling import BATCH, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.spec.scaling import BATCH, LR, OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
 from search.store.records import TrialRecord
 from spaces.batch import LRScaling
 
@@ -100,7 +100,8 @@ class ScalingSampler(BaseSampler):
         return self._sizes[number % len(self._sizes)]
 
     def _pick(self, study: Study, trial: FrozenTrial) -> tuple[BaseSampler, _BatchView]:
-        b = self.batch_size_of(trial.number)
+        fixed = trial.system_attrs.get("fixed_params") or {}  # an enqueued trial (an lr_grid round) names its own
+        b = int(fixed[BATCH]) if BATCH in fixed else self.batch_size_of(trial.number)
         return self._inner[b], _BatchView(study, b)
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -159,8 +160,8 @@ def _history(trial: FrozenTrial) -> list[tuple[int, dict[str, float]]]:
 
 def _outcomes(study: optuna.Study, goal: TargetGoal) -> list[TrialOutcome]:
     outcomes = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        history = _history(trial)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        history = _history(trial) if trial.state == TrialState.COMPLETE else []  # stopped short: not reached
         hit = (
             steps_to_target(
                 history,
@@ -197,6 +198,39 @@ def _forced(study: optuna.Study) -> ForcedRule | None:
     """The rule every finished trial's rate was scaled by, if the design forced one on the exponent."""
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
     return forced_rule((_trainer_params(t), t.distributions) for t in finished)
+
+
+def _tuned(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal) -> str:
+    """With an ``lr_grid``: how the rate was tuned at each batch size and where its window widened ("" without)."""
+    if not spec.lr_grid:
+        return ""
+    from search.scaling.lr_grid import bracket_sentence, brackets_of
+
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+    searched = next(
+        (t.distributions.get(LR) for t in trials if isinstance(t.distributions.get(LR), FloatDistribution)), None
+    )
+    if not isinstance(searched, FloatDistribution):
+        return ""
+    brackets = brackets_of(trials, spec, goal, float(searched.low), float(searched.high))
+    fixed = _trainer_params(trials[0])
+    scaled = LRScaling.of_params(fixed)
+    return bracket_sentence(brackets, spec, scaled.rule, lambda lr, b: scaled(lr, b)) if brackets else ""
+
+
+def _grid_points(study: optuna.Study, goal: TargetGoal) -> list[Any]:
+    """An ``lr_grid`` sweep's trials for :func:`~search.scaling.grid_plot.plot_lr_grid` (stopped ones too)."""
+    from search.scaling.grid_plot import GridPoint
+
+    points = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        history, lr = _history(trial), _trained_lr(_trainer_params(trial))
+        if not history or lr is None:
+            continue
+        hit = steps_to_target(history, goal.metric, goal.target, goal.mode, interpolate=goal.interpolate)
+        ran = float(history[-1][1].get("steps", math.nan))
+        points.append(GridPoint(int(trial.params[BATCH]), lr, hit.steps if hit else ran, hit is not None))
+    return points
 
 
 def _noise_reading(step: float, metrics: Mapping[str, float]) -> tuple[float, float, float, float] | None:
@@ -270,7 +304,8 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
             ci=CI,
             not_reached=not_reached,
             interpolated=goal.interpolate,
-            forced=_forced(study),
+            forced=None if spec.lr_grid else _forced(study),
+            tuned=_tuned(study, spec, goal),
         )
         _, examples = reached_points(table, "examples_to_target")
         plots.append(
@@ -291,6 +326,10 @@ def analyze_sweep(study: optuna.Study, spec: ScalingSpec, goal: TargetGoal, out:
         )
         if lr_fit is not None:
             plots.append(plot_lr_rule(out / "lr_rule.png", lr_fit, ci=CI))
+    if spec.lr_grid:
+        from search.scaling.grid_plot import plot_lr_grid
+
+        plots.append(plot_lr_grid(out / "lr_grid.png", _grid_points(study, goal)))
     best = {int(r.batch_size): int(r.best_trial) for r in table.itertuples() if r.status == "reached"}
     noise = _noise_histories(study, best)
     if noise:

@@ -170,22 +170,24 @@ def _execute(
     from search.loop.campaign import Campaign, CampaignError
     from search.loop.progress import Progress
     from search.loop.sampler_factory import campaign_sampler
+    from search.session.lr_rounds import enqueue_first_round, lr_range, next_round, round_budget
 
     create = new is not None
     study = load_study(spec, folder, create, writer=True)
+    grid_sampling = "inline" if lr_range(spec) else None  # the rates are enqueued: asked in order, on the loop
     if new is not None:
         for line in new.seed(study):
             print(line)
         seeded = len(study.get_trials(deepcopy=False))
         if seeded:  # a warm start's trials: a sampler seeded apart from the source campaign's, which may share the seed
             study.sampler = campaign_sampler(spec, trials=seeded)
+        enqueue_first_round(spec, study)
     else:
         for line in record_spec_changes(study, spec, changes or []):
             print(line)
         if options.retry_failed:
             for line in enqueue_failed(spec.pbt, study):
                 print(line)
-    topic = f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}"
     progress = Progress(enabled=options.progress)
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -195,16 +197,27 @@ def _execute(
             record_environment(folder.environment, capture_environment(info, spec))
             for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
                 print(f"hypersweep: warning: {line}", file=sys.stderr)
-            executor = DaskExecutor(
-                client,
-                topic,
-                packing=gpu_packing(spec),
-                follows_demand=cluster.backend is not None and cluster.backend.follows_demand,
-            )
-            campaign = Campaign(
-                spec, folder, study, executor, on_progress=progress, hooks=options.hooks, on_notice=progress.note
-            )
-            campaign.run()
+            round_spec: CampaignSpec | None = round_budget(spec, study)
+            while round_spec is not None:  # one round, or (a scaling sweep's lr_grid) until every best is bracketed
+                executor = DaskExecutor(
+                    client,
+                    f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}",
+                    packing=gpu_packing(spec),
+                    follows_demand=cluster.backend is not None and cluster.backend.follows_demand,
+                )
+                campaign = Campaign(
+                    round_spec,
+                    folder,
+                    study,
+                    executor,
+                    on_progress=progress,
+                    hooks=options.hooks,
+                    on_notice=progress.note,
+                    sampling=grid_sampling,
+                )
+                campaign.run()
+                ended = campaign.budget.stopped or not campaign.budget.time_left()
+                round_spec = None if ended else next_round(round_spec, study)
         final_snapshot(op.storage_of(study))  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:
         if create and not _has_trials(folder):

@@ -43,7 +43,7 @@ from search.spec.logs import LOGGING_KEYS, LoggingSpec, parse_logging
 from search.spec.objective_spec import objective_space, objective_study
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt
 from search.spec.reading import parse_toml, read_spec_text
-from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, with_batch_sizes
+from search.spec.scaling import OBJECTIVE, SCALING_KEYS, ScalingSpec, parse_scaling, sweep_space
 from search.spec.schedulers import POLICY_REGISTRY
 from search.spec.storage_url import storage_of
 from search.spec.table import SpecError, SpecTable, _closest, _show
@@ -582,9 +582,9 @@ def _scaling_study(
         raise SpecError(
             source,
             "study.n_trials",
-            f"{given} does not match [scaling]: trials_per_batch x batch sizes = {scaling.n_trials}; leave it out",
+            f"{given} does not match [scaling]: trials per batch size x batch sizes = {scaling.n_trials}; leave it out",
         )
-    return dataclasses.replace(study, n_trials=scaling.n_trials), with_batch_sizes(space, scaling.batch_sizes)
+    return dataclasses.replace(study, n_trials=scaling.n_trials), sweep_space(source, scaling, space)
 
 
 def _pbt(source: str, top: SpecTable, study: StudySpec, trainer: TrainerSpec, space: SearchSpace) -> PBTSpec | None:

@@ -41,6 +41,9 @@ class StopReason(enum.StrEnum):
     """It ran longer than ``trial_timeout``."""
     NEVER_STARTED = "time budget: never started"
     """Asked, but the time budget ran out before it was launched."""
+    OUTPACED = "outpaced"
+    """A scaling sweep's trial (``lr_grid``) ran more steps than its batch size's fewest to the target without
+    reaching it: it cannot be that batch size's best (told PRUNED)."""
 
 
 class Transition(enum.StrEnum):

@@ -34,6 +34,7 @@ def test_enum_values_are_the_strings_stored_before() -> None:
         "time budget",
         "trial timeout",
         "time budget: never started",
+        "outpaced",
     ]
     assert (
         f"{StopReason.PRUNED}" == "pruned" and json.dumps({"r": StopReason.TARGET_REACHED}) == '{"r": "target reached"}'

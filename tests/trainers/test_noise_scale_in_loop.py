@@ -103,3 +103,14 @@ def test_measurements_draw_their_own_batches_from_the_whole_training_set(monkeyp
 def test_noise_scale_options_are_checked(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         fit(config(noise_scale_every=2, **options), RecordingReporter())
+
+
+def test_a_diverging_run_ends_on_its_training_loss_not_on_the_noise_measurement() -> None:
+    """A learning rate far too high makes the weights non-finite; the measurement's gradient norms are NaN then. The
+    trial formerly failed on them (ValueError: g_small_sq must be a finite squared norm); it now skips the measurement
+    and ends as any diverging run does, on its non-finite training loss (FloatingPointError)."""
+    diverged = TrialConfig(
+        study="n", number=0, params={"lr": 1e6, "batch_size": 64}, seed=3, epochs=2, options={"noise_scale_every": 1}
+    )
+    with pytest.raises(FloatingPointError, match="training loss is nan"):
+        fit(diverged, RecordingReporter())

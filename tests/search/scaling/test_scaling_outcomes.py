@@ -99,6 +99,14 @@ def test_a_target_stopped_trial_is_replayed_to_the_same_report_and_checked_there
     assert "the replay never did" in replay_notes(plan, trial.history, never)[0]
     unreached = replay_plan(goal, TrialRecord.of(sweep_study().trials[2]))
     assert unreached.stop_after is None  # never reached: it trained every epoch, and so does the replay
+    outpaced = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED,
+        params={BATCH: 8},
+        distributions={BATCH: optuna.distributions.CategoricalDistribution((8, 16))},
+        user_attrs={Attr.HISTORY: encode_history(history([0.5, 0.8], [2.0, 1.0], 10)), "stop_reason": "outpaced"},
+    )
+    stopped = replay_plan(goal, TrialRecord.of(outpaced))  # stopped short of the target: replayed as far
+    assert stopped.stop_after == 2 and stopped.recorded_hit is None
     empty = TrialRecord.of(optuna.trial.create_trial(params={}, distributions={}, value=1.0))
     with pytest.raises(ValueError, match="recorded no reports: where it reached val_accuracy >= 0.95 is unknown"):
         replay_plan(goal, empty)

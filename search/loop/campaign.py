@@ -33,6 +33,7 @@ from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExe
 from search.compat import optuna_private as op
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
+from search.loop.costs import TrialCosts
 from search.loop.dispatch import CampaignError, Dispatcher
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
@@ -57,7 +58,7 @@ from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
-from search.store.records import write_attrs
+from search.store.records import TrialRecord, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.vocab.terms import StopReason
@@ -118,7 +119,8 @@ class Campaign:
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports)
-        self.dispatch = Dispatcher(spec, executor, clock)
+        self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
+        self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
         self.barrier = Barrier(population, self.sinks) if population else None
         self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
@@ -130,7 +132,9 @@ class Campaign:
 
     def run(self) -> None:
         """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
-        resumable = self.ledger.load(self.study.get_trials(deepcopy=False))
+        trials = self.study.get_trials(deepcopy=False)
+        resumable = self.ledger.load(trials)
+        self.costs.load(TrialRecord.of(t) for t in trials if t.state.is_finished())  # a resume's spent and model
         resumable = settle_decided(resumable, self.study, self.reports, self.ledger)  # stopped before a kill
         self.ledger.flush(self._all_asked())
         self.dispatch.check_capacity()
@@ -227,6 +231,7 @@ class Campaign:
         if running is None:
             return  # a late report of a trial already told; its history came with the outcome
         self.reports.record(running, report.step, report.metrics, report.time, report.worker)
+        self.costs.reported(running, report.time, report.metrics)
         if running.stop_reason:
             return
         reason = first_stop_reason(self.policies, running.view(), report.metrics)
@@ -249,9 +254,10 @@ class Campaign:
 
     def _on_finished(self, event: Finished) -> None:
         outcome = named_values(event.outcome, self.spec.study.metrics)  # a number returned: the study's metric
-        running = self.dispatch.ended(event.number, outcome.duration)
+        running = self.dispatch.ended(event.number)
         if running is None:
             return
+        self.costs.ended(running, outcome)
         self.reports.replay(running, outcome.history)
         if self.barrier is not None:
             outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment

@@ -35,6 +35,10 @@ class Budget:
     def elapsed(self) -> float:
         return self._clock() - self.started
 
+    def seconds_left(self) -> float | None:
+        """Seconds of the time budget left (None: no time budget)."""
+        return max(0.0, self.seconds - self.elapsed()) if self.seconds > 0 else None
+
     def time_left(self) -> bool:
         return self.seconds <= 0 or self.elapsed() < self.seconds
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -35,6 +36,7 @@ from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.costs import TrialCosts
 from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.eta import Eta
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
@@ -67,6 +69,8 @@ __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial", "NEVER_START
 
 log = logging.getLogger(__name__)
 
+ETA_INTERVAL = 1.0  # clock seconds between two workings-out of the expected end
+
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
@@ -80,6 +84,7 @@ class Snapshot:
     best: float | None
     elapsed: float
     queued: int = 0  # sent to the cluster, not started yet (waiting for a slot or a worker)
+    eta: Eta | None = None  # the expected end, from the trial model (None: not known yet)
 
 
 class Campaign:
@@ -127,6 +132,8 @@ class Campaign:
         # too few slots: a line (on_notice: the terminal; campaign.log too); none for worker_timeout: exit 3
         self._slot_watch = SlotWatch(spec.cluster.worker_timeout, on_notice or (lambda _line: None), clock)
         self._widest = max(spec.widths())
+        self._clock = clock
+        self._eta: tuple[float, Eta | None] = (-math.inf, None)  # when the expected end was last worked out, and it
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -320,4 +327,15 @@ class Campaign:
             best=self.ledger.best,
             elapsed=self.budget.elapsed(),
             queued=len(self.dispatch.running) - started,
+            eta=self.eta(),
         )
+
+    def eta(self) -> Eta | None:
+        """The campaign's expected end from the trial model, worked out at most once per ``ETA_INTERVAL``."""
+        now = self._clock()
+        if now - self._eta[0] >= ETA_INTERVAL:
+            to_start = self.supply.trials_left(len(self.dispatch.running)) + len(self.supply.pending)
+            slots = self.executor.slots().total
+            found = self.costs.eta(self.dispatch.running.values(), to_start, slots, now, self.budget.seconds_left())
+            self._eta = (now, found)
+        return self._eta[1]

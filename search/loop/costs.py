@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
+from search.loop.eta import Eta, estimate_end, residual
 from search.loop.trials import RunningTrial
 from search.store.records import TrialRecord
 
@@ -113,13 +114,25 @@ class TrialCosts:
         per_epoch = statistics.median(self._epoch_examples) if self._epoch_examples else 0.0
         return self.model.predict_duration(params, Resources(width), examples=per_epoch * epochs)
 
-    def left(self, running: RunningTrial, now: float) -> Estimate:
-        """Seconds a running (or queued) trial still has, predicted: its full run less the time it has run."""
-        full = self.duration(running.config.params, running.width, running.config.epochs)
-        ran = max(0.0, now - running.started_at) if running.started_at is not None else 0.0
-        return Estimate(
-            max(0.0, full.mean - ran), max(0.0, full.low - ran), max(0.0, full.high - ran), full.basis, full.n
-        )
+    def left(self, params: Mapping[str, Any], width: int, epochs: int, started: float | None, now: float) -> Estimate:
+        """Seconds a running trial (``started``; None: queued) still has, predicted: its full run, given that it has
+        run so long already (:func:`~search.loop.eta.residual`)."""
+        full = self.duration(params, width, epochs)
+        return residual(full, max(0.0, now - started) if started is not None else 0.0)
+
+    def eta(
+        self,
+        running: Iterable[RunningTrial],
+        to_start: int,
+        slots: int,
+        now: float,
+        time_left: float | None = None,
+        cost_left: float | None = None,
+    ) -> Eta | None:
+        """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
+        running = list(running)
+        lefts = [(self.left(r.config.params, r.width, r.config.epochs, r.started_at, now), r.width) for r in running]
+        return estimate_end(lefts, to_start, self.per_trial(running), slots, time_left, cost_left)
 
     def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:
         """Slot-seconds one more trial costs: the mean over the trials whose runs ended (pruned and failed ones in

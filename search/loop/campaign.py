@@ -53,6 +53,7 @@ from search.loop.policies import (
     population_of,
 )
 from search.loop.queries import answer
+from search.loop.resource_budget import ResourceBudget, resource_budget
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
 from search.loop.supply import TrialSupply
@@ -130,9 +131,11 @@ class Campaign:
         self.barrier = Barrier(population, self.sinks) if population else None
         self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
         # too few slots: a line (on_notice: the terminal; campaign.log too); none for worker_timeout: exit 3
-        self._slot_watch = SlotWatch(spec.cluster.worker_timeout, on_notice or (lambda _line: None), clock)
+        self._notice = on_notice or (lambda _line: None)
+        self._slot_watch = SlotWatch(spec.cluster.worker_timeout, self._notice, clock)
         self._widest = max(spec.widths())
         self._clock = clock
+        self.resources: ResourceBudget | None = None  # [study] slot_hours / gpu_hours (set when the run starts)
         self._eta: tuple[float, Eta | None] = (-math.inf, None)  # when the expected end was last worked out, and it
 
     # --- the loop ------------------------------------------------------------------------
@@ -145,9 +148,12 @@ class Campaign:
         resumable = settle_decided(resumable, self.study, self.reports, self.ledger)  # stopped before a kill
         self.ledger.flush(self._all_asked())
         self.dispatch.check_capacity()
+        self._budget_resources()
         try:
             self.supply.start(resumable)
             while True:
+                if self.resources is not None:
+                    self.resources.look(self.dispatch.running.values(), self._clock())
                 self._fill()
                 self.executor.want(self.dispatch.wanted(self.supply, self.budget.may_start()))
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
@@ -199,7 +205,19 @@ class Campaign:
                 self.supply.put_back(group)
                 return
             self.dispatch.launch(group, plan)
+            if self.resources is not None:
+                self.resources.took(len(group))
         self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False, len(self.dispatch.running))
+
+    def _budget_resources(self) -> None:
+        """``[study] slot_hours`` / ``gpu_hours``: its gate on the budget (:mod:`search.loop.resource_budget`)."""
+        study, notice = self.spec.study, self._notice
+        slots = self.executor.slots().resource
+        self.resources = resource_budget(
+            study.slot_hours, study.gpu_hours, self.spec.trainer.gpus, slots, self.costs, notice
+        )
+        if self.resources is not None:
+            self.budget.gate = self.resources.open
 
     def _watch_slots(self) -> None:
         """Too few slots for the trials in flight: said, and bounded (:mod:`search.loop.slot_watch`)."""
@@ -336,6 +354,8 @@ class Campaign:
         if now - self._eta[0] >= ETA_INTERVAL:
             to_start = self.supply.trials_left(len(self.dispatch.running)) + len(self.supply.pending)
             slots = self.executor.slots().total
-            found = self.costs.eta(self.dispatch.running.values(), to_start, slots, now, self.budget.seconds_left())
+            cost_left = None if self.resources is None else self.resources.left()
+            running = self.dispatch.running.values()
+            found = self.costs.eta(running, to_start, slots, now, self.budget.seconds_left(), cost_left)
             self._eta = (now, found)
         return self._eta[1]

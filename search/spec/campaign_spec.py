@@ -35,6 +35,7 @@ from search.sampling.samplers import (
     sampling_problem,
     space_problem,
 )
+from search.spec.budgets import BUDGET_KEYS, budget_fields
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, parse_cluster
 from search.spec.enqueue import parse_enqueue
 from search.spec.gpu import GPU_KEYS, gpu_fields
@@ -270,32 +271,11 @@ class CampaignSpec:
 # --- sections --------------------------------------------------------------------------------
 
 _TOP = ("study", "trainer", "space", "cluster", "pruner", "sampler", "scaling", "pbt", "enqueue", "logging")
-_STUDY = (
-    "name",
-    "direction",
-    "directions",
-    "metric",
-    "metrics",
-    "sampler",
-    "seed",
-    "n_trials",
-    "time_budget",
-    "slot_hours",
-    "gpu_hours",
-    "trial_timeout",
-    "stop_grace",
-    "storage",
-    "pruner",
-    "deterministic",
-    "parallelism",
-    "max_retries",
-    "fail_fast",
-    "scheduler",
-    "dispatch_ahead",
-    "batch_trials",
-    "sampling",
-    "constraints",
-    "warm_start",
+_STUDY = (  # the [study] keys
+    *"name direction directions metric metrics sampler seed n_trials time_budget trial_timeout stop_grace".split(),
+    *"storage pruner deterministic parallelism max_retries fail_fast scheduler dispatch_ahead batch_trials".split(),
+    *"sampling constraints warm_start".split(),
+    *BUDGET_KEYS,
 )
 _TRAINER = (
     "entry",
@@ -372,8 +352,7 @@ def _study(t: SpecTable) -> StudySpec:
         seed=seed,
         n_trials=t.int("n_trials", 20, minimum=1, maximum=MAX_TRIALS),
         time_budget=t.float("time_budget", 0.0, minimum=0.0),
-        slot_hours=t.float("slot_hours", 0.0, minimum=0.0),
-        gpu_hours=t.float("gpu_hours", 0.0, minimum=0.0),
+        **budget_fields(t),
         trial_timeout=t.float("trial_timeout", 0.0, minimum=0.0),
         stop_grace=t.float("stop_grace", 60.0, minimum=0.0),
         storage=storage_of(t),

@@ -61,7 +61,7 @@ from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
-from search.store.records import TrialRecord, write_attrs
+from search.store.records import StudyAttr, TrialRecord, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.vocab.terms import StopReason
@@ -210,12 +210,13 @@ class Campaign:
         self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False, len(self.dispatch.running))
 
     def _budget_resources(self) -> None:
-        """``[study] slot_hours`` / ``gpu_hours``: its gate on the budget (:mod:`search.loop.resource_budget`)."""
-        study, notice = self.spec.study, self._notice
-        slots = self.executor.slots().resource
-        self.resources = resource_budget(
-            study.slot_hours, study.gpu_hours, self.spec.trainer.gpus, slots, self.costs, notice
-        )
+        """``[study] slot_hours`` / ``gpu_hours``: its gate on the budget (:mod:`search.loop.resource_budget`); the
+        cluster's slots recorded for ``status``."""
+        study, notice, slots = self.spec.study, self._notice, self.executor.slots()
+        if slots.total:
+            self.study.set_user_attr(StudyAttr.SLOTS, slots.total)  # the width status works the ETA out with
+        gpus = self.spec.trainer.gpus
+        self.resources = resource_budget(study.slot_hours, study.gpu_hours, gpus, slots.resource, self.costs, notice)
         if self.resources is not None:
             self.budget.gate = self.resources.open
 

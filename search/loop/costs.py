@@ -29,8 +29,9 @@ from search.loop.eta import Eta, estimate_end, residual
 from search.loop.trials import RunningTrial
 from search.store.records import TrialRecord
 
-__all__ = ["TrialCosts", "DURATION_WINDOW", "sample_estimate"]
+__all__ = ["TrialCosts", "DURATION_WINDOW", "HOUR", "sample_estimate"]
 
+HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
 

@@ -14,13 +14,12 @@ import logging
 from collections.abc import Callable, Iterable
 
 from cluster.trial_cost import Estimate
-from search.loop.costs import TrialCosts
+from search.loop.costs import HOUR, TrialCosts
 from search.loop.dispatch import CampaignError
 from search.loop.trials import RunningTrial
 
 __all__ = ["ResourceBudget", "HOUR", "resource_budget"]
 
-HOUR = 3600.0
 log = logging.getLogger(__name__)
 
 

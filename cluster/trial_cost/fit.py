@@ -37,7 +37,7 @@ class Fit:
         x = self.row(feats)
         leverage = float(x @ self.inverse @ x)
         spread = self.law.spread * math.sqrt(1.0 + max(0.0, leverage))
-        return lognormal(self.law.log_median(feats), spread, Basis.FIT, self.n)
+        return lognormal(self.law.log_median(feats), spread, Basis.FIT, self.n, self.law.spread)
 
 
 def _columns(points: Sequence[Mapping[str, float]]) -> tuple[list[str], dict[str, float]]:

@@ -46,20 +46,23 @@ def nearest_values(config: Mapping[str, Any], seen: Sequence[tuple[Mapping[str, 
 
 
 def log_spread_estimate(values: Sequence[float], basis: Basis = Basis.NEAREST) -> Estimate:
-    """A lognormal through ``values`` (> 0): their log mean, their log standard deviation (one value:
-    :data:`ONE_POINT_SPREAD`) widened for the mean's own error; the interval is 90%."""
+    """A lognormal through ``values`` (> 0): the mean of their log mean and log standard deviation; a 90% interval
+    from that deviation (one value: :data:`ONE_POINT_SPREAD`) widened for the mean's own error."""
     logs = [math.log(v) for v in values if v > 0]
     if not logs:
         return Estimate(0.0, 0.0, 0.0)
     centre = statistics.fmean(logs)
-    spread = statistics.stdev(logs) if len(logs) > 1 else ONE_POINT_SPREAD
-    return lognormal(centre, spread * math.sqrt(1.0 + 1.0 / len(logs)), basis, len(logs))
+    seen = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    spread = seen if len(logs) > 1 else ONE_POINT_SPREAD
+    return lognormal(centre, spread * math.sqrt(1.0 + 1.0 / len(logs)), basis, len(logs), seen)
 
 
-def lognormal(centre: float, spread: float, basis: Basis, n: int) -> Estimate:
-    """The mean and 90% interval of ``exp(N(centre, spread**2))``."""
+def lognormal(centre: float, spread: float, basis: Basis, n: int, scatter: float | None = None) -> Estimate:
+    """The mean of ``exp(N(centre, scatter**2))`` (``scatter``: the values' own spread, ``spread`` when None) and
+    the 90% interval of ``exp(N(centre, spread**2))`` (``spread``: a new value's, the mean's own error in it)."""
     cap = 700.0  # exp() overflows past 709: a wild extrapolation saturates instead
-    mean = math.exp(min(cap, centre + spread**2 / 2))
+    scatter = spread if scatter is None else scatter
+    mean = math.exp(min(cap, centre + scatter**2 / 2))
     low = math.exp(min(cap, centre - Z90 * spread))
     high = math.exp(min(cap, centre + Z90 * spread))
     return Estimate(mean, min(low, mean), max(high, mean), basis, n)

@@ -41,6 +41,7 @@ from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger, named_values
+from search.loop.placement import Placement
 from search.loop.policies import (
     TARGET_REACHED,
     Halt,
@@ -136,6 +137,8 @@ class Campaign:
         self._widest = max(spec.widths())
         self._clock = clock
         self.resources: ResourceBudget | None = None  # [study] slot_hours / gpu_hours (set when the run starts)
+        self.placement = Placement(self.costs, self.budget, self._notice) if spec.study.time_budget > 0 else None
+        self.budget.gate = self._may_start_more
         self._eta: tuple[float, Eta | None] = (-math.inf, None)  # when the expected end was last worked out, and it
 
     # --- the loop ------------------------------------------------------------------------
@@ -196,12 +199,17 @@ class Campaign:
             self.supply.want(free, plan.batch, plan.spare, slot_free, True, launched)
             if not self.dispatch.has_room(plan):
                 return  # no room, not even in the queue: ask nothing, so the next trial sees the latest results
-            group = self.supply.next_group(plan.batch, launched)
+            choose = (self.dispatch.free_tasks(plan), self.placement.order) if self.placement else (0, None)
+            group = self.supply.next_group(plan.batch, launched, *choose)
             if not group:
                 return
             # sampling may outlast the time budget; a child process may still be sending this batch
             on_its_way = self.supply.batch_on_its_way(group, plan.batch)
             if not self.budget.may_start() or not self.dispatch.fits(group, plan) or on_its_way:
+                self.supply.put_back(group)
+                return
+            behind = () if self.dispatch.slot_free(plan) else self.dispatch.running.values()
+            if self.placement is not None and not self.placement.fits(group, behind, self._clock()):  # past the budget
                 self.supply.put_back(group)
                 return
             self.dispatch.launch(group, plan)
@@ -217,8 +225,10 @@ class Campaign:
             self.study.set_user_attr(StudyAttr.SLOTS, slots.total)  # the width status works the ETA out with
         gpus = self.spec.trainer.gpus
         self.resources = resource_budget(study.slot_hours, study.gpu_hours, gpus, slots.resource, self.costs, notice)
-        if self.resources is not None:
-            self.budget.gate = self.resources.open
+
+    def _may_start_more(self) -> bool:
+        """The resource budget has room for one more trial, and the placement has not stopped starting trials."""
+        return (self.resources is None or self.resources.open()) and not (self.placement and self.placement.closed)
 
     def _watch_slots(self) -> None:
         """Too few slots for the trials in flight: said, and bounded (:mod:`search.loop.slot_watch`)."""

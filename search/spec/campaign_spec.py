@@ -103,7 +103,8 @@ class StudySpec:
     time_budget: float = 0.0
     """Seconds; after it no trial starts and running trials are stopped at their next report (recorded PRUNED with
     `stop_reason = "time budget"`); 0: none. A trial asked but never started ends PRUNED with `stop_reason = "time
-    budget: never started"`."""
+    budget: never started"`. With it the longest predicted trial starts first, and none that is predicted to run past
+    it (docs/howto/budgets.md)."""
     slot_hours: float = 0.0
     """A budget in slot-hours: the cluster's slots x hours of every trial run (pruned, failed and lost runs included;
     a resumed campaign's earlier trials too). A trial starts only while one more trial's predicted cost (the mean of

@@ -36,7 +36,7 @@ from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.costs import TrialCosts
 from search.loop.dispatch import CampaignError, Dispatcher
-from search.loop.eta import Eta
+from search.loop.eta import Eta, EtaLog
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
@@ -62,7 +62,7 @@ from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
-from search.store.records import StudyAttr, TrialRecord, write_attrs
+from search.store.records import Files, StudyAttr, TrialRecord, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.vocab.terms import StopReason
@@ -139,6 +139,7 @@ class Campaign:
         self.resources: ResourceBudget | None = None  # [study] slot_hours / gpu_hours (set when the run starts)
         self.placement = Placement(self.costs, self.budget, self._notice) if spec.study.time_budget > 0 else None
         self.budget.gate = self._may_start_more
+        self._eta_log = EtaLog(folder.root / Files.ETA_LOG, spec.study.n_trials)  # the ends expected, for the report
         self._eta: tuple[float, Eta | None] = (-math.inf, None)  # when the expected end was last worked out, and it
 
     # --- the loop ------------------------------------------------------------------------
@@ -369,4 +370,5 @@ class Campaign:
             running = self.dispatch.running.values()
             found = self.costs.eta(running, to_start, slots, now, self.budget.seconds_left(), cost_left)
             self._eta = (now, found)
+            self._eta_log.record(self.ledger.finished, now, found)
         return self._eta[1]

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import json
 import math
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from cluster.trial_cost import Estimate
 from cluster.trial_cost.estimate import Z90
 
-__all__ = ["Eta", "estimate_end", "duration_text", "residual"]
+__all__ = ["Eta", "EtaLog", "estimate_end", "duration_text", "read_eta_log", "residual"]
 
 _NORMAL = statistics.NormalDist()
 EXACT_ROUNDS = 50  # rounds of trials to start placed one by one; the rest are whole rounds
@@ -144,3 +147,42 @@ def estimate_end(
         limited_by = "time budget" if mean >= time_left else limited_by
     low = min(low, mean)
     return Eta(Estimate(mean, low, max(high, mean), per_trial.basis, per_trial.n), to_start, limited_by)
+
+
+class EtaLog:
+    """The expected ends along the way, for the report (``eta.jsonl``: a line each time another 2% of the trial
+    budget is told, at most 50 per run): ``time`` (the campaign's clock), ``done`` (trials told), ``left``, ``low``,
+    ``high`` (seconds)."""
+
+    def __init__(self, path: Path, n_trials: int) -> None:
+        self._path = path
+        self._every = max(1, n_trials // 50)
+        self._next = 0  # trials told by the next line
+
+    def record(self, done: int, at: float, eta: Eta | None) -> None:
+        if eta is None or done < self._next:
+            return
+        self._next = done + self._every
+        line = {"time": at, "done": done, "left": eta.left.mean, "low": eta.left.low, "high": eta.left.high}
+        try:
+            with open(self._path, "a") as fh:
+                fh.write(json.dumps(line) + "\n")
+        except OSError:  # a full disk: the report goes without the line, the campaign on
+            pass
+
+
+def read_eta_log(path: Path) -> list[dict[str, Any]]:
+    """The lines of an ``eta.jsonl`` that read (none where there is no file)."""
+    lines: list[dict[str, Any]] = []
+    if not path.is_file():
+        return lines
+    for text in path.read_text().splitlines():
+        try:
+            line = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and all(
+            isinstance(line.get(k), (int, float)) for k in ("time", "left", "low", "high")
+        ):
+            lines.append(line)
+    return lines

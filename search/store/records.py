@@ -117,6 +117,7 @@ class Files:
     ENVIRONMENT: Final = "environment.json"
     TRIALS: Final = "trials"  # trials/<number>/: one folder per trial
     PARAMS_LOG: Final = "trial-params.jsonl"  # every trial's parameters, a line each (search.store.trial_params)
+    ETA_LOG: Final = "eta.jsonl"  # the expected ends the controller worked out along the way (search.loop.eta)
     # inside trials/<number>/ (the controller's own records; the trainer writes its checkpoints beside them)
     TRIAL_METRICS: Final = "metrics.jsonl"  # one JSON object per report: step, time, worker, metrics
     TRIAL_ERROR_LOG: Final = "error.log"  # a failed trial's reason and traceback

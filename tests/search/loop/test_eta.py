@@ -74,3 +74,20 @@ def test_a_time_budget_bounds_the_expected_end(tmp_path: Path) -> None:
     assert s.eta is not None and s.eta.limited_by == "time budget"
     assert s.elapsed + s.eta.left.mean == pytest.approx(50.0, abs=1.0)
     assert "at its time budget" in s.eta.text()
+
+
+@pytest.mark.timeout(120)
+def test_the_report_draws_the_ends_expected_along_the_way_against_the_actual_one(tmp_path: Path) -> None:
+    from search.loop.eta import read_eta_log
+    from search.reports.data import load_campaign
+    from search.reports.eta_section import cost_and_end, end_errors
+
+    seen = run_campaign(tmp_path, n_trials=40, workers=4, jitter=0.0)
+    lines = read_eta_log(tmp_path / "eta" / "eta.jsonl")
+    assert 10 <= len(lines) <= 50  # a line per 2% of the trials told, once the end is known
+    errors = end_errors(lines, 0.0, seen[-1].elapsed)
+    assert [row[0] for row in errors] == ["25%", "50%", "75%"]
+    assert all(error < 0.02 for *_rest, error in errors), errors
+    section = cost_and_end(load_campaign(tmp_path / "eta"))
+    assert section.shown and "expected end against the actual end" in section.html, section.html[:500]
+    assert "| 25% |" in section.md and "slot-hours spent" in section.md

@@ -34,7 +34,7 @@ from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExe
 from search.compat import optuna_private as op
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
-from search.loop.costs import TrialCosts
+from search.loop.costs import TrialCosts, refresh_interval
 from search.loop.dispatch import CampaignError, Dispatcher
 from search.loop.eta import Eta, EtaLog
 from search.loop.fail_fast import early_failures_error
@@ -70,8 +70,6 @@ from search.vocab.terms import StopReason
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial", "NEVER_STARTED", "TARGET_REACHED"]
 
 log = logging.getLogger(__name__)
-
-ETA_INTERVAL = 1.0  # clock seconds between two workings-out of the expected end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,9 +359,9 @@ class Campaign:
         )
 
     def eta(self) -> Eta | None:
-        """The campaign's expected end from the trial model, worked out at most once per ``ETA_INTERVAL``."""
+        """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval``."""
         now = self._clock()
-        if now - self._eta[0] >= ETA_INTERVAL:
+        if now - self._eta[0] >= refresh_interval(len(self.dispatch.running)):
             to_start = self.supply.trials_left(len(self.dispatch.running)) + len(self.supply.pending)
             slots = self.executor.slots().total
             cost_left = None if self.resources is None else self.resources.left()

@@ -29,11 +29,17 @@ from search.loop.eta import Eta, estimate_end, residual
 from search.loop.trials import RunningTrial
 from search.store.records import TrialRecord
 
-__all__ = ["TrialCosts", "DURATION_WINDOW", "HOUR", "sample_estimate"]
+__all__ = ["TrialCosts", "DURATION_WINDOW", "HOUR", "sample_estimate", "refresh_interval"]
 
 HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
+
+
+def refresh_interval(running: int) -> float:
+    """Clock seconds between two workings-out over every running trial (the ETA, a resource budget's look): one a
+    second, and one per 10 s per 1,000 trials running (each costs about 15 us per trial)."""
+    return max(1.0, running / 100.0)
 
 
 def sample_estimate(values: Iterable[float]) -> Estimate:

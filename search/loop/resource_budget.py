@@ -11,10 +11,11 @@ asking stops and one line says so; the spend then ends within about one trial's 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 
 from cluster.trial_cost import Estimate
-from search.loop.costs import HOUR, TrialCosts
+from search.loop.costs import HOUR, TrialCosts, refresh_interval
 from search.loop.dispatch import CampaignError
 from search.loop.trials import RunningTrial
 
@@ -37,12 +38,18 @@ class ResourceBudget:
         self._costs = costs
         self._notify = notify
         self._room = self.limit
+        self._looked = -math.inf  # when it last looked
         self._next = Estimate(0.0, 0.0, 0.0)
         self.closed = ""  # the line that said no more trials start
 
     def look(self, running: Iterable[RunningTrial], now: float) -> None:
-        """What is left after what ended and the running trials' predicted whole runs (once per loop iteration)."""
+        """What is left after what ended and the running trials' predicted whole runs (worked out at most once per
+        :func:`~search.loop.costs.refresh_interval`; meanwhile a run that ends stays counted at its prediction, and
+        each trial launched takes one trial's predicted cost)."""
         running = list(running)
+        if now - self._looked < refresh_interval(len(running)):
+            return
+        self._looked = now
         committed = 0.0
         for r in running:
             ran = max(0.0, now - r.started_at) if r.started_at is not None else 0.0

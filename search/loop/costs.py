@@ -6,7 +6,8 @@ that ends, and what the loop reads from it.
   ``examples``; else the durations of similar trials), for placement and the time budget;
 - the slot-seconds spent (slots x seconds of every run that ended, pruned, failed and lost ones included) and one
   more trial's expected cost (the mean of the trials seen, so the pruning and failure rates are in it), for a
-  budget in slot- or GPU-hours and the ETA.
+  budget in slot- or GPU-hours and the ETA;
+- each run's peak memory (the executor's packing keeps its own model of it, :class:`cluster.packing.MemoryModel`).
 
 A resumed campaign, and ``status``, start it from the trials the study recorded (:meth:`TrialCosts.load`): each
 one's last run (a retried trial's earlier runs are not recorded).
@@ -91,6 +92,10 @@ class TrialCosts:
             return
         examples = outcome.metrics.get(EXAMPLES) or _last_examples(running)
         full = outcome.ok and not outcome.stopped
+        if outcome.peak_memory:  # the executor's packing keeps its own (cluster.packing.MemoryModel)
+            self.model.observe_memory(
+                running.number, running.config.params, Resources(running.width), outcome.peak_memory
+            )
         self._ran(running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs)
 
     def _ran(

@@ -33,6 +33,16 @@ class Fit:
         centre = self.law.centre
         return np.array([1.0] + [feats.get(f, 0.0 if LABEL in f else centre.get(f, 0.0)) for f in self.names])
 
+    def predict_many(self, configs: Sequence[Mapping[str, float]]) -> list[Estimate]:
+        """:meth:`predict` for each configuration's features, in one matrix product."""
+        if not configs:
+            return []
+        x = np.array([self.row(feats) for feats in configs])
+        centres = x @ np.array([self.law.intercept] + [self.law.slopes[f] for f in self.names])
+        leverage = np.maximum(0.0, np.einsum("ij,jk,ik->i", x, self.inverse, x))
+        spreads = self.law.spread * np.sqrt(1.0 + leverage)
+        return [lognormal(float(c), float(s), Basis.FIT, self.n, self.law.spread) for c, s in zip(centres, spreads)]
+
     def predict(self, feats: Mapping[str, float]) -> Estimate:
         x = self.row(feats)
         leverage = float(x @ self.inverse @ x)
@@ -67,8 +77,9 @@ def fit_points(points: Sequence[tuple[Mapping[str, float], float]], min_points: 
         return None
     x = np.array([[1.0] + [f.get(name, 0.0 if LABEL in name else centre[name]) for name in names] for f, _ in usable])
     y = np.log(np.array([v for _, v in usable]))
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    inverse = np.linalg.pinv(x.T @ x)  # (p + 1) x (p + 1): the normal equations, no SVD of the n x (p + 1) matrix
+    coef = inverse @ (x.T @ y)
     residual = y - x @ coef
     spread = math.sqrt(float(residual @ residual) / (n - p - 1))
     law = LogLinearLaw(float(coef[0]), dict(zip(names, map(float, coef[1:]))), spread, centre)
-    return Fit(law, tuple(names), np.linalg.pinv(x.T @ x), n)
+    return Fit(law, tuple(names), inverse, n)

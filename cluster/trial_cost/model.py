@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import itertools
 import statistics
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from .estimate import UNKNOWN, Estimate, Quantity
@@ -25,8 +25,18 @@ from .nearest import log_spread_estimate, nearest_values
 __all__ = ["TrialCostModel"]
 
 
+RECENT = 64  # the most recent values :meth:`TrialCostModel.recent_median` and the nearest configurations look at
+
+
+def config_features(params: Mapping[str, Any], resources: Resources) -> dict[str, float]:
+    """What the fit reads of a configuration: its numeric features and an indicator per label."""
+    feats = features(params, resources)
+    feats.update({f"{name}{LABEL}{value!r}": 1.0 for name, value in labels(params).items()})
+    return feats
+
+
 class _Points:
-    """One quantity's observations, the most recent ``keep``, and its fit (refitted when they changed)."""
+    """One quantity's observations, the most recent ``keep``, and its fit (refitted once 5% of them are new)."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
@@ -34,17 +44,26 @@ class _Points:
             collections.OrderedDict()
         )
         self.fit: Fit | None = None
-        self.fitted = True  # whether ``fit`` is of the current points
+        self.changes = 0  # observations since the last fit
+        self.recent: collections.deque[float] = collections.deque(maxlen=RECENT)
+        self.median: float | None = None  # of ``recent``, once worked out
 
     def put(self, key: Hashable, params: Mapping[str, Any], resources: Resources, value: float) -> None:
         config = {**params, WIDTH: resources.width}
-        feats = features(params, resources)
-        feats.update({f"{name}{LABEL}{value!r}": 1.0 for name, value in labels(params).items()})
+        feats = config_features(params, resources)
         self.by_key.pop(key, None)
         self.by_key[key] = (config, feats, float(value))
         while len(self.by_key) > self.keep:
             self.by_key.popitem(last=False)
-        self.fitted = False
+        self.recent.append(float(value))
+        self.changes += 1
+        self.median = None  # of ``recent``, worked out when next asked
+
+    def stale(self) -> bool:
+        """Whether to fit again: no fit yet and something new, or 5% of the points new since the fit."""
+        if self.fit is None:
+            return self.changes > 0
+        return self.changes >= max(1, len(self.by_key) // 20)
 
 
 class TrialCostModel:
@@ -118,10 +137,18 @@ class TrialCostModel:
             return UNKNOWN
         fit = self._fit(points)
         if fit is not None:
-            feats = features(params, resources)
-            feats.update({f"{name}{LABEL}{value!r}": 1.0 for name, value in labels(params).items()})
-            return fit.predict(feats)
+            return fit.predict(config_features(params, resources))
         return log_spread_estimate(self.nearest(quantity, params, resources))
+
+    def predict_many(
+        self, quantity: Quantity, configs: Sequence[tuple[Mapping[str, Any], Resources]]
+    ) -> list[Estimate]:
+        """:meth:`predict` for each ``(params, resources)``, the fit's in one matrix product."""
+        points = self._points[quantity]
+        fit = self._fit(points) if points.by_key else None
+        if fit is None:
+            return [self.predict(quantity, params, resources) for params, resources in configs]
+        return fit.predict_many([config_features(params, resources) for params, resources in configs])
 
     def predict_duration(
         self, params: Mapping[str, Any], resources: Resources = ONE_SLOT, examples: float = 0.0
@@ -134,21 +161,29 @@ class TrialCostModel:
         return self.predict(quantity, params, resources)
 
     def nearest(self, quantity: Quantity, params: Mapping[str, Any], resources: Resources = ONE_SLOT) -> list[float]:
-        """The values of the ``neighbours`` configurations nearest this one (an exact match's alone)."""
-        seen = [(config, value) for config, _feats, value in self._points[quantity].by_key.values()]
+        """The values of the ``neighbours`` configurations nearest this one (an exact match's alone), among the
+        :data:`RECENT` most recent."""
+        recent = itertools.islice(reversed(self._points[quantity].by_key.values()), RECENT)
+        seen = [(config, value) for config, _feats, value in recent][::-1]
         return nearest_values({**params, WIDTH: resources.width}, seen, self.neighbours)
 
-    def recent_median(self, quantity: Quantity, window: int = 64) -> float | None:
-        """The median of the last ``window`` values, whatever their configuration (None: none yet)."""
-        values = [value for _c, _f, value in self._points[quantity].by_key.values()]
-        return statistics.median(values[-window:]) if values else None
+    def recent_median(self, quantity: Quantity, window: int = RECENT) -> float | None:
+        """The median of the last ``window`` values (at most :data:`RECENT`), whatever their configuration (None:
+        none yet)."""
+        points = self._points[quantity]
+        if window < RECENT:
+            values = list(points.recent)[-window:]
+            return statistics.median(values) if values else None
+        if points.median is None and points.recent:
+            points.median = statistics.median(points.recent)
+        return points.median
 
     def fit(self, quantity: Quantity) -> Fit | None:
         """The quantity's current fit (None: too few points for one)."""
         return self._fit(self._points[quantity])
 
     def _fit(self, points: _Points) -> Fit | None:
-        if not points.fitted:
+        if points.stale():
             points.fit = fit_points([(feats, value) for _c, feats, value in points.by_key.values()], self.min_fit)
-            points.fitted = True
+            points.changes = 0
         return points.fit

@@ -361,7 +361,7 @@ class Campaign:
     def eta(self) -> Eta | None:
         """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval``."""
         now = self._clock()
-        if now - self._eta[0] >= refresh_interval(len(self.dispatch.running)):
+        if now - self._eta[0] >= refresh_interval(len(self.dispatch.running), self.costs.typical_run()):
             to_start = self.supply.trials_left(len(self.dispatch.running)) + len(self.supply.pending)
             slots = self.executor.slots().total
             cost_left = None if self.resources is None else self.resources.left()

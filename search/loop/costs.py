@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from optuna.trial import TrialState
@@ -37,10 +37,11 @@ DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived fro
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
 
 
-def refresh_interval(running: int) -> float:
-    """Clock seconds between two workings-out over every running trial (the ETA, a resource budget's look): one a
-    second, and one per 10 s per 1,000 trials running (each costs about 15 us per trial)."""
-    return max(1.0, running / 100.0)
+def refresh_interval(running: int, typical_run: float | None = None) -> float:
+    """Clock seconds between two workings-out over every running trial (the ETA, a resource budget's look): at most
+    one a second, one per 10 s per 1,000 trials running (each costs tens of microseconds per trial), and one per
+    tenth of a typical run."""
+    return max(1.0, running / 100.0, (typical_run or 0.0) / 10.0)
 
 
 def sample_estimate(values: Iterable[float]) -> Estimate:
@@ -61,6 +62,7 @@ class TrialCosts:
         self.model = model or TrialCostModel()
         self.spent = 0.0  # slot-seconds of the runs that ended
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
+        self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
         self._epoch_examples: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
 
     # --- what it learns from --------------------------------------------------------------------
@@ -110,7 +112,9 @@ class TrialCosts:
     ) -> None:
         self.model.observe_run(number, params, Resources(width), seconds, full=full, examples=examples)
         self.spent += seconds * width
-        self._per_trial[number] = self._per_trial.get(number, 0.0) + seconds * width
+        before = self._per_trial.get(number)
+        self._per_trial[number] = (before or 0.0) + seconds * width
+        self._totals.replace(before, self._per_trial[number])
         if full and examples > 0 and epochs > 0:
             self._epoch_examples.append(examples / epochs)
 
@@ -132,6 +136,24 @@ class TrialCosts:
         full = self.duration(params, width, epochs)
         return residual(full, max(0.0, now - started) if started is not None else 0.0)
 
+    def lefts(self, running: Sequence[RunningTrial], now: float) -> list[Estimate]:
+        """:meth:`left` of each running trial, their full runs predicted together."""
+        fulls = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
+        return [
+            residual(full, max(0.0, now - r.started_at) if r.started_at is not None else 0.0)
+            for full, r in zip(fulls, running)
+        ]
+
+    def durations(self, configs: Sequence[tuple[Mapping[str, Any], int, int]]) -> list[Estimate]:
+        """:meth:`duration` of each ``(params, width, epochs)``, the fit's in one matrix product."""
+        per_epoch = statistics.median(self._epoch_examples) if self._epoch_examples else 0.0
+        shapes = [(params, Resources(width)) for params, width, _epochs in configs]
+        if per_epoch > 0 and self.model.count(Quantity.PER_EXAMPLE):
+            rates = self.model.predict_many(Quantity.PER_EXAMPLE, shapes)
+            return [rate.times(per_epoch * epochs) for rate, (_p, _w, epochs) in zip(rates, configs)]
+        quantity = Quantity.DURATION if self.model.count(Quantity.DURATION) else Quantity.RUN
+        return self.model.predict_many(quantity, shapes)
+
     def eta(
         self,
         running: Iterable[RunningTrial],
@@ -143,16 +165,16 @@ class TrialCosts:
     ) -> Eta | None:
         """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
         running = list(running)
-        lefts = [(self.left(r.config.params, r.width, r.config.epochs, r.started_at, now), r.width) for r in running]
+        lefts = list(zip(self.lefts(running, now), (r.width for r in running)))
         return estimate_end(lefts, to_start, self.per_trial(running), slots, time_left, cost_left)
 
     def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:
         """Slot-seconds one more trial costs: the mean over the trials whose runs ended (pruned and failed ones in
         it), or, before any ended, over the running trials' predicted full runs."""
         if self._per_trial:
-            return sample_estimate(self._per_trial.values())
+            return self._totals.estimate()
         running = list(running)
-        predicted = [self.duration(r.config.params, r.width, r.config.epochs) for r in running]
+        predicted = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
         return sample_estimate(e.mean * r.width for e, r in zip(predicted, running) if e.known)
 
     @property
@@ -165,3 +187,29 @@ def _last_examples(running: RunningTrial) -> float:
         if metrics.get(EXAMPLES):
             return float(metrics[EXAMPLES])
     return 0.0
+
+
+class _Totals:
+    """The count, sum and sum of squares of values that may each be replaced (a retried trial's cost grows)."""
+
+    def __init__(self) -> None:
+        self.n, self.total, self.squares = 0, 0.0, 0.0
+
+    def replace(self, old: float | None, new: float) -> None:
+        if old is None:
+            self.n += 1
+        else:
+            self.total -= old
+            self.squares -= old * old
+        self.total += new
+        self.squares += new * new
+
+    def estimate(self) -> Estimate:
+        """As :func:`sample_estimate` of the values."""
+        mean = self.total / self.n
+        if self.n == 1:
+            spread = mean * math.log(2.0)
+        else:
+            spread = math.sqrt(max(0.0, (self.squares - self.n * mean * mean) / (self.n - 1)))
+        half = Z90 * spread * math.sqrt(1.0 + 1.0 / self.n)
+        return Estimate(mean, max(0.0, mean - half), mean + half, Basis.SAMPLE, self.n)

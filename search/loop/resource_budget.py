@@ -47,15 +47,13 @@ class ResourceBudget:
         :func:`~search.loop.costs.refresh_interval`; meanwhile a run that ends stays counted at its prediction, and
         each trial launched takes one trial's predicted cost)."""
         running = list(running)
-        if now - self._looked < refresh_interval(len(running)):
+        if now - self._looked < refresh_interval(len(running), self._costs.typical_run()):
             return
         self._looked = now
         committed = 0.0
-        for r in running:
+        for r, left in zip(running, self._costs.lefts(running, now)):
             ran = max(0.0, now - r.started_at) if r.started_at is not None else 0.0
-            committed += (
-                ran + self._costs.left(r.config.params, r.width, r.config.epochs, r.started_at, now).mean
-            ) * r.width
+            committed += (ran + left.mean) * r.width
         self._room = self.limit - self._costs.spent - committed
         self._next = self._costs.per_trial(running)
 

@@ -76,6 +76,7 @@ def test_a_time_budget_bounds_the_expected_end(tmp_path: Path) -> None:
     assert "at its time budget" in s.eta.text()
 
 
+@pytest.mark.slow  # the report's figure: about 2 s
 @pytest.mark.timeout(120)
 def test_the_report_draws_the_ends_expected_along_the_way_against_the_actual_one(tmp_path: Path) -> None:
     from search.loop.eta import read_eta_log

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 import optuna
@@ -35,7 +36,10 @@ from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExe
 from search.compat import optuna_private as op
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
+from search.loop.cost_gates import CostGates
+from search.loop.costs import TrialCosts
 from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.eta import Eta
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
@@ -62,7 +66,7 @@ from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
-from search.store.records import Attr, write_attrs
+from search.store.records import Attr, Files, TrialRecord, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.vocab.terms import StopReason
@@ -85,6 +89,7 @@ class Snapshot:
     best: float | None
     elapsed: float
     queued: int = 0  # sent to the cluster, not started yet (waiting for a slot or a worker)
+    eta: Eta | None = None  # the expected end, from the trial model (None: not known yet)
 
 
 class Campaign:
@@ -124,27 +129,36 @@ class Campaign:
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec.study, spec.pruning, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports, self.hooks.policies)
-        self.dispatch = Dispatcher(spec, executor, clock)
+        self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
+        self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(
             spec, folder, study, executor, self.ledger, self.budget, population, self._outside_supply, sampling
         )
         self.barrier = Barrier(population, self.sinks) if population else None
         self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
         # too few slots: a line (on_notice: the terminal; campaign.log too); none for worker_timeout: exit 3
-        self._slot_watch = SlotWatch(spec.cluster.worker_timeout, on_notice or (lambda _line: None), clock)
+        self._notice = on_notice or (lambda _line: None)
+        self._slot_watch = SlotWatch(spec.cluster.worker_timeout, self._notice, clock)
         self._widest = max(spec.widths())
+        self._clock = clock
+        self.gates = CostGates(spec.study, self.costs, self.budget, folder.root / Files.ETA_LOG, self._notice)
+        self.budget.gate = self.gates.may_start_more  # [study] slot_hours / gpu_hours, placement in a time budget
 
     # --- the loop ------------------------------------------------------------------------
 
     def run(self) -> None:
         """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
-        resumable = self.ledger.load(self.study.get_trials(deepcopy=False))
+        trials = self.study.get_trials(deepcopy=False)
+        resumable = self.ledger.load(trials)
+        self.costs.load(TrialRecord.of(t) for t in trials if t.state.is_finished())  # a resume's spent and model
         resumable = settle_decided(resumable, self.study, self.reports, self.ledger)  # stopped before a kill
         self.ledger.flush(self._all_asked())
         self.dispatch.check_capacity()
+        self.gates.open(self.study, self.executor.slots(), self.spec.trainer.gpus)
         try:
             self.supply.start(resumable)
             while True:
+                self.gates.look(self.dispatch.running.values(), self._clock())
                 self._fill()
                 self.executor.want(self.dispatch.wanted(self.supply, self.budget.may_start()))
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
@@ -185,7 +199,7 @@ class Campaign:
             self.supply.want(free, plan.batch, plan.spare, slot_free, True)
             if not self.dispatch.has_room(plan):
                 return  # no room, not even in the queue: ask nothing, so the next trial sees the latest results
-            group = self._next_group(plan.batch)
+            group = self._next_group(plan.batch, *self.gates.choice(self.dispatch.free_tasks(plan)))
             if not group:
                 return
             # sampling may outlast the time budget; a child process may still be sending this batch
@@ -193,14 +207,24 @@ class Campaign:
             if not self.budget.may_start() or not self.dispatch.fits(group, plan) or on_its_way:
                 self.supply.put_back(group)
                 return
+            behind = () if self.dispatch.slot_free(plan) else self.dispatch.running.values()
+            if not self.gates.fits(group, behind, self._clock()):  # predicted past the time budget
+                self.supply.put_back(group)
+                return
             self.dispatch.launch(first_segments(self.policies, group), plan)
+            self.gates.took(len(group))
         self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False)
 
-    def _next_group(self, batch: int) -> list[Prepared]:
-        """Up to ``batch`` trials of one width from the supply; one whose parameters cannot run is told FAIL now."""
-        while self.supply.short_of(batch) and (item := self.supply.fetch()) is not None:
+    def _next_group(
+        self, batch: int, choose_from: int = 0, order: Callable[[deque[Prepared]], None] | None = None
+    ) -> list[Prepared]:
+        """Up to ``batch`` trials of one width from the supply; one whose parameters cannot run is told FAIL now.
+        With ``order``, chosen by it among ``choose_from`` trials asked (the placement's longest first)."""
+        while self.supply.short_of(max(batch, choose_from)) and (item := self.supply.fetch()) is not None:
             if item.invalid:
                 self.ledger.reject(item.trial, item.invalid)  # e.g. a genome over the parameter limit
+        if order is not None:
+            order(self.supply.pending)
         return self.supply.group(batch)
 
     def _watch_slots(self) -> None:
@@ -240,6 +264,7 @@ class Campaign:
         if running is None:
             return  # a late report of a trial already told; its history came with the outcome
         self.reports.record(running, report.step, report.metrics, report.time, report.worker)
+        self.costs.reported(running, report.time, report.metrics)
         if running.stop_reason:
             return
         stop = first_stop(self.policies, running.view(), report.metrics)
@@ -262,9 +287,10 @@ class Campaign:
 
     def _on_finished(self, event: Finished) -> None:
         outcome = named_values(event.outcome, self.spec.study.metrics)  # a number returned: the study's metric
-        running = self.dispatch.ended(event.number, outcome.duration)
+        running = self.dispatch.ended(event.number)
         if running is None:
             return
+        self.costs.ended(running, outcome)
         self.reports.replay(running, outcome.history)
         if self.barrier is not None:
             outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment
@@ -356,4 +382,12 @@ class Campaign:
             best=self.ledger.best,
             elapsed=self.budget.elapsed(),
             queued=len(self.dispatch.running) - started,
+            eta=self.eta(),
         )
+
+    def eta(self) -> Eta | None:
+        """The campaign's expected end from the trial model (:class:`~search.loop.cost_gates.CostGates`)."""
+        running = list(self.dispatch.running.values())
+        to_start = self.supply.trials_left() + len(self.supply.pending)
+        now, left, done = self._clock(), self.budget.seconds_left(), self.ledger.finished
+        return self.gates.eta(running, to_start, self.executor.slots().total, now, left, done)

@@ -1,0 +1,88 @@
+"""What the trial model decides and predicts in the loop, in one holder: the resource budget (``[study] slot_hours``
+/ ``gpu_hours``), placement with a time budget, and the campaign's expected end.
+
+The campaign asks it; it reads :class:`~search.loop.costs.TrialCosts`, which the campaign feeds with reports and
+ended runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import optuna
+
+from cluster.executor import Slots
+from search.loop.budget import Budget
+from search.loop.costs import TrialCosts, refresh_interval
+from search.loop.eta import Eta, EtaLog
+from search.loop.placement import Placement
+from search.loop.resource_budget import ResourceBudget, resource_budget
+from search.loop.trial_maker import Prepared
+from search.loop.trials import RunningTrial
+from search.spec.campaign_spec import StudySpec
+from search.store.records import StudyAttr
+
+__all__ = ["CostGates"]
+
+
+class CostGates:
+    """The resource budget, the placement and the expected end over one campaign's :class:`TrialCosts`."""
+
+    def __init__(
+        self, study: StudySpec, costs: TrialCosts, budget: Budget, eta_log: Path, notice: Callable[[str], None]
+    ) -> None:
+        self.costs = costs
+        self._study = study
+        self._notice = notice
+        self.resources: ResourceBudget | None = None  # set by open() when the run starts
+        self.placement = Placement(costs, budget, notice) if study.time_budget > 0 else None
+        self._eta_log = EtaLog(eta_log, study.n_trials)  # the ends expected, for the report
+        self._eta: tuple[float, Eta | None] = (-math.inf, None)  # when the expected end was last worked out, and it
+
+    def open(self, study: optuna.Study, slots: Slots, gpus: float) -> None:
+        """The resource budget on the cluster's slots (:mod:`search.loop.resource_budget`); the slots recorded for
+        ``status``."""
+        if slots.total:
+            study.set_user_attr(StudyAttr.SLOTS, slots.total)  # the width status works the ETA out with
+        s = self._study
+        self.resources = resource_budget(s.slot_hours, s.gpu_hours, gpus, slots.resource, self.costs, self._notice)
+
+    def may_start_more(self) -> bool:
+        """The resource budget has room for one more trial, and the placement has not stopped starting trials."""
+        return (self.resources is None or self.resources.open()) and not (self.placement and self.placement.closed)
+
+    def look(self, running: Iterable[RunningTrial], now: float) -> None:
+        if self.resources is not None:
+            self.resources.look(running, now)
+
+    def choice(self, free_tasks: int) -> tuple[int, Callable[[deque[Prepared]], None] | None]:
+        """How many asked trials the placement chooses among, and its order (none without a time budget)."""
+        return (free_tasks, self.placement.order) if self.placement else (0, None)
+
+    def fits(self, group: Sequence[Prepared], behind: Iterable[RunningTrial], now: float) -> bool:
+        """``group`` may start now: the placement predicts it ends within the time budget."""
+        return self.placement is None or self.placement.fits(group, behind, now)
+
+    def took(self, trials: int) -> None:
+        if self.resources is not None:
+            self.resources.took(trials)
+
+    def eta(
+        self,
+        running: Sequence[RunningTrial],
+        to_start: int,
+        slots: int,
+        now: float,
+        seconds_left: float | None,
+        done: int,
+    ) -> Eta | None:
+        """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval``."""
+        if now - self._eta[0] >= refresh_interval(len(running), self.costs.typical_run()):
+            cost_left = None if self.resources is None else self.resources.left()
+            found = self.costs.eta(running, to_start, slots, now, seconds_left, cost_left)
+            self._eta = (now, found)
+            self._eta_log.record(done, now, found)
+        return self._eta[1]

@@ -91,7 +91,7 @@ class Result:
         from search.store.warm_marks import own_trials
 
         trials = own_trials(self.study.get_trials(deepcopy=False))
-        return campaign_cost(self.spec, trials, self.study.user_attrs.get(StudyAttr.SLOTS))
+        return campaign_cost(self.spec.study, self.spec.trainer, trials, self.study.user_attrs.get(StudyAttr.SLOTS))
 
     @property
     def eta(self) -> Eta | None:

@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.loop.costs import HOUR, TrialCosts
 from search.loop.eta import Eta, estimate_end
-from search.spec.campaign_spec import CampaignSpec
+from search.spec.campaign_spec import StudySpec, TrainerSpec
 from search.store.records import TrialRecord
 
 __all__ = ["CampaignCost", "campaign_cost"]
@@ -57,7 +57,11 @@ class CampaignCost:
 
 
 def campaign_cost(
-    spec: CampaignSpec, trials: Sequence[FrozenTrial], slots: int | None = None, now: float | None = None
+    study: StudySpec,
+    trainer: TrainerSpec,
+    trials: Sequence[FrozenTrial],
+    slots: int | None = None,
+    now: float | None = None,
 ) -> CampaignCost:
     """The cost and expected end of a campaign whose own trials (warm-start copies left out) are ``trials`` on
     ``slots`` slots (None: as many as the running trials take)."""
@@ -71,15 +75,14 @@ def campaign_cost(
         started = trial.datetime_start.timestamp() if trial.datetime_start else now
         width = record.width or 1
         spent += max(0.0, now - started) * width
-        epochs = int((record.config or {}).get("epochs") or spec.trainer.epochs)
+        epochs = int((record.config or {}).get("epochs") or trainer.epochs)
         lefts.append((costs.left(record.params, width, epochs, started, now), width))
     finished = [r for r in records if r.state.is_finished()]
-    to_start = max(0, spec.study.n_trials - len(records))
+    to_start = max(0, study.n_trials - len(records))
     width = slots or sum(width for _left, width in lefts)
     eta = estimate_end(lefts, to_start, costs.per_trial(), width) if lefts else None
-    study = spec.study
     unit, per_slot, hours = (
-        ("GPU-hours", spec.trainer.gpus, study.gpu_hours) if study.gpu_hours else ("slot-hours", 1.0, study.slot_hours)
+        ("GPU-hours", trainer.gpus, study.gpu_hours) if study.gpu_hours else ("slot-hours", 1.0, study.slot_hours)
     )
     share = (lambda state: sum(r.state == state for r in finished) / len(finished)) if finished else (lambda _s: 0.0)
     return CampaignCost(

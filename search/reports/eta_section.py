@@ -57,7 +57,9 @@ def cost_and_end(data: CampaignData) -> Section:
     def build() -> tuple[str, str]:
         if not data.trials:
             raise LeftOut("no trial yet")
-        cost = campaign_cost(data.spec, data.trials, data.study.user_attrs.get(StudyAttr.SLOTS))
+        cost = campaign_cost(
+            data.spec.study, data.spec.trainer, data.trials, data.study.user_attrs.get(StudyAttr.SLOTS)
+        )
         text = " ".join(line.strip() for line in cost.lines()[:1]) + "."
         records = [(r.number, r.state.name, (r.duration or 0.0) * (r.width or 1)) for r in data.records()]
         rows = [(n, state, cost.hours(slot_seconds)) for n, state, slot_seconds in records]

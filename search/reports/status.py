@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from search.reports.cost_status import campaign_cost
 from search.reports.summary import params_text, ranking, state_counts, trial_params
-from search.spec.campaign_spec import CampaignSpec, load_spec
+from search.spec.campaign_spec import load_spec
 from search.store.failures import failure_groups, failures_block, rerun_note, retried_failures
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.journal_lines import first_unreadable_line, line_text, unreadable_last_line
@@ -23,10 +23,10 @@ from spaces.params import SearchSpace
 __all__ = ["status_text", "read_study"]
 
 
-def _budget(spec: CampaignSpec, count: int) -> str:
-    """``7 of 9 trials``; a sweep's ``lr_grid`` widens past its grid: ``15 trials (9 in the lr grid, 6 widening it)``."""
-    grid = spec.study.n_trials
-    if spec.scaling is None or not spec.scaling.lr_grid or count <= grid:
+def _budget(grid: int, lr_grid: bool, count: int) -> str:
+    """``7 of 9 trials`` (``grid``: the budget); a sweep's ``lr_grid`` widens past its grid: ``15 trials (9 in the
+    lr grid, 6 widening it)``."""
+    if not lr_grid or count <= grid:
         return f"{count} of {grid} trials"
     return f"{count} trials ({grid} in the lr grid, {count - grid} widening it)"
 
@@ -41,7 +41,7 @@ def status_text(path: str | Path) -> str:
     trials = own_trials(study.get_trials(deepcopy=False))
     rerun = len(retried_failures(trials))  # failures a later trial re-ran: out of the budget
     lines = [
-        f"study {spec.study.name!r}: {_budget(spec, len(trials) - rerun)}, controller "
+        f"study {spec.study.name!r}: {_budget(spec.study.n_trials, bool(spec.scaling and spec.scaling.lr_grid), len(trials) - rerun)}, controller "
         + ("running" if alive else "not running"),
         "  " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) + rerun_note(rerun)
         if counts
@@ -59,7 +59,7 @@ def status_text(path: str | Path) -> str:
     else:
         lines += _best_lines(study, spec.study.metrics, spec.study.directions, spec.space)
     running = [t for t in trials if t.state == TrialState.RUNNING]
-    cost = campaign_cost(spec, trials, study.user_attrs.get(StudyAttr.SLOTS))
+    cost = campaign_cost(spec.study, spec.trainer, trials, study.user_attrs.get(StudyAttr.SLOTS))
     lines += cost.lines() if alive else cost.lines()[:1]  # an end is expected only while a controller runs
     for trial in running:
         label = "running" if alive else "interrupted (resume to finish it)"

@@ -17,20 +17,20 @@ import optuna
 from search.scaling.lr_grid import brackets_of, grid_plan, grid_rates, widening
 from search.scaling.outcomes import goal_of
 from search.spec.campaign_spec import CampaignSpec
-from search.spec.scaling import LR
+from search.spec.scaling import LR, ScalingSpec
 from search.store.warm_marks import own_trials
-from spaces.params import FloatParam
+from spaces.params import FloatParam, SearchSpace
 
 __all__ = ["lr_range", "enqueue_first_round", "next_round", "round_budget", "SCALING_ROUND"]
 
 SCALING_ROUND = "scaling_round"  # a trial's user attribute: the lr_grid round that enqueued it (0: the grid)
 
 
-def lr_range(spec: CampaignSpec) -> tuple[float, float] | None:
+def lr_range(scaling: ScalingSpec | None, space: SearchSpace) -> tuple[float, float] | None:
     """``[space] lr``'s range when the sweep has an ``lr_grid`` (the spec check made sure it is a log float)."""
-    if spec.scaling is None or not spec.scaling.lr_grid:
+    if scaling is None or not scaling.lr_grid:
         return None
-    lr = next(p for p in spec.space.params if p.name == LR)
+    lr = next(p for p in space.params if p.name == LR)
     assert isinstance(lr, FloatParam)
     return float(lr.low), float(lr.high)
 
@@ -40,12 +40,12 @@ def _enqueue(study: optuna.Study, plan: list[dict[str, Any]], round_number: int)
         study.enqueue_trial(params, user_attrs={SCALING_ROUND: round_number})
 
 
-def enqueue_first_round(spec: CampaignSpec, study: optuna.Study) -> int:
+def enqueue_first_round(scaling: ScalingSpec | None, space: SearchSpace, study: optuna.Study) -> int:
     """A new sweep's grid, enqueued in the order it runs; how many trials (0: no grid)."""
-    limits = lr_range(spec)
-    if limits is None or spec.scaling is None:
+    limits = lr_range(scaling, space)
+    if limits is None or scaling is None:
         return 0
-    plan = grid_plan(spec.scaling.batch_sizes, grid_rates(*limits, spec.scaling.lr_grid, spec.scaling.lr_step))
+    plan = grid_plan(scaling.batch_sizes, grid_rates(*limits, scaling.lr_grid, scaling.lr_step))
     _enqueue(study, plan, 0)
     return len(plan)
 
@@ -53,7 +53,7 @@ def enqueue_first_round(spec: CampaignSpec, study: optuna.Study) -> int:
 def next_round(spec: CampaignSpec, study: optuna.Study) -> CampaignSpec | None:
     """After a finished round: the widening trials enqueued and the spec with the budget that runs them; None when
     nothing widens (every best bracketed or at the edge, no grid, or a trial unfinished)."""
-    limits, goal = lr_range(spec), goal_of(spec)
+    limits, goal = lr_range(spec.scaling, spec.space), goal_of(spec)
     if limits is None or goal is None or spec.scaling is None:
         return None
     trials = own_trials(study.get_trials(deepcopy=False))
@@ -70,7 +70,7 @@ def next_round(spec: CampaignSpec, study: optuna.Study) -> CampaignSpec | None:
 def round_budget(spec: CampaignSpec, study: optuna.Study) -> CampaignSpec:
     """The spec a (resumed) round runs with: the frozen budget is the grid's, so a round that widened it, cut short
     and resumed, gets the budget of every trial enqueued so far (its waiting ones would never be asked)."""
-    if lr_range(spec) is None:
+    if lr_range(spec.scaling, spec.space) is None:
         return spec
     enqueued = len(own_trials(study.get_trials(deepcopy=False)))
     if enqueued <= spec.study.n_trials:

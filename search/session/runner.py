@@ -174,14 +174,16 @@ def _execute(
 
     create = new is not None
     study = load_study(spec, folder, create, writer=True)
-    grid_sampling = "inline" if lr_range(spec) else None  # the rates are enqueued: asked in order, on the loop
+    grid_sampling = (
+        "inline" if lr_range(spec.scaling, spec.space) else None
+    )  # the rates are enqueued: asked in order, on the loop
     if new is not None:
         for line in new.seed(study):
             print(line)
         seeded = len(study.get_trials(deepcopy=False))
         if seeded:  # a warm start's trials: a sampler seeded apart from the source campaign's, which may share the seed
             study.sampler = campaign_sampler(spec, trials=seeded)
-        enqueue_first_round(spec, study)
+        enqueue_first_round(spec.scaling, spec.space, study)
     else:
         for line in record_spec_changes(study, spec, changes or []):
             print(line)

@@ -153,7 +153,7 @@ def test_the_next_round_enqueues_each_widening_trial_and_raises_the_budget_by_as
     spec = parse_spec(_spec(batch_sizes=[64, 128, 256], lr_grid=3), "s.toml")
     low, middle, high = grid_rates(0.005, 20.0, 3, 2.0)
     grid = optuna.create_study()
-    assert enqueue_first_round(spec, grid) == 9
+    assert enqueue_first_round(spec.scaling, spec.space, grid) == 9
     first = [t.system_attrs["fixed_params"] for t in grid.get_trials()[:3]]
     assert first == [{BATCH: b, LR: middle} for b in (64, 128, 256)]  # the middle rate first, every batch size
     assert next_round(spec, grid) is None  # the grid has not run: nothing to widen yet

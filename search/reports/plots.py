@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from search.reports.axis_limits import robust_limits
-from search.reports.step_axis import REPORTED, step_label
+from search.reports.step_axis import REPORTED, curve_axis, curve_x
 from search.reports.timing import Span, TimeAxis
 
 __all__ = [
@@ -289,7 +289,8 @@ def learning_curves(
     highlight: Sequence[int] = (),
     ranked: bool = True,
 ) -> Drawn:
-    """One panel per metric (two per row): every trial's reports against the step.
+    """One panel per metric (two per row): every trial's reports against the step (the epoch; the examples seen
+    where the trials' steps count different numbers of them: :func:`search.reports.step_axis.curve_axis`).
 
     Trials in ``highlight`` (the best, in order) are drawn thick, in colours no state
     uses, and named in the legend with their rank (``ranked`` False: a Pareto front, which has none: "front");
@@ -301,7 +302,7 @@ def learning_curves(
     rows = math.ceil(len(metrics) / cols)
     fig = _figure(11.0, 4.6 * rows)
     axes = list(fig.subplots(rows, cols, squeeze=False).flat)
-    x_label = step_label(history for _state, history in curves.values())
+    x_label = curve_axis(history for _state, history in curves.values())
     named = list(highlight) if len(curves) > FEW_CURVES else sorted(curves)
     palette = HIGHLIGHT_COLORS if len(named) < len(curves) else [f"C{i}" for i in range(10)]  # others: state colours
     colors = {n: palette[i % len(palette)] for i, n in enumerate(named)}
@@ -311,7 +312,9 @@ def learning_curves(
     order: dict[str, tuple[int, int]] = {}  # the best first, by rank; then by trial number
     for ax, metric in zip(axes, metrics, strict=False):
         for number, (state, history) in sorted(curves.items(), key=lambda c: c[0] in rank):
-            points = [(s, m[metric]) for s, m in history if metric in m and math.isfinite(m[metric])]
+            points = [
+                (curve_x(x_label, s, m), m[metric]) for s, m in history if metric in m and math.isfinite(m[metric])
+            ]
             if not points:
                 continue
             xs, ys = [s for s, _ in points], [v for _, v in points]

@@ -259,6 +259,7 @@ class Campaign:
         if running is None:
             return
         self.reports.replay(running, outcome.history)
+        self._ran(running, outcome)
         if self.barrier is not None:
             outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment
         ruling = decide(self.policies, running.view(), outcome)
@@ -281,6 +282,15 @@ class Campaign:
             return
         self.dispatch.forget(event.number)
         self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
+
+    def _ran(self, running: RunningTrial, outcome: Outcome) -> None:
+        """A run ended: kept in its segment's ``runs``; recorded for a trial in segments (a PBT member's every
+        run, a resized trial's), which the report's timeline draws run by run."""
+        if outcome.started is None or outcome.finished is None:
+            return
+        running.ran(outcome.started, outcome.finished, outcome.worker)
+        if len(running.segments) > 1 or self.barrier is not None:
+            write_attrs(running.trial, **{Attr.SEGMENTS: [s.to_record() for s in running.segments]})
 
     def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment) -> None:
         """A trial's next segment (a resize, a PBT member's next interval), recorded, then sent at its width;

@@ -25,7 +25,7 @@ from matplotlib.transforms import blended_transform_factory
 
 from search.reports.axis_limits import robust_limits
 from search.reports.step_axis import REPORTED, curve_axis, curve_x
-from search.reports.timing import Span, TimeAxis
+from search.reports.timing import Span, TimeAxis, resized_trials
 
 __all__ = [
     "STATE_COLORS",
@@ -424,7 +424,8 @@ _BOX_CODES = np.array(
 
 
 def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | None = None) -> Drawn:
-    """Trials per worker over time: a bar per run coloured by state, labelled with the trial number where it fits.
+    """Trials per worker over time: a bar per run coloured by state, labelled with the trial number where it fits
+    (and, for a trial in segments that changed width, each segment's width: ``7 ×2``).
 
     A light hatched bar before a run is its wait between being asked and starting on
     the worker (queue, dispatch, worker start-up); runs are drawn over it. ``axis`` cuts
@@ -482,6 +483,8 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
                 label="waiting: asked -> started (queue, worker start-up)",
             )
         )
+    if any(s.width is not None and (s.width > 1 or s.number in resized_trials(spans)) for s in spans):
+        handles.append(Patch(color="none", label="N \u00d7k: trial N's segment on k slots"))
     cuts = _cut_marks(ax, axis.marks())
     if cuts:
         handles.append(Line2D([], [], color="#555555", lw=1.2, ls=(0, (4, 2)), label="idle between runs, cut"))
@@ -499,15 +502,18 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
 def _run_labels(
     ax: Any, spans: Sequence[Span], row: np.ndarray, start: np.ndarray, end: np.ndarray, px_per_s: float
 ) -> None:
-    """Each run's trial number (and GPUs) in white on its bar, where it fits and no label drawn before on that row
-    overlaps it (several slots of one worker share a row): at most a few dozen per row, however many trials.
+    """Each run's trial number (its segment's width, ``×k``, where the trial changed width or ran on k > 1 slots;
+    its GPUs) in white on its bar, where it fits and no label drawn before on that row overlaps it (several slots of
+    one worker share a row): at most a few dozen per row, however many trials.
     ``row``, ``start``, ``end``: each span's row and its ends on the drawn axis."""
     width_px = (end - start) * px_per_s
+    resized = resized_trials(spans)
     fits = np.flatnonzero(width_px >= _label_px("0"))  # the narrowest label: the others cannot fit
     taken: dict[float, float] = {}  # row -> right edge (s) of its last label
     for i in sorted(map(int, fits), key=lambda i: (row[i], start[i])):
         s = spans[i]
-        for label in (f"{s.number}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}"):
+        width = f" \u00d7{s.width}" if s.number in resized or (s.width or 1) > 1 else ""
+        for label in (f"{s.number}{width}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}{width}"):
             label_px = _label_px(label)
             if label_px <= width_px[i]:
                 middle = (start[i] + end[i]) / 2

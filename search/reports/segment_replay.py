@@ -16,38 +16,22 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from search.loop.segments import Segment
+from search.loop.segments import Segment, segment_configs
 from spaces.errors import InputError
 from trainers.api import RecordingReporter, TrialConfig
 
-__all__ = ["segment_configs", "replay_segments"]
+__all__ = ["replay_segments"]
 
 Reports = list[tuple[int, dict[str, float]]]
 
 
-def segment_configs(config: TrialConfig, segments: Sequence[Segment]) -> list[TrialConfig]:
-    """The config each of ``segments`` ran, rebuilt from the last segment's ``config``."""
-    base = dict(config.base_params or config.params)
-    params: dict[str, Any] = dict(base)
-    configs = []
+def _own_checkpoints(number: int, segments: Sequence[Segment]) -> None:
     for segment in segments:
         if segment.source is not None:
             raise InputError(
-                f"trial {config.number}: segment {segment.index} starts from trial {segment.source}'s checkpoint; "
+                f"trial {number}: segment {segment.index} starts from trial {segment.source}'s checkpoint; "
                 "only a trial whose segments go on from its own checkpoint is replayed here"
             )
-        params = {**params, **segment.overrides}
-        configs.append(
-            dataclasses.replace(
-                config,
-                params=dict(params),
-                base_params=base if segment.index else {},
-                data_parallel=segment.width,
-                epochs=segment.end_epoch,
-                schedule_epochs=max(config.schedule_epochs or config.epochs, segment.end_epoch),
-            )
-        )
-    return configs
 
 
 def replay_segments(
@@ -58,12 +42,14 @@ def replay_segments(
     from cluster.entrypoint import returned
     from trainers.api import load_trainer  # by name, at run time
 
+    last = TrialConfig.from_dict(dict(config))
+    _own_checkpoints(last.number, segments)
     fit = load_trainer(entry)
     reporter = RecordingReporter(stop_after=stop_after)
     metrics: dict[str, float] = {}
     values: tuple[float, ...] = ()
     with tempfile.TemporaryDirectory(prefix="hypersweep-segments-replay-") as folder:
-        for segment_config in segment_configs(TrialConfig.from_dict(dict(config)), segments):
+        for segment_config in segment_configs(last, segments):
             if reporter.should_stop():
                 break
             try:

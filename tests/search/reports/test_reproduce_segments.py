@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from search.loop.hooks import CampaignHooks
-from search.loop.segments import Segment
+from search.loop.segments import Segment, segment_configs
 from search.reports.reproduce import comparison_text, reproduce_trial
-from search.reports.segment_replay import segment_configs
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import parse_spec
 from search.vocab.terms import Transition

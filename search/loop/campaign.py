@@ -304,6 +304,7 @@ class Campaign:
             segment = dataclasses.replace(segment, width=running.width)
         running.next_segment(config, segment)
         write_attrs(running.trial, **{Attr.SEGMENTS: [s.to_record() for s in running.segments]})
+        self._sync()  # on disk before it is acted on: a controller killed now resumes the trial in this segment
         self.dispatch.resubmit(running, config)
 
     def _stop_if_failing(self) -> None:

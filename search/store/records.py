@@ -94,11 +94,9 @@ class Attr:
     GENOME: Final = "genome"  # str: an architecture genome, where a sampler records one
     PBT_LINEAGE: Final = "pbt_lineage"  # list of {"epoch", "source", "params"}: whom it copied, when
     PBT_SCHEDULE: Final = "pbt_schedule"  # list of [first step, lr]: the LR it actually followed
-    PBT_SEGMENTS: Final = (
-        "pbt_segments"  # older campaigns' PBT runs, [started, finished, worker]: now in SEGMENTS' runs
-    )
+    PBT_SEGMENTS: Final = "pbt_segments"  # older campaigns' PBT runs; now each segment's runs
     # a trial's life as segments (search.loop.segments)
-    SEGMENTS: Final = "segments"  # list of Segment records: each segment it began, once it began a second
+    SEGMENTS: Final = "segments"  # list of Segment records (with their runs): a PBT member's, a resized trial's
 
 
 class StudyAttr:

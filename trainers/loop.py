@@ -49,6 +49,7 @@ __all__ = [
     "Progress",
     "Schedule",
     "make_rngs",
+    "schedule_step",
     "train",
     "evaluate",
     "CHECKPOINT_NAME",
@@ -242,7 +243,7 @@ def _train_epoch(
     loss_sum, lr = 0.0, float("nan")
     for start in range(0, n, settings.batch_size):
         idx = order[start : start + settings.batch_size]
-        lr = float(schedule(progress.step))
+        lr = float(schedule(schedule_step(progress.epoch, start, n, settings.batch_size)))
         for group in optimizer.param_groups:
             group["lr"] = lr
         _measure_noise(model, data, len(idx), settings, rngs, progress, replica)
@@ -254,6 +255,14 @@ def _train_epoch(
     if replica.parallel:
         (loss_sum,) = _all_reduce_sum([loss_sum], data.x_train.device)
     return loss_sum / n, lr
+
+
+def schedule_step(epoch: int, seen: int, n: int, batch_size: int) -> int:
+    """Where the LR schedule is, counted in examples seen: ``epoch`` passes over ``n`` examples and ``seen`` of this
+    one, in steps of this segment's ``batch_size`` (the schedule's unit). A trial whose global batch changed at a
+    segment boundary (a resize) so goes on from the same point of its schedule; with one batch size throughout it
+    is the optimizer step."""
+    return epoch * math.ceil(n / batch_size) + seen // batch_size
 
 
 def _measure_noise(

@@ -9,16 +9,15 @@ segment of every member of each rung the population has decided (:class:`Release
 starts as it starts any trial's next segment), or, past the time budget, tell the waiting members
 PRUNED (:class:`Expire`).
 
-Every run of a member (each segment, each retry) is kept as ``pbt_segments``
-(``[[started, finished, worker], ...]``), so the timeline draws segments as runs and the
-time between them as waiting, and a member's ``started`` is its first segment's start.
+Every run of a member (each segment, each retry) is kept in its segment's ``runs`` (the trial's
+``segments``, recorded by the campaign), so the timeline draws segments as runs and the
+time between them as waiting, and a member's ``started`` is its first segment's first run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
 
 from optuna.trial import TrialState
 
@@ -28,13 +27,11 @@ from search.loop.policies import Verdict
 from search.loop.segments import Segment, examples_seen, following
 from search.loop.trials import RunningTrial
 from search.pbt.population import Population
-from search.store.records import Attr, write_attrs
 from search.store.sinks import ReportSinks
 from trainers.api import TrialConfig
 
-__all__ = ["Barrier", "Release", "Expire", "SEGMENTS_ATTR", "EXPLOIT_METRIC"]
+__all__ = ["Barrier", "Release", "Expire", "EXPLOIT_METRIC"]
 
-SEGMENTS_ATTR = Attr.PBT_SEGMENTS
 EXPLOIT_METRIC = "pbt_exploit_source"  # TensorBoard/MLflow: at the exploit step, the trial whose checkpoint was copied
 
 
@@ -63,20 +60,11 @@ class Barrier:
         self.population = population
         self._sinks = sinks
         self.parked: dict[int, tuple[RunningTrial, Outcome]] = {}
-        self._runs: dict[int, list[list[Any]]] = {}
 
     def ran(self, running: RunningTrial, outcome: Outcome) -> Outcome:
-        """Record one run of a member; the outcome as the whole member's (started at its first run)."""
-        runs = self._runs.get(running.number)
-        if runs is None:  # after resume: the runs an earlier controller recorded
-            runs = [list(r) for r in (running.trial.user_attrs.get(SEGMENTS_ATTR) or []) if len(r) == 3]
-            self._runs[running.number] = runs
-        if outcome.started is not None and outcome.finished is not None:
-            runs.append([float(outcome.started), float(outcome.finished), outcome.worker])
-            write_attrs(running.trial, **{SEGMENTS_ATTR: runs})
-        if not runs:
-            return outcome
-        return dataclasses.replace(outcome, started=min(r[0] for r in runs))
+        """The outcome of a member's run as the whole member's: started at its first segment's first run."""
+        starts = [run[0] for segment in running.segments for run in segment.runs]
+        return dataclasses.replace(outcome, started=min(starts)) if starts else outcome
 
     def park(self, running: RunningTrial, outcome: Outcome) -> None:
         running.not_running()  # no trial timeout counts while it waits

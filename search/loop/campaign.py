@@ -58,6 +58,7 @@ from search.loop.policies import (
     population_of,
 )
 from search.loop.queries import answer
+from search.loop.segment_records import record_run, record_segments, within_room
 from search.loop.segments import Segment, Stop
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
@@ -66,7 +67,7 @@ from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
-from search.store.records import Attr, Files, TrialRecord, write_attrs
+from search.store.records import Files, TrialRecord, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.vocab.terms import StopReason
@@ -292,6 +293,7 @@ class Campaign:
             return
         self.costs.ended(running, outcome)
         self.reports.replay(running, outcome.history)
+        record_run(running, outcome, population=self.barrier is not None)
         if self.barrier is not None:
             outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment
         ruling = decide(self.policies, running.view(), outcome)
@@ -316,17 +318,11 @@ class Campaign:
         self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
 
     def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment) -> None:
-        """A trial's next segment (a resize, a PBT member's next interval), recorded, then sent at its width;
-        one wider than all the workers together goes on at the width it had."""
-        if not self.dispatch.fits_width(segment.width):
-            width, kept = segment.width, running.width
-            log.warning(
-                "trial %d: the workers have no room for %d slots; it goes on at %d", running.number, width, kept
-            )
-            config = dataclasses.replace(config, data_parallel=running.width)
-            segment = dataclasses.replace(segment, width=running.width)
+        """A trial's next segment (a resize, a PBT member's next interval), recorded, then sent at its width."""
+        config, segment = within_room(running, config, segment, self.dispatch.fits_width(segment.width))
         running.next_segment(config, segment)
-        write_attrs(running.trial, **{Attr.SEGMENTS: [s.to_record() for s in running.segments]})
+        record_segments(running)
+        self._sync()  # on disk before it is acted on: a controller killed now resumes the trial in this segment
         self.dispatch.resubmit(running, config)
 
     def _stop_if_failing(self) -> None:

@@ -165,7 +165,9 @@ class Dispatcher:
                 **batch,
             )  # one journal append
             # a fresh trial has no earlier controller's reports to read back from its folder
-            running = RunningTrial(trial, config, prepared.width, self._clock(), restored=prepared.fresh)
+            running = RunningTrial(
+                trial, config, prepared.width, self._clock(), restored=prepared.fresh, segments=list(prepared.segments)
+            )
             self.running[trial.number] = running
             members.append(running)
         self._new_task(members)

@@ -403,6 +403,9 @@ def first_segments(policies: list[Policy], group: list[Prepared]) -> list[Prepar
     planned = []
     for prepared in group:
         config = prepared.config
+        if len(prepared.segments) > 1:  # resumed in a later segment: planned when it began
+            planned.append(prepared)
+            continue
         for planner in planners:
             config = planner.first_segment(config) if config is not None else None
             if config is not None and config.data_parallel != prepared.width:

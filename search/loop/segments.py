@@ -33,8 +33,12 @@ __all__ = [
     "following",
     "examples_seen",
     "segment_config",
+    "segment_configs",
     "lr_for_batch",
+    "Run",
 ]
+
+Run = tuple[float, float, str]  # one run of a segment on a worker: (started, finished, worker), epoch seconds
 
 EXAMPLES = RESOURCE_METRIC["examples"]  # the report metric counting examples seen (a rung's, with resource = examples)
 
@@ -59,6 +63,8 @@ class Segment:
     """The parameters that changed at its start, with their new values."""
     source: int | None = None
     """Whose checkpoint it starts from (None: the trial's own)."""
+    runs: tuple[Run, ...] = ()
+    """Each run of it on a worker, retries included: (started, finished, worker) (the report's timeline)."""
 
     def __post_init__(self) -> None:
         if self.index < 0:
@@ -76,11 +82,17 @@ class Segment:
         record = dataclasses.asdict(self)
         record["transition"] = str(self.transition)
         record["overrides"] = dict(self.overrides)
+        record["runs"] = [list(run) for run in self.runs]
         return record
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Segment:
-        return cls(**{**record, "transition": Transition(record["transition"])})
+        runs = tuple((float(r[0]), float(r[1]), str(r[2])) for r in record.get("runs") or () if len(r) == 3)
+        return cls(**{**record, "transition": Transition(record["transition"]), "runs": runs})
+
+    def ran(self, run: Run) -> Segment:
+        """This segment with one more run."""
+        return dataclasses.replace(self, runs=(*self.runs, run))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +156,28 @@ def segment_config(config: TrialConfig, width: int, overrides: Mapping[str, Any]
         epochs=end_epoch,
         schedule_epochs=total,
     )
+
+
+def segment_configs(config: TrialConfig, segments: Sequence[Segment]) -> list[TrialConfig]:
+    """The config each of ``segments`` runs, from ``config`` (the trial's first, or its last: its own parameters
+    are its ``base_params``, else its ``params``); each segment's overrides apply on top of those before it."""
+    base = dict(config.base_params or config.params)
+    params: dict[str, Any] = dict(base)
+    total = config.schedule_epochs or config.epochs
+    configs = []
+    for segment in segments:
+        params = {**params, **segment.overrides}
+        configs.append(
+            dataclasses.replace(
+                config,
+                params=dict(params),
+                base_params=base if segment.index else {},
+                data_parallel=segment.width,
+                epochs=segment.end_epoch,
+                schedule_epochs=max(total, segment.end_epoch),
+            )
+        )
+    return configs
 
 
 def lr_for_batch(lr: float, batch: int, new_batch: int, rule: str) -> float:

@@ -12,12 +12,14 @@ from typing import Any, Protocol
 
 import optuna
 
+from search.loop.segments import Segment, segment_configs
 from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.presample import ask_fixed
 from search.sampling.seeds import trial_seed
 from search.spec.campaign_spec import DATA_PARALLEL, StudySpec, TrainerSpec
 from search.store.folder import CampaignFolder
+from search.store.records import Attr
 from search.store.trial_params import ParamsLog, set_aside_stale_folders
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace
@@ -100,12 +102,15 @@ class TrialMaker:
         ``fresh``: asked just now, into a new folder (a resumed trial is not). Its parameters (resume's copy of its
         record) go to the parameters log with the next :meth:`flush_params`."""
         params = trial.params  # a copy (Optuna's), this trial's own
+        segments = () if fresh else _recorded_segments(trial)
         try:
             config = self._trial_config(trial, params)
         except (SpaceError, ValueError, TypeError) as exc:  # e.g. a genome over the parameter limit
             return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
+        if len(segments) > 1 and self._population is None:  # resumed in a later segment (a resize): that one's config
+            config = segment_configs(config, segments)[-1]
         self._params.put(trial.number, params)
-        return Prepared(trial, config, config.data_parallel, saw, fresh=fresh)
+        return Prepared(trial, config, config.data_parallel, saw, fresh=fresh, segments=segments)
 
     def _trial_config(self, trial: optuna.Trial, searched: Mapping[str, Any]) -> TrialConfig:
         spec, trainer = self._spec, self._trainer
@@ -129,3 +134,8 @@ class TrialMaker:
             oom_retry=trainer.oom_retry,
         )
         return self._population.first_segment(config) if self._population else config
+
+
+def _recorded_segments(trial: optuna.Trial) -> tuple[Segment, ...]:
+    """The segments a trial left running had begun (and their runs), as its record holds them."""
+    return tuple(Segment.from_record(r) for r in trial.user_attrs.get(Attr.SEGMENTS) or ())

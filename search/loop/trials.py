@@ -34,6 +34,7 @@ class Prepared:
     sampler_saw: int = 0  # finished trials when it was sampled
     invalid: str = ""
     fresh: bool = False  # asked now, its folder new: no earlier controller can have recorded reports for it
+    segments: tuple[Segment, ...] = ()  # a resumed trial's recorded segments (its config is its last one's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +97,7 @@ class RunningTrial:
     started_at: float | None = None  # when a worker began it (it may wait queued before)
     task: int = 0  # the executor task it runs in (a batch holds several trials)
     worker: str = ""  # where it started
-    segments: list[Segment] = dataclasses.field(default_factory=list)  # all it began, once it began a second
+    segments: list[Segment] = dataclasses.field(default_factory=list)  # all it began, once it ran or began a second
 
     @property
     def number(self) -> int:
@@ -179,6 +180,11 @@ class RunningTrial:
         self.width = segment.width
         self.stop_reason, self.stop_transition = "", Transition.PRUNE
         self.rerun(config)
+
+    def ran(self, started: float, finished: float, worker: str) -> None:
+        """One run of its current segment ended (kept in that segment's ``runs``)."""
+        current = self.segment().ran((started, finished, worker))
+        self.segments[-1:] = [current]
 
     def counted(self, requeue: bool = False, retry: bool = False) -> None:
         """A policy's re-run, counted: a free re-send (``requeue``; no longer collateral) or a ``retry``."""

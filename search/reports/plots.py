@@ -24,8 +24,8 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from search.reports.axis_limits import robust_limits
-from search.reports.step_axis import REPORTED, step_label
-from search.reports.timing import Span, TimeAxis
+from search.reports.step_axis import REPORTED, curve_axis, curve_x
+from search.reports.timing import Span, TimeAxis, resized_trials
 
 __all__ = [
     "STATE_COLORS",
@@ -289,7 +289,8 @@ def learning_curves(
     highlight: Sequence[int] = (),
     ranked: bool = True,
 ) -> Drawn:
-    """One panel per metric (two per row): every trial's reports against the step.
+    """One panel per metric (two per row): every trial's reports against the step (the epoch; the examples seen
+    where the trials' steps count different numbers of them: :func:`search.reports.step_axis.curve_axis`).
 
     Trials in ``highlight`` (the best, in order) are drawn thick, in colours no state
     uses, and named in the legend with their rank (``ranked`` False: a Pareto front, which has none: "front");
@@ -301,7 +302,7 @@ def learning_curves(
     rows = math.ceil(len(metrics) / cols)
     fig = _figure(11.0, 4.6 * rows)
     axes = list(fig.subplots(rows, cols, squeeze=False).flat)
-    x_label = step_label(history for _state, history in curves.values())
+    x_label = curve_axis(history for _state, history in curves.values())
     named = list(highlight) if len(curves) > FEW_CURVES else sorted(curves)
     palette = HIGHLIGHT_COLORS if len(named) < len(curves) else [f"C{i}" for i in range(10)]  # others: state colours
     colors = {n: palette[i % len(palette)] for i, n in enumerate(named)}
@@ -311,7 +312,9 @@ def learning_curves(
     order: dict[str, tuple[int, int]] = {}  # the best first, by rank; then by trial number
     for ax, metric in zip(axes, metrics, strict=False):
         for number, (state, history) in sorted(curves.items(), key=lambda c: c[0] in rank):
-            points = [(s, m[metric]) for s, m in history if metric in m and math.isfinite(m[metric])]
+            points = [
+                (curve_x(x_label, s, m), m[metric]) for s, m in history if metric in m and math.isfinite(m[metric])
+            ]
             if not points:
                 continue
             xs, ys = [s for s, _ in points], [v for _, v in points]
@@ -421,7 +424,8 @@ _BOX_CODES = np.array(
 
 
 def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | None = None) -> Drawn:
-    """Trials per worker over time: a bar per run coloured by state, labelled with the trial number where it fits.
+    """Trials per worker over time: a bar per run coloured by state, labelled with the trial number where it fits
+    (and, for a trial in segments that changed width, each segment's width: ``7 ×2``).
 
     A light hatched bar before a run is its wait between being asked and starting on
     the worker (queue, dispatch, worker start-up); runs are drawn over it. ``axis`` cuts
@@ -479,6 +483,8 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
                 label="waiting: asked -> started (queue, worker start-up)",
             )
         )
+    if any(s.width is not None and (s.width > 1 or s.number in resized_trials(spans)) for s in spans):
+        handles.append(Patch(color="none", label="N \u00d7k: trial N's segment on k slots"))
     cuts = _cut_marks(ax, axis.marks())
     if cuts:
         handles.append(Line2D([], [], color="#555555", lw=1.2, ls=(0, (4, 2)), label="idle between runs, cut"))
@@ -496,15 +502,18 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
 def _run_labels(
     ax: Any, spans: Sequence[Span], row: np.ndarray, start: np.ndarray, end: np.ndarray, px_per_s: float
 ) -> None:
-    """Each run's trial number (and GPUs) in white on its bar, where it fits and no label drawn before on that row
-    overlaps it (several slots of one worker share a row): at most a few dozen per row, however many trials.
+    """Each run's trial number (its segment's width, ``×k``, where the trial changed width or ran on k > 1 slots;
+    its GPUs) in white on its bar, where it fits and no label drawn before on that row overlaps it (several slots of
+    one worker share a row): at most a few dozen per row, however many trials.
     ``row``, ``start``, ``end``: each span's row and its ends on the drawn axis."""
     width_px = (end - start) * px_per_s
+    resized = resized_trials(spans)
     fits = np.flatnonzero(width_px >= _label_px("0"))  # the narrowest label: the others cannot fit
     taken: dict[float, float] = {}  # row -> right edge (s) of its last label
     for i in sorted(map(int, fits), key=lambda i: (row[i], start[i])):
         s = spans[i]
-        for label in (f"{s.number}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}"):
+        width = f" \u00d7{s.width}" if s.number in resized or (s.width or 1) > 1 else ""
+        for label in (f"{s.number}{width}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}{width}"):
             label_px = _label_px(label)
             if label_px <= width_px[i]:
                 middle = (start[i] + end[i]) / 2

@@ -10,7 +10,8 @@ compared; a changed trainer file (the sha256 of each file of the trainer's packa
 in ``environment.json``) is noted. The trainer is found as the campaign found it
 (the folders it recorded, the spec's folder, the current directory), and one that
 went to the workers by value (defined in a script or notebook) runs from the copy
-the campaign kept (``trainer.pkl``). What differs from the machine the campaign recorded
+the campaign kept (``trainer.pkl``). A trial that ran in segments (resized: ``segments``) replays each at
+its width and parameters (:mod:`search.reports.segment_replay`); a PBT member its schedule (:mod:`search.pbt.replay`). What differs from the machine the campaign recorded
 (package versions, torch's CPU capability, the CPU, the kernel variables, the trials' thread count:
 :mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict.
 """
@@ -115,6 +116,14 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
         from trainers.api import load_trainer
 
         reports, metrics, error = replay_member(spec, study, folder, number, load_trainer(spec.trainer.entry))
+    elif len(trial.segments) > 1:  # a resized trial: each segment at its width and parameters, in turn
+        from search.loop.segments import Segment
+        from search.reports.segment_replay import replay_segments
+
+        segments = [Segment.from_record(r) for r in trial.segments]
+        stop_after = _stop_after(trial) if sweep is None else sweep.stop_after
+        reports, metrics, error = replay_segments(spec.trainer.entry, config, segments, stop_after, spec.study.metrics)
+        notes.append(f"replayed its {len(segments)} segments: widths {', '.join(str(s.width) for s in segments)}")
     else:
         reports, metrics, error = _run(
             spec.trainer.entry,

@@ -22,6 +22,7 @@ __all__ = [
     "slot_count",
     "utilization",
     "worker_labels",
+    "resized_trials",
 ]
 
 Trial = FrozenTrial | TrialRecord
@@ -57,6 +58,7 @@ class Span:
     end: float
     state: str
     asked: float | None = None  # when the controller asked it (same origin): asked -> start is waiting, not training
+    width: int | None = None  # the slots its segment ran on, where the trial ran in segments (None: one segment)
 
     @property
     def waited(self) -> float:
@@ -76,9 +78,9 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
     origin: float = min([r.started for r in timed] + list(ask.values()))  # type: ignore[type-var, assignment]
     spans = []
     for r in timed:
-        # a PBT member: a span per segment, the time since the previous one as its wait
+        # a trial in segments (a PBT member, a resized trial): a span per run, the time since the one before as its wait
         runs = _runs(r)
-        for i, (start, end, worker) in enumerate(runs):
+        for i, (start, end, worker, width) in enumerate(runs):
             wait_from = ask.get(r.number) if i == 0 else runs[i - 1][1]
             spans.append(
                 Span(
@@ -89,14 +91,23 @@ def timeline(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) 
                     end=end - origin,
                     state=r.state.name,
                     asked=wait_from - origin if wait_from is not None else None,
+                    width=width,
                 )
             )
     return sorted(spans, key=lambda s: (s.worker, s.start))
 
 
-def _runs(r: TrialRecord) -> tuple[tuple[float, float, str], ...]:
-    """A timed trial's runs on workers: each segment of a PBT member, else its one run."""
-    return r.pbt_segments or ((r.started, r.finished, "?" if r.worker is None else r.worker),)  # type: ignore
+def _runs(r: TrialRecord) -> list[tuple[float, float, str, int | None]]:
+    """A timed trial's runs on workers, each with its segment's width: each run of each of its segments (an older
+    campaign's PBT member: its ``pbt_segments``), else its one run (width None)."""
+    runs: list[tuple[float, float, str, int | None]] = [
+        (float(a), float(b), str(w), int(s["width"])) for s in r.segments for a, b, w in s.get("runs") or ()
+    ]
+    if runs:
+        return runs
+    if r.pbt_segments:
+        return [(a, b, w, None) for a, b, w in r.pbt_segments]
+    return [(r.started, r.finished, "?" if r.worker is None else r.worker, None)]  # type: ignore[list-item]
 
 
 def _timed_asks(
@@ -106,6 +117,15 @@ def _timed_asks(
     asked = asked or {}
     ask = {r.number: asked[r.number] for r in timed if r.number in asked and asked[r.number] <= r.started}  # type: ignore[operator]
     return timed, ask
+
+
+def resized_trials(spans: Sequence[Span]) -> set[int]:
+    """The trials whose segments ran at more than one width."""
+    widths: dict[int, set[int]] = {}
+    for s in spans:
+        if s.width is not None:
+            widths.setdefault(s.number, set()).add(s.width)
+    return {number for number, seen in widths.items() if len(seen) > 1}
 
 
 def timeline_origin(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) -> float | None:
@@ -130,7 +150,7 @@ def idle_gaps(
     where no trial ran across it. Nothing of the campaign ran in such a gap.
     """
     timed, ask = _timed_asks(trials, asked)
-    runs = [(r.number, i, start, end) for r in timed for i, (start, end, _w) in enumerate(_runs(r))]
+    runs = [(r.number, i, start, end) for r in timed for i, (start, end, _w, _k) in enumerate(_runs(r))]
     gaps = set()
     for at in resumes:
         before = [end for _n, _i, _start, end in runs if end <= at]

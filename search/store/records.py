@@ -94,9 +94,9 @@ class Attr:
     GENOME: Final = "genome"  # str: an architecture genome, where a sampler records one
     PBT_LINEAGE: Final = "pbt_lineage"  # list of {"epoch", "source", "params"}: whom it copied, when
     PBT_SCHEDULE: Final = "pbt_schedule"  # list of [first step, lr]: the LR it actually followed
-    PBT_SEGMENTS: Final = "pbt_segments"  # list of [started, finished, worker]: each run of a PBT member
+    PBT_SEGMENTS: Final = "pbt_segments"  # older campaigns' PBT runs; now each segment's runs
     # a trial's life as segments (search.loop.segments)
-    SEGMENTS: Final = "segments"  # list of Segment records: each segment it began, once it began a second
+    SEGMENTS: Final = "segments"  # list of Segment records (with their runs): a PBT member's, a resized trial's
 
 
 class StudyAttr:
@@ -354,7 +354,7 @@ class TrialRecord:
     genome: str | None = None
     pbt_lineage: tuple[dict[str, Any], ...] = ()
     pbt_schedule: tuple[tuple[int, float], ...] = ()
-    pbt_segments: tuple[tuple[float, float, str], ...] = ()  # each run of a PBT member: started, finished, worker
+    pbt_segments: tuple[tuple[float, float, str], ...] = ()  # an older campaign's PBT runs (now each segment's runs)
     segments: tuple[dict[str, Any], ...] = ()  # each segment it began (search.loop.segments.Segment records)
 
     @classmethod

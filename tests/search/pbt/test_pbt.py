@@ -103,7 +103,7 @@ def test_a_pbt_campaign_on_two_workers_ranks_everyone_at_every_rung_and_replays(
         steps = [json.loads(line)["step"] for line in (own / "metrics.jsonl").read_text().splitlines()]
         assert steps == [1, 2, 3, 4, 5, 6], (t.number, steps)  # its own history, each step once
         assert len(list(own.glob("events.out.tfevents*"))) == 1  # no other member's event file copied in
-        runs = t.user_attrs["pbt_segments"]
+        runs = [run for segment in t.user_attrs["segments"] for run in segment["runs"]]
         assert len(runs) == 3 and t.user_attrs["started"] == runs[0][0]  # its whole time, segment by segment
         log = own / "stdout.log"  # made by the trial's first output, or by the first mark below
         marks = [line for line in (log.read_text() if log.exists() else "").splitlines() if "[hypersweep pbt]" in line]

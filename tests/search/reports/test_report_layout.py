@@ -333,3 +333,34 @@ def test_hand_made_pbt_segments_around_a_resume_have_the_gap_between_them_cut() 
     axis = TimeAxis.since(90.0, [(150.0, 250.0)])
     assert [(s.number, s.worker) for s in spans] == [(0, "w1"), (1, "w2"), (0, "w2")]
     assert utilization(spans, 2, axis)["span_s"] == pytest.approx((300.0 - 100.0) - (250.0 - 150.0))
+
+
+def test_a_resized_trials_segments_are_drawn_as_runs_labelled_with_their_width() -> None:
+    """One segment record holds the runs (no ``pbt_segments``): a span per run, each with its segment's width,
+    and the gantt labels a trial that changed width ``N ×k``."""
+    from optuna.trial import TrialState
+
+    from search.loop.segments import Segment
+    from search.store.records import TrialRecord
+    from search.vocab.terms import Transition
+
+    segments = (
+        Segment(0, Transition.START, 1, 0, 1, 0, runs=((100.0, 150.0, "w1"),)),
+        Segment(1, Transition.RESIZE, 2, 1, 3, 1437, {"lr": 0.02}, runs=((155.0, 300.0, "w1"),)),
+    )
+    resized = TrialRecord(
+        number=4, state=TrialState.COMPLETE, params={}, values=(1.0,), started=155.0, finished=300.0, worker="w1",
+        segments=tuple(s.to_record() for s in segments),
+    )  # fmt: skip
+    other = TrialRecord(
+        number=5, state=TrialState.COMPLETE, params={}, values=(1.0,), started=100.0, finished=140.0, worker="w2"
+    )
+    spans = timeline([resized, other])
+    assert [(s.number, s.start, s.end, s.width) for s in spans] == [
+        (4, 0.0, 50.0, 1), (4, 55.0, 200.0, 2), (5, 0.0, 40.0, None)
+    ]  # fmt: skip
+    drawn = plots.gantt(spans, {"w1": "w1", "w2": "w2"})
+    assert drawn.figure is not None
+    labels = {t.get_text() for t in drawn.figure.axes[0].texts}
+    assert {"4 \u00d71", "4 \u00d72", "5"} <= labels, labels
+    assert "N \u00d7k: trial N's segment on k slots" in drawn.legend

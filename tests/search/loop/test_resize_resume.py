@@ -1,0 +1,71 @@
+"""A controller SIGKILLed right after it decided, recorded and sent a resize (a real process, CPU twin), then
+resumed: the trial goes on in its second segment at 2 slots from its checkpoint; no example lost or repeated."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from search.loop.segments import Segment
+from search.session.runner import RunOptions, resume_campaign
+from search.store.records import Attr
+from search.vocab.terms import Transition
+from tests.campaign_storage import load
+from tests.search.loop.resize_kill import hooks
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _killed_run(runs: Path) -> int:
+    """The controller process's exit status; what it left running (its Dask workers) is ended with it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.search.loop.resize_kill", str(runs)], cwd=ROOT, env=env, start_new_session=True
+    )
+    try:
+        return proc.wait(timeout=400)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the workers it started, nothing else
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_controller_killed_right_after_a_resize_resumes_the_trial_in_its_wider_segment(tmp_path: Path) -> None:
+    assert _killed_run(tmp_path) == -signal.SIGKILL
+    killed_at = time.time()
+    folder = tmp_path / "resize-kill"
+    (left,) = load(folder, "resize-kill").get_trials()
+    assert left.state == optuna.trial.TrialState.RUNNING
+    recorded = [(s["transition"], s["width"]) for s in left.user_attrs[Attr.SEGMENTS]]
+    assert recorded == [("start", 1), ("resize", 2)]  # the resize was on disk before it was acted on
+
+    resume_campaign(folder, RunOptions(progress=False, hooks=hooks()))
+    (trial,) = load(folder, "resize-kill").get_trials()
+    assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get(Attr.FAIL_REASON)
+    segments = [Segment.from_record(r) for r in trial.user_attrs[Attr.SEGMENTS]]
+    assert [(s.transition, s.width, s.start_epoch, s.end_epoch) for s in segments] == [
+        (Transition.START, 1, 0, 1),
+        (Transition.RESIZE, 2, 1, 3),
+    ]  # resumed in its second segment: not restarted at 1 slot, not resized a second time
+    (first_run,), (resumed_run,) = (s.runs for s in segments)  # one run each: none at 1 slot after the resume
+    assert first_run[1] < killed_at < resumed_run[0]
+    history = dict(trial.user_attrs[Attr.HISTORY])
+    n = int(history[1]["examples"])
+    assert sorted(history) == [1, 2, 3]
+    assert [history[e]["examples"] for e in (1, 2, 3)] == [n, 2 * n, 3 * n]  # none lost, none repeated
+    assert history[3]["steps"] == math.ceil(n / 32) + 2 * math.ceil(n / 64)  # epochs 2 and 3 at the doubled batch
+    assert history[3]["lr"] == pytest.approx(2 * trial.params["lr"])
+    assert trial.user_attrs[Attr.CONFIG]["data_parallel"] == 2
+    steps = [line for line in (folder / "trials" / "0" / "metrics.jsonl").read_text().splitlines() if line]
+    assert len(steps) == 3

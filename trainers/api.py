@@ -93,6 +93,9 @@ class TrialConfig:
     segment ends, ``schedule_epochs`` the whole run the LR schedule spans, and
     ``inherit_checkpoint`` lets the trial continue from a checkpoint another trial
     wrote (copied in by the controller) with this trial's own hyperparameters.
+    A later segment of a trial may override some of its ``params`` (a resized trial's learning rate, after a
+    rule): ``base_params`` are then the trial's own parameters before any override, which identify its
+    checkpoints, so the segment resumes the trial's own checkpoint (empty: ``params`` identify them).
     """
 
     study: str
@@ -113,6 +116,12 @@ class TrialConfig:
     log_dir: str | None = None
     visible_devices: str = ""
     oom_retry: str = "none"
+    base_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def own_params(self) -> Mapping[str, Any]:
+        """The trial's own parameters (what identifies its checkpoints): ``base_params``, else ``params``."""
+        return self.base_params or self.params
 
     def __post_init__(self) -> None:
         if not isinstance(self.number, int) or self.number < 0:
@@ -135,6 +144,7 @@ class TrialConfig:
             raise ValueError(f"checkpoint_every={self.checkpoint_every!r}: must be an int >= 1")
         _check_builtin(dict(self.params), "params")
         _check_builtin(dict(self.options), "options")
+        _check_builtin(dict(self.base_params), "base_params")
         object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,6 +153,10 @@ class TrialConfig:
         data = {field.name: getattr(self, field.name) for field in _CONFIG_FIELDS}
         data["params"] = dict(self.params)
         data["options"] = dict(self.options)
+        if self.base_params:  # a later segment's; absent otherwise, so a config record reads as before
+            data["base_params"] = dict(self.base_params)
+        else:
+            del data["base_params"]
         data["devices"] = list(self.devices)
         return data
 

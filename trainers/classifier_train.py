@@ -94,9 +94,10 @@ def make_lr_schedule(p: ClassifierParams, steps_per_epoch: int, epochs: int) -> 
 
 
 def _identity(config: TrialConfig) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed by this trial."""
+    """What a checkpoint must match to be resumed by this trial (its own params: a segment's overrides, such as a
+    resized trial's learning rate, do not make its checkpoint another trial's)."""
     return {
-        "params": dict(config.params),
+        "params": dict(config.own_params),
         "seed": config.seed,
         "dataset": config.dataset,
         "options": {k: v for k, v in config.options.items() if k != "max_micro_batch"},  # same math either way

@@ -3,9 +3,11 @@
 A member that ends a segment before its rung is complete is parked here: it stays in
 the campaign (the budget counts it, ``resume`` finds it RUNNING) but holds no slot, so
 the members behind it get the workers (time-sharing, as Ray Tune's PBT pauses trials).
-:meth:`Barrier.step`, once per loop iteration, returns what the campaign does next: send on
-every member of each rung the population has decided (:class:`Release`), or, past the time
-budget, tell the waiting members PRUNED (:class:`Expire`).
+:meth:`Barrier.step`, once per loop iteration, returns what the campaign does next: start the next
+segment of every member of each rung the population has decided (:class:`Release`: a
+:class:`~search.loop.segments.Segment` begun by ``exploit`` or ``continue``, which the campaign
+starts as it starts any trial's next segment), or, past the time budget, tell the waiting members
+PRUNED (:class:`Expire`).
 
 Every run of a member (each segment, each retry) is kept as ``pbt_segments``
 (``[[started, finished, worker], ...]``), so the timeline draws segments as runs and the
@@ -23,6 +25,7 @@ from optuna.trial import TrialState
 from cluster.executor import Outcome
 from search.loop.dispatch import TIME_BUDGET
 from search.loop.policies import Verdict
+from search.loop.segments import Segment, examples_seen, following
 from search.loop.trials import RunningTrial
 from search.pbt.population import Population
 from search.store.records import Attr, write_attrs
@@ -37,10 +40,11 @@ EXPLOIT_METRIC = "pbt_exploit_source"  # TensorBoard/MLflow: at the exploit step
 
 @dataclasses.dataclass(frozen=True)
 class Release:
-    """A parked member goes on with its next segment's ``config``."""
+    """A parked member goes on with its next segment's ``config``, described by ``segment``."""
 
     running: RunningTrial
     config: TrialConfig
+    segment: Segment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,12 +93,16 @@ class Barrier:
             return expired
         released_now = []
         for released in self.population.release():
-            running, _outcome = self.parked.pop(released.config.number)
+            running, outcome = self.parked.pop(released.config.number)
             if released.source is not None:
                 self._sinks.record(
                     running.number, released.epoch, {EXPLOIT_METRIC: float(released.source)}, time.time()
                 )
-            released_now.append(Release(running, released.config))
+            examples = examples_seen([(released.epoch, outcome.metrics)]) or running.view().examples()
+            segment = following(
+                running.segment(), released.transition, running.config, released.config, examples, released.source
+            )
+            released_now.append(Release(running, released.config, segment))
         return released_now
 
 

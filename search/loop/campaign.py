@@ -11,13 +11,15 @@ The loop's parts, each in its own module:
 - :class:`~search.loop.supply.TrialSupply`: where trials come from (resumed ones, then the sampler's);
 - :class:`~search.loop.dispatch.Dispatcher`: slots, tasks, pipeline depth, placement;
 - :mod:`search.loop.policies`: what stops a trial early, what a finished one becomes (retry,
-  next PBT segment, a verdict);
+  its next segment: a resize, a PBT member's next interval; a verdict), as typed transitions
+  between a trial's segments (:mod:`search.loop.segments`);
 - :class:`~search.loop.intermediate.IntermediateValues`: reports into ``metrics.jsonl`` and the study;
 - :class:`~search.loop.ledger.Ledger`: tells the study, counts, keeps the best;
 - :class:`~search.loop.budget.Budget`: trials left to ask, time left to start them.
 
-The campaign alone moves a trial between them (supply -> dispatcher -> ledger, and a PBT
-member's park and release) and applies what the policies decide; no part calls back into it.
+The campaign alone moves a trial between them (supply -> dispatcher -> ledger, a trial's next
+segment, and a PBT member's park and release) and applies what the policies decide; no part calls
+back into it.
 """
 
 from __future__ import annotations
@@ -41,15 +43,18 @@ from search.loop.ledger import NEVER_STARTED, Ledger, named_values
 from search.loop.policies import (
     TARGET_REACHED,
     Halt,
+    NextSegment,
     Park,
     Resubmit,
     Verdict,
     decide,
-    first_stop_reason,
+    first_segments,
+    first_stop,
     policies_for,
     population_of,
 )
 from search.loop.queries import answer
+from search.loop.segments import Segment, Stop
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
 from search.loop.supply import TrialSupply
@@ -57,10 +62,11 @@ from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
-from search.store.records import write_attrs
+from search.store.records import Attr, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.vocab.terms import StopReason
+from trainers.api import TrialConfig
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial", "NEVER_STARTED", "TARGET_REACHED"]
 
@@ -117,7 +123,7 @@ class Campaign:
         self.sinks.add(self.hooks.sink(study))
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
-        self.policies = policies_for(spec, folder, population, self.reports)
+        self.policies = policies_for(spec, folder, population, self.reports, self.hooks.policies)
         self.dispatch = Dispatcher(spec, executor, clock)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
         self.barrier = Barrier(population, self.sinks) if population else None
@@ -187,7 +193,7 @@ class Campaign:
             if not self.budget.may_start() or not self.dispatch.fits(group, plan) or on_its_way:
                 self.supply.put_back(group)
                 return
-            self.dispatch.launch(group, plan)
+            self.dispatch.launch(first_segments(self.policies, group), plan)
         self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False, len(self.dispatch.running))
 
     def _watch_slots(self) -> None:
@@ -206,7 +212,7 @@ class Campaign:
                 self.dispatch.forget(move.running.number)
                 self._finish(move.running, move.outcome, move.verdict)
             else:
-                self.dispatch.resubmit(move.running, move.config)
+                self._next_segment(move.running, move.config, move.segment)
 
     def _finish(self, running: RunningTrial, outcome: Outcome, verdict: Verdict | None) -> None:
         self.ledger.finish(running, outcome, verdict)
@@ -229,10 +235,10 @@ class Campaign:
         self.reports.record(running, report.step, report.metrics, report.time, report.worker)
         if running.stop_reason:
             return
-        reason = first_stop_reason(self.policies, running.view(), report.metrics)
-        if reason:
-            decide_stop(running, reason, self._sync)  # durable before it is acted on: a resume keeps it
-            self.dispatch.request_stop(running, reason, report.time)
+        stop = first_stop(self.policies, running.view(), report.metrics)
+        if stop is not None:
+            decide_stop(running, stop, self._sync)  # a prune: durable before it is acted on, a resume keeps it
+            self.dispatch.request_stop(running, stop, report.time)
 
     def _on_query(self, query: Query) -> None:
         """A define-by-run trial asks (a suggestion, whether it is pruned): answered now, what it wrote flushed first."""
@@ -240,10 +246,10 @@ class Campaign:
         if running is None:
             query.reply({"error": f"trial {query.number} is not running on this controller"})
             return
-        result = answer(running.trial, running.stop_reason, query.question)
+        result = answer(running.trial, running.pruned_reason, query.question)
         if result.pruned:  # it raised TrialPruned itself
-            decide_stop(running, StopReason.PRUNED, self._sync)
-            self.dispatch.request_stop(running, StopReason.PRUNED, query.time)
+            decide_stop(running, Stop(StopReason.PRUNED), self._sync)
+            self.dispatch.request_stop(running, Stop(StopReason.PRUNED), query.time)
         self._flush()
         query.reply(result.reply)
 
@@ -270,8 +276,25 @@ class Campaign:
             running.counted(requeue=decision.requeue, retry=decision.retry)
             self.dispatch.resubmit(running, decision.config)
             return
+        if isinstance(decision, NextSegment):
+            self._next_segment(running, decision.config, decision.segment)
+            return
         self.dispatch.forget(event.number)
         self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
+
+    def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment) -> None:
+        """A trial's next segment (a resize, a PBT member's next interval), recorded, then sent at its width;
+        one wider than all the workers together goes on at the width it had."""
+        if not self.dispatch.fits_width(segment.width):
+            width, kept = segment.width, running.width
+            log.warning(
+                "trial %d: the workers have no room for %d slots; it goes on at %d", running.number, width, kept
+            )
+            config = dataclasses.replace(config, data_parallel=running.width)
+            segment = dataclasses.replace(segment, width=running.width)
+        running.next_segment(config, segment)
+        write_attrs(running.trial, **{Attr.SEGMENTS: [s.to_record() for s in running.segments]})
+        self.dispatch.resubmit(running, config)
 
     def _stop_if_failing(self) -> None:
         """``[study] fail_fast``: the first trials all failed one way: stop before the rest of the budget is spent

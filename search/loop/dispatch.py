@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from cluster.errors import ClusterError
 from cluster.executor import Started, TrialExecutor, TrialRequest
 from search.loop.pipeline import Pipeline
+from search.loop.segments import Stop
 from search.loop.slot_watch import Waiting
 from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
@@ -177,7 +178,7 @@ class Dispatcher:
             self._executor.submit_batch(requests)  # type: ignore[attr-defined]  # only when supports_batch
 
     def resubmit(self, running: RunningTrial, config: TrialConfig) -> None:
-        """The same trial again, on its own (a retry, or a population member's next segment)."""
+        """The same trial again, on its own, at its width (a retry; a next segment, begun by the campaign)."""
         running.rerun(config)  # a new run: its own Started event will come
         write_attrs(running.trial, config=config.to_dict())  # a PBT member's current params and segment
         self._new_task([running])
@@ -261,9 +262,14 @@ class Dispatcher:
         """The trial is done for good (it is being told)."""
         del self.running[number]
 
-    def request_stop(self, running: RunningTrial, reason: str, trigger_time: float) -> None:
-        """Ask a trial to stop at its next report; it ends PRUNED with ``reason``."""
-        running.stop(reason, trigger_time, self._clock())
+    def fits_width(self, width: int) -> bool:
+        """Whether a trial of ``width`` slots can run on the cluster's workers together (none yet: assumed so)."""
+        total = self._executor.slots().total
+        return total < 1 or width <= total
+
+    def request_stop(self, running: RunningTrial, stop: Stop, trigger_time: float) -> None:
+        """Ask a trial to stop at its next report; ``stop.transition`` says what follows (a prune: PRUNED)."""
+        running.stop(stop, trigger_time, self._clock())
         self._executor.stop(running.number)
 
     def enforce_time_limits(self, campaign_over: bool) -> None:
@@ -283,9 +289,9 @@ class Dispatcher:
             if running.stop_reason:
                 self._kill_if_hung(running, now)
             elif campaign_over:
-                self.request_stop(running, TIME_BUDGET, now)
+                self.request_stop(running, Stop(TIME_BUDGET), now)
             elif limit > 0 and running.started_at is not None and now - running.started_at > limit:
-                self.request_stop(running, TRIAL_TIMEOUT, now)
+                self.request_stop(running, Stop(TRIAL_TIMEOUT), now)
 
     def _kill_if_hung(self, running: RunningTrial, now: float) -> None:
         if running.kill_tried or running.stop_reason not in TIME_LIMITS or running.started_at is None:

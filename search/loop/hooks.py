@@ -21,12 +21,15 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from search.compat import optuna_private as op
+
+if TYPE_CHECKING:  # the policies import the loop's parts; the hooks are imported by the session's options
+    from search.loop.policies import Policy
 
 __all__ = ["StopCampaign", "CampaignHooks", "Callback", "ReportHook"]
 
@@ -46,12 +49,14 @@ class CampaignHooks:
 
     callbacks: Sequence[Callback] = ()
     on_report: ReportHook | None = None
+    policies: Sequence[Policy] = ()  # more scheduling policies, asked after the fault policies, before the spec's
     stopped: bool = False
     reason: str = ""
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
         self.callbacks = tuple(self.callbacks)
+        self.policies = tuple(self.policies)
         for i, fn in enumerate((*self.callbacks, *([self.on_report] if self.on_report else []))):
             if not callable(fn):
                 raise TypeError(f"callbacks[{i}] = {fn!r}: must be callable (a function of (study, frozen_trial))")

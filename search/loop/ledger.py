@@ -22,7 +22,7 @@ from cluster.executor import CANCELLED, ERROR, LOST, Outcome
 from search.compat import optuna_private as op
 from search.loop.fail_fast import FailFast
 from search.loop.oom import device_fields
-from search.loop.policies import TARGET_REACHED, Verdict
+from search.loop.policies import Verdict
 from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.failures import MISSING_METRIC, retried_failures
@@ -170,8 +170,8 @@ class Ledger:
             return decided
         if not outcome.ok:
             return Verdict(TrialState.FAIL, (), _failure_reason(outcome))
-        if running.stop_reason and running.stop_reason != TARGET_REACHED:
-            return Verdict(TrialState.PRUNED, (), running.stop_reason)
+        if running.pruned_reason:  # a stop whose transition is prune (not target reached, not a resize)
+            return Verdict(TrialState.PRUNED, (), running.pruned_reason)
         values: list[float] = []
         for name in self._spec.study.metrics:
             if name not in outcome.metrics:

@@ -6,26 +6,32 @@ decides. A policy gets a frozen :class:`~search.loop.trials.TrialView` (as Optun
 hooks get a ``FrozenTrial``) and changes nothing: what is to be written comes back with
 its decision, and the campaign, the one owner of the trial's state, applies it.
 
-- ``on_report(trial, metrics) -> str | None``: a stop reason (the trial ends at its
-  next report and is told PRUNED with that reason, unless the reason is
-  :data:`TARGET_REACHED`), or None.
-- ``on_finished(trial, outcome) -> Resubmit | Verdict | Halt | Park | Note | None``: run the same
-  trial again with a config (a retry, a population member's next segment; whether the re-run is
-  counted as a retry or a free re-send, and the attributes to record), the verdict to tell, stop the
-  campaign (a full disk), park it, or leave it to the next policy (None, or a :class:`Note` of
+A trial's life is a sequence of segments (:mod:`search.loop.segments`); what follows a segment is one
+typed :class:`~search.vocab.terms.Transition` (``continue``, ``resize``, ``exploit``, ``prune``,
+``target reached``).
+
+- ``on_report(trial, metrics) -> Stop | None``: the trial's segment ends at its next report, and the
+  :class:`~search.loop.segments.Stop`'s transition says what follows (``prune``: told PRUNED with its reason;
+  ``target reached``: told COMPLETE by its policy; ``resize``: a next segment its policy starts), or None.
+- ``on_finished(trial, outcome) -> Resubmit | NextSegment | Verdict | Halt | Park | Note | None``: run the same
+  segment again (a retry; whether the re-run is counted as a retry or a free re-send, and the attributes to
+  record), start the trial's next segment (:class:`NextSegment`: a resize, its width and overrides), the verdict
+  to tell, stop the campaign (a full disk), park it, or leave it to the next policy (None, or a :class:`Note` of
   attributes to record; last comes the campaign's default verdict: the spec's metrics).
   :func:`decide` asks them in turn and returns a :class:`Ruling`: the decision and the attributes.
+- A policy that ends segments at set epochs (a rung) also plans each trial's first segment
+  (:class:`PlansSegments`: ``first_segment(config) -> config``, asked before the trial is sent).
 
-A new scheduling rule (ASHA's promotions, a budget per rung, ...) is one more class
-here, added in :func:`policies_for`.
+A new scheduling rule (ASHA's promotions, a budget per rung, a resize at a rung, ...) is one more class
+here, added in :func:`policies_for` (or, from the API, a policy in ``CampaignHooks.policies``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import optuna
 from optuna.trial import TrialState
@@ -33,7 +39,8 @@ from optuna.trial import TrialState
 from cluster.executor import CANCELLED, LOST, Outcome
 from search.loop.intermediate import IntermediateValues
 from search.loop.oom import OOM_CONSTRAINT, OUT_OF_MEMORY
-from search.loop.trials import TrialView
+from search.loop.segments import Segment, Stop
+from search.loop.trials import Prepared, TrialView
 from search.pbt.policy import PBTPolicy
 from search.pbt.population import Population
 from search.sampling.samplers import sampler_info
@@ -41,7 +48,7 @@ from search.sampling.seeds import component_seed
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.records import Attr
-from search.vocab.terms import StopReason, maximizing
+from search.vocab.terms import StopReason, Transition, maximizing
 from trainers.api import TrialConfig
 
 if TYPE_CHECKING:  # search.scaling (scipy, pandas) is imported by a scaling sweep only: a controller starts faster
@@ -49,7 +56,10 @@ if TYPE_CHECKING:  # search.scaling (scipy, pandas) is imported by a scaling swe
 
 __all__ = [
     "Policy",
+    "PlansSegments",
+    "Stop",
     "Resubmit",
+    "NextSegment",
     "Verdict",
     "Halt",
     "Park",
@@ -66,7 +76,8 @@ __all__ = [
     "Pruning",
     "population_of",
     "policies_for",
-    "first_stop_reason",
+    "first_stop",
+    "first_segments",
     "decide",
 ]
 
@@ -77,7 +88,7 @@ TARGET_REACHED = StopReason.TARGET_REACHED
 
 @dataclasses.dataclass(frozen=True)
 class Resubmit:
-    """Run the trial again (same number, same slot width) with ``config``.
+    """Run the trial's segment again (same number, same slot width) with ``config``.
 
     ``requeue``: a free re-send (it only shared a lost or killed worker); ``retry``: charged as a retry;
     ``attrs``: user attributes to record on the trial first.
@@ -87,6 +98,24 @@ class Resubmit:
     requeue: bool = False
     retry: bool = False
     attrs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class NextSegment:
+    """Start the trial's next segment: ``config`` (its width, overrides and end), described by ``segment``
+    (recorded in the trial's ``segments``); ``attrs``: user attributes to record on the trial first."""
+
+    config: TrialConfig
+    segment: Segment
+    attrs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.segment.transition.ends or self.segment.transition is Transition.START:
+            raise ValueError(f"a next segment begins by continue, resize or exploit, not {self.segment.transition!r}")
+        if self.segment.width != self.config.data_parallel:
+            raise ValueError(
+                f"segment width {self.segment.width} != its config's data_parallel {self.config.data_parallel}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,22 +152,30 @@ class Note:
     attrs: Mapping[str, Any]
 
 
-Decision = Resubmit | Verdict | Halt | Park | Note | None
+Decision = Resubmit | NextSegment | Verdict | Halt | Park | Note | None
 
 
 @dataclasses.dataclass(frozen=True)
 class Ruling:
     """What the policies decided about a finished trial, and every attribute they asked to record."""
 
-    decision: Resubmit | Verdict | Halt | Park | None
+    decision: Resubmit | NextSegment | Verdict | Halt | Park | None
     attrs: Mapping[str, Any]
     constraints: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Policy(Protocol):
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None: ...
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None: ...
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision: ...
+
+
+@runtime_checkable
+class PlansSegments(Protocol):
+    """A policy that ends segments at set epochs: where a trial's first segment ends (and the LR schedule's
+    whole span, ``schedule_epochs``), before it is sent. Not its width: that is the space's."""
+
+    def first_segment(self, config: TrialConfig) -> TrialConfig: ...
 
 
 class HaltOnDiskErrors:
@@ -148,7 +185,7 @@ class HaltOnDiskErrors:
     def __init__(self, folder: CampaignFolder) -> None:
         self.folder = folder
 
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
@@ -168,7 +205,7 @@ class OutOfMemory:
     def __init__(self, constrained: bool) -> None:
         self.constrained = constrained
 
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
@@ -190,7 +227,7 @@ class KilledTrials:
     PRUNED (or FAIL) with its own stop reason.
     """
 
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
@@ -223,7 +260,7 @@ class RetryLostTrials:
     def __init__(self, max_retries: int) -> None:
         self.max_retries = max_retries
 
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
@@ -256,7 +293,7 @@ class PopulationSegments:
     def __init__(self, population: Population) -> None:
         self.population = population
 
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
@@ -273,11 +310,11 @@ class ScalingTarget:
     def __init__(self, goal: TargetGoal) -> None:
         self.goal = goal
 
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
-        return TARGET_REACHED if self.goal.reached(metrics) else None
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
+        return Stop(TARGET_REACHED, Transition.TARGET_REACHED) if self.goal.reached(metrics) else None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
-        if not outcome.ok or running.stop_reason not in ("", TARGET_REACHED):
+        if not outcome.ok or (running.stop_reason and running.stop_transition is not Transition.TARGET_REACHED):
             return None
         # the stop reason is recorded ("target reached"), so reports and reproduce know where it was stopped
         return Verdict(TrialState.COMPLETE, (self.goal.value(running.history()),), running.stop_reason)
@@ -290,12 +327,10 @@ class Pruning:
         self.values = values
         self.multi_objective = multi_objective
 
-    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> str | None:
+    def on_report(self, running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
         if self.multi_objective or not self.values.should_prune(running.trial):
             return None
-        return (
-            StopReason.PRUNED
-        )  # the campaign records and logs it (search.loop.stops) before the trial is asked to stop
+        return Stop(StopReason.PRUNED)  # the campaign records it (search.loop.stops) before the trial is asked to stop
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         return None
@@ -321,15 +356,20 @@ def population_of(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Stud
 
 
 def policies_for(
-    spec: CampaignSpec, folder: CampaignFolder, population: Population | None, values: IntermediateValues
+    spec: CampaignSpec,
+    folder: CampaignFolder,
+    population: Population | None,
+    values: IntermediateValues,
+    extra: Sequence[Policy] = (),
 ) -> list[Policy]:
-    """The spec's policies, in the order they are asked."""
+    """The spec's policies, in the order they are asked (``extra``: an API user's, after the fault policies)."""
     constrained = sampler_info(spec.study.sampler).supports_constraints  # it reads an OOM trial's infeasibility
     policies: list[Policy] = [
         HaltOnDiskErrors(folder),
         OutOfMemory(constrained),
         KilledTrials(),
         RetryLostTrials(spec.study.max_retries),
+        *extra,
     ]
     if population is not None:
         policies.append(PopulationSegments(population))
@@ -343,12 +383,26 @@ def policies_for(
     return policies
 
 
-def first_stop_reason(policies: list[Policy], running: TrialView, metrics: Mapping[str, float]) -> str | None:
+def first_stop(policies: list[Policy], running: TrialView, metrics: Mapping[str, float]) -> Stop | None:
     for policy in policies:
-        reason = policy.on_report(running, metrics)
-        if reason:
-            return reason
+        stop = policy.on_report(running, metrics)
+        if stop is not None:
+            return stop
     return None
+
+
+def first_segments(policies: list[Policy], group: list[Prepared]) -> list[Prepared]:
+    """``group`` with each trial's first segment as the policies that plan segments set it (its width kept)."""
+    planners = [p for p in policies if isinstance(p, PlansSegments)]
+    if not planners:
+        return group
+    planned = []
+    for prepared in group:
+        config = prepared.config
+        for planner in planners:
+            config = planner.first_segment(config) if config is not None else None
+        planned.append(dataclasses.replace(prepared, config=config))
+    return planned
 
 
 def decide(policies: list[Policy], running: TrialView, outcome: Outcome) -> Ruling:
@@ -359,6 +413,6 @@ def decide(policies: list[Policy], running: TrialView, outcome: Outcome) -> Ruli
         if isinstance(decision, Note):
             attrs.update(decision.attrs)
         elif decision is not None:
-            attrs.update(decision.attrs if isinstance(decision, (Resubmit, Verdict)) else {})
+            attrs.update(decision.attrs if isinstance(decision, (Resubmit, NextSegment, Verdict)) else {})
             return Ruling(decision, attrs, decision.constraints if isinstance(decision, Verdict) else {})
     return Ruling(None, attrs)

@@ -17,7 +17,6 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from search.loop.policies import TARGET_REACHED
 from search.objective.messages import Op, distribution_of
 from search.store.records import Attr
 
@@ -35,14 +34,15 @@ class Answer:
 
 
 def answer(trial: optuna.Trial, stop_reason: str, question: Mapping[str, Any]) -> Answer:
-    """The answer to ``question`` from the running ``trial`` (``stop_reason``: why it was stopped, "" if it was not).
+    """The answer to ``question`` from the running ``trial`` (``stop_reason``: why it was stopped when that stop
+    prunes it, its ``pruned_reason``; "" if it was not, or its stop leads elsewhere: a target reached, a resize).
     A question the controller cannot answer gets ``{"error": ...}``, raised in the trial."""
     op = question.get("op")
     try:
         if op == Op.SUGGEST:
             return Answer({"value": suggest(trial, str(question["name"]), distribution_of(question))})
         if op == Op.SHOULD_PRUNE:
-            return Answer({"prune": bool(stop_reason) and stop_reason != TARGET_REACHED})
+            return Answer({"prune": bool(stop_reason)})
         if op == Op.PRUNED:
             return Answer({}, pruned=not stop_reason)
         if op == Op.USER_ATTR:

@@ -5,8 +5,9 @@ the step it was made at), flushes the storage, and only then sends the stop requ
 controller killed after that finds, on ``resume``, a trial still RUNNING with a decision: it is
 told PRUNED with that reason and its reports so far (read back from its ``metrics.jsonl``), never
 run again, so no rung is decided twice and no epoch is trained past the decision.
-A scaling sweep's ``target reached`` is not a verdict (the trial's value is the steps it took)
-and stays as it was: such a trial runs again from its checkpoint.
+Only a stop whose transition is ``prune`` is such a verdict. A scaling sweep's ``target reached`` is not
+(the trial's value is the steps it took), nor is a stop that leads to a next segment (``resize``): those
+stay as they were, and such a trial runs again from its checkpoint.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from cluster.executor import OK, Outcome
 from search.compat import optuna_private as op
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import Ledger
-from search.loop.policies import TARGET_REACHED, Verdict
+from search.loop.policies import Stop, Verdict
 from search.loop.trials import RunningTrial
 from search.store.records import Attr, write_attrs
+from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 __all__ = ["decide_stop", "decided_stop", "settle_decided"]
@@ -31,14 +33,18 @@ __all__ = ["decide_stop", "decided_stop", "settle_decided"]
 log = logging.getLogger(__name__)
 
 
-def decide_stop(running: RunningTrial, reason: str, flush: Callable[[], object]) -> None:
-    """Write the decision to stop ``running`` into the study and ``flush`` the storage; only then is it logged
-    (and, by the caller, sent). ``target reached`` is only logged."""
+def decide_stop(running: RunningTrial, stop: Stop, flush: Callable[[], object]) -> None:
+    """Write the decision to prune ``running`` (its reason, the step and the examples seen) into the study and
+    ``flush`` the storage; only then is it logged (and, by the caller, sent). Any other stop is only logged."""
     step = running.reports[-1][0] if running.reports else -1
-    if reason != TARGET_REACHED:
-        write_attrs(running.trial, **{Attr.STOP_DECIDED: {"reason": reason, "step": step}})
+    if stop.transition is Transition.PRUNE:
+        decided: dict[str, object] = {"reason": stop.reason, "step": step}
+        examples = running.view().examples()
+        if examples is not None:
+            decided["examples"] = examples
+        write_attrs(running.trial, **{Attr.STOP_DECIDED: decided})
         flush()
-    log.info("trial %d %s at step %d", running.number, reason, step)
+    log.info("trial %d %s at step %d", running.number, stop.reason, step)
 
 
 def decided_stop(frozen: FrozenTrial) -> str:
@@ -59,7 +65,7 @@ def settle_decided(
             rest.append(frozen)
             continue
         running = RunningTrial(optuna.Trial(study, op.frozen_id(study, frozen)), TrialConfig.from_dict(config), 1, 0.0)
-        running.stop(reason)
+        running.stop(Stop(reason))
         reports.replay(running, ())  # its reports so far, from its metrics.jsonl (any the study lacks are told)
         log.info(
             "trial %d was stopped before the controller died (%s): told PRUNED, not run again", frozen.number, reason

@@ -1,7 +1,7 @@
 """The controller's record of a trial in flight: asked and configured, then sent out.
 
 :class:`RunningTrial` is changed only by its own methods, here (its transitions: a report kept,
-a stop requested, a start, a re-run, a kill); every other module reads it. Policies see a
+a stop requested, a start, a re-run, its next segment, a kill); every other module reads it. Policies see a
 :class:`TrialView`, a frozen copy, and return what to change instead of changing it.
 """
 
@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 
 import optuna
 
+from search.loop.segments import Segment, Stop, current_segment, examples_seen
+from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 __all__ = ["Prepared", "RunningTrial", "TrialView", "ReportRecord"]
@@ -47,6 +49,9 @@ class TrialView:
     attempts: int
     requeues: int
     started_at: float | None
+    width: int = 1
+    stop_transition: Transition = Transition.PRUNE
+    segments: tuple[Segment, ...] = ()
 
     @property
     def number(self) -> int:
@@ -55,6 +60,14 @@ class TrialView:
     def history(self) -> list[tuple[int, dict[str, float]]]:
         """Its reports as ``(step, metrics)``, in arrival order."""
         return [(step, metrics) for step, metrics, _t in self.reports]
+
+    def segment(self) -> Segment:
+        """The segment it runs now."""
+        return current_segment(self.segments, self.config, self.width)
+
+    def examples(self) -> int | None:
+        """Training examples seen by its last report that counts them (None: its trainer reports none)."""
+        return examples_seen(self.history())
 
 
 @dataclasses.dataclass
@@ -72,6 +85,7 @@ class RunningTrial:
     recorded_steps: set[int] = dataclasses.field(default_factory=set)  # resources with an intermediate value
     restored: bool = False  # an earlier controller's reports (metrics.jsonl) were read back, or it has none (fresh)
     stop_reason: str = ""
+    stop_transition: Transition = Transition.PRUNE  # what follows its stop (when it has a stop_reason)
     stop_trigger_time: float = 0.0  # when the report that led to the stop was sent (worker clock)
     stop_requested_at: float = 0.0
     killed: str = ""  # why its worker's processes were killed (it did not answer a time limit's stop request)
@@ -82,6 +96,7 @@ class RunningTrial:
     started_at: float | None = None  # when a worker began it (it may wait queued before)
     task: int = 0  # the executor task it runs in (a batch holds several trials)
     worker: str = ""  # where it started
+    segments: list[Segment] = dataclasses.field(default_factory=list)  # all it began, once it began a second
 
     @property
     def number(self) -> int:
@@ -102,7 +117,19 @@ class RunningTrial:
             self.attempts,
             self.requeues,
             self.started_at,
+            self.width,
+            self.stop_transition,
+            tuple(self.segments),
         )
+
+    def segment(self) -> Segment:
+        """The segment it runs now."""
+        return current_segment(self.segments, self.config, self.width)
+
+    @property
+    def pruned_reason(self) -> str:
+        """Its stop reason when that stop ends it PRUNED ("" otherwise)."""
+        return self.stop_reason if self.stop_reason and self.stop_transition is Transition.PRUNE else ""
 
     # --- its transitions (the only writers of its fields) ---------------------------------------------
 
@@ -125,9 +152,9 @@ class RunningTrial:
         """Resources that have an intermediate value in the study."""
         self.recorded_steps.update(resources)
 
-    def stop(self, reason: str, trigger_time: float = 0.0, requested_at: float = 0.0) -> None:
+    def stop(self, stop: Stop, trigger_time: float = 0.0, requested_at: float = 0.0) -> None:
         """A stop decided (``trigger_time``: when the report behind it was sent; ``requested_at``: controller clock)."""
-        self.stop_reason = reason
+        self.stop_reason, self.stop_transition = stop.reason, stop.transition
         self.stop_trigger_time = trigger_time
         self.stop_requested_at = requested_at
 
@@ -142,6 +169,16 @@ class RunningTrial:
         """Sent again with ``config`` (a retry, a population member's next segment)."""
         self.config = config
         self.not_running()
+
+    def next_segment(self, config: TrialConfig, segment: Segment) -> None:
+        """Its next segment begins (a resize, a PBT member's next interval): ``config`` at ``segment.width``; a stop
+        that ended the last segment (a resize decided at a report) is done with."""
+        if not self.segments:
+            self.segments.append(self.segment())
+        self.segments.append(segment)
+        self.width = segment.width
+        self.stop_reason, self.stop_transition = "", Transition.PRUNE
+        self.rerun(config)
 
     def counted(self, requeue: bool = False, retry: bool = False) -> None:
         """A policy's re-run, counted: a free re-send (``requeue``; no longer collateral) or a ``retry``."""

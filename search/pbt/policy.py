@@ -14,7 +14,6 @@ campaign submits segments.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,13 +22,13 @@ import numpy as np
 from optuna.distributions import BaseDistribution, FloatDistribution
 
 from search.spec.pbt import PBT_KEYS, PBTSpec, parse_pbt  # re-exported: the [pbt] section is parsed in search.spec
+from search.vocab.terms import Transition
 
 __all__ = ["PBTSpec", "PBT_KEYS", "parse_pbt", "PBTPolicy", "Member", "Decision", "Action", "recorded_schedule"]
 
 
-class Action(enum.Enum):
-    CONTINUE = "continue"
-    EXPLOIT = "exploit"
+Action = Transition
+"""A rung's decision for a member is the transition to its next segment: ``continue`` or ``exploit``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +43,13 @@ class Member:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    action: Action
+    action: Transition
     source: int | None = None
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.action not in (Transition.CONTINUE, Transition.EXPLOIT):
+            raise ValueError(f"a PBT decision is 'continue' or 'exploit', not {self.action!r}")
 
 
 class PBTPolicy:

@@ -27,6 +27,7 @@ from search.pbt.journal import PBTJournal, RungRecord
 from search.pbt.policy import Action, Member, PBTPolicy, recorded_schedule
 from search.store.folder import CampaignFolder, replaced_atomically
 from search.store.records import CONTROLLER_FILES, Attr
+from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 __all__ = ["Population", "Released", "SNAPSHOT", "lineage_of", "is_state_file"]
@@ -43,6 +44,7 @@ class Released:
     config: TrialConfig
     epoch: int
     source: int | None = None
+    transition: Transition = Transition.CONTINUE  # exploit: it starts from ``source``'s checkpoint
 
 
 class Population:
@@ -113,7 +115,7 @@ class Population:
                 config = dataclasses.replace(
                     self._configs.pop(number), params=dict(decision.params), epochs=self._segment_end(epoch)
                 )
-                released.append(Released(config, epoch, decision.source))
+                released.append(Released(config, epoch, decision.source, decision.action))
         return released
 
     def waiting(self) -> set[int]:

@@ -95,6 +95,8 @@ class Attr:
     PBT_LINEAGE: Final = "pbt_lineage"  # list of {"epoch", "source", "params"}: whom it copied, when
     PBT_SCHEDULE: Final = "pbt_schedule"  # list of [first step, lr]: the LR it actually followed
     PBT_SEGMENTS: Final = "pbt_segments"  # list of [started, finished, worker]: each run of a PBT member
+    # a trial's life as segments (search.loop.segments)
+    SEGMENTS: Final = "segments"  # list of Segment records: each segment it began, once it began a second
 
 
 class StudyAttr:

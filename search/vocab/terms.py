@@ -1,4 +1,4 @@
-"""The words the code branches on, typed: stop reasons, where the sampler runs, and study directions.
+"""The words the code branches on, typed: stop reasons, segment transitions, where the sampler runs, directions.
 
 Each enum is a ``StrEnum``: its members *are* their strings, so what is stored in a study, printed in a
 message or written to a spec is exactly what it was as a plain string (``StopReason.PRUNED == "pruned"``).
@@ -18,6 +18,7 @@ from cluster.outcome import TrialStatus
 __all__ = [
     "TrialStatus",
     "StopReason",
+    "Transition",
     "SamplingMode",
     "StudyDirection",
     "direction_of",
@@ -40,6 +41,32 @@ class StopReason(enum.StrEnum):
     """It ran longer than ``trial_timeout``."""
     NEVER_STARTED = "time budget: never started"
     """Asked, but the time budget ran out before it was launched."""
+
+
+class Transition(enum.StrEnum):
+    """What follows a segment of a trial's life (a policy decides it, the campaign carries it out).
+
+    A trial runs as a sequence of segments (:class:`search.loop.segments.Segment`); at a segment's end
+    it either ends (:attr:`PRUNE`, :attr:`TARGET_REACHED`) or starts its next segment (the others).
+    """
+
+    START = "start"
+    """Its first segment (from scratch, or from its own checkpoint after ``resume``)."""
+    CONTINUE = "continue"
+    """The next segment as the last one was: same width, same parameters (a PBT member that survived)."""
+    RESIZE = "resize"
+    """The next segment at another width (a promotion's resources), its overrides after a rule (the lr)."""
+    EXPLOIT = "exploit"
+    """PBT: the next segment from another trial's checkpoint, with explored parameters."""
+    PRUNE = "prune"
+    """The trial ends, told PRUNED with its stop reason."""
+    TARGET_REACHED = "target reached"
+    """The trial ends, told COMPLETE with the value its policy gives (a scaling sweep: the steps it took)."""
+
+    @property
+    def ends(self) -> bool:
+        """Whether the trial ends here (no next segment)."""
+        return self in (Transition.PRUNE, Transition.TARGET_REACHED)
 
 
 class SamplingMode(enum.StrEnum):

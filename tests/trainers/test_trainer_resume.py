@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -53,6 +54,23 @@ def test_checkpoint_of_another_trial_is_refused(make_config, tmp_path: Path) -> 
     fit(make_config(epochs=1, checkpoint_dir=str(tmp_path)), RecordingReporter())
     with pytest.raises(ValueError, match="written by another trial"):
         fit(make_config(epochs=2, seed=8, checkpoint_dir=str(tmp_path)), RecordingReporter())
+
+
+def test_a_later_segment_with_a_new_learning_rate_resumes_the_trials_own_checkpoint(
+    make_config, tmp_path: Path
+) -> None:
+    """A segment's overrides (the lr after a rule) are no other trial's params: its checkpoint is resumed, not
+    refused, and training goes on from it at the new rate (steps and examples continue)."""
+    params = {"lr": 3e-3, "optimizer": "adam", "schedule": "constant", "hidden": 32}
+    config = make_config(params, epochs=1, checkpoint_dir=str(tmp_path))
+    first = RecordingReporter()
+    fit(config, first)
+    later = dataclasses.replace(config, params={**params, "lr": 6e-3}, base_params=params, epochs=2)
+    second = RecordingReporter()
+    fit(later, second)
+    (_, one), (_, two) = second.reports
+    assert one == first.reports[0][1]  # the checkpoint's report, sent again
+    assert two["lr"] == 6e-3 and two["examples"] == 2 * one["examples"] and two["steps"] == 2 * one["steps"]
 
 
 @pytest.mark.slow

@@ -104,6 +104,7 @@ class StudyAttr:
 
     SPEC_SHA256: Final = "spec_sha256"  # str: sha256 of the frozen spec.toml the study was run with
     SEED: Final = "seed"  # int: the study seed
+    SLOTS: Final = "slots"  # int: the cluster's slots when a controller last started (status's width for the ETA)
 
 
 class Files:

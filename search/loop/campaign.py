@@ -38,6 +38,7 @@ from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
 from search.loop.costs import TrialCosts
 from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.elastic import elastic_policies
 from search.loop.eta import Eta
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
@@ -131,7 +132,8 @@ class Campaign:
         self.sinks.add(self.hooks.sink(study))
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
-        self.policies = policies_for(spec, folder, population, self.reports, self.hooks.policies)
+        extra = (*self.hooks.policies, *elastic_policies(spec))  # [elastic]: before pruning, after the faults
+        self.policies = policies_for(spec, folder, population, self.reports, extra)
         self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
         self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)

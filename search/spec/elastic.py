@@ -130,9 +130,9 @@ def parse_elastic(
         raise t.error("grow", "'pbt' needs [study] scheduler = 'pbt'")
     if searched_width:
         raise SpecError(source, "space.data_parallel", "[elastic] sets each trial's width; remove it from [space]")
-    if trainer.data_parallel not in (1, spec.start_width):
+    if trainer.data_parallel != spec.start_width:
         raise SpecError(
-            source, "trainer.data_parallel", f"a trial starts at [elastic] widths[0] = {spec.start_width}; leave it out"
+            source, "trainer.data_parallel", f"must be [elastic] widths[0] = {spec.start_width}: a trial starts there"
         )
     if spec.lr_rule == "adascale" and not trainer.options.get("noise_scale_every"):
         raise t.error("lr_rule", "'adascale' needs the noise scale: [trainer] options = { noise_scale_every = k }")

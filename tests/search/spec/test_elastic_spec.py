@@ -80,6 +80,9 @@ def test_elastic_cross_checks_with_the_rest_of_the_spec(tmp_path: Path) -> None:
         load(tmp_path, "widths = [1, 2]\n", BASE + "data_parallel = { type = 'categorical', choices = [1, 2] }\n")
     with pytest.raises(SpecError, match="trainer.data_parallel.*widths\\[0\\] = 2"):
         load(tmp_path, "widths = [2, 4]\n", BASE.replace("epochs = 4", "epochs = 4\ndata_parallel = 4"))
+    with pytest.raises(SpecError, match="trainer.data_parallel.*widths\\[0\\] = 2"):
+        load(tmp_path, "widths = [2, 4]\n")  # the default 1 is not where it starts
+    assert load(tmp_path, "widths = [2, 4]\n", BASE.replace("epochs = 4", "epochs = 4\ndata_parallel = 2"))
 
 
 @pytest.mark.parametrize(

@@ -108,7 +108,8 @@ class ElasticGrowth:
         base = running.config.base_params or running.config.params
         batch = float(base.get(BATCH, 1))
         measured = step_times(running, batch, self.spec.batch == "grow", self.spec.start_width)
-        model = fit_step_model(measured or [StepTime(running.width, batch / running.width, 1.0)])
+        one = batch / self.spec.start_width if self.spec.batch == "grow" else batch  # the global batch at width 1
+        model = fit_step_model(measured or [StepTime(1, one, 1.0)])  # none measured: AdaptDL's prior, no all-reduce
         return Goodput(model, batch, self.spec.start_width, self.spec.batch == "grow", _last_noise(running))
 
 

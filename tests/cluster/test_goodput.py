@@ -23,13 +23,12 @@ def test_the_fit_recovers_the_model_when_the_measurements_show_every_part() -> N
     assert fit.beta_n == pytest.approx(TRUE.beta_n)
 
 
-def test_one_width_seen_means_no_communication_cost_and_half_the_step_fixed() -> None:
-    """AdaptDL's priors: only width 1 and one batch seen -> optimistic scaling, alpha_c half the step."""
+def test_one_width_and_one_batch_seen_means_perfect_scaling_until_measured() -> None:
+    """The optimistic prior: only width 1 and one batch seen -> no all-reduce, compute in proportion to the batch."""
     fit = fit_step_model([StepTime(1, 32.0, 0.1)])
-    assert (fit.alpha_n, fit.beta_n) == (0.0, 0.0)
-    assert fit.alpha_c == pytest.approx(0.05)
+    assert (fit.alpha_c, fit.alpha_n, fit.beta_n) == (0.0, 0.0, 0.0)
     assert fit.step_seconds(1, 32.0) == pytest.approx(0.1)
-    assert fit.throughput(2, 32.0) == pytest.approx(32 / 0.075)  # half the batch per replica, no all-reduce
+    assert fit.throughput(4, 32.0) == pytest.approx(4 * 32 / 0.1)
 
 
 def test_width_two_seen_gives_the_all_reduce_constant_but_no_retrogression() -> None:

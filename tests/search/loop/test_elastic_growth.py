@@ -89,3 +89,33 @@ def test_a_promoted_trial_grows_from_1_to_2_slots_and_goes_on_from_its_checkpoin
     assert history[1]["lr"] == pytest.approx(lr) and history[3]["lr"] == pytest.approx(2 * lr)
     config = trial.user_attrs[Attr.CONFIG]
     assert config["data_parallel"] == 2 and config["base_params"]["lr"] == lr
+
+
+ACROSS = (
+    SPEC.replace("epochs = 3", "epochs = 4")
+    .replace("n_workers = 1", "n_workers = 2")
+    .replace('widths = [1, 2]\nbatch = "grow"\nlr_rule = "linear"', "widths = [1, 2, 4]")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_trial_grows_1_2_4_across_two_workers_with_its_global_batch_fixed(tmp_path: Path) -> None:
+    """2 workers x 2 slots: the third segment's 4 ranks span both workers (a new rendezvous each segment); the
+    global batch and the learning rate stay (batch = "fixed"), each rank's share shrinks."""
+    spec = parse_spec(tomllib.loads(ACROSS), "elastic.toml", ACROSS)
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
+    (trial,) = load(folder.root, "elastic").get_trials()
+    assert trial.state is optuna.trial.TrialState.COMPLETE, trial.user_attrs
+    segments = [Segment.from_record(r) for r in trial.user_attrs[Attr.SEGMENTS]]
+    assert [(s.transition, s.width, s.start_epoch, s.end_epoch, dict(s.overrides)) for s in segments] == [
+        (Transition.START, 1, 0, 1, {}),
+        (Transition.RESIZE, 2, 1, 2, {}),
+        (Transition.RESIZE, 4, 2, 4, {}),
+    ]
+    history = {step: metrics for step, metrics in trial.user_attrs[Attr.HISTORY]}
+    n = int(history[1]["examples"])
+    assert [history[e]["examples"] for e in (1, 2, 3, 4)] == [n, 2 * n, 3 * n, 4 * n]
+    assert history[4]["steps"] == 4 * math.ceil(n / 32)  # the same global batch: the same steps per epoch
+    assert [history[e]["lr"] for e in (1, 4)] == [pytest.approx(trial.params["lr"])] * 2
+    assert trial.user_attrs[Attr.CONFIG]["data_parallel"] == 4

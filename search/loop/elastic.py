@@ -81,8 +81,6 @@ class ElasticGrowth:
         return min([r for r in self.rungs if r > after] or [total])
 
     def _width_after(self, running: TrialView) -> int:
-        if self.spec.grow == "pbt":
-            return running.width  # PBT survivors grow through the population's own segments
         wider = [w for w in self.spec.widths if running.width < w <= self.spec.most_slots]
         if not wider:
             return running.width

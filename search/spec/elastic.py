@@ -128,6 +128,8 @@ def parse_elastic(
         raise t.error("grow", f"'promotion' needs [study] pruner = 'asha' or 'hyperband', got {study.pruner!r}")
     if spec.grow == "pbt" and study.scheduler != "pbt":
         raise t.error("grow", "'pbt' needs [study] scheduler = 'pbt'")
+    if spec.grow == "pbt":  # PBT's own segments would have to grow a survivor: not carried out yet
+        raise t.error("grow", "'pbt' is not carried out yet (a PBT survivor keeps its width); use 'promotion'")
     if searched_width:
         raise SpecError(source, "space.data_parallel", "[elastic] sets each trial's width; remove it from [space]")
     if trainer.data_parallel != spec.start_width:

@@ -56,6 +56,7 @@ def test_no_elastic_table_means_none(tmp_path: Path) -> None:
         ("widths = [0, 1]\n", "elastic.widths", "integer >= 1"),
         ("widths = [1, 2]\ngrow = 'always'\n", "elastic.grow", "'always' is not one of promotion, pbt, goodput"),
         ("widths = [1, 2]\ngrow = 'pbt'\n", "elastic.grow", "scheduler = 'pbt'"),
+        ("widths = [1, 2]\ngrow = 'pbt'\n", "elastic.grow", "needs [study] scheduler = 'pbt'"),
         ("widths = [1, 2]\nbatch = 'double'\n", "elastic.batch", "not one of fixed, grow"),
         ("widths = [1, 2]\nlr_rule = 'linear'\n", "elastic.lr_rule", "only with batch = 'grow'"),
         ("widths = [1, 2]\nbatch = 'grow'\nlr_rule = 'cube'\n", "elastic.lr_rule", "not one of linear, sqrt"),
@@ -96,3 +97,10 @@ def test_elastic_cross_checks_with_the_rest_of_the_spec(tmp_path: Path) -> None:
 def test_the_dataclass_checks_itself_at_construction(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ElasticSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_growing_pbt_survivors_is_refused_until_it_is_carried_out(tmp_path: Path) -> None:
+    pbt = BASE.replace('pruner = "asha"', 'pruner = "none"\nscheduler = "pbt"')
+    pbt += 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n\n[pbt]\ninterval = 2\n'
+    with pytest.raises(SpecError, match="elastic.grow: 'pbt' is not carried out yet"):
+        load(tmp_path, "widths = [1, 2]\ngrow = 'pbt'\n", pbt)

@@ -30,8 +30,9 @@ class ElasticSpec:
     """The data-parallel widths a trial may take, increasing, each >= 1, e.g. `[1, 2, 4]`; a trial starts at the
     first. Required."""
     grow: str = "promotion"
-    """When a trial grows: `promotion` (at an ASHA/Hyperband rung it passes), `pbt` (a PBT member that survives a
-    round), or `goodput` (whenever slots are free, the running trials where goodput per slot gains most)."""
+    """When a trial grows: `promotion` (at an ASHA/Hyperband rung it passes, where goodput per slot gains enough),
+    `goodput` (for now at the same segment boundaries, the rungs, without needing a rung pruner), or `pbt` (a PBT
+    member that survives a round: refused for now, not carried out yet)."""
     batch: str = "fixed"
     """`fixed`: the global batch stays (each replica's share shrinks; the optimisation path does not change), or
     `grow`: each replica's batch stays, the global batch grows with the width and the learning rate follows

@@ -28,6 +28,7 @@ from search.loop.segments import Segment, Stop, following, lr_for_batch, segment
 from search.loop.trials import TrialView
 from search.spec.campaign_spec import CampaignSpec
 from search.spec.elastic import ElasticSpec
+from search.store.records import Attr
 from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
@@ -73,7 +74,9 @@ class ElasticGrowth:
         overrides = self._overrides(running, width)
         nxt = segment_config(config, width, overrides, self._next_end(config.epochs, total))
         how = Transition.RESIZE if width != running.width else Transition.CONTINUE
-        return NextSegment(nxt, following(running.segment(), how, config, nxt, running.examples()))
+        record = [*running.trial.user_attrs.get(Attr.ELASTIC, []), self._record(running, outcome)]
+        segment = following(running.segment(), how, config, nxt, running.examples())
+        return NextSegment(nxt, segment, {Attr.ELASTIC: record})
 
     # --- the parts --------------------------------------------------------------------------------
 
@@ -101,6 +104,22 @@ class ElasticGrowth:
         else:
             new_lr = lr_for_batch(lr, batch, new_batch, str(self.spec.lr_rule))
         return {BATCH: new_batch, LR: new_lr}
+
+    def _record(self, running: TrialView, outcome: Outcome) -> dict[str, float | int | None]:
+        """The segment that ended: its width, batch, lr, examples/s over its run (its start and rendezvous
+        included) and statistical efficiency relative to the trial's first batch."""
+        params = running.config.params
+        seen, start = running.examples(), running.segment().examples or 0
+        seconds = (outcome.finished or 0.0) - (outcome.started or 0.0)
+        rate = (seen - start) / seconds if seen is not None and seconds > 0 else None
+        return {
+            "segment": running.segment().index,
+            "width": running.width,
+            "batch": int(params[BATCH]) if BATCH in params else None,
+            "lr": float(params[LR]) if LR in params else None,
+            "examples_per_second": rate,
+            "efficiency": self._goodput(running).efficiency(running.width),
+        }
 
     def _goodput(self, running: TrialView) -> Goodput:
         base = running.config.base_params or running.config.params

@@ -97,6 +97,7 @@ class Attr:
     PBT_SEGMENTS: Final = "pbt_segments"  # list of [started, finished, worker]: each run of a PBT member
     # a trial's life as segments (search.loop.segments)
     SEGMENTS: Final = "segments"  # list of Segment records: each segment it began, once it began a second
+    ELASTIC: Final = "elastic"  # list of dicts: each segment an [elastic] trial ended at a rung (width, batch, lr, ...)
 
 
 class StudyAttr:

@@ -89,6 +89,11 @@ def test_a_promoted_trial_grows_from_1_to_2_slots_and_goes_on_from_its_checkpoin
     assert history[1]["lr"] == pytest.approx(lr) and history[3]["lr"] == pytest.approx(2 * lr)
     config = trial.user_attrs[Attr.CONFIG]
     assert config["data_parallel"] == 2 and config["base_params"]["lr"] == lr
+    first, second = trial.user_attrs[Attr.ELASTIC]  # the segments that ended at a rung
+    assert (first["segment"], first["width"], first["batch"], first["efficiency"]) == (0, 1, 32, 1.0)
+    assert (second["segment"], second["width"], second["batch"]) == (1, 2, 64)
+    assert second["lr"] == pytest.approx(2 * lr) and 0.0 < second["efficiency"] < 1.0  # 2x the batch: less per example
+    assert first["examples_per_second"] > 0 and second["examples_per_second"] > 0
 
 
 ACROSS = (

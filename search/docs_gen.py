@@ -20,6 +20,7 @@ from typing import Any
 from search import cli
 from search.spec.campaign_spec import CampaignSpec, PrunerSpec, StudySpec, TrainerSpec
 from search.spec.cluster import ClusterSpec
+from search.spec.elastic import ElasticSpec
 from search.spec.logs import LoggingSpec
 from search.spec.pbt import PBTSpec
 from search.spec.scaling import ScalingSpec
@@ -38,6 +39,7 @@ SECTIONS: tuple[tuple[str, type], ...] = (
     ("[logging]", LoggingSpec),
     ("[cluster]", ClusterSpec),
     ("[pbt]", PBTSpec),
+    ("[elastic]", ElasticSpec),
     ("[scaling]", ScalingSpec),
     ("the parsed spec, CampaignSpec (Python only)", CampaignSpec),
 )

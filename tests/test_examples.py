@@ -22,13 +22,14 @@ import pytest
 from optuna.trial import TrialState
 
 from search.cli import main
-from search.store.records import TrialRecord
+from search.store.records import Attr, TrialRecord
 from tests.campaign_storage import load
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.toml"))
 CUTS: dict[str, dict[str, str]] = {  # the CNN-cell examples (evolution, pareto) run 1 epoch: ~1.6 s each here
     "digits.toml": {"n_trials = 16": "n_trials = 4", "epochs = 10": "epochs = 2"},
+    "digits-elastic.toml": {"n_trials = 8": "n_trials = 4"},
     "digits-evolution.toml": {"n_trials = 24": "n_trials = 4", "epochs = 6": "epochs = 1"},
     "digits-pareto.toml": {"n_trials = 16": "n_trials = 4", "epochs = 4": "epochs = 1"},
     "digits-pbt.toml": {"interval = 3 ": "interval = 2 ", "epochs = 12": "epochs = 6"},  # two rungs (2 and 4)
@@ -102,12 +103,17 @@ def expected_best(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> list[in
 
 
 def reproduced_trial(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> int:
-    """A scaling sweep: a trial stopped at its target if there is one; else the first complete trial."""
+    """A scaling sweep: a trial stopped at its target if there is one; an elastic campaign: the first
+    complete trial that ran several segments (grew); else the first complete trial."""
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     stopped = [t for t in done if t.user_attrs.get("stop_reason") == "target reached"]
     if "scaling" in spec:
         assert stopped, "no trial of the sweep was stopped at its target"
         return stopped[0].number
+    if "elastic" in spec:  # a trial that grew, replayed at its widths
+        grown = [t for t in done if len(t.user_attrs.get(Attr.SEGMENTS, [])) > 1]
+        assert grown, "no trial of the elastic campaign grew"
+        return grown[0].number
     return done[0].number
 
 
@@ -140,6 +146,9 @@ def test_example_runs_end_to_end(name: str, tmp_path: Path, capsys: pytest.Captu
         assert (folder / "scaling" / "conclusion.txt").read_text().strip() in report_md
         assert "<h3>Conclusion</h3>" in (folder / "report" / "index.html").read_text()
 
+    if "elastic" in spec:  # a promoted trial grew 1 -> 2 -> 4 ranks (the last across both workers)
+        widths = [[r["width"] for r in t.user_attrs.get(Attr.SEGMENTS, [])] for t in trials]
+        assert [1, 2, 4] in widths, widths
     number = reproduced_trial(spec, trials)
     code, again = cli(capsys, "reproduce", folder, number)
     assert code == 0 and f"MATCH: trial {number} reproduces" in again, again[-3000:]

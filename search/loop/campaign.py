@@ -39,6 +39,7 @@ from search.loop.budget import Budget
 from search.loop.cost_gates import CostGates
 from search.loop.costs import TrialCosts
 from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.elastic import elastic_policies
 from search.loop.eta import Eta
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
@@ -129,7 +130,8 @@ class Campaign:
         self.sinks.add(self.hooks.sink(study))
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec.study, spec.pruning, study, folder, sinks=self.sinks)
-        self.policies = policies_for(spec, folder, population, self.reports, self.hooks.policies)
+        extra = (*self.hooks.policies, *elastic_policies(spec))  # [elastic]: before pruning, after the faults
+        self.policies = policies_for(spec, folder, population, self.reports, extra)
         self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
         self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(

@@ -14,7 +14,7 @@ from search.spec.campaign_spec import load_spec
 from search.store.failures import failure_groups, failures_block, rerun_note, retried_failures
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.journal_lines import first_unreadable_line, line_text, unreadable_last_line
-from search.store.records import StudyAttr
+from search.store.records import Attr, StudyAttr
 from search.store.storage import missing_storage, open_storage, storage_url
 from search.store.warm_marks import describe, own_trials
 from spaces.errors import InputError
@@ -66,12 +66,21 @@ def status_text(path: str | Path) -> str:
         since = trial.datetime_start.strftime("%H:%M:%S") if trial.datetime_start else "?"
         steps = len(trial.intermediate_values)
         lines.append(
-            f"  trial {trial.number}: {label}, since {since}, {steps} report(s), "
+            f"  trial {trial.number}: {label}, since {since}, {steps} report(s), {width_text(trial)}, "
             f"params {params_text(trial_params(trial, spec.space))}"
         )
     if running and not alive:
         lines.append(f"  continue with: hypersweep resume {path}")
     return "\n".join(lines)
+
+
+def width_text(trial: optuna.trial.FrozenTrial) -> str:
+    """A running trial's width (its current config's ``data_parallel``) and, once it has several, its segment."""
+    config = trial.user_attrs.get(Attr.CONFIG) or {}
+    width = config.get("data_parallel", 1) if isinstance(config, dict) else 1
+    segments = trial.user_attrs.get(Attr.SEGMENTS) or []
+    text = f"width {width}"
+    return f"{text} (segment {len(segments)}: {segments[-1]['transition']})" if segments else text
 
 
 def read_study(folder: CampaignFolder, name: str, url: str) -> optuna.Study:

@@ -10,8 +10,8 @@ against what it declares (:mod:`search.spec.trainer_check`): ``load_spec(path)``
 alone, for commands that only look at a campaign (``status``, ``report``), and
 :func:`~search.spec.trainer_check.check_trainer` runs the trainer checks later (``reproduce``).
 The sections have their own modules: ``[cluster]``
-(:mod:`search.spec.cluster`), ``[logging]`` (:mod:`search.spec.logs`), ``[pbt]`` (:mod:`search.spec.pbt`), ``[scaling]``
-(:mod:`search.spec.scaling`); the sampler names and their rules are the registry
+(:mod:`search.spec.cluster`), ``[logging]`` (:mod:`search.spec.logs`), ``[pbt]`` (:mod:`search.spec.pbt`),
+``[elastic]`` (:mod:`search.spec.elastic`), ``[scaling]`` (:mod:`search.spec.scaling`); the sampler names and their rules are the registry
 in :mod:`search.sampling.samplers`.
 """
 
@@ -37,6 +37,7 @@ from search.sampling.samplers import (
 )
 from search.spec.budgets import BUDGET_KEYS, budget_fields
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, parse_cluster
+from search.spec.elastic import ElasticSpec, parse_elastic
 from search.spec.enqueue import parse_enqueue
 from search.spec.gpu import GPU_KEYS, gpu_fields
 from search.spec.keys import BATCH_SIZE, DATA_PARALLEL
@@ -250,6 +251,8 @@ class CampaignSpec:
     """`[logging]`: TensorBoard, MLflow, Weights & Biases."""
     sampler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # ``[sampler]``: keyword arguments
     """`[sampler]`: the sampler's keyword arguments."""
+    elastic: ElasticSpec | None = None
+    """`[elastic]`: trials that grow (or shrink) their width between segments (docs/howto/elastic.md), or None."""
 
     @property
     def objective_metrics(self) -> tuple[str, ...]:
@@ -271,7 +274,7 @@ class CampaignSpec:
 
 # --- sections --------------------------------------------------------------------------------
 
-_TOP = ("study", "trainer", "space", "cluster", "pruner", "sampler", "scaling", "pbt", "enqueue", "logging")
+_TOP = ("study", "trainer", "space", "cluster", "pruner", "sampler", "scaling", "pbt", "elastic", "enqueue", "logging")
 _STUDY = (  # the [study] keys
     *"name direction directions metric metrics sampler seed n_trials time_budget trial_timeout stop_grace".split(),
     *"storage pruner deterministic parallelism max_retries fail_fast scheduler dispatch_ahead batch_trials".split(),
@@ -499,6 +502,7 @@ def parse_spec(
         raise SpecError(source, *problem)
     _check_data_parallel(source, space, trainer)
     pbt = _pbt(source, top, study, trainer, space)
+    elastic = parse_elastic(source, data, study, trainer, DATA_PARALLEL in space, _values_of(space, BATCH_SIZE))
     if study.warm_start and (scaling or pbt):
         what = "a [scaling] sweep" if scaling else "population-based training ([pbt])"
         raise SpecError(source, "study.warm_start", f"{what} cannot start warm; remove warm_start")
@@ -517,6 +521,7 @@ def parse_spec(
         enqueue,
         logging=logs,
         sampler_options=sampler_options,
+        elastic=elastic,
     )
     if not check_trainer:
         return spec

@@ -97,6 +97,7 @@ class Attr:
     PBT_SEGMENTS: Final = "pbt_segments"  # older campaigns' PBT runs; now each segment's runs
     # a trial's life as segments (search.loop.segments)
     SEGMENTS: Final = "segments"  # list of Segment records (with their runs): a PBT member's, a resized trial's
+    ELASTIC: Final = "elastic"  # list of dicts: each segment an [elastic] trial ended at a rung (width, batch, lr, ...)
 
 
 class StudyAttr:

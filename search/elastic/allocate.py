@@ -1,0 +1,120 @@
+"""Which trials get free slots, and which give slots back: by goodput per slot (Pollux's idea, for a search).
+
+Each candidate is a :class:`Candidate`: a trial the search wants to continue (promoted at a rung, a PBT survivor,
+or any running trial under ``grow = "goodput"``), its width now, and its :class:`~cluster.goodput.Goodput`. A
+trial's *speedup* at a width is its goodput there over its goodput at its width now. :func:`grow` hands out the
+free slots less the ``reserve`` (kept for new trials, so the search keeps exploring) one resize at a time: of all
+the resizes to a larger allowed width that fit (at most ``max_slots`` per trial), the one whose speedup gained per
+slot added is highest, while that gain is at least ``min_gain`` (a slot that buys less than that is worth more to
+a new trial). :func:`shrink` frees ``needed`` slots for waiting trials the other way: the resizes to a smaller
+allowed width that lose the least speedup per slot freed.
+
+Where this differs from Pollux: Pollux re-optimises every job's allocation at once with a genetic algorithm over a
+fairness-weighted sum of speedups, and picks each job's batch size too; here the search decides which trials
+deserve more (promotion), the batch follows the spec's rule, and a greedy choice over a few allowed widths (each
+trial's goodput is concave in its width for these models, so greedy by marginal gain is what an exact search
+would choose in the common case) is enough, easy to explain, and deterministic (ties go to the lower trial number).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from cluster.goodput import Goodput
+
+__all__ = ["Candidate", "MIN_GAIN", "grow", "shrink"]
+
+MIN_GAIN = 0.25  # least speedup per added slot a resize must buy (a new trial on that slot would gain 1 trial)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A running trial that may be resized: its number, width now and goodput per width."""
+
+    number: int
+    width: int
+    goodput: Goodput
+
+    def speedup(self, width: int) -> float:
+        return self.goodput(width) / self.goodput(self.width)
+
+
+def _check(widths: Sequence[int], max_slots: int, free: int) -> None:
+    if not widths or any(w < 1 for w in widths):
+        raise ValueError(f"widths={list(widths)!r}: need at least one width, each >= 1")
+    if max_slots < 1:
+        raise ValueError(f"max_slots={max_slots!r}: must be >= 1")
+    if free < 0:
+        raise ValueError(f"free slots={free!r}: must be >= 0")
+
+
+def _best_step(
+    widths: dict[int, int], candidates: Sequence[Candidate], allowed: Sequence[int], room: int | None, larger: bool
+) -> tuple[float, int, int] | None:
+    """(score, trial, width) of the best single resize of at most ``room`` slots (None: any), score = speedup
+    gained per slot added (shrinking: minus the speedup lost per slot freed; both: the higher the better)."""
+    best: tuple[float, int, int] | None = None
+    for cand in sorted(candidates, key=lambda c: c.number):
+        now = widths[cand.number]
+        base = cand.speedup(now)
+        for target in allowed:
+            slots = target - now if larger else now - target
+            if slots <= 0 or (room is not None and slots > room):
+                continue
+            score = (cand.speedup(target) - base) / slots  # shrinking: minus the loss per slot freed
+            if best is None or score > best[0]:
+                best = (score, cand.number, target)
+    return best
+
+
+def _smallest_shrink(
+    widths: dict[int, int], candidates: Sequence[Candidate], allowed: Sequence[int], wanted: int
+) -> tuple[float, int, int] | None:
+    """The best shrink freeing at most ``wanted`` slots, else the best of those freeing the fewest more."""
+    for room in range(wanted, max(allowed) + 1):
+        step = _best_step(widths, candidates, allowed, room, larger=False)
+        if step is not None:
+            return step
+    return None
+
+
+def grow(
+    candidates: Sequence[Candidate],
+    free: int,
+    widths: Sequence[int],
+    reserve: int = 0,
+    max_slots: int | None = None,
+    min_gain: float = MIN_GAIN,
+) -> Mapping[int, int]:
+    """The new width of each trial that grows (``{trial: width}``; the others keep theirs)."""
+    _check(widths, 1 if max_slots is None else max_slots, free)
+    top = max(widths) if max_slots is None else max_slots
+    allowed = sorted({w for w in widths if w <= top})
+    now = {c.number: c.width for c in candidates}
+    room = max(0, free - max(0, reserve))
+    while room > 0:
+        step = _best_step(now, candidates, allowed, room, larger=True)
+        if step is None or step[0] < min_gain:
+            break
+        _score, number, target = step
+        room -= target - now[number]
+        now[number] = target
+    return {c.number: now[c.number] for c in candidates if now[c.number] != c.width}
+
+
+def shrink(candidates: Sequence[Candidate], needed: int, widths: Sequence[int]) -> Mapping[int, int]:
+    """The new width of each trial that shrinks so that ``needed`` slots come free (as few as cost least speedup;
+    fewer freed where the candidates cannot give that many)."""
+    _check(widths, 1, max(0, needed))
+    allowed = sorted(set(widths))
+    now = {c.number: c.width for c in candidates}
+    freed = 0
+    while freed < needed:
+        step = _smallest_shrink(now, candidates, allowed, needed - freed)
+        if step is None:
+            break
+        _score, number, target = step
+        freed += now[number] - target
+        now[number] = target
+    return {c.number: now[c.number] for c in candidates if now[c.number] != c.width}

@@ -1,0 +1,60 @@
+"""The goodput choice: which trials get free slots (and which give them back), with a reserve and a cap."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.goodput import Goodput, StepModel
+from search.elastic.allocate import Candidate, grow, shrink
+
+COMPUTE_BOUND = StepModel(alpha_c=0.001, beta_c=0.01, alpha_n=0.002)  # nearly linear speedup
+COMM_BOUND = StepModel(alpha_c=0.001, beta_c=0.001, alpha_n=0.2, beta_n=0.05)  # width barely helps, even hurts
+
+
+def trial(number: int, model: StepModel, width: int = 1, **kwargs: object) -> Candidate:
+    return Candidate(number, width, Goodput(model, base_batch=64, **kwargs))  # type: ignore[arg-type]
+
+
+def test_free_slots_go_to_the_trial_that_gains_most_per_slot() -> None:
+    chosen = grow([trial(0, COMM_BOUND), trial(1, COMPUTE_BOUND)], free=1, widths=[1, 2, 4])
+    assert chosen == {1: 2}
+
+
+def test_a_trial_whose_goodput_does_not_gain_enough_gets_no_slot() -> None:
+    assert grow([trial(0, COMM_BOUND)], free=8, widths=[1, 2, 4]) == {}
+
+
+def test_the_reserve_is_kept_for_new_trials_and_the_cap_per_trial_holds() -> None:
+    two = [trial(0, COMPUTE_BOUND), trial(1, COMPUTE_BOUND)]
+    assert grow(two, free=3, widths=[1, 2, 4], reserve=2) == {0: 2}  # 1 slot to give: the lower number
+    assert grow(two, free=8, widths=[1, 2, 4], max_slots=2) == {0: 2, 1: 2}
+    assert grow(two, free=6, widths=[1, 2, 4]) == {0: 4, 1: 4}
+
+
+def test_slots_are_spread_where_the_marginal_gain_is_higher() -> None:
+    """Speedup per slot falls with width (the all-reduce), so 2 + 2 beats 4 + 1 for two equal trials."""
+    two = [trial(0, COMPUTE_BOUND), trial(1, COMPUTE_BOUND)]
+    assert grow(two, free=2, widths=[1, 2, 4]) == {0: 2, 1: 2}
+
+
+def test_in_grow_mode_a_small_noise_scale_makes_growing_not_worth_it() -> None:
+    noisy = trial(0, COMPUTE_BOUND, grow=True, b_noise=1e6)  # efficiency ~1 at 4x the batch
+    clean = trial(1, COMPUTE_BOUND, grow=True, b_noise=1.0)  # efficiency ~1/4 at 4x: no goodput gained
+    assert grow([noisy, clean], free=3, widths=[1, 2, 4]) == {0: 4}
+
+
+def test_shrink_takes_slots_where_the_least_speedup_is_lost() -> None:
+    wide = [trial(0, COMPUTE_BOUND, width=4), trial(1, COMM_BOUND, width=4)]
+    assert shrink(wide, needed=2, widths=[1, 2, 4]) == {1: 2}
+    assert shrink(wide, needed=1, widths=[1, 2, 4]) == {1: 2}  # the smallest step that frees enough
+    assert shrink([trial(0, COMPUTE_BOUND)], needed=1, widths=[1, 2, 4]) == {}  # nothing to give
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"widths": []}, "widths=\\[\\]"), ({"widths": [0, 2]}, "each >= 1"), ({"free": -1}, "free slots=-1")],
+)
+def test_bad_arguments_are_refused_naming_the_value(kwargs: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {"candidates": [trial(0, COMPUTE_BOUND)], "free": 2, "widths": [1, 2], **kwargs}
+    with pytest.raises(ValueError, match=message):
+        grow(**args)  # type: ignore[arg-type]

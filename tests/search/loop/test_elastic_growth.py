@@ -1,0 +1,126 @@
+"""[elastic] on the CPU twin: a trial promoted at an ASHA rung grows from 1 to 2 slots and goes on from its
+checkpoint (real Dask LocalCluster, 1 worker x 2 slots, the project's trainer, real torch DDP over gloo).
+
+Examples seen continue across the resize; with ``batch = "grow"`` the global batch doubles and the learning rate
+follows the linear rule, from the trial's own rate."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+
+import optuna
+import pytest
+
+from search.loop.elastic import rung_epochs
+from search.loop.segments import Segment
+from search.session.runner import RunOptions, run_campaign
+from search.spec.campaign_spec import parse_spec
+from search.store.records import Attr
+from search.vocab.terms import Transition
+from tests.campaign_storage import load
+
+SPEC = """
+[study]
+name = "elastic"
+direction = "maximize"
+metric = "val_accuracy"
+sampler = "random"
+seed = 3
+n_trials = 1
+max_retries = 0
+pruner = "asha"
+
+[pruner]
+min_resource = 1
+reduction_factor = 2
+
+[trainer]
+entry = "trainers.classifier:fit"
+dataset = "digits"
+epochs = 3
+device = "cpu"
+
+[space]
+optimizer = "adam"
+lr = { type = "float", low = 1e-3, high = 1e-2, log = true }
+batch_size = 32
+
+[cluster]
+n_workers = 1
+slots_per_worker = 2
+
+[elastic]
+widths = [1, 2]
+batch = "grow"
+lr_rule = "linear"
+reserve = 0
+"""
+
+
+def test_rungs_are_the_pruners_below_the_last_epoch() -> None:
+    assert rung_epochs(1, 3, 10) == (1, 3, 9)
+    assert rung_epochs(0, 2, 4) == (1, 2)
+    assert rung_epochs(4, 2, 4) == ()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_promoted_trial_grows_from_1_to_2_slots_and_goes_on_from_its_checkpoint(tmp_path: Path) -> None:
+    spec = parse_spec(tomllib.loads(SPEC), "elastic.toml", SPEC)
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
+    (trial,) = load(folder.root, "elastic").get_trials()
+    assert trial.state is optuna.trial.TrialState.COMPLETE, trial.user_attrs
+    lr = trial.params["lr"]
+    segments = [Segment.from_record(r) for r in trial.user_attrs[Attr.SEGMENTS]]
+    history = {step: metrics for step, metrics in trial.user_attrs[Attr.HISTORY]}
+    assert sorted(history) == [1, 2, 3]  # each epoch once: nothing trained twice, none skipped
+    n = int(history[1]["examples"])
+    # rungs at epochs 1 and 2: promoted at 1 -> 2 slots; at 2 it is at its widest and continues
+    assert [(s.transition, s.width, s.start_epoch, s.end_epoch) for s in segments] == [
+        (Transition.START, 1, 0, 1),
+        (Transition.RESIZE, 2, 1, 2),
+        (Transition.CONTINUE, 2, 2, 3),
+    ]
+    assert segments[1].examples == n and segments[1].overrides == {"batch_size": 64, "lr": pytest.approx(2 * lr)}
+    assert [history[e]["examples"] for e in (1, 2, 3)] == [n, 2 * n, 3 * n]  # examples seen continue
+    assert history[2]["steps"] == math.ceil(n / 32) + math.ceil(n / 64)  # from the checkpoint, not from scratch
+    assert history[1]["lr"] == pytest.approx(lr) and history[3]["lr"] == pytest.approx(2 * lr)
+    config = trial.user_attrs[Attr.CONFIG]
+    assert config["data_parallel"] == 2 and config["base_params"]["lr"] == lr
+    first, second = trial.user_attrs[Attr.ELASTIC]  # the segments that ended at a rung
+    assert (first["segment"], first["width"], first["batch"], first["efficiency"]) == (0, 1, 32, 1.0)
+    assert (second["segment"], second["width"], second["batch"]) == (1, 2, 64)
+    assert second["lr"] == pytest.approx(2 * lr) and 0.0 < second["efficiency"] < 1.0  # 2x the batch: less per example
+    assert first["examples_per_second"] > 0 and second["examples_per_second"] > 0
+
+
+ACROSS = (
+    SPEC.replace("epochs = 3", "epochs = 4")
+    .replace("n_workers = 1", "n_workers = 2")
+    .replace('widths = [1, 2]\nbatch = "grow"\nlr_rule = "linear"', "widths = [1, 2, 4]")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_trial_grows_1_2_4_across_two_workers_with_its_global_batch_fixed(tmp_path: Path) -> None:
+    """2 workers x 2 slots: the third segment's 4 ranks span both workers (a new rendezvous each segment); the
+    global batch and the learning rate stay (batch = "fixed"), each rank's share shrinks."""
+    spec = parse_spec(tomllib.loads(ACROSS), "elastic.toml", ACROSS)
+    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
+    (trial,) = load(folder.root, "elastic").get_trials()
+    assert trial.state is optuna.trial.TrialState.COMPLETE, trial.user_attrs
+    segments = [Segment.from_record(r) for r in trial.user_attrs[Attr.SEGMENTS]]
+    assert [(s.transition, s.width, s.start_epoch, s.end_epoch, dict(s.overrides)) for s in segments] == [
+        (Transition.START, 1, 0, 1, {}),
+        (Transition.RESIZE, 2, 1, 2, {}),
+        (Transition.RESIZE, 4, 2, 4, {}),
+    ]
+    history = {step: metrics for step, metrics in trial.user_attrs[Attr.HISTORY]}
+    n = int(history[1]["examples"])
+    assert [history[e]["examples"] for e in (1, 2, 3, 4)] == [n, 2 * n, 3 * n, 4 * n]
+    assert history[4]["steps"] == 4 * math.ceil(n / 32)  # the same global batch: the same steps per epoch
+    assert [history[e]["lr"] for e in (1, 4)] == [pytest.approx(trial.params["lr"])] * 2
+    assert trial.user_attrs[Attr.CONFIG]["data_parallel"] == 4

@@ -130,7 +130,10 @@ class Campaign:
         self.sinks.add(self.hooks.sink(study))
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec.study, spec.pruning, study, folder, sinks=self.sinks)
-        extra = (*self.hooks.policies, *elastic_policies(spec))  # [elastic]: before pruning, after the faults
+        extra = (
+            *self.hooks.policies,
+            *elastic_policies(spec.elastic, spec.pruning, spec.trainer.epochs),
+        )  # [elastic]: before pruning, after the faults
         self.policies = policies_for(spec, folder, population, self.reports, extra)
         self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
         self.dispatch = Dispatcher(spec, executor, clock, self.costs)

@@ -26,7 +26,7 @@ from search.elastic.allocate import Candidate, grow
 from search.loop.policies import Decision, NextSegment
 from search.loop.segments import Segment, Stop, following, lr_for_batch, segment_config
 from search.loop.trials import TrialView
-from search.spec.campaign_spec import CampaignSpec
+from search.spec.campaign_spec import PrunerSpec
 from search.spec.elastic import ElasticSpec
 from search.store.records import Attr
 from search.vocab.terms import Transition
@@ -162,12 +162,9 @@ def step_times(running: TrialView, base_batch: float, grows: bool, start_width: 
     return out
 
 
-def elastic_policies(spec: CampaignSpec) -> list[ElasticGrowth]:
+def elastic_policies(elastic: ElasticSpec | None, pruning: PrunerSpec, epochs: int) -> list[ElasticGrowth]:
     """The policy of a spec's ``[elastic]`` table (none without one), its segments ending at the ``[pruner]``'s
-    rungs."""
-    if spec.elastic is None:
+    rungs within the trainer's ``epochs``."""
+    if elastic is None:
         return []
-    pruning = spec.pruning
-    return [
-        ElasticGrowth(spec.elastic, rung_epochs(pruning.min_resource, pruning.reduction_factor, spec.trainer.epochs))
-    ]
+    return [ElasticGrowth(elastic, rung_epochs(pruning.min_resource, pruning.reduction_factor, epochs))]

@@ -1,18 +1,20 @@
 """How trials pack on GPUs: the share each takes (:class:`GpuPacking`), and how much device memory a trial
 will need, from what similar trials used (:class:`MemoryModel`, ``gpu_memory = "auto"``).
 
-Each finished trial's peak device memory is kept with its parameters; a new trial's estimate
-is the largest peak among its ``neighbours`` nearest (numbers compared on a log scale where
-positive, anything else equal or not), times ``margin``. An exact match counts alone. With
-nothing known the estimate is 0: the trial is placed by its share alone, and measured.
+Each finished trial's peak device memory goes to the trial model (:mod:`cluster.trial_cost`) with its parameters;
+a new trial's estimate is the upper end of the model's 90% interval once it has a fit, and before that the largest
+peak among its ``neighbours`` nearest (numbers compared on a log scale where positive, anything else equal or not),
+times ``margin``. An exact match counts alone. With nothing known the estimate is 0: the trial is placed by its
+share alone, and measured.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
+
+from .trial_cost import ONE_SLOT, Basis, Quantity, Resources, TrialCostModel, param_distance
 
 __all__ = ["GpuPacking", "MemoryModel", "param_distance", "MAX_TRIALS_PER_GPU", "thread_shortfall"]
 
@@ -62,50 +64,28 @@ def thread_shortfall(info: Mapping[str, Any], packing: GpuPacking) -> list[str]:
     return lines
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def param_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """How far two configurations are: per parameter, 1 for a different label or a missing one, for
-    numbers their distance in doublings (log2) where both are positive, else their relative difference."""
-    total = 0.0
-    for key in set(a) | set(b):
-        x, y = a.get(key), b.get(key)
-        nx, ny = _number(x), _number(y)
-        if nx is not None and ny is not None:
-            if nx > 0 and ny > 0:
-                total += abs(math.log2(nx) - math.log2(ny))
-            else:
-                total += abs(nx - ny) / (abs(nx) + abs(ny) or 1.0)
-        else:
-            total += 0.0 if x == y else 1.0
-    return total
-
-
 class MemoryModel:
-    """Peak device memory by configuration; ``estimate(params)`` in bytes (0: unknown)."""
+    """Peak device memory by configuration, read from a :class:`~cluster.trial_cost.TrialCostModel`;
+    ``estimate(params)`` in bytes (0: unknown): the fit's 90% upper bound where there is a fit, else the largest
+    of the nearest configurations' peaks (an exact match's alone), times ``margin``."""
 
-    def __init__(self, neighbours: int = 3, margin: float = 1.2) -> None:
+    def __init__(self, neighbours: int = 3, margin: float = 1.2, model: TrialCostModel | None = None) -> None:
         if neighbours < 1 or margin < 1.0:
             raise ValueError(f"neighbours={neighbours!r}, margin={margin!r}: need neighbours >= 1 and margin >= 1")
         self.neighbours = neighbours
         self.margin = margin
-        self._seen: list[tuple[dict[str, Any], int]] = []
+        self.model = model or TrialCostModel(neighbours=neighbours)
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return self.model.count(Quantity.MEMORY)
 
-    def observe(self, params: Mapping[str, Any], peak: int) -> None:
-        if peak > 0:
-            self._seen.append((dict(params), int(peak)))
+    def observe(self, params: Mapping[str, Any], peak: int, resources: Resources = ONE_SLOT) -> None:
+        self.model.observe_memory(None, params, resources, peak)
 
-    def estimate(self, params: Mapping[str, Any]) -> int:
-        if not self._seen:
+    def estimate(self, params: Mapping[str, Any], resources: Resources = ONE_SLOT) -> int:
+        predicted = self.model.predict(Quantity.MEMORY, params, resources)
+        if not predicted.known:
             return 0
-        ranked = sorted(self._seen, key=lambda seen: param_distance(params, seen[0]))
-        exact = [peak for seen, peak in ranked if param_distance(params, seen) == 0.0]
-        peaks = exact or [peak for _, peak in ranked[: self.neighbours]]
-        return int(max(peaks) * self.margin)
+        if predicted.basis is Basis.FIT:
+            return int(predicted.high * self.margin)
+        return int(max(self.model.nearest(Quantity.MEMORY, params, resources)) * self.margin)

@@ -45,7 +45,9 @@ if TYPE_CHECKING:
     import optuna
     import pandas as pd
 
+    from search.loop.eta import Eta
     from search.loop.hooks import Callback, CampaignHooks, ReportHook
+    from search.reports.cost_status import CampaignCost
     from search.reports.reproduce import Reproduction
     from search.spec.campaign_spec import CampaignSpec
 
@@ -79,6 +81,23 @@ class Result:
         from search.store.folder import CampaignFolder
 
         return history_frame(self.study, CampaignFolder(self.folder))
+
+    @property
+    def cost(self) -> CampaignCost:
+        """What the campaign has cost (slot- or GPU-hours spent, and left of ``[study] slot_hours``/``gpu_hours``)
+        and its expected end, read from the study now: while a campaign runs, each read is current."""
+        from search.reports.cost_status import campaign_cost
+        from search.store.records import StudyAttr
+        from search.store.warm_marks import own_trials
+
+        trials = own_trials(self.study.get_trials(deepcopy=False))
+        return campaign_cost(self.spec, trials, self.study.user_attrs.get(StudyAttr.SLOTS))
+
+    @property
+    def eta(self) -> Eta | None:
+        """The running campaign's expected end (seconds left: a mean and a 90% interval); None when nothing is
+        running or nothing is known yet."""
+        return self.cost.eta
 
     @property
     def best_checkpoint(self) -> Path | None:

@@ -17,7 +17,8 @@ class Budget:
     """``n_trials`` trials and ``seconds`` of time (``<= 0``: no time limit) from ``clock()`` at construction.
 
     A hook that stopped the campaign (:class:`~search.loop.hooks.CampaignHooks`) spends both: no trial is asked
-    or started after it (running ones finish either way).
+    or started after it (running ones finish either way); so does a closed ``gate`` (a resource budget's,
+    :class:`~search.loop.resource_budget.ResourceBudget`).
     """
 
     def __init__(self, n_trials: int, seconds: float, clock: Callable[[], float], hooks: CampaignHooks) -> None:
@@ -26,6 +27,7 @@ class Budget:
         self._clock = clock
         self._hooks = hooks
         self.started = clock()
+        self.gate: Callable[[], bool] = lambda: True  # a resource budget's: whether one more trial fits
 
     @property
     def stopped(self) -> bool:
@@ -35,15 +37,19 @@ class Budget:
     def elapsed(self) -> float:
         return self._clock() - self.started
 
+    def seconds_left(self) -> float | None:
+        """Seconds of the time budget left (None: no time budget)."""
+        return max(0.0, self.seconds - self.elapsed()) if self.seconds > 0 else None
+
     def time_left(self) -> bool:
         return self.seconds <= 0 or self.elapsed() < self.seconds
 
     def may_start(self) -> bool:
         """New trials may start: time is left and no hook stopped the campaign."""
-        return self.time_left() and not self.stopped
+        return self.time_left() and not self.stopped and self.gate()
 
     def trials_left(self, spent: int) -> int:
         """Trials not asked yet, ``spent`` being those finished or in hand (asked, queued, running, waiting)."""
-        if self.stopped:
+        if self.stopped or not self.gate():
             return 0
         return max(0, self.n_trials - spent)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -35,11 +36,14 @@ from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExe
 from search.compat import optuna_private as op
 from search.loop.barrier import Barrier, Expire
 from search.loop.budget import Budget
+from search.loop.costs import TrialCosts, refresh_interval
 from search.loop.dispatch import CampaignError, Dispatcher
+from search.loop.eta import Eta, EtaLog
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger, named_values
+from search.loop.placement import Placement
 from search.loop.policies import (
     TARGET_REACHED,
     Halt,
@@ -54,6 +58,7 @@ from search.loop.policies import (
     population_of,
 )
 from search.loop.queries import answer
+from search.loop.resource_budget import ResourceBudget, resource_budget
 from search.loop.segments import Segment, Stop
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
@@ -62,7 +67,7 @@ from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
-from search.store.records import Attr, write_attrs
+from search.store.records import Attr, Files, StudyAttr, TrialRecord, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
 from search.vocab.terms import StopReason
@@ -85,6 +90,7 @@ class Snapshot:
     best: float | None
     elapsed: float
     queued: int = 0  # sent to the cluster, not started yet (waiting for a slot or a worker)
+    eta: Eta | None = None  # the expected end, from the trial model (None: not known yet)
 
 
 class Campaign:
@@ -124,25 +130,38 @@ class Campaign:
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports, self.hooks.policies)
-        self.dispatch = Dispatcher(spec, executor, clock)
+        self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
+        self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
         self.barrier = Barrier(population, self.sinks) if population else None
         self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
         # too few slots: a line (on_notice: the terminal; campaign.log too); none for worker_timeout: exit 3
-        self._slot_watch = SlotWatch(spec.cluster.worker_timeout, on_notice or (lambda _line: None), clock)
+        self._notice = on_notice or (lambda _line: None)
+        self._slot_watch = SlotWatch(spec.cluster.worker_timeout, self._notice, clock)
         self._widest = max(spec.widths())
+        self._clock = clock
+        self.resources: ResourceBudget | None = None  # [study] slot_hours / gpu_hours (set when the run starts)
+        self.placement = Placement(self.costs, self.budget, self._notice) if spec.study.time_budget > 0 else None
+        self.budget.gate = self._may_start_more
+        self._eta_log = EtaLog(folder.root / Files.ETA_LOG, spec.study.n_trials)  # the ends expected, for the report
+        self._eta: tuple[float, Eta | None] = (-math.inf, None)  # when the expected end was last worked out, and it
 
     # --- the loop ------------------------------------------------------------------------
 
     def run(self) -> None:
         """Run until the budget is spent and every trial is told; Ctrl-C leaves trials resumable."""
-        resumable = self.ledger.load(self.study.get_trials(deepcopy=False))
+        trials = self.study.get_trials(deepcopy=False)
+        resumable = self.ledger.load(trials)
+        self.costs.load(TrialRecord.of(t) for t in trials if t.state.is_finished())  # a resume's spent and model
         resumable = settle_decided(resumable, self.study, self.reports, self.ledger)  # stopped before a kill
         self.ledger.flush(self._all_asked())
         self.dispatch.check_capacity()
+        self._budget_resources()
         try:
             self.supply.start(resumable)
             while True:
+                if self.resources is not None:
+                    self.resources.look(self.dispatch.running.values(), self._clock())
                 self._fill()
                 self.executor.want(self.dispatch.wanted(self.supply, self.budget.may_start()))
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
@@ -185,7 +204,8 @@ class Campaign:
             self.supply.want(free, plan.batch, plan.spare, slot_free, True, launched)
             if not self.dispatch.has_room(plan):
                 return  # no room, not even in the queue: ask nothing, so the next trial sees the latest results
-            group = self.supply.next_group(plan.batch, launched)
+            choose = (self.dispatch.free_tasks(plan), self.placement.order) if self.placement else (0, None)
+            group = self.supply.next_group(plan.batch, launched, *choose)
             if not group:
                 return
             # sampling may outlast the time budget; a child process may still be sending this batch
@@ -193,8 +213,27 @@ class Campaign:
             if not self.budget.may_start() or not self.dispatch.fits(group, plan) or on_its_way:
                 self.supply.put_back(group)
                 return
+            behind = () if self.dispatch.slot_free(plan) else self.dispatch.running.values()
+            if self.placement is not None and not self.placement.fits(group, behind, self._clock()):  # past the budget
+                self.supply.put_back(group)
+                return
             self.dispatch.launch(first_segments(self.policies, group), plan)
+            if self.resources is not None:
+                self.resources.took(len(group))
         self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False, len(self.dispatch.running))
+
+    def _budget_resources(self) -> None:
+        """``[study] slot_hours`` / ``gpu_hours``: its gate on the budget (:mod:`search.loop.resource_budget`); the
+        cluster's slots recorded for ``status``."""
+        study, notice, slots = self.spec.study, self._notice, self.executor.slots()
+        if slots.total:
+            self.study.set_user_attr(StudyAttr.SLOTS, slots.total)  # the width status works the ETA out with
+        gpus = self.spec.trainer.gpus
+        self.resources = resource_budget(study.slot_hours, study.gpu_hours, gpus, slots.resource, self.costs, notice)
+
+    def _may_start_more(self) -> bool:
+        """The resource budget has room for one more trial, and the placement has not stopped starting trials."""
+        return (self.resources is None or self.resources.open()) and not (self.placement and self.placement.closed)
 
     def _watch_slots(self) -> None:
         """Too few slots for the trials in flight: said, and bounded (:mod:`search.loop.slot_watch`)."""
@@ -233,6 +272,7 @@ class Campaign:
         if running is None:
             return  # a late report of a trial already told; its history came with the outcome
         self.reports.record(running, report.step, report.metrics, report.time, report.worker)
+        self.costs.reported(running, report.time, report.metrics)
         if running.stop_reason:
             return
         stop = first_stop(self.policies, running.view(), report.metrics)
@@ -255,9 +295,10 @@ class Campaign:
 
     def _on_finished(self, event: Finished) -> None:
         outcome = named_values(event.outcome, self.spec.study.metrics)  # a number returned: the study's metric
-        running = self.dispatch.ended(event.number, outcome.duration)
+        running = self.dispatch.ended(event.number)
         if running is None:
             return
+        self.costs.ended(running, outcome)
         self.reports.replay(running, outcome.history)
         if self.barrier is not None:
             outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment
@@ -337,4 +378,18 @@ class Campaign:
             best=self.ledger.best,
             elapsed=self.budget.elapsed(),
             queued=len(self.dispatch.running) - started,
+            eta=self.eta(),
         )
+
+    def eta(self) -> Eta | None:
+        """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval``."""
+        now = self._clock()
+        if now - self._eta[0] >= refresh_interval(len(self.dispatch.running)):
+            to_start = self.supply.trials_left(len(self.dispatch.running)) + len(self.supply.pending)
+            slots = self.executor.slots().total
+            cost_left = None if self.resources is None else self.resources.left()
+            running = self.dispatch.running.values()
+            found = self.costs.eta(running, to_start, slots, now, self.budget.seconds_left(), cost_left)
+            self._eta = (now, found)
+            self._eta_log.record(self.ledger.finished, now, found)
+        return self._eta[1]

@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import statistics
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cluster.errors import ClusterError
 from cluster.executor import Started, TrialExecutor, TrialRequest
+from search.loop.costs import DURATION_WINDOW, TrialCosts
 from search.loop.pipeline import Pipeline
 from search.loop.segments import Stop
 from search.loop.slot_watch import Waiting
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Dispatcher", "FillPlan", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
 
-DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
 TIME_BUDGET = StopReason.TIME_BUDGET
 TRIAL_TIMEOUT = StopReason.TRIAL_TIMEOUT
 TIME_LIMITS = (TIME_BUDGET, TRIAL_TIMEOUT)  # stop reasons that end in a kill when not answered
@@ -69,14 +67,15 @@ class Dispatcher:
         spec: CampaignSpec,
         executor: TrialExecutor,
         clock: Callable[[], float],
+        costs: TrialCosts | None = None,
     ) -> None:
         self._spec = spec
+        self._costs = costs or TrialCosts()  # the trial model: the typical run sets the queue depth
         self._executor = executor
         self._clock = clock
         fixed = spec.study.deterministic or spec.pbt is not None
         self._pipeline = Pipeline(spec.study.dispatch_ahead, spec.study.batch_trials, fixed=fixed)
         self.running: dict[int, RunningTrial] = {}
-        self._durations: deque[float] = deque(maxlen=DURATION_WINDOW)
         self._min_width = min(spec.widths())
         self._busy = 0  # slots held by launched tasks
         self._task_seq = 0
@@ -148,7 +147,7 @@ class Dispatcher:
         return self._pipeline.batch(self._median_duration(), ask_seconds)
 
     def _median_duration(self) -> float | None:
-        return statistics.median(self._durations) if self._durations else None
+        return self._costs.typical_run()
 
     def _launch(self, group: list[Prepared], prefer: str = "") -> None:
         """Send trials of one width to the executor as one task (a batch when there are several)."""
@@ -248,14 +247,12 @@ class Dispatcher:
         if running is not None:
             running.began(event.time, event.worker)
 
-    def ended(self, number: int, duration: float | None) -> RunningTrial | None:
+    def ended(self, number: int) -> RunningTrial | None:
         """A trial's run ended (its slots free up with its task); None for one not running here."""
         running = self.running.get(number)
         if running is None:
             return None
         self._leave_task(running)
-        if duration is not None:
-            self._durations.append(duration)
         return running
 
     def forget(self, number: int) -> None:

@@ -26,9 +26,10 @@ def render(s: Snapshot) -> str:
     best = "-" if s.best is None else f"{s.best:.4g}"
     extra = "".join(f" {n} {label}" for n, label in ((s.pruned, "pruned"), (s.failed, "failed")) if n)
     queued = f", {s.queued} queued" if s.queued else ""
+    eta = f", {s.eta.text()}" if s.eta is not None and (s.running or s.queued) else ""
     return (
         f"[{bar}] {done}/{s.budget} done ({s.complete} ok{extra}), {s.running} running{queued}, best {best}, "
-        f"{_clock(s.elapsed)}"
+        f"{_clock(s.elapsed)}{eta}"
     )
 
 

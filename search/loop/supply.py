@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any, cast
 
 import optuna
@@ -273,10 +274,15 @@ class TrialSupply:
 
     # --- the next trials --------------------------------------------------------------------------------
 
-    def next_group(self, batch: int, launched: int) -> list[Prepared]:
-        """Up to ``batch`` prepared trials of one width, the pending ones first (``launched``: see :meth:`spent`)."""
-        while len(self.pending) < batch and (item := self._fetch(launched)) is not None:
+    def next_group(
+        self, batch: int, launched: int, choose_from: int = 0, order: Callable[[deque[Prepared]], None] | None = None
+    ) -> list[Prepared]:
+        """Up to ``batch`` prepared trials of one width, the pending ones first (``launched``: see :meth:`spent`);
+        with ``order``, chosen by it among ``choose_from`` trials asked (the placement's longest first)."""
+        while len(self.pending) < max(batch, choose_from) and (item := self._fetch(launched)) is not None:
             self.pending.append(item)
+        if order is not None:
+            order(self.pending)
         group: list[Prepared] = []
         while self.pending and len(group) < batch and (not group or self.pending[0].width == group[0].width):
             group.append(self.pending.popleft())

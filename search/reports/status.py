@@ -8,11 +8,13 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from search.reports.cost_status import campaign_cost
 from search.reports.summary import params_text, ranking, state_counts, trial_params
 from search.spec.campaign_spec import load_spec
 from search.store.failures import failure_groups, failures_block, rerun_note, retried_failures
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.journal_lines import first_unreadable_line, line_text, unreadable_last_line
+from search.store.records import StudyAttr
 from search.store.storage import missing_storage, open_storage, storage_url
 from search.store.warm_marks import describe, own_trials
 from spaces.errors import InputError
@@ -49,6 +51,8 @@ def status_text(path: str | Path) -> str:
     else:
         lines += _best_lines(study, spec.study.metrics, spec.study.directions, spec.space)
     running = [t for t in trials if t.state == TrialState.RUNNING]
+    cost = campaign_cost(spec, trials, study.user_attrs.get(StudyAttr.SLOTS))
+    lines += cost.lines() if alive else cost.lines()[:1]  # an end is expected only while a controller runs
     for trial in running:
         label = "running" if alive else "interrupted (resume to finish it)"
         since = trial.datetime_start.strftime("%H:%M:%S") if trial.datetime_start else "?"

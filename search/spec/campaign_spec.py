@@ -35,6 +35,7 @@ from search.sampling.samplers import (
     sampling_problem,
     space_problem,
 )
+from search.spec.budgets import BUDGET_KEYS, budget_fields
 from search.spec.cluster import CLUSTER_KEYS, ClusterSpec, check_tls_files, parse_cluster
 from search.spec.enqueue import parse_enqueue
 from search.spec.gpu import GPU_KEYS, gpu_fields
@@ -102,7 +103,16 @@ class StudySpec:
     time_budget: float = 0.0
     """Seconds; after it no trial starts and running trials are stopped at their next report (recorded PRUNED with
     `stop_reason = "time budget"`); 0: none. A trial asked but never started ends PRUNED with `stop_reason = "time
-    budget: never started"`."""
+    budget: never started"`. With it the longest predicted trial starts first, and none that is predicted to run past
+    it (docs/howto/budgets.md)."""
+    slot_hours: float = 0.0
+    """A budget in slot-hours: the cluster's slots x hours of every trial run (pruned, failed and lost runs included;
+    a resumed campaign's earlier trials too). A trial starts only while one more trial's predicted cost (the mean of
+    the trials so far) fits in what is left after the running trials' predicted cost; the first trials start before
+    any cost is known. 0: none. `status` shows spent and left."""
+    gpu_hours: float = 0.0
+    """The same budget in GPU-hours: a slot counts as `[trainer] gpus` GPUs (1/k when k trials share one). On a
+    cluster of GPU slots only; not with `slot_hours`. 0: none."""
     trial_timeout: float = 0.0
     """Seconds from the moment a worker starts the trial; past it the trial is stopped at its next report (PRUNED,
     `stop_reason = "trial timeout"`); 0: none."""
@@ -262,30 +272,11 @@ class CampaignSpec:
 # --- sections --------------------------------------------------------------------------------
 
 _TOP = ("study", "trainer", "space", "cluster", "pruner", "sampler", "scaling", "pbt", "enqueue", "logging")
-_STUDY = (
-    "name",
-    "direction",
-    "directions",
-    "metric",
-    "metrics",
-    "sampler",
-    "seed",
-    "n_trials",
-    "time_budget",
-    "trial_timeout",
-    "stop_grace",
-    "storage",
-    "pruner",
-    "deterministic",
-    "parallelism",
-    "max_retries",
-    "fail_fast",
-    "scheduler",
-    "dispatch_ahead",
-    "batch_trials",
-    "sampling",
-    "constraints",
-    "warm_start",
+_STUDY = (  # the [study] keys
+    *"name direction directions metric metrics sampler seed n_trials time_budget trial_timeout stop_grace".split(),
+    *"storage pruner deterministic parallelism max_retries fail_fast scheduler dispatch_ahead batch_trials".split(),
+    *"sampling constraints warm_start".split(),
+    *BUDGET_KEYS,
 )
 _TRAINER = (
     "entry",
@@ -343,6 +334,13 @@ def _study(t: SpecTable) -> StudySpec:
         raise t.error("pruner", "a deterministic campaign cannot prune: pruning decisions depend on timing")
     if t.data.get("deterministic") and t.data.get("time_budget"):
         raise t.error("time_budget", "a deterministic campaign cannot have a time budget: it depends on timing")
+    for key in ("slot_hours", "gpu_hours"):
+        if t.data.get("deterministic") and t.data.get(key):
+            raise t.error(
+                key, "a deterministic campaign cannot have a resource budget: what it spends depends on timing"
+            )
+    if t.data.get("slot_hours") and t.data.get("gpu_hours"):
+        raise t.error("gpu_hours", "give a budget in slot_hours or in gpu_hours, not both")
     sampling = _sampling(t, sampler)
     seed = t.int("seed", 0, minimum=0)
     if seed >= 2**32:
@@ -355,6 +353,7 @@ def _study(t: SpecTable) -> StudySpec:
         seed=seed,
         n_trials=t.int("n_trials", 20, minimum=1, maximum=MAX_TRIALS),
         time_budget=t.float("time_budget", 0.0, minimum=0.0),
+        **budget_fields(t),
         trial_timeout=t.float("trial_timeout", 0.0, minimum=0.0),
         stop_grace=t.float("stop_grace", 60.0, minimum=0.0),
         storage=storage_of(t),

@@ -104,6 +104,7 @@ class StudyAttr:
 
     SPEC_SHA256: Final = "spec_sha256"  # str: sha256 of the frozen spec.toml the study was run with
     SEED: Final = "seed"  # int: the study seed
+    SLOTS: Final = "slots"  # int: the cluster's slots when a controller last started (status's width for the ETA)
 
 
 class Files:
@@ -119,6 +120,7 @@ class Files:
     TRIALS: Final = "trials"  # trials/<number>/: one folder per trial
     PARAMS_LOG: Final = "trial-params.jsonl"  # every trial's parameters, a line each (search.store.trial_params)
     JOB_LOGS: Final = "jobs"  # jobs/: each SLURM/PBS job's log (SLURM: slurm-<job id>.out)
+    ETA_LOG: Final = "eta.jsonl"  # the expected ends the controller worked out along the way (search.loop.eta)
     # inside trials/<number>/ (the controller's own records; the trainer writes its checkpoints beside them)
     TRIAL_METRICS: Final = "metrics.jsonl"  # one JSON object per report: step, time, worker, metrics
     TRIAL_ERROR_LOG: Final = "error.log"  # a failed trial's reason and traceback

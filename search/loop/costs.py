@@ -1,0 +1,167 @@
+"""What the campaign's trials cost: the trial model (:mod:`cluster.trial_cost`) fed with each report and each run
+that ends, and what the loop reads from it.
+
+- the typical run (the dispatcher's queue depth and batch size: the median of the last 64 runs);
+- a trial's predicted duration (seconds per example times the examples it will see, where the trainer reports
+  ``examples``; else the durations of similar trials), for placement and the time budget;
+- the slot-seconds spent (slots x seconds of every run that ended, pruned, failed and lost ones included) and one
+  more trial's expected cost (the mean of the trials seen, so the pruning and failure rates are in it), for a
+  budget in slot- or GPU-hours and the ETA;
+- each run's peak memory (the executor's packing keeps its own model of it, :class:`cluster.packing.MemoryModel`).
+
+A resumed campaign, and ``status``, start it from the trials the study recorded (:meth:`TrialCosts.load`): each
+one's last run (a retried trial's earlier runs are not recorded).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from optuna.trial import TrialState
+
+from cluster.outcome import Outcome
+from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
+from cluster.trial_cost.estimate import Z90
+from search.loop.eta import Eta, estimate_end, residual
+from search.loop.trials import RunningTrial
+from search.store.records import TrialRecord
+
+__all__ = ["TrialCosts", "DURATION_WINDOW", "HOUR", "sample_estimate", "refresh_interval"]
+
+HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
+DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
+EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
+
+
+def refresh_interval(running: int) -> float:
+    """Clock seconds between two workings-out over every running trial (the ETA, a resource budget's look): one a
+    second, and one per 10 s per 1,000 trials running (each costs about 15 us per trial)."""
+    return max(1.0, running / 100.0)
+
+
+def sample_estimate(values: Iterable[float]) -> Estimate:
+    """The mean of ``values`` and a 90% interval for one more like them (normal; one value: a factor of 2)."""
+    seen = [v for v in values if v >= 0 and math.isfinite(v)]
+    if not seen:
+        return Estimate(0.0, 0.0, 0.0)
+    mean = statistics.fmean(seen)
+    spread = statistics.stdev(seen) if len(seen) > 1 else mean * math.log(2.0)
+    half = Z90 * spread * math.sqrt(1.0 + 1.0 / len(seen))
+    return Estimate(mean, max(0.0, mean - half), mean + half, Basis.SAMPLE, len(seen))
+
+
+class TrialCosts:
+    """The campaign's trial model and its ledger of slot-seconds (see the module's docstring)."""
+
+    def __init__(self, model: TrialCostModel | None = None) -> None:
+        self.model = model or TrialCostModel()
+        self.spent = 0.0  # slot-seconds of the runs that ended
+        self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
+        self._epoch_examples: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
+
+    # --- what it learns from --------------------------------------------------------------------
+
+    def load(self, records: Iterable[TrialRecord]) -> None:
+        """The finished trials a study recorded (a resumed campaign's, or ``status``'s)."""
+        for record in records:
+            if record.state in (TrialState.RUNNING, TrialState.WAITING) or not record.duration:
+                continue
+            width = record.width or 1
+            examples = (record.metrics or {}).get(EXAMPLES) or 0.0
+            full = record.state == TrialState.COMPLETE and not record.stop_reason
+            epochs = int((record.config or {}).get("epochs") or 0)
+            self._ran(record.number, record.params, width, record.duration, full, float(examples), epochs)
+
+    def reported(self, running: RunningTrial, at: float, metrics: Mapping[str, float]) -> None:
+        """A running trial's report: its examples seen so far over its seconds so far."""
+        examples = metrics.get(EXAMPLES)
+        if examples and running.started_at is not None and at > running.started_at:
+            resources = Resources(running.width)
+            self.model.observe_progress(
+                running.number, running.config.params, resources, at - running.started_at, examples
+            )
+
+    def ended(self, running: RunningTrial, outcome: Outcome) -> None:
+        """A run ended (a pruned, failed or lost one too: each run costs its slots)."""
+        seconds = outcome.duration
+        if seconds is None or seconds <= 0:
+            return
+        examples = outcome.metrics.get(EXAMPLES) or _last_examples(running)
+        full = outcome.ok and not outcome.stopped
+        if outcome.peak_memory:  # the executor's packing keeps its own (cluster.packing.MemoryModel)
+            self.model.observe_memory(
+                running.number, running.config.params, Resources(running.width), outcome.peak_memory
+            )
+        self._ran(running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs)
+
+    def _ran(
+        self,
+        number: int,
+        params: Mapping[str, Any],
+        width: int,
+        seconds: float,
+        full: bool,
+        examples: float,
+        epochs: int,
+    ) -> None:
+        self.model.observe_run(number, params, Resources(width), seconds, full=full, examples=examples)
+        self.spent += seconds * width
+        self._per_trial[number] = self._per_trial.get(number, 0.0) + seconds * width
+        if full and examples > 0 and epochs > 0:
+            self._epoch_examples.append(examples / epochs)
+
+    # --- what it says ---------------------------------------------------------------------------
+
+    def typical_run(self) -> float | None:
+        """The median of the last :data:`DURATION_WINDOW` runs (None: none ended yet)."""
+        return self.model.recent_median(Quantity.RUN, DURATION_WINDOW)
+
+    def duration(self, params: Mapping[str, Any], width: int, epochs: int) -> Estimate:
+        """A full run's seconds for a configuration: per example times its examples (``epochs`` of them), where the
+        trainer reports examples; else the durations of similar trials."""
+        per_epoch = statistics.median(self._epoch_examples) if self._epoch_examples else 0.0
+        return self.model.predict_duration(params, Resources(width), examples=per_epoch * epochs)
+
+    def left(self, params: Mapping[str, Any], width: int, epochs: int, started: float | None, now: float) -> Estimate:
+        """Seconds a running trial (``started``; None: queued) still has, predicted: its full run, given that it has
+        run so long already (:func:`~search.loop.eta.residual`)."""
+        full = self.duration(params, width, epochs)
+        return residual(full, max(0.0, now - started) if started is not None else 0.0)
+
+    def eta(
+        self,
+        running: Iterable[RunningTrial],
+        to_start: int,
+        slots: int,
+        now: float,
+        time_left: float | None = None,
+        cost_left: float | None = None,
+    ) -> Eta | None:
+        """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
+        running = list(running)
+        lefts = [(self.left(r.config.params, r.width, r.config.epochs, r.started_at, now), r.width) for r in running]
+        return estimate_end(lefts, to_start, self.per_trial(running), slots, time_left, cost_left)
+
+    def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:
+        """Slot-seconds one more trial costs: the mean over the trials whose runs ended (pruned and failed ones in
+        it), or, before any ended, over the running trials' predicted full runs."""
+        if self._per_trial:
+            return sample_estimate(self._per_trial.values())
+        running = list(running)
+        predicted = [self.duration(r.config.params, r.width, r.config.epochs) for r in running]
+        return sample_estimate(e.mean * r.width for e, r in zip(predicted, running) if e.known)
+
+    @property
+    def trials_ended(self) -> int:
+        return len(self._per_trial)
+
+
+def _last_examples(running: RunningTrial) -> float:
+    for _step, metrics, _at in reversed(running.reports):
+        if metrics.get(EXAMPLES):
+            return float(metrics[EXAMPLES])
+    return 0.0

@@ -1,0 +1,93 @@
+"""What a campaign has cost and when it ends, read from its study: ``status``, ``Result.cost`` and ``Result.eta``.
+
+The same trial model as the running controller's (:class:`~search.loop.costs.TrialCosts`), fed with the trials the
+study recorded, on the slots the controller recorded when it started (``StudyAttr.SLOTS``). A running trial has run
+since it was asked (the study records no start before its end), and a time budget is not applied (the controller's
+own ETA, on its progress line, knows both).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+from optuna.trial import FrozenTrial, TrialState
+
+from search.loop.costs import HOUR, TrialCosts
+from search.loop.eta import Eta, estimate_end
+from search.spec.campaign_spec import CampaignSpec
+from search.store.records import TrialRecord
+
+__all__ = ["CampaignCost", "campaign_cost"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignCost:
+    """``spent``: slot-seconds of every run (the running trials' so far too); ``budget``: the resource budget in
+    slot-seconds (None: none) and ``unit``/``per_slot`` as the spec gave it; ``eta``: the expected end (None: not
+    known, or nothing left to run); ``pruned``/``failed``: the shares of the finished trials."""
+
+    spent: float
+    budget: float | None
+    unit: str
+    per_slot: float
+    eta: Eta | None
+    pruned: float
+    failed: float
+
+    @property
+    def left(self) -> float | None:
+        return None if self.budget is None else max(0.0, self.budget - self.spent)
+
+    def hours(self, slot_seconds: float) -> float:
+        """Slot-seconds in the budget's unit (slot-hours or GPU-hours)."""
+        return slot_seconds * self.per_slot / HOUR
+
+    def lines(self, now: float | None = None) -> list[str]:
+        spent = f"  cost: {self.hours(self.spent):.3g} {self.unit} spent"
+        if self.budget is not None and self.left is not None:
+            spent += f" of {self.hours(self.budget):.3g} ({self.hours(self.left):.3g} left)"
+        lines = [spent]
+        if self.eta is not None:
+            end = time.strftime("%H:%M:%S", time.localtime((now or time.time()) + self.eta.left.mean))
+            rates = f"; finished trials {self.pruned:.0%} pruned, {self.failed:.0%} failed"
+            lines.append(f"  expected end {end}: {self.eta.text()} (90%; {self.eta.to_start} to start{rates})")
+        return lines
+
+
+def campaign_cost(
+    spec: CampaignSpec, trials: Sequence[FrozenTrial], slots: int | None = None, now: float | None = None
+) -> CampaignCost:
+    """The cost and expected end of a campaign whose own trials (warm-start copies left out) are ``trials`` on
+    ``slots`` slots (None: as many as the running trials take)."""
+    now = time.time() if now is None else now
+    records = [TrialRecord.of(t) for t in trials]
+    costs = TrialCosts()
+    costs.load(r for r in records if r.state.is_finished())
+    running = [(t, r) for t, r in zip(trials, records) if r.state == TrialState.RUNNING]
+    lefts, spent = [], costs.spent
+    for trial, record in running:
+        started = trial.datetime_start.timestamp() if trial.datetime_start else now
+        width = record.width or 1
+        spent += max(0.0, now - started) * width
+        epochs = int((record.config or {}).get("epochs") or spec.trainer.epochs)
+        lefts.append((costs.left(record.params, width, epochs, started, now), width))
+    finished = [r for r in records if r.state.is_finished()]
+    to_start = max(0, spec.study.n_trials - len(records))
+    width = slots or sum(width for _left, width in lefts)
+    eta = estimate_end(lefts, to_start, costs.per_trial(), width) if lefts else None
+    study = spec.study
+    unit, per_slot, hours = (
+        ("GPU-hours", spec.trainer.gpus, study.gpu_hours) if study.gpu_hours else ("slot-hours", 1.0, study.slot_hours)
+    )
+    share = (lambda state: sum(r.state == state for r in finished) / len(finished)) if finished else (lambda _s: 0.0)
+    return CampaignCost(
+        spent,
+        hours * HOUR / per_slot if hours else None,
+        unit,
+        per_slot,
+        eta,
+        share(TrialState.PRUNED),
+        share(TrialState.FAIL),
+    )

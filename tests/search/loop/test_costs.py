@@ -1,0 +1,56 @@
+"""The campaign's trial model (search.loop.costs): fed by a real campaign on the simulated cluster, whose trials
+take a known time per example, it learns that law and predicts a trial's duration from it."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from toy_specs import toy_toml
+
+from cluster.sim_models import CurveModel
+from cluster.simulated import SimulatedExecutor
+from cluster.trial_cost import Basis, LogLinearLaw, Quantity, Resources
+from search.loop.campaign import Campaign
+from search.session.runner import load_study
+from search.spec.campaign_spec import CampaignSpec, parse_spec
+from search.store.folder import CampaignFolder
+
+LAW = LogLinearLaw.power(2e-3, batch_size=-0.7)  # seconds per example
+EXAMPLES_PER_EPOCH = 1000
+EPOCHS = 3
+SPACE = {
+    "batch_size": {"type": "int", "low": 16, "high": 512, "log": True},
+    "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+}
+
+
+def campaign(tmp_path: Path, n_trials: int, workers: int, jitter: float = 0.05, **study: object) -> Campaign:
+    text = toy_toml("costs", n_trials, EPOCHS, seed=3, space=SPACE, metric="accuracy", **study)
+    spec: CampaignSpec = parse_spec(
+        tomllib.loads(text), "costs.toml", text, check_trainer=False
+    )  # simulated: no trainer runs
+    folder = CampaignFolder(tmp_path / "costs")
+    folder.create(text)
+    study_ = load_study(spec, folder, create=True)
+    model = CurveModel(seed=1, jitter=jitter, per_example=LAW, examples_per_epoch=EXAMPLES_PER_EPOCH)
+    executor = SimulatedExecutor(workers, model, controller_time_scale=0)
+    return Campaign(spec, folder, study_, executor, clock=executor.clock)
+
+
+@pytest.mark.timeout(120)
+def test_a_campaign_learns_its_trials_time_per_example_and_predicts_their_durations(tmp_path: Path) -> None:
+    run = campaign(tmp_path, n_trials=30, workers=4)
+    run.run()
+    fit = run.costs.model.fit(Quantity.PER_EXAMPLE)
+    assert fit is not None
+    assert fit.law.slopes["batch_size"] == pytest.approx(-0.7, abs=0.05)
+    params = {"batch_size": 64, "lr": 1e-3}
+    predicted = run.costs.duration(params, 1, EPOCHS)
+    assert predicted.basis is Basis.FIT
+    truth = LAW(params, Resources(1)) * EXAMPLES_PER_EPOCH * EPOCHS
+    assert predicted.mean == pytest.approx(truth, rel=0.1)
+    assert predicted.low < truth < predicted.high
+    assert run.costs.spent == pytest.approx(sum(t.user_attrs["duration"] for t in run.study.trials), rel=1e-6)
+    assert run.costs.typical_run() is not None

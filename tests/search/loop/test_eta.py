@@ -1,0 +1,93 @@
+"""The expected end (issue 52, point 1): a real campaign on the simulated cluster with known trial durations."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from toy_specs import toy_toml
+
+from cluster.sim_models import CurveModel
+from cluster.simulated import SimulatedExecutor
+from search.loop.campaign import Campaign, Snapshot
+from search.loop.progress import render
+from search.session.runner import load_study
+from search.spec.campaign_spec import parse_spec
+from search.store.folder import CampaignFolder
+
+SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}}
+
+
+def run_campaign(tmp_path: Path, n_trials: int, workers: int, jitter: float, **study: object) -> list[Snapshot]:
+    text = toy_toml("eta", n_trials, 2, seed=4, space=SPACE, metric="accuracy", **study)
+    spec = parse_spec(tomllib.loads(text), "eta.toml", text, check_trainer=False)  # simulated: no trainer runs
+    folder = CampaignFolder(tmp_path / "eta")
+    folder.create(text)
+    executor = SimulatedExecutor(workers, CurveModel(seed=2, epoch_seconds=5.0, jitter=jitter), controller_time_scale=0)
+    seen: list[Snapshot] = []
+    Campaign(
+        spec, folder, load_study(spec, folder, create=True), executor, clock=executor.clock, on_progress=seen.append
+    ).run()
+    return seen
+
+
+def at_fraction(seen: list[Snapshot], fraction: float) -> Snapshot:
+    end = seen[-1].elapsed
+    return next(s for s in seen if s.elapsed >= fraction * end and s.eta is not None)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.timeout(120)
+def test_the_expected_end_of_trials_of_known_length_is_the_actual_one(tmp_path: Path) -> None:
+    seen = run_campaign(tmp_path, n_trials=40, workers=4, jitter=0.0)  # 10 waves of 10 s trials: 100 s
+    end = seen[-1].elapsed
+    assert end == pytest.approx(100.0, abs=1.0)
+    assert all(s.eta is None for s in seen if s.elapsed < 10.0)  # nothing ended, nothing known: no guess
+    for fraction in (0.25, 0.5, 0.75):
+        s = at_fraction(seen, fraction)
+        assert s.eta is not None
+        assert s.elapsed + s.eta.left.mean == pytest.approx(end, abs=1.0)
+        assert s.eta.left.low <= end - s.elapsed + 1.0 and end - s.elapsed - 1.0 <= s.eta.left.high
+    assert "ends in ~" in render(at_fraction(seen, 0.5))
+
+
+@pytest.mark.timeout(120)
+def test_the_expected_end_of_trials_of_varying_length_is_within_15_percent(tmp_path: Path) -> None:
+    seen = run_campaign(tmp_path, n_trials=80, workers=8, jitter=0.3)
+    end = seen[-1].elapsed
+    errors, covered = [], 0
+    for fraction in (0.25, 0.5, 0.75):
+        s = at_fraction(seen, fraction)
+        assert s.eta is not None
+        left = end - s.elapsed
+        errors.append(abs(s.eta.left.mean - left) / left)
+        covered += s.eta.left.low <= left <= s.eta.left.high
+    assert max(errors) <= 0.15, errors
+    assert covered >= 2, covered
+
+
+@pytest.mark.timeout(120)
+def test_a_time_budget_bounds_the_expected_end(tmp_path: Path) -> None:
+    seen = run_campaign(tmp_path, n_trials=40, workers=4, jitter=0.0, time_budget=50.0)
+    s = at_fraction(seen, 0.3)
+    assert s.eta is not None and s.eta.limited_by == "time budget"
+    assert s.elapsed + s.eta.left.mean == pytest.approx(50.0, abs=1.0)
+    assert "at its time budget" in s.eta.text()
+
+
+@pytest.mark.timeout(120)
+def test_the_report_draws_the_ends_expected_along_the_way_against_the_actual_one(tmp_path: Path) -> None:
+    from search.loop.eta import read_eta_log
+    from search.reports.data import load_campaign
+    from search.reports.eta_section import cost_and_end, end_errors
+
+    seen = run_campaign(tmp_path, n_trials=40, workers=4, jitter=0.0)
+    lines = read_eta_log(tmp_path / "eta" / "eta.jsonl")
+    assert 10 <= len(lines) <= 50  # a line per 2% of the trials told, once the end is known
+    errors = end_errors(lines, 0.0, seen[-1].elapsed)
+    assert [row[0] for row in errors] == ["25%", "50%", "75%"]
+    assert all(error < 0.02 for *_rest, error in errors), errors
+    section = cost_and_end(load_campaign(tmp_path / "eta"))
+    assert section.shown and "expected end against the actual end" in section.html, section.html[:500]
+    assert "| 25% |" in section.md and "slot-hours spent" in section.md

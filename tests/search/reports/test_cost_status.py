@@ -1,0 +1,44 @@
+"""``status``, ``Result.cost`` and ``Result.eta`` (issue 52, points 1 and 2): what a campaign cost and when it ends,
+read from its study by another reader while a real campaign runs on the embedded cluster, and after it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import toy_specs
+
+import search
+from search.reports.status import status_text
+
+SLEEP = 0.4  # seconds per epoch: trials of 0.8 s
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_status_and_the_api_give_the_cost_and_expected_end_of_a_running_campaign(tmp_path: Path) -> None:
+    spec = toy_specs.toy_spec("eta", 16, 2, seed=3, slot_hours=1.0, trainer={"options": {"sleep": SLEEP}})
+    folder = tmp_path / "runs" / "eta"
+    seen: dict[str, object] = {}
+
+    def halfway(study: object, trial: object) -> None:  # a callback after each tell, on the controller's thread
+        if "status" not in seen and len(search.load(folder).study.trials) >= 8:
+            seen["status"], seen["eta"], seen["at"] = status_text(folder), search.load(folder).eta, time.time()
+
+    result = search.run(spec, runs_dir=tmp_path / "runs", n_workers=2, progress=False, callbacks=[halfway])
+    ended = time.time()
+    text = str(seen["status"])
+    assert "  cost: " in text and " slot-hours spent of 1 (" in text and " left)" in text, text
+    assert "  expected end " in text and "ends in ~" in text and "% pruned, " in text, text
+    eta = seen["eta"]
+    assert eta is not None
+    left = ended - float(seen["at"])  # type: ignore[arg-type]
+    assert eta.left.low <= eta.left.mean <= eta.left.high  # type: ignore[attr-defined]
+    assert 0.3 * left <= eta.left.mean <= 3.0 * left, (eta, left)  # type: ignore[attr-defined]
+    after = result.cost
+    assert after.eta is None and result.eta is None  # nothing runs: no end to expect
+    durations = [t.user_attrs["duration"] for t in result.study.trials]
+    assert after.spent == pytest.approx(sum(durations), rel=1e-6)
+    assert after.left == pytest.approx(3600.0 - sum(durations), rel=1e-6)
+    assert "expected end" not in status_text(folder)

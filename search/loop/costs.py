@@ -155,6 +155,10 @@ class TrialCosts:
         predicted = [self.duration(r.config.params, r.width, r.config.epochs) for r in running]
         return sample_estimate(e.mean * r.width for e, r in zip(predicted, running) if e.known)
 
+    def trial_spent(self, number: int) -> float:
+        """Slot-seconds trial ``number``'s ended runs took (0: none ended)."""
+        return self._per_trial.get(number, 0.0)
+
     @property
     def trials_ended(self) -> int:
         return len(self._per_trial)

@@ -16,12 +16,15 @@ from cluster.sim_models import CurveModel
 from cluster.simulated import SimulatedExecutor
 from cluster.trial_cost import LogLinearLaw
 from search.loop.campaign import Campaign
+from search.reports.cost_value import best_against_cost, cost_curve, value_for_cost
+from search.reports.data import load_campaign
 from search.sampling.cost_tpe import COST_KEY, CostTPESampler, cooled_exponent, cost_weighted, record_cost
 from search.sampling.process import Done, ReplaySampler, _Replica
 from search.sampling.tpe import RefitTPESampler
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
+from search.store.records import TrialRecord
 
 
 def test_the_acquisition_divides_the_ratio_by_the_cost_to_the_power_alpha() -> None:
@@ -153,3 +156,20 @@ def test_a_cost_aware_campaign_spends_less_per_trial_on_a_trainer_whose_time_gro
         recorded = [t.system_attrs.get(COST_KEY) for t in finished]
         assert (sampler == "cost_tpe") == all(c is not None and c > 0 for c in recorded)
     assert spent["cost_tpe"] < 0.8 * spent["tpe"], spent
+    section = best_against_cost(load_campaign(tmp_path / "cost_tpe"))  # the report's view of value against cost
+    assert section.shown and "best value against cost" in section.html
+    assert "| 100% |" in section.md and "slot-hours" in section.md
+
+
+def _record(number: int, finished: float, seconds: float, value: float | None, width: int = 1) -> TrialRecord:
+    state = TrialState.COMPLETE if value is not None else TrialState.FAIL
+    values = (value,) if value is not None else None
+    return TrialRecord(number, state, {}, values, finished=finished, duration=seconds, width=width)
+
+
+def test_the_cost_curve_adds_every_trial_s_slot_seconds_in_the_order_they_ended() -> None:
+    records = [_record(0, 30.0, 10.0, 0.5), _record(1, 10.0, 5.0, None, width=2), _record(2, 40.0, 20.0, 0.7)]
+    curve = cost_curve(records, maximize=True)
+    assert curve == [(20.0, 0.5), (40.0, 0.7)]  # the failed trial's 10 slot-seconds count, it adds no point
+    assert cost_curve(records, maximize=False) == [(20.0, 0.5), (40.0, 0.5)]
+    assert value_for_cost(curve, 19.0) is None and value_for_cost(curve, 39.0) == 0.5

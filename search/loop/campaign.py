@@ -64,7 +64,6 @@ from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
 from search.loop.supply import TrialSupply
 from search.loop.trials import RunningTrial
-from search.sampling.cost_tpe import record_cost
 from search.sampling.samplers import reads_cost
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
@@ -132,8 +131,7 @@ class Campaign:
         self.ledger = Ledger(spec, study, folder, sinks=self.sinks)
         self.reports = IntermediateValues(spec, study, folder, sinks=self.sinks)
         self.policies = policies_for(spec, folder, population, self.reports, self.hooks.policies)
-        self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
-        self._records_cost = reads_cost(spec.study.sampler)  # each trial's slot-seconds, for a cost-aware sampler
+        self.costs = TrialCosts(records=reads_cost(spec.study.sampler))  # the trial model, fed with reports and runs
         self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(spec, folder, study, executor, self.ledger, self.budget, population, sampling)
         self.barrier = Barrier(population, self.sinks) if population else None
@@ -302,8 +300,6 @@ class Campaign:
         if running is None:
             return
         self.costs.ended(running, outcome)
-        if self._records_cost:
-            record_cost(running.trial, self.costs.trial_spent(running.number))
         self.reports.replay(running, outcome.history)
         if self.barrier is not None:
             outcome = self.barrier.ran(running, outcome)  # a member's whole time, from its first segment

@@ -174,16 +174,6 @@ _BUILT_IN = (
         description="Tree-structured Parzen Estimator (Optuna's default; refitted once the study grows by 0.5%)",
     ),
     SamplerInfo(
-        "cost_tpe",
-        _cost_tpe,
-        replica_safe=True,
-        check_space=_single_objective,
-        takes_budget=True,
-        reads_cost=True,
-        description="TPE whose pick divides l(x)/g(x) by the trial model's predicted cost to a power cooled "
-        "as the budget is spent (docs/howto/budgets.md)",
-    ),
-    SamplerInfo(
         "random",
         _random,
         description="independent uniform draws; the baseline",
@@ -225,6 +215,16 @@ _BUILT_IN = (
         check_space=_evolution_space,
         takes_budget=True,
         description="regularized (aging) evolution over one architecture parameter",
+    ),
+    SamplerInfo(
+        "cost_tpe",
+        _cost_tpe,
+        replica_safe=True,
+        check_space=_single_objective,
+        takes_budget=True,
+        reads_cost=True,
+        description="TPE whose pick divides l(x)/g(x) by the trial model's predicted cost to a power cooled "
+        "as the budget is spent (docs/howto/budgets.md)",
     ),
 )
 SAMPLER_REGISTRY: Registry[SamplerInfo] = Registry(

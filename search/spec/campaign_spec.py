@@ -94,8 +94,8 @@ class StudySpec:
     metrics: tuple[str, ...]
     """TOML `metric` (one) or `metrics` (a list): the reported metric(s) to optimise, one per direction. Required."""
     sampler: str = "tpe"
-    """`tpe`, `cost_tpe` (TPE weighed by each trial's predicted cost, docs/howto/budgets.md), `random`, `cmaes`, `gp`,
-    `qmc`, `grid` (discrete parameters only), `nsga2` (multi-objective), `evolution`, or any sampler class as
+    """`tpe`, `random`, `cmaes`, `gp`, `qmc`, `grid` (discrete parameters only), `nsga2` (multi-objective), `evolution`,
+    `cost_tpe` (TPE weighed by each trial's predicted cost, docs/howto/budgets.md), or any sampler class as
     `"package.module:Class"`; keyword arguments in `[sampler]`."""
     seed: int = 0
     """Seeds the sampler; each trial's seed derives from it and the trial number (below 2**32)."""

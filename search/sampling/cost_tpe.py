@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cluster.trial_cost import ONE_SLOT, Quantity, TrialCostModel
 from search.compat import optuna_private as op
-from search.sampling.tpe import RefitTPESampler, _draw_points
+from search.sampling.tpe import RefitTPESampler, _draw_points, _study_key
 
 __all__ = ["CostTPESampler", "COST_KEY", "cooled_exponent", "cost_weighted", "record_cost"]
 
@@ -71,17 +71,21 @@ class CostTPESampler(RefitTPESampler):
         self._cost_seconds = float(cost_hours) * 3600.0
         self._trial_budget = budget
         self._cost_model: TrialCostModel | None = None  # refitted with the estimators, never pickled
+        self._cost_of: tuple[tuple[int, int], int] | None = None  # the study and its trial count the model is of
         self._alpha = 0.0
         self.last_alpha = 0.0  # the exponent the last cost-weighted pick used
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_cost_model"] = None
+        state.update(_cost_model=None, _cost_of=None)
         return state
 
     def _refit(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> Any:
         fit = super()._refit(study, trial, search_space)
-        self._cost_model, self._alpha = self._learn_costs(study)
+        of = (_study_key(study), trial.number)  # one model per ask, whatever number of spaces refit (univariate)
+        if self._cost_of != of:
+            self._cost_model, self._alpha = self._learn_costs(study)
+            self._cost_of = of
         return fit
 
     def _learn_costs(self, study: Study) -> tuple[TrialCostModel, float]:

@@ -173,3 +173,13 @@ def test_the_cost_curve_adds_every_trial_s_slot_seconds_in_the_order_they_ended(
     assert curve == [(20.0, 0.5), (40.0, 0.7)]  # the failed trial's 10 slot-seconds count, it adds no point
     assert cost_curve(records, maximize=False) == [(20.0, 0.5), (40.0, 0.5)]
     assert value_for_cost(curve, 19.0) is None and value_for_cost(curve, 39.0) == 0.5
+
+
+def test_a_wrong_option_is_one_line_naming_the_value_and_the_rule() -> None:
+    from search.spec.component_check import check_components
+    from search.spec.table import SpecError
+
+    text = toy_toml("bad", 5, 2, sampler="cost_tpe", top={"sampler": {"cost_exponent": -1}})
+    spec = parse_spec(tomllib.loads(text), "bad.toml", text, check_trainer=False)
+    with pytest.raises(SpecError, match=r"^bad.toml: sampler: cost_exponent must be a number >= 0, got -1$"):
+        check_components(spec)

@@ -14,12 +14,14 @@ worker count:
 
 (a) **expected end**: the plain ``tpe`` campaign's expected end (the progress snapshots' ``eta``) at 25%, 50% and
     75% of its time, as ``|expected left - actual left| / actual left``; the median over seeds (goal <= 15%);
-(b) **cost to reach a value**: the slot-seconds ``cost_tpe`` (same trial budget) spends until its best reaches the
-    best ``tpe`` reaches with its whole budget, against ``tpe``'s whole spend: the median ratio over seeds (goal
-    >= 1.3; a seed where ``cost_tpe`` never gets there counts as 0), and both final bests with the seeds' spread;
-(c) **the budget stop**: ``cost_tpe`` with ``[study] slot_hours`` = ``--budget-share`` of the plain campaign's
-    spend and an unlimited trial budget: spent minus the budget, in units of one trial's predicted cost (goal
-    <= 1).
+    ``eta_cost``: the same for ``cost_tpe`` on the trial budget;
+(b) **cost to reach a value**: ``tpe`` runs ``--trials`` trials; ``cost_tpe`` gets ``--budget-share`` of what
+    that spent as ``[study] slot_hours`` (and ``[sampler] cost_hours``, its cooling), an unlimited trial budget.
+    The ratio of ``tpe``'s whole spend to what ``cost_tpe`` spends until its best reaches ``tpe``'s final best:
+    the median over seeds (goal >= 1.3; a seed where it never gets there counts as 0), and both final bests with
+    the seeds' spread. The same for ``cost_tpe`` on ``tpe``'s trial budget (``same_trials_*``), cooled over it;
+(c) **the budget stop**: on that slot-hours budget, spent minus the budget, in units of one trial's predicted
+    cost at the end (goal <= 1).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class NB201Timed:
 
 
 def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0) -> CampaignSpec:
+    """The NAS-Bench-201 cell as six op parameters; with ``slot_hours``, that budget, and ``cost_tpe`` cools over it."""
     study: dict[str, Any] = {
         "name": f"costs-{sampler}-{seed}",
         "direction": "maximize",
@@ -87,11 +90,13 @@ def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0) -> C
     }
     if slot_hours:
         study["slot_hours"] = slot_hours
-    data = {
+    data: dict[str, Any] = {
         "study": study,
         "trainer": {"entry": "bench.trivial:fit", "epochs": EPOCHS},
         "space": {f"Op{i}": {"type": "categorical", "choices": list(OPS)} for i in range(6)},
     }
+    if slot_hours and sampler == "cost_tpe":
+        data["sampler"] = {"cost_hours": slot_hours}
     return parse_spec(data, source=f"<bench costs {sampler}>", text=json.dumps(data), check_trainer=False)
 
 
@@ -166,30 +171,37 @@ class Seeded:
     eta: tuple[float, ...]  # tpe's error at 25/50/75%
     eta_cost: tuple[float, ...]  # cost_tpe's
     plain_best: float
-    cost_best: float
-    ratio: float  # tpe's whole spend / cost_tpe's spend to reach tpe's best (0: never)
-    over: float  # (spent - budget) / one trial's predicted cost, with a slot-hours budget
-    stop_trials: int
+    cost_best: float  # cost_tpe's best with tpe's slot-hours as its budget
+    ratio: float  # tpe's whole spend / cost_tpe's spend to reach tpe's best, on that budget (0: never)
+    same_trials_best: float  # cost_tpe's best with tpe's trial budget
+    same_trials_ratio: float  # ... and its ratio
+    over: float  # (spent - budget) / one trial's predicted cost, on the slot-hours budget
+    stop_trials: int  # the trials cost_tpe ran on that budget
 
 
 def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float) -> Seeded:
     plain = run(spec_for("tpe", trials, seed), workers, seed, dataset)
-    cost = run(spec_for("cost_tpe", trials, seed), workers, seed, dataset)
-    target = plain.ended and max(v for _s, v in plain.ended if v == v)
-    reach = spend_to_reach(cost.ended, target)
+    same = run(spec_for("cost_tpe", trials, seed), workers, seed, dataset)
+    target = max(v for _s, v in plain.ended if v == v)
     limit = budget_share * plain.spent
-    stopped = run(spec_for("cost_tpe", 100_000, seed, slot_hours=limit / 3600.0), workers, seed, dataset)
+    budgeted = run(spec_for("cost_tpe", 100_000, seed, slot_hours=limit / 3600.0), workers, seed, dataset)
     return Seeded(
         seed,
         workers,
         tuple(eta_errors(plain)),
-        tuple(eta_errors(cost)),
-        float(target),
-        max(v for _s, v in cost.ended if v == v),
-        plain.spent / reach if math.isfinite(reach) else 0.0,
-        (stopped.spent - limit) / stopped.per_trial,
-        len(stopped.ended),
+        tuple(eta_errors(same)),
+        target,
+        max(v for _s, v in budgeted.ended if v == v),
+        _ratio(plain.spent, spend_to_reach(budgeted.ended, target)),
+        max(v for _s, v in same.ended if v == v),
+        _ratio(plain.spent, spend_to_reach(same.ended, target)),
+        (budgeted.spent - limit) / budgeted.per_trial,
+        len(budgeted.ended),
     )
+
+
+def _ratio(whole: float, reached: float) -> float:
+    return whole / reached if math.isfinite(reached) else 0.0
 
 
 def summarise(rows: Sequence[Seeded]) -> list[dict[str, Any]]:
@@ -203,6 +215,9 @@ def summarise(rows: Sequence[Seeded]) -> list[dict[str, Any]]:
                 entry[f"{name}@{fraction:.0%}"] = round(statistics.median(values), 3) if values else None
         entry["ratio_median"] = round(statistics.median(r.ratio for r in sel), 2)
         entry["reached"] = sum(r.ratio > 0 for r in sel)
+        entry["same_trials_ratio_median"] = round(statistics.median(r.same_trials_ratio for r in sel), 2)
+        entry["same_trials_reached"] = sum(r.same_trials_ratio > 0 for r in sel)
+        entry["same_trials_best_median"] = round(statistics.median(r.same_trials_best for r in sel), 2)
         entry["plain_best_median"] = round(statistics.median(r.plain_best for r in sel), 2)
         entry["cost_best_median"] = round(statistics.median(r.cost_best for r in sel), 2)
         entry["plain_best_sd"] = round(statistics.stdev(r.plain_best for r in sel), 2) if len(sel) > 1 else None

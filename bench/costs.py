@@ -43,6 +43,7 @@ import optuna
 from cluster.sim_models import TrialPlan
 from cluster.simulated import SimulatedExecutor
 from search.loop.campaign import Campaign, Snapshot
+from search.loop.supply import campaign_sampler
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.folder import CampaignFolder
 
@@ -122,7 +123,8 @@ def run(spec: CampaignSpec, workers: int, seed: int, dataset: str) -> Ran:
     with tempfile.TemporaryDirectory() as tmp:
         folder = CampaignFolder(Path(tmp) / spec.study.name)
         folder.create(spec.text)
-        study = optuna.create_study(study_name=spec.study.name, direction="maximize")
+        sampler = campaign_sampler(spec)  # as load_study builds it: the spec's sampler, seeded from the study seed
+        study = optuna.create_study(study_name=spec.study.name, sampler=sampler, direction="maximize")
         executor = SimulatedExecutor(workers, NB201Timed(dataset), seed=seed, controller_time_scale=0.0)
         campaign = Campaign(spec, folder, study, executor, clock=executor.clock, on_progress=seen)
         started = executor.clock()

@@ -20,6 +20,8 @@ worker count:
     The ratio of ``tpe``'s whole spend to what ``cost_tpe`` spends until its best reaches ``tpe``'s final best:
     the median over seeds (goal >= 1.3; a seed where it never gets there counts as 0), and both final bests with
     the seeds' spread. The same for ``cost_tpe`` on ``tpe``'s trial budget (``same_trials_*``), cooled over it;
+    ``plain_ratio``: the same ratio for ``tpe`` itself (its whole spend over its spend until it found its best),
+    the saving a search that were told when to stop would make;
 (c) **the budget stop**: on that slot-hours budget, spent minus the budget, in units of one trial's predicted
     cost at the end (goal <= 1).
 """
@@ -177,6 +179,7 @@ class Seeded:
     ratio: float  # tpe's whole spend / cost_tpe's spend to reach tpe's best, on that budget (0: never)
     same_trials_best: float  # cost_tpe's best with tpe's trial budget
     same_trials_ratio: float  # ... and its ratio
+    plain_ratio: float  # tpe's whole spend / tpe's own spend to reach its best: what stopping tpe there would save
     over: float  # (spent - budget) / one trial's predicted cost, on the slot-hours budget
     stop_trials: int  # the trials cost_tpe ran on that budget
 
@@ -197,6 +200,7 @@ def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: f
         _ratio(plain.spent, spend_to_reach(budgeted.ended, target)),
         max(v for _s, v in same.ended if v == v),
         _ratio(plain.spent, spend_to_reach(same.ended, target)),
+        _ratio(plain.spent, spend_to_reach(plain.ended, target)),
         (budgeted.spent - limit) / budgeted.per_trial,
         len(budgeted.ended),
     )
@@ -217,6 +221,7 @@ def summarise(rows: Sequence[Seeded]) -> list[dict[str, Any]]:
                 entry[f"{name}@{fraction:.0%}"] = round(statistics.median(values), 3) if values else None
         entry["ratio_median"] = round(statistics.median(r.ratio for r in sel), 2)
         entry["reached"] = sum(r.ratio > 0 for r in sel)
+        entry["plain_ratio_median"] = round(statistics.median(r.plain_ratio for r in sel), 2)
         entry["same_trials_ratio_median"] = round(statistics.median(r.same_trials_ratio for r in sel), 2)
         entry["same_trials_reached"] = sum(r.same_trials_ratio > 0 for r in sel)
         entry["same_trials_best_median"] = round(statistics.median(r.same_trials_best for r in sel), 2)

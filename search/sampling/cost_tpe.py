@@ -1,0 +1,134 @@
+"""Cost-aware TPE (``sampler = "cost_tpe"``): expected improvement per unit of predicted cost, cost-cooled.
+
+TPE picks, among candidates drawn from l(x) (the density of the best trials), the one with the largest
+l(x)/g(x). :class:`CostTPESampler` divides that ratio by the candidate's predicted cost to the power ``alpha``:
+in logs, ``log l(x) - log g(x) - alpha * log cost(x)``. The cost is a trial's slot-seconds (every run, pruned
+and failed ones too), as the campaign records it on each trial it tells (:data:`COST_KEY`), predicted by the
+trial model (:class:`cluster.trial_cost.TrialCostModel`, quantity ``run``) refitted from the study's finished
+trials, so it works on a replica study in a child process as it does inline.
+
+``alpha`` is cooled as in CArBO (Lee et al., 2020) and NePS's cost-cooling: ``cost_exponent`` times the share of
+the budget left, where the budget is the trial budget (``[study] n_trials``) and, with ``cost_hours`` > 0, that
+many slot-hours: whichever is more used up. Early on cheap regions are explored first; by the end the pick is
+plain TPE's, so the final value is not traded away for cheapness. Before any cost is known the pick is TPE's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from cluster.trial_cost import ONE_SLOT, Quantity, TrialCostModel
+from search.compat import optuna_private as op
+from search.sampling.tpe import RefitTPESampler, _draw_points, _study_key
+
+__all__ = ["CostTPESampler", "COST_KEY", "cooled_exponent", "cost_weighted", "record_cost"]
+
+COST_KEY = "hypersweep:cost"
+"""The system attribute a cost-aware campaign records on each trial before its tell: the slot-seconds its runs took."""
+
+
+def record_cost(trial: optuna.Trial, seconds: float) -> None:
+    """Record on a live trial, before its tell, the slot-seconds its runs took (:data:`COST_KEY`)."""
+    if seconds > 0:
+        trial.storage.set_trial_system_attr(op.trial_id(trial), COST_KEY, float(seconds))
+
+
+def cooled_exponent(exponent: float, used: float) -> float:
+    """``alpha``: ``exponent`` times the share of the budget left (``used``: the share spent, clipped to 0..1)."""
+    return exponent * (1.0 - min(1.0, max(0.0, used)))
+
+
+def cost_weighted(log_ratio: np.ndarray, costs: np.ndarray, alpha: float) -> np.ndarray:
+    """The acquisition: ``log l - log g - alpha * log cost`` (a cost <= 0, unknown, leaves the ratio as it is)."""
+    known = costs > 0
+    penalty = np.zeros_like(log_ratio, dtype=float)
+    penalty[known] = alpha * np.log(costs[known])
+    return log_ratio - penalty
+
+
+class CostTPESampler(RefitTPESampler):
+    """:class:`~search.sampling.tpe.RefitTPESampler` whose pick weighs each candidate by its predicted cost (see
+    the module). ``cost_exponent`` >= 0 (0: plain TPE); ``cost_hours`` >= 0, the slot-hours the cooling runs down
+    (0: the trial budget alone); ``budget``: the campaign's trial budget."""
+
+    def __init__(
+        self, *, cost_exponent: float = 1.0, cost_hours: float = 0.0, budget: int | None = None, **kwargs: Any
+    ) -> None:
+        for name, value in (("cost_exponent", cost_exponent), ("cost_hours", cost_hours)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if budget is not None and budget < 1:
+            raise ValueError(f"budget must be a trial count >= 1, got {budget!r}")
+        super().__init__(**kwargs)
+        self._cost_exponent = float(cost_exponent)
+        self._cost_seconds = float(cost_hours) * 3600.0
+        self._trial_budget = budget
+        self._cost_model: TrialCostModel | None = None  # refitted with the estimators, never pickled
+        self._cost_of: tuple[tuple[int, int], int] | None = None  # the study and its trial count the model is of
+        self._alpha = 0.0
+        self.last_alpha = 0.0  # the exponent the last cost-weighted pick used
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update(_cost_model=None, _cost_of=None)
+        return state
+
+    def _refit(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> Any:
+        fit = super()._refit(study, trial, search_space)
+        of = (_study_key(study), trial.number)  # one model per ask, whatever number of spaces refit (univariate)
+        if self._cost_of != of:
+            self._cost_model, self._alpha = self._learn_costs(study)
+            self._cost_of = of
+        return fit
+
+    def _learn_costs(self, study: Study) -> tuple[TrialCostModel, float]:
+        """The trial model of the finished trials' recorded costs, and the cooled exponent."""
+        model = TrialCostModel(keep=4096)
+        spent, finished = 0.0, 0
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+            finished += 1
+            cost = t.system_attrs.get(COST_KEY)
+            if isinstance(cost, (int, float)) and cost > 0:
+                spent += float(cost)
+                model.observe_run(t.number, t.params, ONE_SLOT, float(cost), full=True)
+        used = finished / self._trial_budget if self._trial_budget else 0.0
+        if self._cost_seconds > 0:
+            used = max(used, spent / self._cost_seconds)
+        return model, cooled_exponent(self._cost_exponent, used)
+
+    def predicted_costs(self, candidates: list[dict[str, Any]]) -> np.ndarray:
+        """Each candidate's predicted slot-seconds (0: unknown)."""
+        model = self._cost_model
+        if model is None or not model.count(Quantity.RUN):
+            return np.zeros(len(candidates))
+        return np.asarray([model.predict(Quantity.RUN, c).mean for c in candidates])
+
+    def _sample(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        fit = self._fit_of(study, search_space)
+        if fit is None or self._stale(trial, fit.trials):
+            fit = self._refit(study, trial, search_space)
+        if self._alpha <= 0 or self._cost_model is None or not self._cost_model.count(Quantity.RUN):
+            return super()._sample(study, trial, search_space)
+        self.last_alpha = self._alpha
+        names = list(search_space)
+        if fit.grid is not None and fit.cumulative is not None:
+            points = _draw_points(fit.cumulative, self._rng.rng, self._n_ei_candidates)
+            index = np.unravel_index(points, fit.grid.shape)
+            columns = {name: index[i].astype(float) for i, name in enumerate(names)}
+            log_ratio = fit.grid.reshape(-1)[points]
+        else:
+            columns = fit.below.sample(self._rng.rng, self._n_ei_candidates)
+            log_ratio = self._acquisition(fit, columns)
+        candidates = [
+            {name: search_space[name].to_external_repr(columns[name][i]) for name in names}
+            for i in range(len(log_ratio))
+        ]
+        best = int(np.argmax(cost_weighted(log_ratio, self.predicted_costs(candidates), self._alpha)))
+        return candidates[best]

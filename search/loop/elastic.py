@@ -78,6 +78,18 @@ class ElasticGrowth:
         segment = following(running.segment(), how, config, nxt, running.examples())
         return NextSegment(nxt, segment, {Attr.ELASTIC: record})
 
+    def narrower_retry(self, running: TrialView, room: int) -> tuple[int, NextSegment] | None:
+        """A lost run's retry at the widest width that fits ``room`` slots (the workers left): the epoch its segment
+        is cut at (its last report's; the checkpoint there) and the segment that goes on from there to the cut
+        one's end. None when its width fits, or no width does."""
+        fitting = [w for w in self.spec.widths if w <= room]
+        if running.width <= room or not fitting:
+            return None
+        width, config, cut = fitting[-1], running.config, _last_epoch(running)
+        nxt = segment_config(config, width, self._overrides(running, width), config.epochs)
+        before = dataclasses.replace(config, epochs=cut)
+        return cut, NextSegment(nxt, following(running.segment(), Transition.RESIZE, before, nxt, running.examples()))
+
     # --- the parts --------------------------------------------------------------------------------
 
     def _next_end(self, after: int, total: int) -> int:
@@ -136,6 +148,13 @@ def _last_noise(running: TrialView) -> float | None:
         if value is not None and math.isfinite(value) and value >= 0:
             return float(value)
     return None
+
+
+def _last_epoch(running: TrialView) -> int:
+    """The epoch of its last report within its current segment (none there: the segment's start)."""
+    start = running.segment().start_epoch
+    epochs = [int(m["epoch"]) for _s, m, _t in running.reports if "epoch" in m]
+    return max([start, *(e for e in epochs if e < running.config.epochs)])
 
 
 def _width_at(segments: Sequence[Segment], epoch: float, width: int) -> int:

@@ -1,19 +1,22 @@
 """A trial's segments as the loop records them: each run kept in its segment, the list written on the trial (the
-report's timeline draws it run by run; ``resume`` continues in the last segment), and a next segment kept within
-the workers' room."""
+report's timeline draws it run by run; ``resume`` continues in the last segment), a next segment kept within
+the workers' room, and a lost run's retry narrowed to the workers left (``[elastic]``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Sequence
 
 from cluster.outcome import Outcome
+from search.loop.elastic import ElasticGrowth
 from search.loop.segments import Segment
 from search.loop.trials import RunningTrial
 from search.store.records import Attr, write_attrs
+from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
-__all__ = ["record_run", "record_segments", "within_room"]
+__all__ = ["record_run", "record_segments", "within_room", "retry_within_room"]
 
 log = logging.getLogger(__name__)
 
@@ -42,4 +45,27 @@ def within_room(
         return config, segment
     width, kept = segment.width, running.width
     log.warning("trial %d: the workers have no room for %d slots; it goes on at %d", running.number, width, kept)
-    return dataclasses.replace(config, data_parallel=kept), dataclasses.replace(segment, width=kept)
+    how = Transition.CONTINUE if kept == running.segment().width else segment.transition  # no resize after all
+    return dataclasses.replace(config, data_parallel=kept), dataclasses.replace(segment, width=kept, transition=how)
+
+
+def retry_within_room(
+    running: RunningTrial, config: TrialConfig, room: int, policies: Sequence[object], sync: Callable[[], object]
+) -> TrialConfig:
+    """The config a retry runs: ``config``, or, where the trial is wider than the ``room`` the workers left have
+    (``room`` < 1: none known) and an ``[elastic]`` policy allows a narrower width, its segment cut at its last
+    report and a narrower one begun from that checkpoint (recorded, and on disk before it is sent)."""
+    growth = next((p for p in policies if isinstance(p, ElasticGrowth)), None)
+    narrower = growth.narrower_retry(running.view(), room) if growth is not None and room >= 1 else None
+    if narrower is None:
+        return config
+    cut, step = narrower
+    log.warning(
+        "trial %d: %d slot(s) left for its %d; retried from epoch %d at %d",
+        running.number, room, running.width, cut, step.segment.width,
+    )  # fmt: skip
+    running.cut_segment(cut)
+    running.next_segment(step.config, step.segment)
+    record_segments(running)
+    sync()
+    return step.config

@@ -54,7 +54,8 @@ def retry_within_room(
 ) -> TrialConfig:
     """The config a retry runs: ``config``, or, where the trial is wider than the ``room`` the workers left have
     (``room`` < 1: none known) and an ``[elastic]`` policy allows a narrower width, its segment cut at its last
-    report and a narrower one begun from that checkpoint (recorded, and on disk before it is sent)."""
+    report and a narrower one begun from that checkpoint (recorded, and on disk before it is sent); a segment that
+    ran no epoch is narrowed itself."""
     growth = next((p for p in policies if isinstance(p, ElasticGrowth)), None)
     narrower = growth.narrower_retry(running.view(), room) if growth is not None and room >= 1 else None
     if narrower is None:
@@ -64,8 +65,20 @@ def retry_within_room(
         "trial %d: %d slot(s) left for its %d; retried from epoch %d at %d",
         running.number, room, running.width, cut, step.segment.width,
     )  # fmt: skip
-    running.cut_segment(cut)
-    running.next_segment(step.config, step.segment)
+    current = running.segment()
+    if cut > current.start_epoch:
+        running.cut_segment(cut)
+        running.next_segment(step.config, step.segment)
+    else:  # no epoch ran at the wide width (a resumed trial the workers left cannot place): the segment narrows
+        running.narrow_segment(step.config, _narrowed(running, current, step.segment))
     record_segments(running)
     sync()
     return step.config
+
+
+def _narrowed(running: RunningTrial, current: Segment, step: Segment) -> Segment:
+    """``current`` at ``step``'s width with its overrides; a ``continue`` where that is the width before it."""
+    before = running.segments[-2].width if len(running.segments) > 1 else None
+    how = Transition.CONTINUE if before == step.width else current.transition
+    overrides = {**current.overrides, **step.overrides}
+    return dataclasses.replace(current, width=step.width, overrides=overrides, transition=how)

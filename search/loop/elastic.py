@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from cluster.goodput import Goodput, StepTime, adascale_gain, fit_step_model
 from cluster.outcome import Outcome
-from search.elastic.allocate import Candidate, grow
+from search.elastic.allocate import Candidate, grow, shrink
 from search.loop.policies import Decision, NextSegment
 from search.loop.segments import Segment, Stop, following, lr_for_batch, segment_config
 from search.loop.trials import TrialView
@@ -89,6 +89,23 @@ class ElasticGrowth:
         nxt = segment_config(config, width, self._overrides(running, width), config.epochs)
         before = dataclasses.replace(config, epochs=cut)
         return cut, NextSegment(nxt, following(running.segment(), Transition.RESIZE, before, nxt, running.examples()))
+
+    def give_back(self, running: TrialView, step: NextSegment, free: int, waiting: int) -> NextSegment:
+        """``step`` (a grown trial's next segment) narrower, with ``shrink = true``, where trials wait for ``waiting``
+        slots that the ``free`` ones (its own included) cannot hold beside it: as few slots given back as cost it
+        least speedup (:func:`search.elastic.allocate.shrink`)."""
+        short = step.segment.width + waiting - free
+        if not self.spec.shrink or waiting <= 0 or short <= 0 or running.width <= self.spec.start_width:
+            return step
+        candidate = Candidate(running.number, step.segment.width, self._goodput(running))
+        width = shrink([candidate], short, self.spec.widths).get(running.number, step.segment.width)
+        if width == step.segment.width:
+            return step
+        config = running.config
+        nxt = segment_config(config, width, self._overrides(running, width), step.config.epochs)
+        return NextSegment(
+            nxt, following(running.segment(), Transition.RESIZE, config, nxt, running.examples()), step.attrs
+        )
 
     # --- the parts --------------------------------------------------------------------------------
 

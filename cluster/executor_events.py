@@ -124,6 +124,8 @@ class EventTranslator:
 
     def _ended_by_event(self, number: int, outcome: Outcome) -> list[Event]:
         """A trial's outcome, sent by its worker after its reports: it ends here, and its task's end adds nothing."""
+        if self._roads.tasks.told(number, outcome):
+            return []  # its task's result came first, and the trial may run again by now
         pool = self._roads.pool
         ran = self._roads.tasks.ended(number)
         if not ran and pool is not None and pool.has(number):

@@ -162,7 +162,8 @@ class SpanRunner:
 
     def check_workers(self) -> None:
         """A part whose worker left the cluster (not found in two looks in a row): every part of its trial ends (the
-        pinned task would wait forever)."""
+        pinned task would wait forever), and the trial is lost, whatever ended first: the other parts' ranks fail
+        at once when a peer dies (gloo: connection reset), before a second look, but their worker did not leave."""
         now = time.monotonic()
         if not self._placer.trials or now - self._checked < CHECK_SECONDS:
             return
@@ -174,10 +175,15 @@ class SpanRunner:
             absent = [i for i, p in enumerate(trial.parts) if p.worker not in present and i not in trial.outcomes]
             missing.update(trial.parts[i].worker for i in absent)
             gone = [i for i in absent if trial.parts[i].worker in confirmed]
-            if gone and not trial.aborted:
-                trial.first_failure = gone[0]
-                self._abort(trial, f"lost: worker {trial.parts[gone[0]].worker} of part {gone[0]} left the cluster")
-                self._client.cancel([trial.futures[i] for i in gone], force=True)
+            if not gone:
+                continue
+            why = f"lost: worker {trial.parts[gone[0]].worker} of part {gone[0]} left the cluster"
+            trial.first_failure = gone[0]
+            if trial.aborted:
+                trial.aborted = why  # a part that failed first failed of this loss: its gone parts end lost
+            else:
+                self._abort(trial, why)
+            self._client.cancel([trial.futures[i] for i in gone], force=True)
         self._missing = missing
 
     # --- ending -------------------------------------------------------------------------------------

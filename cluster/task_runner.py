@@ -55,6 +55,7 @@ class TaskRunner:
         self._events, self._ship = events, ship
         self._lock = threading.Lock()
         self._futures: dict[int, Future] = {}
+        self._told: dict[int, tuple[float, float | None]] = {}  # each trial's last run told by its task's result
 
     def submit(self, requests: Sequence[TrialRequest], share: float, memory: int, headroom: float) -> None:
         """Run ``requests`` (all of one width) in one task on ``width * share`` of the resource; ``memory``: the
@@ -94,6 +95,12 @@ class TaskRunner:
         with self._lock:
             return self._futures.pop(number, None) is not None
 
+    def told(self, number: int, outcome: Outcome) -> bool:
+        """Whether ``outcome`` (a worker's message) is of a run whose task's result told it already: a late message,
+        to drop. The trial may run again by now (its next segment, a retry), and that run is not ended by it."""
+        with self._lock:
+            return outcome.started is not None and self._told.get(number) == _run_of(outcome)
+
     def done(self, numbers: Sequence[int]) -> list[tuple[int, Outcome]]:
         """A task ended: its trials whose outcome did not come as an event take it from the task's result (or its
         error: a lost worker, a cancel)."""
@@ -102,7 +109,10 @@ class TaskRunner:
         if not futures:
             return []  # every outcome came with the event stream: no round trip for the result
         outcomes = _outcomes(next(iter(futures.values())), len(numbers))
-        return [(number, outcome) for number, outcome in zip(numbers, outcomes) if number in futures]
+        ended = [(number, outcome) for number, outcome in zip(numbers, outcomes) if number in futures]
+        with self._lock:
+            self._told.update((number, _run_of(o)) for number, o in ended if o.started is not None)
+        return ended
 
     def close(self) -> list[Future]:
         """Forget every task; their futures, to cancel."""
@@ -110,6 +120,11 @@ class TaskRunner:
             futures = list(self._futures.values())
             self._futures.clear()
         return futures
+
+
+def _run_of(outcome: Outcome) -> tuple[float, float | None]:
+    """A run, as its outcome tells it apart: when it started and ended on its worker."""
+    return (outcome.started or 0.0, outcome.finished)
 
 
 def _outcomes(future: Future | None, n: int) -> list[Outcome]:

@@ -72,7 +72,7 @@ def _smallest_shrink(
     widths: dict[int, int], candidates: Sequence[Candidate], allowed: Sequence[int], wanted: int
 ) -> tuple[float, int, int] | None:
     """The best shrink freeing at most ``wanted`` slots, else the best of those freeing the fewest more."""
-    for room in range(wanted, max(allowed) + 1):
+    for room in range(wanted, max(wanted, max(allowed)) + 1):  # more wanted than any shrink frees: the most
         step = _best_step(widths, candidates, allowed, room, larger=False)
         if step is not None:
             return step

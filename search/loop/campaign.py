@@ -59,7 +59,7 @@ from search.loop.policies import (
     population_of,
 )
 from search.loop.queries import answer
-from search.loop.segment_records import record_run, record_segments, within_room
+from search.loop.segment_records import begin_segment, record_run, retry_within_room
 from search.loop.segments import Segment, Stop
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
@@ -315,7 +315,8 @@ class Campaign:
             return
         if isinstance(decision, Resubmit):
             running.counted(requeue=decision.requeue, retry=decision.retry)
-            self.dispatch.resubmit(running, decision.config)
+            config = retry_within_room(running, decision.config, self.executor.slots().total, self.policies, self._sync)
+            self.dispatch.resubmit(running, config)  # narrower where [elastic] allows it and a worker was lost
             return
         if isinstance(decision, NextSegment):
             self._next_segment(running, decision.config, decision.segment)
@@ -325,9 +326,8 @@ class Campaign:
 
     def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment) -> None:
         """A trial's next segment (a resize, a PBT member's next interval), recorded, then sent at its width."""
-        config, segment = within_room(running, config, segment, self.dispatch.fits_width(segment.width))
-        running.next_segment(config, segment)
-        record_segments(running)
+        room = self.dispatch.room(segment.width, self.supply, self.budget.may_start())
+        config = begin_segment(running, config, segment, room, self.policies)  # [elastic] shrink: for waiting trials
         self._sync()  # on disk before it is acted on: a controller killed now resumes the trial in this segment
         self.dispatch.resubmit(running, config)
 

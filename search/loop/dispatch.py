@@ -32,7 +32,16 @@ from trainers.api import TrialConfig
 if TYPE_CHECKING:
     from search.loop.supply import TrialSupply
 
-__all__ = ["Dispatcher", "FillPlan", "CampaignError", "DURATION_WINDOW", "TIME_BUDGET", "TRIAL_TIMEOUT", "TIME_LIMITS"]
+__all__ = [
+    "Dispatcher",
+    "FillPlan",
+    "Room",
+    "CampaignError",
+    "DURATION_WINDOW",
+    "TIME_BUDGET",
+    "TRIAL_TIMEOUT",
+    "TIME_LIMITS",
+]
 
 TIME_BUDGET = StopReason.TIME_BUDGET
 TRIAL_TIMEOUT = StopReason.TRIAL_TIMEOUT
@@ -57,6 +66,16 @@ class FillPlan:
     capacity: int
     place: bool
     spare: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Room:
+    """For a trial's next segment: whether its width fits the workers together (``fits``), the ``free`` slots (its
+    own included) and the slots the trials that wait or may still be asked want (``waiting``)."""
+
+    fits: bool
+    free: int
+    waiting: int
 
 
 class Dispatcher:
@@ -232,6 +251,11 @@ class Dispatcher:
         or may still be asked (widened to the narrowest trial)."""
         waiting = len(supply.pending) + (supply.trials_left() if may_start else 0)
         return self._busy + waiting * max(1, self._min_width)
+
+    def room(self, width: int, supply: TrialSupply, may_start: bool) -> Room:
+        """The room for a trial's next segment of ``width`` slots (see :class:`Room`)."""
+        free, waiting = self._executor.slots().total - self._busy, self.wanted(supply, may_start) - self._busy
+        return Room(self.fits_width(width), free, waiting)
 
     # --- what happens to running trials -------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from cluster.goodput import Goodput, StepTime, adascale_gain, fit_step_model
 from cluster.outcome import Outcome
-from search.elastic.allocate import Candidate, grow
+from search.elastic.allocate import Candidate, grow, shrink
 from search.loop.policies import Decision, NextSegment
 from search.loop.segments import Segment, Stop, following, lr_for_batch, segment_config
 from search.loop.trials import TrialView
@@ -77,6 +77,35 @@ class ElasticGrowth:
         record = [*running.trial.user_attrs.get(Attr.ELASTIC, []), self._record(running, outcome)]
         segment = following(running.segment(), how, config, nxt, running.examples())
         return NextSegment(nxt, segment, {Attr.ELASTIC: record})
+
+    def narrower_retry(self, running: TrialView, room: int) -> tuple[int, NextSegment] | None:
+        """A lost run's retry at the widest width that fits ``room`` slots (the workers left): the epoch its segment
+        is cut at (its last report's; the checkpoint there) and the segment that goes on from there to the cut
+        one's end. None when its width fits, or no width does."""
+        fitting = [w for w in self.spec.widths if w <= room]
+        if running.width <= room or not fitting:
+            return None
+        width, config, cut = fitting[-1], running.config, _last_epoch(running)
+        nxt = segment_config(config, width, self._overrides(running, width), config.epochs)
+        before = dataclasses.replace(config, epochs=cut)
+        return cut, NextSegment(nxt, following(running.segment(), Transition.RESIZE, before, nxt, running.examples()))
+
+    def give_back(self, running: TrialView, step: NextSegment, free: int, waiting: int) -> NextSegment:
+        """``step`` (a grown trial's next segment) narrower, with ``shrink = true``, where trials wait for ``waiting``
+        slots that the ``free`` ones (its own included) cannot hold beside it: as few slots given back as cost it
+        least speedup (:func:`search.elastic.allocate.shrink`)."""
+        short = step.segment.width + waiting - free
+        if not self.spec.shrink or waiting <= 0 or short <= 0 or running.width <= self.spec.start_width:
+            return step
+        candidate = Candidate(running.number, step.segment.width, self._goodput(running))
+        width = shrink([candidate], short, self.spec.widths).get(running.number, step.segment.width)
+        if width == step.segment.width:
+            return step
+        config = running.config
+        nxt = segment_config(config, width, self._overrides(running, width), step.config.epochs)
+        return NextSegment(
+            nxt, following(running.segment(), Transition.RESIZE, config, nxt, running.examples()), step.attrs
+        )
 
     # --- the parts --------------------------------------------------------------------------------
 
@@ -136,6 +165,13 @@ def _last_noise(running: TrialView) -> float | None:
         if value is not None and math.isfinite(value) and value >= 0:
             return float(value)
     return None
+
+
+def _last_epoch(running: TrialView) -> int:
+    """The epoch of its last report within its current segment (none there: the segment's start)."""
+    start = running.segment().start_epoch
+    epochs = [int(m["epoch"]) for _s, m, _t in running.reports if "epoch" in m]
+    return max([start, *(e for e in epochs if e < running.config.epochs)])
 
 
 def _width_at(segments: Sequence[Segment], epoch: float, width: int) -> int:

@@ -181,6 +181,16 @@ class RunningTrial:
         self.stop_reason, self.stop_transition = "", Transition.PRUNE
         self.rerun(config)
 
+    def cut_segment(self, end_epoch: int) -> None:
+        """Its current segment ends at ``end_epoch``, before its planned end (its run was lost there)."""
+        self.segments[-1:] = [dataclasses.replace(self.segment(), end_epoch=end_epoch)]
+
+    def narrow_segment(self, config: TrialConfig, segment: Segment) -> None:
+        """Its current segment, which ran no epoch, runs as ``segment`` with ``config`` (narrower: a worker lost)."""
+        self.segments[-1:] = [segment]
+        self.width = segment.width
+        self.rerun(config)
+
     def ran(self, started: float, finished: float, worker: str) -> None:
         """One run of its current segment ended (kept in that segment's ``runs``)."""
         current = self.segment().ran((started, finished, worker))

@@ -15,7 +15,7 @@ from search.spec.table import SpecError, SpecTable
 
 __all__ = ["ElasticSpec", "ELASTIC_KEYS", "GROW_WHEN", "BATCH_MODES", "LR_RULES", "parse_elastic"]
 
-ELASTIC_KEYS = ("widths", "grow", "batch", "lr_rule", "reserve", "max_slots")
+ELASTIC_KEYS = ("widths", "grow", "batch", "lr_rule", "reserve", "max_slots", "shrink")
 GROW_WHEN = ("promotion", "pbt", "goodput")
 BATCH_MODES = ("fixed", "grow")
 LR_RULES = ("linear", "sqrt", "adascale")
@@ -44,6 +44,9 @@ class ElasticSpec:
     """Free slots kept for new trials (never given to a growing trial)."""
     max_slots: int | None = None
     """The most slots one trial may hold; default: the largest width."""
+    shrink: bool = False
+    """Whether a grown trial gives slots back at its next segment boundary when new trials wait and the free slots
+    (its own included) cannot hold them beside it: to the width that costs it least speedup."""
 
     def __post_init__(self) -> None:
         _check_widths(self.widths)
@@ -90,7 +93,7 @@ def _from_table(t: SpecTable) -> ElasticSpec:
     max_slots = t.int("max_slots", minimum=1) if t.has("max_slots") else None
     grow, reserve = t.choice("grow", GROW_WHEN, "promotion"), t.int("reserve", 1, minimum=0)
     try:
-        return ElasticSpec(tuple(widths), grow, batch, rule, reserve, max_slots)
+        return ElasticSpec(tuple(widths), grow, batch, rule, reserve, max_slots, t.bool("shrink", False))
     except ValueError as exc:  # "elastic <key>=<value>: <rule>"
         key, _, problem = str(exc).removeprefix("elastic ").partition("=")
         raise t.error(key, problem.partition(": ")[2] or problem) from None

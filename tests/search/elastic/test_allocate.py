@@ -48,6 +48,8 @@ def test_shrink_takes_slots_where_the_least_speedup_is_lost() -> None:
     assert shrink(wide, needed=2, widths=[1, 2, 4]) == {1: 2}
     assert shrink(wide, needed=1, widths=[1, 2, 4]) == {1: 2}  # the smallest step that frees enough
     assert shrink([trial(0, COMPUTE_BOUND)], needed=1, widths=[1, 2, 4]) == {}  # nothing to give
+    # more wanted than the widest width: as many as the candidates can give (once none came back at all)
+    assert shrink([trial(0, COMPUTE_BOUND, width=2)], needed=4, widths=[1, 2]) == {0: 1}
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """A controller process for the resume-mid-resize test: runs the resize campaign and SIGKILLs itself right after
-its first resize was decided, recorded and sent (``python -m tests.search.loop.resize_kill RUNS_DIR``).
+its first resize was decided, recorded and sent (``python -m tests.search.loop.resize_kill RUNS_DIR [elastic]``:
+a test policy's resize, or the ``[elastic]`` policy's on 2 workers x 1 slot).
 
 The moment is chosen by wrapping ``Campaign._next_segment`` in this process only; everything else is the real
 campaign (LocalCluster, journal storage, the project's trainer)."""
@@ -46,11 +47,19 @@ slots_per_worker = 2
 """
 
 
+ELASTIC = (
+    SPEC.replace('name = "resize-kill"', 'name = "elastic-kill"')
+    .replace("max_retries = 0", 'max_retries = 0\npruner = "asha"')
+    .replace("n_workers = 1\nslots_per_worker = 2", "n_workers = 2\nslots_per_worker = 1")
+    + "[pruner]\nmin_resource = 1\nreduction_factor = 2\n\n[elastic]\nwidths = [1, 2]\nreserve = 0\n"
+)
+
+
 def hooks() -> CampaignHooks:
     return CampaignHooks(policies=[ResizeAtRung(rung=1, width=2)])
 
 
-def main(runs_dir: Path) -> None:
+def main(runs_dir: Path, elastic: bool = False) -> None:
     original = Campaign._next_segment
 
     def killed_after(self: Campaign, *args: Any) -> None:
@@ -58,9 +67,10 @@ def main(runs_dir: Path) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     Campaign._next_segment = killed_after  # type: ignore[method-assign]
-    spec = parse_spec(tomllib.loads(SPEC), "resize-kill.toml", SPEC)
-    run_campaign(spec, RunOptions(runs_dir=runs_dir, progress=False, hooks=hooks()))
+    text = ELASTIC if elastic else SPEC
+    spec = parse_spec(tomllib.loads(text), "resize-kill.toml", text)
+    run_campaign(spec, RunOptions(runs_dir=runs_dir, progress=False, hooks=None if elastic else hooks()))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2:] == ["elastic"])

@@ -41,6 +41,7 @@ def test_an_elastic_table_loads_with_its_defaults(tmp_path: Path) -> None:
     assert (spec.start_width, spec.most_slots) == (1, 4)
     grown = load(tmp_path, 'widths = [1, 2]\nbatch = "grow"\nreserve = 0\nmax_slots = 3\n')
     assert (grown.batch, grown.lr_rule, grown.reserve, grown.most_slots) == ("grow", "sqrt", 0, 3)
+    assert not spec.shrink and load(tmp_path, "widths = [1, 2]\nshrink = true\n").shrink
 
 
 def test_no_elastic_table_means_none(tmp_path: Path) -> None:
@@ -65,6 +66,7 @@ def test_no_elastic_table_means_none(tmp_path: Path) -> None:
         ("widths = [1, 2, 4]\nmax_slots = 2\n", "elastic.max_slots", ">= the largest width (4)"),
         ("widths = [1, 2, 3]\n", "elastic.widths", "global batch 64 is not divisible by width 3"),
         ("widths = [1, 2]\nspeed = 1\n", "elastic.speed", "unknown key"),
+        ("widths = [1, 2]\nshrink = 'yes'\n", "elastic.shrink", "'yes'"),
     ],
 )
 def test_elastic_mistakes_name_the_key_and_the_rule(tmp_path: Path, body: str, key: str, fragment: str) -> None:

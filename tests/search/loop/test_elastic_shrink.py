@@ -1,0 +1,83 @@
+"""[elastic] shrink = true on the simulated cluster (the real Campaign loop in virtual time; what a trial does is
+the model's): a trial grown to 2 slots gives one back at its next rung while new trials wait for a slot."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+
+from cluster.simulated import SimulatedExecutor, TrialPlan
+from search.loop.campaign import Campaign
+from search.session.runner import load_study
+from search.spec.campaign_spec import parse_spec
+from search.store.folder import CampaignFolder
+from search.store.records import Attr
+
+SPEC = """
+[study]
+name = "shrink"
+direction = "maximize"
+metric = "score"
+sampler = "random"
+seed = 2
+n_trials = 6
+pruner = "asha"
+
+[pruner]
+min_resource = 1
+reduction_factor = 2
+
+[trainer]
+entry = "bench.trivial:fit"
+epochs = 4
+
+[space]
+x = { type = "float", low = 0.0, high = 1.0 }
+
+[elastic]
+widths = [1, 2]
+reserve = 0
+"""
+
+
+class Checkpointed:
+    """Each run goes on from the epoch its trial's last run ended at (its checkpoint) to its config's ``epochs``;
+    one second per epoch at any width; the score grows with ``x`` and the epoch."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, int] = {}
+
+    def plan(self, config: Mapping[str, Any], rng: np.random.Generator) -> TrialPlan:
+        number, end, x = int(config["number"]), int(config["epochs"]), float(config["params"]["x"])
+        epochs = range(self.at.get(number, 0) + 1, end + 1)
+        self.at[number] = end
+        metrics = tuple({"score": x * e, "epoch": float(e), "steps": float(e), "examples": 100.0 * e} for e in epochs)
+        return TrialPlan(tuple(1.0 for _ in epochs), metrics)
+
+
+def widths_of(tmp_path: Path, shrink: bool) -> list[list[tuple[str, int]]]:
+    text = SPEC + ("shrink = true\n" if shrink else "")
+    spec = parse_spec(tomllib.loads(text), "shrink.toml", text)
+    folder = CampaignFolder(tmp_path / f"shrink-{shrink}")
+    folder.create(text)
+    study = load_study(spec, folder, create=True)
+    executor = SimulatedExecutor(1, Checkpointed(), slots_per_worker=2, seed=1, controller_time_scale=0)
+    Campaign(spec, folder, study, executor, clock=executor.clock).run()
+    trials = study.get_trials()
+    assert len(trials) == 6 and all(t.state.is_finished() for t in trials)
+    assert all(t.state is not optuna.trial.TrialState.FAIL for t in trials)
+    return [[(r["transition"], r["width"]) for r in t.user_attrs.get(Attr.SEGMENTS, [])] for t in trials]
+
+
+@pytest.mark.parametrize("shrink", [True, False])
+def test_a_grown_trial_gives_a_slot_back_at_its_next_rung_while_new_trials_wait(tmp_path: Path, shrink: bool) -> None:
+    shrunk = [w for w in widths_of(tmp_path, shrink) if ("resize", 2) in w and w[w.index(("resize", 2)) + 1 :]]
+    assert shrunk, "no trial grew to 2 slots and went on"
+    gave_back = [w for w in shrunk if w[w.index(("resize", 2)) + 1] == ("resize", 1)]
+    assert bool(gave_back) is shrink, shrunk  # without shrink = true a grown trial keeps its 2 slots

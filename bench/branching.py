@@ -58,7 +58,10 @@ def main() -> None:
     )
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True) as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
         result = run_branching(
             spec, base, args.out, dask_submit(c, "trainers.classifier:fit"), target=("val_accuracy", args.target, "max")
         )
@@ -68,7 +71,8 @@ def main() -> None:
         losses = "  ".join(f"B={b}: {best[b].val_loss:.4f}" for b in sorted(best))
         print(f"epoch {p}: critical batch {result.critical[p]}, b_simple {result.noise_scale[p]:.4g}; {losses}")
     print("schedule (from epoch, batch, lr):", [(e, b, round(lr, 5)) for e, b, lr in result.schedule])
-    for name, hit in (("fixed", result.fixed), ("scheduled", result.scheduled)):
+    runs = (("fixed", result.fixed), ("scheduled", result.scheduled), ("fixed at the last batch", result.fixed_last))
+    for name, hit in runs:
         shown = "not reached" if math.isnan(hit["steps"]) else f"{hit['steps']:.0f} steps, {hit['examples']:.0f} ex"
         print(f"{name}: {shown}")
     print(json.dumps({"out": str(args.out)}))

@@ -6,7 +6,8 @@ checkpoint folder starts with a copy of that checkpoint and whose segment overri
 learning rate (``TrialConfig.base_params`` are the reference's, so the checkpoint is its own); it trains
 ``branch_epochs`` more epochs: every branch sees the same examples. The scheduled run trains from scratch
 with the batch-size schedule (a segment per change, each at the rate its batch was tuned to at that point);
-the reference is the fixed-batch run it is compared with: steps and examples to the target.
+the reference is the fixed-batch run it is compared with: steps and examples to the target; so is a run at
+the schedule's last batch and rate from the start (does the warm-up matter, or only the larger batch?).
 
 Files under ``out``: ``branches.csv`` (every branch), ``critical.csv`` (per point: the critical batch size,
 the loss of each batch's best branch, the reference's noise scale there), ``summary.json``.
@@ -63,6 +64,7 @@ class BranchingResult:
     schedule: list[tuple[int, int, float]]  # (from epoch, batch, lr)
     fixed: dict[str, float]  # the reference (fixed batch): steps, examples to the target (NaN: not reached)
     scheduled: dict[str, float]  # the scheduled run: the same
+    fixed_last: dict[str, float]  # a run at the schedule's last batch and rate from the start: the same
 
 
 def _config(base: TrialConfig, folder: Path, epochs: int, overrides: Mapping[str, Any], number: int) -> TrialConfig:
@@ -118,10 +120,9 @@ def _run_branches(spec: BranchingSpec, base: TrialConfig, out: Path, submit: Sub
 
 
 def _run_scheduled(
-    spec: BranchingSpec, base: TrialConfig, schedule: list[tuple[int, int, float]], out: Path, submit: Submit
+    spec: BranchingSpec, base: TrialConfig, schedule: list[tuple[int, int, float]], folder: Path, submit: Submit
 ) -> Reports:
-    """From scratch, a segment per schedule entry at its batch and rate, each resuming the run's checkpoint."""
-    folder = out / "scheduled"
+    """From scratch in ``folder``, a segment per schedule entry at its batch and rate, each resuming the last."""
     reports: Reports = []
     ends = [start for start, _, _ in schedule[1:]] + [spec.epochs]
     for (_, batch, lr), end in zip(schedule, ends):
@@ -160,7 +161,9 @@ def run_branching(
     steps = batch_schedule(spec.points, [critical[p] for p in spec.points], spec.reference_batch)
     lr0 = float(base.params["lr"])
     schedule = [(e, b, best[e][b].lr if e in best and b in best[e] else lr0) for e, b in steps]
-    scheduled = _run_scheduled(spec, base, schedule, out, submit)
+    scheduled = _run_scheduled(spec, base, schedule, out / "scheduled", submit)
+    last = schedule[-1]
+    fixed_last = _run_scheduled(spec, base, [(0, last[1], last[2])], out / "fixed-last", submit)
     metric, value, mode = target
     return BranchingResult(
         branches=tuple(branches),
@@ -169,6 +172,7 @@ def run_branching(
         schedule=schedule,
         fixed=_to_target(reference, metric, value, mode),
         scheduled=_to_target(scheduled, metric, value, mode),
+        fixed_last=_to_target(fixed_last, metric, value, mode),
     )
 
 
@@ -193,6 +197,7 @@ def write_branching(result: BranchingResult, spec: BranchingSpec, out: Path) -> 
         "schedule": [{"from_epoch": e, "batch_size": b, "lr": lr} for e, b, lr in result.schedule],
         "fixed": result.fixed,
         "scheduled": result.scheduled,
+        "fixed_last": result.fixed_last,
         "epsilon": spec.epsilon,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")

@@ -147,13 +147,16 @@ def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp
     assert {(int(r["batch_size"]), float(r["lr_factor"])) for r in rows} == {(8, 1), (8, 2), (64, 1), (64, 2)}
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["critical"] == {"1": result.critical[1]} and summary["schedule"][0]["batch_size"] == 8
+    assert set(summary) >= {"fixed", "scheduled", "fixed_last"}
+    last = result.schedule[-1]
+    assert (tmp_path / "fixed-last" / "checkpoint.pt").exists() and last[1] in (8, 64)
 
 
 @pytest.mark.slow
 def test_the_scheduled_run_changes_batch_and_rate_at_its_points(client: object, tmp_path: Path) -> None:
     s = BranchingSpec(points=(1,), batch_sizes=(8, 64), reference_batch=8, epochs=3)
     submit = dask_submit(client, "trainers.classifier:fit")
-    reports = branch_run._run_scheduled(s, reference(3), [(0, 8, 0.02), (1, 64, 0.1)], tmp_path, submit)
+    reports = branch_run._run_scheduled(s, reference(3), [(0, 8, 0.02), (1, 64, 0.1)], tmp_path / "s", submit)
     by_epoch = {int(m["epoch"]): m for _, m in reports}
     n_train = int(by_epoch[1]["examples"])
     assert by_epoch[1]["steps"] == math.ceil(n_train / 8)

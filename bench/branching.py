@@ -74,7 +74,10 @@ def main() -> None:
     runs = (("fixed", result.fixed), ("scheduled", result.scheduled), ("fixed at the last batch", result.fixed_last))
     for name, hit in runs:
         shown = "not reached" if math.isnan(hit["steps"]) else f"{hit['steps']:.0f} steps, {hit['examples']:.0f} ex"
-        print(f"{name}: {shown}")
+        end = (
+            f"{hit['final_steps']:.0f} steps, val_loss {hit['final_val_loss']:.4f}, acc {hit['final_val_accuracy']:.4f}"
+        )
+        print(f"{name}: to the target {shown}; at the end ({hit['final_examples']:.0f} ex) {end}")
     print(json.dumps({"out": str(args.out)}))
 
 

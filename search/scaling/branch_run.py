@@ -62,7 +62,7 @@ class BranchingResult:
     critical: dict[int, int]  # point -> critical batch size
     noise_scale: dict[int, float]  # point -> the reference's b_simple there (NaN: not measured)
     schedule: list[tuple[int, int, float]]  # (from epoch, batch, lr)
-    fixed: dict[str, float]  # the reference (fixed batch): steps, examples to the target (NaN: not reached)
+    fixed: dict[str, float]  # the reference (fixed batch): steps, examples to the target (NaN: not reached), final_*
     scheduled: dict[str, float]  # the scheduled run: the same
     fixed_last: dict[str, float]  # a run at the schedule's last batch and rate from the start: the same
 
@@ -132,10 +132,14 @@ def _run_scheduled(
 
 
 def _to_target(reports: Reports, metric: str, target: float, mode: str) -> dict[str, float]:
+    """Steps and examples to the target (NaN: not reached), and the run's last steps, examples, loss, accuracy."""
+    last = reports[-1][1] if reports else {}
+    final = {f"final_{k}": float(last.get(k, math.nan)) for k in ("steps", "examples", "val_loss", "val_accuracy")}
     hit = steps_to_target(reports, metric, target, "max" if mode == "max" else "min", interpolate=False)
     if hit is None:
-        return {"steps": math.nan, "examples": math.nan}
-    return {"steps": float(hit.steps), "examples": float(hit.examples if hit.examples is not None else math.nan)}
+        return {"steps": math.nan, "examples": math.nan, **final}
+    examples = float(hit.examples if hit.examples is not None else math.nan)
+    return {"steps": float(hit.steps), "examples": examples, **final}
 
 
 def run_branching(

@@ -143,6 +143,8 @@ def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp
     assert result.critical[1] == critical_batch({b: x.val_loss for b, x in best.items()}, s.epsilon)
     assert result.noise_scale[1] == ref_epoch1["b_simple"] > 0
     assert result.fixed["steps"] == ref_epoch1["steps"]  # 0.5 accuracy within the first epoch
+    assert result.fixed["final_examples"] == result.scheduled["final_examples"] == 2 * n_train  # equal examples
+    assert result.fixed["final_steps"] == 2 * math.ceil(n_train / 8)
     rows = list(csv.DictReader(open(tmp_path / "branches.csv")))
     assert {(int(r["batch_size"]), float(r["lr_factor"])) for r in rows} == {(8, 1), (8, 2), (64, 1), (64, 2)}
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 from search.scaling.branch_run import dask_submit, run_branching, write_branching
-from search.scaling.branching import BranchingSpec, best_per_batch
+from search.scaling.branching import BranchingSpec, at_grid_edge, best_per_batch
 from trainers.api import TrialConfig
 
 
@@ -69,7 +69,9 @@ def main() -> None:
     for p in spec.points:
         best = best_per_batch(result.branches, p)
         losses = "  ".join(f"B={b}: {best[b].val_loss:.4f}" for b in sorted(best))
+        edge = at_grid_edge(best, spec.lr_factors)
         print(f"epoch {p}: critical batch {result.critical[p]}, b_simple {result.noise_scale[p]:.4g}; {losses}")
+        print(f"  tuned rate at an end of the grid: B={edge}")
     print("schedule (from epoch, batch, lr):", [(e, b, round(lr, 5)) for e, b, lr in result.schedule])
     runs = (("fixed", result.fixed), ("scheduled", result.scheduled), ("fixed at the last batch", result.fixed_last))
     for name, hit in runs:

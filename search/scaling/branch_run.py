@@ -10,7 +10,7 @@ the reference is the fixed-batch run it is compared with: steps and examples to 
 the schedule's last batch and rate from the start (does the warm-up matter, or only the larger batch?).
 
 Files under ``out``: ``branches.csv`` (every branch), ``critical.csv`` (per point: the critical batch size,
-the loss of each batch's best branch, the reference's noise scale there), ``summary.json``.
+the reference's noise scale there, the batches whose tuned rate is at an end of the grid, each batch's tuned loss), ``summary.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from search.scaling.branching import Branch, BranchingSpec, batch_schedule, best_per_batch, critical_batch
+from search.scaling.branching import (
+    Branch,
+    BranchingSpec,
+    at_grid_edge,
+    batch_schedule,
+    best_per_batch,
+    critical_batch,
+)
 from search.scaling.target import steps_to_target
 from trainers.api import TrialConfig
 
@@ -190,11 +197,13 @@ def write_branching(result: BranchingResult, spec: BranchingSpec, out: Path) -> 
             w.writerow([b.point, b.batch_size, f"{b.factor:g}", f"{b.lr:.6g}", f"{b.val_loss:.6g}", b.val_accuracy])
     with open(out / "critical.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["point", "critical_batch", "b_simple", *(f"loss_b{b}" for b in spec.batch_sizes)])
+        header = ["point", "critical_batch", "b_simple", "rate_at_grid_edge", *(f"loss_b{b}" for b in spec.batch_sizes)]
+        w.writerow(header)
         for p in spec.points:
             best = best_per_batch(result.branches, p)
             losses = [f"{best[b].val_loss:.6g}" if b in best else "" for b in spec.batch_sizes]
-            w.writerow([p, result.critical[p], f"{result.noise_scale[p]:.4g}", *losses])
+            edge = " ".join(str(b) for b in at_grid_edge(best, spec.lr_factors))
+            w.writerow([p, result.critical[p], f"{result.noise_scale[p]:.4g}", edge, *losses])
     summary = {
         "critical": {str(p): c for p, c in result.critical.items()},
         "b_simple": {str(p): v for p, v in result.noise_scale.items()},

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from spaces.batch import LRScaling
 
-__all__ = ["BranchingSpec", "Branch", "best_per_batch", "critical_batch", "batch_schedule"]
+__all__ = ["BranchingSpec", "Branch", "best_per_batch", "at_grid_edge", "critical_batch", "batch_schedule"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +94,12 @@ def best_per_batch(branches: Sequence[Branch], point: int) -> dict[int, Branch]:
         if b.batch_size not in best or b.val_loss < best[b.batch_size].val_loss:
             best[b.batch_size] = b
     return best
+
+
+def at_grid_edge(best: Mapping[int, Branch], factors: Sequence[float]) -> list[int]:
+    """The batch sizes whose tuned rate is at an end of the grid (not bracketed: a wider grid might do better)."""
+    ends = (min(factors), max(factors)) if len(factors) > 1 else ()
+    return sorted(b for b, x in best.items() if x.factor in ends)
 
 
 def critical_batch(losses: Mapping[int, float], epsilon: float) -> int:

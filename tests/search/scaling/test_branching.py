@@ -15,7 +15,14 @@ import pytest
 
 from search.scaling import branch_run
 from search.scaling.branch_run import dask_submit, run_branching, write_branching
-from search.scaling.branching import Branch, BranchingSpec, batch_schedule, best_per_batch, critical_batch
+from search.scaling.branching import (
+    Branch,
+    BranchingSpec,
+    at_grid_edge,
+    batch_schedule,
+    best_per_batch,
+    critical_batch,
+)
 from trainers.api import TrialConfig
 
 
@@ -49,6 +56,16 @@ def test_best_per_batch_takes_each_batch_its_lowest_loss_at_that_point() -> None
     ]
     best = best_per_batch(branches, 1)
     assert set(best) == {8} and best[8].lr == 0.2
+
+
+def test_a_tuned_rate_at_an_end_of_the_grid_is_named() -> None:
+    best = {
+        8: Branch(1, 8, 0.5, 0.01, 0.3, 0.9),
+        16: Branch(1, 16, 1.0, 0.03, 0.3, 0.9),
+        32: Branch(1, 32, 2.0, 0.1, 0.3, 0.9),
+    }
+    assert at_grid_edge(best, (0.5, 1.0, 2.0)) == [8, 32]
+    assert at_grid_edge(best, (1.0,)) == []  # one rate: nothing to bracket
 
 
 def test_the_schedule_starts_at_the_reference_batch_and_never_shrinks() -> None:
@@ -145,6 +162,9 @@ def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp
     assert result.fixed["steps"] == ref_epoch1["steps"]  # 0.5 accuracy within the first epoch
     assert result.fixed["final_examples"] == result.scheduled["final_examples"] == 2 * n_train  # equal examples
     assert result.fixed["final_steps"] == 2 * math.ceil(n_train / 8)
+    (row,) = csv.DictReader(open(tmp_path / "critical.csv"))
+    assert row["critical_batch"] == str(result.critical[1])
+    assert row["rate_at_grid_edge"].split() == [str(b) for b in at_grid_edge(best, s.lr_factors)]
     rows = list(csv.DictReader(open(tmp_path / "branches.csv")))
     assert {(int(r["batch_size"]), float(r["lr_factor"])) for r in rows} == {(8, 1), (8, 2), (64, 1), (64, 2)}
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -5,7 +5,7 @@ from each, branches at ``--batch-sizes`` x ``--lr-factors`` (around the referenc
 train ``--branch-epochs`` more epochs; the critical batch size per point, the noise scale there, the schedule,
 and the scheduled run against the reference: steps and examples to ``--target`` validation accuracy.
 
-    python -m bench.branching --out runs/branching [--workers 2]
+    python -m bench.branching --out runs/branching [--workers 2] [--seed 3]   # the defaults: docs/howto/scaling.md
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/branching"))
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--points", type=int, nargs="+", default=[1, 3, 6])
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32, 64, 128])
-    ap.add_argument("--lr-factors", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    ap.add_argument("--lr-rule", default="linear")
+    ap.add_argument("--points", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
+    ap.add_argument("--lr-factors", type=float, nargs="+", default=[0.125, 0.25, 0.5, 1.0, 2.0])
+    ap.add_argument("--lr-rule", default="sqrt")
     ap.add_argument("--lr", type=float, default=0.02)
-    ap.add_argument("--branch-epochs", type=int, default=1)
-    ap.add_argument("--epochs", type=int, default=15)
+    ap.add_argument("--branch-epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--epsilon", type=float, default=0.05)
     ap.add_argument("--target", type=float, default=0.97)
     ap.add_argument("--seed", type=int, default=3)

@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=0.05)
     ap.add_argument("--target", type=float, default=0.97)
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--widen", type=int, default=0, help="rounds of one rate beyond a tuned rate at a grid's end")
     args = ap.parse_args()
     spec = BranchingSpec(
         points=tuple(args.points),
@@ -44,6 +45,7 @@ def main() -> None:
         lr_factors=tuple(args.lr_factors),
         lr_rule=args.lr_rule,
         epsilon=args.epsilon,
+        widen=args.widen,
     )
     params = {"model": "mlp", "hidden": 128, "optimizer": "sgd", "momentum": 0.9, "schedule": "constant"}
     base = TrialConfig(
@@ -69,7 +71,7 @@ def main() -> None:
     for p in spec.points:
         best = best_per_batch(result.branches, p)
         losses = "  ".join(f"B={b}: {best[b].val_loss:.4f}" for b in sorted(best))
-        edge = at_grid_edge(best, spec.lr_factors)
+        edge = at_grid_edge(result.branches, p)
         print(f"epoch {p}: critical batch {result.critical[p]}, b_simple {result.noise_scale[p]:.4g}; {losses}")
         print(f"  tuned rate at an end of the grid: B={edge}")
     print("schedule (from epoch, batch, lr):", [(e, b, round(lr, 5)) for e, b, lr in result.schedule])

@@ -31,6 +31,7 @@ from search.scaling.branching import (
     batch_schedule,
     best_per_batch,
     critical_batch,
+    widening,
 )
 from search.scaling.target import steps_to_target
 from trainers.api import TrialConfig
@@ -110,8 +111,9 @@ def _branch_plan(spec: BranchingSpec, base: TrialConfig) -> list[tuple[int, int,
     return [(p, b, f, spec.branch_lr(lr, b, f)) for p in spec.points for b in spec.batch_sizes for f in spec.lr_factors]
 
 
-def _run_branches(spec: BranchingSpec, base: TrialConfig, out: Path, submit: Submit) -> list[Branch]:
-    plan = _branch_plan(spec, base)
+def _run_plan(
+    spec: BranchingSpec, base: TrialConfig, plan: list[tuple[int, int, float, float]], out: Path, submit: Submit
+) -> list[Branch]:
     configs = []
     for i, (p, b, f, lr) in enumerate(plan):
         folder = out / "branches" / f"p{p}-b{b}-f{f:g}"
@@ -124,6 +126,18 @@ def _run_branches(spec: BranchingSpec, base: TrialConfig, out: Path, submit: Sub
         Branch(p, b, f, lr, _metric_at(r, e, "val_loss"), _metric_at(r, e, "val_accuracy"))
         for (p, b, f, lr), r, e in zip(plan, submit(configs), end)
     ]
+
+
+def _run_branches(spec: BranchingSpec, base: TrialConfig, out: Path, submit: Submit) -> list[Branch]:
+    """The grid's branches, then up to ``spec.widen`` rounds one rate beyond each tuned rate at a grid's end."""
+    branches = _run_plan(spec, base, _branch_plan(spec, base), out, submit)
+    lr = float(base.params["lr"])
+    for _ in range(spec.widen):
+        more = [(p, b, f, spec.branch_lr(lr, b, f)) for p, b, f in widening(branches, spec.points)]
+        if not more:
+            break
+        branches += _run_plan(spec, base, more, out, submit)
+    return branches
 
 
 def _run_scheduled(
@@ -202,7 +216,7 @@ def write_branching(result: BranchingResult, spec: BranchingSpec, out: Path) -> 
         for p in spec.points:
             best = best_per_batch(result.branches, p)
             losses = [f"{best[b].val_loss:.6g}" if b in best else "" for b in spec.batch_sizes]
-            edge = " ".join(str(b) for b in at_grid_edge(best, spec.lr_factors))
+            edge = " ".join(str(b) for b in at_grid_edge(result.branches, p))
             w.writerow([p, result.critical[p], f"{result.noise_scale[p]:.4g}", edge, *losses])
     summary = {
         "critical": {str(p): c for p, c in result.critical.items()},

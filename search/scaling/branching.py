@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from spaces.batch import LRScaling
 
-__all__ = ["BranchingSpec", "Branch", "best_per_batch", "at_grid_edge", "critical_batch", "batch_schedule"]
+__all__ = ["BranchingSpec", "Branch", "best_per_batch", "at_grid_edge", "widening", "critical_batch", "batch_schedule"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,8 @@ class BranchingSpec:
     grid each branch's learning rate takes around the reference rate scaled to its batch by ``lr_rule``
     (``spaces.batch.LRScaling``: none, linear, sqrt); ``branch_epochs``: how long each branch trains (equal
     examples for every batch); ``epsilon``: the relative loss tolerance of the critical-batch rule;
-    ``epochs``: the reference run's (and the scheduled run's) length.
+    ``epochs``: the reference run's (and the scheduled run's) length; ``widen``: how many rounds may add a
+    rate one step beyond a batch's tuned rate when it is at an end of the rates it tried (0: none).
     """
 
     points: tuple[int, ...]
@@ -42,6 +43,7 @@ class BranchingSpec:
     lr_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     lr_rule: str = "linear"
     epsilon: float = 0.01
+    widen: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "points", tuple(self.points))
@@ -65,6 +67,8 @@ class BranchingSpec:
         if not self.lr_factors or any(not (f > 0 and math.isfinite(f)) for f in self.lr_factors):
             raise ValueError(f"branching lr_factors={self.lr_factors!r}: must be a non-empty list of numbers > 0")
         LRScaling(self.lr_rule, self.reference_batch)  # names the rule and its choices when it is not one
+        if not isinstance(self.widen, int) or isinstance(self.widen, bool) or self.widen < 0:
+            raise ValueError(f"branching widen={self.widen!r}: must be an int >= 0 (rounds)")
         if not 0 <= self.epsilon < 1:
             raise ValueError(f"branching epsilon={self.epsilon!r}: must be in [0, 1)")
 
@@ -96,10 +100,27 @@ def best_per_batch(branches: Sequence[Branch], point: int) -> dict[int, Branch]:
     return best
 
 
-def at_grid_edge(best: Mapping[int, Branch], factors: Sequence[float]) -> list[int]:
-    """The batch sizes whose tuned rate is at an end of the grid (not bracketed: a wider grid might do better)."""
-    ends = (min(factors), max(factors)) if len(factors) > 1 else ()
-    return sorted(b for b, x in best.items() if x.factor in ends)
+def _edge_steps(branches: Sequence[Branch], point: int) -> dict[int, float]:
+    """Each batch size at ``point`` whose tuned rate is at an end of the factors it tried: the next factor
+    out (half the lowest, twice the highest). One factor tried: nothing to bracket."""
+    out: dict[int, float] = {}
+    for b, x in best_per_batch(branches, point).items():
+        tried = {y.factor for y in branches if y.point == point and y.batch_size == b}
+        if len(tried) > 1 and x.factor == min(tried):
+            out[b] = x.factor / 2
+        elif len(tried) > 1 and x.factor == max(tried):
+            out[b] = x.factor * 2
+    return out
+
+
+def at_grid_edge(branches: Sequence[Branch], point: int) -> list[int]:
+    """The batch sizes whose tuned rate at ``point`` is at an end of their grid (not bracketed)."""
+    return sorted(_edge_steps(branches, point))
+
+
+def widening(branches: Sequence[Branch], points: Sequence[int]) -> list[tuple[int, int, float]]:
+    """``(point, batch, factor)`` to try next: one step beyond each tuned rate at an end of its grid."""
+    return [(p, b, f) for p in points for b, f in sorted(_edge_steps(branches, p).items())]
 
 
 def critical_batch(losses: Mapping[int, float], epsilon: float) -> int:

@@ -22,6 +22,7 @@ from search.scaling.branching import (
     batch_schedule,
     best_per_batch,
     critical_batch,
+    widening,
 )
 from trainers.api import TrialConfig
 
@@ -58,14 +59,22 @@ def test_best_per_batch_takes_each_batch_its_lowest_loss_at_that_point() -> None
     assert set(best) == {8} and best[8].lr == 0.2
 
 
-def test_a_tuned_rate_at_an_end_of_the_grid_is_named() -> None:
-    best = {
-        8: Branch(1, 8, 0.5, 0.01, 0.3, 0.9),
-        16: Branch(1, 16, 1.0, 0.03, 0.3, 0.9),
-        32: Branch(1, 32, 2.0, 0.1, 0.3, 0.9),
-    }
-    assert at_grid_edge(best, (0.5, 1.0, 2.0)) == [8, 32]
-    assert at_grid_edge(best, (1.0,)) == []  # one rate: nothing to bracket
+def test_a_tuned_rate_at_an_end_of_its_grid_is_named_and_widened_one_step() -> None:
+    branches = [
+        Branch(1, 8, 0.5, 0.01, 0.30, 0.9),  # B=8: best at the low end
+        Branch(1, 8, 1.0, 0.02, 0.35, 0.9),
+        Branch(1, 16, 0.5, 0.01, 0.40, 0.9),  # B=16: bracketed
+        Branch(1, 16, 1.0, 0.02, 0.30, 0.9),
+        Branch(1, 16, 2.0, 0.04, 0.50, 0.9),
+        Branch(1, 32, 1.0, 0.04, 0.45, 0.9),  # B=32: best at the high end
+        Branch(1, 32, 2.0, 0.08, 0.40, 0.9),
+        Branch(1, 64, 1.0, 0.08, 0.40, 0.9),  # B=64: one rate, nothing to bracket
+        Branch(3, 8, 1.0, 0.02, 0.20, 0.9),
+    ]
+    assert at_grid_edge(branches, 1) == [8, 32]
+    assert widening(branches, [1, 3]) == [(1, 8, 0.25), (1, 32, 4.0)]
+    widened = [*branches, Branch(1, 8, 0.25, 0.005, 0.32, 0.9), Branch(1, 32, 4.0, 0.16, 0.9, 0.5)]
+    assert at_grid_edge(widened, 1) == [] and widening(widened, [1]) == []
 
 
 def test_the_schedule_starts_at_the_reference_batch_and_never_shrinks() -> None:
@@ -93,6 +102,7 @@ def test_the_branch_rate_follows_the_rule_times_the_factor() -> None:
         ({"lr_factors": (1.0, -1.0)}, "lr_factors"),
         ({"lr_rule": "cube"}, "cube"),
         ({"epsilon": 1.5}, "epsilon=1.5"),
+        ({"widen": -1}, "widen=-1: must be an int >= 0"),
     ],
 )
 def test_the_spec_names_the_value_and_the_rule(kw: dict[str, object], message: str) -> None:
@@ -136,7 +146,7 @@ def reference(epochs: int) -> TrialConfig:
 
 @pytest.mark.slow
 def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp_path: Path) -> None:
-    s = BranchingSpec(points=(1,), batch_sizes=(8, 64), reference_batch=8, epochs=2, lr_factors=(1.0, 2.0))
+    s = BranchingSpec(points=(1,), batch_sizes=(8, 64), reference_batch=8, epochs=2, lr_factors=(1.0, 2.0), widen=1)
     submit = dask_submit(client, "trainers.classifier:fit")
     seen: list[list[branch_run.Reports]] = []
 
@@ -148,8 +158,12 @@ def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp
     result = run_branching(s, reference(2), tmp_path, recording, target=("val_accuracy", 0.5, "max"))
     write_branching(result, s, tmp_path)
     ref_epoch1 = seen[0][0][0][1]
-    branch_reports = seen[2]
-    assert len(branch_reports) == 4  # 2 batch sizes x 2 rates
+    branch_reports = seen[2] + seen[3]
+    assert len(seen[2]) == 4 and len(seen[3]) == 2  # 2 batch sizes x 2 rates, then one step out for each
+    for b in (8, 64):  # two rates always leave the best at an end: the round adds half the lower or twice the higher
+        first = {x.factor: x.val_loss for x in result.branches[:4] if x.batch_size == b}
+        (added,) = [x.factor for x in result.branches[4:] if x.batch_size == b]
+        assert added == (0.5 if first[1.0] <= first[2.0] else 4.0)
     for reports in branch_reports:  # each branch starts from the reference's epoch-1 checkpoint
         assert reports[0][1]["val_loss"] == ref_epoch1["val_loss"] and reports[0][1]["steps"] == ref_epoch1["steps"]
         assert reports[-1][1]["epoch"] == 2
@@ -164,9 +178,10 @@ def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp
     assert result.fixed["final_steps"] == 2 * math.ceil(n_train / 8)
     (row,) = csv.DictReader(open(tmp_path / "critical.csv"))
     assert row["critical_batch"] == str(result.critical[1])
-    assert row["rate_at_grid_edge"].split() == [str(b) for b in at_grid_edge(best, s.lr_factors)]
+    assert row["rate_at_grid_edge"].split() == [str(b) for b in at_grid_edge(result.branches, 1)]
     rows = list(csv.DictReader(open(tmp_path / "branches.csv")))
-    assert {(int(r["batch_size"]), float(r["lr_factor"])) for r in rows} == {(8, 1), (8, 2), (64, 1), (64, 2)}
+    assert {(int(r["batch_size"]), float(r["lr_factor"])) for r in rows} >= {(8, 1), (8, 2), (64, 1), (64, 2)}
+    assert len(rows) == 6
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["critical"] == {"1": result.critical[1]} and summary["schedule"][0]["batch_size"] == 8
     assert set(summary) >= {"fixed", "scheduled", "fixed_last"}

@@ -68,6 +68,9 @@ def main() -> None:
             spec, base, args.out, dask_submit(c, "trainers.classifier:fit"), target=("val_accuracy", args.target, "max")
         )
     write_branching(result, spec, args.out)
+    from search.scaling.branch_plot import plot_critical
+
+    plot_critical(result, args.out / "critical.png")
     for p in spec.points:
         best = best_per_batch(result.branches, p)
         losses = "  ".join(f"B={b}: {best[b].val_loss:.4f}" for b in sorted(best))

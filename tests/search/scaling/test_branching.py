@@ -176,10 +176,13 @@ def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp
     assert result.fixed["steps"] == ref_epoch1["steps"]  # 0.5 accuracy within the first epoch
     assert result.fixed["final_examples"] == result.scheduled["final_examples"] == 2 * n_train  # equal examples
     assert result.fixed["final_steps"] == 2 * math.ceil(n_train / 8)
-    (row,) = csv.DictReader(open(tmp_path / "critical.csv"))
+    (row,) = csv.DictReader((tmp_path / "critical.csv").read_text().splitlines())
     assert row["critical_batch"] == str(result.critical[1])
     assert row["rate_at_grid_edge"].split() == [str(b) for b in at_grid_edge(result.branches, 1)]
-    rows = list(csv.DictReader(open(tmp_path / "branches.csv")))
+    from search.scaling.branch_plot import plot_critical
+
+    assert plot_critical(result, tmp_path / "critical.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader((tmp_path / "branches.csv").read_text().splitlines()))
     assert {(int(r["batch_size"]), float(r["lr_factor"])) for r in rows} >= {(8, 1), (8, 2), (64, 1), (64, 2)}
     assert len(rows) == 6
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -153,7 +153,7 @@ def test_the_registry_is_what_the_spec_and_make_sampler_read() -> None:
     from search.spec import campaign_spec
 
     assert SAMPLERS == tuple(registry.SAMPLER_REGISTRY) == registry.SAMPLERS
-    assert campaign_spec.REPLICA_SAFE == registry.REPLICA_SAFE == ("tpe", "gp")
+    assert campaign_spec.REPLICA_SAFE == registry.REPLICA_SAFE == ("tpe", "gp", "cost_tpe")
     assert campaign_spec.sampling_problem is registry.sampling_problem
     assert all(info.name == name for name, info in registry.SAMPLER_REGISTRY.items())
     with pytest.raises(ValueError, match="'tpee' is not one of tpe, random"):

@@ -28,8 +28,16 @@ def _is_command() -> bool:
     return os.path.basename(first) == "hypersweep" or first == "-m"  # "-m": python -m search, while it imports
 
 
+def _spawned_child() -> bool:
+    """A process multiprocessing spawned from the command, importing it as ``__mp_main__``. The name alone does not
+    tell: ``import multiprocessing`` makes ``__mp_main__`` an alias of ``__main__`` in every process, the command's
+    too; a spawned child runs its copy of the command under a module of its own."""
+    mp_main = sys.modules.get("__mp_main__")
+    return mp_main is not None and mp_main is not sys.modules.get("__main__")
+
+
 def _interrupted(_signum: int, _frame: FrameType | None) -> None:
-    if "__mp_main__" not in sys.modules:  # the command itself, not a process spawned from it
+    if not _spawned_child():  # the command itself, not a process spawned from it
         os.write(2, b"hypersweep: interrupted\n")
     os._exit(EXIT_INTERRUPTED)
 

@@ -77,6 +77,26 @@ def test_ctrl_c_while_the_command_imports_is_one_line_and_exit_130(
     assert interrupted >= 3
 
 
+INTERRUPTED_AFTER_MULTIPROCESSING = """
+import multiprocessing  # makes __mp_main__ an alias of __main__, in this process too
+from search.interrupts import _interrupted
+_interrupted(2, None)  # what Ctrl-C runs while the command still imports
+"""
+
+
+def test_ctrl_c_once_multiprocessing_is_imported_is_still_one_line(subprocess_env: dict[str, str]) -> None:
+    """The command must not take itself for a spawned child once ``multiprocessing`` is imported and exit 130 in
+    silence: CI saw it at 0.2 s in the test above."""
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_AFTER_MULTIPROCESSING],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr.splitlines()) == (EXIT_INTERRUPTED, ["hypersweep: interrupted"])
+
+
 CTRL_C_IN_A_STRING_EXEC = """
 import sys
 import search.cli as cli

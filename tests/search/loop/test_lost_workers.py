@@ -145,7 +145,11 @@ def test_a_joined_cluster_whose_workers_all_die_is_said_within_30s_then_exit_3_a
 def worker_processes(controller: int) -> list[psutil.Process]:
     """The embedded cluster's worker processes: the controller's spawned children (sampling is inline here)."""
     found = []
-    for child in psutil.Process(controller).children():
+    try:
+        children = psutil.Process(controller).children()
+    except psutil.NoSuchProcess:  # the controller has ended (the killer thread may outlive it by a moment)
+        return []
+    for child in children:
         try:
             if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +33,9 @@ GROWTH_SENT = 1.1  # memory grown by 10% since the last figure sent: send it
 
 def _cuda_ready() -> Any:
     """The torch module when this process has CUDA up (never imports torch itself), else None."""
-    torch = sys.modules.get("torch")
+    from trainers.loaded import loaded  # no torch: never imports it
+
+    torch = loaded("torch")  # not one a trial's thread is still importing
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
     return torch

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import cloudpickle
 
 from trainers.api import TrainerFn, TrialConfig, _json_float, load_trainer, objective_values, report_values
+from trainers.loaded import loaded
 
 if TYPE_CHECKING:
     import torch
@@ -166,7 +167,7 @@ class RankReporter:
         if self._solo and self._connection is not None and not self._stop:
             self._ask({"kind": "ask"})
             return self._stop
-        dist = sys.modules.get("torch.distributed")  # no process group without it: the trainer never imported it
+        dist = loaded("torch.distributed")  # no process group without it: the trainer never imported it
         if dist is None or not dist.is_initialized() or dist.get_world_size() == 1:
             return self._stop
         import torch
@@ -198,7 +199,7 @@ def _cuda_peak() -> dict[str, int]:
     """``{"cuda_peak": bytes}``: this process's largest ``max_memory_allocated`` over its devices, where CUDA is up.
 
     A process whose trainer never imported torch has no CUDA to ask (and is not made to import it here)."""
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
     return {"cuda_peak": max(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))}

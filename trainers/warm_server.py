@@ -42,6 +42,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from trainers.loaded import loaded
+
 __all__ = ["main", "BASE_MODULES", "cuda_free"]
 
 # what the rank program imports (trainers.ddp_rank, run as __main__ in each child, so not imported here itself)
@@ -53,7 +55,7 @@ REQUEST_SECONDS = 10.0  # a connection that sends no request in this time is dro
 
 def cuda_free() -> bool:
     """Whether no CUDA context exists in this process (torch not imported counts as none)."""
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     return torch is None or not torch.cuda.is_initialized()
 
 

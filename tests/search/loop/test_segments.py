@@ -95,7 +95,8 @@ def test_a_policy_resizes_a_trial_from_1_to_2_slots_at_a_rung_and_it_goes_on_fro
     hooks = CampaignHooks(policies=[ResizeAtRung(rung=1, width=2)])
     folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False, hooks=hooks))
     trials = load(folder.root, "resize").get_trials()
-    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2, [t.user_attrs for t in trials]
+    why = {t.number: {k: v for k, v in t.user_attrs.items() if "error" in k or "fail" in k} for t in trials}
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2, (why, folder.log.read_text()[-3000:])
     for trial in trials:
         lr = trial.params["lr"]
         segments = [Segment.from_record(r) for r in trial.user_attrs[Attr.SEGMENTS]]

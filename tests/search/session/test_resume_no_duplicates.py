@@ -57,13 +57,13 @@ def test_a_study_loaded_for_resume_does_not_replay_the_stream_its_trials_came_fr
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("sampler", ["random", "tpe"])
-def test_five_kill_9_of_the_controller_then_resume_no_repeated_lost_or_missing_trial(
-    tmp_path: Path, sampler: str
+@pytest.mark.parametrize(("sampler", "kills"), [("random", 3), ("tpe", 5)])  # TPE's replay is the risky one
+def test_kill_9_of_the_controller_then_resume_no_repeated_lost_or_missing_trial(
+    tmp_path: Path, sampler: str, kills: int
 ) -> None:
     result = chaos(
         sampler,
-        reps=5,
+        reps=kills,
         seed=1,
         trials=24,
         epochs=3,
@@ -75,7 +75,7 @@ def test_five_kill_9_of_the_controller_then_resume_no_repeated_lost_or_missing_t
         say=lambda _line: None,
     )
     report = "\n".join(result.lines())
-    assert len(result.kills) == 5 and not result.finished_early, report
+    assert len(result.kills) == kills and not result.finished_early, report
     assert result.final_returncode == 0, report
     assert result.trials == 24 and not result.lost, report
     assert result.duplicated == [], report

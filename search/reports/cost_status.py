@@ -19,7 +19,9 @@ from search.loop.eta import Eta, estimate_end
 from search.spec.campaign_spec import StudySpec, TrainerSpec
 from search.store.records import TrialRecord
 
-__all__ = ["CampaignCost", "campaign_cost"]
+__all__ = ["CampaignCost", "SECONDS_BELOW", "campaign_cost"]
+
+SECONDS_BELOW = 0.1 * HOUR  # slot-seconds: a campaign without a resource budget that spent less shows seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +46,25 @@ class CampaignCost:
         """Slot-seconds in the budget's unit (slot-hours or GPU-hours)."""
         return slot_seconds * self.per_slot / HOUR
 
+    @property
+    def in_seconds(self) -> bool:
+        """Whether costs are shown in slot- or GPU-seconds: a campaign with no resource budget that has spent under
+        :data:`SECONDS_BELOW` (a tiny one would read "1e-05 slot-hours"); a budget's own unit otherwise."""
+        return self.budget is None and self.spent * self.per_slot < SECONDS_BELOW
+
+    @property
+    def shown_unit(self) -> str:
+        """The unit :meth:`shown` gives: the budget's (``slot-hours``, ``GPU-hours``), or its seconds."""
+        return self.unit.replace("hours", "seconds") if self.in_seconds else self.unit
+
+    def shown(self, slot_seconds: float) -> float:
+        """Slot-seconds in :attr:`shown_unit`."""
+        return slot_seconds * self.per_slot if self.in_seconds else self.hours(slot_seconds)
+
     def lines(self, now: float | None = None) -> list[str]:
-        spent = f"  cost: {self.hours(self.spent):.3g} {self.unit} spent"
+        spent = f"  cost: {self.shown(self.spent):.3g} {self.shown_unit} spent"
         if self.budget is not None and self.left is not None:
-            spent += f" of {self.hours(self.budget):.3g} ({self.hours(self.left):.3g} left)"
+            spent += f" of {self.shown(self.budget):.3g} ({self.shown(self.left):.3g} left)"
         lines = [spent]
         if self.eta is not None:
             end = time.strftime("%H:%M:%S", time.localtime((now or time.time()) + self.eta.left.mean))

@@ -38,10 +38,10 @@ def value_for_cost(curve: Sequence[tuple[float, float]], spent: float) -> float 
     return reached[-1] if reached else None
 
 
-def _plot(curve: Sequence[tuple[float, float]], hours: float, unit: str, metric: str) -> Drawn:
+def _plot(curve: Sequence[tuple[float, float]], scale: float, unit: str, metric: str) -> Drawn:
     fig = _figure(7.5, 3.0)
     ax = fig.add_subplot()
-    ax.step([c * hours for c, _b in curve], [b for _c, b in curve], where="post", color="#2ca02c", lw=2)
+    ax.step([c * scale for c, _b in curve], [b for _c, b in curve], where="post", color="#2ca02c", lw=2)
     ax.set_xlabel(f"spent ({unit})")
     ax.set_ylabel(f"best {metric} so far")
     return _drawn(fig)
@@ -57,16 +57,17 @@ def best_against_cost(data: CampaignData) -> Section:
         cost = campaign_cost(
             data.spec.study, data.spec.trainer, data.trials, data.study.user_attrs.get(StudyAttr.SLOTS)
         )
-        hours = cost.hours(1.0)
+        per_slot_second = cost.shown(1.0)
         total = curve[-1][0]
         reached = [(share, value_for_cost(curve, share * total)) for share in MARKS]
         rows = [
-            (f"{share:.0%}", f"{cost.hours(share * total):.3g}", "-" if v is None else f"{v:.4g}")
+            (f"{share:.0%}", f"{cost.shown(share * total):.3g}", "-" if v is None else f"{v:.4g}")
             for share, v in reached
         ]
-        text = f"The best {data.metrics[0]} so far against the {cost.unit} spent, trials in the order they ended."
-        columns = ("share spent", cost.unit, f"best {data.metrics[0]}")
-        drawn = _plot(curve, hours, cost.unit, data.metrics[0])
+        unit = cost.shown_unit
+        text = f"The best {data.metrics[0]} so far against the {unit} spent, trials in the order they ended."
+        columns = ("share spent", unit, f"best {data.metrics[0]}")
+        drawn = _plot(curve, per_slot_second, unit, data.metrics[0])
         body = figure(drawn, "best value against cost") + note(text) + table(columns, rows)
         return body, text + "\n\n" + md_table(columns, rows)
 

@@ -62,7 +62,7 @@ def cost_and_end(data: CampaignData) -> Section:
         )
         text = " ".join(line.strip() for line in cost.lines()[:1]) + "."
         records = [(r.number, r.state.name, (r.duration or 0.0) * (r.width or 1)) for r in data.records()]
-        rows = [(n, state, cost.hours(slot_seconds)) for n, state, slot_seconds in records]
+        rows = [(n, state, f"{cost.shown(slot_seconds):.3g}") for n, state, slot_seconds in records]
         body, md = note(text), text
         lines = read_eta_log(data.folder.root / Files.ETA_LOG)
         started = [r.started for r in data.records() if r.started is not None]
@@ -76,7 +76,7 @@ def cost_and_end(data: CampaignData) -> Section:
             columns = ("at", "expected left", "actual left", "error")
             body += table(columns, shown)
             md += "\n\n" + said + "\n\n" + md_table(columns, shown)
-        unit = f"cost ({cost.unit})"
+        unit = f"cost ({cost.shown_unit})"
         body += "<details><summary>cost per trial</summary>" + table(("trial", "state", unit), rows) + "</details>"
         return body, md + "\n\n" + md_table(("trial", "state", unit), rows)
 

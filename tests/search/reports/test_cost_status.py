@@ -10,6 +10,7 @@ import pytest
 import toy_specs
 
 import search
+from search.reports.cost_status import CampaignCost
 from search.reports.status import status_text
 
 SLEEP = 0.4  # seconds per epoch: trials of 0.8 s
@@ -42,3 +43,14 @@ def test_status_and_the_api_give_the_cost_and_expected_end_of_a_running_campaign
     assert after.spent == pytest.approx(sum(durations), rel=1e-6)
     assert after.left == pytest.approx(3600.0 - sum(durations), rel=1e-6)
     assert "expected end" not in status_text(folder)
+
+
+def test_a_tiny_campaign_without_a_budget_shows_its_cost_in_slot_seconds_not_1e_05_slot_hours() -> None:
+    def cost(spent: float, budget: float | None = None, per_slot: float = 1.0) -> CampaignCost:
+        unit = "GPU-hours" if per_slot != 1.0 else "slot-hours"
+        return CampaignCost(spent, budget, unit, per_slot, None, 0.0, 0.0)
+
+    assert cost(36.0).lines() == ["  cost: 36 slot-seconds spent"]
+    assert cost(36.0, per_slot=0.5).lines() == ["  cost: 18 GPU-seconds spent"]
+    assert cost(7200.0).lines() == ["  cost: 2 slot-hours spent"]
+    assert cost(36.0, budget=3600.0).lines() == ["  cost: 0.01 slot-hours spent of 1 (0.99 left)"]  # the budget's unit

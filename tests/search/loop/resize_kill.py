@@ -19,39 +19,16 @@ from search.loop.hooks import CampaignHooks
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import parse_spec
 from tests.search.loop.test_segments import ResizeAtRung
+from tests.search.toy_specs import digits_toml
 
-SPEC = """
-[study]
-name = "resize-kill"
-direction = "maximize"
-metric = "val_accuracy"
-sampler = "random"
-seed = 3
-n_trials = 1
-max_retries = 0
-
-[trainer]
-entry = "trainers.classifier:fit"
-dataset = "digits"
-epochs = 3
-device = "cpu"
-
-[space]
-optimizer = "adam"
-lr = { type = "float", low = 1e-3, high = 1e-2, log = true }
-batch_size = 32
-
-[cluster]
-n_workers = 1
-slots_per_worker = 2
-"""
+SPEC = digits_toml("resize-kill")
 
 
-ELASTIC = (
-    SPEC.replace('name = "resize-kill"', 'name = "elastic-kill"')
-    .replace("max_retries = 0", 'max_retries = 0\npruner = "asha"')
-    .replace("n_workers = 1\nslots_per_worker = 2", "n_workers = 2\nslots_per_worker = 1")
-    + "[pruner]\nmin_resource = 1\nreduction_factor = 2\n\n[elastic]\nwidths = [1, 2]\nreserve = 0\n"
+ELASTIC = digits_toml(
+    "elastic-kill",
+    pruner="asha",
+    cluster={"n_workers": 2, "slots_per_worker": 1},
+    top={"pruner": {"min_resource": 1, "reduction_factor": 2}, "elastic": {"widths": [1, 2], "reserve": 0}},
 )
 
 

@@ -11,34 +11,19 @@ import pytest
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import SpecError, parse_spec
 from tests.campaign_storage import load
+from tests.search.toy_specs import digits_toml
 
 pytestmark = pytest.mark.slow
 
-SPEC = """
-[study]
-name = "dp"
-direction = "maximize"
-metric = "val_accuracy"
-sampler = "random"
-seed = 4
-n_trials = 4
-
-[trainer]
-entry = "trainers.classifier:fit"
-dataset = "digits"
-epochs = 2
-device = "cpu"
-
-[space]
-optimizer = "adam"
-lr = { type = "float", low = 1e-3, high = 1e-2, log = true }
-batch_size = 32
-data_parallel = { type = "categorical", choices = [1, 2] }
-
-[cluster]
-n_workers = 2
-slots_per_worker = 2
-"""
+SPEC = digits_toml(
+    "dp",
+    4,
+    2,
+    seed=4,
+    max_retries=None,
+    space={"data_parallel": {"type": "categorical", "choices": [1, 2]}},
+    cluster={"n_workers": 2},
+)
 
 
 @pytest.mark.timeout(400)

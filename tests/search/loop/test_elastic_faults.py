@@ -20,44 +20,20 @@ from search.loop.segments import Segment
 from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
+from tests.search.toy_specs import digits_toml
 
 pytestmark = pytest.mark.slow
 
 EPOCHS = 12
 
-SPEC = f"""
-[study]
-name = "elastic-lost"
-direction = "maximize"
-metric = "val_accuracy"
-sampler = "random"
-seed = 3
-n_trials = 1
-max_retries = 1
-pruner = "asha"
-
-[pruner]
-min_resource = 1
-reduction_factor = 2
-
-[trainer]
-entry = "trainers.classifier:fit"
-dataset = "digits"
-epochs = {EPOCHS}
-device = "cpu"
-
-[space]
-optimizer = "adam"
-lr = {{ type = "float", low = 1e-3, high = 1e-2, log = true }}
-batch_size = 32
-
-[cluster]
-worker_timeout = 60
-
-[elastic]
-widths = [1, 2]
-reserve = 0
-"""
+SPEC = digits_toml(
+    "elastic-lost",
+    epochs=EPOCHS,
+    max_retries=1,
+    pruner="asha",
+    cluster={"worker_timeout": 60, "n_workers": None, "slots_per_worker": None},
+    top={"pruner": {"min_resource": 1, "reduction_factor": 2}, "elastic": {"widths": [1, 2], "reserve": 0}},
+)
 
 
 def reports(folder: Path) -> list[dict]:

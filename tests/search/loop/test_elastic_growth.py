@@ -20,43 +20,16 @@ from search.spec.campaign_spec import parse_spec
 from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
+from tests.search.toy_specs import digits_toml
 
-SPEC = """
-[study]
-name = "elastic"
-direction = "maximize"
-metric = "val_accuracy"
-sampler = "random"
-seed = 3
-n_trials = 1
-max_retries = 0
-pruner = "asha"
-
-[pruner]
-min_resource = 1
-reduction_factor = 2
-
-[trainer]
-entry = "trainers.classifier:fit"
-dataset = "digits"
-epochs = 3
-device = "cpu"
-
-[space]
-optimizer = "adam"
-lr = { type = "float", low = 1e-3, high = 1e-2, log = true }
-batch_size = 32
-
-[cluster]
-n_workers = 1
-slots_per_worker = 2
-
-[elastic]
-widths = [1, 2]
-batch = "grow"
-lr_rule = "linear"
-reserve = 0
-"""
+SPEC = digits_toml(
+    "elastic",
+    pruner="asha",
+    top={
+        "pruner": {"min_resource": 1, "reduction_factor": 2},
+        "elastic": {"widths": [1, 2], "batch": "grow", "lr_rule": "linear", "reserve": 0},
+    },
+)
 
 
 def test_rungs_are_the_pruners_below_the_last_epoch() -> None:

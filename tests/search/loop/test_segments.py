@@ -29,33 +29,10 @@ from search.store.folder import CampaignFolder
 from search.store.records import Attr, TrialRecord
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
+from tests.search.toy_specs import digits_toml
 from trainers.api import TrialConfig
 
-SPEC = """
-[study]
-name = "resize"
-direction = "maximize"
-metric = "val_accuracy"
-sampler = "random"
-seed = 3
-n_trials = 2
-max_retries = 0
-
-[trainer]
-entry = "trainers.classifier:fit"
-dataset = "digits"
-epochs = 3
-device = "cpu"
-
-[space]
-optimizer = "adam"
-lr = { type = "float", low = 1e-3, high = 1e-2, log = true }
-batch_size = 32
-
-[cluster]
-n_workers = 1
-slots_per_worker = 2
-"""
+SPEC = digits_toml("resize", 2)
 
 
 class ResizeAtRung:

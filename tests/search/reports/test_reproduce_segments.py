@@ -15,36 +15,10 @@ from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import parse_spec
 from search.vocab.terms import Transition
 from tests.search.loop.test_segments import ResizeAtRung
+from tests.search.toy_specs import digits_toml
 from trainers.api import TrialConfig
 
-SPEC = """
-[study]
-name = "resize-repro"
-direction = "maximize"
-metric = "val_accuracy"
-sampler = "random"
-seed = 3
-n_trials = 1
-max_retries = 0
-deterministic = true
-
-[trainer]
-entry = "trainers.classifier:fit"
-dataset = "digits"
-epochs = 2
-device = "cpu"
-
-[space]
-optimizer = "adam"
-lr = { type = "float", low = 1e-3, high = 1e-2, log = true }
-batch_size = 32
-schedule = "warmup_cosine"
-warmup = 0.2
-
-[cluster]
-n_workers = 1
-slots_per_worker = 2
-"""
+SPEC = digits_toml("resize-repro", epochs=2, deterministic=True, space={"schedule": "warmup_cosine", "warmup": 0.2})
 
 
 @pytest.mark.slow

@@ -165,6 +165,7 @@ def test_example_runs_end_to_end(name: str, tmp_path: Path, capsys: pytest.Captu
         assert [1, 2, 4] in widths, widths
         resized = {t.number: tuple(w) for t, w in zip(trials, widths, strict=True) if len(set(w)) > 1}
         assert elastic_rows(report_md) == resized  # the report's section: each resized trial, each segment
+        assert '<section id="elastic">' in (folder / "report" / "index.html").read_text()
     number = reproduced_trial(spec, trials)
     code, again = cli(capsys, "reproduce", folder, number)
     assert code == 0 and f"MATCH: trial {number} reproduces" in again, again[-3000:]

@@ -117,6 +117,20 @@ def reproduced_trial(spec: dict, trials: list[optuna.trial.FrozenTrial]) -> int:
     return done[0].number
 
 
+def elastic_rows(report_md: str) -> dict[int, tuple[int, ...]]:
+    """The report's "Elastic trials" table: each trial's widths, segment by segment, where every segment shows its
+    examples/s and goodput."""
+    section = report_md.split("## Elastic trials", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    columns = [c.strip() for c in lines[0].split("|")[1:-1]]
+    widths: dict[int, tuple[int, ...]] = {}
+    for line in lines[1:]:
+        row = dict(zip(columns, (c.strip() for c in line.split("|")[1:-1]), strict=True))
+        assert float(row["examples/s training"].replace(",", "")) > 0 and row["goodput (examples/s)"] != "n/a", row
+        widths[int(row["trial"])] = (*widths.get(int(row["trial"]), ()), int(row["width"]))
+    return widths
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -149,6 +163,9 @@ def test_example_runs_end_to_end(name: str, tmp_path: Path, capsys: pytest.Captu
     if "elastic" in spec:  # a promoted trial grew 1 -> 2 -> 4 ranks (the last across both workers)
         widths = [[r["width"] for r in t.user_attrs.get(Attr.SEGMENTS, [])] for t in trials]
         assert [1, 2, 4] in widths, widths
+        resized = {t.number: tuple(w) for t, w in zip(trials, widths, strict=True) if len(set(w)) > 1}
+        assert elastic_rows(report_md) == resized  # the report's section: each resized trial, each segment
+        assert '<section id="elastic">' in (folder / "report" / "index.html").read_text()
     number = reproduced_trial(spec, trials)
     code, again = cli(capsys, "reproduce", folder, number)
     assert code == 0 and f"MATCH: trial {number} reproduces" in again, again[-3000:]

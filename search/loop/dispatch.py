@@ -253,9 +253,16 @@ class Dispatcher:
         return self._busy + waiting * max(1, self._min_width)
 
     def room(self, width: int, supply: TrialSupply, may_start: bool) -> Room:
-        """The room for a trial's next segment of ``width`` slots (see :class:`Room`)."""
-        free, waiting = self._executor.slots().total - self._busy, self.wanted(supply, may_start) - self._busy
+        """The room for a trial's next segment of ``width`` slots (see :class:`Room`). A task sent to the workers and
+        not started there (queued behind the slots) holds no slot yet: its trials wait like those not sent."""
+        held = self._held()
+        free, waiting = self._executor.slots().total - held, self.wanted(supply, may_start) - held
         return Room(self.fits_width(width), free, waiting)
+
+    def _held(self) -> int:
+        """The slots of the tasks that started on a worker (one of their trials has)."""
+        started = {r.task for r in self.running.values() if r.task and r.started_at is not None}
+        return sum(self._tasks[t][0] for t in started if t in self._tasks)
 
     # --- what happens to running trials -------------------------------------------------------------
 

@@ -24,8 +24,9 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from search.reports.axis_limits import robust_limits
+from search.reports.run_labels import LABEL_HIGH_PX, run_labels
 from search.reports.step_axis import REPORTED, curve_axis, curve_x
-from search.reports.timing import Span, TimeAxis, resized_trials
+from search.reports.timing import Span, TimeAxis, bar_heights, resized_trials
 
 __all__ = [
     "STATE_COLORS",
@@ -425,7 +426,8 @@ _BOX_CODES = np.array(
 
 def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | None = None) -> Drawn:
     """Trials per worker over time: a bar per run coloured by state, labelled with the trial number where it fits
-    (and, for a trial in segments that changed width, each segment's width: ``7 ×2``).
+    (and, for a trial in segments that changed width, each segment's width: ``7 ×2``; where the segments ran at
+    different widths, each bar's height grows with its width, the narrower drawn over the wider).
 
     A light hatched bar before a run is its wait between being asked and starting on
     the worker (queue, dispatch, worker start-up); runs are drawn over it. ``axis`` cuts
@@ -445,25 +447,31 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
     asked = np.array([s.asked if s.asked is not None and s.waited > 0 else np.nan for s in spans])
     waits = ~np.isnan(asked)
     asked = axis.of(np.where(waits, asked, 0.0))
-    _rectangles(  # drawn under the runs
+    heights = bar_heights(spans)  # a segment's width, where they differ; the narrower drawn over the wider
+    _rectangles(  # drawn under the runs, each as tall as its run
         ax,
-        np.stack([asked, row - 0.3, start - asked, np.full(len(spans), 0.6)], 1)[waits],
+        np.stack([asked, row - heights / 2, start - asked, heights], 1)[waits],
         [WAIT_COLOR] * int(waits.sum()),
         hatch="///",
         edgecolor="#bbbbbb",
         linewidth=0,
         zorder=1,
     )
-    _rectangles(  # a 1 ms run stays visible
-        ax,
-        np.stack([start, row - 0.3, np.maximum(end - start, 3 / px_per_s), np.full(len(spans), 0.6)], 1),
-        [STATE_COLORS.get(s.state, "#7f7f7f") for s in spans],
-        edgecolor="white",
-        linewidth=1.0 if np.median(end - start) * px_per_s >= 4 else 0.0,  # thinner bars: white edges, nothing else
-        zorder=2,
-    )
+    boxes = np.stack([start, row - heights / 2, np.maximum(end - start, 3 / px_per_s), heights], 1)  # 1 ms shows
+    colors = np.array([STATE_COLORS.get(s.state, "#7f7f7f") for s in spans])
+    for level, height in enumerate(sorted(set(heights.tolist()), reverse=True)):
+        _rectangles(
+            ax,
+            boxes[heights == height],
+            list(colors[heights == height]),
+            edgecolor="white",
+            linewidth=1.0 if np.median(end - start) * px_per_s >= 4 else 0.0,  # thinner: white edges, nothing else
+            zorder=2 + level / 10,
+        )
     waited = bool(waits.any())
-    _run_labels(ax, spans, row, start, end, px_per_s)
+    px_per_row = fig.get_figheight() * 0.6 * _DPI / max(1, min(len(workers), TALL_ROWS))  # about, as px_per_s
+    tall = np.flatnonzero(heights * px_per_row >= LABEL_HIGH_PX)
+    run_labels(ax, spans, row, start, end, px_per_s, tall, _DPI)
     shown = range(0, len(workers), math.ceil(len(workers) / TALL_ROWS))  # every worker up to TALL_ROWS of them
     ax.set_yticks(shown, [labels.get(workers[i], workers[i]) for i in shown], fontsize=9)
     ax.set_xlabel(
@@ -484,7 +492,13 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
             )
         )
     if any(s.width is not None and (s.width > 1 or s.number in resized_trials(spans)) for s in spans):
-        handles.append(Patch(color="none", label="N \u00d7k: trial N's segment on k slots"))
+        thick = len(set(heights.tolist())) > 1
+        handles.append(
+            Patch(
+                color="none",
+                label="N \u00d7k: trial N's segment on k slots" + ("; a taller bar, more slots" if thick else ""),
+            )
+        )
     cuts = _cut_marks(ax, axis.marks())
     if cuts:
         handles.append(Line2D([], [], color="#555555", lw=1.2, ls=(0, (4, 2)), label="idle between runs, cut"))
@@ -497,36 +511,6 @@ def gantt(spans: Sequence[Span], labels: Mapping[str, str], axis: TimeAxis | Non
         frameon=False,
     )
     return _drawn(fig, [h.get_label() for h in handles] + cuts)
-
-
-def _run_labels(
-    ax: Any, spans: Sequence[Span], row: np.ndarray, start: np.ndarray, end: np.ndarray, px_per_s: float
-) -> None:
-    """Each run's trial number (its segment's width, ``×k``, where the trial changed width or ran on k > 1 slots;
-    its GPUs) in white on its bar, where it fits and no label drawn before on that row overlaps it (several slots of
-    one worker share a row): at most a few dozen per row, however many trials.
-    ``row``, ``start``, ``end``: each span's row and its ends on the drawn axis."""
-    width_px = (end - start) * px_per_s
-    resized = resized_trials(spans)
-    fits = np.flatnonzero(width_px >= _label_px("0"))  # the narrowest label: the others cannot fit
-    taken: dict[float, float] = {}  # row -> right edge (s) of its last label
-    for i in sorted(map(int, fits), key=lambda i: (row[i], start[i])):
-        s = spans[i]
-        width = f" \u00d7{s.width}" if s.number in resized or (s.width or 1) > 1 else ""
-        for label in (f"{s.number}{width}" + (f" GPU {s.devices}" if s.devices else ""), f"{s.number}{width}"):
-            label_px = _label_px(label)
-            if label_px <= width_px[i]:
-                middle = (start[i] + end[i]) / 2
-                if middle - label_px / 2 / px_per_s < taken.get(row[i], -math.inf):
-                    break
-                ax.text(middle, row[i], label, ha="center", va="center", fontsize=8, color="white", zorder=3)
-                taken[row[i]] = middle + label_px / 2 / px_per_s
-                break
-
-
-def _label_px(label: str) -> float:
-    """About how wide ``label`` is drawn at 8 points, with a margin (pixels)."""
-    return len(label) * 8 * 0.62 * _DPI / 72 + 4
 
 
 def pareto(

@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.reports import architectures, cost_value, eta_section, pbt_section, run_sections, scaling_section, sections
+from search.reports import (
+    architectures,
+    cost_value,
+    elastic_section,
+    eta_section,
+    pbt_section,
+    run_sections,
+    scaling_section,
+    sections,
+)
 from search.reports.data import CampaignData, load_campaign, report_frame
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
@@ -43,6 +52,11 @@ for _id, _builder, _line in (
     ("importance", sections.importance, "which parameters mattered (Optuna's importances)"),
     ("pruning", sections.pruning, "what the pruner stopped, and when"),
     ("timeline", run_sections.timeline_section, "when each trial ran, on which worker"),
+    (
+        "elastic",
+        elastic_section.elastic_section,
+        "each resized trial's segments: width, batch, lr, throughput, goodput",
+    ),
     ("cost", eta_section.cost_and_end, "what the campaign cost, per trial too, and the end expected along the way"),
     ("cost_value", cost_value.best_against_cost, "the best value so far against the slot- or GPU-hours spent"),
     ("failures", run_sections.failures, "the failed trials and why"),

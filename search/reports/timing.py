@@ -4,6 +4,7 @@ the time axis that cuts them, and utilization over the time the campaign ran. No
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,11 @@ __all__ = [
     "utilization",
     "worker_labels",
     "resized_trials",
+    "bar_heights",
+    "BAR_HEIGHT",
 ]
+
+BAR_HEIGHT = 0.6  # a run's bar on its worker's row (rows 1 apart); the widest segment's where widths differ
 
 Trial = FrozenTrial | TrialRecord
 
@@ -126,6 +131,19 @@ def resized_trials(spans: Sequence[Span]) -> set[int]:
         if s.width is not None:
             widths.setdefault(s.number, set()).add(s.width)
     return {number for number, seen in widths.items() if len(seen) > 1}
+
+
+def bar_heights(spans: Sequence[Span]) -> np.ndarray:
+    """Each span's bar height: :data:`BAR_HEIGHT`, or, where the segments ran at different widths, in proportion
+    to the log of its width (the widest's :data:`BAR_HEIGHT`, a width of 1 a third of it); a span of a trial
+    that did not change segment (width None) is taken at the narrowest width seen."""
+    known = [s.width for s in spans if s.width is not None]
+    if len(set(known)) < 2:
+        return np.full(len(spans), BAR_HEIGHT)
+    narrowest, widest = min(known), max(known)
+    widths = np.array([narrowest if s.width is None else s.width for s in spans], dtype=float)
+    share = np.log2(widths) / math.log2(widest) if widest > 1 else np.ones(len(spans))
+    return BAR_HEIGHT * (1 + 2 * share) / 3
 
 
 def timeline_origin(trials: Sequence[Trial], asked: Mapping[int, float] | None = None) -> float | None:

@@ -15,9 +15,12 @@ import pytest
 
 from search.loop.elastic import rung_epochs
 from search.loop.segments import Segment
+from search.reports.data import load_campaign
+from search.reports.elastic_section import elastic_section
+from search.reports.elastic_segments import segment_paces
 from search.session.runner import RunOptions, run_campaign
 from search.spec.campaign_spec import parse_spec
-from search.store.records import Attr
+from search.store.records import Attr, TrialRecord
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
 from tests.search.toy_specs import digits_toml
@@ -67,6 +70,26 @@ def test_a_promoted_trial_grows_from_1_to_2_slots_and_goes_on_from_its_checkpoin
     assert (second["segment"], second["width"], second["batch"]) == (1, 2, 64)
     assert second["lr"] == pytest.approx(2 * lr) and 0.0 < second["efficiency"] < 1.0  # 2x the batch: less per example
     assert first["examples_per_second"] > 0 and second["examples_per_second"] > 0
+    # the report: each segment's width, batch, lr, throughput, efficiency and goodput; the record's figures
+    paces = segment_paces(TrialRecord.of(trial))
+    assert [(p.transition, p.width, p.batch, p.end_epoch, p.examples) for p in paces] == [
+        ("start", 1, 32, 1, n), ("resize", 2, 64, 2, n), ("continue", 2, 64, 3, n)
+    ]  # fmt: skip
+    assert [p.lr for p in paces] == pytest.approx([lr, 2 * lr, 2 * lr])
+    for pace, recorded in zip(
+        paces, (first, second, second), strict=True
+    ):  # the last one: no record, as the one before
+        assert pace.efficiency == pytest.approx(recorded["efficiency"])
+        assert pace.training_per_second > pace.examples_per_second > 0 and pace.goodput == pytest.approx(
+            pace.training_per_second * pace.efficiency
+        )
+    assert [p.examples_per_second for p in paces[:2]] == pytest.approx(
+        [r["examples_per_second"] for r in (first, second)]
+    )
+    section = elastic_section(load_campaign(folder.root))  # the report's section alone: no figures to draw
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.md.splitlines() if line.startswith("| 0 |")]
+    assert [r[1:5] for r in rows] == [["0: start", "0..1", "1", "32"], ["1: resize", "1..2", "2", "64"],
+                                      ["2: continue", "2..3", "2", "64"]]  # fmt: skip
 
 
 ACROSS = (

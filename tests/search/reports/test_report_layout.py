@@ -363,4 +363,4 @@ def test_a_resized_trials_segments_are_drawn_as_runs_labelled_with_their_width()
     assert drawn.figure is not None
     labels = {t.get_text() for t in drawn.figure.axes[0].texts}
     assert {"4 \u00d71", "4 \u00d72", "5"} <= labels, labels
-    assert "N \u00d7k: trial N's segment on k slots" in drawn.legend
+    assert "N \u00d7k: trial N's segment on k slots; a taller bar, more slots" in drawn.legend

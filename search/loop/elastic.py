@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from cluster.goodput import Goodput, StepTime, adascale_gain, fit_step_model
 from cluster.outcome import Outcome
@@ -66,7 +66,7 @@ class ElasticGrowth:
         self.idle = spec.grow == "goodput"  # grows into idle slots, at any epoch boundary
         self.rungs = () if self.idle and not spec.shrink else tuple(rungs)  # goodput: rungs only to shrink at
         self._promised: dict[int, int] = {}  # trial -> slots it will add once its resize stop ends its segment
-        self._looked: tuple[int, int, int] | None = None  # the room widen_idle last decided for
+        self._looked: tuple[int, int, frozenset[tuple[int, int]]] | None = None  # the room of the last look
 
     def first_segment(self, config: TrialConfig) -> TrialConfig:
         end = self._next_end(0, config.epochs)
@@ -110,11 +110,15 @@ class ElasticGrowth:
         self._promised.update({n: w - widths[n] for n, w in chosen.items()})
         return {n: Stop(f"{GROW_STOP}: to {w} slots", Transition.RESIZE) for n, w in sorted(chosen.items())}
 
-    def worth_a_look(self, free: int, waiting: int, running: int) -> bool:
-        """Whether :meth:`widen_idle` may answer otherwise than at its last look: ``grow = "goodput"``, slots left
-        idle, and the ``free`` slots, the ``waiting`` ones or the number of ``running`` trials changed since."""
-        looked, self._looked = self._looked, (free, waiting, running)
-        return self.idle and looked != self._looked and self._spare(free, waiting, None) >= 1
+    def has_spare(self, free: int, waiting: int) -> bool:
+        """``grow = "goodput"`` and slots idle beyond the ``waiting`` trials, the reserve and the promised slots."""
+        return self.idle and self._spare(free, waiting, None) >= 1
+
+    def worth_a_look(self, free: int, waiting: int, running: Collection[tuple[int, int]]) -> bool:
+        """Whether :meth:`widen_idle` may answer otherwise than at its last look: the ``free`` slots, the
+        ``waiting`` ones or the ``running`` trials it may widen (their numbers and widths) changed since."""
+        looked, self._looked = self._looked, (free, waiting, frozenset(running))
+        return looked != self._looked
 
     def fit_room(self, running: TrialView, step: NextSegment, free: int, waiting: int) -> NextSegment:
         """``step`` (the trial's next segment) as the room has it: narrower where trials wait (:meth:`give_back`);

@@ -187,4 +187,39 @@ def test_promotion_mode_does_not_grow_into_idle_slots() -> None:
     growth = ElasticGrowth(ElasticSpec((1, 2), reserve=0), rungs=(1,))
     study = optuna.create_study()
     assert growth.widen_idle([view(study, 1, {1: 0.1}).view()], free=4, waiting=0) == {}
-    assert not growth.worth_a_look(4, 0, 1)
+    assert not growth.has_spare(4, 0)
+
+
+PRUNED_SPEC = (
+    SPEC.replace("n_trials = 4", 'n_trials = 2\npruner = "asha"')
+    .replace("reserve = 1", "reserve = 0")
+    .replace("[trainer]", "[pruner]\nmin_resource = 1\nreduction_factor = 2\n\n[trainer]")
+)
+
+
+class Scored(Resumable):
+    """Trial 0 scores 1.0 an epoch, 1 s an epoch; trial 1 scores 0.1, 2 s an epoch (divided by the width)."""
+
+    def plan(self, config: Mapping[str, Any], rng: np.random.Generator) -> TrialPlan:
+        plan = super().plan(config, rng)
+        number, width = int(config["number"]), int(config["data_parallel"])
+        score = 1.0 if number == 0 else 0.1
+        metrics = tuple({**m, "score": score * m["epoch"]} for m in plan.metrics)
+        return TrialPlan(tuple((1.0 + number) / width for _ in metrics), metrics)
+
+
+def test_trials_widen_into_slots_idle_from_the_start_and_a_prune_at_the_stop_report_wins(tmp_path: Path) -> None:
+    """2 trials on 4 slots: both are widened once they have started (2 idle slots, nothing waits). Trial 1's
+    resize stop lands on its report at ASHA's first rung, where it is pruned (trial 0 was better there): it ends
+    PRUNED, not resized; before, a trial asked to stop for any reason was no longer asked to the pruner."""
+    spec = parse_spec(tomllib.loads(PRUNED_SPEC), "idle.toml", PRUNED_SPEC)
+    folder = CampaignFolder(tmp_path / "pruned")
+    folder.create(PRUNED_SPEC)
+    study = load_study(spec, folder, create=True)
+    executor = SimulatedExecutor(1, Scored(1.0), slots_per_worker=4, seed=1, controller_time_scale=0)
+    Campaign(spec, folder, study, executor, clock=executor.clock).run()
+    best, worse = study.get_trials()
+    assert best.state is optuna.trial.TrialState.COMPLETE
+    assert segments_of(best)[:2] == [("start", 1, 0, 1), ("resize", 2, 1, 6)]
+    assert worse.state is optuna.trial.TrialState.PRUNED, worse.user_attrs
+    assert worse.user_attrs[Attr.CONFIG]["data_parallel"] == 1 and sorted(worse.intermediate_values) == [1]

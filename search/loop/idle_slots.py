@@ -24,10 +24,10 @@ def widen_idle(policies: Sequence[object], dispatch: Dispatcher, supply: TrialSu
     room = dispatch.room(1, supply, may_start)
     if not growth.has_spare(room.free, room.waiting):
         return  # the common case while trials wait: no scan of the running ones
-    running = [r for r in dispatch.running.values() if r.started_at is not None and not r.stop_reason]
-    if not growth.worth_a_look(room.free, room.waiting, [(r.number, r.width) for r in running]):
+    widenable = [r for r in dispatch.running.values() if r.started_at is not None and not r.stop_reason]
+    if not growth.worth_a_look(room.free, room.waiting, [(r.number, r.width) for r in widenable]):
         return
-    for number, stop in growth.widen_idle([r.view() for r in running], room.free, room.waiting).items():
+    for number, stop in growth.widen_idle([r.view() for r in widenable], room.free, room.waiting).items():
         running = dispatch.running[number]
         decide_stop(running, stop, flush=lambda: None)  # logged only: a resize is no verdict
         dispatch.request_stop(running, stop, running.reports[-1][2] if running.reports else 0.0)

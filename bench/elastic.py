@@ -17,6 +17,9 @@ that resumes from a checkpoint pays a restart. What counts: the simulated time u
 setting ends with (the best all reach) is first reported, and each setting's final best.
 
     python -m bench.elastic [--seeds 5] [--slots 4 16 64]
+
+Its own loop, not the campaign's: ``python -m bench.elastic_campaign`` runs the real Campaign with ``[elastic]
+grow = "goodput"`` on :mod:`cluster.simulated` against the same fixed settings.
 """
 
 from __future__ import annotations

@@ -98,6 +98,11 @@ class SimulatedExecutor:
     - ``failure_rate``: the probability that the worker dies while running a given
       trial (at a uniform time within it). Every trial on that worker ends ``lost``;
       the worker comes back ``recovery_seconds`` later. Queued requests wait for it.
+    - A report's step is the epoch it carries (``metrics["epoch"]``; else the run's count of
+      epochs), as a trainer that resumes from its checkpoint reports it. A trial submitted
+      again (its next segment, a retry) has that checkpoint at the last epoch it reported:
+      its config gets ``resume_epoch`` (0 before any report), which a model that resumes
+      (:class:`TrialPlan` from there on) reads and the others ignore.
     - ``events(timeout)`` moves the clock to the next event time and returns every
       event due by then (the ``timeout`` is not waited out: virtual time has no idle
       waiting). Pass ``clock=executor.clock`` to the controller.
@@ -159,6 +164,7 @@ class SimulatedExecutor:
         self._pending: set[int] = set()  # submitted, not yet finished (queued, dispatching or running)
         self._stops: set[int] = set()  # stop requested before the trial started
         self._attempts: dict[int, int] = {}  # a trial re-submitted after a lost worker draws afresh
+        self._reported: dict[int, int] = {}  # trial number -> the last epoch it reported (its checkpoint's)
         self._now = 0.0
         self._real_mark: float | None = None  # real time the controller got the last batch
         self._closed = False
@@ -347,7 +353,7 @@ class SimulatedExecutor:
         attempt = self._attempts.get(request.number, 0)
         self._attempts[request.number] = attempt + 1
         rng = np.random.default_rng([self.seed, request.number, attempt])
-        plan = self.model.plan(request.config.to_dict(), rng)
+        plan = self.model.plan({**request.config.to_dict(), "resume_epoch": self._reported.get(request.number, 0)}, rng)
         started = max(now, self._params_ready.pop(request.number, now)) + self.dispatch_latency
         run = _Run(request, plan, worker, slots, started)
         if request.number in self._stops:
@@ -387,8 +393,10 @@ class SimulatedExecutor:
         metrics = dict(run.plan.metrics[run.epoch])
         run.epoch += 1
         name = self._workers[run.worker].name
-        run.history.append([run.epoch, metrics, at])
-        out: list[Event] = [Report(number, run.epoch, metrics, at, name)]
+        step = int(metrics.get("epoch", run.epoch))  # a resumed run's reports go on from its checkpoint's epoch
+        self._reported[number] = step
+        run.history.append([step, metrics, at])
+        out: list[Event] = [Report(number, step, metrics, at, name)]
         if run.stop_requested or run.epoch == len(run.plan.epoch_seconds):
             out.append(self._finish(run, at, "ok", metrics))
             self._start_queued(at)  # the scheduler refills the slot itself: a queued request starts now

@@ -43,6 +43,7 @@ from search.loop.elastic import elastic_policies
 from search.loop.eta import Eta
 from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
+from search.loop.idle_slots import widen_idle
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger, named_values
 from search.loop.policies import (
@@ -72,7 +73,7 @@ from search.store.heap import SurvivorFreezer
 from search.store.records import Files, TrialRecord, write_attrs
 from search.store.sinks import ReportSinks
 from search.store.storage import flusher
-from search.vocab.terms import StopReason
+from search.vocab.terms import StopReason, Transition
 from trainers.api import TrialConfig
 
 __all__ = ["Campaign", "CampaignError", "Snapshot", "RunningTrial", "NEVER_STARTED", "TARGET_REACHED"]
@@ -167,6 +168,7 @@ class Campaign:
             while True:
                 self.gates.look(self.dispatch.running.values(), self._clock())
                 self._fill()
+                widen_idle(self.policies, self.dispatch, self.supply, self.budget.may_start())  # grow = "goodput"
                 self.executor.want(self.dispatch.wanted(self.supply, self.budget.may_start()))
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now
                 self.supply.flush_params()  # of the trials the journal is about to record
@@ -272,7 +274,7 @@ class Campaign:
             return  # a late report of a trial already told; its history came with the outcome
         self.reports.record(running, report.step, report.metrics, report.time, report.worker)
         self.costs.reported(running, report.time, report.metrics)
-        if running.stop_reason:
+        if running.stop_reason and running.stop_transition is not Transition.RESIZE:  # a resize may still be pruned
             return
         stop = first_stop(self.policies, running.view(), report.metrics)
         if stop is not None:

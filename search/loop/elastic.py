@@ -12,13 +12,19 @@ Whether a grow is worth its slots is :func:`search.elastic.allocate.grow`'s choi
 step times it measured at each width (its reports' ``steps`` and worker times) and its last measured gradient
 noise scale (``b_simple``). The slots themselves are the dispatcher's: a segment wider than the free slots
 waits for them like any task, and one wider than all the workers together goes on at its width.
+
+With ``grow = "goodput"`` a trial runs in one segment (at the rungs too, unless ``shrink``) until slots sit idle:
+then :meth:`ElasticGrowth.widen_idle` picks, among all the running trials, those to widen by goodput per slot
+(:func:`~search.elastic.allocate.grow` over them all at once); each one's segment ends at its next report (a
+``resize`` stop, its checkpoint there) and its next one takes the slots the room then has
+(:meth:`ElasticGrowth.fit_room`). The slots promised to a trial whose stop is under way are not given twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from cluster.goodput import Goodput, StepTime, adascale_gain, fit_step_model
 from cluster.outcome import Outcome
@@ -32,7 +38,9 @@ from search.store.records import Attr
 from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
-__all__ = ["ElasticGrowth", "elastic_policies", "rung_epochs", "step_times", "NOISE", "BATCH", "LR"]
+GROW_STOP = "grow into idle slots"  # the reason of a resize stop that ends a segment for idle slots
+
+__all__ = ["ElasticGrowth", "elastic_policies", "rung_epochs", "step_times", "NOISE", "BATCH", "LR", "GROW_STOP"]
 
 NOISE = "b_simple"  # the trainer's measured gradient noise scale (noise_scale_every)
 BATCH = "batch_size"  # the global batch parameter
@@ -54,7 +62,11 @@ class ElasticGrowth:
     """Segments at the rungs; a promoted trial grows (see the module's docstring)."""
 
     def __init__(self, spec: ElasticSpec, rungs: Sequence[int]) -> None:
-        self.spec, self.rungs = spec, tuple(rungs)
+        self.spec = spec
+        self.idle = spec.grow == "goodput"  # grows into idle slots, at any epoch boundary
+        self.rungs = () if self.idle and not spec.shrink else tuple(rungs)  # goodput: rungs only to shrink at
+        self._promised: dict[int, int] = {}  # trial -> slots it will add once its resize stop ends its segment
+        self._looked: tuple[int, int, frozenset[tuple[int, int]]] | None = None  # the room of the last look
 
     def first_segment(self, config: TrialConfig) -> TrialConfig:
         end = self._next_end(0, config.epochs)
@@ -66,17 +78,61 @@ class ElasticGrowth:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
+        self._promised.pop(running.number, None)
         config = running.config
         total = config.schedule_epochs or config.epochs
-        if not outcome.ok or running.stop_reason or config.epochs >= total:
-            return None  # failed, pruned at its rung, or at its end: the other policies decide
-        width = self._width_after(running)
-        overrides = self._overrides(running, width)
-        nxt = segment_config(config, width, overrides, self._next_end(config.epochs, total))
+        resizing = running.stop_transition is Transition.RESIZE and bool(running.stop_reason)
+        if not outcome.ok or (running.stop_reason and not resizing):
+            return None  # failed, pruned at its rung: the other policies decide
+        reached = _reached(running)
+        cut = reached if resizing and running.segment().start_epoch < reached < config.epochs else config.epochs
+        if cut >= total:
+            return None  # at its end: the other policies decide
+        width = running.width if self.idle else self._width_after(running)  # goodput: by the room (fit_room)
+        end = config.epochs if cut < config.epochs else self._next_end(cut, total)
+        nxt = segment_config(config, width, self._overrides(running, width), end)
         how = Transition.RESIZE if width != running.width else Transition.CONTINUE
         record = [*running.trial.user_attrs.get(Attr.ELASTIC, []), self._record(running, outcome)]
-        segment = following(running.segment(), how, config, nxt, running.examples())
+        before = dataclasses.replace(config, epochs=cut)
+        segment = following(running.segment(), how, before, nxt, running.examples())
         return NextSegment(nxt, segment, {Attr.ELASTIC: record})
+
+    def widen_idle(self, running: Sequence[TrialView], free: int, waiting: int) -> dict[int, Stop]:
+        """``grow = "goodput"``: of the ``running`` trials, those to widen into the ``free`` slots the trials that wait
+        (for ``waiting`` slots) and the reserve leave idle, by goodput per slot over them all: ``{trial: the resize
+        stop that ends its segment at its next report}``. Their slots stay promised until their segments end."""
+        spare = self._spare(free, waiting, None)
+        if not self.idle or spare < 1:
+            return {}
+        candidates = [Candidate(v.number, v.width, self._goodput(v)) for v in running if self._may_widen(v)]
+        chosen = grow(candidates, spare, self.spec.widths, reserve=0, max_slots=self.spec.most_slots)
+        widths = {v.number: v.width for v in running}
+        self._promised.update({n: w - widths[n] for n, w in chosen.items()})
+        return {n: Stop(f"{GROW_STOP}: to {w} slots", Transition.RESIZE) for n, w in sorted(chosen.items())}
+
+    def has_spare(self, free: int, waiting: int) -> bool:
+        """``grow = "goodput"`` and slots idle beyond the ``waiting`` trials, the reserve and the promised slots."""
+        return self.idle and self._spare(free, waiting, None) >= 1
+
+    def worth_a_look(self, free: int, waiting: int, running: Collection[tuple[int, int]]) -> bool:
+        """Whether :meth:`widen_idle` may answer otherwise than at its last look: the ``free`` slots, the
+        ``waiting`` ones or the ``running`` trials it may widen (their numbers and widths) changed since."""
+        looked, self._looked = self._looked, (free, waiting, frozenset(running))
+        return looked != self._looked
+
+    def fit_room(self, running: TrialView, step: NextSegment, free: int, waiting: int) -> NextSegment:
+        """``step`` (the trial's next segment) as the room has it: narrower where trials wait (:meth:`give_back`);
+        with ``grow = "goodput"``, wider into the slots the ``free`` ones (its own included) leave idle beside the
+        ``waiting`` trials, the reserve and the slots promised to others."""
+        narrower = self.give_back(running, step, free, waiting)
+        if not self.idle or narrower.segment.width < step.segment.width:
+            return narrower
+        spare = self._spare(free - step.segment.width, waiting, running.number)
+        if spare < 1:
+            return step
+        candidate = Candidate(running.number, step.segment.width, self._goodput(running))
+        chosen = grow([candidate], spare, self.spec.widths, reserve=0, max_slots=self.spec.most_slots)
+        return self._rewidth(running, step, chosen[running.number]) if chosen else step
 
     def narrower_retry(self, running: TrialView, room: int) -> tuple[int, NextSegment] | None:
         """A lost run's retry at the widest width that fits ``room`` slots (the workers left): the epoch its segment
@@ -99,15 +155,35 @@ class ElasticGrowth:
             return step
         candidate = Candidate(running.number, step.segment.width, self._goodput(running))
         width = shrink([candidate], short, self.spec.widths).get(running.number, step.segment.width)
-        if width == step.segment.width:
-            return step
-        config = running.config
-        nxt = segment_config(config, width, self._overrides(running, width), step.config.epochs)
-        return NextSegment(
-            nxt, following(running.segment(), Transition.RESIZE, config, nxt, running.examples()), step.attrs
-        )
+        return step if width == step.segment.width else self._rewidth(running, step, width)
 
     # --- the parts --------------------------------------------------------------------------------
+
+    def _rewidth(self, running: TrialView, step: NextSegment, width: int) -> NextSegment:
+        """``step`` at ``width`` (from the same epoch), its batch and learning rate after the spec."""
+        config = segment_config(running.config, width, self._overrides(running, width), step.config.epochs)
+        changed = {k: v for k, v in config.params.items() if running.config.params.get(k) != v}
+        how = Transition.RESIZE if width != running.width else Transition.CONTINUE
+        return NextSegment(
+            config, dataclasses.replace(step.segment, width=width, overrides=changed, transition=how), step.attrs
+        )
+
+    def _spare(self, free: int, waiting: int, besides: int | None) -> int:
+        """The ``free`` slots that trials waiting for ``waiting`` slots, the reserve (while any wait) and the slots
+        promised to trials other than ``besides`` leave idle."""
+        promised = sum(extra for number, extra in self._promised.items() if number != besides)
+        return free - max(0, waiting) - (self.spec.reserve if waiting > 0 else 0) - promised
+
+    def _may_widen(self, running: TrialView) -> bool:
+        """Running (started), not stopping, narrower than it may be, and an epoch to go after its next report."""
+        total = running.config.schedule_epochs or running.config.epochs
+        return (
+            running.started_at is not None
+            and not running.stop_reason
+            and running.width < self.spec.most_slots
+            and running.number not in self._promised
+            and total - _reached(running) >= 2
+        )
 
     def _next_end(self, after: int, total: int) -> int:
         return min([r for r in self.rungs if r > after] or [total])
@@ -165,6 +241,12 @@ def _last_noise(running: TrialView) -> float | None:
         if value is not None and math.isfinite(value) and value >= 0:
             return float(value)
     return None
+
+
+def _reached(running: TrialView) -> int:
+    """The epoch of its last report within its current segment (its checkpoint's; none there: the segment's start)."""
+    start = running.segment().start_epoch
+    return max([start, *(int(m["epoch"]) for _s, m, _t in running.reports if "epoch" in m)])
 
 
 def _last_epoch(running: TrialView) -> int:

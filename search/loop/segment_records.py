@@ -44,12 +44,18 @@ def within_room(
 ) -> tuple[TrialConfig, Segment]:
     """The next segment as it can run: one wider than all the workers together goes on at the width the trial had,
     said in a warning; with ``[elastic] shrink``, a grown trial's narrower where trials wait for slots that the
-    free ones cannot hold beside it (:meth:`ElasticGrowth.give_back`)."""
+    free ones cannot hold beside it, with ``grow = "goodput"`` wider into idle slots (:meth:`ElasticGrowth.fit_room`)."""
     growth = next((p for p in policies if isinstance(p, ElasticGrowth)), None)
     if growth is not None:
-        step = growth.give_back(running.view(), NextSegment(config, segment), room.free, room.waiting)
+        step = growth.fit_room(running.view(), NextSegment(config, segment), room.free, room.waiting)
         if step.segment.width != segment.width:
-            log.info("trial %d: trials wait for %d slot(s); on at %d", running.number, room.waiting, step.segment.width)
+            log.info(
+                "trial %d: %d slot(s) free, trials wait for %d; on at %d",
+                running.number,
+                room.free,
+                room.waiting,
+                step.segment.width,
+            )
         config, segment = step.config, step.segment
     if room.fits:
         return config, segment
@@ -62,8 +68,12 @@ def within_room(
 def begin_segment(
     running: RunningTrial, config: TrialConfig, segment: Segment, room: Room, policies: Sequence[object] = ()
 ) -> TrialConfig:
-    """The trial's next segment begins, :func:`within_room`, and is recorded on the trial: the config it runs."""
+    """The trial's next segment begins, :func:`within_room`, and is recorded on the trial: the config it runs. One
+    that starts before the current one's planned end (a resize stop at a report) cuts it there."""
     config, segment = within_room(running, config, segment, room, policies)
+    current = running.segment()
+    if current.start_epoch < segment.start_epoch < current.end_epoch:
+        running.cut_segment(segment.start_epoch)
     running.next_segment(config, segment)
     record_segments(running)
     return config

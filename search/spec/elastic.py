@@ -31,8 +31,9 @@ class ElasticSpec:
     first. Required."""
     grow: str = "promotion"
     """When a trial grows: `promotion` (at an ASHA/Hyperband rung it passes, where goodput per slot gains enough),
-    `goodput` (for now at the same segment boundaries, the rungs, without needing a rung pruner), or `pbt` (a PBT
-    member that survives a round: refused for now, not carried out yet)."""
+    `goodput` (whenever slots sit idle beyond what waiting trials and the reserve need: the running trials that gain
+    most goodput per slot widen at their next report, any pruner), or `pbt` (a PBT member that survives a round:
+    refused for now, not carried out yet)."""
     batch: str = "fixed"
     """`fixed`: the global batch stays (each replica's share shrinks; the optimisation path does not change), or
     `grow`: each replica's batch stays, the global batch grows with the width and the learning rate follows
@@ -41,7 +42,8 @@ class ElasticSpec:
     """With `batch = "grow"`: `linear`, `sqrt` (the default) or `adascale` (AdaScale's gain from the gradient noise
     scale the trainer measures: `[trainer] options = { noise_scale_every = k }`). Not with `batch = "fixed"`."""
     reserve: int = 1
-    """Free slots kept for new trials (never given to a growing trial)."""
+    """Free slots kept for new trials while any wait or may still be asked (`grow = "goodput"` widens no trial into
+    them)."""
     max_slots: int | None = None
     """The most slots one trial may hold; default: the largest width."""
     shrink: bool = False

@@ -105,7 +105,7 @@ class ElasticGrowth:
         if not self.idle or spare < 1:
             return {}
         candidates = [Candidate(v.number, v.width, self._goodput(v)) for v in running if self._may_widen(v)]
-        chosen = grow(candidates, spare, self.spec.widths, reserve=0, max_slots=self.spec.most_slots)
+        chosen = grow(candidates, spare, self.spec.widths, 0, self.spec.most_slots, self.spec.min_gain)
         widths = {v.number: v.width for v in running}
         self._promised.update({n: w - widths[n] for n, w in chosen.items()})
         return {n: Stop(f"{GROW_STOP}: to {w} slots", Transition.RESIZE) for n, w in sorted(chosen.items())}
@@ -131,7 +131,7 @@ class ElasticGrowth:
         if spare < 1:
             return step
         candidate = Candidate(running.number, step.segment.width, self._goodput(running))
-        chosen = grow([candidate], spare, self.spec.widths, reserve=0, max_slots=self.spec.most_slots)
+        chosen = grow([candidate], spare, self.spec.widths, 0, self.spec.most_slots, self.spec.min_gain)
         return self._rewidth(running, step, chosen[running.number]) if chosen else step
 
     def narrower_retry(self, running: TrialView, room: int) -> tuple[int, NextSegment] | None:
@@ -193,7 +193,7 @@ class ElasticGrowth:
         if not wider:
             return running.width
         candidate = Candidate(running.number, running.width, self._goodput(running))
-        chosen = grow([candidate], free=wider[0] - running.width, widths=self.spec.widths, reserve=0)
+        chosen = grow([candidate], wider[0] - running.width, self.spec.widths, 0, None, self.spec.min_gain)
         return chosen.get(running.number, running.width)
 
     def _overrides(self, running: TrialView, width: int) -> dict[str, float | int]:
@@ -263,8 +263,9 @@ def _width_at(segments: Sequence[Segment], epoch: float, width: int) -> int:
 
 
 def step_times(running: TrialView, base_batch: float, grows: bool, start_width: int) -> list[StepTime]:
-    """Seconds per step between consecutive reports of the same width (the first report of each run is left
-    out: it holds the run's start)."""
+    """Seconds per step at each report: the trainer's own ``epoch_seconds`` over the epoch's steps where it reports
+    them (so a one-epoch segment is measured too, its start-up left out), else the time between consecutive
+    reports of the same width (the first report of each run left out: it holds the run's start)."""
     out: list[StepTime] = []
     previous: tuple[int, float, float, float] | None = None  # width, epoch, steps, time
     for _step, metrics, t in running.reports:
@@ -273,11 +274,30 @@ def step_times(running: TrialView, base_batch: float, grows: bool, start_width: 
             continue
         width = _width_at(running.segments, metrics["epoch"], running.width)
         now = (width, metrics["epoch"], metrics["steps"], t)
-        if previous is not None and previous[0] == width and now[2] > previous[2] and now[3] > previous[3]:
-            batch = base_batch * width / start_width if grows else base_batch
-            out.append(StepTime(width, batch / width, (now[3] - previous[3]) / (now[2] - previous[2])))
+        batch = base_batch * width / start_width if grows else base_batch
+        seconds = _epoch_step_seconds(metrics, previous)
+        if seconds is None and previous is not None and previous[0] == width and now[2] > previous[2]:
+            seconds = (now[3] - previous[3]) / (now[2] - previous[2])
+        if seconds is not None and seconds > 0:
+            out.append(StepTime(width, batch / width, seconds))
         previous = now
     return out
+
+
+def _epoch_step_seconds(metrics: Mapping[str, float], previous: tuple[int, float, float, float] | None) -> float | None:
+    """``epoch_seconds`` over the steps of that one epoch (since the report before, or since step 0 at epoch 1);
+    None where the trainer does not report it or the steps before are not known."""
+    seconds = metrics.get("epoch_seconds")
+    if seconds is None:
+        return None
+    if previous is not None and metrics["epoch"] == previous[1] + 1:
+        before = previous[2]
+    elif previous is None and metrics["epoch"] == 1:
+        before = 0.0
+    else:
+        return None
+    steps = metrics["steps"] - before
+    return float(seconds) / steps if steps > 0 else None
 
 
 def elastic_policies(elastic: ElasticSpec | None, pruning: PrunerSpec, epochs: int) -> list[ElasticGrowth]:

@@ -11,11 +11,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from search.elastic.allocate import MIN_GAIN
 from search.spec.table import SpecError, SpecTable
 
 __all__ = ["ElasticSpec", "ELASTIC_KEYS", "GROW_WHEN", "BATCH_MODES", "LR_RULES", "parse_elastic"]
 
-ELASTIC_KEYS = ("widths", "grow", "batch", "lr_rule", "reserve", "max_slots", "shrink")
+ELASTIC_KEYS = ("widths", "grow", "batch", "lr_rule", "reserve", "max_slots", "shrink", "min_gain")
 GROW_WHEN = ("promotion", "pbt", "goodput")
 BATCH_MODES = ("fixed", "grow")
 LR_RULES = ("linear", "sqrt", "adascale")
@@ -49,6 +50,11 @@ class ElasticSpec:
     shrink: bool = False
     """Whether a grown trial gives slots back at its next segment boundary when new trials wait and the free slots
     (its own included) cannot hold them beside it: to the width that costs it least speedup."""
+    min_gain: float = MIN_GAIN
+    """The least speedup per added slot a resize must promise, from the throughput the trial measured (default 0.25:
+    a new trial on that slot would gain a whole one); 0: any width predicted not to slow it; a negative value, e.g.
+    -1: every width that fits, even one measured slower (to watch the mechanism where data parallelism does not pay,
+    as on a 2-core machine)."""
 
     def __post_init__(self) -> None:
         _check_widths(self.widths)
@@ -61,6 +67,8 @@ class ElasticSpec:
             raise ValueError(f"elastic lr_rule={self.lr_rule!r}: must be one of {', '.join(LR_RULES)}")
         if self.reserve < 0:
             raise ValueError(f"elastic reserve={self.reserve!r}: must be >= 0 slots")
+        if not -1.0 <= self.min_gain <= 1.0:
+            raise ValueError(f"elastic min_gain={self.min_gain!r}: must be between -1 and 1 (speedup per added slot)")
         if self.max_slots is not None and self.max_slots < max(self.widths):
             raise ValueError(f"elastic max_slots={self.max_slots!r}: must be >= the largest width ({max(self.widths)})")
 
@@ -95,7 +103,8 @@ def _from_table(t: SpecTable) -> ElasticSpec:
     max_slots = t.int("max_slots", minimum=1) if t.has("max_slots") else None
     grow, reserve = t.choice("grow", GROW_WHEN, "promotion"), t.int("reserve", 1, minimum=0)
     try:
-        return ElasticSpec(tuple(widths), grow, batch, rule, reserve, max_slots, t.bool("shrink", False))
+        gain = t.float("min_gain", MIN_GAIN)
+        return ElasticSpec(tuple(widths), grow, batch, rule, reserve, max_slots, t.bool("shrink", False), gain)
     except ValueError as exc:  # "elastic <key>=<value>: <rule>"
         key, _, problem = str(exc).removeprefix("elastic ").partition("=")
         raise t.error(key, problem.partition(": ")[2] or problem) from None

@@ -13,10 +13,11 @@ import numpy as np
 import optuna
 import pytest
 
+from cluster.goodput import StepTime
 from cluster.outcome import Outcome
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.loop.campaign import Campaign
-from search.loop.elastic import GROW_STOP, ElasticGrowth
+from search.loop.elastic import GROW_STOP, ElasticGrowth, step_times
 from search.loop.policies import NextSegment
 from search.loop.segments import Segment
 from search.loop.trials import RunningTrial
@@ -223,3 +224,18 @@ def test_trials_widen_into_slots_idle_from_the_start_and_a_prune_at_the_stop_rep
     assert segments_of(best)[:2] == [("start", 1, 0, 1), ("resize", 2, 1, 6)]
     assert worse.state is optuna.trial.TrialState.PRUNED, worse.user_attrs
     assert worse.user_attrs[Attr.CONFIG]["data_parallel"] == 1 and sorted(worse.intermediate_values) == [1]
+
+
+def test_a_one_epoch_segment_is_measured_by_its_trainers_epoch_seconds_not_left_out() -> None:
+    """Segments of one epoch each (a rung at every epoch) have no two reports of a width: the trainer's
+    ``epoch_seconds`` over the epoch's steps measures them, start-up left out; without it the old rule stands."""
+    study = optuna.create_study()
+    config = TrialConfig(study.study_name, 0, {"batch_size": BATCH}, 0, 3, data_parallel=2)
+    running = RunningTrial(study.ask(), config, 2, 0.0, started_at=0.0)
+    running.segments = [Segment(0, Transition.START, 1, 0, 1), Segment(1, Transition.RESIZE, 2, 1, 3)]
+    running.keep_report(1, {"epoch": 1.0, "steps": 10.0, "epoch_seconds": 2.0}, 5.0)  # 3 s of it start-up
+    running.keep_report(2, {"epoch": 2.0, "steps": 20.0, "epoch_seconds": 1.5}, 12.0)  # 5.5 s: the restart
+    measured = step_times(running.view(), BATCH, grows=False, start_width=1)
+    assert measured == [StepTime(1, BATCH, 0.2), StepTime(2, BATCH / 2, 0.15)]
+    running.keep_report(3, {"epoch": 3.0, "steps": 30.0}, 14.0)  # no epoch_seconds: between reports of one width
+    assert step_times(running.view(), BATCH, grows=False, start_width=1)[2:] == [StepTime(2, BATCH / 2, 0.2)]

@@ -67,6 +67,8 @@ def test_no_elastic_table_means_none(tmp_path: Path) -> None:
         ("widths = [1, 2, 3]\n", "elastic.widths", "global batch 64 is not divisible by width 3"),
         ("widths = [1, 2]\nspeed = 1\n", "elastic.speed", "unknown key"),
         ("widths = [1, 2]\nshrink = 'yes'\n", "elastic.shrink", "'yes'"),
+        ("widths = [1, 2]\nmin_gain = 2\n", "elastic.min_gain", "between -1 and 1"),
+        ("widths = [1, 2]\nmin_gain = 'some'\n", "elastic.min_gain", "finite number"),
     ],
 )
 def test_elastic_mistakes_name_the_key_and_the_rule(tmp_path: Path, body: str, key: str, fragment: str) -> None:

@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.reports import architectures, cost_value, eta_section, pbt_section, run_sections, scaling_section, sections
+from search.reports import (
+    architectures,
+    branching_section,
+    cost_value,
+    eta_section,
+    pbt_section,
+    run_sections,
+    scaling_section,
+    sections,
+)
 from search.reports.data import CampaignData, load_campaign, report_frame
 from search.reports.markup import Section, e
 from search.store.folder import replaced_atomically, write_atomic
@@ -36,6 +45,7 @@ for _id, _builder, _line in (
     ("pareto", sections.pareto, "the Pareto front of a multi-objective study, drawn"),
     ("architectures", architectures.architectures, "the best trials' architectures, drawn"),
     ("scaling", scaling_section.scaling, "the batch-size scaling sweep: steps to target, the critical batch"),
+    ("branching", branching_section.branching, "the critical batch size over training, from branches off one run"),
     ("pbt", pbt_section.pbt_section, "the population-based training lineage"),
     ("lr", sections.lr, "the learning-rate schedules of the best trials"),
     ("history", sections.history, "the objective over the trials, with the best so far (one objective)"),

@@ -193,9 +193,12 @@ def run_branching(
     steps = batch_schedule(spec.points, [critical[p] for p in spec.points], spec.reference_batch)
     lr0 = float(base.params["lr"])
     schedule = [(e, b, best[e][b].lr if e in best and b in best[e] else lr0) for e, b in steps]
-    scheduled = _run_scheduled(spec, base, schedule, out / "scheduled", submit)
-    last = schedule[-1]
-    fixed_last = _run_scheduled(spec, base, [(0, last[1], last[2])], out / "fixed-last", submit)
+    if len(schedule) == 1:  # the batch never grows: the scheduled run, and the last batch's, are the reference
+        scheduled = fixed_last = reference
+    else:
+        scheduled = _run_scheduled(spec, base, schedule, out / "scheduled", submit)
+        last = schedule[-1]
+        fixed_last = _run_scheduled(spec, base, [(0, last[1], last[2])], out / "fixed-last", submit)
     metric, value, mode = target
     return BranchingResult(
         branches=tuple(branches),

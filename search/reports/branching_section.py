@@ -11,14 +11,16 @@ import base64
 import csv
 import json
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from search.reports.data import CampaignData
 from search.reports.markup import LeftOut, Section, e, figure, guard, md_table, note, table
 from search.store.records import Files
 
-__all__ = ["branching", "step_saving"]
+__all__ = ["branching", "step_saving", "summary_lines"]
 
 RUNS = (("fixed", "fixed batch (the reference)"), ("scheduled", "the schedule"), ("fixed_last", "last batch from 0"))
 
@@ -123,3 +125,22 @@ def branching(data: CampaignData) -> Section:
         return body, md
 
     return guard("Critical batch over training (branching)", build)
+
+
+def summary_lines(folder: Path) -> str:
+    """The study's end-of-run lines for the terminal: the critical batch (B_simple) at each point, the schedule,
+    the saving in steps ("" without ``summary.json``)."""
+    path = folder / Files.BRANCHING_SUMMARY
+    if not path.exists():
+        return ""
+    summary = json.loads(path.read_text())
+    noise = summary.get("b_simple") or {}
+    points = ", ".join(
+        f"epoch {p}: {c} (B_simple {_number(noise.get(p)):.3g})" for p, c in (summary.get("critical") or {}).items()
+    )
+    schedule = ", ".join(f"{s['from_epoch']}: B={s['batch_size']}" for s in summary.get("schedule") or [])
+    return (
+        f"Critical batch over training (branching, epsilon {_number(summary.get('epsilon')):g}): {points}\n"
+        f"schedule (from epoch: batch): {schedule}. {step_saving(summary)}\n"
+        f"tables and plot: {os.path.relpath(folder)}\n\n"
+    )

@@ -405,6 +405,10 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
             f"{wrap(folder.scaling_conclusion.read_text().strip())}\n"
             f"table and plots: {os.path.relpath(folder.scaling)}\n\n"
         )
+    if spec.scaling is not None and spec.scaling.branching is not None:
+        from search.reports.branching_section import summary_lines
+
+        sweep += summary_lines(folder.branching)
     counts = state_counts(study)
     states = ["COMPLETE", "PRUNED", "FAIL", *sorted(set(counts) - {"COMPLETE", "PRUNED", "FAIL"})]
     tally = ", ".join(f"{counts.get(state, 0)} {state}" for state in states) + _rerun(study)

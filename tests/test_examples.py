@@ -31,6 +31,8 @@ CUTS: dict[str, dict[str, str]] = {  # the CNN-cell examples (evolution, pareto)
     "digits.toml": {"n_trials = 16": "n_trials = 4", "epochs = 10": "epochs = 2"},
     "digits-branching.toml": {  # the sweep as digits-scaling's cut; the branching study: one point, 2 x 2 branches
         "batch_sizes = [8, 32, 128]": "batch_sizes = [64, 128, 256]",
+        "trials_per_batch = 4": "trials_per_batch = 2",
+        "epochs = 12 ": "epochs = 3 ",
         "points = [1, 2, 4, 8]": "points = [1]",
         "batch_sizes = [8, 16, 32, 64, 128, 256]": "batch_sizes = [64, 256]",
         "lr = 0.02 ": "lr = 0.1 ",

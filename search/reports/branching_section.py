@@ -33,6 +33,10 @@ def _whole(value: float) -> str:
     return f"{value:,.0f}" if math.isfinite(value) else "-"
 
 
+def _noise(value: float) -> str:
+    return f"{value:,.3g}" if math.isfinite(value) else "-"
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2g}" if math.isfinite(a) and math.isfinite(b) and b > 0 else "-"
 
@@ -61,8 +65,8 @@ def _points(rows: list[dict[str, str]]) -> tuple[list[str], list[tuple[object, .
     out: list[tuple[object, ...]] = []
     for r in rows:
         crit, noise = float(r["critical_batch"]), float(r["b_simple"] or "nan")
-        shown = f"{noise:,.3g}" if math.isfinite(noise) else "not measured"
-        out.append((int(r["point"]), int(crit), shown, _ratio(crit, noise), r.get("rate_at_grid_edge") or "-"))
+        edge = ", ".join((r.get("rate_at_grid_edge") or "").split()) or "-"
+        out.append((int(r["point"]), int(crit), _noise(noise), _ratio(crit, noise), edge))
     return columns, out
 
 
@@ -104,7 +108,7 @@ def branching(data: CampaignData) -> Section:
         body = note(
             f"branches off one run's checkpoints; the critical batch at a point is the largest batch whose tuned "
             f"validation loss is within {eps:.3g} (relative) of the best there; B_simple is the reference run's "
-            f"gradient noise scale at that point"
+            f"gradient noise scale at that point (-: no estimate there, not measured or not positive)"
         )
         md = ""
         columns, cells = _points(rows)
@@ -136,7 +140,7 @@ def summary_lines(folder: Path) -> str:
     summary = json.loads(path.read_text())
     noise = summary.get("b_simple") or {}
     points = ", ".join(
-        f"epoch {p}: {c} (B_simple {_number(noise.get(p)):.3g})" for p, c in (summary.get("critical") or {}).items()
+        f"epoch {p}: {c} (B_simple {_noise(_number(noise.get(p)))})" for p, c in (summary.get("critical") or {}).items()
     )
     schedule = ", ".join(f"{s['from_epoch']}: B={s['batch_size']}" for s in summary.get("schedule") or [])
     return (

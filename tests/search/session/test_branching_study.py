@@ -196,3 +196,16 @@ def test_a_branching_study_stopped_between_rounds_carries_on_without_running_a_r
     assert all(t.state.name == "COMPLETE" for t in trials)
     assert (folder.branching / "points" / "1" / "checkpoint.pt").read_bytes() == kept
     assert json.loads((folder.branching / "summary.json").read_text())["critical"] == {"1": result.critical[1]}
+
+
+def test_the_saving_in_steps_is_read_at_equal_examples() -> None:
+    from search.reports.branching_section import step_saving
+
+    run = {"final_examples": 17256, "final_val_loss": 0.07}
+    summary = {"fixed": {**run, "final_steps": 2160}, "scheduled": {**run, "final_steps": 411}}
+    assert step_saving(summary).startswith(
+        "The schedule saves 81% of the steps at equal examples: 411 steps against 2,160"
+    )
+    same = {"fixed": {**run, "final_steps": 90}, "scheduled": {**run, "final_steps": 90}}
+    assert step_saving(same).startswith("No saving: the scheduled run took 90 steps, the fixed run 90")
+    assert "no saving can be read" in step_saving({"fixed": {}, "scheduled": {}})

@@ -209,3 +209,37 @@ def test_the_saving_in_steps_is_read_at_equal_examples() -> None:
     same = {"fixed": {**run, "final_steps": 90}, "scheduled": {**run, "final_steps": 90}}
     assert step_saving(same).startswith("No saving: the scheduled run took 90 steps, the fixed run 90")
     assert "no saving can be read" in step_saving({"fixed": {}, "scheduled": {}})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_branch_whose_worker_is_lost_is_retried_from_the_point_s_checkpoint(tmp_path: Path) -> None:
+    from cluster import ClusterOptions, DaskExecutor, open_cluster
+    from search.loop.progress import Progress
+    from search.session.branching import run_branching_study
+    from search.session.runner import load_study
+
+    marker = tmp_path / "died"
+    text = (SWEEP + BRANCHING).replace('"trainers.classifier:fit"', '"branch_trainers:fit"')
+    text = text.replace("noise_scale_every = 8 }", f'noise_scale_every = 8, die_once = "{marker}" }}')
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    spec = load_spec(path)
+    folder = CampaignFolder(tmp_path / "c")
+    folder.create(spec.text)
+    with open_cluster(ClusterOptions(n_workers=2)) as client:
+        run_branching_study(
+            spec,
+            folder,
+            lambda s, f, create: load_study(s, f, create, writer=True),
+            lambda name: DaskExecutor(client, name),
+            Progress(enabled=False),
+        )
+    died = int(marker.read_text())  # the branch whose worker was lost
+    trials = _trials(folder)
+    assert all(t.state.name == "COMPLETE" for t in trials)
+    retried = [t for t in trials if t.user_attrs.get(Attr.RETRIES)]
+    assert [t.number for t in retried] == [died] and retried[0].user_attrs[Attr.RETRIES] == 1
+    # its retry trained from the point's checkpoint: its first report is the reference's at epoch 1
+    assert retried[0].user_attrs[Attr.HISTORY][0][1] == dict(trials[0].user_attrs[Attr.HISTORY][-1][1])
+    assert json.loads((folder.branching / "summary.json").read_text())["critical"]["1"] in (32, 128)

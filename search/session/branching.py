@@ -45,7 +45,8 @@ Executor = Callable[[str], Any]  # a new executor for a round, given its name
 
 def branching_spec(spec: CampaignSpec) -> CampaignSpec:
     """The study's campaign spec: the sweep's cluster and trainer, trials that minimise ``val_loss`` (what a
-    branch is judged by), no pruning, no sweep; its trials carry their configs, so its space is empty."""
+    branch is judged by), a random sampler without the sweep's options, no pruning, no sweep, no early stop on
+    failures; its trials carry their configs, so its space is empty."""
     study = dataclasses.replace(
         spec.study,
         name=spec.study.name + SUFFIX,
@@ -56,8 +57,12 @@ def branching_spec(spec: CampaignSpec) -> CampaignSpec:
         n_trials=0,
         time_budget=0.0,
         warm_start="",
+        constraints=(),
+        fail_fast=0,  # a diverged branch is a finding (its loss is NaN), not a reason to stop
     )
-    return dataclasses.replace(spec, study=study, space=SearchSpace(()), scaling=None, enqueue=(), elastic=None)
+    return dataclasses.replace(
+        spec, study=study, space=SearchSpace(()), scaling=None, enqueue=(), elastic=None, pbt=None, sampler_options={}
+    )
 
 
 def reference_config(spec: CampaignSpec, branching: BranchingSpec) -> TrialConfig:

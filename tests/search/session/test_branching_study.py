@@ -243,3 +243,30 @@ def test_a_branch_whose_worker_is_lost_is_retried_from_the_point_s_checkpoint(tm
     # its retry trained from the point's checkpoint: its first report is the reference's at epoch 1
     assert retried[0].user_attrs[Attr.HISTORY][0][1] == dict(trials[0].user_attrs[Attr.HISTORY][-1][1])
     assert json.loads((folder.branching / "summary.json").read_text())["critical"]["1"] in (32, 128)
+
+
+def test_the_study_s_campaign_judges_branches_by_val_loss_and_the_reference_is_the_space_s_constants() -> None:
+    from search.session.branching import branching_spec, reference_config
+
+    text = SWEEP.replace('sampler = "tpe"\n', "").replace("seed = 3\n", 'seed = 3\nsampler = "tpe"\n')
+    spec = _parse(text + "\n[sampler]\nn_startup_trials = 2\n" + BRANCHING)
+    b = branching_spec(spec)
+    assert (b.study.name, b.study.metrics, b.study.directions) == (
+        "tiny-branching-branching",
+        ("val_loss",),
+        ("minimize",),
+    )
+    assert b.study.sampler == "random" and not b.sampler_options and b.study.fail_fast == 0 and b.scaling is None
+    assert not b.space.names and b.study.pruner == "none"
+    config = reference_config(spec, spec.scaling.branching)
+    assert config.params == {
+        "model": "mlp",
+        "hidden": 16,
+        "optimizer": "sgd",
+        "momentum": 0.9,
+        "schedule": "constant",
+        "batch_size": 32,
+        "lr": 0.05,
+        "lr_scaling": "none",
+    }
+    assert (config.seed, config.epochs, config.checkpoint_every, config.options) == (3, 2, 1, {"noise_scale_every": 8})

@@ -249,6 +249,13 @@ def _branch(spec: CampaignSpec, folder: CampaignFolder, client: Any, cluster: Cl
         follows = cluster.backend is not None and cluster.backend.follows_demand
         return DaskExecutor(client, name, packing=gpu_packing(spec), follows_demand=follows)
 
+    assert spec.scaling is not None and spec.scaling.branching is not None
+    b = spec.scaling.branching
+    print(
+        f"branching study: a reference run at B={b.reference_batch} to epoch {b.epochs}, branches from epochs "
+        f"{', '.join(map(str, b.points))} at {len(b.batch_sizes)} batch sizes x {len(b.lr_factors)} rates, "
+        f"in {os.path.relpath(folder.branching)}"
+    )
     run_branching_study(spec, folder, lambda s, f, create: load_study(s, f, create, writer=True), executor, progress)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from search import cli
+from search.spec.branching import BranchingSpec
 from search.spec.campaign_spec import CampaignSpec, PrunerSpec, StudySpec, TrainerSpec
 from search.spec.cluster import ClusterSpec
 from search.spec.elastic import ElasticSpec
@@ -41,6 +42,7 @@ SECTIONS: tuple[tuple[str, type], ...] = (
     ("[pbt]", PBTSpec),
     ("[elastic]", ElasticSpec),
     ("[scaling]", ScalingSpec),
+    ("[scaling.branching]", BranchingSpec),
     ("the parsed spec, CampaignSpec (Python only)", CampaignSpec),
 )
 

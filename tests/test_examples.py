@@ -29,6 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.toml"))
 CUTS: dict[str, dict[str, str]] = {  # the CNN-cell examples (evolution, pareto) run 1 epoch: ~1.6 s each here
     "digits.toml": {"n_trials = 16": "n_trials = 4", "epochs = 10": "epochs = 2"},
+    "digits-branching.toml": {  # the sweep as digits-scaling's cut; the branching study: one point, 2 x 2 branches
+        "batch_sizes = [8, 32, 128]": "batch_sizes = [64, 128, 256]",
+        "trials_per_batch = 4": "trials_per_batch = 2",
+        "epochs = 12 ": "epochs = 3 ",
+        "points = [1, 2, 4, 8]": "points = [1]",
+        "batch_sizes = [8, 16, 32, 64, 128, 256]": "batch_sizes = [64, 256]",
+        "lr = 0.02 ": "lr = 0.1 ",
+        "lr_factors = [0.125, 0.25, 0.5, 1.0, 2.0]": "lr_factors = [1.0, 2.0]",
+        "branch_epochs = 2 ": "branch_epochs = 1 ",
+    },
     "digits-elastic.toml": {"n_trials = 8": "n_trials = 4"},
     "digits-evolution.toml": {"n_trials = 24": "n_trials = 4", "epochs = 6": "epochs = 1"},
     "digits-pareto.toml": {"n_trials = 16": "n_trials = 4", "epochs = 4": "epochs = 1"},
@@ -141,7 +151,7 @@ def test_example_runs_end_to_end(name: str, tmp_path: Path, capsys: pytest.Captu
     runs = tmp_path / "runs"
     code, out = cli(capsys, command, spec_path, "--runs-dir", runs, "--workers", "2", "--no-progress")
     assert code == 0, out[-3000:]
-    folder = runs / spec["study"]["name"]
+    ran, folder = out, runs / spec["study"]["name"]
 
     code, status = cli(capsys, "status", folder)
     assert code == 0 and "controller not running" in status, status
@@ -159,6 +169,10 @@ def test_example_runs_end_to_end(name: str, tmp_path: Path, capsys: pytest.Captu
         assert f"best steps_to_target = {trials[best[0]].value:.6g} (trial " in status, status
         assert (folder / "scaling" / "conclusion.txt").read_text().strip() in report_md
         assert "<h3>Conclusion</h3>" in (folder / "report" / "index.html").read_text()
+        if "branching" in spec["scaling"]:  # the critical batch at each point, in its folder and on the page
+            summary = json.loads((folder / "branching" / "summary.json").read_text())
+            assert set(summary["critical"]) == {str(p) for p in spec["scaling"]["branching"]["points"]}
+            assert "Critical batch over training" in report_md and "Critical batch over training" in ran
 
     if "elastic" in spec:  # a promoted trial grew 1 -> 2 -> 4 ranks (the last across both workers)
         widths = [[r["width"] for r in t.user_attrs.get(Attr.SEGMENTS, [])] for t in trials]

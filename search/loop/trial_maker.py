@@ -7,6 +7,7 @@ own thread, or (for a sampler child) with the parameters the child sampled. The
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -113,6 +114,8 @@ class TrialMaker:
         return Prepared(trial, config, config.data_parallel, saw, fresh=fresh, segments=segments)
 
     def _trial_config(self, trial: optuna.Trial, searched: Mapping[str, Any]) -> TrialConfig:
+        if preset := trial.user_attrs.get(Attr.PRESET):
+            return _preset_config(preset, trial.number, str(self._folder.trial(trial.number)))
         spec, trainer = self._spec, self._trainer
         params = dict(searched) if trainer.objective else self._space.complete(searched)  # objective: as suggested
         data_parallel = int(params.pop(DATA_PARALLEL, trainer.data_parallel))
@@ -134,6 +137,12 @@ class TrialMaker:
             oom_retry=trainer.oom_retry,
         )
         return self._population.first_segment(config) if self._population else config
+
+
+def _preset_config(preset: Mapping[str, Any], number: int, folder: str) -> TrialConfig:
+    """The config an enqueued trial carries (a branching study's run: its epochs, checkpoint folder and seed are
+    its own), as this trial: its number, its output in its own trial folder."""
+    return dataclasses.replace(TrialConfig.from_dict(preset), number=number, log_dir=folder)
 
 
 def _recorded_segments(trial: optuna.Trial) -> tuple[Segment, ...]:

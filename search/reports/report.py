@@ -20,6 +20,7 @@ import pandas as pd
 
 from search.reports import (
     architectures,
+    branching_section,
     cost_value,
     elastic_section,
     eta_section,
@@ -45,6 +46,7 @@ for _id, _builder, _line in (
     ("pareto", sections.pareto, "the Pareto front of a multi-objective study, drawn"),
     ("architectures", architectures.architectures, "the best trials' architectures, drawn"),
     ("scaling", scaling_section.scaling, "the batch-size scaling sweep: steps to target, the critical batch"),
+    ("branching", branching_section.branching, "the critical batch size over training, from branches off one run"),
     ("pbt", pbt_section.pbt_section, "the population-based training lineage"),
     ("lr", sections.lr, "the learning-rate schedules of the best trials"),
     ("history", sections.history, "the objective over the trials, with the best so far (one objective)"),

@@ -93,6 +93,16 @@ def _metric_at(reports: Reports, epoch: int, name: str) -> float:
     return math.nan
 
 
+def _copy_once(source: Path, to: Path) -> None:
+    """``source`` copied to ``to`` unless ``to`` is there: a resumed study keeps the point it kept (the reference's
+    folder has moved on since) and a branch's progress (its own checkpoint resumes it)."""
+    if to.exists():
+        return
+    to.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, to.with_suffix(".part"))
+    to.with_suffix(".part").replace(to)
+
+
 def _run_reference(spec: BranchingSpec, base: TrialConfig, out: Path, submit: Submit) -> Reports:
     """The reference in segments ending at the points (each point's checkpoint kept), then to ``epochs``."""
     folder = out / "reference"
@@ -100,9 +110,7 @@ def _run_reference(spec: BranchingSpec, base: TrialConfig, out: Path, submit: Su
     for end in (*spec.points, spec.epochs):
         reports = submit([_config(base, folder, end, {}, 0)])[0]
         if end in spec.points:
-            kept = out / "points" / str(end)
-            kept.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(folder / CHECKPOINT_NAME, kept / CHECKPOINT_NAME)
+            _copy_once(folder / CHECKPOINT_NAME, out / "points" / str(end) / CHECKPOINT_NAME)
     return reports
 
 
@@ -117,8 +125,7 @@ def _run_plan(
     configs = []
     for i, (p, b, f, lr) in enumerate(plan):
         folder = out / "branches" / f"p{p}-b{b}-f{f:g}"
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(out / "points" / str(p) / CHECKPOINT_NAME, folder / CHECKPOINT_NAME)
+        _copy_once(out / "points" / str(p) / CHECKPOINT_NAME, folder / CHECKPOINT_NAME)
         overrides = {"batch_size": b, "lr": lr, "lr_scaling": "none"}
         configs.append(_config(base, folder, p + spec.branch_epochs, overrides, i + 1))
     end = [p + spec.branch_epochs for p, *_ in plan]
@@ -186,9 +193,12 @@ def run_branching(
     steps = batch_schedule(spec.points, [critical[p] for p in spec.points], spec.reference_batch)
     lr0 = float(base.params["lr"])
     schedule = [(e, b, best[e][b].lr if e in best and b in best[e] else lr0) for e, b in steps]
-    scheduled = _run_scheduled(spec, base, schedule, out / "scheduled", submit)
-    last = schedule[-1]
-    fixed_last = _run_scheduled(spec, base, [(0, last[1], last[2])], out / "fixed-last", submit)
+    if len(schedule) == 1:  # the batch never grows: the scheduled run, and the last batch's, are the reference
+        scheduled = fixed_last = reference
+    else:
+        scheduled = _run_scheduled(spec, base, schedule, out / "scheduled", submit)
+        last = schedule[-1]
+        fixed_last = _run_scheduled(spec, base, [(0, last[1], last[2])], out / "fixed-last", submit)
     metric, value, mode = target
     return BranchingResult(
         branches=tuple(branches),

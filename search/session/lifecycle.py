@@ -32,7 +32,7 @@ from search.spec.reading import parse_toml, read_spec_text
 from search.spec.table import SpecError
 from search.store.failures import open_failures, retried_failures
 from search.store.folder import CampaignFolder, ControllerLock, write_atomic
-from search.store.records import Attr, StudyAttr, spec_sha256_of
+from search.store.records import Attr, Files, StudyAttr, spec_sha256_of
 from search.store.storage import flusher, missing_storage, open_storage, storage_url
 from spaces.errors import InputError
 
@@ -192,6 +192,9 @@ def nothing_left(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
     written are left to the loop.) ``study``: as in :func:`spec_to_resume`."""
     if spec.pbt is not None or (spec.scaling is not None and not folder.scaling_conclusion.exists()):
         return False
+    if spec.scaling is not None and spec.scaling.branching is not None:
+        if not (folder.branching / Files.BRANCHING_SUMMARY).exists():
+            return False  # its branching study is left to run
     study = study if study is not None else read_resumed_study(spec.study, folder)
     trials = _counted(study)
     if any(not t.state.is_finished() for t in trials):

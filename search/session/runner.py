@@ -20,7 +20,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -200,6 +200,7 @@ def _execute(
             for line in thread_shortfall(info, gpu_packing(spec)):  # fewer trials at once than the GPUs hold
                 print(f"hypersweep: warning: {line}", file=sys.stderr)
             round_spec: CampaignSpec | None = round_budget(spec, study)
+            ended = False
             while round_spec is not None:  # one round, or (a scaling sweep's lr_grid) until every best is bracketed
                 executor = DaskExecutor(
                     client,
@@ -220,6 +221,8 @@ def _execute(
                 campaign.run()
                 ended = campaign.budget.stopped or not campaign.budget.time_left()
                 round_spec = None if ended else next_round(round_spec, study)
+            if not ended and spec.scaling is not None and spec.scaling.branching is not None:
+                _branch(spec, folder, client, cluster, progress)
         final_snapshot(op.storage_of(study))  # readers of a big journal (status, report, resume) replay nothing
     except ClusterError as exc:
         if create and not _has_trials(folder):
@@ -235,6 +238,25 @@ def _execute(
     finally:
         progress.close()
     _write_summary(spec, folder, study)
+
+
+def _branch(spec: CampaignSpec, folder: CampaignFolder, client: Any, cluster: ClusterOptions, progress: Any) -> None:
+    """The sweep's ``[scaling.branching]`` study, on the same cluster (:mod:`search.session.branching`)."""
+    from cluster import DaskExecutor
+    from search.session.branching import run_branching_study
+
+    def executor(name: str) -> DaskExecutor:
+        follows = cluster.backend is not None and cluster.backend.follows_demand
+        return DaskExecutor(client, name, packing=gpu_packing(spec), follows_demand=follows)
+
+    assert spec.scaling is not None and spec.scaling.branching is not None
+    b = spec.scaling.branching
+    print(
+        f"branching study: a reference run at B={b.reference_batch} to epoch {b.epochs}, branches from epochs "
+        f"{', '.join(map(str, b.points))} at {len(b.batch_sizes)} batch sizes x {len(b.lr_factors)} rates, "
+        f"in {os.path.relpath(folder.branching)}"
+    )
+    run_branching_study(spec, folder, lambda s, f, create: load_study(s, f, create, writer=True), executor, progress)
 
 
 def _write_summary(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study) -> None:
@@ -390,6 +412,10 @@ def summary_text(spec: CampaignSpec, folder: CampaignFolder, study: optuna.Study
             f"{wrap(folder.scaling_conclusion.read_text().strip())}\n"
             f"table and plots: {os.path.relpath(folder.scaling)}\n\n"
         )
+    if spec.scaling is not None and spec.scaling.branching is not None:
+        from search.reports.branching_section import summary_lines
+
+        sweep += summary_lines(folder.branching)
     counts = state_counts(study)
     states = ["COMPLETE", "PRUNED", "FAIL", *sorted(set(counts) - {"COMPLETE", "PRUNED", "FAIL"})]
     tally = ", ".join(f"{counts.get(state, 0)} {state}" for state in states) + _rerun(study)

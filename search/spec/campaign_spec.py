@@ -496,7 +496,7 @@ def parse_spec(
         space = _space(source, data.get("space"))
     scaling = None
     if "scaling" in data:
-        scaling = parse_scaling(SpecTable(source, "scaling", top.table("scaling"), SCALING_KEYS))
+        scaling = parse_scaling(SpecTable(source, "scaling", top.table("scaling"), SCALING_KEYS), trainer.epochs)
         study, space = _scaling_study(source, top, study, space, scaling)
     problem = space_problem(study.sampler, space, len(study.directions))
     if problem:

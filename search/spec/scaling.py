@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from search.spec.batch_sizes import ScalingError, validate_batch_sizes
+from search.spec.branching import BRANCHING_KEYS, BranchingSpec, parse_branching, reference_problem
 from search.spec.table import SpecError, SpecTable
 from spaces.params import CategoricalParam, FloatParam, SearchSpace
 
@@ -23,7 +24,16 @@ __all__ = [
     "lr_grid_problem",
 ]
 
-SCALING_KEYS = ("batch_sizes", "target", "trials_per_batch", "bootstrap", "interpolate", "lr_grid", "lr_step")
+SCALING_KEYS = (
+    "batch_sizes",
+    "target",
+    "trials_per_batch",
+    "bootstrap",
+    "interpolate",
+    "lr_grid",
+    "lr_step",
+    "branching",
+)
 OBJECTIVE = "steps_to_target"  # what a sweep's study minimises
 BATCH = "batch_size"  # the [space] name the sweep assigns
 LR = "lr"  # the [space] name an lr_grid sets
@@ -50,6 +60,9 @@ class ScalingSpec:
     further out, until its best is inside (bracketed) or the next rate would leave `[space] lr`."""
     lr_step: float = 2.0
     """The ratio between neighbouring rates of `lr_grid` (> 1)."""
+    branching: BranchingSpec | None = None
+    """`[scaling.branching]`: after the sweep, the critical batch size at points of one run, measured by branches
+    off its checkpoints, and the batch-size schedule it gives, tested (see its own table); none: no such study."""
 
     @property
     def n_trials(self) -> int:
@@ -57,7 +70,8 @@ class ScalingSpec:
         return (self.lr_grid or self.trials_per_batch) * len(self.batch_sizes)
 
 
-def parse_scaling(t: SpecTable) -> ScalingSpec:
+def parse_scaling(t: SpecTable, trainer_epochs: int = 1) -> ScalingSpec:
+    """``[scaling]`` (``trainer_epochs``: ``[scaling.branching] epochs``' default)."""
     if "batch_sizes" not in t.data:
         raise t.error("batch_sizes", "is required: the global batch sizes to sweep, e.g. [16, 32, 64, 128]")
     try:
@@ -74,6 +88,10 @@ def parse_scaling(t: SpecTable) -> ScalingSpec:
     step = t.float("lr_step", 2.0)
     if not step > 1.0:
         raise t.error("lr_step", f"must be > 1 (the ratio between neighbouring rates), got {step:g}")
+    branching = None
+    if t.has("branching"):
+        table = SpecTable(t.source, t.key("branching"), t.table("branching"), BRANCHING_KEYS)
+        branching = parse_branching(table, sizes, trainer_epochs)
     return ScalingSpec(
         batch_sizes=sizes,
         target=t.float("target"),
@@ -82,6 +100,7 @@ def parse_scaling(t: SpecTable) -> ScalingSpec:
         interpolate=t.bool("interpolate", True),
         lr_grid=grid,
         lr_step=step,
+        branching=branching,
     )
 
 
@@ -105,6 +124,8 @@ def sweep_space(source: str, scaling: ScalingSpec, space: SearchSpace) -> Search
     """The sweep's space (:func:`with_batch_sizes`), once ``space`` is checked to hold its ``lr_grid``."""
     if grid := lr_grid_problem(scaling, space):
         raise SpecError(source, "scaling.lr_grid", grid)
+    if scaling.branching is not None and (problem := reference_problem(space.names, space.fixed())):
+        raise SpecError(source, "scaling.branching", problem)
     return with_batch_sizes(space, scaling.batch_sizes)
 
 

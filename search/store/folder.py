@@ -78,6 +78,11 @@ class CampaignFolder:
         return self.root / Files.JOURNAL
 
     @property
+    def branching(self) -> Path:
+        """The ``[scaling.branching]`` study's own campaign folder and results (search.session.branching)."""
+        return self.root / Files.BRANCHING
+
+    @property
     def scaling(self) -> Path:
         return self.root / Files.SCALING
 

@@ -60,6 +60,7 @@ class Attr:
     SAMPLER_SAW: Final = "sampler_saw"  # int: finished trials the sampler knew when it sampled this one
     BATCH: Final = "batch"  # int: trials sent together as one task (only when > 1)
     RETRY_OF: Final = "retry_of"  # int: the failed trial this one re-runs (resume --retry-failed), its params again
+    PRESET: Final = "preset_config"  # dict: set when enqueued, the TrialConfig it runs as given ([scaling.branching])
     # from the worker's outcome
     WORKER: Final = "worker"  # str: the Dask worker address
     HOST: Final = "host"  # str
@@ -130,6 +131,9 @@ class Files:
     SCALING: Final = "scaling"
     SCALING_TABLE: Final = "scaling.csv"
     SCALING_CONCLUSION: Final = "conclusion.txt"
+    # branching/: a sweep's [scaling.branching] study, a campaign folder of its own (search.session.branching)
+    BRANCHING: Final = "branching"
+    BRANCHING_SUMMARY: Final = "summary.json"  # inside branching/: what it measured, written when it is done
     # report/: ``hypersweep report``
     REPORT: Final = "report"
     REPORT_HTML: Final = "index.html"

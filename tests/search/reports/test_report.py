@@ -253,7 +253,7 @@ def test_report_of_a_multi_objective_campaign_with_failures_and_scaling(tmp_path
     files = write_report(folder.root)
     page = files.index.read_text()
     for section in SECTION_IDS:  # no lr, 5 complete trials, no PBT, no architecture, two objectives (no best value),
-        left_out = ("lr", "importance", "pbt", "architectures", "cost_value", "elastic")  # no [elastic]
+        left_out = ("lr", "importance", "pbt", "architectures", "cost_value", "elastic", "branching")  # no such table
         assert (f'<section id="{section}">' in page) == (section not in left_out), section
     assert "reported no &#x27;lr&#x27; metric" in page and "importances skipped: only 5 complete" in page
     assert "digits" not in page  # toy_trainers:fit is not the built-in trainer: no dataset to name

@@ -189,7 +189,10 @@ def test_a_tiny_study_branches_from_the_reference_checkpoint(client: object, tmp
     assert summary["critical"] == {"1": result.critical[1]} and summary["schedule"][0]["batch_size"] == 8
     assert set(summary) >= {"fixed", "scheduled", "fixed_last"}
     last = result.schedule[-1]
-    assert (tmp_path / "fixed-last" / "checkpoint.pt").exists() and last[1] in (8, 64)
+    assert last[1] in (8, 64)
+    grows = len(result.schedule) > 1  # else the scheduled run and the last batch's are the reference, not run again
+    assert (tmp_path / "fixed-last" / "checkpoint.pt").exists() == grows
+    assert grows or result.scheduled == result.fixed_last == result.fixed
 
 
 @pytest.mark.slow

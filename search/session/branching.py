@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from search.loop.campaign import Campaign, CampaignError
 from search.loop.progress import Progress
 from search.scaling.branch_run import BranchingResult, Reports, Submit, run_branching, write_branching
 from search.spec.branching import BranchingSpec
-from search.spec.campaign_spec import CampaignSpec
+from search.spec.campaign_spec import CampaignSpec, StudySpec, TrainerSpec
 from search.store.folder import CampaignFolder
 from search.store.records import Attr, TrialRecord
 from spaces.params import SearchSpace
@@ -65,23 +65,25 @@ def branching_spec(spec: CampaignSpec) -> CampaignSpec:
     )
 
 
-def reference_config(spec: CampaignSpec, branching: BranchingSpec) -> TrialConfig:
-    """The reference run's config: ``[space]``'s constants, the reference batch at ``lr`` (no scaling rule),
-    the study seed, a checkpoint every epoch (the points keep theirs)."""
+def reference_config(
+    fixed: Mapping[str, Any], study: StudySpec, trainer: TrainerSpec, branching: BranchingSpec
+) -> TrialConfig:
+    """The reference run's config: ``[space]``'s constants (``fixed``), the reference batch at ``lr`` (no scaling
+    rule), the study seed, a checkpoint every epoch (the points keep theirs)."""
     assert branching.lr is not None
-    params = {**spec.space.fixed(), "batch_size": branching.reference_batch, "lr": branching.lr}
+    params = {**fixed, "batch_size": branching.reference_batch, "lr": branching.lr}
     params["lr_scaling"] = "none"
     return TrialConfig(
-        study=spec.study.name + SUFFIX,
+        study=study.name + SUFFIX,
         number=0,
         params=params,
-        seed=spec.study.seed,
+        seed=study.seed,
         epochs=branching.epochs,
-        dataset=spec.trainer.dataset,
-        device=spec.trainer.device,
+        dataset=trainer.dataset,
+        device=trainer.device,
         checkpoint_every=1,
-        deterministic=spec.study.deterministic,
-        options=dict(spec.trainer.options),
+        deterministic=study.deterministic,
+        options=dict(trainer.options),
     )
 
 
@@ -168,7 +170,8 @@ def run_branching_study(
     metric, direction = spec.study.metrics[0], spec.study.directions[0]
     target = (metric, spec.scaling.target, "max" if direction == "maximize" else "min")
     submit: Submit = CampaignSubmit(bspec, sub, study, executor, progress)
-    result = run_branching(branching, reference_config(spec, branching), sub.root, submit, target=target)
+    reference = reference_config(spec.space.fixed(), spec.study, spec.trainer, branching)
+    result = run_branching(branching, reference, sub.root, submit, target=target)
     write_branching(result, branching, sub.root)
     from search.scaling.branch_plot import plot_critical
 

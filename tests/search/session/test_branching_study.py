@@ -258,7 +258,7 @@ def test_the_study_s_campaign_judges_branches_by_val_loss_and_the_reference_is_t
     )
     assert b.study.sampler == "random" and not b.sampler_options and b.study.fail_fast == 0 and b.scaling is None
     assert not b.space.names and b.study.pruner == "none"
-    config = reference_config(spec, spec.scaling.branching)
+    config = reference_config(spec.space.fixed(), spec.study, spec.trainer, spec.scaling.branching)
     assert config.params == {
         "model": "mlp",
         "hidden": 16,

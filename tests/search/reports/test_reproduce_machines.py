@@ -164,3 +164,64 @@ def test_this_cpus_own_kernels_mismatch_and_the_verdict_names_the_capability(
     assert verdict.startswith("MISMATCH: trial 1 does not reproduce its record"), verdict
     assert f"torch's CPU capability DEFAULT in the campaign, {HERE} here" in verdict
     assert "ATEN_CPU_CAPABILITY=default" in verdict  # what to set for the campaign's kernels
+
+
+OWN_TRAINER = '''
+"""A trainer of the user's own that sets no thread count: its loss is a mean over 2^20 numbers, which torch
+sums in one block per intra-op thread, so its last bits follow the thread count it inherits."""
+import torch
+
+
+def fit(config, reporter):
+    x = torch.randn(1 << 20, generator=torch.Generator().manual_seed(config.seed))
+    w = 0.0
+    for epoch in range(1, config.epochs + 1):
+        loss = float(((x - w) ** 2).mean())
+        w += config.params["lr"] * float((x - w).mean())
+        reporter.report(epoch, {"loss": loss})
+    return {"loss": loss}
+'''
+
+OWN_SPEC = """
+[study]
+name = "own-threads"
+direction = "minimize"
+metric = "loss"
+sampler = "random"
+seed = 3
+n_trials = 1
+deterministic = true
+
+[trainer]
+entry = "threadtrain:fit"
+epochs = 3
+device = "cpu"
+
+[space]
+lr = { type = "float", low = 0.1, high = 0.5 }
+
+[cluster]
+n_workers = 1
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: torch's default is the workers' 1 thread")
+def test_a_trainer_that_inherits_its_threads_is_reproduced_with_the_workers_count(tmp_path: Path) -> None:
+    """The campaign's workers give a trial 1 intra-op thread (OMP_NUM_THREADS=1); reproduce in a shell that sets
+    none would run it with one per core. It runs it with the workers' count, and says so."""
+    (tmp_path / "threadtrain.py").write_text(OWN_TRAINER)
+    spec = write_spec(tmp_path / "own.toml", OWN_SPEC)
+    env = {k: v for k, v in _cli_env().items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    run = subprocess.run(
+        [sys.executable, "-m", "search", "run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    done = _reproduce(tmp_path / "runs" / "own-threads", 0, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _verdict(done) == "MATCH: trial 0 reproduces its recorded metrics and history"
+    assert "runs here with 1 intra-op thread, as on the campaign's workers (OMP_NUM_THREADS=1)" in done.stdout

@@ -138,6 +138,7 @@ def test_a_trial_retried_from_its_checkpoint_matches_on_the_campaigns_kernels(
     assert done.returncode == 0, done.stdout + done.stderr
     assert _verdict(done) == "MATCH: trial 0 reproduces its recorded metrics and history"
     assert "comparison: exact" in done.stdout
+    assert "trial 0 was retried 1 time(s) from its checkpoint after losing its worker" in done.stdout
     assert "machine differs" not in done.stdout
 
 

@@ -13,7 +13,9 @@ went to the workers by value (defined in a script or notebook) runs from the cop
 the campaign kept (``trainer.pkl``). A trial that ran in segments (resized: ``segments``) replays each at
 its width and parameters (:mod:`search.reports.segment_replay`); a PBT member its schedule (:mod:`search.pbt.replay`). What differs from the machine the campaign recorded
 (package versions, torch's CPU capability, the CPU, the kernel variables, the trials' thread count:
-:mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict.
+:mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict. A trainer that sets no
+intra-op thread count runs at the count its campaign's workers gave it (their recorded ``OMP_NUM_THREADS``), not
+at torch's default here (one per core).
 """
 
 from __future__ import annotations

@@ -235,10 +235,17 @@ class KilledTrials:
             return _ended_without_result(running, running.killed)
         if not running.collateral or outcome.status not in (LOST, CANCELLED):
             return None
-        if running.stop_reason:
+        if _ending(running):
             return _ended_without_result(running, f"{running.stop_reason} (its worker was restarted)")
         log.info("trial %d ended with another trial's worker; sent again (not a retry)", running.number)
         return Resubmit(running.config, requeue=True)
+
+
+def _ending(running: TrialView) -> bool:
+    """Asked to stop for good: a scaling sweep's target reached is not (its value is the steps it took, known only
+    once it ends: a trial whose worker is lost after the target runs again from its checkpoint to the same report,
+    rather than counting as never reached, so a sweep's result does not depend on a worker lost under load)."""
+    return bool(running.stop_reason) and running.stop_transition is not Transition.TARGET_REACHED
 
 
 def _ended_without_result(running: TrialView, reason: str) -> Verdict:
@@ -266,7 +273,7 @@ class RetryLostTrials:
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
         if outcome.status != LOST:
             return None
-        if running.stop_reason:  # it was ending anyway (pruned, out of time): no retry, its stop is the verdict
+        if _ending(running):  # it was ending anyway (pruned, out of time): no retry, its stop is the verdict
             return _ended_without_result(running, f"{running.stop_reason} (then its worker was lost)")
         if outcome.job_expired and running.requeues < self.MAX_REQUEUES:
             log.warning(
@@ -278,7 +285,11 @@ class RetryLostTrials:
             log.info("trial %d had not started on its lost worker; sent again (not a retry)", running.number)
             return Resubmit(running.config, requeue=True)
         if running.attempts >= self.max_retries:
-            return None
+            return (
+                _ended_without_result(running, f"{running.stop_reason} (then its worker was lost)")
+                if running.stop_reason
+                else None
+            )
         attempt = running.attempts + 1
         log.warning(
             "trial %d lost its worker (%s); retry %d of %d", running.number, outcome.error, attempt, self.max_retries

@@ -13,22 +13,25 @@ went to the workers by value (defined in a script or notebook) runs from the cop
 the campaign kept (``trainer.pkl``). A trial that ran in segments (resized: ``segments``) replays each at
 its width and parameters (:mod:`search.reports.segment_replay`); a PBT member its schedule (:mod:`search.pbt.replay`). What differs from the machine the campaign recorded
 (package versions, torch's CPU capability, the CPU, the kernel variables, the trials' thread count:
-:mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict.
+:mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict. A trainer that sets no
+intra-op thread count runs at the count its campaign's workers gave it (their recorded ``OMP_NUM_THREADS``), not
+at torch's default here (one per core).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from search.scaling.replay import replay_notes, sweep_replay
-from search.spec.campaign_spec import TrainerSpec, load_spec
+from search.scaling.replay import ReplayPlan, replay_notes, sweep_replay
+from search.spec.campaign_spec import CampaignSpec, TrainerSpec, load_spec
 from search.spec.trainer_check import check_trainer
 from search.store.folder import CampaignFolder
 from search.store.records import Attr, Files, TrialRecord, spec_sha256_of
@@ -111,26 +114,10 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     exact = bool(config.get("deterministic")) and _runs_on_cpu(config)
     notes = _spec_notes(spec.sha256, study) + _trainer_notes(spec.trainer.entry, folder)
     sweep = sweep_replay(spec, trial)  # a scaling-sweep trial stops where the campaign stopped it, at its target
-    if spec.pbt is not None:  # a population member: its whole schedule and inherited checkpoints
-        from search.pbt.replay import replay_member
-        from trainers.api import load_trainer
-
-        reports, metrics, error = replay_member(spec, study, folder, number, load_trainer(spec.trainer.entry))
-    elif len(trial.segments) > 1:  # a resized trial: each segment at its width and parameters, in turn
-        from search.loop.segments import Segment
-        from search.reports.segment_replay import replay_segments
-
-        segments = [Segment.from_record(r) for r in trial.segments]
-        stop_after = _stop_after(trial) if sweep is None else sweep.stop_after
-        reports, metrics, error = replay_segments(spec.trainer.entry, config, segments, stop_after, spec.study.metrics)
-        notes.append(f"replayed its {len(segments)} segments: widths {', '.join(str(s.width) for s in segments)}")
-    else:
-        reports, metrics, error = _run(
-            spec.trainer.entry,
-            config,
-            stop_after=_stop_after(trial) if sweep is None else sweep.stop_after,
-            names=spec.study.metrics,
-        )
+    threads = _inherited_threads(folder)
+    notes += _retry_notes(trial) + _thread_notes(threads)
+    with _intra_op_threads(threads):  # a trainer that sets no thread count runs at its workers' count
+        reports, metrics, error = _replay(spec, study, folder, trial, config, sweep, notes)
     checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
     notes += replay_notes(sweep, trial.history, reports) if sweep is not None else []
     return Reproduction(
@@ -145,6 +132,74 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
         error,
         tuple(_machine_differences(spec.trainer, folder)),
     )
+
+
+def _replay(
+    spec: CampaignSpec,
+    study: optuna.Study,
+    folder: CampaignFolder,
+    trial: TrialRecord,
+    config: dict[str, Any],
+    sweep: ReplayPlan | None,
+    notes: list[str],
+) -> tuple[list[tuple[int, dict[str, float]]], dict[str, float], str]:
+    """Run the trial again as the campaign ran it: a PBT member's schedule, a resized trial's segments, or alone."""
+    stop_after = _stop_after(trial) if sweep is None else sweep.stop_after
+    if spec.pbt is not None:  # a population member: its whole schedule and inherited checkpoints
+        from search.pbt.replay import replay_member
+        from trainers.api import load_trainer
+
+        return replay_member(spec, study, folder, trial.number, load_trainer(spec.trainer.entry))
+    if len(trial.segments) > 1:  # a resized trial: each segment at its width and parameters, in turn
+        from search.loop.segments import Segment
+        from search.reports.segment_replay import replay_segments
+
+        segments = [Segment.from_record(r) for r in trial.segments]
+        notes.append(f"replayed its {len(segments)} segments: widths {', '.join(str(s.width) for s in segments)}")
+        return replay_segments(spec.trainer.entry, config, segments, stop_after, spec.study.metrics)
+    return _run(spec.trainer.entry, config, stop_after=stop_after, names=spec.study.metrics)
+
+
+def _inherited_threads(folder: CampaignFolder) -> int | None:
+    from search.store.environment import read_environment
+    from search.store.machine import inherited_threads
+
+    return inherited_threads(read_environment(folder.environment) or {})
+
+
+def _retry_notes(trial: TrialRecord) -> list[str]:
+    """A trial retried from its checkpoint (its worker lost) is compared over all its attempts' reports."""
+    if not trial.retries:
+        return []
+    return [
+        f"trial {trial.number} was retried {trial.retries} time(s) from its checkpoint after losing its worker: "
+        "its record joins the attempts' reports, each step once"
+    ]
+
+
+def _thread_notes(threads: int | None) -> list[str]:
+    if threads is None:
+        return []
+    return [
+        f"the trainer sets no intra-op thread count of its own: it runs here with {threads} intra-op "
+        f"thread{'' if threads == 1 else 's'}, as on the campaign's workers (OMP_NUM_THREADS={threads})"
+    ]
+
+
+@contextlib.contextmanager
+def _intra_op_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` for the replay (None: left as it is), then restored."""
+    if threads is None:
+        yield
+        return
+    import torch  # lazily: search does not import torch at import time
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _machine_differences(trainer: TrainerSpec, folder: CampaignFolder) -> list[str]:

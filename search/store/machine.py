@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from search.spec.campaign_spec import TrainerSpec
 
-__all__ = ["cpu_record", "trial_threads", "machine_differences", "KERNEL_ENV"]
+__all__ = ["cpu_record", "trial_threads", "inherited_threads", "machine_differences", "KERNEL_ENV"]
 
 #: The environment variables that choose torch's and MKL's CPU kernels, then those that set their threads.
 KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA")
@@ -53,6 +53,20 @@ def trial_threads(trainer: TrainerSpec) -> int | None:
         return None
     threads = dict(trainer.options).get("torch_threads", _BUILT_IN_DEFAULT_THREADS)
     return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def inherited_threads(recorded: Mapping[str, Any]) -> int | None:
+    """The intra-op thread count a trial of a trainer that sets none (``trial_threads`` null) inherited on the
+    campaign's workers: their ``OMP_NUM_THREADS`` as recorded (the embedded cluster's workers get 1, as do
+    ``hypersweep worker``'s and Dask's nannies'); None for the built-in trainer, or where none was recorded."""
+    if "trial_threads" in recorded and recorded["trial_threads"] is not None:
+        return None
+    value = _get(recorded, ("cpu", "env", "OMP_NUM_THREADS"))
+    try:
+        threads = int(str(value).strip())
+    except ValueError:
+        return None
+    return threads if threads >= 1 else None
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -107,13 +121,19 @@ def machine_differences(recorded: Mapping[str, Any], here: Mapping[str, Any]) ->
         then, now = _get(recorded, path), _get(here, path)
         if then is not None and then != now:
             lines.append(f"{label} {then} in the campaign, {now} here" + _hint(path, then))
-    # the thread variables matter only to a trainer that inherits its count (the built-in one sets its own)
-    compared = KERNEL_ENV if recorded.get("trial_threads") is None else KERNEL_CHOICE
+    # the thread variables matter only to a trainer that inherits its count where reproduce cannot give it the
+    # workers' count (the built-in one sets its own; reproduce runs one that inherits at the recorded count)
+    inherits = recorded.get("trial_threads") is None and inherited_threads(recorded) is None
+    compared = KERNEL_ENV if inherits else KERNEL_CHOICE
     for name, then in sorted(dict(_get(recorded, ("cpu", "env")) or {}).items()):
         now = dict(_get(here, ("cpu", "env")) or {}).get(name)
         if name in compared and then != now:
-            lines.append(f"{name}={then} in the campaign, {now} here")
+            lines.append(f"{name}{' unset' if then is None else f'={then}'} in the campaign, {_shown(now)} here")
     return lines
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else str(value)
 
 
 def _get(record: Mapping[str, Any], path: tuple[str, ...]) -> Any:

@@ -12,12 +12,22 @@ from optuna.trial import TrialState
 from cluster.executor import CANCELLED, ERROR, LOST, OK, Outcome
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.loop.campaign import Campaign
-from search.loop.policies import Decision, KilledTrials, Policy, Resubmit, RetryLostTrials, Verdict
+from search.loop.policies import (
+    TARGET_REACHED,
+    Decision,
+    KilledTrials,
+    Policy,
+    Resubmit,
+    RetryLostTrials,
+    Verdict,
+)
+from search.loop.segments import Stop
 from search.loop.trials import RunningTrial
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
 from search.store.records import write_attrs
+from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard; these run in about a second
@@ -199,3 +209,17 @@ def test_a_trial_cut_by_its_jobs_walltime_runs_again_without_being_charged_a_ret
     assert (cut.attempts, cut.requeues) == (0, RetryLostTrials.MAX_REQUEUES)
     assert "retries" not in study.trials[0].user_attrs
     assert ends(policy, cut, expired) is None  # max_retries=0: after the bound, a loss is charged
+
+
+def test_a_sweep_trial_whose_worker_is_lost_after_its_target_runs_again_from_its_checkpoint() -> None:
+    """Its value is the steps it took, known when it ends: lost under load after the target, it was PRUNED and
+    counted as never reached (a sweep's B_crit then depended on the load); now it is retried like any lost trial,
+    and reaches the same report again. Its retries spent, its stop stands as before."""
+    study = optuna.create_study()
+    policy = RetryLostTrials(1)
+    hit = running_trial(study)
+    hit.reports.append((3, {"val_accuracy": 0.8}, 2.0))
+    hit.stop(Stop(TARGET_REACHED, Transition.TARGET_REACHED))
+    decision = ends(policy, hit, lost())
+    assert isinstance(decision, Resubmit) and decision.retry and hit.attempts == 1
+    assert ends(policy, hit, lost()) == Verdict(TrialState.PRUNED, (), "target reached (then its worker was lost)")

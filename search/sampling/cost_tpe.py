@@ -1,15 +1,22 @@
 """Cost-aware TPE (``sampler = "cost_tpe"``): expected improvement per unit of predicted cost, cost-cooled.
 
 TPE picks, among candidates drawn from l(x) (the density of the best trials), the one with the largest
-l(x)/g(x). :class:`CostTPESampler` divides that ratio by the candidate's predicted cost to the power ``alpha``:
-in logs, ``log l(x) - log g(x) - alpha * log cost(x)``. The cost is a trial's slot-seconds (every run, pruned
+l(x)/g(x), which orders them as their expected improvement does: EI(x) is proportional to
+``1 / (gamma + (1 - gamma) g(x)/l(x))`` (Bergstra et al., 2011; ``gamma`` the share of trials in the best group).
+:class:`CostTPESampler` divides that EI by the candidate's predicted cost to the power ``alpha``: in logs,
+``log EI(x) - alpha * log cost(x)``. EI, not the ratio: the ratio of two densities over several parameters spans
+many orders of magnitude among the candidates (4 to 8 nats on NAS-Bench-201's six ops), so a cost term against it
+would rarely change the pick (1 ask in 10 there), while EI saturates at ``1 / gamma`` for the candidates that look
+like the best trials, and among those the cheaper wins. The cost is a trial's slot-seconds (every run, pruned
 and failed ones too), as the campaign records it on each trial it tells (:data:`COST_KEY`), predicted by the
 trial model (:class:`cluster.trial_cost.TrialCostModel`, quantity ``run``) refitted from the study's finished
 trials, so it works on a replica study in a child process as it does inline.
 
 ``alpha`` is cooled as in CArBO (Lee et al., 2020) and NePS's cost-cooling: ``cost_exponent`` times the share of
 the budget left, where the budget is the trial budget (``[study] n_trials``) and, with ``cost_hours`` > 0, that
-many slot-hours: whichever is more used up. Early on cheap regions are explored first; by the end the pick is
+many slot-hours: whichever is more used up. Used means committed: the running trials count (the trial budget:
+each one; the slot-hours: each one's predicted cost), or on many workers the cooling would lag a whole wave behind
+(64 trials running of a budget of 100 are 64% of it, not 0%). Early on cheap regions are explored first; by the end the pick is
 plain TPE's, so the final value is not traded away for cheapness. Before any cost is known the pick is TPE's.
 """
 
@@ -28,7 +35,7 @@ from cluster.trial_cost import ONE_SLOT, Quantity, TrialCostModel
 from search.compat import optuna_private as op
 from search.sampling.tpe import RefitTPESampler, _draw_points, _study_key
 
-__all__ = ["CostTPESampler", "COST_KEY", "cooled_exponent", "cost_weighted", "record_cost"]
+__all__ = ["CostTPESampler", "COST_KEY", "cooled_exponent", "cost_weighted", "log_improvement", "record_cost"]
 
 COST_KEY = "hypersweep:cost"
 """The system attribute a cost-aware campaign records on each trial before its tell: the slot-seconds its runs took."""
@@ -45,12 +52,21 @@ def cooled_exponent(exponent: float, used: float) -> float:
     return exponent * (1.0 - min(1.0, max(0.0, used)))
 
 
-def cost_weighted(log_ratio: np.ndarray, costs: np.ndarray, alpha: float) -> np.ndarray:
-    """The acquisition: ``log l - log g - alpha * log cost`` (a cost <= 0, unknown, leaves the ratio as it is)."""
+def log_improvement(log_ratio: np.ndarray, gamma: float) -> np.ndarray:
+    """TPE's log expected improvement up to a constant, from ``log l - log g``: ``-log(gamma + (1 - gamma) g/l)``
+    (``gamma`` in [0, 1): the share of trials in the best group; 0 gives the log ratio itself)."""
+    if not 0.0 <= gamma < 1.0:
+        raise ValueError(f"gamma must be in [0, 1), got {gamma!r}")
+    with np.errstate(divide="ignore"):
+        return -np.logaddexp(np.log(gamma), np.log1p(-gamma) - np.asarray(log_ratio, dtype=float))
+
+
+def cost_weighted(log_ei: np.ndarray, costs: np.ndarray, alpha: float) -> np.ndarray:
+    """The acquisition: ``log EI - alpha * log cost`` (a cost <= 0, unknown, leaves EI as it is)."""
     known = costs > 0
-    penalty = np.zeros_like(log_ratio, dtype=float)
+    penalty = np.zeros_like(log_ei, dtype=float)
     penalty[known] = alpha * np.log(costs[known])
-    return log_ratio - penalty
+    return log_ei - penalty
 
 
 class CostTPESampler(RefitTPESampler):
@@ -73,6 +89,7 @@ class CostTPESampler(RefitTPESampler):
         self._cost_model: TrialCostModel | None = None  # refitted with the estimators, never pickled
         self._cost_of: tuple[tuple[int, int], int] | None = None  # the study and its trial count the model is of
         self._alpha = 0.0
+        self._gamma_share = 0.0  # the share of the finished trials in TPE's best group, at the last refit
         self.last_alpha = 0.0  # the exponent the last cost-weighted pick used
 
     def __getstate__(self) -> dict[str, Any]:
@@ -84,24 +101,38 @@ class CostTPESampler(RefitTPESampler):
         fit = super()._refit(study, trial, search_space)
         of = (_study_key(study), trial.number)  # one model per ask, whatever number of spaces refit (univariate)
         if self._cost_of != of:
-            self._cost_model, self._alpha = self._learn_costs(study)
+            self._cost_model, self._alpha = self._learn_costs(study, trial.number)
             self._cost_of = of
         return fit
 
-    def _learn_costs(self, study: Study) -> tuple[TrialCostModel, float]:
-        """The trial model of the finished trials' recorded costs, and the cooled exponent."""
+    def _learn_costs(self, study: Study, asking: int) -> tuple[TrialCostModel, float]:
+        """The trial model of the finished trials' recorded costs, and the exponent cooled by the share of the
+        budget committed: the finished trials and the running ones (all but the ``asking`` one)."""
         model = TrialCostModel(keep=4096)
-        spent, finished = 0.0, 0
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+        spent, finished, split, running = 0.0, 0, 0, []
+        for t in study.get_trials(deepcopy=False):
+            if t.state in (TrialState.RUNNING, TrialState.WAITING):
+                if t.number != asking:
+                    running.append(t.params)
+                continue
             finished += 1
+            split += t.state != TrialState.FAIL
             cost = t.system_attrs.get(COST_KEY)
             if isinstance(cost, (int, float)) and cost > 0:
                 spent += float(cost)
                 model.observe_run(t.number, t.params, ONE_SLOT, float(cost), full=True)
-        used = finished / self._trial_budget if self._trial_budget else 0.0
+        self._gamma_share = min(self._gamma(split) / split, 0.5) if split and self._gamma is not None else 0.0
+        used = (finished + len(running)) / self._trial_budget if self._trial_budget else 0.0
         if self._cost_seconds > 0:
-            used = max(used, spent / self._cost_seconds)
+            used = max(used, (spent + self._committed(model, running)) / self._cost_seconds)
         return model, cooled_exponent(self._cost_exponent, used)
+
+    @staticmethod
+    def _committed(model: TrialCostModel, running: list[dict[str, Any]]) -> float:
+        """The running trials' predicted slot-seconds (0 before any cost is known)."""
+        if not running or not model.count(Quantity.RUN):
+            return 0.0
+        return float(sum(e.mean for e in model.predict_many(Quantity.RUN, [(p, ONE_SLOT) for p in running])))
 
     def predicted_costs(self, candidates: list[dict[str, Any]]) -> np.ndarray:
         """Each candidate's predicted slot-seconds (0: unknown)."""
@@ -130,5 +161,6 @@ class CostTPESampler(RefitTPESampler):
             {name: search_space[name].to_external_repr(columns[name][i]) for name in names}
             for i in range(len(log_ratio))
         ]
-        best = int(np.argmax(cost_weighted(log_ratio, self.predicted_costs(candidates), self._alpha)))
+        log_ei = log_improvement(log_ratio, self._gamma_share)
+        best = int(np.argmax(cost_weighted(log_ei, self.predicted_costs(candidates), self._alpha)))
         return candidates[best]

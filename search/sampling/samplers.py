@@ -223,8 +223,8 @@ _BUILT_IN = (
         check_space=_single_objective,
         takes_budget=True,
         reads_cost=True,
-        description="TPE whose pick divides l(x)/g(x) by the trial model's predicted cost to a power cooled "
-        "as the budget is spent (docs/howto/budgets.md)",
+        description="TPE whose pick divides its expected improvement by the trial model's predicted cost to a "
+        "power cooled as the budget is spent (docs/howto/budgets.md)",
     ),
 )
 SAMPLER_REGISTRY: Registry[SamplerInfo] = Registry(

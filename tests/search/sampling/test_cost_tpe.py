@@ -18,7 +18,14 @@ from cluster.trial_cost import LogLinearLaw
 from search.loop.campaign import Campaign
 from search.reports.cost_value import best_against_cost, cost_curve, value_for_cost
 from search.reports.data import load_campaign
-from search.sampling.cost_tpe import COST_KEY, CostTPESampler, cooled_exponent, cost_weighted, record_cost
+from search.sampling.cost_tpe import (
+    COST_KEY,
+    CostTPESampler,
+    cooled_exponent,
+    cost_weighted,
+    log_improvement,
+    record_cost,
+)
 from search.sampling.process import Done, ReplaySampler, _Replica
 from search.sampling.tpe import RefitTPESampler
 from search.session.runner import load_study
@@ -34,6 +41,19 @@ def test_the_acquisition_divides_the_ratio_by_the_cost_to_the_power_alpha() -> N
     assert int(np.argmax(cost_weighted(log_ratio, costs, 1.0))) == 2
     assert int(np.argmax(cost_weighted(log_ratio[:2], costs[:2], 1.0))) == 0  # 10x the cost for e^0.5 the ratio
     assert int(np.argmax(cost_weighted(log_ratio[:2], costs[:2], 0.0))) == 1  # cooled down: TPE's pick
+
+
+def test_the_expected_improvement_saturates_where_the_ratio_does_not() -> None:
+    log_ratio = np.array([-2.0, 0.0, 3.0, 8.0])
+    assert log_improvement(log_ratio, 0.0) == pytest.approx(log_ratio)  # gamma 0: the ratio itself
+    ei = np.exp(log_improvement(log_ratio, 0.1))  # 1 / (gamma + (1 - gamma) g/l)
+    assert ei == pytest.approx(1.0 / (0.1 + 0.9 * np.exp(-log_ratio)))
+    assert np.all(np.diff(ei) > 0) and ei[-1] == pytest.approx(10.0, rel=1e-2)  # at most 1 / gamma
+    costs = np.array([1.0, 1.0, 2.0, 8.0])
+    assert int(np.argmax(cost_weighted(log_ratio, costs, 1.0))) == 3  # by the ratio: e^5 outweighs 4x the cost
+    assert int(np.argmax(cost_weighted(log_improvement(log_ratio, 0.1), costs, 1.0))) == 2  # EI per unit cost
+    with pytest.raises(ValueError, match="gamma must be in"):
+        log_improvement(log_ratio, 1.0)
 
 
 def test_the_exponent_cools_as_the_budget_is_spent() -> None:
@@ -109,6 +129,76 @@ def test_an_all_categorical_space_is_weighed_too() -> None:
         study.tell(trial, state=TrialState.FAIL)
     assert sampler.last_alpha == pytest.approx(1.0, abs=0.02)
     assert ops.count("a") > 2 * ops.count("c"), ops
+
+
+OPS = ["a", "b", "c", "d"]
+
+
+def _op_cost(params: dict) -> float:
+    return 2.0 ** sum(params[f"p{j}"] == "b" for j in range(6))  # op "b" doubles the cost and adds nothing
+
+
+def _ops_study(seed: int) -> tuple[optuna.Study, dict]:
+    """60 trials of six ops, as a cell of NAS-Bench-201: the value counts the "a"s, each "b" doubles the cost."""
+    study = optuna.create_study(direction="maximize")
+    dists = {f"p{i}": CategoricalDistribution(OPS) for i in range(6)}
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        params = {f"p{j}": OPS[int(rng.integers(4))] for j in range(6)}
+        value = sum(params[f"p{j}"] == "a" for j in range(6)) + float(rng.normal(0.0, 0.3))
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE,
+                value=value,
+                params=params,
+                distributions=dists,
+                system_attrs={COST_KEY: _op_cost(params)},
+            )
+        )
+    return study, dists
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_with_six_parameters_the_pick_avoids_an_op_that_costs_and_does_not_help() -> None:
+    """Over six parameters l(x)/g(x) spans several nats among the candidates: divided by the cost it kept paying
+    for the useless op about as often as TPE; TPE's expected improvement divided by the cost leaves it out."""
+    mean_cost = {}
+    for name in ("tpe", "cost"):
+        costs = []
+        for seed in range(4):
+            study, dists = _ops_study(seed)
+            study.sampler = (
+                RefitTPESampler(seed=seed, multivariate=True)
+                if name == "tpe"
+                else CostTPESampler(seed=seed, budget=100_000, multivariate=True)
+            )
+            for _ in range(30):
+                trial = study.ask(dists)
+                costs.append(_op_cost(trial.params))
+                study.tell(trial, state=TrialState.FAIL)  # the model stays that of the 60 trials
+        mean_cost[name] = float(np.mean(costs))
+    assert mean_cost["tpe"] > 1.5 and mean_cost["cost"] < 1.1, mean_cost
+
+
+def test_the_running_trials_count_as_used_budget_for_the_cooling() -> None:
+    """On many workers most of a budget is running before much of it has finished: 20 finished and 70 running of
+    100 trials is 90% used (alpha 0.1), not 20% (alpha 0.8)."""
+    study = _flat_study({"small": 1.0, "big": 20.0}, 20)
+    sampler = CostTPESampler(seed=0, budget=100)
+    study.sampler = sampler
+    for _ in range(71):  # the last ask sees 70 running, asked and not told
+        trial = study.ask()
+        trial.suggest_float("x", 0.0, 1.0)
+        trial.suggest_categorical("kind", ["small", "big"])
+    assert sampler.last_alpha == pytest.approx(0.1)
+    spent = 20 * 10.5 * 1.0  # about: the mean cost of the finished trials, per finished trial
+    hours = CostTPESampler(seed=0, cost_hours=4 * spent / 3600.0)  # a slot-hours budget of about 4x what finished
+    study.sampler = hours
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    trial.suggest_categorical("kind", ["small", "big"])
+    assert hours.last_alpha < 0.2, hours.last_alpha  # the 71 running trials' predicted cost counts
 
 
 def test_the_cost_reaches_a_replica_study_with_the_tell() -> None:

@@ -238,10 +238,11 @@ def test_a_branch_whose_worker_is_lost_is_retried_from_the_point_s_checkpoint(tm
     died = int(marker.read_text())  # the branch whose worker was lost
     trials = _trials(folder)
     assert all(t.state.name == "COMPLETE" for t in trials)
-    retried = [t for t in trials if t.user_attrs.get(Attr.RETRIES)]
-    assert [t.number for t in retried] == [died] and retried[0].user_attrs[Attr.RETRIES] == 1
-    # its retry trained from the point's checkpoint: its first report is the reference's at epoch 1
-    assert retried[0].user_attrs[Attr.HISTORY][0][1] == dict(trials[0].user_attrs[Attr.HISTORY][-1][1])
+    # it dies as it starts: a retry, or a free re-send where its start had not reached the controller (a race)
+    retried = [t.number for t in trials if t.user_attrs.get(Attr.RETRIES)]
+    assert retried in ([], [died]) and trials[died].user_attrs.get(Attr.RETRIES, 1) == 1
+    # it ran again from the point's checkpoint: its first report is the reference's at epoch 1
+    assert trials[died].user_attrs[Attr.HISTORY][0][1] == dict(trials[0].user_attrs[Attr.HISTORY][-1][1])
     assert json.loads((folder.branching / "summary.json").read_text())["critical"]["1"] in (32, 128)
 
 

@@ -79,10 +79,12 @@ class CostGates:
         seconds_left: float | None,
         done: int,
     ) -> Eta | None:
-        """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval``."""
+        """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval`` (in
+        between, the last one less the time since)."""
         if now - self._eta[0] >= refresh_interval(len(running), self.costs.typical_run()):
             cost_left = None if self.resources is None else self.resources.left()
             found = self.costs.eta(running, to_start, slots, now, seconds_left, cost_left)
             self._eta = (now, found)
             self._eta_log.record(done, now, found)
-        return self._eta[1]
+        at, found = self._eta
+        return found.aged(now - at) if found is not None else None

@@ -165,7 +165,8 @@ class Campaign:
         try:
             self.supply.start(resumable)
             while True:
-                self.gates.look(self.dispatch.running.values(), self._clock())
+                for over, stop in self.gates.look(self.dispatch.running.values(), self._clock()):  # slot_hours
+                    self.dispatch.request_stop(over, stop, self._clock())
                 self._fill()
                 self.executor.want(self.dispatch.wanted(self.supply, self.budget.may_start()))
                 self.ledger.flush(self._all_asked())  # deterministic: the budget may be fully asked now

@@ -39,6 +39,9 @@ class StopReason(enum.StrEnum):
     """The campaign's ``time_budget`` ran out while it ran."""
     TRIAL_TIMEOUT = "trial timeout"
     """It ran longer than ``trial_timeout``."""
+    RESOURCE_BUDGET = "resource budget"
+    """The campaign's ``slot_hours`` / ``gpu_hours`` would not carry it to its end: stopped so the spend ends within
+    the budget."""
     NEVER_STARTED = "time budget: never started"
     """Asked, but the time budget ran out before it was launched."""
     OUTPACED = "outpaced"

@@ -232,9 +232,9 @@ class TrialCosts:
 
 
 def _epoch_seconds(running: RunningTrial) -> list[float] | None:
-    """The seconds of a running trial's last epochs (at most 16; the first left out once there are three: it holds
-    the start-up), where its steps are its epochs (``1..epochs``, the built-in trainer's); None: no report yet, or
-    steps that are not epochs."""
+    """The seconds of a running trial's last epochs but its first (which holds the start-up: a fresh worker's
+    imports, the data's loading), at most 16, where its steps are its epochs (``1..epochs``, the built-in
+    trainer's); None: fewer than two reports, or steps that are not epochs."""
     epochs, started = running.config.epochs, running.started_at
     if started is None or not running.reports or epochs <= 0:
         return None
@@ -242,8 +242,8 @@ def _epoch_seconds(running: RunningTrial) -> list[float] | None:
     if min(steps) < 1 or max(steps) > epochs or steps[-1] != max(steps) or running.reports[-1][2] <= started:
         return None
     times = [started] + [t for _s, _m, t in running.reports]
-    seconds = [b - a for a, b in zip(times, times[1:])][-16:]
-    return seconds[1:] if len(seconds) >= 3 else seconds
+    seconds = [b - a for a, b in zip(times, times[1:])][1:][-16:]
+    return seconds or None
 
 
 def epoch_spread(running: RunningTrial) -> float | None:
@@ -256,8 +256,9 @@ def epoch_spread(running: RunningTrial) -> float | None:
 
 def from_progress(running: RunningTrial, typical_spread: float = 0.25) -> Estimate | None:
     """A running trial's whole run from its own reports, where its steps are its epochs: the time to its last report
-    and the epochs left at its mean epoch, with their spread (``typical_spread`` of an epoch, relative, before it
-    has three); a trial asked to stop ends at its next report. None: no report yet, or steps that are not epochs."""
+    and the epochs left at its mean epoch (its first left out), with their spread (``typical_spread`` of an epoch,
+    relative, before it has three); a trial asked to stop ends at its next report. None: fewer than two reports, or
+    steps that are not epochs."""
     seconds = _epoch_seconds(running)
     if seconds is None or running.started_at is None:
         return None

@@ -71,6 +71,7 @@ class TrialCosts:
         self.spent = 0.0  # slot-seconds of the runs that ended
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
         self._widths: dict[int, int] = {}  # each trial's width (its last run's)
+        self._startups: dict[int, float] = {}  # each trial's start-up seconds, where it had one (:func:`startup`)
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
         self._epoch_examples: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         # how much a trial's epochs vary (relative), of the last runs that ended: for a running trial's first epochs
@@ -112,6 +113,8 @@ class TrialCosts:
         self._ran(running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs)
         if (spread := epoch_spread(running)) is not None:
             self._epoch_spreads.append(spread)
+        if first := startup(running):
+            self._startups[running.number] = first
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
 
@@ -198,19 +201,23 @@ class TrialCosts:
             )
             for full, r in zip(fulls, running)
         ]
-        return estimate_end(in_flight, to_start, self.seen(in_flight), slots, time_left, cost_left)
+        seen = self.seen(in_flight, [startup(r) for r in running])
+        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left)
 
-    def seen(self, in_flight: Sequence[InFlight] = ()) -> list[tuple[float, int]]:
+    def seen(self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = ()) -> list[tuple[float, int]]:
         """What the trials seen cost, ``(slot-seconds, width)``, for the trials to start: the last :data:`SEEN`
         whose runs ended (pruned and failed ones in it) and the ones ``in_flight`` that have run, at their
-        predicted whole runs (so the long ones count before they end)."""
+        predicted whole runs (so the long ones count before they end); each less its start-up (:func:`startup`,
+        ``startups`` for those in flight: a worker's start-up is paid once, not by every trial on it)."""
         ended = [
-            (cost, self._widths.get(n, 1)) for n, cost in itertools.islice(reversed(self._per_trial.items()), SEEN)
+            (max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
+            for n, cost in itertools.islice(reversed(self._per_trial.items()), SEEN)
         ]
-        for trial in in_flight:
+        firsts = list(startups) + [0.0] * (len(in_flight) - len(startups))
+        for trial, first in zip(in_flight, firsts):
             if trial.ran > 0 and trial.full.known:
-                whole = max(trial.ran, trial.ran + residual(trial.full, trial.ran).mean)
-                ended.append((whole * trial.width, trial.width))
+                whole = max(trial.ran, trial.ran + residual(trial.full, trial.ran).mean) - first
+                ended.append((max(0.0, whole) * trial.width, trial.width))
         return ended
 
     def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:
@@ -244,6 +251,15 @@ def _epoch_seconds(running: RunningTrial) -> list[float] | None:
     times = [started] + [t for _s, _m, t in running.reports]
     seconds = [b - a for a, b in zip(times, times[1:])][1:][-16:]
     return seconds or None
+
+
+def startup(running: RunningTrial) -> float:
+    """How much longer a trial's first epoch took than its later ones (a fresh worker's imports, the data's loading):
+    0 before two reports, or where its steps are not epochs."""
+    later = _epoch_seconds(running)
+    if not later or running.started_at is None:
+        return 0.0
+    return max(0.0, running.reports[0][2] - running.started_at - statistics.fmean(later))
 
 
 def epoch_spread(running: RunningTrial) -> float | None:

@@ -16,7 +16,6 @@ the budget's end; a budget in slot-hours starts no more trials than fit in what 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import json
 import math
 import statistics
@@ -33,9 +32,10 @@ __all__ = ["Eta", "EtaLog", "InFlight", "estimate_end", "duration_text", "read_e
 
 _NORMAL = statistics.NormalDist()
 DRAWS = 200  # draws of the schedule left, at most ...
-MIN_DRAWS = 24  # ... and at least
-WORK = 60_000  # trials placed over all draws, at most (fewer draws for a large campaign)
-EXACT_ROUNDS = 4  # rounds of trials to start placed one by one; the ones before are added to every slot as a sum
+MIN_DRAWS = 16  # ... and at least
+WORK = 2_000_000  # slot-placements over all draws, at most (fewer draws for a large campaign)
+EXACT_ROUNDS = 2  # rounds of trials to start placed in turn; the ones before are added to every slot as a sum
+CHUNKS = 64  # a round of trials to start is placed in at most this many turns (exact up to 64 slots)
 SEED = 52  # each working-out draws the same way: the same campaign gives the same expected end
 
 
@@ -126,60 +126,93 @@ def _lefts(trials: Sequence[InFlight], draws: int, rng: np.random.Generator) -> 
     from scipy.special import ndtr, ndtri
 
     out = np.zeros((len(trials), draws))
-    for i, trial in enumerate(trials):
-        fit = _lognormal(trial.full)
-        if fit is None:
-            out[i] = max(0.0, trial.full.mean - trial.ran)
-            continue
-        mu, sigma = fit
-        below = float(ndtr((math.log(trial.ran) - mu) / sigma)) if trial.ran > 0 else 0.0
-        if below > 1 - 1e-9:
-            continue
-        u = below + rng.random(draws) * (1.0 - below)
-        out[i] = np.maximum(0.0, np.exp(mu + sigma * ndtri(np.clip(u, 1e-12, 1 - 1e-12))) - trial.ran)
+    fits = [_lognormal(t.full) for t in trials]
+    plain = [i for i, fit in enumerate(fits) if fit is None]
+    out[plain] = np.array([max(0.0, trials[i].full.mean - trials[i].ran) for i in plain])[:, None] if plain else 0.0
+    pairs = [(i, fit) for i, fit in enumerate(fits) if fit is not None]
+    if pairs:
+        drawn = [i for i, _fit in pairs]
+        mu = np.array([fit[0] for _i, fit in pairs])[:, None]
+        sigma = np.array([fit[1] for _i, fit in pairs])[:, None]
+        ran = np.array([trials[i].ran for i in drawn])[:, None]
+        below = np.where(ran > 0, ndtr((np.log(np.maximum(ran, 1e-300)) - mu) / sigma), 0.0)
+        u = np.clip(below + rng.random((len(drawn), draws)) * (1.0 - below), 1e-12, 1 - 1e-12)
+        out[drawn] = np.where(below > 1 - 1e-9, 0.0, np.maximum(0.0, np.exp(mu + sigma * ndtri(u)) - ran))
     return out
 
 
-def _place(free: list[float], seconds: float, width: int) -> None:
-    """A trial of ``width`` slots for ``seconds`` on the slots that free first (a heap of when each frees)."""
-    if width == 1:
-        heapq.heapreplace(free, free[0] + seconds)
+def _place(free: np.ndarray, seconds: np.ndarray, width: np.ndarray) -> None:
+    """One trial in each draw (a row of ``free``: when each slot frees), ``seconds`` on the ``width`` slots that free
+    first."""
+    rows = np.arange(len(free))
+    if (width == 1).all():
+        first = free.argmin(axis=1)
+        free[rows, first] += seconds
         return
-    taken = [heapq.heappop(free) for _ in range(min(width, len(free)))]
-    end = taken[-1] + seconds
-    for _ in taken:
-        heapq.heappush(free, end)
+    free.sort(axis=1)
+    start = free[rows, np.minimum(width, free.shape[1]) - 1]
+    taken = np.arange(free.shape[1])[None, :] < width[:, None]
+    free[taken] = np.broadcast_to((start + seconds)[:, None], free.shape)[taken]
 
 
-def _draw_end(
-    started: list[tuple[float, int]],
-    queued: list[tuple[float, int]],
-    costs: np.ndarray,
-    widths: np.ndarray,
+def _place_round(free: np.ndarray, seconds: np.ndarray) -> None:
+    """``seconds`` (draws x n, n at most the slots) of trials of one slot each, on the ``n`` slots that free first
+    (placed together: exact for n = 1)."""
+    n = seconds.shape[1]
+    first = np.argpartition(free, n - 1, axis=1)[:, :n] if n < free.shape[1] else np.argsort(free, axis=1)
+    order = np.argsort(np.take_along_axis(free, first, axis=1), axis=1)
+    first = np.take_along_axis(first, order, axis=1)
+    free[np.arange(len(free))[:, None], first] += seconds
+
+
+def _ends(
+    lefts: np.ndarray,
+    started: Sequence[InFlight],
+    fulls: np.ndarray,
+    queued: Sequence[InFlight],
+    seen: tuple[np.ndarray, np.ndarray],
     to_start: int,
     slots: int,
     rng: np.random.Generator,
-) -> float:
-    """One draw's end: the ``started`` trials (seconds left, width) hold their slots, the ``queued`` ones and
-    ``to_start`` trials drawn from ``costs``/``widths`` (slot-seconds, width), reweighted, start as slots free."""
-    free = [left for left, width in started for _ in range(width)]
-    free += [0.0] * max(0, slots - len(free))
-    heapq.heapify(free)
-    for seconds, width in queued:
-        _place(free, seconds, width)
-    weights = rng.dirichlet(np.ones(len(costs))) if len(costs) > 1 else np.ones(len(costs))
-    rounds = max(0, to_start // len(free) - EXACT_ROUNDS)
-    exact = to_start - rounds * len(free)
+) -> np.ndarray:
+    """Each draw's end: the ``started`` trials (``lefts``: seconds left, trials x draws) hold their slots, the
+    ``queued`` ones (``fulls``) and ``to_start`` trials drawn from ``seen`` (slot-seconds, widths), reweighted per
+    draw, start as slots free."""
+    draws = lefts.shape[1]
+    free = np.zeros((draws, slots))
+    columns = np.repeat(np.arange(len(started)), [t.width for t in started])
+    free[:, : len(columns)] = lefts[columns].T
+    for i, trial in enumerate(queued):
+        _place(free, fulls[i], np.full(draws, trial.width))
+    costs, widths = seen
+    weights = rng.dirichlet(np.ones(len(costs)), size=draws) if len(costs) > 1 else np.ones((draws, len(costs)))
+    rounds = max(0, to_start // slots - EXACT_ROUNDS)
     if rounds:  # the rounds before the last ones: their sum on every slot
-        per_slot = rounds
-        mean = float(weights @ costs)
-        spread = math.sqrt(max(0.0, float(weights @ costs**2) - mean**2) * per_slot)
-        free = sorted(np.asarray(free) + per_slot * mean + rng.normal(0.0, spread, len(free)))
-    if exact:
-        picks = np.minimum(np.searchsorted(np.cumsum(weights), rng.random(exact) * weights.sum()), len(costs) - 1)
-        for j in picks:
-            _place(free, float(costs[j] / widths[j]), int(widths[j]))
-    return max(free)
+        mean = weights @ costs
+        spread = np.sqrt(np.maximum(0.0, weights @ costs**2 - mean**2) * rounds)
+        free += (rounds * mean)[:, None] + rng.normal(size=free.shape) * spread[:, None]
+    exact = to_start - rounds * slots
+    if not exact:
+        return free.max(axis=1)
+    cumulative = np.cumsum(weights, axis=1)
+    picks = np.stack([np.searchsorted(c, rng.random(exact) * c[-1]) for c in cumulative])
+    picks = np.minimum(picks, len(costs) - 1)
+    seconds, width = costs[picks] / widths[picks], widths[picks]
+    if (widths == 1).all():
+        chunk = max(1, slots // CHUNKS)
+        for at in range(0, exact, chunk):
+            _place_round(free, seconds[:, at : at + chunk])
+    else:
+        for at in range(exact):
+            _place(free, seconds[:, at], width[:, at])
+    return free.max(axis=1)
+
+
+def _draws(to_start: int, slots: int) -> int:
+    """How many draws of the schedule left: :data:`DRAWS`, fewer where each costs more (:data:`WORK`)."""
+    turns = min(to_start, (EXACT_ROUNDS + 1) * slots)
+    turns = turns if slots <= CHUNKS else math.ceil(turns / (slots // CHUNKS))
+    return max(MIN_DRAWS, min(DRAWS, WORK // max(1, turns * slots)))
 
 
 def estimate_end(
@@ -207,25 +240,11 @@ def estimate_end(
     started = [t for t in in_flight if t.started]
     queued = [t for t in in_flight if not t.started]
     slots = max(1, slots, sum(t.width for t in started))
-    exact = min(to_start, (EXACT_ROUNDS + 1) * slots)
-    draws = max(MIN_DRAWS, min(DRAWS, WORK // max(1, exact + len(in_flight))))
+    draws = _draws(to_start + len(queued), slots)
     rng = np.random.default_rng(SEED)
     lefts = _lefts(started, draws, rng)
     fulls = _lefts([dataclasses.replace(t, ran=0.0) for t in queued], draws, rng)
-    ends = np.array(
-        [
-            _draw_end(
-                [(float(lefts[i, k]), t.width) for i, t in enumerate(started)],
-                [(float(fulls[i, k]), t.width) for i, t in enumerate(queued)],
-                costs,
-                widths,
-                to_start,
-                slots,
-                rng,
-            )
-            for k in range(draws)
-        ]
-    )
+    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng)
     if time_left is not None:
         if float(np.mean(ends >= time_left)) >= 0.5:
             limited_by = "time budget"

@@ -39,14 +39,14 @@ class StopReason(enum.StrEnum):
     """The campaign's ``time_budget`` ran out while it ran."""
     TRIAL_TIMEOUT = "trial timeout"
     """It ran longer than ``trial_timeout``."""
-    RESOURCE_BUDGET = "resource budget"
-    """The campaign's ``slot_hours`` / ``gpu_hours`` would not carry it to its end: stopped so the spend ends within
-    the budget."""
     NEVER_STARTED = "time budget: never started"
     """Asked, but the time budget ran out before it was launched."""
     OUTPACED = "outpaced"
     """A scaling sweep's trial (``lr_grid``) ran more steps than its batch size's fewest to the target without
     reaching it: it cannot be that batch size's best (told PRUNED)."""
+    RESOURCE_BUDGET = "resource budget"
+    """The campaign's ``slot_hours`` / ``gpu_hours`` would not carry it to its end: stopped so the spend ends within
+    the budget."""
 
 
 class Transition(enum.StrEnum):

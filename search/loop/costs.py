@@ -249,8 +249,10 @@ def _epoch_seconds(running: RunningTrial) -> list[float] | None:
     if min(steps) < 1 or max(steps) > epochs or steps[-1] != max(steps) or running.reports[-1][2] <= started:
         return None
     times = [started] + [t for _s, _m, t in running.reports]
-    seconds = [b - a for a, b in zip(times, times[1:])][1:][-16:]
-    return seconds or None
+    seconds = [b - a for a, b in zip(times, times[1:])]
+    if min(seconds) < 0:  # reports of an earlier run (a resumed controller's): not this run's epochs
+        return None
+    return seconds[1:][-16:] or None
 
 
 def startup(running: RunningTrial) -> float:

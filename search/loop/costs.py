@@ -38,7 +38,7 @@ __all__ = ["TrialCosts", "from_progress", "DURATION_WINDOW", "HOUR", "sample_est
 
 HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
-SEEN = 512  # the recent trials whose cost the expected end draws the trials to start from
+SEEN = 16  # the recent trials the expected end draws the trials to start from: this many, or one per slot
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
 
 
@@ -201,17 +201,20 @@ class TrialCosts:
             )
             for full, r in zip(fulls, running)
         ]
-        seen = self.seen(in_flight, [startup(r) for r in running])
+        seen = self.seen(in_flight, [startup(r) for r in running], slots)
         return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left)
 
-    def seen(self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = ()) -> list[tuple[float, int]]:
-        """What the trials seen cost, ``(slot-seconds, width)``, for the trials to start: the last :data:`SEEN`
-        whose runs ended (pruned and failed ones in it) and the ones ``in_flight`` that have run, at their
+    def seen(
+        self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = (), slots: int = 0
+    ) -> list[tuple[float, int]]:
+        """What the trials seen cost, ``(slot-seconds, width)``, for the trials to start: the last :data:`SEEN` (or
+        one per of the ``slots``, if more) whose runs ended (pruned and failed ones in it: the recent ones, as the
+        sampler moves to other costs) and the ones ``in_flight`` that have run, at their
         predicted whole runs (so the long ones count before they end); each less its start-up (:func:`startup`,
         ``startups`` for those in flight: a worker's start-up is paid once, not by every trial on it)."""
         ended = [
             (max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
-            for n, cost in itertools.islice(reversed(self._per_trial.items()), SEEN)
+            for n, cost in itertools.islice(reversed(self._per_trial.items()), max(SEEN, slots))
         ]
         firsts = list(startups) + [0.0] * (len(in_flight) - len(startups))
         for trial, first in zip(in_flight, firsts):

@@ -4,9 +4,9 @@ The end is the last slot's, in a simulation of the schedule left, drawn many tim
 trial frees its slots at its time left, drawn from its prediction given how long it has run (:func:`residual`);
 then the trials asked and waiting, and the trials not asked yet, start in turn on the slots that free first (a
 trial of width ``w`` on the ``w`` that free first). A trial to start costs one of the trials seen, drawn from them
-(those that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in it, and the
-running ones at their predicted whole runs, so the long ones still running count before they end); each draw
-first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too. The expected end
+(the recent ones that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
+it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
+each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too. The expected end
 is the mean of the draws and its interval their 5% and 95% points: the waves of a campaign of few trials per slot,
 the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
 trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no later than

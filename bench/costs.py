@@ -162,18 +162,18 @@ class Ran:
     (elapsed, expected left) pairs, its end, what it spent and one more trial's predicted cost at the end."""
 
     ended: list[tuple[float, float]]
-    etas: list[tuple[float, float]]
+    etas: list[tuple[float, float, float, float]]  # elapsed, expected left, its 90% interval
     end: float
     spent: float
     per_trial: float
 
 
 def run(spec: CampaignSpec, workers: int, seed: int, dataset: str) -> Ran:
-    etas: list[tuple[float, float]] = []
+    etas: list[tuple[float, float, float, float]] = []
 
     def seen(s: Snapshot) -> None:
         if s.eta is not None:
-            etas.append((s.elapsed, s.eta.left.mean))
+            etas.append((s.elapsed, s.eta.left.mean, s.eta.left.low, s.eta.left.high))
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = CampaignFolder(Path(tmp) / spec.study.name)
@@ -202,8 +202,17 @@ def eta_errors(ran: Ran) -> list[float]:
     out = []
     for fraction in FRACTIONS:
         at = fraction * ran.end
-        found = next(((t, left) for t, left in ran.etas if t >= at and ran.end > t), None)
+        found = next(((t, left) for t, left, _lo, _hi in ran.etas if t >= at and ran.end > t), None)
         out.append(abs(found[1] - (ran.end - found[0])) / (ran.end - found[0]) if found else math.nan)
+    return out
+
+
+def eta_covered(ran: Ran) -> list[float]:
+    """At 25/50/75% of the campaign's time: 1 where the actual time left is in the expected end's 90% interval."""
+    out = []
+    for fraction in FRACTIONS:
+        found = next((e for e in ran.etas if e[0] >= fraction * ran.end and ran.end > e[0]), None)
+        out.append(float(found[2] <= ran.end - found[0] <= found[3]) if found else math.nan)
     return out
 
 
@@ -227,6 +236,7 @@ class Seeded:
     workers: int
     eta: tuple[float, ...]  # tpe's error at 25/50/75%
     eta_cost: tuple[float, ...]  # cost_tpe's
+    eta_cover: tuple[float, ...]  # tpe's: 1 where the actual time left was in the 90% interval
     plain_best: float
     cost_best: float  # cost_tpe's best with tpe's slot-hours as its budget
     ratio: float  # tpe's whole spend / cost_tpe's spend to reach tpe's best, on that budget (0: never)
@@ -249,6 +259,7 @@ def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: f
         workers,
         tuple(eta_errors(plain)),
         tuple(eta_errors(same)),
+        tuple(eta_covered(plain)),
         target,
         max(v for _s, v in budgeted.ended if v == v),
         _ratio(plain.spent, spend_to_reach(budgeted.ended, target)),
@@ -274,6 +285,8 @@ def summarise(rows: Sequence[Seeded]) -> list[dict[str, Any]]:
             for i, fraction in enumerate(FRACTIONS):
                 values = [getattr(r, name)[i] for r in sel if getattr(r, name)[i] == getattr(r, name)[i]]
                 entry[f"{name}@{fraction:.0%}"] = round(statistics.median(values), 3) if values else None
+        covers = [c for r in sel for c in r.eta_cover if c == c]
+        entry["eta_cover"] = round(statistics.fmean(covers), 2) if covers else None
         entry["ratio_median"] = round(statistics.median(r.ratio for r in sel), 2)
         entry["reached"] = sum(r.ratio > 0 for r in sel)
         entry["plain_ratio_median"] = round(statistics.median(r.plain_ratio for r in sel), 2)

@@ -166,7 +166,7 @@ class Campaign:
         try:
             self.supply.start(resumable)
             while True:
-                self.gates.look(self.dispatch.running.values(), self._clock())
+                self.dispatch.request_stops(self.gates.look(self.dispatch.running.values(), self._clock()))
                 self._fill()
                 widen_idle(self.policies, self.dispatch, self.supply, self.budget.may_start())  # grow = "goodput"
                 self.executor.want(self.dispatch.wanted(self.supply, self.budget.may_start()))

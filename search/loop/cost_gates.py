@@ -20,10 +20,12 @@ from search.loop.costs import TrialCosts, refresh_interval
 from search.loop.eta import Eta, EtaLog
 from search.loop.placement import Placement
 from search.loop.resource_budget import ResourceBudget, resource_budget
+from search.loop.segments import Stop
 from search.loop.trial_maker import Prepared
 from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import StudySpec
 from search.store.records import StudyAttr
+from search.vocab.terms import StopReason
 
 __all__ = ["CostGates"]
 
@@ -54,9 +56,13 @@ class CostGates:
         """The resource budget has room for one more trial, and the placement has not stopped starting trials."""
         return (self.resources is None or self.resources.open()) and not (self.placement and self.placement.closed)
 
-    def look(self, running: Iterable[RunningTrial], now: float) -> None:
-        if self.resources is not None:
-            self.resources.look(running, now)
+    def look(self, running: Iterable[RunningTrial], now: float) -> list[tuple[RunningTrial, Stop]]:
+        """The running trials to stop for the resource budget (:func:`~search.loop.resource_budget.over_budget`),
+        with their stop."""
+        if self.resources is None:
+            return []
+        stop = Stop(StopReason.RESOURCE_BUDGET)
+        return [(r, stop) for r in self.resources.look(running, now)]
 
     def choice(self, free_tasks: int) -> tuple[int, Callable[[deque[Prepared]], None] | None]:
         """How many asked trials the placement chooses among, and its order (none without a time budget)."""
@@ -79,10 +85,12 @@ class CostGates:
         seconds_left: float | None,
         done: int,
     ) -> Eta | None:
-        """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval``."""
+        """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval`` (in
+        between, the last one less the time since)."""
         if now - self._eta[0] >= refresh_interval(len(running), self.costs.typical_run()):
             cost_left = None if self.resources is None else self.resources.left()
             found = self.costs.eta(running, to_start, slots, now, seconds_left, cost_left)
             self._eta = (now, found)
             self._eta_log.record(done, now, found)
-        return self._eta[1]
+        at, found = self._eta
+        return found.aged(now - at) if found is not None else None

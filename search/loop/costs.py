@@ -18,6 +18,7 @@ one's last run (a retried trial's earlier runs are not recorded).
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,15 +29,16 @@ from optuna.trial import TrialState
 from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
-from search.loop.eta import Eta, estimate_end, residual
+from search.loop.eta import Eta, InFlight, estimate_end, residual
 from search.loop.trials import RunningTrial
 from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
 
-__all__ = ["TrialCosts", "DURATION_WINDOW", "HOUR", "sample_estimate", "refresh_interval"]
+__all__ = ["TrialCosts", "from_progress", "DURATION_WINDOW", "HOUR", "sample_estimate", "refresh_interval"]
 
 HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
+SEEN = 16  # the recent trials the expected end draws the trials to start from: this many, or one per slot
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
 
 
@@ -68,8 +70,12 @@ class TrialCosts:
         )
         self.spent = 0.0  # slot-seconds of the runs that ended
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
+        self._widths: dict[int, int] = {}  # each trial's width (its last run's)
+        self._startups: dict[int, float] = {}  # each trial's start-up seconds, where it had one (:func:`startup`)
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
         self._epoch_examples: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
+        # how much a trial's epochs vary (relative), of the last runs that ended: for a running trial's first epochs
+        self._epoch_spreads: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
 
     # --- what it learns from --------------------------------------------------------------------
 
@@ -105,6 +111,10 @@ class TrialCosts:
                 running.number, running.config.params, Resources(running.width), outcome.peak_memory
             )
         self._ran(running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs)
+        if (spread := epoch_spread(running)) is not None:
+            self._epoch_spreads.append(spread)
+        if first := startup(running):
+            self._startups[running.number] = first
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
 
@@ -122,6 +132,7 @@ class TrialCosts:
         self.spent += seconds * width
         before = self._per_trial.get(number)
         self._per_trial[number] = (before or 0.0) + seconds * width
+        self._widths[number] = width
         self._totals.replace(before, self._per_trial[number])
         if full and examples > 0 and epochs > 0:
             self._epoch_examples.append(examples / epochs)
@@ -145,12 +156,19 @@ class TrialCosts:
         return residual(full, max(0.0, now - started) if started is not None else 0.0)
 
     def lefts(self, running: Sequence[RunningTrial], now: float) -> list[Estimate]:
-        """:meth:`left` of each running trial, their full runs predicted together."""
-        fulls = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
+        """:meth:`left` of each running trial, their full runs predicted together (from its own progress where it
+        has reported epochs: :func:`from_progress`)."""
         return [
             residual(full, max(0.0, now - r.started_at) if r.started_at is not None else 0.0)
-            for full, r in zip(fulls, running)
+            for full, r in zip(self.wholes(running), running)
         ]
+
+    def wholes(self, running: Sequence[RunningTrial]) -> list[Estimate]:
+        """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's."""
+        fulls = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
+        spreads = [spread for r in running if (spread := epoch_spread(r)) is not None] + list(self._epoch_spreads)
+        typical = statistics.median(spreads) if spreads else 0.25
+        return [from_progress(r, typical) or full for full, r in zip(fulls, running)]
 
     def durations(self, configs: Sequence[tuple[Mapping[str, Any], int, int]]) -> list[Estimate]:
         """:meth:`duration` of each ``(params, width, epochs)``, the fit's in one matrix product."""
@@ -173,8 +191,37 @@ class TrialCosts:
     ) -> Eta | None:
         """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
         running = list(running)
-        lefts = list(zip(self.lefts(running, now), (r.width for r in running)))
-        return estimate_end(lefts, to_start, self.per_trial(running), slots, time_left, cost_left)
+        fulls = self.wholes(running)
+        in_flight = [
+            InFlight(
+                full,
+                max(0.0, now - r.started_at) if r.started_at is not None else 0.0,
+                r.width,
+                r.started_at is not None,
+            )
+            for full, r in zip(fulls, running)
+        ]
+        seen = self.seen(in_flight, [startup(r) for r in running], slots)
+        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left)
+
+    def seen(
+        self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = (), slots: int = 0
+    ) -> list[tuple[float, int]]:
+        """What the trials seen cost, ``(slot-seconds, width)``, for the trials to start: the last :data:`SEEN` (or
+        one per of the ``slots``, if more) whose runs ended (pruned and failed ones in it: the recent ones, as the
+        sampler moves to other costs) and the ones ``in_flight`` that have run, at their
+        predicted whole runs (so the long ones count before they end); each less its start-up (:func:`startup`,
+        ``startups`` for those in flight: a worker's start-up is paid once, not by every trial on it)."""
+        ended = [
+            (max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
+            for n, cost in itertools.islice(reversed(self._per_trial.items()), max(SEEN, slots))
+        ]
+        firsts = list(startups) + [0.0] * (len(in_flight) - len(startups))
+        for trial, first in zip(in_flight, firsts):
+            if trial.ran > 0 and trial.full.known:
+                whole = max(trial.ran, trial.ran + residual(trial.full, trial.ran).mean) - first
+                ended.append((max(0.0, whole) * trial.width, trial.width))
+        return ended
 
     def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:
         """Slot-seconds one more trial costs: the mean over the trials whose runs ended (pruned and failed ones in
@@ -192,6 +239,58 @@ class TrialCosts:
     @property
     def trials_ended(self) -> int:
         return len(self._per_trial)
+
+
+def _epoch_seconds(running: RunningTrial) -> list[float] | None:
+    """The seconds of a running trial's last epochs but its first (which holds the start-up: a fresh worker's
+    imports, the data's loading), at most 16, where its steps are its epochs (``1..epochs``, the built-in
+    trainer's); None: fewer than two reports, or steps that are not epochs."""
+    epochs, started = running.config.epochs, running.started_at
+    if started is None or not running.reports or epochs <= 0:
+        return None
+    steps = [step for step, _m, _at in running.reports]
+    if min(steps) < 1 or max(steps) > epochs or steps[-1] != max(steps) or running.reports[-1][2] <= started:
+        return None
+    times = [started] + [t for _s, _m, t in running.reports]
+    seconds = [b - a for a, b in zip(times, times[1:])]
+    if min(seconds) < 0:  # reports of an earlier run (a resumed controller's): not this run's epochs
+        return None
+    return seconds[1:][-16:] or None
+
+
+def startup(running: RunningTrial) -> float:
+    """How much longer a trial's first epoch took than its later ones (a fresh worker's imports, the data's loading):
+    0 before two reports, or where its steps are not epochs."""
+    later = _epoch_seconds(running)
+    if not later or running.started_at is None:
+        return 0.0
+    return max(0.0, running.reports[0][2] - running.started_at - statistics.fmean(later))
+
+
+def epoch_spread(running: RunningTrial) -> float | None:
+    """The spread of a running trial's epochs relative to their mean (None: fewer than two)."""
+    seconds = _epoch_seconds(running)
+    if seconds is None or len(seconds) < 2 or statistics.fmean(seconds) <= 0:
+        return None
+    return statistics.stdev(seconds) / statistics.fmean(seconds)
+
+
+def from_progress(running: RunningTrial, typical_spread: float = 0.25) -> Estimate | None:
+    """A running trial's whole run from its own reports, where its steps are its epochs: the time to its last report
+    and the epochs left at its mean epoch (its first left out), with their spread (``typical_spread`` of an epoch,
+    relative, before it has three); a trial asked to stop ends at its next report. None: fewer than two reports, or
+    steps that are not epochs."""
+    seconds = _epoch_seconds(running)
+    if seconds is None or running.started_at is None:
+        return None
+    last, at = running.reports[-1][0], running.reports[-1][2]
+    mean = statistics.fmean(seconds)
+    spread = statistics.stdev(seconds) if len(seconds) >= 2 else mean * typical_spread
+    left = 1 if running.stop_reason else max(0, running.config.epochs - last)
+    ran = at - running.started_at
+    whole = ran + left * mean
+    half = Z90 * spread * (math.sqrt(left) + left / math.sqrt(len(seconds)))
+    return Estimate(whole, max(ran, whole - half), whole + half, Basis.SAMPLE, last)
 
 
 def _last_examples(running: RunningTrial) -> float:

@@ -302,6 +302,11 @@ class Dispatcher:
         running.stop(stop, trigger_time, self._clock())
         self._executor.stop(running.number)
 
+    def request_stops(self, stops: Iterable[tuple[RunningTrial, Stop]]) -> None:
+        """:meth:`request_stop` for each ``(trial, stop)``, triggered now (the resource budget's overrun)."""
+        for running, stop in stops:
+            self.request_stop(running, stop, self._clock())
+
     def enforce_time_limits(self, campaign_over: bool) -> None:
         """Past the time budget every trial is asked to stop; past ``trial_timeout``, that trial.
 

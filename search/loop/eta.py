@@ -1,21 +1,21 @@
 """When the campaign ends: its expected end with a 90% interval, from the trial model.
 
-The work left is the running trials' predicted time left (each on its slots) and, for the trials not started
-yet, one more trial's expected cost in slot-seconds each (:meth:`~search.loop.costs.TrialCosts.per_trial`: the
-mean of the trials that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
-it). Each trial to start goes to the slot that frees first (the running trials' slots free at their time left), and
-the campaign ends when the last slot does, so the last round's tail counts (a trial wider than one slot is taken as
-its slot-seconds on one slot). The last trials' own spread puts the end later than their means: by the expected
-largest of that many draws of one trial's spread.
-The interval adds the running trials' own intervals and the spread of the trials to come (their sum's spread, and
-the mean's own error) in quadrature. A time budget ends it no later than the budget's end; a budget in
-slot-hours starts no more trials than fit in what is left.
+The end is the last slot's, in a simulation of the schedule left, drawn many times (:data:`DRAWS`): each running
+trial frees its slots at its time left, drawn from its prediction given how long it has run (:func:`residual`);
+then the trials asked and waiting, and the trials not asked yet, start in turn on the slots that free first (a
+trial of width ``w`` on the ``w`` that free first). A trial to start costs one of the trials seen, drawn from them
+(the recent ones that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
+it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
+each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too. The expected end
+is the mean of the draws and its interval their 5% and 95% points: the waves of a campaign of few trials per slot,
+the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
+trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no later than
+the budget's end; a budget in slot-hours starts no more trials than fit in what is left.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import json
 import math
 import statistics
@@ -23,13 +23,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster.trial_cost import Estimate
+import numpy as np
+
+from cluster.trial_cost import Basis, Estimate
 from cluster.trial_cost.estimate import Z90
 
-__all__ = ["Eta", "EtaLog", "estimate_end", "duration_text", "read_eta_log", "residual"]
+__all__ = ["Eta", "EtaLog", "InFlight", "estimate_end", "duration_text", "read_eta_log", "residual"]
 
 _NORMAL = statistics.NormalDist()
-EXACT_ROUNDS = 50  # rounds of trials to start placed one by one; the rest are whole rounds
+DRAWS = 200  # draws of the schedule left, at most ...
+MIN_DRAWS = 16  # ... and at least
+WORK = 2_000_000  # slot-placements over all draws, at most (fewer draws for a large campaign)
+EXACT_ROUNDS = 2  # rounds of trials to start placed in turn; the ones before are added to every slot as a sum
+CHUNKS = 64  # a round of trials to start is placed in at most this many turns (exact up to 64 slots)
+SEED = 52  # each working-out draws the same way: the same campaign gives the same expected end
+
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """A trial sent out: its predicted whole run (``full``, seconds), how long it has run, its width, and whether a
+    worker began it (``False``: queued, it starts when slots free)."""
+
+    full: Estimate
+    ran: float
+    width: int
+    started: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +58,14 @@ class Eta:
     left: Estimate
     to_start: int
     limited_by: str = ""
+
+    def aged(self, seconds: float) -> Eta:
+        """The same end seen ``seconds`` later (it was worked out that long ago)."""
+        if seconds <= 0:
+            return self
+        e = self.left
+        left = Estimate(max(0.0, e.mean - seconds), max(0.0, e.low - seconds), max(0.0, e.high - seconds), e.basis, e.n)
+        return dataclasses.replace(self, left=left)
 
     def text(self) -> str:
         """``ends in ~4m10s (3m50s-4m40s)``."""
@@ -59,27 +85,6 @@ def duration_text(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def _expected_max(k: int) -> float:
-    """The expected largest of ``k`` standard normal draws (Blom's approximation; 0 for one)."""
-    return _NORMAL.inv_cdf((k - 0.375) / (k + 0.25)) if k > 1 else 0.0
-
-
-def _drained(running: Sequence[tuple[Estimate, int]], to_start: int, cost: float, slots: int) -> float:
-    """When the last trial ends: the trials to start, ``cost`` seconds on one slot each, go to the slot that frees
-    first (the running trials' slots free at their mean time left); past :data:`EXACT_ROUNDS` rounds, whole rounds
-    are added to every slot at once."""
-    free = sorted(left.mean for left, width in running for _ in range(width))[:slots]
-    free += [0.0] * (slots - len(free))
-    rounds = max(0, to_start // slots - EXACT_ROUNDS)
-    if rounds:
-        free = [t + rounds * cost for t in free]
-        to_start -= rounds * slots
-    heapq.heapify(free)
-    for _ in range(to_start):
-        heapq.heapreplace(free, free[0] + cost)
-    return max(free)
 
 
 def residual(full: Estimate, ran: float) -> Estimate:
@@ -107,46 +112,146 @@ def residual(full: Estimate, ran: float) -> Estimate:
     return Estimate(max(0.0, min(mean, high)), min(low, max(0.0, mean)), max(high, mean), full.basis, full.n)
 
 
-def _spread(estimate: Estimate) -> float:
-    """The standard deviation a 90% interval stands for."""
-    return (estimate.high - estimate.low) / (2 * Z90)
+def _lognormal(full: Estimate) -> tuple[float, float] | None:
+    """``(mu, sigma)`` of the lognormal through ``full``'s mean and 90% interval (None: no spread to fit)."""
+    if not full.known or full.mean <= 0 or full.low <= 0 or full.high <= full.low:
+        return None
+    sigma = math.log(full.high / full.low) / (2 * Z90)
+    return math.log(full.mean) - sigma**2 / 2, sigma
+
+
+def _lefts(trials: Sequence[InFlight], draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Each trial's seconds left in each draw (``trials x draws``): its whole run drawn given that it has run so long
+    (a trial past anything its prediction expected may end any moment)."""
+    from scipy.special import ndtr, ndtri
+
+    out = np.zeros((len(trials), draws))
+    fits = [_lognormal(t.full) for t in trials]
+    plain = [i for i, fit in enumerate(fits) if fit is None]
+    out[plain] = np.array([max(0.0, trials[i].full.mean - trials[i].ran) for i in plain])[:, None] if plain else 0.0
+    pairs = [(i, fit) for i, fit in enumerate(fits) if fit is not None]
+    if pairs:
+        drawn = [i for i, _fit in pairs]
+        mu = np.array([fit[0] for _i, fit in pairs])[:, None]
+        sigma = np.array([fit[1] for _i, fit in pairs])[:, None]
+        ran = np.array([trials[i].ran for i in drawn])[:, None]
+        below = np.where(ran > 0, ndtr((np.log(np.maximum(ran, 1e-300)) - mu) / sigma), 0.0)
+        u = np.clip(below + rng.random((len(drawn), draws)) * (1.0 - below), 1e-12, 1 - 1e-12)
+        out[drawn] = np.where(below > 1 - 1e-9, 0.0, np.maximum(0.0, np.exp(mu + sigma * ndtri(u)) - ran))
+    return out
+
+
+def _place(free: np.ndarray, seconds: np.ndarray, width: np.ndarray) -> None:
+    """One trial in each draw (a row of ``free``: when each slot frees), ``seconds`` on the ``width`` slots that free
+    first."""
+    rows = np.arange(len(free))
+    if (width == 1).all():
+        first = free.argmin(axis=1)
+        free[rows, first] += seconds
+        return
+    free.sort(axis=1)
+    start = free[rows, np.minimum(width, free.shape[1]) - 1]
+    taken = np.arange(free.shape[1])[None, :] < width[:, None]
+    free[taken] = np.broadcast_to((start + seconds)[:, None], free.shape)[taken]
+
+
+def _place_round(free: np.ndarray, seconds: np.ndarray) -> None:
+    """``seconds`` (draws x n, n at most the slots) of trials of one slot each, on the ``n`` slots that free first
+    (placed together: exact for n = 1)."""
+    n = seconds.shape[1]
+    first = np.argpartition(free, n - 1, axis=1)[:, :n] if n < free.shape[1] else np.argsort(free, axis=1)
+    order = np.argsort(np.take_along_axis(free, first, axis=1), axis=1)
+    first = np.take_along_axis(first, order, axis=1)
+    free[np.arange(len(free))[:, None], first] += seconds
+
+
+def _ends(
+    lefts: np.ndarray,
+    started: Sequence[InFlight],
+    fulls: np.ndarray,
+    queued: Sequence[InFlight],
+    seen: tuple[np.ndarray, np.ndarray],
+    to_start: int,
+    slots: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Each draw's end: the ``started`` trials (``lefts``: seconds left, trials x draws) hold their slots, the
+    ``queued`` ones (``fulls``) and ``to_start`` trials drawn from ``seen`` (slot-seconds, widths), reweighted per
+    draw, start as slots free."""
+    draws = lefts.shape[1]
+    free = np.zeros((draws, slots))
+    columns = np.repeat(np.arange(len(started)), [t.width for t in started])
+    free[:, : len(columns)] = lefts[columns].T
+    for i, trial in enumerate(queued):
+        _place(free, fulls[i], np.full(draws, trial.width))
+    costs, widths = seen
+    weights = rng.dirichlet(np.ones(len(costs)), size=draws) if len(costs) > 1 else np.ones((draws, len(costs)))
+    rounds = max(0, to_start // slots - EXACT_ROUNDS)
+    if rounds:  # the rounds before the last ones: their sum on every slot
+        mean = weights @ costs
+        spread = np.sqrt(np.maximum(0.0, weights @ costs**2 - mean**2) * rounds)
+        free += (rounds * mean)[:, None] + rng.normal(size=free.shape) * spread[:, None]
+    exact = to_start - rounds * slots
+    if not exact:
+        return free.max(axis=1)
+    cumulative = np.cumsum(weights, axis=1)
+    picks = np.stack([np.searchsorted(c, rng.random(exact) * c[-1]) for c in cumulative])
+    picks = np.minimum(picks, len(costs) - 1)
+    seconds, width = costs[picks] / widths[picks], widths[picks]
+    if (widths == 1).all():
+        chunk = max(1, slots // CHUNKS)
+        for at in range(0, exact, chunk):
+            _place_round(free, seconds[:, at : at + chunk])
+    else:
+        for at in range(exact):
+            _place(free, seconds[:, at], width[:, at])
+    return free.max(axis=1)
+
+
+def _draws(to_start: int, slots: int) -> int:
+    """How many draws of the schedule left: :data:`DRAWS`, fewer where each costs more (:data:`WORK`)."""
+    turns = min(to_start, (EXACT_ROUNDS + 1) * slots)
+    turns = turns if slots <= CHUNKS else math.ceil(turns / (slots // CHUNKS))
+    return max(MIN_DRAWS, min(DRAWS, WORK // max(1, turns * slots)))
 
 
 def estimate_end(
-    running: Sequence[tuple[Estimate, int]],
+    in_flight: Sequence[InFlight],
     to_start: int,
-    per_trial: Estimate,
+    seen: Sequence[tuple[float, int]],
     slots: int,
     time_left: float | None = None,
     cost_left: float | None = None,
 ) -> Eta | None:
-    """The end of a campaign with ``running`` trials (each one's seconds left and its width), ``to_start`` trials
-    not started, each expected to cost ``per_trial`` slot-seconds, on ``slots`` slots; ``time_left``: seconds of
-    its time budget (None: none); ``cost_left``: slot-seconds of its resource budget (None: none). None when the
-    model cannot tell yet (a trial to start and no cost known, or a running trial's time left unknown)."""
-    if any(not left.known for left, _w in running) or (to_start and not per_trial.known):
+    """The end of a campaign with ``in_flight`` trials and ``to_start`` trials not sent out, each costing one of the
+    trials ``seen`` (slot-seconds, width), on ``slots`` slots; ``time_left``: seconds of its time budget (None:
+    none); ``cost_left``: slot-seconds of its resource budget not spent or committed to the trials in flight (None:
+    none). None when the model cannot tell yet (a trial to start and no cost seen, or a trial in flight whose run is
+    not known)."""
+    if any(not t.full.known for t in in_flight) or (to_start and not seen):
         return None
-    committed = sum(left.mean * width for left, width in running)
+    costs = np.array([max(0.0, c) for c, _w in seen]) if seen else np.zeros(1)
+    widths = np.array([max(1, w) for _c, w in seen]) if seen else np.ones(1, dtype=int)
     limited_by = ""
-    if cost_left is not None and per_trial.mean > 0:
-        fits = max(0, math.floor((cost_left - committed) / per_trial.mean))
+    if cost_left is not None and costs.mean() > 0:
+        fits = max(0, math.floor(cost_left / costs.mean()))
         if fits < to_start:
             to_start, limited_by = fits, "resource budget"
-    longest = max((left.mean for left, _w in running), default=0.0)
-    mean = max(longest, _drained(running, to_start, per_trial.mean, max(1, slots)))
-    last_round = min(max(1, slots), to_start + len(running))
-    mean += _spread(per_trial) / math.sqrt(1.0 + 1.0 / max(1, per_trial.n)) * _expected_max(last_round)
-    one = _spread(per_trial)
-    n = max(1, per_trial.n)
-    variance = sum((_spread(left) * width) ** 2 for left, width in running)
-    variance += to_start * one**2 + (to_start * one) ** 2 / n  # the trials' own spread and the mean's error
-    half = Z90 * math.sqrt(variance) / max(1, slots)
-    low, high = max(longest, mean - half), mean + half
-    if time_left is not None and high > time_left:
-        mean, low, high = min(mean, time_left), min(low, time_left), max(0.0, time_left)
-        limited_by = "time budget" if mean >= time_left else limited_by
-    low = min(low, mean)
-    return Eta(Estimate(mean, low, max(high, mean), per_trial.basis, per_trial.n), to_start, limited_by)
+    started = [t for t in in_flight if t.started]
+    queued = [t for t in in_flight if not t.started]
+    slots = max(1, slots, sum(t.width for t in started))
+    draws = _draws(to_start + len(queued), slots)
+    rng = np.random.default_rng(SEED)
+    lefts = _lefts(started, draws, rng)
+    fulls = _lefts([dataclasses.replace(t, ran=0.0) for t in queued], draws, rng)
+    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng)
+    if time_left is not None:
+        if float(np.mean(ends >= time_left)) >= 0.5:
+            limited_by = "time budget"
+        ends = np.minimum(ends, max(0.0, time_left))
+    low, high = (float(q) for q in np.quantile(ends, (0.05, 0.95)))
+    mean = float(ends.mean())
+    return Eta(Estimate(mean, min(low, mean), max(high, mean), Basis.SAMPLE, len(seen)), to_start, limited_by)
 
 
 class EtaLog:

@@ -6,20 +6,25 @@ and what the trial model says they still need). A trial starts while one more tr
 those so far, :meth:`~search.loop.costs.TrialCosts.per_trial`) fits in what is left; each one launched takes that
 much of it until the next look. Before any cost is known the first trials start. Once the next trial does not fit,
 asking stops and one line says so; the spend then ends within about one trial's cost of the budget.
+
+The first wave on many slots starts before any cost is known and may be more than the budget: once the running
+trials' whole runs are predicted (from their first epochs, :func:`~search.loop.costs.from_progress`) and overrun
+it, those with the most cost left are stopped at their next report (PRUNED, ``stop_reason = "resource budget"``)
+until the rest fit; once the spend so far reaches the budget, every running trial is stopped.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from cluster.trial_cost import Estimate
 from search.loop.costs import HOUR, TrialCosts, refresh_interval
 from search.loop.dispatch import CampaignError
 from search.loop.trials import RunningTrial
 
-__all__ = ["ResourceBudget", "HOUR", "resource_budget"]
+__all__ = ["ResourceBudget", "HOUR", "over_budget", "resource_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -42,20 +47,21 @@ class ResourceBudget:
         self._next = Estimate(0.0, 0.0, 0.0)
         self.closed = ""  # the line that said no more trials start
 
-    def look(self, running: Iterable[RunningTrial], now: float) -> None:
+    def look(self, running: Iterable[RunningTrial], now: float) -> list[RunningTrial]:
         """What is left after what ended and the running trials' predicted whole runs (worked out at most once per
         :func:`~search.loop.costs.refresh_interval`; meanwhile a run that ends stays counted at its prediction, and
-        each trial launched takes one trial's predicted cost)."""
+        each trial launched takes one trial's predicted cost). The running trials to stop (:func:`over_budget`)."""
         running = list(running)
         if now - self._looked < refresh_interval(len(running), self._costs.typical_run()):
-            return
+            return []
         self._looked = now
-        committed = 0.0
-        for r, left in zip(running, self._costs.lefts(running, now)):
-            ran = max(0.0, now - r.started_at) if r.started_at is not None else 0.0
-            committed += (ran + left.mean) * r.width
+        lefts = self._costs.lefts(running, now)
+        rans = [max(0.0, now - r.started_at) if r.started_at is not None else 0.0 for r in running]
+        committed = sum((ran + left.mean) * r.width for r, ran, left in zip(running, rans, lefts))
         self._room = self.limit - self._costs.spent - committed
         self._next = self._costs.per_trial(running)
+        so_far = self._costs.spent + sum(ran * r.width for r, ran in zip(running, rans))
+        return over_budget(running, lefts, self._room, so_far >= self.limit)
 
     def took(self, trials: int) -> None:
         """``trials`` launched since the last look: each takes one trial's predicted cost."""
@@ -88,6 +94,30 @@ class ResourceBudget:
             f"[study] {self.unit.replace('-', '_').lower()} = {self.hours:g}: {committed:.3g} {self.unit} spent or "
             f"committed to running trials and {cost}: no more trials start"
         )
+
+
+def over_budget(
+    running: Sequence[RunningTrial], lefts: Sequence[Estimate], room: float, spent: bool
+) -> list[RunningTrial]:
+    """The running trials to stop so that the spend ends within the budget: all of them once it is ``spent``;
+    while the running trials' predicted whole runs overrun it (``room`` < 0, slot-seconds), those with the most
+    predicted cost left first, each saving its time left but one epoch (it stops at its next report), until the
+    rest fit. Trials already asked to stop, and those whose run the model cannot tell yet, are left alone."""
+    live = [(r, left) for r, left in zip(running, lefts) if not r.stop_reason]
+    if spent:
+        return [r for r, _left in live]
+    stops: list[RunningTrial] = []
+    for r, left in sorted(live, key=lambda pair: -pair[1].mean * pair[0].width):
+        if room >= 0:
+            break
+        if not left.known:
+            continue
+        epoch = left.mean / max(1, r.config.epochs)
+        saved = max(0.0, left.mean - epoch) * r.width
+        if saved > 0:
+            stops.append(r)
+            room += saved
+    return stops
 
 
 def resource_budget(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from optuna.trial import FrozenTrial, TrialState
 
 from search.loop.costs import HOUR, TrialCosts
-from search.loop.eta import Eta, estimate_end
+from search.loop.eta import Eta, InFlight, estimate_end
 from search.spec.campaign_spec import StudySpec, TrainerSpec
 from search.store.records import TrialRecord
 
@@ -87,17 +87,17 @@ def campaign_cost(
     costs = TrialCosts()
     costs.load(r for r in records if r.state.is_finished())
     running = [(t, r) for t, r in zip(trials, records) if r.state == TrialState.RUNNING]
-    lefts, spent = [], costs.spent
+    in_flight, spent = [], costs.spent
     for trial, record in running:
         started = trial.datetime_start.timestamp() if trial.datetime_start else now
         width = record.width or 1
         spent += max(0.0, now - started) * width
         epochs = int((record.config or {}).get("epochs") or trainer.epochs)
-        lefts.append((costs.left(record.params, width, epochs, started, now), width))
+        in_flight.append(InFlight(costs.duration(record.params, width, epochs), max(0.0, now - started), width))
     finished = [r for r in records if r.state.is_finished()]
     to_start = max(0, study.n_trials - len(records))
-    width = slots or sum(width for _left, width in lefts)
-    eta = estimate_end(lefts, to_start, costs.per_trial(), width) if lefts else None
+    width = slots or sum(t.width for t in in_flight)
+    eta = estimate_end(in_flight, to_start, costs.seen(in_flight), width) if in_flight else None
     unit, per_slot, hours = (
         ("GPU-hours", trainer.gpus, study.gpu_hours) if study.gpu_hours else ("slot-hours", 1.0, study.slot_hours)
     )

@@ -44,6 +44,9 @@ class StopReason(enum.StrEnum):
     OUTPACED = "outpaced"
     """A scaling sweep's trial (``lr_grid``) ran more steps than its batch size's fewest to the target without
     reaching it: it cannot be that batch size's best (told PRUNED)."""
+    RESOURCE_BUDGET = "resource budget"
+    """The campaign's ``slot_hours`` / ``gpu_hours`` would not carry it to its end: stopped so the spend ends within
+    the budget."""
 
 
 class Transition(enum.StrEnum):

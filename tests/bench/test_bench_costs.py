@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.costs import Ran, eta_errors, spend_to_reach
+from bench.costs import Ran, eta_covered, eta_errors, spend_to_reach
 
 ALL_CONV = {f"Op{i}": "nor_conv_3x3" for i in range(6)}
 NONE = {f"Op{i}": "none" for i in range(6)}
@@ -32,8 +32,10 @@ def test_the_spend_to_reach_a_value_is_where_the_best_first_gets_there() -> None
 
 
 def test_the_eta_error_compares_the_expected_with_the_actual_time_left() -> None:
-    ran = Ran([], [(10.0, 100.0), (50.0, 30.0), (80.0, 40.0)], end=100.0, spent=0.0, per_trial=0.0)
+    etas = [(10.0, 100.0, 90.0, 110.0), (50.0, 30.0, 20.0, 60.0), (80.0, 40.0, 30.0, 50.0)]
+    ran = Ran([], etas, end=100.0, spent=0.0, per_trial=0.0)
     assert eta_errors(ran) == pytest.approx([abs(30 - 50) / 50, abs(30 - 50) / 50, abs(40 - 20) / 20])
+    assert eta_covered(ran) == [1.0, 1.0, 0.0]  # 50 s left in 20-60 at 25% and 50%; 20 s not in 30-50 at 75%
 
 
 def test_the_hpolib_table_times_a_small_batch_and_wide_layers_longer() -> None:

@@ -35,6 +35,7 @@ def test_enum_values_are_the_strings_stored_before() -> None:
         "trial timeout",
         "time budget: never started",
         "outpaced",
+        "resource budget",
     ]
     assert (
         f"{StopReason.PRUNED}" == "pruned" and json.dumps({"r": StopReason.TARGET_REACHED}) == '{"r": "target reached"}'

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import optuna
 import pytest
 from toy_specs import toy_toml
 
@@ -13,9 +14,12 @@ from cluster.sim_models import CurveModel
 from cluster.simulated import SimulatedExecutor
 from cluster.trial_cost import Basis, LogLinearLaw, Quantity, Resources
 from search.loop.campaign import Campaign
+from search.loop.costs import from_progress, startup
+from search.loop.trials import RunningTrial
 from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.folder import CampaignFolder
+from trainers.api import TrialConfig
 
 LAW = LogLinearLaw.power(2e-3, batch_size=-0.7)  # seconds per example
 EXAMPLES_PER_EPOCH = 1000
@@ -54,3 +58,24 @@ def test_a_campaign_learns_its_trials_time_per_example_and_predicts_their_durati
     assert predicted.low < truth < predicted.high
     assert run.costs.spent == pytest.approx(sum(t.user_attrs["duration"] for t in run.study.trials), rel=1e-6)
     assert run.costs.typical_run() is not None
+
+
+def _reporting(epochs: int, times: list[float], started: float = 100.0, stop: str = "") -> RunningTrial:
+    study = optuna.create_study()
+    config = TrialConfig(study="s", number=0, params={}, seed=0, epochs=epochs)
+    reports = [(step, {"loss": 1.0}, at) for step, at in enumerate(times, 1)]
+    return RunningTrial(study.ask(), config, 1, 0.0, reports=reports, stop_reason=stop, started_at=started)
+
+
+def test_a_running_trials_whole_run_is_read_from_its_epochs_after_the_first() -> None:
+    """A first epoch of 60 s (a fresh worker's imports) and epochs of 10 s after it: 10 epochs are 60 + 9 x 10 s."""
+    one = _reporting(10, [160.0])
+    assert from_progress(one) is None  # one report: the start-up and the epoch cannot be told apart
+    three = _reporting(10, [160.0, 170.0, 180.0])
+    whole = from_progress(three)
+    assert whole is not None and whole.low == whole.mean == whole.high == pytest.approx(150.0)  # epochs alike
+    assert startup(three) == pytest.approx(50.0)
+    stopping = from_progress(_reporting(10, [160.0, 170.0, 180.0], stop="resource budget"))
+    assert stopping is not None and stopping.mean == pytest.approx(90.0)  # asked to stop: one more epoch
+    assert from_progress(_reporting(10, [60.0, 170.0, 180.0])) is None  # an earlier run's report: not this run's
+    assert from_progress(_reporting(3, [160.0, 170.0, 500.0, 510.0])) is None  # steps past its epochs: not epochs

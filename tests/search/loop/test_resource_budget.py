@@ -20,13 +20,15 @@ from search.store.folder import CampaignFolder
 SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}}
 
 
-def campaign(tmp_path: Path, jitter: float, resource: str = "CPU", **study: object) -> tuple[Campaign, list[str]]:
-    text = toy_toml("budget", 200, 2, seed=4, space=SPACE, metric="accuracy", **study)
+def campaign(
+    tmp_path: Path, jitter: float, resource: str = "CPU", workers: int = 4, epochs: int = 2, **study: object
+) -> tuple[Campaign, list[str]]:
+    text = toy_toml("budget", 200, epochs, seed=4, space=SPACE, metric="accuracy", **study)
     spec = parse_spec(tomllib.loads(text), "budget.toml", text, check_trainer=False)  # simulated: no trainer runs
     folder = CampaignFolder(tmp_path / "budget")
     folder.create(text)
-    model = CurveModel(seed=2, epoch_seconds=5.0, jitter=jitter)
-    executor = SimulatedExecutor(4, model, controller_time_scale=0, resource=resource)
+    model = CurveModel(seed=2, epoch_seconds=5.0 * 2 / epochs, jitter=jitter)
+    executor = SimulatedExecutor(workers, model, controller_time_scale=0, resource=resource)
     lines: list[str] = []
     study_ = load_study(spec, folder, create=True)
     return Campaign(spec, folder, study_, executor, clock=executor.clock, on_notice=lines.append), lines
@@ -44,6 +46,22 @@ def test_asking_stops_when_one_more_trial_does_not_fit_in_the_slot_hours_left(tm
     assert 30 <= len(finished) <= 40  # not the 200 of the trial budget
     assert len(lines) == 1 and "[study] slot_hours = 0.1:" in lines[0] and "no more trials start" in lines[0]
     assert not [t for t in run.study.trials if t.state == TrialState.RUNNING]
+
+
+@pytest.mark.timeout(120)
+def test_the_first_wave_on_many_slots_stops_within_a_small_budget(tmp_path: Path) -> None:
+    """64 slots, a budget of 30 trials of 10 s (ten 1 s epochs): the first wave starts before any cost is known and
+    would spend 640 slot-seconds (the old code: 34 trials over). Once the first epochs tell each trial's whole run,
+    the trials with the most cost left are stopped (PRUNED, ``resource budget``) until the rest fit."""
+    run, lines = campaign(tmp_path, 0.0, workers=64, epochs=10, slot_hours=300 / 3600)
+    run.run()
+    one_trial = 10.0
+    assert run.costs.spent <= 300.0 + one_trial, run.costs.spent
+    stopped = [t for t in run.study.trials if t.user_attrs.get("stop_reason") == "resource budget"]
+    assert stopped and all(t.state == TrialState.PRUNED for t in stopped)
+    finished = [t for t in run.study.trials if t.state == TrialState.COMPLETE]
+    assert 10 <= len(finished) <= 30
+    assert len(lines) == 1 and "no more trials start" in lines[0]
 
 
 def test_a_gpu_hour_budget_on_cpu_slots_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -36,8 +36,8 @@ CORE = ("optuna", "torch", "dask", "distributed", "pandas", "numpy", "scipy")
 TESTED: dict[str, tuple[str, str]] = {
     "optuna": ("5.0.0", "5.1.0"),
     "torch": ("2.13.0", "2.13.0"),  # the only CPU build this registry has (bench/NOTES.md)
-    "dask": ("2025.4.0", "2026.8.0"),
-    "distributed": ("2025.4.0", "2026.8.0"),
+    "dask": ("2025.4.0", "2026.11.0"),  # 2026.11.0: CI's clean clone of 2026-12-07 (session 25)
+    "distributed": ("2025.4.0", "2026.11.0"),
     "pandas": ("2.0.0", "3.1.1"),
     "numpy": ("1.24.0", "2.4.6"),
     "scipy": ("1.10.0", "1.17.1"),

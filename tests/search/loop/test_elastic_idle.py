@@ -27,29 +27,31 @@ from search.spec.elastic import ElasticSpec
 from search.store.folder import CampaignFolder
 from search.store.records import Attr
 from search.vocab.terms import Transition
+from tests.search.toy_specs import toy_toml
 from trainers.api import TrialConfig
 
-SPEC = """
-[study]
-name = "idle"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 2
-n_trials = 4
+X_SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
 
-[trainer]
-entry = "bench.trivial:fit"
-epochs = 6
 
-[space]
-x = { type = "float", low = 0.0, high = 1.0 }
+def idle_toml(n_trials: int = 4, pruned: bool = False) -> str:
+    """``n_trials`` trivial trials of 6 epochs, widths [1, 2, 4] by goodput (reserve 1); ``pruned``: ASHA at rungs
+    1 and 2, reserve 0."""
+    asha = {"pruner": {"min_resource": 1, "reduction_factor": 2}} if pruned else {}
+    elastic = {"widths": [1, 2, 4], "grow": "goodput", "reserve": 0 if pruned else 1}
+    return toy_toml(
+        "idle",
+        n_trials,
+        6,
+        seed=2,
+        pruner="asha" if pruned else None,
+        trainer={"entry": "bench.trivial:fit"},
+        space=X_SPACE,
+        cluster={"n_workers": None},
+        top={**asha, "elastic": elastic},
+    )
 
-[elastic]
-widths = [1, 2, 4]
-grow = "goodput"
-reserve = 1
-"""
+
+SPEC = idle_toml()
 
 EXAMPLES = 100  # per epoch
 BATCH = 10  # the global batch: 10 steps per epoch
@@ -115,7 +117,7 @@ def test_slots_left_idle_widen_the_trial_still_running_at_its_next_report(tmp_pa
 
 def test_no_slot_is_idle_beyond_the_reserve_while_trials_wait(tmp_path: Path) -> None:
     """8 trials on 4 slots: while trials wait to start, no running trial is widened; the last ones are."""
-    text = SPEC.replace("n_trials = 4", "n_trials = 8")
+    text = idle_toml(8)
     spec = parse_spec(tomllib.loads(text), "idle.toml", text)
     folder = CampaignFolder(tmp_path / "idle8")
     folder.create(text)
@@ -191,11 +193,7 @@ def test_promotion_mode_does_not_grow_into_idle_slots() -> None:
     assert not growth.has_spare(4, 0)
 
 
-PRUNED_SPEC = (
-    SPEC.replace("n_trials = 4", 'n_trials = 2\npruner = "asha"')
-    .replace("reserve = 1", "reserve = 0")
-    .replace("[trainer]", "[pruner]\nmin_resource = 1\nreduction_factor = 2\n\n[trainer]")
-)
+PRUNED_SPEC = idle_toml(2, pruned=True)
 
 
 class Scored(Resumable):

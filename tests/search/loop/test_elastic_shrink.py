@@ -18,32 +18,27 @@ from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
 from search.store.records import Attr
+from tests.search.toy_specs import toy_toml
 
-SPEC = """
-[study]
-name = "shrink"
-direction = "maximize"
-metric = "score"
-sampler = "random"
-seed = 2
-n_trials = 6
-pruner = "asha"
 
-[pruner]
-min_resource = 1
-reduction_factor = 2
-
-[trainer]
-entry = "bench.trivial:fit"
-epochs = 4
-
-[space]
-x = { type = "float", low = 0.0, high = 1.0 }
-
-[elastic]
-widths = [1, 2]
-reserve = 0
-"""
+def shrink_toml(n_trials: int, shrink: bool, ahead: int) -> str:
+    """``n_trials`` trivial trials of 4 epochs, ASHA at rungs 1 and 2, widths [1, 2] (reserve 0); ``ahead``:
+    ``[study] dispatch_ahead`` (-1: auto)."""
+    return toy_toml(
+        "shrink",
+        n_trials,
+        4,
+        seed=2,
+        pruner="asha",
+        dispatch_ahead=ahead if ahead >= 0 else None,
+        trainer={"entry": "bench.trivial:fit"},
+        space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        cluster={"n_workers": None},
+        top={
+            "pruner": {"min_resource": 1, "reduction_factor": 2},
+            "elastic": {"widths": [1, 2], "reserve": 0, **({"shrink": True} if shrink else {})},
+        },
+    )
 
 
 class Checkpointed:
@@ -63,9 +58,7 @@ class Checkpointed:
 
 def widths_of(tmp_path: Path, shrink: bool, ahead: int = -1, n_trials: int = 6) -> list[list[tuple[str, int]]]:
     """Each trial's segments (transition, width); ``ahead``: ``[study] dispatch_ahead`` (-1: auto)."""
-    text = SPEC.replace("n_trials = 6", f"n_trials = {n_trials}") + ("shrink = true\n" if shrink else "")
-    if ahead >= 0:
-        text = text.replace('pruner = "asha"\n', f'pruner = "asha"\ndispatch_ahead = {ahead}\n', 1)
+    text = shrink_toml(n_trials, shrink, ahead)
     spec = parse_spec(tomllib.loads(text), "shrink.toml", text)
     folder = CampaignFolder(tmp_path / f"shrink-{shrink}-{ahead}")
     folder.create(text)

@@ -23,6 +23,7 @@ import torch
 from dask_processes import wait_for
 
 from tests.campaign_storage import load
+from tests.search.toy_specs import toy_toml
 from tests.spec_files import write_spec
 
 pytestmark = pytest.mark.slow
@@ -183,27 +184,17 @@ def fit(config, reporter):
     return {"loss": loss}
 '''
 
-OWN_SPEC = """
-[study]
-name = "own-threads"
-direction = "minimize"
-metric = "loss"
-sampler = "random"
-seed = 3
-n_trials = 1
-deterministic = true
-
-[trainer]
-entry = "threadtrain:fit"
-epochs = 3
-device = "cpu"
-
-[space]
-lr = { type = "float", low = 0.1, high = 0.5 }
-
-[cluster]
-n_workers = 1
-"""
+OWN_SPEC = toy_toml(
+    "own-threads",
+    1,
+    3,
+    direction="minimize",
+    metric="loss",
+    seed=3,
+    deterministic=True,
+    trainer={"entry": "threadtrain:fit", "device": "cpu"},
+    space={"lr": {"type": "float", "low": 0.1, "high": 0.5}},
+)
 
 
 @pytest.mark.timeout(300)

@@ -190,7 +190,8 @@ def _ends(
     if rounds:  # the rounds before the last ones: their sum on every slot
         mean = weights @ costs
         spread = np.sqrt(np.maximum(0.0, weights @ costs**2 - mean**2) * rounds)
-        free += (rounds * mean)[:, None] + rng.normal(size=free.shape) * spread[:, None]
+        sums = (rounds * mean)[:, None] + rng.normal(size=free.shape) * spread[:, None]
+        free += np.clip(sums, rounds * costs.min(), rounds * costs.max())  # a sum of costs lies between these
     exact = to_start - rounds * slots
     if not exact:
         return free.max(axis=1)

@@ -13,6 +13,7 @@ from toy_specs import toy_toml
 from cluster.sim_models import CurveModel
 from cluster.simulated import SimulatedExecutor
 from search.loop.campaign import Campaign, Snapshot
+from search.loop.eta import EXACT_ROUNDS, estimate_end
 from search.loop.progress import render
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
@@ -127,3 +128,14 @@ def test_the_report_draws_the_ends_expected_along_the_way_against_the_actual_one
     section = cost_and_end(load_campaign(tmp_path / "eta"))
     assert section.shown and "expected end against the actual end" in section.html, section.html[:500]
     assert "| 25% |" in section.md and "slot-hours spent" in section.md
+
+
+def test_a_sum_of_rounds_of_widely_varying_costs_never_gives_a_negative_end() -> None:
+    """CI found it: few rounds summed as a normal draw of costs 0.01 and 100 s gave an interval below 0 and the
+    campaign's progress line raised; each sum now lies between the rounds' least and greatest cost."""
+    for to_start in range(3, 12):
+        for cheap in (1, 2, 3):
+            eta = estimate_end([], to_start, [(0.01, 1)] * cheap + [(100.0, 1)], slots=1)
+            assert eta is not None
+            assert eta.left.low >= (to_start - EXACT_ROUNDS) * 0.01
+            assert eta.left.high <= to_start * 100.0

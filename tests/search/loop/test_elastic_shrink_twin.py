@@ -7,7 +7,10 @@ trial's ``epoch`` at a rung), so ASHA promotes both at every rung and both grow 
 at the first width is not narrowed). A 4-wide segment holds every slot, so the trial whose 4-wide segment runs first
 (call it F) runs it while the other's 4-wide segment, sent when that trial's first segment ended (causally before F's
 began: F needed its slots), waits; at F's next rung that trial still waits, whatever the order the controller
-hears of its start and of F's end in (``Dispatcher.room``), so F goes on at 2."""
+hears of its start and of F's end in (``Dispatcher.room``), so F goes on at 2.
+
+``reproduce`` replays F's three segments (2, 4 and 2 ranks) in this process, its ranks from a warm pool as a
+worker's are (:mod:`trainers.warm_pool`: forks of a process that has imported torch), not fresh interpreters."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
 from tests.search.toy_specs import digits_toml
+from trainers import warm_pool
 
 SPEC = digits_toml(
     "shrink-twin",
@@ -65,6 +69,10 @@ def test_a_trial_grown_to_4_ranks_across_two_workers_goes_on_at_2_while_the_othe
     assert history[3]["steps"] == 2 * math.ceil(n / 32) + math.ceil(n / 64)  # from the checkpoint, not from scratch
     assert [history[e]["lr"] for e in (1, 2, 3)] == [pytest.approx(lr), pytest.approx(2 * lr), pytest.approx(lr)]
     assert first.user_attrs[Attr.CONFIG]["data_parallel"] == 2
-    result = reproduce_trial(folder.root, first.number)
+    warm_pool.enable()  # the replay's 8 rank processes forked from one that imported torch, as on a worker
+    try:
+        result = reproduce_trial(folder.root, first.number)
+    finally:
+        warm_pool.shutdown()
     text = comparison_text(result)
     assert result.matched and "widths 2, 4, 2" in text, text

@@ -75,4 +75,5 @@ def test_a_trial_grown_to_4_ranks_across_two_workers_goes_on_at_2_while_the_othe
     finally:
         warm_pool.shutdown()
     text = comparison_text(result)
-    assert result.matched and "widths 2, 4, 2" in text, text
+    assert result.matched and "replayed its 3 segments: widths 2, 4, 2" in text, text
+    assert {c.where for c in result.checks} == {"final", "step 1", "step 2", "step 3"}  # every report compared

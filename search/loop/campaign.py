@@ -328,7 +328,7 @@ class Campaign:
 
     def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment) -> None:
         """A trial's next segment (a resize, a PBT member's next interval), recorded, then sent at its width."""
-        room = self.dispatch.room(segment.width, self.supply, self.budget.may_start())
+        room = self.dispatch.room(segment.width, self.supply, self.budget.may_start(), running.width)
         config = begin_segment(running, config, segment, room, self.policies)  # [elastic] shrink: for waiting trials
         self._sync()  # on disk before it is acted on: a controller killed now resumes the trial in this segment
         self.dispatch.resubmit(running, config)

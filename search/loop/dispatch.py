@@ -71,7 +71,8 @@ class FillPlan:
 @dataclasses.dataclass(frozen=True)
 class Room:
     """For a trial's next segment: whether its width fits the workers together (``fits``), the ``free`` slots (its
-    own included) and the slots the trials that wait or may still be asked want (``waiting``)."""
+    own included; those of tasks queued at the workers too) and the slots the trials that wait (queued, asked, or
+    still to be asked) want (``waiting``)."""
 
     fits: bool
     free: int
@@ -252,17 +253,17 @@ class Dispatcher:
         waiting = len(supply.pending) + (supply.trials_left() if may_start else 0)
         return self._busy + waiting * max(1, self._min_width)
 
-    def room(self, width: int, supply: TrialSupply, may_start: bool) -> Room:
-        """The room for a trial's next segment of ``width`` slots (see :class:`Room`). A task sent to the workers and
-        not started there (queued behind the slots) holds no slot yet: its trials wait like those not sent."""
-        held = self._held()
-        free, waiting = self._executor.slots().total - held, self.wanted(supply, may_start) - held
-        return Room(self.fits_width(width), free, waiting)
+    def room(self, width: int, supply: TrialSupply, may_start: bool, leaving: int = 0) -> Room:
+        """The room for a trial's next segment of ``width`` slots (see :class:`Room`); ``leaving``: the slots that trial
+        held until its run ended (0: none, a look at idle slots).
 
-    def _held(self) -> int:
-        """The slots of the tasks that started on a worker (one of their trials has)."""
-        started = {r.task for r in self.running.values() if r.task and r.started_at is not None}
-        return sum(self._tasks[t][0] for t in started if t in self._tasks)
+        Counted from what the controller sent, not from which tasks the workers have started (that news races the
+        trial's end: a task queued behind the trial starts in its slots before the controller hears it ended): the
+        tasks sent hold the slots beside the leaving trial's first; those beyond them waited for its slots, like
+        the trials not sent (asked, or still to be asked)."""
+        total = self._executor.slots().total
+        held = min(self._busy, max(0, total - leaving))
+        return Room(self.fits_width(width), total - held, self.wanted(supply, may_start) - held)
 
     # --- what happens to running trials -------------------------------------------------------------
 

@@ -116,6 +116,7 @@ class _Replay:
         self._fit = fit
         self._work = work
         self._states: dict[tuple[int, int], Path] = {}
+        self.ran: list[tuple[int, int, int, int]] = []  # each piece run: (member, start epoch, end epoch, width)
 
     def member(self, number: int) -> tuple[Reports, dict[str, float]]:
         """Every report of member ``number``'s own stints, and its final metrics."""
@@ -143,7 +144,10 @@ class _Replay:
         config = self._config(stint.number)
         reports: Reports = []
         final: Mapping[str, float] = {}
+        start = stint.start
         for end, width in pieces(stint, widths_of(self._trials[stint.number], config.data_parallel)):
+            self.ran.append((stint.number, start, end, width))
+            start = end
             piece = dataclasses.replace(
                 config,
                 params=dict(stint.params),
@@ -177,9 +181,15 @@ class _Replay:
 
 
 def replay_member(
-    spec: CampaignSpec, study: optuna.Study, folder: CampaignFolder, number: int, fit: Fit
+    spec: CampaignSpec,
+    study: optuna.Study,
+    folder: CampaignFolder,
+    number: int,
+    fit: Fit,
+    notes: list[str] | None = None,
 ) -> tuple[Reports, dict[str, float], str]:
-    """Replay member ``number``'s whole schedule: (its own reports, its final metrics, an error or "")."""
+    """Replay member ``number``'s whole schedule: (its own reports, its final metrics, an error or ""). Where its
+    width changed, ``notes`` gets a line: the widths its epochs were replayed at."""
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     trial = trials[number]
     if trial.state != TrialState.COMPLETE:
@@ -201,4 +211,8 @@ def replay_member(
             raise
         except Exception as exc:  # noqa: BLE001 - a trainer that now fails is a mismatch, shown as one line
             return [], {}, f"the trainer raised {type(exc).__name__}: {exc}"
+    own = [(start, end, width) for member, start, end, width in replay.ran if member == number]
+    if notes is not None and len({width for _s, _e, width in own}) > 1:
+        shown = ", ".join(f"{start}..{end} at {width}" for start, end, width in own)
+        notes.append(f"replayed its epochs at the widths it ran them at (epochs at slots): {shown}")
     return reports, final, ""

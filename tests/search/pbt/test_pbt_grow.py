@@ -16,15 +16,18 @@ import pytest
 from search.loop.barrier import Release, widened
 from search.loop.dispatch import Room
 from search.loop.elastic import ElasticGrowth
+from search.loop.policies import population_of
 from search.loop.segments import Segment
+from search.loop.trial_maker import TrialMaker
 from search.loop.trials import RunningTrial
 from search.pbt.journal import PBTJournal
-from search.pbt.policy import Action
+from search.pbt.policy import Action, Decision
 from search.pbt.replay import Stint, pieces
 from search.reports.reproduce import comparison_text, reproduce_trial
-from search.session.runner import RunOptions, run_campaign
+from search.session.runner import RunOptions, load_study, run_campaign
 from search.spec.campaign_spec import parse_spec
 from search.spec.elastic import ElasticSpec
+from search.store.folder import CampaignFolder
 from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
@@ -78,6 +81,7 @@ def test_a_pbt_survivor_grows_from_1_to_2_slots_at_its_rung_and_reproduces(tmp_p
     assert [len(s.runs) for s in segments[grown.number]] == [1, 1]
     result = reproduce_trial(folder.root, grown.number)  # epoch 1 at 1 slot, then epoch 2 at 2 from its checkpoint
     assert result.matched, comparison_text(result)
+    assert "replayed its epochs at the widths it ran them at (epochs at slots): 0..1 at 1, 1..2 at 2" in result.notes
 
 
 def _member(study: optuna.Study, width: int, step_seconds: dict[int, float]) -> RunningTrial:
@@ -135,3 +139,35 @@ def test_a_stint_is_split_where_the_members_width_changed() -> None:
     assert pieces(stint, [(0, 1), (2, 1), (2, 2), (4, 2)]) == [(2, 1), (6, 2)]
     assert pieces(Stint(0, 2, 6, {}, source=1), [(0, 1), (3, 2), (5, 1)]) == [(3, 1), (5, 2), (6, 1)]
     assert pieces(stint, [(0, 2), (1, 4), (1, 1)]) == [(1, 2), (6, 1)]  # a cut segment superseded at its start
+
+
+class _Order:  # the ledger's side of asking, for a trial configured alone
+    finished = 0
+
+    def asked(self, number: int) -> None:
+        pass
+
+    def may_ask(self) -> bool:
+        return True
+
+
+def test_a_member_resumed_after_its_rung_grew_it_goes_on_in_its_wider_segment(tmp_path: Path) -> None:
+    """A controller killed right after the rung's decision and the grown segment's record (synced before it is
+    sent): the resumed member runs that segment, at 2 slots, with the parameters the journal gives it."""
+    spec = parse_spec(tomllib.loads(SPEC), "pbt-grow.toml", SPEC)
+    folder = CampaignFolder(tmp_path / "pbt-grow")
+    folder.create(SPEC)
+    study = load_study(spec, folder, create=True)
+    trial = study.ask(fixed_distributions=spec.space.base_distributions())
+    grown = [Segment(0, Transition.START, 1, 0, 1), Segment(1, Transition.RESIZE, 2, 1, 2, 1000)]
+    trial.set_user_attr(Attr.SEGMENTS, [s.to_record() for s in grown])
+    PBTJournal(folder.root).decided(
+        1, {trial.number: 0.9}, {trial.number: Decision(Action.CONTINUE, None, {"lr": 0.004})}
+    )
+    maker = TrialMaker(
+        spec.study, spec.trainer, spec.space, folder, study, _Order(), population_of(spec, folder, study)
+    )
+    prepared = maker.configure(trial, 0)
+    assert prepared.config is not None and prepared.segments == tuple(grown)
+    assert (prepared.width, prepared.config.data_parallel, prepared.config.epochs) == (2, 2, 2)
+    assert prepared.config.params["lr"] == 0.004 and prepared.config.inherit_checkpoint

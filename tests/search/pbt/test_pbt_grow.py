@@ -23,6 +23,8 @@ from search.loop.trials import RunningTrial
 from search.pbt.journal import PBTJournal
 from search.pbt.policy import Action, Decision
 from search.pbt.replay import Stint, pieces
+from search.reports.data import load_campaign
+from search.reports.elastic_section import elastic_section
 from search.reports.reproduce import comparison_text, reproduce_trial
 from search.session.runner import RunOptions, load_study, run_campaign
 from search.spec.campaign_spec import parse_spec
@@ -79,6 +81,9 @@ def test_a_pbt_survivor_grows_from_1_to_2_slots_at_its_rung_and_reproduces(tmp_p
     assert history[2]["steps"] == 2 * math.ceil(n / 32)  # the same global batch, from the checkpoint
     assert grown.user_attrs[Attr.CONFIG]["data_parallel"] == 2
     assert [len(s.runs) for s in segments[grown.number]] == [1, 1]
+    section = elastic_section(load_campaign(folder.root)).md  # the report lists the grown member alone
+    rows = [[c.strip() for c in line.split("|")[1:5]] for line in section.splitlines() if line.startswith("| ")]
+    assert rows[1:] == [[str(grown.number), "0: start", "0..1", "1"], [str(grown.number), "1: resize", "1..2", "2"]]
     result = reproduce_trial(folder.root, grown.number)  # epoch 1 at 1 slot, then epoch 2 at 2 from its checkpoint
     assert result.matched, comparison_text(result)
     assert "replayed its epochs at the widths it ran them at (epochs at slots): 0..1 at 1, 1..2 at 2" in result.notes

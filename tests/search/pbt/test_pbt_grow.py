@@ -7,6 +7,11 @@ torch DDP over gloo), then ``reproduce`` replays the grown member's pieces at th
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -26,7 +31,7 @@ from search.pbt.replay import Stint, pieces
 from search.reports.data import load_campaign
 from search.reports.elastic_section import elastic_section
 from search.reports.reproduce import comparison_text, reproduce_trial
-from search.session.runner import RunOptions, load_study, run_campaign
+from search.session.runner import RunOptions, load_study, resume_campaign, run_campaign
 from search.spec.campaign_spec import parse_spec
 from search.spec.elastic import ElasticSpec
 from search.store.folder import CampaignFolder
@@ -35,6 +40,8 @@ from search.vocab.terms import Transition
 from tests.campaign_storage import load
 from tests.search.toy_specs import digits_toml
 from trainers.api import TrialConfig
+
+ROOT = Path(__file__).resolve().parents[3]
 
 # 3 members on 2 workers x 2 slots: at the rung (epoch 1) the worst exploits, the two survivors may take the one
 # slot the 3 next segments leave idle; the lower-numbered wins the tie (both measured only at width 1).
@@ -87,6 +94,46 @@ def test_a_pbt_survivor_grows_from_1_to_2_slots_at_its_rung_and_reproduces(tmp_p
     result = reproduce_trial(folder.root, grown.number)  # epoch 1 at 1 slot, then epoch 2 at 2 from its checkpoint
     assert result.matched, comparison_text(result)
     assert "replayed its epochs at the widths it ran them at (epochs at slots): 0..1 at 1, 1..2 at 2" in result.notes
+
+
+def _killed_run(runs: Path) -> int:
+    """The controller process's exit status; what it left running (its Dask workers) is ended with it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "tests.search.pbt.pbt_grow_kill", str(runs)]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=400)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the workers it started, nothing else
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_controller_killed_right_after_a_survivor_grew_resumes_it_in_its_wider_segment(tmp_path: Path) -> None:
+    assert _killed_run(tmp_path) == -signal.SIGKILL
+    killed_at = time.time()
+    folder = tmp_path / "pbt-grow"
+    left = load(folder, "pbt-grow").get_trials()
+    grown = [t.number for t in left if [s["width"] for s in t.user_attrs.get(Attr.SEGMENTS, [])] == [1, 2]]
+    assert len(grown) == 1 and left[grown[0]].state == optuna.trial.TrialState.RUNNING  # on disk before it was sent
+    resume_campaign(folder, RunOptions(progress=False))
+    trials = load(folder, "pbt-grow").get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3, [t.user_attrs for t in trials]
+    trial = trials[grown[0]]
+    segments = [Segment.from_record(r) for r in trial.user_attrs[Attr.SEGMENTS]]
+    assert [(s.transition, s.width, s.start_epoch, s.end_epoch) for s in segments] == [
+        (Transition.START, 1, 0, 1),
+        (Transition.RESIZE, 2, 1, 2),
+    ]  # resumed in its wider segment: not at 1 slot, not grown a second time
+    (first_run,), (resumed_run,) = (s.runs for s in segments)  # one run each: none at 1 slot after the resume
+    assert first_run[1] < killed_at < resumed_run[0]
+    history = dict(trial.user_attrs[Attr.HISTORY])
+    n = int(history[1]["examples"])
+    assert sorted(history) == [1, 2] and history[2]["examples"] == 2 * n  # none lost, none repeated
+    assert trial.user_attrs[Attr.CONFIG]["data_parallel"] == 2
 
 
 def _member(study: optuna.Study, width: int, step_seconds: dict[int, float]) -> RunningTrial:

@@ -62,6 +62,11 @@ class ElasticSpec:
         for name, value, allowed in (("grow", self.grow, GROW_WHEN), ("batch", self.batch, BATCH_MODES)):
             if value not in allowed:
                 raise ValueError(f"elastic {name}={value!r}: must be one of {', '.join(allowed)}")
+        if self.grow == "pbt" and self.batch != "fixed":
+            raise ValueError(
+                f"elastic batch={self.batch!r}: must be 'fixed' with grow = 'pbt' (PBT explores the learning rate "
+                "itself; a rule's rate would fight it)"
+            )
         if self.batch == "fixed" and self.lr_rule is not None:
             raise ValueError(f"elastic lr_rule={self.lr_rule!r}: the global batch is fixed, so the rate stays")
         if self.batch == "grow" and self.lr_rule not in LR_RULES:
@@ -144,8 +149,6 @@ def parse_elastic(
         raise t.error("grow", f"'promotion' needs [study] pruner = 'asha' or 'hyperband', got {study.pruner!r}")
     if spec.grow == "pbt" and study.scheduler != "pbt":
         raise t.error("grow", "'pbt' needs [study] scheduler = 'pbt'")
-    if spec.grow == "pbt" and spec.batch != "fixed":
-        raise t.error("batch", "must be 'fixed' with grow = 'pbt': PBT explores the rate itself, a rule would fight it")
     if searched_width:
         raise SpecError(source, "space.data_parallel", "[elastic] sets each trial's width; remove it from [space]")
     if trainer.data_parallel != spec.start_width:

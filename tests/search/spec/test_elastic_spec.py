@@ -96,6 +96,7 @@ def test_elastic_cross_checks_with_the_rest_of_the_spec(tmp_path: Path) -> None:
         ({"widths": (1,)}, "widths=\\[1\\]: need at least two"),
         ({"widths": (1, 2), "lr_rule": "sqrt"}, "lr_rule='sqrt': the global batch is fixed"),
         ({"widths": (1, 2), "batch": "grow"}, "lr_rule=None: must be one of"),
+        ({"widths": (1, 2), "grow": "pbt", "batch": "grow", "lr_rule": "sqrt"}, "batch='grow': must be 'fixed' with"),
     ],
 )
 def test_the_dataclass_checks_itself_at_construction(kwargs: dict[str, object], message: str) -> None:

@@ -7,7 +7,10 @@ the members behind it get the workers (time-sharing, as Ray Tune's PBT pauses tr
 segment of every member of each rung the population has decided (:class:`Release`: a
 :class:`~search.loop.segments.Segment` begun by ``exploit`` or ``continue``, which the campaign
 starts as it starts any trial's next segment), or, past the time budget, tell the waiting members
-PRUNED (:class:`Expire`).
+PRUNED (:class:`Expire`). With ``[elastic] grow = "pbt"`` the survivors of a decided rung (members that go on
+with their own checkpoint) may widen into the slots the population's next segments leave idle, chosen for the
+whole rung at once by goodput per slot (:meth:`~search.loop.elastic.ElasticGrowth.widen_survivors`): such a
+segment is a ``resize`` at the new width; an exploiting member keeps its width.
 
 Every run of a member (each segment, each retry) is kept in its segment's ``runs`` (the trial's
 ``segments``, recorded by the campaign), so the timeline draws segments as runs and the
@@ -18,19 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 
 from optuna.trial import TrialState
 
 from cluster.executor import Outcome
-from search.loop.dispatch import TIME_BUDGET
+from search.loop.dispatch import TIME_BUDGET, Room
+from search.loop.elastic import ElasticGrowth
 from search.loop.policies import Verdict
 from search.loop.segments import Segment, examples_seen, following
 from search.loop.trials import RunningTrial
 from search.pbt.population import Population
 from search.store.sinks import ReportSinks
+from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
-__all__ = ["Barrier", "Release", "Expire", "EXPLOIT_METRIC"]
+__all__ = ["Barrier", "Release", "Expire", "EXPLOIT_METRIC", "widened"]
 
 EXPLOIT_METRIC = "pbt_exploit_source"  # TensorBoard/MLflow: at the exploit step, the trial whose checkpoint was copied
 
@@ -56,9 +62,11 @@ class Expire:
 class Barrier:
     """Parks members at their rung and says which go on when the population has decided it."""
 
-    def __init__(self, population: Population, sinks: ReportSinks) -> None:
+    def __init__(self, population: Population, sinks: ReportSinks, policies: Sequence[object] = ()) -> None:
         self.population = population
         self._sinks = sinks
+        growth = next((p for p in policies if isinstance(p, ElasticGrowth)), None)
+        self._growth = growth if growth is not None and growth.pbt else None  # [elastic] grow = "pbt"
         self.parked: dict[int, tuple[RunningTrial, Outcome]] = {}
 
     def ran(self, running: RunningTrial, outcome: Outcome) -> Outcome:
@@ -70,8 +78,10 @@ class Barrier:
         running.not_running()  # no trial timeout counts while it waits
         self.parked[running.number] = (running, outcome)
 
-    def step(self, time_left: bool) -> list[Release] | list[Expire]:
-        """The members of each decided rung, to send on; without time left, every waiting one, to end PRUNED."""
+    def step(self, time_left: bool, room: Callable[[], Room] | None = None) -> list[Release] | list[Expire]:
+        """The members of each decided rung, to send on; without time left, every waiting one, to end PRUNED.
+        ``room``: the cluster's room now (its free slots), asked only when a rung was decided and survivors may
+        widen (``[elastic] grow = "pbt"``)."""
         if not time_left:
             expired = [
                 Expire(running, outcome, Verdict(TrialState.PRUNED, (), _waited_out(running)))
@@ -91,7 +101,24 @@ class Barrier:
                 running.segment(), released.transition, running.config, released.config, examples, released.source
             )
             released_now.append(Release(running, released.config, segment))
-        return released_now
+        if self._growth is None or room is None or not released_now:
+            return released_now
+        return widened(released_now, self._growth, room())
+
+
+def widened(releases: Sequence[Release], growth: ElasticGrowth, room: Room) -> list[Release]:
+    """``releases`` (the next segments of a decided rung's members) with the survivors ``growth`` widens into the
+    ``room``'s free slots less those all the next segments take: each one a ``resize`` at its new width."""
+    free = room.free - sum(r.segment.width for r in releases)
+    survivors = [r.running.view() for r in releases if r.segment.transition is Transition.CONTINUE]
+    chosen = growth.widen_survivors(survivors, free, room.waiting)
+    return [_resized(r, chosen[r.running.number]) if r.running.number in chosen else r for r in releases]
+
+
+def _resized(release: Release, width: int) -> Release:
+    config = dataclasses.replace(release.config, data_parallel=width)
+    segment = dataclasses.replace(release.segment, width=width, transition=Transition.RESIZE)
+    return dataclasses.replace(release, config=config, segment=segment)
 
 
 def _waited_out(running: RunningTrial) -> str:

@@ -142,7 +142,7 @@ class Campaign:
         self.supply = TrialSupply(
             spec, folder, study, executor, self.ledger, self.budget, population, self._outside_supply, sampling
         )
-        self.barrier = Barrier(population, self.sinks) if population else None
+        self.barrier = Barrier(population, self.sinks, self.policies) if population else None
         self._freezer = SurvivorFreezer()  # what the loop keeps leaves the collector's walks (an owned heap only)
         # too few slots: a line (on_notice: the terminal; campaign.log too); none for worker_timeout: exit 3
         self._notice = on_notice or (lambda _line: None)
@@ -247,7 +247,7 @@ class Campaign:
     def _step_population(self) -> None:
         """PBT: members of a decided rung go on; past the time budget the waiting ones are told PRUNED."""
         assert self.barrier is not None
-        for move in self.barrier.step(self.budget.time_left()):
+        for move in self.barrier.step(self.budget.time_left(), lambda: self.dispatch.room(1, self.supply, False)):
             if isinstance(move, Expire):
                 self.dispatch.forget(move.running.number)
                 self._finish(move.running, move.outcome, move.verdict)

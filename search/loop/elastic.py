@@ -18,6 +18,10 @@ then :meth:`ElasticGrowth.widen_idle` picks, among all the running trials, those
 (:func:`~search.elastic.allocate.grow` over them all at once); each one's segment ends at its next report (a
 ``resize`` stop, its checkpoint there) and its next one takes the slots the room then has
 (:meth:`ElasticGrowth.fit_room`). The slots promised to a trial whose stop is under way are not given twice.
+
+With ``grow = "pbt"`` no segment ends here: a PBT member's segments end at the population's rungs, and when a rung
+is decided :class:`~search.loop.barrier.Barrier` asks :meth:`ElasticGrowth.widen_survivors` which survivors widen
+into the slots the population's next segments leave idle (the global batch fixed: the width changes speed only).
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ class ElasticGrowth:
     def __init__(self, spec: ElasticSpec, rungs: Sequence[int]) -> None:
         self.spec = spec
         self.idle = spec.grow == "goodput"  # grows into idle slots, at any epoch boundary
-        self.rungs = () if self.idle and not spec.shrink else tuple(rungs)  # goodput: rungs only to shrink at
+        self.pbt = spec.grow == "pbt"  # PBT's own segments end at its rungs: widen_survivors, none cut here
+        self.rungs = () if self.pbt or (self.idle and not spec.shrink) else tuple(rungs)  # goodput: only to shrink
         self._promised: dict[int, int] = {}  # trial -> slots it will add once its resize stop ends its segment
         self._looked: tuple[int, int, frozenset[tuple[int, int]]] | None = None  # the room of the last look
 
@@ -82,8 +87,8 @@ class ElasticGrowth:
         config = running.config
         total = config.schedule_epochs or config.epochs
         resizing = running.stop_transition is Transition.RESIZE and bool(running.stop_reason)
-        if not outcome.ok or (running.stop_reason and not resizing):
-            return None  # failed, pruned at its rung: the other policies decide
+        if self.pbt or not outcome.ok or (running.stop_reason and not resizing):
+            return None  # a PBT member's next segment is the population's; failed, pruned: the others decide
         reached = _reached(running)
         cut = reached if resizing and running.segment().start_epoch < reached < config.epochs else config.epochs
         if cut >= total:
@@ -109,6 +114,16 @@ class ElasticGrowth:
         widths = {v.number: v.width for v in running}
         self._promised.update({n: w - widths[n] for n, w in chosen.items()})
         return {n: Stop(f"{GROW_STOP}: to {w} slots", Transition.RESIZE) for n, w in sorted(chosen.items())}
+
+    def widen_survivors(self, survivors: Sequence[TrialView], free: int, waiting: int) -> dict[int, int]:
+        """``grow = "pbt"``: of a decided rung's ``survivors`` (at the widths their next segments take), those to widen
+        into the ``free`` slots the population's next segments leave idle beside trials that wait (for ``waiting``
+        slots) and, while any wait, the reserve, by goodput per slot over them all: ``{trial: its new width}``."""
+        spare = self._spare(free, waiting, None)
+        if not self.pbt or spare < 1:
+            return {}
+        candidates = [Candidate(v.number, v.width, self._goodput(v)) for v in survivors]
+        return dict(grow(candidates, spare, self.spec.widths, 0, self.spec.most_slots, self.spec.min_gain))
 
     def has_spare(self, free: int, waiting: int) -> bool:
         """``grow = "goodput"`` and slots idle beyond the ``waiting`` trials, the reserve and the promised slots."""

@@ -110,6 +110,8 @@ class TrialMaker:
             return Prepared(trial, None, 1, saw, invalid=f"invalid parameters: {exc}")
         if len(segments) > 1 and self._population is None:  # resumed in a later segment (a resize): that one's config
             config = segment_configs(config, segments)[-1]
+        elif segments and self._population is not None:  # a PBT member: its parameters the journal's, its width its own
+            config = dataclasses.replace(config, data_parallel=segments[-1].width)
         self._params.put(trial.number, params)
         return Prepared(trial, config, config.data_parallel, saw, fresh=fresh, segments=segments)
 

@@ -149,7 +149,7 @@ def _replay(
         from search.pbt.replay import replay_member
         from trainers.api import load_trainer
 
-        return replay_member(spec, study, folder, trial.number, load_trainer(spec.trainer.entry))
+        return replay_member(spec, study, folder, trial.number, load_trainer(spec.trainer.entry), notes)
     if len(trial.segments) > 1:  # a resized trial: each segment at its width and parameters, in turn
         from search.loop.segments import Segment
         from search.reports.segment_replay import replay_segments

@@ -33,8 +33,9 @@ class ElasticSpec:
     grow: str = "promotion"
     """When a trial grows: `promotion` (at an ASHA/Hyperband rung it passes, where goodput per slot gains enough),
     `goodput` (whenever slots sit idle beyond what waiting trials and the reserve need: the running trials that gain
-    most goodput per slot widen at their next report, any pruner), or `pbt` (a PBT member that survives a round:
-    refused for now, not carried out yet)."""
+    most goodput per slot widen at their next report, any pruner), or `pbt` (when `[study] scheduler = "pbt"` decides
+    a rung, the members that survive it, not those that exploit, widen into the slots the population's next segments
+    leave idle, by goodput per slot over them all; needs `batch = "fixed"`)."""
     batch: str = "fixed"
     """`fixed`: the global batch stays (each replica's share shrinks; the optimisation path does not change), or
     `grow`: each replica's batch stays, the global batch grows with the width and the learning rate follows
@@ -61,6 +62,11 @@ class ElasticSpec:
         for name, value, allowed in (("grow", self.grow, GROW_WHEN), ("batch", self.batch, BATCH_MODES)):
             if value not in allowed:
                 raise ValueError(f"elastic {name}={value!r}: must be one of {', '.join(allowed)}")
+        if self.grow == "pbt" and self.batch != "fixed":
+            raise ValueError(
+                f"elastic batch={self.batch!r}: must be 'fixed' with grow = 'pbt' (PBT explores the learning rate "
+                "itself; a rule's rate would fight it)"
+            )
         if self.batch == "fixed" and self.lr_rule is not None:
             raise ValueError(f"elastic lr_rule={self.lr_rule!r}: the global batch is fixed, so the rate stays")
         if self.batch == "grow" and self.lr_rule not in LR_RULES:
@@ -143,8 +149,6 @@ def parse_elastic(
         raise t.error("grow", f"'promotion' needs [study] pruner = 'asha' or 'hyperband', got {study.pruner!r}")
     if spec.grow == "pbt" and study.scheduler != "pbt":
         raise t.error("grow", "'pbt' needs [study] scheduler = 'pbt'")
-    if spec.grow == "pbt":  # PBT's own segments would have to grow a survivor: not carried out yet
-        raise t.error("grow", "'pbt' is not carried out yet (a PBT survivor keeps its width); use 'promotion'")
     if searched_width:
         raise SpecError(source, "space.data_parallel", "[elastic] sets each trial's width; remove it from [space]")
     if trainer.data_parallel != spec.start_width:

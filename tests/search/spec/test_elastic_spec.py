@@ -96,6 +96,7 @@ def test_elastic_cross_checks_with_the_rest_of_the_spec(tmp_path: Path) -> None:
         ({"widths": (1,)}, "widths=\\[1\\]: need at least two"),
         ({"widths": (1, 2), "lr_rule": "sqrt"}, "lr_rule='sqrt': the global batch is fixed"),
         ({"widths": (1, 2), "batch": "grow"}, "lr_rule=None: must be one of"),
+        ({"widths": (1, 2), "grow": "pbt", "batch": "grow", "lr_rule": "sqrt"}, "batch='grow': must be 'fixed' with"),
     ],
 )
 def test_the_dataclass_checks_itself_at_construction(kwargs: dict[str, object], message: str) -> None:
@@ -103,8 +104,14 @@ def test_the_dataclass_checks_itself_at_construction(kwargs: dict[str, object], 
         ElasticSpec(**kwargs)  # type: ignore[arg-type]
 
 
-def test_growing_pbt_survivors_is_refused_until_it_is_carried_out(tmp_path: Path) -> None:
-    pbt = BASE.replace('pruner = "asha"', 'pruner = "none"\nscheduler = "pbt"')
-    pbt += 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n\n[pbt]\ninterval = 2\n'
-    with pytest.raises(SpecError, match="elastic.grow: 'pbt' is not carried out yet"):
-        load(tmp_path, "widths = [1, 2]\ngrow = 'pbt'\n", pbt)
+PBT = BASE.replace('pruner = "asha"', 'pruner = "none"\nscheduler = "pbt"')
+PBT += 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n\n[pbt]\ninterval = 2\n'
+
+
+def test_growing_pbt_survivors_needs_the_pbt_scheduler_and_a_fixed_global_batch(tmp_path: Path) -> None:
+    spec = load(tmp_path, "widths = [1, 2]\ngrow = 'pbt'\n", PBT)
+    assert spec is not None and (spec.grow, spec.batch, spec.lr_rule) == ("pbt", "fixed", None)
+    with pytest.raises(SpecError) as caught:
+        load(tmp_path, "widths = [1, 2]\ngrow = 'pbt'\nbatch = 'grow'\n", PBT)
+    message = str(caught.value)
+    assert "elastic.batch: must be 'fixed' with grow = 'pbt'" in message and "\n" not in message, message

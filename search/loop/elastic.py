@@ -18,6 +18,13 @@ then :meth:`ElasticGrowth.widen_idle` picks, among all the running trials, those
 (:func:`~search.elastic.allocate.grow` over them all at once); each one's segment ends at its next report (a
 ``resize`` stop, its checkpoint there) and its next one takes the slots the room then has
 (:meth:`ElasticGrowth.fit_room`). The slots promised to a trial whose stop is under way are not given twice.
+
+With ``grow = "goodput"`` and a rung pruner (``asha``, ``hyperband``), a trial past the last rung (no prune ahead:
+its result is sure to come) may also take slots that come free while new trials wait
+(:meth:`ElasticGrowth.hurry`, :func:`search.elastic.allocate.hurry`): where the seconds its result comes sooner,
+weighed by the chance that it is the search's best, exceed the delay its extra slot-seconds cause the trials queued
+behind it. That chance is one over the trials expected past the last rung: ``n_trials / reduction_factor^rungs``,
+at least 1. The slots are held from new trials (:meth:`ElasticGrowth.promised_slots`) until its resize begins.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from cluster.goodput import Goodput, StepTime, adascale_gain, fit_step_model
 from cluster.outcome import Outcome
-from search.elastic.allocate import Candidate, grow, shrink
+from search.elastic.allocate import Candidate, Finishing, grow, hurry, shrink
 from search.loop.policies import Decision, NextSegment
 from search.loop.segments import Segment, Stop, following, lr_for_batch, segment_config
 from search.loop.trials import TrialView
@@ -39,12 +46,24 @@ from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 GROW_STOP = "grow into idle slots"  # the reason of a resize stop that ends a segment for idle slots
+HURRY_STOP = "grow past the last rung"  # the reason of a resize stop for a trial whose result is sure to come
 
-__all__ = ["ElasticGrowth", "elastic_policies", "rung_epochs", "step_times", "NOISE", "BATCH", "LR", "GROW_STOP"]
+__all__ = [
+    "ElasticGrowth",
+    "elastic_policies",
+    "rung_epochs",
+    "step_times",
+    "NOISE",
+    "BATCH",
+    "LR",
+    "GROW_STOP",
+    "HURRY_STOP",
+]
 
 NOISE = "b_simple"  # the trainer's measured gradient noise scale (noise_scale_every)
 BATCH = "batch_size"  # the global batch parameter
 LR = "lr"
+RUNG_PRUNERS = ("asha", "hyperband")  # a trial past their last rung is not pruned: its result is sure to come
 
 
 def rung_epochs(min_resource: int, reduction_factor: int, epochs: int) -> tuple[int, ...]:
@@ -61,10 +80,16 @@ def rung_epochs(min_resource: int, reduction_factor: int, epochs: int) -> tuple[
 class ElasticGrowth:
     """Segments at the rungs; a promoted trial grows (see the module's docstring)."""
 
-    def __init__(self, spec: ElasticSpec, rungs: Sequence[int]) -> None:
+    def __init__(self, spec: ElasticSpec, rungs: Sequence[int], finishers: float | None = None) -> None:
+        """``finishers``: the trials expected past the last of the pruner's ``rungs`` (None: no rung pruner, so no
+        trial is sure to finish and none is hurried)."""
         self.spec = spec
         self.idle = spec.grow == "goodput"  # grows into idle slots, at any epoch boundary
         self.rungs = () if self.idle and not spec.shrink else tuple(rungs)  # goodput: rungs only to shrink at
+        self.last_rung = max(rungs, default=0) if finishers is not None else 0  # 0: no trial is hurried
+        self.share = 1.0 / max(1.0, finishers or 1.0)  # the chance a trial past the last rung ends the best
+        self._granted: dict[int, int] = {}  # trial -> the width hurry gave it, for its next segment
+        self._intent: dict[int, int] = {}  # trial -> the slots hurry holds for it until they are free
         self._promised: dict[int, int] = {}  # trial -> slots it will add once its resize stop ends its segment
         self._looked: tuple[int, int, frozenset[tuple[int, int]]] | None = None  # the room of the last look
 
@@ -78,7 +103,11 @@ class ElasticGrowth:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
+        hurried = running.number in self._promised and running.number in self._granted
+        granted = self._granted.pop(running.number, running.width) if hurried else running.width
+        self._granted.pop(running.number, None)
         self._promised.pop(running.number, None)
+        self._intent.pop(running.number, None)
         config = running.config
         total = config.schedule_epochs or config.epochs
         resizing = running.stop_transition is Transition.RESIZE and bool(running.stop_reason)
@@ -88,7 +117,7 @@ class ElasticGrowth:
         cut = reached if resizing and running.segment().start_epoch < reached < config.epochs else config.epochs
         if cut >= total:
             return None  # at its end: the other policies decide
-        width = running.width if self.idle else self._width_after(running)  # goodput: by the room (fit_room)
+        width = granted if self.idle else self._width_after(running)  # goodput: else by the room (fit_room)
         end = config.epochs if cut < config.epochs else self._next_end(cut, total)
         nxt = segment_config(config, width, self._overrides(running, width), end)
         how = Transition.RESIZE if width != running.width else Transition.CONTINUE
@@ -110,6 +139,50 @@ class ElasticGrowth:
         self._promised.update({n: w - widths[n] for n, w in chosen.items()})
         return {n: Stop(f"{GROW_STOP}: to {w} slots", Transition.RESIZE) for n, w in sorted(chosen.items())}
 
+    def hurry(self, running: Sequence[TrialView], free: int, slots: int, now: float) -> dict[int, Stop]:
+        """``grow = "goodput"`` with a rung pruner: of the ``running`` trials past the last rung, those to widen even
+        while new trials wait, by expected time to the search's best result (:func:`search.elastic.allocate.hurry`,
+        over the slots that trials not past the last rung hold: those come free as they end). The slots a trial is
+        to take are held from new trials from then on; once they are ``free``, its resize stop: ``{trial: stop}``
+        (the cluster has ``slots``)."""
+        if not self.idle or self.last_rung < 1 or slots < 1:
+            return {}
+        past = [v for v in running if _reached(v) >= self.last_rung]
+        taken = sum(v.width for v in past) + self.held_slots()
+        finishing = [f for v in past if self._may_widen(v) and (f := self._finishing(v, now)) is not None]
+        if slots - taken >= 1 and finishing:
+            chosen = hurry(finishing, slots - taken, slots, self.spec.widths, self.share, self.spec.most_slots)
+            widths = {v.number: v.width for v in running}
+            self._intent.update({n: w - widths[n] for n, w in chosen.items()})
+            self._granted.update(chosen)
+        gains = {n: self._gain(v, slots, now) for v in past if (n := v.number) in self._intent}
+        return self._ready(free, sorted(self._intent, key=lambda n: (-gains.get(n, 0.0), n)))
+
+    def _gain(self, running: TrialView, slots: int, now: float) -> float:
+        """The expected time-to-best gain per slot of the width hurry gave ``running``, as things stand now."""
+        f = self._finishing(running, now)
+        width = self._granted.get(running.number, running.width)
+        return f.net(width, slots, self.share) / max(1, width - running.width) if f is not None else 0.0
+
+    def _ready(self, free: int, order: Sequence[int]) -> dict[int, Stop]:
+        """The resize stops of the trials (in ``order``) whose held slots are ``free`` now (besides those promised
+        already)."""
+        room, stops = free - self.promised_slots(), {}
+        for number in order:
+            if self._intent[number] <= room:
+                room -= self._intent[number]
+                self._promised[number] = self._intent.pop(number)
+                stops[number] = Stop(f"{HURRY_STOP}: to {self._granted[number]} slots", Transition.RESIZE)
+        return stops
+
+    def held_slots(self) -> int:
+        """The slots promised to trials whose resize stops are under way or are to come: held from new trials."""
+        return self.promised_slots() + sum(self._intent.values())
+
+    def promised_slots(self) -> int:
+        """The slots promised to trials whose resize stops are under way."""
+        return sum(self._promised.values())
+
     def has_spare(self, free: int, waiting: int) -> bool:
         """``grow = "goodput"`` and slots idle beyond the ``waiting`` trials, the reserve and the promised slots."""
         return self.idle and self._spare(free, waiting, None) >= 1
@@ -124,6 +197,9 @@ class ElasticGrowth:
         """``step`` (the trial's next segment) as the room has it: narrower where trials wait (:meth:`give_back`);
         with ``grow = "goodput"``, wider into the slots the ``free`` ones (its own included) leave idle beside the
         ``waiting`` trials, the reserve and the slots promised to others."""
+        if self.idle and step.segment.width > running.width:  # hurried: its slots were held for it
+            fitting = max([w for w in self.spec.widths if w <= max(free, running.width)], default=running.width)
+            return step if step.segment.width <= fitting else self._rewidth(running, step, max(fitting, running.width))
         narrower = self.give_back(running, step, free, waiting)
         if not self.idle or narrower.segment.width < step.segment.width:
             return narrower
@@ -172,6 +248,7 @@ class ElasticGrowth:
         """The ``free`` slots that trials waiting for ``waiting`` slots, the reserve (while any wait) and the slots
         promised to trials other than ``besides`` leave idle."""
         promised = sum(extra for number, extra in self._promised.items() if number != besides)
+        promised += sum(self._intent.values())
         return free - max(0, waiting) - (self.spec.reserve if waiting > 0 else 0) - promised
 
     def _may_widen(self, running: TrialView) -> bool:
@@ -182,8 +259,28 @@ class ElasticGrowth:
             and not running.stop_reason
             and running.width < self.spec.most_slots
             and running.number not in self._promised
+            and running.number not in self._intent
             and total - _reached(running) >= 2
         )
+
+    def _finishing(self, running: TrialView, now: float) -> Finishing | None:
+        """``running`` as a :class:`Finishing` trial when it is past the last rung, may widen and reports examples;
+        else None. Its restart: its current run's first report's time less one epoch at its goodput."""
+        reached = _reached(running)
+        total = running.config.schedule_epochs or running.config.epochs
+        if reached < max(1, self.last_rung) or total - reached < 2:
+            return None
+        seen = running.examples()
+        if not seen or running.started_at is None:
+            return None
+        per_epoch = seen / reached
+        goodput = self._goodput(running)
+        epoch = per_epoch / goodput(running.width)
+        runs = [t for _s, m, t in running.reports if t >= running.started_at and "epoch" in m]
+        restart = max(0.0, runs[0] - running.started_at - epoch) if runs else 0.0
+        until = max(0.0, runs[-1] + epoch - now) if runs else epoch
+        candidate = Candidate(running.number, running.width, goodput)
+        return Finishing(candidate, (total - reached - 1) * per_epoch, restart, until)
 
     def _next_end(self, after: int, total: int) -> int:
         return min([r for r in self.rungs if r > after] or [total])
@@ -300,9 +397,14 @@ def _epoch_step_seconds(metrics: Mapping[str, float], previous: tuple[int, float
     return float(seconds) / steps if steps > 0 else None
 
 
-def elastic_policies(elastic: ElasticSpec | None, pruning: PrunerSpec, epochs: int) -> list[ElasticGrowth]:
+def elastic_policies(
+    elastic: ElasticSpec | None, pruning: PrunerSpec, epochs: int, pruner: str = "", n_trials: int = 0
+) -> list[ElasticGrowth]:
     """The policy of a spec's ``[elastic]`` table (none without one), its segments ending at the ``[pruner]``'s
-    rungs within the trainer's ``epochs``."""
+    rungs within the trainer's ``epochs``; with a rung ``pruner`` (``asha``, ``hyperband``), the trials expected
+    past its last rung out of ``n_trials``: ``n_trials / reduction_factor^rungs``."""
     if elastic is None:
         return []
-    return [ElasticGrowth(elastic, rung_epochs(pruning.min_resource, pruning.reduction_factor, epochs))]
+    rungs = rung_epochs(pruning.min_resource, pruning.reduction_factor, epochs)
+    finishers = n_trials / pruning.reduction_factor ** len(rungs) if pruner in RUNG_PRUNERS and n_trials else None
+    return [ElasticGrowth(elastic, rungs, finishers)]

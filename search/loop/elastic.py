@@ -19,12 +19,12 @@ then :meth:`ElasticGrowth.widen_idle` picks, among all the running trials, those
 ``resize`` stop, its checkpoint there) and its next one takes the slots the room then has
 (:meth:`ElasticGrowth.fit_room`). The slots promised to a trial whose stop is under way are not given twice.
 
-With ``grow = "goodput"`` and a rung pruner (``asha``, ``hyperband``), a trial past the last rung (no prune ahead:
-its result is sure to come) may also take slots that come free while new trials wait
+With ``grow = "goodput"`` and a rung pruner (``asha``, ``hyperband``), a trial past the last rung (no rung stops it
+before its last epoch: the examples it has left are known) may also take slots that come free while new trials wait
 (:meth:`ElasticGrowth.hurry`, :func:`search.elastic.allocate.hurry`): where the seconds its result comes sooner,
 weighed by the chance that it is the search's best, exceed the delay its extra slot-seconds cause the trials queued
 behind it. That chance is one over the trials expected past the last rung: ``n_trials / reduction_factor^rungs``,
-at least 1. The slots are held from new trials (:meth:`ElasticGrowth.promised_slots`) until its resize begins.
+at least 1. The slots are held from new trials (:meth:`ElasticGrowth.held_slots`) until its resize begins.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 GROW_STOP = "grow into idle slots"  # the reason of a resize stop that ends a segment for idle slots
-HURRY_STOP = "grow past the last rung"  # the reason of a resize stop for a trial whose result is sure to come
+HURRY_STOP = "grow past the last rung"  # the reason of a resize stop for a trial that runs to its last epoch
 
 __all__ = [
     "ElasticGrowth",
@@ -63,7 +63,7 @@ __all__ = [
 NOISE = "b_simple"  # the trainer's measured gradient noise scale (noise_scale_every)
 BATCH = "batch_size"  # the global batch parameter
 LR = "lr"
-RUNG_PRUNERS = ("asha", "hyperband")  # a trial past their last rung is not pruned: its result is sure to come
+RUNG_PRUNERS = ("asha", "hyperband")  # past their last rung below the end, a trial runs to its last epoch
 
 
 def rung_epochs(min_resource: int, reduction_factor: int, epochs: int) -> tuple[int, ...]:
@@ -82,7 +82,7 @@ class ElasticGrowth:
 
     def __init__(self, spec: ElasticSpec, rungs: Sequence[int], finishers: float | None = None) -> None:
         """``finishers``: the trials expected past the last of the pruner's ``rungs`` (None: no rung pruner, so no
-        trial is sure to finish and none is hurried)."""
+        trial is sure to run to its end and none is hurried)."""
         self.spec = spec
         self.idle = spec.grow == "goodput"  # grows into idle slots, at any epoch boundary
         self.rungs = () if self.idle and not spec.shrink else tuple(rungs)  # goodput: rungs only to shrink at

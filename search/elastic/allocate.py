@@ -63,16 +63,17 @@ class Finishing:
         return self.remaining / self.candidate.goodput(width)
 
     def net(self, width: int, slots: int, share: float) -> float:
-        """Expected seconds by which the search's best result comes sooner if the rest runs at ``width``: the
-        seconds this trial's result is brought forward (``saved``) with chance ``share`` that it is the best, less
-        the extra slot-seconds it spends over ``slots`` (the delay to the work queued behind it) otherwise."""
+        """Seconds by which the search's best result comes sooner if the rest runs at ``width``: the seconds this
+        trial's result is brought forward (``saved``) with chance ``share`` that it is the best, less the delay to a
+        result queued behind every trial past the last rung (``1 / share`` of them, each hurried alike), each one's
+        extra slot-seconds spread over ``slots``."""
         now = self.candidate.width
         if width == now:
             return 0.0
         saved = self.seconds(now) - self.seconds(width) - self.restart
         spent = width * (self.seconds(width) + self.restart) + (width - now) * self.until_report
         extra = spent - now * self.seconds(now)
-        return share * saved - (1.0 - share) * extra / slots
+        return share * saved - extra / (slots * max(share, 1e-9))
 
 
 def hurry(
@@ -89,8 +90,8 @@ def hurry(
     > 0 and they fit. ``share``: the chance that a trial past the last rung ends as the search's best (0..1);
     ``slots``: the cluster's."""
     _check(widths, 1 if max_slots is None else max_slots, room)
-    if not 0.0 <= share <= 1.0:
-        raise ValueError(f"share={share!r}: must be a probability, 0..1")
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"share={share!r}: must be a probability, > 0 and <= 1")
     if slots < 1:
         raise ValueError(f"slots={slots!r}: must be >= 1")
     top = max(widths) if max_slots is None else max_slots

@@ -63,6 +63,7 @@ __all__ = [
 NOISE = "b_simple"  # the trainer's measured gradient noise scale (noise_scale_every)
 BATCH = "batch_size"  # the global batch parameter
 LR = "lr"
+ADAPTDL_FIXED = 0.5  # AdaptDL's prior: half a step fixed until a second per-replica batch is measured
 RUNG_PRUNERS = ("asha", "hyperband")  # past their last rung below the end, a trial runs to its last epoch
 
 
@@ -274,7 +275,7 @@ class ElasticGrowth:
         if not seen or running.started_at is None:
             return None
         per_epoch = seen / reached
-        goodput = self._goodput(running)
+        goodput = self._goodput(running, ADAPTDL_FIXED)  # taking slots from waiting trials: not the optimistic prior
         epoch = per_epoch / goodput(running.width)
         runs = [t for _s, m, t in running.reports if t >= running.started_at and "epoch" in m]
         restart = max(0.0, runs[0] - running.started_at - epoch) if runs else 0.0
@@ -323,12 +324,14 @@ class ElasticGrowth:
             "efficiency": self._goodput(running).efficiency(running.width),
         }
 
-    def _goodput(self, running: TrialView) -> Goodput:
+    def _goodput(self, running: TrialView, fixed_share: float = 0.0) -> Goodput:
+        """Its goodput per width from the step times it measured; ``fixed_share``: the prior's fixed part of a step
+        while one per-replica batch is measured (:func:`~cluster.goodput.fit_step_model`)."""
         base = running.config.base_params or running.config.params
         batch = float(base.get(BATCH, 1))
         measured = step_times(running, batch, self.spec.batch == "grow", self.spec.start_width)
         one = batch / self.spec.start_width if self.spec.batch == "grow" else batch  # the global batch at width 1
-        model = fit_step_model(measured or [StepTime(1, one, 1.0)])  # none measured: AdaptDL's prior, no all-reduce
+        model = fit_step_model(measured or [StepTime(1, one, 1.0)], fixed_share)  # none measured: no all-reduce
         return Goodput(model, batch, self.spec.start_width, self.spec.batch == "grow", _last_noise(running))
 
 

@@ -26,12 +26,12 @@ EXAMPLES, BATCH = 1000, 100  # per epoch; the global batch (fixed): 10 steps an 
 
 
 def hurry_toml(pruner: str | None) -> str:
-    """40 trials of 18 epochs on 4 slots, widths [1, 2, 4] by goodput; ASHA (rungs at 1, 3, 9) or no pruner."""
-    asha = {"pruner": {"min_resource": 1, "reduction_factor": 3}} if pruner else {}
+    """40 trials of 40 epochs on 4 slots, widths [1, 2, 4] by goodput; ASHA (rungs at 1, 4, 16) or no pruner."""
+    asha = {"pruner": {"min_resource": 1, "reduction_factor": 4}} if pruner else {}
     return toy_toml(
         "hurry",
         40,
-        18,
+        40,
         seed=3,
         pruner=pruner,
         trainer={"entry": "bench.trivial:fit"},
@@ -91,14 +91,15 @@ def resizes(trial: optuna.trial.FrozenTrial) -> list[tuple[int, int, float]]:
 def test_a_trial_past_the_last_rung_widens_while_trials_wait_and_none_does_without_a_rung_pruner(
     tmp_path: Path,
 ) -> None:
-    """ASHA promotes trial 0 at every rung; past the last (9) its epochs left take 10 s each at width 1, 5.9 s at
-    width 2 (plus a 2 s restart): it takes the next slot that comes free although trials still wait to start (40
-    trials / 3^3 rungs: 1.5 expected past the last rung, so share 2/3). Without a rung pruner no trial is
+    """ASHA promotes trial 0 at every rung; past the last (16) its 23 epochs left take 10 s each at width 1, and
+    by AdaptDL's prior (half a step fixed: 1.33x at width 2, never measured) its result comes 55 s sooner for 125
+    extra slot-seconds: with 40 trials / 4^3 rungs (under one expected past the last rung: share 1) on 4 slots it
+    takes the next slot that comes free although trials still wait to start. Without a rung pruner no trial is
     sure to finish and none widens while trials wait."""
     trials, left = run(tmp_path / "asha", "asha")
     grown = resizes(trials[0])
     assert trials[0].state is optuna.trial.TrialState.COMPLETE
-    assert grown and grown[0][0] == 2 and grown[0][1] > 9, trials[0].user_attrs.get(Attr.SEGMENTS)
+    assert grown and grown[0][0] == 2 and grown[0][1] > 16, trials[0].user_attrs.get(Attr.SEGMENTS)
     assert waiting_at(left, grown[0][2]) > 0  # trials waited to start when it widened
 
     plain, left = run(tmp_path / "none", None)

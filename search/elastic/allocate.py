@@ -9,12 +9,13 @@ slot added is highest, while that gain is at least ``min_gain`` (a slot that buy
 a new trial). :func:`shrink` frees ``needed`` slots for waiting trials the other way: the resizes to a smaller
 allowed width that lose the least speedup per slot freed.
 
-:func:`hurry` is for a trial past its pruner's last rung (its result is sure to come, its remaining examples known:
-a :class:`Finishing`): it may take free slots even while new trials wait, where the seconds its result comes
-sooner, weighed by the chance ``share`` that its result is the search's best, exceed the seconds its extra
-slot-seconds delay every result queued behind it (spread over the cluster's ``slots``), weighed by the chance that
-one of those is the best. Goodput per slot alone never favours a wider trial over a new one (speedup is concave in
-the width); what it misses is that a search is judged by when its best result arrives, not by examples trained.
+:func:`hurry` is for a trial past its pruner's last rung (no rung stops it before its last epoch, so its remaining
+examples are known: a :class:`Finishing`): it may take free slots even while new trials wait, where the seconds
+its result comes sooner, weighed by the chance ``share`` that its result is the search's best, exceed the delay
+to a result queued behind all the ``1 / share`` trials expected past the last rung, each hurried alike (their
+extra slot-seconds spread over the cluster's ``slots``). Goodput per slot alone never favours a wider trial over a
+new one (speedup is concave in the width); what it misses is that a search is judged by when its best result
+arrives, not by examples trained.
 
 Where this differs from Pollux: Pollux re-optimises every job's allocation at once with a genetic algorithm over a
 fairness-weighted sum of speedups, and picks each job's batch size too; here the search decides which trials

@@ -22,9 +22,10 @@ then :meth:`ElasticGrowth.widen_idle` picks, among all the running trials, those
 With ``grow = "goodput"`` and a rung pruner (``asha``, ``hyperband``), a trial past the last rung (no rung stops it
 before its last epoch: the examples it has left are known) may also take slots that come free while new trials wait
 (:meth:`ElasticGrowth.hurry`, :func:`search.elastic.allocate.hurry`): where the seconds its result comes sooner,
-weighed by the chance that it is the search's best, exceed the delay its extra slot-seconds cause the trials queued
-behind it. That chance is one over the trials expected past the last rung: ``n_trials / reduction_factor^rungs``,
-at least 1. The slots are held from new trials (:meth:`ElasticGrowth.held_slots`) until its resize begins.
+weighed by the chance that it is the search's best, exceed the delay that the extra slot-seconds of all the trials
+expected past the last rung (``n_trials / reduction_factor^rungs``, at least 1; that chance is one over them),
+hurried alike, cause a result queued behind them; its goodput from AdaptDL's prior (half a step fixed) until it
+has measured a second per-replica batch. The slots are held from new trials (:meth:`ElasticGrowth.held_slots`) until its resize begins.
 """
 
 from __future__ import annotations

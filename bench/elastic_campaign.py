@@ -10,7 +10,9 @@ time not charged: ``controller_time_scale = 0``), ``max(32, trials-per-slot x sl
 - ``fixed-1``: every trial at width 1; ``fixed-W``: every trial at the widest width W (8, or the slots where fewer);
 - ``elastic``: ``[elastic] widths = [1, 2, 4, 8]`` (those within the slots), ``grow = "goodput"``, ``reserve = 1``,
   ``batch = "fixed"``: a trial starts at width 1 and grows into slots left idle (none while trials wait to start),
-  by the goodput the campaign predicts from the step times the trial reported.
+  by the goodput the campaign predicts from the step times the trial reported; a trial past ASHA's last rung may
+  take a slot that comes free before the waiting trials, where its result comes sooner by more than the delay
+  that causes (:func:`search.elastic.allocate.hurry`).
 
 The trial model (:class:`ElasticCurves`): a trial's learning curve is ``a - (a - 0.1) exp(-epoch / c)`` plus noise per
 epoch, ``a`` a smooth function of its two parameters, ``c`` and the noise drawn from ``(seed, trial number)``: the

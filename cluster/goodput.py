@@ -89,8 +89,10 @@ def _nnls(design: np.ndarray, target: np.ndarray) -> np.ndarray:
     return coef
 
 
-def fit_step_model(measured: Sequence[StepTime]) -> StepModel:
-    """The :class:`StepModel` fitted to ``measured`` (at least one), with AdaptDL's priors for what they cannot show."""
+def fit_step_model(measured: Sequence[StepTime], fixed_share: float = 0.0) -> StepModel:
+    """The :class:`StepModel` fitted to ``measured`` (at least one), with AdaptDL's priors for what they cannot show;
+    ``fixed_share``: the share of the step taken as fixed (``alpha_c``) where one per-replica batch is measured: 0
+    (optimistic, the default) or AdaptDL's own 0.5 (where trying a width costs others their slots)."""
     if not measured:
         raise ValueError("a step-time fit needs at least one measurement")
     widths = np.array([m.width for m in measured], dtype=float)
@@ -103,8 +105,10 @@ def fit_step_model(measured: Sequence[StepTime]) -> StepModel:
         fixed.update(alpha_n=0.0, beta_n=0.0)
     if not (widths > 2).any():
         fixed["beta_n"] = 0.0
-    if len(set(local.tolist())) == 1:
-        fixed["alpha_c"] = 0.0  # optimistic in the direction tried: a replica's share costs in proportion
+    if len(set(local.tolist())) == 1:  # 0: optimistic in the direction tried: a replica's share costs in proportion
+        fixed["alpha_c"] = fixed_share * float(
+            np.median(seconds - sum(fixed.get(n, 0.0) * columns[n] for n in ("alpha_n", "beta_n")))
+        )
     free = [name for name in columns if name not in fixed]
     target = seconds - sum(value * columns[name] for name, value in fixed.items())
     coef = _nnls(np.column_stack([columns[name] for name in free]), target) if free else np.zeros(0)

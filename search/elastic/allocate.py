@@ -9,6 +9,14 @@ slot added is highest, while that gain is at least ``min_gain`` (a slot that buy
 a new trial). :func:`shrink` frees ``needed`` slots for waiting trials the other way: the resizes to a smaller
 allowed width that lose the least speedup per slot freed.
 
+:func:`hurry` is for a trial past its pruner's last rung (no rung stops it before its last epoch, so its remaining
+examples are known: a :class:`Finishing`): it may take free slots even while new trials wait, where the seconds
+its result comes sooner, weighed by the chance ``share`` that its result is the search's best, exceed the delay
+to a result queued behind all the ``1 / share`` trials expected past the last rung, each hurried alike (their
+extra slot-seconds spread over the cluster's ``slots``). Goodput per slot alone never favours a wider trial over a
+new one (speedup is concave in the width); what it misses is that a search is judged by when its best result
+arrives, not by examples trained.
+
 Where this differs from Pollux: Pollux re-optimises every job's allocation at once with a genetic algorithm over a
 fairness-weighted sum of speedups, and picks each job's batch size too; here the search decides which trials
 deserve more (promotion), the batch follows the spec's rule, and a greedy choice over a few allowed widths (each
@@ -23,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from cluster.goodput import Goodput
 
-__all__ = ["Candidate", "MIN_GAIN", "grow", "shrink"]
+__all__ = ["Candidate", "Finishing", "MIN_GAIN", "grow", "hurry", "shrink"]
 
 MIN_GAIN = 0.25  # least speedup per added slot a resize must buy (a new trial on that slot would gain 1 trial)
 
@@ -38,6 +46,69 @@ class Candidate:
 
     def speedup(self, width: int) -> float:
         return self.goodput(width) / self.goodput(self.width)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finishing:
+    """A running trial past its pruner's last rung: ``remaining`` examples to go after its next report (where a
+    resize can begin), ``restart`` seconds a new run costs it before its first step (start, rendezvous, checkpoint),
+    ``until_report`` seconds to that report (slots taken for it wait idle until then)."""
+
+    candidate: Candidate
+    remaining: float
+    restart: float = 0.0
+    until_report: float = 0.0
+
+    def seconds(self, width: int) -> float:
+        """Seconds to train the remaining examples at ``width`` (goodput: examples that count per second)."""
+        return self.remaining / self.candidate.goodput(width)
+
+    def net(self, width: int, slots: int, share: float) -> float:
+        """Seconds by which the search's best result comes sooner if the rest runs at ``width``: the seconds this
+        trial's result is brought forward (``saved``) with chance ``share`` that it is the best, less the delay to a
+        result queued behind every trial past the last rung (``1 / share`` of them, each hurried alike), each one's
+        extra slot-seconds spread over ``slots``."""
+        now = self.candidate.width
+        if width == now:
+            return 0.0
+        saved = self.seconds(now) - self.seconds(width) - self.restart
+        spent = width * (self.seconds(width) + self.restart) + (width - now) * self.until_report
+        extra = spent - now * self.seconds(now)
+        return share * saved - extra / (slots * max(share, 1e-9))
+
+
+def hurry(
+    finishing: Sequence[Finishing],
+    room: int,
+    slots: int,
+    widths: Sequence[int],
+    share: float,
+    max_slots: int | None = None,
+) -> Mapping[int, int]:
+    """The next width of each finishing trial that is to take some of ``room`` slots (``{trial: width}``): each
+    trial one step (to the next allowed width: every resize pays its restart, and is judged on its own), the steps
+    with the highest expected time-to-best gain per slot added (:meth:`Finishing.net`) first, while that gain is
+    > 0 and they fit. ``share``: the chance that a trial past the last rung ends as the search's best (0..1);
+    ``slots``: the cluster's."""
+    _check(widths, 1 if max_slots is None else max_slots, room)
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"share={share!r}: must be a probability, > 0 and <= 1")
+    if slots < 1:
+        raise ValueError(f"slots={slots!r}: must be >= 1")
+    top = max(widths) if max_slots is None else max_slots
+    allowed = sorted({w for w in widths if w <= top})
+    steps = []
+    for f in finishing:
+        width = f.candidate.width
+        target = next((w for w in allowed if w > width), None)
+        if target is not None and (gain := f.net(target, slots, share) / (target - width)) > 0:
+            steps.append((-gain, f.candidate.number, target, target - width))
+    chosen: dict[int, int] = {}
+    for _gain, number, target, added in sorted(steps):
+        if added <= room:
+            chosen[number] = target
+            room -= added
+    return chosen
 
 
 def _check(widths: Sequence[int], max_slots: int, free: int) -> None:

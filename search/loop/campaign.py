@@ -134,7 +134,7 @@ class Campaign:
         self.reports = IntermediateValues(spec.study, spec.pruning, study, folder, sinks=self.sinks)
         extra = (
             *self.hooks.policies,
-            *elastic_policies(spec.elastic, spec.pruning, spec.trainer.epochs),
+            *elastic_policies(spec.elastic, spec.pruning, spec.trainer.epochs, spec.study.pruner, spec.study.n_trials),
         )  # [elastic]: before pruning, after the faults
         self.policies = policies_for(spec, folder, population, self.reports, extra)
         self.costs = TrialCosts(records=reads_cost(spec.study.sampler))  # the trial model, fed with reports and runs

@@ -104,6 +104,7 @@ class Dispatcher:
         self._place = not executor.virtual_time
         self._limits_checked_at = -math.inf  # when enforce_time_limits last looked at every running trial
         self._over_seen = False  # whether it has seen the time budget run out
+        self.held_back: Callable[[], int] = lambda: 0  # slots promised to a trial's resize: no new trial takes them
 
     def check_capacity(self) -> None:
         """Refuse a cluster whose workers declare no slots, or too few for the widest trial. A cluster with no worker
@@ -141,20 +142,28 @@ class Dispatcher:
 
     def free_tasks(self, plan: FillPlan) -> int:
         """Tasks of the narrowest width that still fit in the plan's capacity."""
-        return max(0, plan.capacity - self._busy) // max(1, self._min_width)
+        return max(0, self._capacity(plan) - self._taken()) // max(1, self._min_width)
 
     def slot_free(self, plan: FillPlan) -> bool:
-        return self._busy < plan.slots
+        return self._taken() < plan.slots
 
     def has_room(self, plan: FillPlan) -> bool:
         """Room for one more task, at least in the queue (with nothing running there always is)."""
-        return not self.running or self._busy + self._min_width <= plan.capacity
+        return not self.running or self._taken() + self._min_width <= self._capacity(plan)
 
     def fits(self, group: list[Prepared], plan: FillPlan) -> bool:
         """Whether ``group`` may launch now: into free slots, or as a full batch into the queue."""
-        width = group[0].width
-        fits = self._busy + width <= plan.slots or (self._busy + width <= plan.capacity and len(group) == plan.batch)
+        width, taken = group[0].width, self._taken()
+        fits = taken + width <= plan.slots or (taken + width <= self._capacity(plan) and len(group) == plan.batch)
         return not self.running or fits
+
+    def _capacity(self, plan: FillPlan) -> int:
+        """The plan's capacity; no queue beyond the slots while some are held back (a queued task would take them)."""
+        return plan.slots if self.held_back() else plan.capacity
+
+    def _taken(self) -> int:
+        """The slots launched tasks hold and those held back for a trial's resize."""
+        return self._busy + self.held_back()
 
     def launch(self, group: list[Prepared], plan: FillPlan) -> None:
         """Send ``group`` as one task; one that will queue waits behind the oldest running task (placement)."""
@@ -264,6 +273,18 @@ class Dispatcher:
         total = self._executor.slots().total
         held = min(self._busy, max(0, total - leaving))
         return Room(self.fits_width(width), total - held, self.wanted(supply, may_start) - held)
+
+    def now(self) -> float:
+        """The campaign's clock."""
+        return self._clock()
+
+    def slots_total(self) -> int:
+        """The cluster's slots now."""
+        return self._executor.slots().total
+
+    def launched(self) -> int:
+        """The slots the launched tasks hold, started or queued."""
+        return self._busy
 
     # --- what happens to running trials -------------------------------------------------------------
 

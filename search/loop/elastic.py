@@ -22,6 +22,14 @@ then :meth:`ElasticGrowth.widen_idle` picks, among all the running trials, those
 With ``grow = "pbt"`` no segment ends here: a PBT member's segments end at the population's rungs, and when a rung
 is decided :class:`~search.loop.barrier.Barrier` asks :meth:`ElasticGrowth.widen_survivors` which survivors widen
 into the slots the population's next segments leave idle (the global batch fixed: the width changes speed only).
+
+With ``grow = "goodput"`` and a rung pruner (``asha``, ``hyperband``), a trial past the last rung (no rung stops it
+before its last epoch: the examples it has left are known) may also take slots that come free while new trials wait
+(:meth:`ElasticGrowth.hurry`, :func:`search.elastic.allocate.hurry`): where the seconds its result comes sooner,
+weighed by the chance that it is the search's best, exceed the delay that the extra slot-seconds of all the trials
+expected past the last rung (``n_trials / reduction_factor^rungs``, at least 1; that chance is one over them),
+hurried alike, cause a result queued behind them; its goodput from AdaptDL's prior (half a step fixed) until it
+has measured a second per-replica batch. The slots are held from new trials (:meth:`ElasticGrowth.held_slots`) until its resize begins.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from cluster.goodput import Goodput, StepTime, adascale_gain, fit_step_model
 from cluster.outcome import Outcome
-from search.elastic.allocate import Candidate, grow, shrink
+from search.elastic.allocate import Candidate, Finishing, grow, hurry, shrink
 from search.loop.policies import Decision, NextSegment
 from search.loop.segments import Segment, Stop, following, lr_for_batch, segment_config
 from search.loop.trials import TrialView
@@ -43,12 +51,25 @@ from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 GROW_STOP = "grow into idle slots"  # the reason of a resize stop that ends a segment for idle slots
+HURRY_STOP = "grow past the last rung"  # the reason of a resize stop for a trial that runs to its last epoch
 
-__all__ = ["ElasticGrowth", "elastic_policies", "rung_epochs", "step_times", "NOISE", "BATCH", "LR", "GROW_STOP"]
+__all__ = [
+    "ElasticGrowth",
+    "elastic_policies",
+    "rung_epochs",
+    "step_times",
+    "NOISE",
+    "BATCH",
+    "LR",
+    "GROW_STOP",
+    "HURRY_STOP",
+]
 
 NOISE = "b_simple"  # the trainer's measured gradient noise scale (noise_scale_every)
 BATCH = "batch_size"  # the global batch parameter
 LR = "lr"
+ADAPTDL_FIXED = 0.5  # AdaptDL's prior: half a step fixed until a second per-replica batch is measured
+RUNG_PRUNERS = ("asha", "hyperband")  # past their last rung below the end, a trial runs to its last epoch
 
 
 def rung_epochs(min_resource: int, reduction_factor: int, epochs: int) -> tuple[int, ...]:
@@ -65,11 +86,17 @@ def rung_epochs(min_resource: int, reduction_factor: int, epochs: int) -> tuple[
 class ElasticGrowth:
     """Segments at the rungs; a promoted trial grows (see the module's docstring)."""
 
-    def __init__(self, spec: ElasticSpec, rungs: Sequence[int]) -> None:
+    def __init__(self, spec: ElasticSpec, rungs: Sequence[int], finishers: float | None = None) -> None:
+        """``finishers``: the trials expected past the last of the pruner's ``rungs`` (None: no rung pruner, so no
+        trial is sure to run to its end and none is hurried)."""
         self.spec = spec
         self.idle = spec.grow == "goodput"  # grows into idle slots, at any epoch boundary
         self.pbt = spec.grow == "pbt"  # PBT's own segments end at its rungs: widen_survivors, none cut here
         self.rungs = () if self.pbt or (self.idle and not spec.shrink) else tuple(rungs)  # goodput: only to shrink
+        self.last_rung = max(rungs, default=0) if finishers is not None else 0  # 0: no trial is hurried
+        self.share = 1.0 / max(1.0, finishers or 1.0)  # the chance a trial past the last rung ends the best
+        self._granted: dict[int, int] = {}  # trial -> the width hurry gave it, for its next segment
+        self._intent: dict[int, int] = {}  # trial -> the slots hurry holds for it until they are free
         self._promised: dict[int, int] = {}  # trial -> slots it will add once its resize stop ends its segment
         self._looked: tuple[int, int, frozenset[tuple[int, int]]] | None = None  # the room of the last look
 
@@ -83,7 +110,11 @@ class ElasticGrowth:
         return None
 
     def on_finished(self, running: TrialView, outcome: Outcome) -> Decision:
+        hurried = running.number in self._promised and running.number in self._granted
+        granted = self._granted.pop(running.number, running.width) if hurried else running.width
+        self._granted.pop(running.number, None)
         self._promised.pop(running.number, None)
+        self._intent.pop(running.number, None)
         config = running.config
         total = config.schedule_epochs or config.epochs
         resizing = running.stop_transition is Transition.RESIZE and bool(running.stop_reason)
@@ -93,7 +124,7 @@ class ElasticGrowth:
         cut = reached if resizing and running.segment().start_epoch < reached < config.epochs else config.epochs
         if cut >= total:
             return None  # at its end: the other policies decide
-        width = running.width if self.idle else self._width_after(running)  # goodput: by the room (fit_room)
+        width = granted if self.idle else self._width_after(running)  # goodput: else by the room (fit_room)
         end = config.epochs if cut < config.epochs else self._next_end(cut, total)
         nxt = segment_config(config, width, self._overrides(running, width), end)
         how = Transition.RESIZE if width != running.width else Transition.CONTINUE
@@ -125,6 +156,50 @@ class ElasticGrowth:
         candidates = [Candidate(v.number, v.width, self._goodput(v)) for v in survivors]
         return dict(grow(candidates, spare, self.spec.widths, 0, self.spec.most_slots, self.spec.min_gain))
 
+    def hurry(self, running: Sequence[TrialView], free: int, slots: int, now: float) -> dict[int, Stop]:
+        """``grow = "goodput"`` with a rung pruner: of the ``running`` trials past the last rung, those to widen even
+        while new trials wait, by expected time to the search's best result (:func:`search.elastic.allocate.hurry`,
+        over the slots that trials not past the last rung hold: those come free as they end). The slots a trial is
+        to take are held from new trials from then on; once they are ``free``, its resize stop: ``{trial: stop}``
+        (the cluster has ``slots``)."""
+        if not self.idle or self.last_rung < 1 or slots < 1:
+            return {}
+        past = [v for v in running if _reached(v) >= self.last_rung]
+        taken = sum(v.width for v in past) + self.held_slots()
+        finishing = [f for v in past if self._may_widen(v) and (f := self._finishing(v, now)) is not None]
+        if slots - taken >= 1 and finishing:
+            chosen = hurry(finishing, slots - taken, slots, self.spec.widths, self.share, self.spec.most_slots)
+            widths = {v.number: v.width for v in running}
+            self._intent.update({n: w - widths[n] for n, w in chosen.items()})
+            self._granted.update(chosen)
+        gains = {n: self._gain(v, slots, now) for v in past if (n := v.number) in self._intent}
+        return self._ready(free, sorted(self._intent, key=lambda n: (-gains.get(n, 0.0), n)))
+
+    def _gain(self, running: TrialView, slots: int, now: float) -> float:
+        """The expected time-to-best gain per slot of the width hurry gave ``running``, as things stand now."""
+        f = self._finishing(running, now)
+        width = self._granted.get(running.number, running.width)
+        return f.net(width, slots, self.share) / max(1, width - running.width) if f is not None else 0.0
+
+    def _ready(self, free: int, order: Sequence[int]) -> dict[int, Stop]:
+        """The resize stops of the trials (in ``order``) whose held slots are ``free`` now (besides those promised
+        already)."""
+        room, stops = free - self.promised_slots(), {}
+        for number in order:
+            if self._intent[number] <= room:
+                room -= self._intent[number]
+                self._promised[number] = self._intent.pop(number)
+                stops[number] = Stop(f"{HURRY_STOP}: to {self._granted[number]} slots", Transition.RESIZE)
+        return stops
+
+    def held_slots(self) -> int:
+        """The slots promised to trials whose resize stops are under way or are to come: held from new trials."""
+        return self.promised_slots() + sum(self._intent.values())
+
+    def promised_slots(self) -> int:
+        """The slots promised to trials whose resize stops are under way."""
+        return sum(self._promised.values())
+
     def has_spare(self, free: int, waiting: int) -> bool:
         """``grow = "goodput"`` and slots idle beyond the ``waiting`` trials, the reserve and the promised slots."""
         return self.idle and self._spare(free, waiting, None) >= 1
@@ -139,6 +214,9 @@ class ElasticGrowth:
         """``step`` (the trial's next segment) as the room has it: narrower where trials wait (:meth:`give_back`);
         with ``grow = "goodput"``, wider into the slots the ``free`` ones (its own included) leave idle beside the
         ``waiting`` trials, the reserve and the slots promised to others."""
+        if self.idle and step.segment.width > running.width:  # hurried: its slots were held for it
+            fitting = max([w for w in self.spec.widths if w <= max(free, running.width)], default=running.width)
+            return step if step.segment.width <= fitting else self._rewidth(running, step, max(fitting, running.width))
         narrower = self.give_back(running, step, free, waiting)
         if not self.idle or narrower.segment.width < step.segment.width:
             return narrower
@@ -187,6 +265,7 @@ class ElasticGrowth:
         """The ``free`` slots that trials waiting for ``waiting`` slots, the reserve (while any wait) and the slots
         promised to trials other than ``besides`` leave idle."""
         promised = sum(extra for number, extra in self._promised.items() if number != besides)
+        promised += sum(self._intent.values())
         return free - max(0, waiting) - (self.spec.reserve if waiting > 0 else 0) - promised
 
     def _may_widen(self, running: TrialView) -> bool:
@@ -197,8 +276,28 @@ class ElasticGrowth:
             and not running.stop_reason
             and running.width < self.spec.most_slots
             and running.number not in self._promised
+            and running.number not in self._intent
             and total - _reached(running) >= 2
         )
+
+    def _finishing(self, running: TrialView, now: float) -> Finishing | None:
+        """``running`` as a :class:`Finishing` trial when it is past the last rung, may widen and reports examples;
+        else None. Its restart: its current run's first report's time less one epoch at its goodput."""
+        reached = _reached(running)
+        total = running.config.schedule_epochs or running.config.epochs
+        if reached < max(1, self.last_rung) or total - reached < 2:
+            return None
+        seen = running.examples()
+        if not seen or running.started_at is None:
+            return None
+        per_epoch = seen / reached
+        goodput = self._goodput(running, ADAPTDL_FIXED)  # taking slots from waiting trials: not the optimistic prior
+        epoch = per_epoch / goodput(running.width)
+        runs = [t for _s, m, t in running.reports if t >= running.started_at and "epoch" in m]
+        restart = max(0.0, runs[0] - running.started_at - epoch) if runs else 0.0
+        until = max(0.0, runs[-1] + epoch - now) if runs else epoch
+        candidate = Candidate(running.number, running.width, goodput)
+        return Finishing(candidate, (total - reached - 1) * per_epoch, restart, until)
 
     def _next_end(self, after: int, total: int) -> int:
         return min([r for r in self.rungs if r > after] or [total])
@@ -241,12 +340,14 @@ class ElasticGrowth:
             "efficiency": self._goodput(running).efficiency(running.width),
         }
 
-    def _goodput(self, running: TrialView) -> Goodput:
+    def _goodput(self, running: TrialView, fixed_share: float = 0.0) -> Goodput:
+        """Its goodput per width from the step times it measured; ``fixed_share``: the prior's fixed part of a step
+        while one per-replica batch is measured (:func:`~cluster.goodput.fit_step_model`)."""
         base = running.config.base_params or running.config.params
         batch = float(base.get(BATCH, 1))
         measured = step_times(running, batch, self.spec.batch == "grow", self.spec.start_width)
         one = batch / self.spec.start_width if self.spec.batch == "grow" else batch  # the global batch at width 1
-        model = fit_step_model(measured or [StepTime(1, one, 1.0)])  # none measured: AdaptDL's prior, no all-reduce
+        model = fit_step_model(measured or [StepTime(1, one, 1.0)], fixed_share)  # none measured: no all-reduce
         return Goodput(model, batch, self.spec.start_width, self.spec.batch == "grow", _last_noise(running))
 
 
@@ -315,9 +416,14 @@ def _epoch_step_seconds(metrics: Mapping[str, float], previous: tuple[int, float
     return float(seconds) / steps if steps > 0 else None
 
 
-def elastic_policies(elastic: ElasticSpec | None, pruning: PrunerSpec, epochs: int) -> list[ElasticGrowth]:
+def elastic_policies(
+    elastic: ElasticSpec | None, pruning: PrunerSpec, epochs: int, pruner: str = "", n_trials: int = 0
+) -> list[ElasticGrowth]:
     """The policy of a spec's ``[elastic]`` table (none without one), its segments ending at the ``[pruner]``'s
-    rungs within the trainer's ``epochs``."""
+    rungs within the trainer's ``epochs``; with a rung ``pruner`` (``asha``, ``hyperband``), the trials expected
+    past its last rung out of ``n_trials``: ``n_trials / reduction_factor^rungs``."""
     if elastic is None:
         return []
-    return [ElasticGrowth(elastic, rung_epochs(pruning.min_resource, pruning.reduction_factor, epochs))]
+    rungs = rung_epochs(pruning.min_resource, pruning.reduction_factor, epochs)
+    finishers = n_trials / pruning.reduction_factor ** len(rungs) if pruner in RUNG_PRUNERS and n_trials else None
+    return [ElasticGrowth(elastic, rungs, finishers)]

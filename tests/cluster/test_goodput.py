@@ -74,3 +74,13 @@ def test_goodput_in_fixed_mode_is_throughput_and_in_grow_mode_pays_the_efficienc
 def test_bad_inputs_are_refused_naming_the_value(make: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()  # type: ignore[operator]
+
+
+def test_adaptdl_prior_takes_half_of_a_step_measured_at_one_batch_as_fixed() -> None:
+    """One per-replica batch measured: 0 fixed by default (speedup 2 at width 2 with a fixed global batch), half the
+    step with AdaptDL's prior (speedup 4/3), which the slots taken from waiting trials are weighed by."""
+    measured = [StepTime(1, 128.0, 0.2)]
+    assert fit_step_model(measured).throughput(2, 128.0) == pytest.approx(2 * 128.0 / 0.2)
+    half = fit_step_model(measured, fixed_share=0.5)
+    assert half.alpha_c == pytest.approx(0.1)
+    assert half.throughput(2, 128.0) / half.throughput(1, 128.0) == pytest.approx(4 / 3)

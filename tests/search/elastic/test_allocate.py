@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.goodput import Goodput, StepModel
-from search.elastic.allocate import Candidate, grow, shrink
+from search.elastic.allocate import Candidate, Finishing, grow, hurry, shrink
 
 COMPUTE_BOUND = StepModel(alpha_c=0.001, beta_c=0.01, alpha_n=0.002)  # nearly linear speedup
 COMM_BOUND = StepModel(alpha_c=0.001, beta_c=0.001, alpha_n=0.2, beta_n=0.05)  # width barely helps, even hurts
@@ -60,3 +60,43 @@ def test_bad_arguments_are_refused_naming_the_value(kwargs: dict[str, object], m
     args: dict[str, object] = {"candidates": [trial(0, COMPUTE_BOUND)], "free": 2, "widths": [1, 2], **kwargs}
     with pytest.raises(ValueError, match=message):
         grow(**args)  # type: ignore[arg-type]
+
+
+# --- hurry: a trial past the last rung against the trials queued behind it ----------------------------------
+
+RING = StepModel(alpha_c=0.005, beta_c=0.001, alpha_n=0.01, beta_n=0.002)  # speedup 1.68x at 2, 2.6x at 4
+
+
+def finishing(number: int, epochs_left: float, width: int = 1, restart: float = 5.0) -> Finishing:
+    """A trial at ``width`` with ``epochs_left`` epochs of 10,000 examples at a fixed global batch of 128."""
+    return Finishing(Candidate(number, width, Goodput(RING, base_batch=128)), epochs_left * 10_000, restart, 10.0)
+
+
+def test_a_finishing_trial_takes_a_slot_where_its_result_comes_sooner_than_the_queue_is_delayed() -> None:
+    """18 epochs left at 10.4 s: at width 2 its result comes 71 s sooner for 55 extra slot-seconds. On 4 slots with
+    2 trials expected past the last rung (share 1/2): 35.5 s > 2 x 55 / 4 = 27.6 s, it grows. With one epoch left
+    the restart eats the gain; with 32 expected there (share 1/32) the delay they add up to is far larger. On 64
+    slots the delay is spread wider: it grows at share 1/4 (17.7 s > 3.4 s), not at 1/32 (2.2 s < 27.6 s)."""
+    assert hurry([finishing(0, 18)], room=1, slots=4, widths=[1, 2, 4], share=0.5) == {0: 2}
+    assert hurry([finishing(0, 1)], room=1, slots=4, widths=[1, 2, 4], share=0.5) == {}
+    assert hurry([finishing(0, 18)], room=1, slots=4, widths=[1, 2, 4], share=1 / 32) == {}
+    assert hurry([finishing(0, 18)], room=1, slots=64, widths=[1, 2, 4], share=1 / 4) == {0: 2}
+    assert hurry([finishing(0, 18)], room=1, slots=64, widths=[1, 2, 4], share=1 / 32) == {}
+
+
+def test_hurry_goes_one_width_at_a_time_and_the_slot_goes_where_it_gains_most() -> None:
+    two = [finishing(0, 6), finishing(1, 17)]
+    assert hurry(two, room=1, slots=4, widths=[1, 2, 4], share=0.84) == {1: 2}  # more time saved per slot
+    assert hurry(two, room=4, slots=4, widths=[1, 2, 4], share=0.84) == {0: 2, 1: 2}  # one step each
+    assert hurry(two, room=4, slots=4, widths=[1, 2, 4], share=0.5) == {1: 2}  # 6 epochs: not worth it at 1/2
+    assert hurry([finishing(0, 17, width=2)], room=1, slots=4, widths=[1, 2, 4], share=0.84) == {}  # 2 -> 4: 2 slots
+
+
+def test_finishing_net_is_the_time_saved_weighed_against_the_delay_behind_it() -> None:
+    f = finishing(0, 18)
+    saved = f.seconds(1) - f.seconds(2) - 5.0
+    extra = 2 * (f.seconds(2) + 5.0) + 10.0 - f.seconds(1)
+    assert f.net(2, 4, 0.5) == pytest.approx(0.5 * saved - 2 * extra / 4)
+    assert f.net(1, 4, 0.5) == 0.0
+    with pytest.raises(ValueError, match="share=2"):
+        hurry([f], room=1, slots=4, widths=[1, 2], share=2.0)

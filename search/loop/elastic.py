@@ -230,12 +230,16 @@ class ElasticGrowth:
     def narrower_retry(self, running: TrialView, room: int) -> tuple[int, NextSegment] | None:
         """A lost run's retry at the widest width that fits ``room`` slots (the workers left): the epoch its segment
         is cut at (its last report's; the checkpoint there) and the segment that goes on from there to the cut
-        one's end. None when its width fits, or no width does."""
+        one's end (one whose last epoch was reported before its run was lost: on to the next segment's end). None
+        when its width fits, or no width does."""
         fitting = [w for w in self.spec.widths if w <= room]
         if running.width <= room or not fitting:
             return None
-        width, config, cut = fitting[-1], running.config, _last_epoch(running)
-        nxt = segment_config(config, width, self._overrides(running, width), config.epochs)
+        width, config = fitting[-1], running.config
+        total = config.schedule_epochs or config.epochs
+        cut = _reached(running) if _reached(running) < total else _last_epoch(running)
+        end = config.epochs if cut < config.epochs else self._next_end(cut, total)
+        nxt = segment_config(config, width, self._overrides(running, width), end)
         before = dataclasses.replace(config, epochs=cut)
         return cut, NextSegment(nxt, following(running.segment(), Transition.RESIZE, before, nxt, running.examples()))
 

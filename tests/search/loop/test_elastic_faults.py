@@ -16,11 +16,15 @@ import optuna
 import pytest
 from dask_processes import external_cluster, wait_for
 
+from search.loop.elastic import ElasticGrowth
 from search.loop.segments import Segment
+from search.loop.trials import RunningTrial
+from search.spec.elastic import ElasticSpec
 from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
 from tests.search.toy_specs import digits_toml
+from trainers.api import TrialConfig
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +105,28 @@ def test_a_worker_lost_in_a_2_slot_segment_retries_the_trial_at_1_slot_from_its_
     assert history[EPOCHS]["steps"] == EPOCHS * math.ceil(n / 32)  # batch = "fixed": the same steps per epoch
     assert trial.user_attrs["retries"] == 1
     assert [r["step"] for r in reports(folder)] == list(range(1, EPOCHS + 1))  # metrics.jsonl: each epoch once
+
+
+@pytest.mark.parametrize(("reported", "cut", "end"), [(3, 3, 4), (4, 4, 8)])
+def test_a_lost_wide_run_is_retried_narrower_from_its_last_reported_epoch_even_its_segments_last(
+    reported: int, cut: int, end: int
+) -> None:
+    """A 2-slot segment (epochs 2..4 of 8) lost after its report at ``reported``: the retry at 1 slot starts there,
+    with the examples seen there. The test suite's kill landed once after the segment's last report (epoch 4) and
+    before its end was told: the retry was recorded from epoch 3 with epoch 4's examples."""
+    study = optuna.create_study()
+    trial = study.ask()
+    config = TrialConfig("s", trial.number, {}, 0, 4, data_parallel=2, schedule_epochs=8)
+    running = RunningTrial(trial, config, 2, 0.0, started_at=0.0)
+    running.segments = [Segment(0, Transition.START, 1, 0, 2), Segment(1, Transition.RESIZE, 2, 2, 4)]
+    for epoch in range(1, reported + 1):
+        running.keep_report(epoch, {"epoch": float(epoch), "examples": 100.0 * epoch}, float(epoch))
+    growth = ElasticGrowth(ElasticSpec((1, 2, 4), grow="goodput"), rungs=())
+    found = growth.narrower_retry(running.view(), room=1)
+    assert found is not None
+    at, step = found
+    segment = step.segment
+    assert (at, segment.start_epoch, segment.end_epoch, segment.width, segment.examples) == (
+        cut, cut, end, 1, 100 * cut,
+    )  # fmt: skip
+    assert step.config.epochs == end and step.config.data_parallel == 1

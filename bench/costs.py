@@ -248,8 +248,10 @@ class Seeded:
     trials: int = 0  # tpe's trial budget
 
 
-def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float) -> Seeded:
+def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float, eta_only: bool = False) -> Seeded:
     plain = run(spec_for("tpe", trials, seed, dataset=dataset), workers, seed, dataset)
+    if eta_only:  # (a)'s plain campaign alone: the other columns not measured
+        return _eta_only(plain, seed, workers, trials)
     same = run(spec_for("cost_tpe", trials, seed, dataset=dataset), workers, seed, dataset)
     target = max(v for _s, v in plain.ended if v == v)
     limit = budget_share * plain.spent
@@ -270,6 +272,13 @@ def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: f
         len(budgeted.ended),
         trials,
     )
+
+
+def _eta_only(plain: Ran, seed: int, workers: int, trials: int) -> Seeded:
+    best = max(v for _s, v in plain.ended if v == v)
+    nan = math.nan
+    errors, covers = tuple(eta_errors(plain)), tuple(eta_covered(plain))
+    return Seeded(seed, workers, errors, (nan,) * 3, covers, best, nan, nan, nan, nan, nan, nan, 0, trials)
 
 
 def _ratio(whole: float, reached: float) -> float:
@@ -312,12 +321,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dataset", default="cifar10", choices=sorted(CHANCE) + sorted(HPOLIB))
     p.add_argument("--budget-share", type=float, default=1.0)
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--eta-only", action="store_true", help="(a) alone: the plain tpe campaign, its expected end")
     args = p.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cells = [(s, w) for w in args.workers for s in range(args.seed0, args.seed0 + args.seeds)]
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(one_seed, s, w, max(args.trials, args.waves * w), args.dataset, args.budget_share)
+            pool.submit(
+                one_seed, s, w, max(args.trials, args.waves * w), args.dataset, args.budget_share, args.eta_only
+            )
             for s, w in cells
         ]
         rows = [f.result() for f in futures]

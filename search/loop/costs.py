@@ -158,10 +158,18 @@ class TrialCosts:
     def lefts(self, running: Sequence[RunningTrial], now: float) -> list[Estimate]:
         """:meth:`left` of each running trial, their full runs predicted together (from its own progress where it
         has reported epochs: :func:`from_progress`)."""
+        self._bound(running, now)
         return [
             residual(full, max(0.0, now - r.started_at) if r.started_at is not None else 0.0)
             for full, r in zip(self.wholes(running), running)
         ]
+
+    def _bound(self, running: Sequence[RunningTrial], now: float) -> None:
+        """The running trials' seconds so far, lower bounds on their runs, into the model (censored points)."""
+        self.model.forget_running(r.number for r in running)
+        for r in running:
+            if r.started_at is not None and now > r.started_at:
+                self.model.observe_running(r.number, r.config.params, Resources(r.width), now - r.started_at)
 
     def wholes(self, running: Sequence[RunningTrial]) -> list[Estimate]:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's."""
@@ -191,6 +199,7 @@ class TrialCosts:
     ) -> Eta | None:
         """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
         running = list(running)
+        self._bound(running, now)
         fulls = self.wholes(running)
         in_flight = [
             InFlight(

@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
-from search.loop.eta import Eta, InFlight, estimate_end, residual
+from search.loop.eta import Eta, InFlight, drift_of, estimate_end, residual
 from search.loop.trials import RunningTrial
 from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
@@ -38,6 +38,7 @@ __all__ = ["TrialCosts", "from_progress", "DURATION_WINDOW", "HOUR", "sample_est
 
 HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
+HISTORY = 512  # the costs of the last trials that ended, for how far the mean cost drifts (:func:`drift_of`)
 SEEN = 16  # the recent trials the expected end draws the trials to start from: this many, or one per slot
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
 
@@ -91,13 +92,17 @@ class TrialCosts:
             self._ran(record.number, record.params, width, record.duration, full, float(examples), epochs)
 
     def reported(self, running: RunningTrial, at: float, metrics: Mapping[str, float]) -> None:
-        """A running trial's report: its examples seen so far over its seconds so far."""
+        """A running trial's report: its examples seen so far over its seconds so far, less its start-up
+        (:func:`startup`; a trial of several epochs: from its second report, the first holding a fresh worker's
+        imports as much as its epoch)."""
         examples = metrics.get(EXAMPLES)
+        if running.config.epochs > 1 and len(running.reports) < 2:
+            return
         if examples and running.started_at is not None and at > running.started_at:
-            resources = Resources(running.width)
-            self.model.observe_progress(
-                running.number, running.config.params, resources, at - running.started_at, examples
-            )
+            seconds = at - running.started_at - startup(running)
+            if seconds > 0:
+                resources = Resources(running.width)
+                self.model.observe_progress(running.number, running.config.params, resources, seconds, examples)
 
     def ended(self, running: RunningTrial, outcome: Outcome) -> None:
         """A run ended (a pruned, failed or lost one too: each run costs its slots)."""
@@ -110,10 +115,13 @@ class TrialCosts:
             self.model.observe_memory(
                 running.number, running.config.params, Resources(running.width), outcome.peak_memory
             )
-        self._ran(running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs)
+        first = startup(running)
+        self._ran(
+            running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs, first
+        )
         if (spread := epoch_spread(running)) is not None:
             self._epoch_spreads.append(spread)
-        if first := startup(running):
+        if first:
             self._startups[running.number] = first
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
@@ -127,8 +135,11 @@ class TrialCosts:
         full: bool,
         examples: float,
         epochs: int,
+        first: float = 0.0,
     ) -> None:
-        self.model.observe_run(number, params, Resources(width), seconds, full=full, examples=examples)
+        """A run of ``seconds`` ended; the model learns it less its start-up ``first`` (paid once per worker)."""
+        learnt = seconds - first if seconds > first else seconds
+        self.model.observe_run(number, params, Resources(width), learnt, full=full, examples=examples)
         self.spent += seconds * width
         before = self._per_trial.get(number)
         self._per_trial[number] = (before or 0.0) + seconds * width
@@ -211,7 +222,12 @@ class TrialCosts:
             for full, r in zip(fulls, running)
         ]
         seen = self.seen(in_flight, [startup(r) for r in running], slots)
-        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left)
+        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots))
+
+    def drift(self, slots: int) -> float:
+        """How far the trials to start may cost more or less than the recent ones on average (log-spread): the
+        campaign's own history of costs (:func:`~search.loop.eta.drift_of`, windows of :data:`SEEN` or ``slots``)."""
+        return drift_of(list(self._per_trial.values())[-HISTORY:], max(SEEN, slots))
 
     def seen(
         self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = (), slots: int = 0

@@ -101,7 +101,9 @@ def campaign_cost(
     finished = [r for r in records if r.state.is_finished()]
     to_start = max(0, study.n_trials - len(records))
     width = slots or sum(t.width for t in in_flight)
-    eta = estimate_end(in_flight, to_start, costs.seen(in_flight), width) if in_flight else None
+    eta = (
+        estimate_end(in_flight, to_start, costs.seen(in_flight), width, drift=costs.drift(width)) if in_flight else None
+    )
     unit, per_slot, hours = (
         ("GPU-hours", trainer.gpus, study.gpu_hours) if study.gpu_hours else ("slot-hours", 1.0, study.slot_hours)
     )

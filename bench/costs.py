@@ -2,7 +2,7 @@
 NAS-Bench-201 with its real training times.
 
     python -m bench.costs [--seeds 10] [--seed0 0] [--workers 1 16 64] [--trials 100] [--waves 0]
-                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1]
+                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1] [--eta-only]
 
 Each run is a real ``search.loop.campaign.Campaign`` on a :class:`cluster.simulated.SimulatedExecutor` of
 ``--workers`` workers (the controller's own time not charged: ``controller_time_scale = 0``). A trial is one
@@ -19,7 +19,8 @@ worker count:
 
 (a) **expected end**: the plain ``tpe`` campaign's expected end (the progress snapshots' ``eta``) at 25%, 50% and
     75% of its time, as ``|expected left - actual left| / actual left``; the median over seeds (goal <= 15%);
-    ``eta_cost``: the same for ``cost_tpe`` on the trial budget;
+    ``eta_cost``: the same for ``cost_tpe`` on the trial budget; ``eta_cover``: the share of those points whose
+    actual time left was in the 90% interval (``--eta-only``: the ``tpe`` campaign alone, the other columns NaN);
 (b) **cost to reach a value**: ``tpe`` runs ``--trials`` trials; ``cost_tpe`` gets ``--budget-share`` of what
     that spent as ``[study] slot_hours`` (and ``[sampler] cost_hours``, its cooling), an unlimited trial budget.
     The ratio of ``tpe``'s whole spend to what ``cost_tpe`` spends until its best reaches ``tpe``'s final best:

@@ -222,12 +222,17 @@ class TrialCosts:
             for full, r in zip(fulls, running)
         ]
         seen = self.seen(in_flight, [startup(r) for r in running], slots)
-        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots))
+        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots, to_start))
 
-    def drift(self, slots: int) -> float:
-        """How far the trials to start may cost more or less than the recent ones on average (log-spread): the
-        campaign's own history of costs (:func:`~search.loop.eta.drift_of`, windows of :data:`SEEN` or ``slots``)."""
-        return drift_of(list(self._per_trial.values())[-HISTORY:], max(SEEN, slots))
+    def drift(self, slots: int, to_start: int = 0) -> float:
+        """How far the mean cost of ``to_start`` trials may be from the recent ones' (log-spread): the drift per
+        window of :data:`SEEN` (or ``slots``) trials in the campaign's own history (:func:`~search.loop.eta.drift_of`),
+        grown as a random walk's mean over the windows ahead (``h`` windows: by sqrt((h + 1)(2h + 1) / 6h))."""
+        window = max(SEEN, slots)
+        ahead = max(1.0, to_start / window)
+        return drift_of(list(self._per_trial.values())[-HISTORY:], window) * math.sqrt(
+            (ahead + 1) * (2 * ahead + 1) / (6 * ahead)
+        )
 
     def seen(
         self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = (), slots: int = 0

@@ -1,5 +1,6 @@
-"""What the campaign's trials cost: the trial model (:mod:`cluster.trial_cost`) fed with each report and each run
-that ends, and what the loop reads from it.
+"""What the campaign's trials cost: the trial model (:mod:`cluster.trial_cost`) fed with each report, each run
+that ends (less its start-up: :func:`startup`) and each running trial's seconds so far (a lower bound on its run,
+at each working-out over the running trials), and what the loop reads from it.
 
 - the typical run (the dispatcher's queue depth and batch size: the median of the last 64 runs);
 - a trial's predicted duration (seconds per example times the examples it will see, where the trainer reports

@@ -6,7 +6,9 @@ then the trials asked and waiting, and the trials not asked yet, start in turn o
 trial of width ``w`` on the ``w`` that free first). A trial to start costs one of the trials seen, drawn from them
 (the recent ones that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
 it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
-each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too. The expected end
+each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and
+scales them by a lognormal factor of mean 1 whose spread is how far the campaign's mean cost has moved so far
+(:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges). The expected end
 is the mean of the draws and its interval their 5% and 95% points: the waves of a campaign of few trials per slot,
 the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
 trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no later than

@@ -24,6 +24,7 @@ __all__ = ["Fit", "fit_points", "RESIDUAL_DOF"]
 #: Residual degrees of freedom a fit needs beyond its coefficients (fewer points: the nearest values instead).
 RESIDUAL_DOF = 3
 EM_ROUNDS = 8  # expectation-maximisation rounds with censored points (each a least-squares fit)
+CLIP_Z = 30.0  # the censored points' standardised bounds are taken within +-this
 MIN_SPREAD = 0.01  # the log-spread taken for the censored points' expectations where the fit has none
 LABEL = "="  # a feature named "name=value" is a label's indicator (missing means 0, not the column's mean)
 
@@ -95,8 +96,11 @@ def fit_points(
     inverse = np.linalg.pinv(x[:n].T @ x[:n])  # (p + 1) x (p + 1): the normal equations, no SVD of x
     coef, spread = _least_squares(x[:n], y[:n], inverse, n - p - 1, np.zeros(n))  # the runs that ended first
     if bounded:
+        ended = coef, spread, inverse
         inverse = np.linalg.pinv(x.T @ x)
         coef, spread = _censored(x, y, n, inverse, p, coef, spread)
+        if not (np.isfinite(coef).all() and math.isfinite(spread)):  # never: the ended points' fit rather than raise
+            coef, spread, inverse = ended
     law = LogLinearLaw(float(coef[0]), dict(zip(names, map(float, coef[1:]))), spread, centre)
     return Fit(law, tuple(names), inverse, len(rows))
 
@@ -121,7 +125,7 @@ def _censored(
     for _ in range(EM_ROUNDS):
         s = max(spread, MIN_SPREAD)
         centre = x[n:] @ coef
-        z = (bounds - centre) / s
+        z = np.clip((bounds - centre) / s, -CLIP_Z, CLIP_Z)  # past it the hazard is z to 0.1%: no overflow
         hazard = np.exp(-0.5 * z * z - 0.5 * math.log(2 * math.pi) - log_ndtr(-z))  # pdf / survival at z
         expected = centre + s * hazard
         variance = s * s * np.maximum(0.0, 1.0 + z * hazard - hazard * hazard)

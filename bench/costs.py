@@ -2,7 +2,7 @@
 NAS-Bench-201 with its real training times.
 
     python -m bench.costs [--seeds 10] [--seed0 0] [--workers 1 16 64] [--trials 100] [--waves 0]
-                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1]
+                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1] [--eta-only]
 
 Each run is a real ``search.loop.campaign.Campaign`` on a :class:`cluster.simulated.SimulatedExecutor` of
 ``--workers`` workers (the controller's own time not charged: ``controller_time_scale = 0``). A trial is one
@@ -19,7 +19,8 @@ worker count:
 
 (a) **expected end**: the plain ``tpe`` campaign's expected end (the progress snapshots' ``eta``) at 25%, 50% and
     75% of its time, as ``|expected left - actual left| / actual left``; the median over seeds (goal <= 15%);
-    ``eta_cost``: the same for ``cost_tpe`` on the trial budget;
+    ``eta_cost``: the same for ``cost_tpe`` on the trial budget; ``eta_cover``: the share of those points whose
+    actual time left was in the 90% interval (``--eta-only``: the ``tpe`` campaign alone, the other columns NaN);
 (b) **cost to reach a value**: ``tpe`` runs ``--trials`` trials; ``cost_tpe`` gets ``--budget-share`` of what
     that spent as ``[study] slot_hours`` (and ``[sampler] cost_hours``, its cooling), an unlimited trial budget.
     The ratio of ``tpe``'s whole spend to what ``cost_tpe`` spends until its best reaches ``tpe``'s final best:
@@ -248,8 +249,10 @@ class Seeded:
     trials: int = 0  # tpe's trial budget
 
 
-def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float) -> Seeded:
+def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float, eta_only: bool = False) -> Seeded:
     plain = run(spec_for("tpe", trials, seed, dataset=dataset), workers, seed, dataset)
+    if eta_only:  # (a)'s plain campaign alone: the other columns not measured
+        return _eta_only(plain, seed, workers, trials)
     same = run(spec_for("cost_tpe", trials, seed, dataset=dataset), workers, seed, dataset)
     target = max(v for _s, v in plain.ended if v == v)
     limit = budget_share * plain.spent
@@ -270,6 +273,13 @@ def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: f
         len(budgeted.ended),
         trials,
     )
+
+
+def _eta_only(plain: Ran, seed: int, workers: int, trials: int) -> Seeded:
+    best = max(v for _s, v in plain.ended if v == v)
+    nan = math.nan
+    errors, covers = tuple(eta_errors(plain)), tuple(eta_covered(plain))
+    return Seeded(seed, workers, errors, (nan,) * 3, covers, best, nan, nan, nan, nan, nan, nan, 0, trials)
 
 
 def _ratio(whole: float, reached: float) -> float:
@@ -312,12 +322,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dataset", default="cifar10", choices=sorted(CHANCE) + sorted(HPOLIB))
     p.add_argument("--budget-share", type=float, default=1.0)
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--eta-only", action="store_true", help="(a) alone: the plain tpe campaign, its expected end")
     args = p.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cells = [(s, w) for w in args.workers for s in range(args.seed0, args.seed0 + args.seeds)]
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(one_seed, s, w, max(args.trials, args.waves * w), args.dataset, args.budget_share)
+            pool.submit(
+                one_seed, s, w, max(args.trials, args.waves * w), args.dataset, args.budget_share, args.eta_only
+            )
             for s, w in cells
         ]
         rows = [f.result() for f in futures]

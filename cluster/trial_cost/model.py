@@ -7,14 +7,19 @@ least-squares fit (``log y`` on the log of each numeric parameter, of the width,
 interval from the residual spread and the configuration's leverage. With fewer it is the nearest configurations'
 values (an exact match alone): their log mean and spread, a factor of 2 for one value. With none it is unknown
 (``basis`` none, all 0).
+
+A running trial's seconds so far are a lower bound on its run (:meth:`TrialCostModel.observe_running`): the fit
+of the durations takes them as censored points (:func:`~cluster.trial_cost.fit.fit_points`), so it is not the fit
+of the short runs that end first; the nearest values, with too few points for a fit, leave them out.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import math
 import statistics
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .estimate import UNKNOWN, Estimate, Quantity
@@ -25,6 +30,7 @@ from .nearest import log_spread_estimate, nearest_values
 __all__ = ["TrialCostModel"]
 
 
+CENSORED = (Quantity.DURATION, Quantity.RUN)  # the quantities a running trial bounds from below
 RECENT = 64  # the most recent values :meth:`TrialCostModel.recent_median` and the nearest configurations look at
 
 
@@ -45,6 +51,7 @@ class _Points:
         )
         self.fit: Fit | None = None
         self.changes = 0  # observations since the last fit
+        self.censored: dict[Hashable, tuple[dict[str, float], float]] = {}  # running: features, seconds so far
         self.recent: collections.deque[float] = collections.deque(maxlen=RECENT)
         self.median: float | None = None  # of ``recent``, once worked out
 
@@ -58,6 +65,17 @@ class _Points:
         self.recent.append(float(value))
         self.changes += 1
         self.median = None  # of ``recent``, worked out when next asked
+
+    def censor(self, key: Hashable, params: Mapping[str, Any], resources: Resources, bound: float) -> None:
+        """A lower bound on a running trial's value (a change for the fit once new or a quarter longer)."""
+        before = self.censored.get(key)
+        if before is None or bound >= 1.25 * before[1]:
+            self.changes += 1
+            self.censored[key] = (config_features(params, resources), float(bound))
+
+    def uncensor(self, key: Hashable) -> None:
+        if self.censored.pop(key, None) is not None:
+            self.changes += 1
 
     def stale(self) -> bool:
         """Whether to fit again: no fit yet and something new, or 5% of the points new since the fit."""
@@ -100,11 +118,26 @@ class TrialCostModel:
         ``examples`` training examples (0: unknown). Each run counts (a retried trial's runs all cost)."""
         if seconds <= 0:
             return
+        for quantity in CENSORED:
+            self._points[quantity].uncensor(("running", number))
         self._put(Quantity.RUN, (number, next(self._fresh)), params, resources, seconds)
         if full:
             self._put(Quantity.DURATION, (number, next(self._fresh)), params, resources, seconds)
         if examples > 0:
             self.observe_progress(number, params, resources, seconds, examples)
+
+    def observe_running(self, number: int, params: Mapping[str, Any], resources: Resources, seconds: float) -> None:
+        """Trial ``number`` has run ``seconds`` and goes on: a lower bound on its run, until :meth:`observe_run`."""
+        if seconds > 0 and math.isfinite(seconds):
+            for quantity in CENSORED:
+                self._points[quantity].censor(("running", number), params, resources, seconds)
+
+    def forget_running(self, keep: Iterable[int]) -> None:
+        """Only the trials ``keep`` run on (the others' runs ended, were lost or given back untold)."""
+        kept = {("running", number) for number in keep}
+        for quantity in CENSORED:
+            for key in [k for k in self._points[quantity].censored if k not in kept]:
+                self._points[quantity].uncensor(key)
 
     def observe_progress(
         self, number: int | None, params: Mapping[str, Any], resources: Resources, seconds: float, examples: float
@@ -184,6 +217,7 @@ class TrialCostModel:
 
     def _fit(self, points: _Points) -> Fit | None:
         if points.stale():
-            points.fit = fit_points([(feats, value) for _c, feats, value in points.by_key.values()], self.min_fit)
+            exact = [(feats, value) for _c, feats, value in points.by_key.values()]
+            points.fit = fit_points(exact, self.min_fit, list(points.censored.values()))
             points.changes = 0
         return points.fit

@@ -1,5 +1,6 @@
-"""What the campaign's trials cost: the trial model (:mod:`cluster.trial_cost`) fed with each report and each run
-that ends, and what the loop reads from it.
+"""What the campaign's trials cost: the trial model (:mod:`cluster.trial_cost`) fed with each report, each run
+that ends (less its start-up: :func:`startup`) and each running trial's seconds so far (a lower bound on its run,
+at each working-out over the running trials), and what the loop reads from it.
 
 - the typical run (the dispatcher's queue depth and batch size: the median of the last 64 runs);
 - a trial's predicted duration (seconds per example times the examples it will see, where the trainer reports
@@ -29,7 +30,7 @@ from optuna.trial import TrialState
 from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
-from search.loop.eta import Eta, InFlight, estimate_end, residual
+from search.loop.eta import Eta, InFlight, drift_of, estimate_end, residual
 from search.loop.trials import RunningTrial
 from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
@@ -38,6 +39,7 @@ __all__ = ["TrialCosts", "from_progress", "DURATION_WINDOW", "HOUR", "sample_est
 
 HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
+HISTORY = 512  # the costs of the last trials that ended, for how far the mean cost drifts (:func:`drift_of`)
 SEEN = 16  # the recent trials the expected end draws the trials to start from: this many, or one per slot
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
 
@@ -91,13 +93,17 @@ class TrialCosts:
             self._ran(record.number, record.params, width, record.duration, full, float(examples), epochs)
 
     def reported(self, running: RunningTrial, at: float, metrics: Mapping[str, float]) -> None:
-        """A running trial's report: its examples seen so far over its seconds so far."""
+        """A running trial's report: its examples seen so far over its seconds so far, less its start-up
+        (:func:`startup`; a trial of several epochs: from its second report, the first holding a fresh worker's
+        imports as much as its epoch)."""
         examples = metrics.get(EXAMPLES)
+        if running.config.epochs > 1 and len(running.reports) < 2:
+            return
         if examples and running.started_at is not None and at > running.started_at:
-            resources = Resources(running.width)
-            self.model.observe_progress(
-                running.number, running.config.params, resources, at - running.started_at, examples
-            )
+            seconds = at - running.started_at - startup(running)
+            if seconds > 0:
+                resources = Resources(running.width)
+                self.model.observe_progress(running.number, running.config.params, resources, seconds, examples)
 
     def ended(self, running: RunningTrial, outcome: Outcome) -> None:
         """A run ended (a pruned, failed or lost one too: each run costs its slots)."""
@@ -110,10 +116,13 @@ class TrialCosts:
             self.model.observe_memory(
                 running.number, running.config.params, Resources(running.width), outcome.peak_memory
             )
-        self._ran(running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs)
+        first = startup(running)
+        self._ran(
+            running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs, first
+        )
         if (spread := epoch_spread(running)) is not None:
             self._epoch_spreads.append(spread)
-        if first := startup(running):
+        if first:
             self._startups[running.number] = first
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
@@ -127,8 +136,11 @@ class TrialCosts:
         full: bool,
         examples: float,
         epochs: int,
+        first: float = 0.0,
     ) -> None:
-        self.model.observe_run(number, params, Resources(width), seconds, full=full, examples=examples)
+        """A run of ``seconds`` ended; the model learns it less its start-up ``first`` (paid once per worker)."""
+        learnt = seconds - first if seconds > first else seconds
+        self.model.observe_run(number, params, Resources(width), learnt, full=full, examples=examples)
         self.spent += seconds * width
         before = self._per_trial.get(number)
         self._per_trial[number] = (before or 0.0) + seconds * width
@@ -158,10 +170,18 @@ class TrialCosts:
     def lefts(self, running: Sequence[RunningTrial], now: float) -> list[Estimate]:
         """:meth:`left` of each running trial, their full runs predicted together (from its own progress where it
         has reported epochs: :func:`from_progress`)."""
+        self._bound(running, now)
         return [
             residual(full, max(0.0, now - r.started_at) if r.started_at is not None else 0.0)
             for full, r in zip(self.wholes(running), running)
         ]
+
+    def _bound(self, running: Sequence[RunningTrial], now: float) -> None:
+        """The running trials' seconds so far, lower bounds on their runs, into the model (censored points)."""
+        self.model.forget_running(r.number for r in running)
+        for r in running:
+            if r.started_at is not None and now > r.started_at:
+                self.model.observe_running(r.number, r.config.params, Resources(r.width), now - r.started_at)
 
     def wholes(self, running: Sequence[RunningTrial]) -> list[Estimate]:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's."""
@@ -191,6 +211,7 @@ class TrialCosts:
     ) -> Eta | None:
         """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
         running = list(running)
+        self._bound(running, now)
         fulls = self.wholes(running)
         in_flight = [
             InFlight(
@@ -202,7 +223,17 @@ class TrialCosts:
             for full, r in zip(fulls, running)
         ]
         seen = self.seen(in_flight, [startup(r) for r in running], slots)
-        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left)
+        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots, to_start))
+
+    def drift(self, slots: int, to_start: int = 0) -> float:
+        """How far the mean cost of ``to_start`` trials may be from the recent ones' (log-spread): the drift per
+        window of :data:`SEEN` (or ``slots``) trials in the campaign's own history (:func:`~search.loop.eta.drift_of`),
+        grown as a random walk's mean over the windows ahead (``h`` windows: by sqrt((h + 1)(2h + 1) / 6h))."""
+        window = max(SEEN, slots)
+        ahead = max(1.0, to_start / window)
+        return drift_of(list(self._per_trial.values())[-HISTORY:], window) * math.sqrt(
+            (ahead + 1) * (2 * ahead + 1) / (6 * ahead)
+        )
 
     def seen(
         self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = (), slots: int = 0

@@ -6,7 +6,9 @@ then the trials asked and waiting, and the trials not asked yet, start in turn o
 trial of width ``w`` on the ``w`` that free first). A trial to start costs one of the trials seen, drawn from them
 (the recent ones that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
 it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
-each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too. The expected end
+each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and
+scales them by a lognormal factor of mean 1 whose spread is how far the campaign's mean cost has moved so far
+(:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges). The expected end
 is the mean of the draws and its interval their 5% and 95% points: the waves of a campaign of few trials per slot,
 the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
 trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no later than
@@ -28,7 +30,17 @@ import numpy as np
 from cluster.trial_cost import Basis, Estimate
 from cluster.trial_cost.estimate import Z90
 
-__all__ = ["Eta", "EtaLog", "InFlight", "estimate_end", "duration_text", "read_eta_log", "residual"]
+__all__ = [
+    "Eta",
+    "EtaLog",
+    "InFlight",
+    "estimate_end",
+    "drift_of",
+    "duration_text",
+    "mean_error",
+    "read_eta_log",
+    "residual",
+]
 
 _NORMAL = statistics.NormalDist()
 DRAWS = 200  # draws of the schedule left, at most ...
@@ -37,6 +49,8 @@ WORK = 2_000_000  # slot-placements over all draws, at most (fewer draws for a l
 EXACT_ROUNDS = 2  # rounds of trials to start placed in turn; the ones before are added to every slot as a sum
 CHUNKS = 64  # a round of trials to start is placed in at most this many turns (exact up to 64 slots)
 SEED = 52  # each working-out draws the same way: the same campaign gives the same expected end
+ONE_COST_DRIFT = math.log(2.0)  # the log-spread of the trials to start's mean cost when one cost is all there is
+MAX_DRIFT = 1.5  # at most (a factor of 4.5 at one standard deviation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,10 +188,11 @@ def _ends(
     to_start: int,
     slots: int,
     rng: np.random.Generator,
+    drift: float = 0.0,
 ) -> np.ndarray:
     """Each draw's end: the ``started`` trials (``lefts``: seconds left, trials x draws) hold their slots, the
     ``queued`` ones (``fulls``) and ``to_start`` trials drawn from ``seen`` (slot-seconds, widths), reweighted per
-    draw, start as slots free."""
+    draw and scaled by a lognormal factor of mean 1 and log-spread ``drift``, start as slots free."""
     draws = lefts.shape[1]
     free = np.zeros((draws, slots))
     columns = np.repeat(np.arange(len(started)), [t.width for t in started])
@@ -186,19 +201,20 @@ def _ends(
         _place(free, fulls[i], np.full(draws, trial.width))
     costs, widths = seen
     weights = rng.dirichlet(np.ones(len(costs)), size=draws) if len(costs) > 1 else np.ones((draws, len(costs)))
+    scale = np.exp(drift * rng.normal(size=draws) - drift**2 / 2)  # the trials to start cost this times the seen
     rounds = max(0, to_start // slots - EXACT_ROUNDS)
     if rounds:  # the rounds before the last ones: their sum on every slot
         mean = weights @ costs
         spread = np.sqrt(np.maximum(0.0, weights @ costs**2 - mean**2) * rounds)
         sums = (rounds * mean)[:, None] + rng.normal(size=free.shape) * spread[:, None]
-        free += np.clip(sums, rounds * costs.min(), rounds * costs.max())  # a sum of costs lies between these
+        free += np.clip(sums, rounds * costs.min(), rounds * costs.max()) * scale[:, None]  # a sum lies between
     exact = to_start - rounds * slots
     if not exact:
         return free.max(axis=1)
     cumulative = np.cumsum(weights, axis=1)
     picks = np.stack([np.searchsorted(c, rng.random(exact) * c[-1]) for c in cumulative])
     picks = np.minimum(picks, len(costs) - 1)
-    seconds, width = costs[picks] / widths[picks], widths[picks]
+    seconds, width = costs[picks] / widths[picks] * scale[:, None], widths[picks]
     if (widths == 1).all():
         chunk = max(1, slots // CHUNKS)
         for at in range(0, exact, chunk):
@@ -207,6 +223,28 @@ def _ends(
         for at in range(exact):
             _place(free, seconds[:, at], width[:, at])
     return free.max(axis=1)
+
+
+def mean_error(costs: Sequence[float] | np.ndarray) -> float:
+    """The log-spread of the error of the mean of ``costs`` as the mean of others like them (their log standard
+    deviation over the square root of their count; one cost: :data:`ONE_COST_DRIFT`)."""
+    logs = np.log([c for c in costs if c > 0 and math.isfinite(c)])
+    if len(logs) < 2:
+        return ONE_COST_DRIFT
+    return float(np.std(logs, ddof=1) / math.sqrt(len(logs)))
+
+
+def drift_of(history: Sequence[float], window: int) -> float:
+    """How far the mean cost of the next ``window`` trials has been from the last ``window``'s, in the campaign's
+    history of costs (in the order they ended): the root mean square of the log ratios of the means of consecutive
+    windows (the sampler's drift to other costs as it converges, and the error of a mean of few, together); shrunk
+    to :func:`mean_error` of the last window by one pair (0 pairs: that alone)."""
+    window = max(2, window)
+    costs = [c for c in history if c > 0 and math.isfinite(c)]
+    means = [statistics.fmean(costs[i - window : i]) for i in range(len(costs), window - 1, -window)]
+    ratios = [math.log(a / b) for a, b in zip(means, means[1:])]
+    prior = mean_error(costs[-window:])
+    return math.sqrt((sum(r * r for r in ratios) + prior * prior) / (len(ratios) + 1))
 
 
 def _draws(to_start: int, slots: int) -> int:
@@ -223,12 +261,14 @@ def estimate_end(
     slots: int,
     time_left: float | None = None,
     cost_left: float | None = None,
+    drift: float = 0.0,
 ) -> Eta | None:
     """The end of a campaign with ``in_flight`` trials and ``to_start`` trials not sent out, each costing one of the
     trials ``seen`` (slot-seconds, width), on ``slots`` slots; ``time_left``: seconds of its time budget (None:
     none); ``cost_left``: slot-seconds of its resource budget not spent or committed to the trials in flight (None:
-    none). None when the model cannot tell yet (a trial to start and no cost seen, or a trial in flight whose run is
-    not known)."""
+    none); ``drift``: how far (log-spread) the trials to start may cost more or less than those seen on average
+    (:func:`drift_of` the campaign's costs; 0: none beyond the error of their mean). None when the model cannot tell yet (a trial to start and no cost
+    seen, or a trial in flight whose run is not known)."""
     if any(not t.full.known for t in in_flight) or (to_start and not seen):
         return None
     costs = np.array([max(0.0, c) for c, _w in seen]) if seen else np.zeros(1)
@@ -245,7 +285,8 @@ def estimate_end(
     rng = np.random.default_rng(SEED)
     lefts = _lefts(started, draws, rng)
     fulls = _lefts([dataclasses.replace(t, ran=0.0) for t in queued], draws, rng)
-    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng)
+    drift = min(MAX_DRIFT, drift) if math.isfinite(drift) and drift > 0 else 0.0
+    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng, drift)
     if time_left is not None:
         if float(np.mean(ends >= time_left)) >= 0.5:
             limited_by = "time budget"

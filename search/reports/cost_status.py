@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from optuna.trial import FrozenTrial, TrialState
 
+from cluster.trial_cost import Resources
 from search.loop.costs import HOUR, TrialCosts
 from search.loop.eta import Eta, InFlight, estimate_end
 from search.spec.campaign_spec import StudySpec, TrainerSpec
@@ -88,6 +89,9 @@ def campaign_cost(
     costs.load(r for r in records if r.state.is_finished())
     running = [(t, r) for t, r in zip(trials, records) if r.state == TrialState.RUNNING]
     in_flight, spent = [], costs.spent
+    for trial, record in running:  # each one's seconds so far: a lower bound on its run (a censored point)
+        started = trial.datetime_start.timestamp() if trial.datetime_start else now
+        costs.model.observe_running(record.number, record.params, Resources(record.width or 1), now - started)
     for trial, record in running:
         started = trial.datetime_start.timestamp() if trial.datetime_start else now
         width = record.width or 1
@@ -97,7 +101,9 @@ def campaign_cost(
     finished = [r for r in records if r.state.is_finished()]
     to_start = max(0, study.n_trials - len(records))
     width = slots or sum(t.width for t in in_flight)
-    eta = estimate_end(in_flight, to_start, costs.seen(in_flight), width) if in_flight else None
+    eta = (
+        estimate_end(in_flight, to_start, costs.seen(in_flight), width, drift=costs.drift(width)) if in_flight else None
+    )
     unit, per_slot, hours = (
         ("GPU-hours", trainer.gpus, study.gpu_hours) if study.gpu_hours else ("slot-hours", 1.0, study.slot_hours)
     )

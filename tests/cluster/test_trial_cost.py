@@ -86,3 +86,34 @@ def test_bad_settings_are_refused_with_the_rule() -> None:
         Resources(0)
     with pytest.raises(ValueError, match="need low <= mean <= high"):
         Estimate(2.0, 3.0, 4.0)
+
+
+def _half_ended(rng: np.random.Generator, trials: int, sigma: float) -> tuple[list[float], float]:
+    """Durations that no parameter explains (a lognormal of log-spread ``sigma``) and the moment half have ended."""
+    durations = [float(rng.lognormal(math.log(100.0), sigma)) for _ in range(trials)]
+    return durations, float(np.median(durations))
+
+
+def test_running_trials_are_censored_points_so_the_short_ones_that_ended_first_do_not_bias_the_fit() -> None:
+    """All trials start at once; at the median duration the short half has ended and the long half runs on. Fitted
+    on the ended ones alone, a trial's expected duration was that of the short half (about 0.6 of the true mean);
+    with each running trial's seconds so far as a lower bound on its duration (Tobit, by expectation
+    maximisation), the fit recovers the whole distribution's mean and spread."""
+    sigma, rng = 0.6, np.random.default_rng(52)
+    durations, now = _half_ended(rng, 200, sigma)
+    lrs = [float(10 ** rng.uniform(-4, -1)) for _ in durations]  # a parameter the duration does not depend on
+    model = TrialCostModel()
+    for number, (seconds, lr) in enumerate(zip(durations, lrs)):
+        if seconds <= now:
+            model.observe_run(number, {"lr": lr}, Resources(1), seconds, full=True)
+        else:
+            model.observe_running(number, {"lr": lr}, Resources(1), now)
+    true_mean = 100.0 * math.exp(sigma**2 / 2)
+    predicted = model.predict(Quantity.DURATION, {"lr": 1e-3})
+    assert predicted.basis is Basis.FIT
+    assert predicted.mean == pytest.approx(true_mean, rel=0.15)
+    assert predicted.low <= 100.0 * math.exp(-1.2 * sigma) and 100.0 * math.exp(1.2 * sigma) <= predicted.high
+    fit = model.fit(Quantity.DURATION)
+    assert fit is not None and fit.law.spread == pytest.approx(sigma, rel=0.2)
+    model.forget_running([])  # the running ones' runs were lost: the ended ones alone again
+    assert model.predict(Quantity.DURATION, {"lr": 1e-3}).mean < 0.7 * true_mean

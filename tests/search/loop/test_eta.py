@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from toy_specs import toy_toml
 
 from cluster.sim_models import CurveModel
 from cluster.simulated import SimulatedExecutor
 from search.loop.campaign import Campaign, Snapshot
-from search.loop.eta import EXACT_ROUNDS, estimate_end
+from search.loop.eta import EXACT_ROUNDS, drift_of, estimate_end
 from search.loop.progress import render
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
@@ -139,3 +141,29 @@ def test_a_sum_of_rounds_of_widely_varying_costs_never_gives_a_negative_end() ->
             assert eta is not None
             assert eta.left.low >= (to_start - EXACT_ROUNDS) * 0.01
             assert eta.left.high <= to_start * 100.0
+
+
+def test_the_interval_carries_how_far_the_mean_cost_has_moved_between_windows_of_trials() -> None:
+    """The sampler moves between cheap and dear trials: windows of 16 trials of 10 s and 15 s in turn, the last one
+    cheap; the next 16 trials cost 14 s (224 s on one slot). Drawn from the last window alone (its spread and the
+    error of its mean: 160 s give or take 2%) the interval missed them; with the drift between windows seen so far
+    (a factor of 1.5) it holds them, and its mean stays that of the recent trials."""
+    rng = np.random.default_rng(3)
+    history = [base * float(rng.lognormal(0.0, 0.02)) for base in (10.0, 15.0, 10.0, 15.0, 10.0) for _ in range(16)]
+    seen = [(cost, 1) for cost in history[-16:]]
+    narrow = estimate_end([], 16, seen, slots=1)
+    assert narrow is not None and not narrow.left.low <= 224.0 <= narrow.left.high  # the old interval
+    drift = drift_of(history, 16)
+    assert drift == pytest.approx(math.log(1.5), rel=0.15)
+    wide = estimate_end([], 16, seen, slots=1, drift=drift)
+    assert wide is not None and wide.left.low <= 224.0 <= wide.left.high
+    assert wide.left.mean == pytest.approx(narrow.left.mean, rel=0.1)
+    assert math.isfinite(wide.left.high) and wide.left.low >= 0.0
+    few = drift_of(history[:20], 16)  # one window: the error of its mean alone, not a drift
+    assert 0.0 < few < 0.05
+
+
+def test_a_drift_never_gives_a_negative_or_infinite_end() -> None:
+    for drift in (0.0, 0.5, 1e3, math.inf, math.nan):
+        eta = estimate_end([], 40, [(0.01, 1), (100.0, 1)], slots=2, drift=drift)
+        assert eta is not None and 0.0 <= eta.left.low <= eta.left.mean <= eta.left.high < math.inf

@@ -2,7 +2,7 @@
 NAS-Bench-201 with its real training times.
 
     python -m bench.costs [--seeds 10] [--seed0 0] [--workers 1 16 64] [--trials 100] [--waves 0]
-                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1]
+                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1] [--options JSON] [--control]
 
 Each run is a real ``search.loop.campaign.Campaign`` on a :class:`cluster.simulated.SimulatedExecutor` of
 ``--workers`` workers (the controller's own time not charged: ``controller_time_scale = 0``). A trial is one
@@ -24,9 +24,13 @@ worker count:
     that spent as ``[study] slot_hours`` (and ``[sampler] cost_hours``, its cooling), an unlimited trial budget.
     The ratio of ``tpe``'s whole spend to what ``cost_tpe`` spends until its best reaches ``tpe``'s final best:
     the median over seeds (goal >= 1.3; a seed where it never gets there counts as 0), and both final bests with
-    the seeds' spread. The same for ``cost_tpe`` on ``tpe``'s trial budget (``same_trials_*``), cooled over it;
-    ``plain_ratio``: the same ratio for ``tpe`` itself (its whole spend over its spend until it found its best),
-    the saving a search that were told when to stop would make;
+    the seeds' spread. What is spent until then counts the trials still running at that moment (their seconds so
+    far: stopping there still pays for them); ``ratio_finished`` counts the trials that had ended only, as the
+    bench did before (on one worker the two are the same). The same for ``cost_tpe`` on ``tpe``'s trial budget
+    (``same_trials_*``), cooled over it; ``plain_ratio``: the same ratio for ``tpe`` itself (its whole spend over
+    its spend until it found its best), the saving a search that were told when to stop would make. ``--options``:
+    ``cost_tpe``'s ``[sampler]`` table (JSON). ``--control``: ``tpe`` once more with another sampler seed on the
+    same slot-hours (``control_*``): what a search no better than ``tpe`` scores on this measure;
 (c) **the budget stop**: on that slot-hours budget, spent minus the budget, in units of one trial's predicted
     cost at the end (goal <= 1).
 """

@@ -2,7 +2,8 @@
 NAS-Bench-201 with its real training times.
 
     python -m bench.costs [--seeds 10] [--seed0 0] [--workers 1 16 64] [--trials 100] [--waves 0]
-                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1] [--eta-only]
+                          [--dataset cifar10] [--budget-share 1.0] [--jobs 1] [--options JSON] [--control]
+                          [--eta-only]
 
 Each run is a real ``search.loop.campaign.Campaign`` on a :class:`cluster.simulated.SimulatedExecutor` of
 ``--workers`` workers (the controller's own time not charged: ``controller_time_scale = 0``). A trial is one
@@ -25,9 +26,13 @@ worker count:
     that spent as ``[study] slot_hours`` (and ``[sampler] cost_hours``, its cooling), an unlimited trial budget.
     The ratio of ``tpe``'s whole spend to what ``cost_tpe`` spends until its best reaches ``tpe``'s final best:
     the median over seeds (goal >= 1.3; a seed where it never gets there counts as 0), and both final bests with
-    the seeds' spread. The same for ``cost_tpe`` on ``tpe``'s trial budget (``same_trials_*``), cooled over it;
-    ``plain_ratio``: the same ratio for ``tpe`` itself (its whole spend over its spend until it found its best),
-    the saving a search that were told when to stop would make;
+    the seeds' spread. What is spent until then counts the trials still running at that moment (their seconds so
+    far: stopping there still pays for them); ``ratio_finished`` counts the trials that had ended only, as the
+    bench did before (on one worker the two are the same). The same for ``cost_tpe`` on ``tpe``'s trial budget
+    (``same_trials_*``), cooled over it; ``plain_ratio``: the same ratio for ``tpe`` itself (its whole spend over
+    its spend until it found its best), the saving a search that were told when to stop would make. ``--options``:
+    ``cost_tpe``'s ``[sampler]`` table (JSON). ``--control``: ``tpe`` once more with another sampler seed on the
+    same slot-hours (``control_*``): what a search no better than ``tpe`` scores on this measure;
 (c) **the budget stop**: on that slot-hours budget, spent minus the budget, in units of one trial's predicted
     cost at the end (goal <= 1).
 """
@@ -61,6 +66,7 @@ OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 EPOCHS = 12
 JITTER = 0.05  # lognormal spread of an epoch's seconds around the table's time / epochs
 FRACTIONS = (0.25, 0.5, 0.75)
+CONTROL_SEED = 1000  # the control's sampler seed: the seed plus this
 CHANCE = {"cifar10": 10.0, "cifar100": 1.0, "imagenet": 1.0 / 1.2}
 HPOLIB = {
     "protein": "protein_structure",
@@ -127,7 +133,14 @@ def table_for(dataset: str) -> NB201Timed | HPOLibTimed:
     return HPOLibTimed(dataset) if dataset in HPOLIB else NB201Timed(dataset)
 
 
-def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0, dataset: str = "cifar10") -> CampaignSpec:
+def spec_for(
+    sampler: str,
+    trials: int,
+    seed: int,
+    slot_hours: float = 0.0,
+    dataset: str = "cifar10",
+    options: Mapping[str, Any] | None = None,
+) -> CampaignSpec:
     """The table's space (NAS-Bench-201: the cell as six op parameters); with ``slot_hours``, that budget, and
     ``cost_tpe`` cools over it."""
     table = HPOLibTimed if dataset in HPOLIB else NB201Timed
@@ -146,8 +159,8 @@ def spec_for(sampler: str, trials: int, seed: int, slot_hours: float = 0.0, data
         "trainer": {"entry": "bench.trivial:fit", "epochs": EPOCHS},
         "space": NB201Timed.space if table is NB201Timed else _hpolib_space(),
     }
-    if slot_hours and sampler == "cost_tpe":
-        data["sampler"] = {"cost_hours": slot_hours}
+    if sampler == "cost_tpe":
+        data["sampler"] = dict(options or {}) | ({"cost_hours": slot_hours} if slot_hours else {})
     return parse_spec(data, source=f"<bench costs {sampler}>", text=json.dumps(data), check_trainer=False)
 
 
@@ -167,6 +180,7 @@ class Ran:
     end: float
     spent: float
     per_trial: float
+    spans: list[tuple[float, float, float]] = dataclasses.field(default_factory=list)  # (start, end, value) each
 
 
 def run(spec: CampaignSpec, workers: int, seed: int, dataset: str) -> Ran:
@@ -191,11 +205,13 @@ def run(spec: CampaignSpec, workers: int, seed: int, dataset: str) -> Ran:
         ((t.user_attrs.get("finished", 0.0), t.user_attrs.get("duration", 0.0), t.value) for t in trials),
         key=lambda r: r[0],
     )
-    spent, ended = 0.0, []
-    for _finished, seconds, value in records:
+    spent, ended, spans = 0.0, [], []
+    for finished, seconds, value in records:
         spent += float(seconds or 0.0)
-        ended.append((spent, float(value) if value is not None else math.nan))
-    return Ran(ended, etas, end, campaign.costs.spent, campaign.costs.per_trial().mean)
+        v = float(value) if value is not None else math.nan
+        ended.append((spent, v))
+        spans.append((float(finished) - float(seconds or 0.0), float(finished), v))
+    return Ran(ended, etas, end, campaign.costs.spent, campaign.costs.per_trial().mean, spans)
 
 
 def eta_errors(ran: Ran) -> list[float]:
@@ -231,6 +247,15 @@ def spend_to_reach(ended: Sequence[tuple[float, float]], target: float) -> float
     return next((spent for spent, best in best_so_far(ended) if best >= target), math.inf)
 
 
+def spend_until(spans: Sequence[tuple[float, float, float]], target: float) -> float:
+    """Slot-seconds spent by the time the best first reaches ``target`` (inf: never): every trial's seconds up to
+    then, the running ones' too (on many workers, stopping there still pays for what runs)."""
+    at = next((end for _start, end, value in sorted(spans, key=lambda s: s[1]) if value >= target), math.inf)
+    if not math.isfinite(at):
+        return math.inf
+    return sum(max(0.0, min(end, at) - start) for start, end, _value in spans)
+
+
 @dataclasses.dataclass(frozen=True)
 class Seeded:
     seed: int
@@ -247,16 +272,35 @@ class Seeded:
     over: float  # (spent - budget) / one trial's predicted cost, on the slot-hours budget
     stop_trials: int  # the trials cost_tpe ran on that budget
     trials: int = 0  # tpe's trial budget
+    ratio_finished: float = math.nan  # ``ratio`` counting only the trials that had ended when the best got there
+    control_best: float = math.nan  # tpe again (another sampler seed) on tpe's slot-hours: its best
+    control_ratio: float = math.nan  # ... and its ratio
+    plain_trials: int = 0  # the trials tpe ran
 
 
-def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: float, eta_only: bool = False) -> Seeded:
+def one_seed(
+    seed: int,
+    workers: int,
+    trials: int,
+    dataset: str,
+    budget_share: float,
+    options: Mapping[str, Any] | None = None,
+    control: bool = False,
+    eta_only: bool = False,
+) -> Seeded:
+    """One seed's campaigns: ``tpe``; ``cost_tpe`` (``options``: its ``[sampler]`` table) on ``tpe``'s trial
+    budget and on ``budget_share`` of its slot-hours; with ``control``, ``tpe`` again with another sampler seed on
+    those slot-hours (what a search no better than ``tpe`` scores); ``eta_only``: the ``tpe`` campaign alone."""
     plain = run(spec_for("tpe", trials, seed, dataset=dataset), workers, seed, dataset)
     if eta_only:  # (a)'s plain campaign alone: the other columns not measured
         return _eta_only(plain, seed, workers, trials)
-    same = run(spec_for("cost_tpe", trials, seed, dataset=dataset), workers, seed, dataset)
+    same = run(spec_for("cost_tpe", trials, seed, dataset=dataset, options=options), workers, seed, dataset)
     target = max(v for _s, v in plain.ended if v == v)
     limit = budget_share * plain.spent
-    budgeted = run(spec_for("cost_tpe", 100_000, seed, limit / 3600.0, dataset), workers, seed, dataset)
+    budgeted = run(spec_for("cost_tpe", 100_000, seed, limit / 3600.0, dataset, options), workers, seed, dataset)
+    rerun = None
+    if control:
+        rerun = run(spec_for("tpe", 100_000, seed + CONTROL_SEED, limit / 3600.0, dataset), workers, seed, dataset)
     return Seeded(
         seed,
         workers,
@@ -265,13 +309,17 @@ def one_seed(seed: int, workers: int, trials: int, dataset: str, budget_share: f
         tuple(eta_covered(plain)),
         target,
         max(v for _s, v in budgeted.ended if v == v),
-        _ratio(plain.spent, spend_to_reach(budgeted.ended, target)),
+        _ratio(plain.spent, spend_until(budgeted.spans, target)),
         max(v for _s, v in same.ended if v == v),
-        _ratio(plain.spent, spend_to_reach(same.ended, target)),
-        _ratio(plain.spent, spend_to_reach(plain.ended, target)),
+        _ratio(plain.spent, spend_until(same.spans, target)),
+        _ratio(plain.spent, spend_until(plain.spans, target)),
         (budgeted.spent - limit) / budgeted.per_trial,
         len(budgeted.ended),
         trials,
+        _ratio(plain.spent, spend_to_reach(budgeted.ended, target)),
+        max((v for _s, v in rerun.ended if v == v), default=math.nan) if rerun else math.nan,
+        _ratio(plain.spent, spend_until(rerun.spans, target)) if rerun else math.nan,
+        len(plain.ended),
     )
 
 
@@ -308,6 +356,14 @@ def summarise(rows: Sequence[Seeded]) -> list[dict[str, Any]]:
         entry["plain_best_sd"] = round(statistics.stdev(r.plain_best for r in sel), 2) if len(sel) > 1 else None
         entry["over_max"] = round(max(r.over for r in sel), 2)
         entry["stop_trials_median"] = statistics.median(r.stop_trials for r in sel)
+        entry["plain_trials_median"] = statistics.median(r.plain_trials for r in sel)
+        entry["ratio_finished_median"] = round(statistics.median(r.ratio_finished for r in sel), 2)
+        entry["best_diff_median"] = round(statistics.median(r.cost_best - r.plain_best for r in sel), 3)
+        controls = [r for r in sel if r.control_ratio == r.control_ratio]
+        if controls:
+            entry["control_ratio_median"] = round(statistics.median(r.control_ratio for r in controls), 2)
+            entry["control_reached"] = sum(r.control_ratio > 0 for r in controls)
+            entry["control_best_median"] = round(statistics.median(r.control_best for r in controls), 2)
         out.append(entry)
     return out
 
@@ -322,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dataset", default="cifar10", choices=sorted(CHANCE) + sorted(HPOLIB))
     p.add_argument("--budget-share", type=float, default=1.0)
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--options", type=json.loads, default={}, help="cost_tpe's [sampler] table, as JSON")
+    p.add_argument("--control", action="store_true", help="also tpe with another sampler seed on tpe's slot-hours")
     p.add_argument("--eta-only", action="store_true", help="(a) alone: the plain tpe campaign, its expected end")
     args = p.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -329,7 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
             pool.submit(
-                one_seed, s, w, max(args.trials, args.waves * w), args.dataset, args.budget_share, args.eta_only
+                one_seed,
+                *(s, w, max(args.trials, args.waves * w), args.dataset, args.budget_share, args.options, args.control),
+                args.eta_only,
             )
             for s, w in cells
         ]

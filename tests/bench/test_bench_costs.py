@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.costs import Ran, eta_covered, eta_errors, spend_to_reach
+from bench.costs import Ran, eta_covered, eta_errors, spend_to_reach, spend_until
 
 ALL_CONV = {f"Op{i}": "nor_conv_3x3" for i in range(6)}
 NONE = {f"Op{i}": "none" for i in range(6)}
@@ -29,6 +29,16 @@ def test_the_spend_to_reach_a_value_is_where_the_best_first_gets_there() -> None
     ended = [(10.0, 0.5), (25.0, math.nan), (40.0, 0.8), (70.0, 0.9)]
     assert spend_to_reach(ended, 0.8) == 40.0
     assert spend_to_reach(ended, 0.95) == math.inf
+
+
+def test_the_spend_until_a_value_counts_the_trials_still_running_then() -> None:
+    """Two slots: trial b (0-100 s) is still running when trial a (0-30 s) reaches the value; stopping then pays b's
+    first 30 s too (60 slot-seconds, where the trials that had ended add up to 30)."""
+    spans = [(0.0, 30.0, 0.8), (0.0, 100.0, 0.9), (30.0, 50.0, 0.1)]
+    assert spend_until(spans, 0.8) == 60.0
+    assert spend_to_reach([(30.0, 0.8), (50.0, 0.8), (150.0, 0.9)], 0.8) == 30.0  # the trials that had ended only
+    assert spend_until(spans, 0.9) == 150.0
+    assert spend_until(spans, 0.95) == math.inf
 
 
 def test_the_eta_error_compares_the_expected_with_the_actual_time_left() -> None:

@@ -4,10 +4,7 @@ resumed: the trial goes on in its second segment at 2 slots from its checkpoint;
 from __future__ import annotations
 
 import math
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,27 +16,14 @@ from search.session.runner import RunOptions, resume_campaign
 from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
+from tests.killed_run import killed_run
 from tests.search.loop.resize_kill import hooks
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _killed_run(runs: Path, *args: str) -> int:
-    """The controller process's exit status; what it left running (its Dask workers) is ended with it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.search.loop.resize_kill", str(runs), *args],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        return proc.wait(timeout=400)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the workers it started, nothing else
-        except ProcessLookupError:
-            pass
+    return killed_run("tests.search.loop.resize_kill", str(runs), *args)
 
 
 @pytest.mark.slow

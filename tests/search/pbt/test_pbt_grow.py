@@ -7,10 +7,7 @@ torch DDP over gloo), then ``reproduce`` replays the grown member's pieces at th
 from __future__ import annotations
 
 import math
-import os
 import signal
-import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -38,6 +35,7 @@ from search.store.folder import CampaignFolder
 from search.store.records import Attr
 from search.vocab.terms import Transition
 from tests.campaign_storage import load
+from tests.killed_run import killed_run
 from tests.search.toy_specs import digits_toml
 from trainers.api import TrialConfig
 
@@ -97,17 +95,7 @@ def test_a_pbt_survivor_grows_from_1_to_2_slots_at_its_rung_and_reproduces(tmp_p
 
 
 def _killed_run(runs: Path) -> int:
-    """The controller process's exit status; what it left running (its Dask workers) is ended with it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tests.search.pbt.pbt_grow_kill", str(runs)]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
-    try:
-        return proc.wait(timeout=400)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the workers it started, nothing else
-        except ProcessLookupError:
-            pass
+    return killed_run("tests.search.pbt.pbt_grow_kill", str(runs))
 
 
 @pytest.mark.slow

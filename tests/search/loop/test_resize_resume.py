@@ -19,8 +19,6 @@ from tests.campaign_storage import load
 from tests.killed_run import killed_run
 from tests.search.loop.resize_kill import hooks
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def _killed_run(runs: Path, *args: str) -> int:
     return killed_run("tests.search.loop.resize_kill", str(runs), *args)

@@ -39,8 +39,6 @@ from tests.killed_run import killed_run
 from tests.search.toy_specs import digits_toml
 from trainers.api import TrialConfig
 
-ROOT = Path(__file__).resolve().parents[3]
-
 # 3 members on 2 workers x 2 slots: at the rung (epoch 1) the worst exploits, the two survivors may take the one
 # slot the 3 next segments leave idle; the lower-numbered wins the tie (both measured only at width 1).
 SPEC = digits_toml(

@@ -43,12 +43,23 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from trainers.ddp_rank import ENV_DIR, ENV_FD, ENV_PARENT, ENV_PICKLED, ENV_SOLO
 
-__all__ = ["PoolProcess", "WarmServer", "PoolError", "enable", "enabled", "start", "shutdown", "servers", "preloads"]
+__all__ = [
+    "PoolProcess",
+    "WarmServer",
+    "PoolError",
+    "enable",
+    "enabled",
+    "pooled",
+    "start",
+    "shutdown",
+    "servers",
+    "preloads",
+]
 
 ENV_SWITCH = "HYPERSWEEP_WARM_POOL"  # "0": every trial's process starts fresh
 START_SECONDS = 180.0  # a server that has not said it is ready by then is given up (its key starts processes fresh)
@@ -221,6 +232,21 @@ def enable() -> None:
 
 def enabled() -> bool:
     return _STATE["enabled"] and os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+@contextlib.contextmanager
+def pooled() -> Iterator[None]:
+    """Processes from the pool while the block runs (``hypersweep reproduce``: a data-parallel trial's ranks, each
+    segment's, forked from one server that imported torch once), its servers ended after it; a pool already
+    enabled (a Dask worker's) is left as it was. A server starts only when a process is asked for."""
+    if _STATE["enabled"]:
+        yield
+        return
+    enable()
+    try:
+        yield
+    finally:
+        shutdown()
 
 
 def servers() -> list[WarmServer]:

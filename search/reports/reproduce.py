@@ -116,7 +116,9 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     sweep = sweep_replay(spec, trial)  # a scaling-sweep trial stops where the campaign stopped it, at its target
     threads = _inherited_threads(folder)
     notes += _retry_notes(trial) + _thread_notes(threads)
-    with _intra_op_threads(threads):  # a trainer that sets no thread count runs at its workers' count
+    from trainers import warm_pool  # at run time: a data-parallel trial's ranks forked from one warm server
+
+    with _intra_op_threads(threads), warm_pool.pooled():  # a trainer that sets no thread count: its workers' count
         reports, metrics, error = _replay(spec, study, folder, trial, config, sweep, notes)
     checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
     notes += replay_notes(sweep, trial.history, reports) if sweep is not None else []

@@ -181,21 +181,20 @@ def test_a_two_rank_gloo_trial_takes_its_ranks_from_the_pool_with_the_same_resul
     config = TrialConfig("pool", 0, {"lr": 0.05, "batch_size": 32}, seed=7, epochs=1, device="cpu", data_parallel=2)
     fresh_pids: list[int] = []
     fresh = launch("trainers.classifier:fit", config, RecordingReporter(), on_start=fresh_pids.extend)
-    warm_pool.enable()
-    try:
-        pids: list[int] = []
-        parents: list[int] = []
+    pids: list[int] = []
+    parents: list[int] = []
 
-        def started(ranks: object) -> None:
-            pids.extend(ranks)  # type: ignore[call-overload]
-            for pid in pids:
-                parents.append(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
+    def started(ranks: object) -> None:
+        pids.extend(ranks)  # type: ignore[call-overload]
+        for pid in pids:
+            parents.append(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
 
+    with warm_pool.pooled():  # as `hypersweep reproduce` runs a data-parallel trial
         warm = launch("trainers.classifier:fit", config, RecordingReporter(), on_start=started)
         servers = [s.pid for s in warm_pool.servers()]
-    finally:
-        warm_pool.shutdown()
+        server_procs = [s.proc.pid for s in warm_pool.servers()]
     assert len(pids) == 2 and set(parents) == set(servers) and len(servers) == 1  # both ranks from the pool
+    assert not warm_pool.enabled() and not warm_pool.servers() and _gone(server_procs)  # its server ended with it
     drop = {"epoch_seconds"}
     assert {k: v for k, v in warm.items() if k not in drop} == {k: v for k, v in fresh.items() if k not in drop}
     assert _gone(pids + fresh_pids)
@@ -263,3 +262,16 @@ def test_a_killed_rank_from_the_pool_fails_its_trial_and_no_rank_survives(pool: 
     assert len(pids) == 2 and _gone(pids)
     (server,) = _server_pids()
     assert _solo("torch_fit")["parent"] == server  # the pool goes on
+
+
+def test_pooled_leaves_a_pool_already_on_as_it_was_and_starts_no_server_unasked() -> None:
+    with warm_pool.pooled():
+        assert warm_pool.enabled() and not warm_pool.servers()  # a server starts only when a process is asked for
+    assert not warm_pool.enabled()
+    warm_pool.enable()  # a worker's pool
+    try:
+        with warm_pool.pooled():
+            pass
+        assert warm_pool.enabled()  # not shut down under the worker
+    finally:
+        warm_pool.shutdown()

@@ -69,11 +69,8 @@ def test_a_trial_grown_to_4_ranks_across_two_workers_goes_on_at_2_while_the_othe
     assert history[3]["steps"] == 2 * math.ceil(n / 32) + math.ceil(n / 64)  # from the checkpoint, not from scratch
     assert [history[e]["lr"] for e in (1, 2, 3)] == [pytest.approx(lr), pytest.approx(2 * lr), pytest.approx(lr)]
     assert first.user_attrs[Attr.CONFIG]["data_parallel"] == 2
-    warm_pool.enable()  # the replay's 8 rank processes forked from one that imported torch, as on a worker
-    try:
-        result = reproduce_trial(folder.root, first.number)
-    finally:
-        warm_pool.shutdown()
+    result = reproduce_trial(folder.root, first.number)  # its 8 rank processes forked from one warm server
+    assert not warm_pool.servers()  # which ended with the replay
     text = comparison_text(result)
     assert result.matched and "replayed its 3 segments: widths 2, 4, 2" in text, text
     assert {c.where for c in result.checks} == {"final", "step 1", "step 2", "step 3"}  # every report compared

@@ -42,6 +42,7 @@ from .packing import GpuPacking
 from .roads import TrialRoads
 from .shipping import ship_trainer
 from .task_runner import run_once
+from .trial_cost import ModelPredictions, TrialPredictions
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's modules import this one for its events
     from distributed import Client
@@ -79,7 +80,9 @@ class DaskExecutor:
     run the trials sent to them, :mod:`cluster.runner_pool`), wider ones as Dask tasks with resource restrictions;
     reports via the worker event stream. ``runners=False`` runs every trial as a task of its own;
     ``follows_demand`` (a cluster that scales with the campaign, ``Backend.follows_demand``): :meth:`want` leaves the
-    demand on the scheduler."""
+    demand on the scheduler. It reads the campaign's trial model (:meth:`predict_with`): a batch job's walltime
+    against a trial's predicted duration (:class:`cluster.walltimes.Walltimes`), the packing's device memory
+    (:class:`cluster.memory_feed.MemoryFeed`); until a campaign hands it over, a model that knows nothing."""
 
     supports_batch = True
     virtual_time = False
@@ -100,13 +103,24 @@ class DaskExecutor:
         self._view = ClusterView(client, resource, packing.gpus, lost_after, follows_demand)
         subscribe_reports(client, topic, self._on_message)
         self._forensics = Forensics(client, lambda: self._view.memory_limits)
-        feed = MemoryFeed(packing, self._view.resource)
-        self._roads = TrialRoads(client, topic, self._view, self._queue, feed.expect, packing.headroom, runners)
-        self._translate = EventTranslator(client, topic, self._roads, self._view, self._forensics, feed)
+        self._costs: TrialPredictions = ModelPredictions()
+        self._feed = MemoryFeed(packing, self._view.resource, self.costs)
+        self._roads = TrialRoads(
+            client, topic, self._view, self._queue, self._feed.expect, packing.headroom, runners, self.costs
+        )
+        self._translate = EventTranslator(client, topic, self._roads, self._view, self._forensics)
 
     @property
     def resource(self) -> str:
         return self._view.resource
+
+    def predict_with(self, costs: TrialPredictions) -> None:
+        """Read ``costs``, the campaign's trial model, from now on (see :class:`cluster.executor_api.TrialExecutor`)."""
+        self._costs = costs
+
+    def costs(self) -> TrialPredictions:
+        """The trial model this executor reads: its campaign's, once handed over."""
+        return self._costs
 
     def slots(self) -> Slots:
         """The cluster's slots (see :meth:`cluster.cluster_view.ClusterView.slots`)."""

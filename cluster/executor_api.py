@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from trainers.api import TrialConfig
 
 from .outcome import Outcome
+from .trial_cost import TrialPredictions
 
 __all__ = [
     "TrialRequest",
@@ -139,6 +140,12 @@ class TrialExecutor(Protocol):
     def want(self, slots: int) -> None:
         """The campaign could use ``slots`` slots now (those its running trials hold and those its waiting trials
         need): a cluster that grows and shrinks (a job backend's ``minimum_jobs < maximum_jobs``) follows it."""
+        ...
+
+    def predict_with(self, costs: TrialPredictions) -> None:
+        """Read the campaign's trial model from now on (its campaign hands it over when it is built): whatever the
+        executor predicts (a trial's duration against its batch job's walltime, its device memory) it reads there,
+        from the one instance the campaign feeds, and it keeps no model of its own."""
         ...
 
     def close(self) -> None: ...

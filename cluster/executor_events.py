@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from .cluster_view import ClusterView
-    from .memory_feed import MemoryFeed
     from .oom_forensics import Forensics
     from .roads import TrialRoads
 
@@ -48,8 +47,7 @@ __all__ = ["EventTranslator"]
 
 
 class EventTranslator:
-    """The events of one executor (its client and topic, its roads, its view of the cluster, its forensics and its
-    memory model's feed)."""
+    """The events of one executor (its client and topic, its roads, its view of the cluster and its forensics)."""
 
     def __init__(
         self,
@@ -58,10 +56,9 @@ class EventTranslator:
         roads: TrialRoads,
         view: ClusterView,
         forensics: Forensics,
-        feed: MemoryFeed,
     ) -> None:
         self._client, self._topic, self._roads, self._view = client, topic, roads, view
-        self._forensics, self._feed = forensics, feed
+        self._forensics = forensics
 
     def __call__(self, item: QueueItem) -> list[Event]:
         match item:
@@ -153,7 +150,6 @@ class EventTranslator:
         return ended
 
     def _finished(self, number: int, outcome: Outcome) -> Finished:
-        """Trial ``number`` ended: lost, with why where that can be told; a measured peak teaches the memory model."""
-        diagnosed = self._forensics.diagnose(number, outcome)
-        self._feed.learn(number, None if diagnosed is not None else outcome)
-        return Finished(number, diagnosed or outcome)
+        """Trial ``number`` ended: lost, with why where that can be told (its campaign's trial model learns its
+        measured peak memory from the event)."""
+        return Finished(number, self._forensics.diagnose(number, outcome) or outcome)

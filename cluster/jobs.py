@@ -36,8 +36,6 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .trial_cost import ONE_SLOT, Quantity, TrialCostModel
-
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -46,7 +44,6 @@ __all__ = [
     "JobKeeper",
     "JobState",
     "MAX_FAILED_SUBMISSIONS",
-    "Walltimes",
     "POLL_SECONDS",
     "job_deadlines",
     "job_expired",
@@ -60,7 +57,6 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 STARTING_POLL_SECONDS = 0.25  # until the first worker joins: a refused submission is shown within a second
 MAX_FAILED_SUBMISSIONS = 3
-RECENT_RUNS = 64  # the runs whose median a trial is taken to last
 
 #: A worker lost this close to its job's walltime end (or later) was ended by the walltime, not by a fault.
 WALLTIME_SLACK = 5.0
@@ -185,36 +181,6 @@ def job_expired(client: Client, worker: str, timeout: float = 5.0) -> bool:
     cluster recorded the end. False on any other cluster, or when the scheduler does not answer."""
     end = job_deadlines(client, timeout).get(worker) if worker else None
     return end is not None and time.time() >= end - WALLTIME_SLACK
-
-
-class Walltimes:
-    """Which workers still have the time to run one more trial: each worker's job walltime end (read from the
-    scheduler every :data:`POLL_SECONDS`) against the trial model's median run of the last 64 trials seen
-    (:mod:`cluster.trial_cost`). A worker of no batch job, or before any trial ended, always has."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._ends: dict[str, float] = {}
-        self._runs = TrialCostModel()
-        self._read = 0.0
-
-    def refresh(self) -> None:
-        if time.monotonic() - self._read >= POLL_SECONDS:
-            self._read = time.monotonic()
-            self._ends = job_deadlines(self._client)
-
-    def ran(self, seconds: float) -> None:
-        """A trial ran ``seconds`` on its worker."""
-        self._runs.observe_run(None, {}, ONE_SLOT, seconds, full=False)
-
-    def fits(self, worker: str, ahead: int = 0) -> bool:
-        """Whether a trial of the median duration seen so far ends on ``worker`` before its job does, after the
-        ``ahead`` trials queued there before it (each taken as long as the median)."""
-        end = self._ends.get(worker)
-        median = self._runs.recent_median(Quantity.RUN, RECENT_RUNS)
-        if end is None or median is None:
-            return True
-        return time.time() + median * (1 + ahead) < end
 
 
 def _notify(line: str) -> None:

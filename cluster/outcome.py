@@ -105,6 +105,14 @@ class Outcome:
             return None
         return float(self.finished) - float(self.started)
 
+    @property
+    def device_peak(self) -> int:
+        """The peak device memory the trial itself measured (bytes), what the packing learns from; 0 for a host
+        figure (``rss``), and for a lost trial (the controller's own figures of it, not its device's)."""
+        if self.memory_kind != "cuda" or self.status == TrialStatus.LOST:
+            return 0
+        return self.peak_memory
+
 
 def error_type_of(exc: BaseException) -> str:
     """The class of ``exc`` as a record names it: ``ValueError`` for a builtin, else ``module.QualName``."""

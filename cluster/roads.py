@@ -24,6 +24,7 @@ from .runner_pool import RunnerPool
 from .shipping import Shipments
 from .span_executor import SpanRunner
 from .task_runner import TaskRunner, run_once
+from .trial_cost import TrialPredictions
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -40,7 +41,8 @@ CLUSTER_TOPIC = "all"  # where the scheduler logs a worker's removal
 class TrialRoads:
     """The roads of one executor. ``expect(requests)``: the device memory the trials are expected to need (bytes, 0
     when unknown), asked as they are placed; ``headroom``: of a device's memory, the part trials may fill;
-    ``runners=False`` runs every trial as a task of its own."""
+    ``runners=False`` runs every trial as a task of its own; ``costs()``: the trial model the executor reads (the
+    slot runners' walltime check)."""
 
     def __init__(
         self,
@@ -51,6 +53,7 @@ class TrialRoads:
         expect: Callable[[Sequence[TrialRequest]], int],
         headroom: float,
         runners: bool,
+        costs: Callable[[], TrialPredictions],
     ) -> None:
         self._client, self._topic, self._view = client, topic, view
         self._events, self._expect, self._headroom = events, expect, headroom
@@ -60,7 +63,9 @@ class TrialRoads:
         _register_first_run(client)
         self.pool: RunnerPool | None = None
         if runners and _register_inboxes(client):
-            self.pool = RunnerPool(client, topic, view.resource, events, ship, self._total, view.share, headroom)
+            self.pool = RunnerPool(
+                client, topic, view.resource, events, ship, self._total, view.share, headroom, costs=costs
+            )
             client.subscribe_topic(CLUSTER_TOPIC, self._on_cluster_event)
 
     def _total(self) -> int:

@@ -10,6 +10,11 @@ A runner that ends (idle, retired), dies with its worker (the scheduler's ``remo
 at the cluster's workers) or is cancelled (``kill``) hands its trials back: one that said it started ends as lost
 (cancelled, for a kill), with the outcome the runner kept when it has one; the others are placed again under the
 same first-run key (so that none can run twice).
+
+On a batch-job cluster a runner takes a trial only when the trial is predicted to end before the runner's job does,
+after the trials queued there before it (:mod:`cluster.walltimes`: the campaign's trial model); a trial no ready
+runner has the time for waits for a job that has, and one line says so (once, until the trials so held have
+started).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from .connect import worker_slots
 from .executor_queue import EventQueue, RunnerDone
-from .jobs import Walltimes
+from .jobs import _notify, job_deadlines
 from .outcome import Outcome, TrialStatus
 from .runner_mail import Placement, RunnerMail
 from .slot_runner import run_slot, runner_key
+from .trial_cost import TrialPredictions
+from .walltimes import Walltimes
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -67,7 +74,9 @@ class Runner:
 
 
 class RunnerPool:
-    """The slot runners of one executor (its client, topic, resource and share of a device per slot)."""
+    """The slot runners of one executor (its client, topic, resource and share of a device per slot); ``costs()``: the
+    trial model the executor reads (see :mod:`cluster.walltimes`); ``notify``: where the line of a trial held for a
+    walltime goes (the terminal and campaign.log)."""
 
     def __init__(
         self,
@@ -80,6 +89,9 @@ class RunnerPool:
         share: float = 1.0,
         headroom: float = 0.9,
         idle: float = RUNNER_IDLE,
+        *,
+        costs: Callable[[], TrialPredictions],
+        notify: Callable[[str], None] = _notify,
     ) -> None:
         self._client, self._topic, self._resource = client, topic, resource
         self._events, self._idle = events, idle
@@ -90,7 +102,11 @@ class RunnerPool:
         self._of: dict[int, Runner] = {}  # trial -> the runner it was sent to
         self._waiting: collections.deque[Placement] = collections.deque()  # for a runner being started
         self._checked = 0.0
-        self._walltimes = Walltimes(client)  # batch jobs: no trial for a worker whose job ends before it would
+        # batch jobs: no trial for a worker whose job ends before it would (the campaign's trial model predicts)
+        self._walltimes = Walltimes(lambda: job_deadlines(client), costs)
+        self._notify = notify
+        self._refused: dict[int, float] = {}  # this look: trials a ready runner had no time for -> the most time left
+        self._held: set[int] = set()  # trials held for a walltime since the line that said so, until they start
         self._missing: set[str] = set()  # runners' workers the last look did not find
         self.retired = False
 
@@ -134,7 +150,7 @@ class RunnerPool:
     def _start_runners(self) -> None:
         """Start a runner for each trial that no idle or starting runner will take, up to one per slot (each where
         its trial would rather run)."""
-        idle = sum(1 for r in self._runners.values() if self._takes(r) and not r.trials)
+        idle = sum(1 for r in self._runners.values() if r.ready and not r.trials and self._takes_any(r))
         starting = sum(1 for r in self._runners.values() if not r.worker and not r.closed)
         wanted = min(len(self._waiting) - idle - starting, self._slots() - len(self._runners))
         prefers = [str(self._waiting[idle + starting + i].request.prefer) for i in range(max(0, wanted))]
@@ -164,10 +180,11 @@ class RunnerPool:
     def _dispatch(self) -> None:
         """Give waiting trials to idle runners (a trial to a runner on the worker it would rather run on first);
         with no runner starting, queue them behind the busy ones. Trials that share a first-run key (a batch) go
-        to one runner together."""
+        to one runner together. A runner takes only a trial its job has the time for (:meth:`_fits`)."""
         if self.retired:
             return
         starting = any(not r.worker and not r.closed for r in self._runners.values())
+        self._refused.clear()
         batches: dict[str, list[Placement]] = {}
         while self._waiting:
             chosen = self._next_pair(starting)
@@ -180,10 +197,13 @@ class RunnerPool:
             for placement in group:
                 runner.trials[placement.number] = placement
                 self._of[placement.number] = runner
+                self._held.discard(placement.number)
             batches.setdefault(runner.key, []).extend(group)
         for key, batch in batches.items():
             runner = self._runners[key]
             self._mail.send(runner.key, runner.worker, batch)
+        if not starting:
+            self._say_held()
 
     def _next_pair(self, starting: bool) -> tuple[Runner, int] | None:
         """The runner to give a waiting trial to, and which trial (its index in the queue); None to wait.
@@ -191,23 +211,49 @@ class RunnerPool:
         An idle runner takes the first trial that would rather run on its worker, else the first trial (whichever
         runner became ready first, so a runner started for one trial can take another, and a trial does not land
         where it did not want to when its own runner comes next); with none idle and none starting, the first trial
-        queues behind the runner expected to free first."""
-        idle = [r for r in self._runners.values() if self._takes(r) and not r.trials]
+        queues behind the runner expected to free first. Each only where the runner's job has the time for the
+        trial: a trial too long for it is passed over for a shorter one that fits."""
+        idle = [r for r in self._runners.values() if r.ready and not r.trials]
         for runner in idle:
             for index, placement in enumerate(self._waiting):
-                if placement.request.prefer == runner.worker:
+                if placement.request.prefer == runner.worker and self._fits(runner, placement):
                     return runner, index
-        if idle:
-            return idle[0], 0
-        ready = [r for r in self._runners.values() if self._takes(r)]
+        for runner in idle:
+            for index, placement in enumerate(self._waiting):
+                if self._fits(runner, placement):
+                    return runner, index
+        ready = [r for r in self._runners.values() if r.ready]
         if not ready or starting:
             return None  # a runner on its way takes it sooner than a busy one frees
-        return min(ready, key=lambda r: r.order(self._waiting[0].request.prefer)), 0
+        for index, placement in enumerate(self._waiting):
+            fitting = [r for r in ready if self._fits(r, placement)]
+            if fitting:
+                return min(fitting, key=lambda r: r.order(placement.request.prefer)), index
+        return None
 
-    def _takes(self, runner: Runner) -> bool:
-        """Whether ``runner`` takes another trial: it is ready, and its worker's batch job (if any) does not end
-        before a trial of the usual duration would."""
-        return runner.ready and self._walltimes.fits(runner.worker, ahead=len(runner.trials))
+    def _fits(self, runner: Runner, placement: Placement) -> bool:
+        """Whether ``runner``'s batch job (if any) has the time for ``placement``'s trial after the trials queued
+        there (:class:`~cluster.walltimes.Walltimes`); a refusal is kept for the line that says a trial waits."""
+        queue = [(p.request, runner.started.get(n)) for n, p in runner.trials.items()]
+        left = self._walltimes.time_left(runner.worker, queue)
+        if self._walltimes.fits(placement.request, left):
+            return True
+        assert left is not None  # refused: the job has an end
+        self._refused[placement.number] = max(left, self._refused.get(placement.number, -float("inf")))
+        return False
+
+    def _takes_any(self, runner: Runner) -> bool:
+        """Whether ``runner`` has the time for one of the waiting trials."""
+        return any(self._fits(runner, placement) for placement in self._waiting)
+
+    def _say_held(self) -> None:
+        """One line when trials start to wait for a job with the time (every ready runner refused them), none more
+        until every trial so held has started."""
+        held = [p for p in self._waiting if p.number in self._refused]
+        self._held &= {p.number for p in self._waiting}  # those that left otherwise (the pool retired, say)
+        if held and not self._held:
+            self._notify(self._walltimes.held_line(held[0].request, self._refused[held[0].number]))
+        self._held.update(p.number for p in held)
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -236,9 +282,8 @@ class RunnerPool:
             runner = self._of.pop(number, None)
             if runner is not None:
                 runner.trials.pop(number, None)
-                started = runner.started.pop(number, None)
-                if started is not None:
-                    self._walltimes.ran(time.time() - started)
+                runner.started.pop(number, None)
+                self._walltimes.forget(number)
                 self._dispatch()
 
     def refused(self, key: str, numbers: Iterable[int]) -> None:
@@ -327,6 +372,7 @@ class RunnerPool:
         """The trials still waiting for a runner (a retired pool hands them to the task path)."""
         with self._lock:
             waiting, self._waiting = list(self._waiting), collections.deque()
+            self._held.clear()
             return waiting
 
 

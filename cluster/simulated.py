@@ -40,6 +40,7 @@ import numpy as np
 from .executor import Event, Finished, Outcome, Report, Slots, Started, TrialRequest
 from .outcome import TrialStatus
 from .sim_models import NB201_OPS, CurveModel, TableModel, TrialModel, TrialPlan, check_positive, nb201_cell
+from .trial_cost import TrialPredictions
 
 __all__ = [
     "TrialPlan",
@@ -230,6 +231,10 @@ class SimulatedExecutor:
 
     def want(self, slots: int) -> None:
         """Its workers are fixed: the demand changes nothing."""
+
+    def predict_with(self, costs: TrialPredictions) -> None:
+        """Nothing here predicts (no batch job ends, no device memory to pack: a trial runs its plan), so it keeps
+        no trial model of its own either: the campaign's is the only one."""
 
     def submit(self, request: TrialRequest) -> None:
         if request.width > self._slots_per_worker:

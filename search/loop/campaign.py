@@ -119,9 +119,8 @@ class Campaign:
         self.executor = executor
         self._on_progress = on_progress or (lambda _s: None)
         self._poll = poll_interval
-        self._flush = flush or flusher(
-            op.storage_of(study)
-        )  # group commit: this iteration's writes, out of the process
+        # group commit: this iteration's writes, out of the process
+        self._flush = flush or flusher(op.storage_of(study))
         self._sync = flush or flusher(op.storage_of(study), sync=True)  # and on disk: before a decision is acted on
         self.hooks = hooks or CampaignHooks()  # the user's callbacks and report hook; they may stop the campaign
         self.budget = Budget(  # clock: wall-clock seconds; a simulated executor passes its virtual clock
@@ -138,6 +137,7 @@ class Campaign:
         )  # [elastic]: before pruning, after the faults
         self.policies = policies_for(spec, folder, population, self.reports, extra)
         self.costs = TrialCosts(records=reads_cost(spec.study.sampler))  # the trial model, fed with reports and runs
+        executor.predict_with(self.costs)  # the one model: the executor's walltime check and packing read it too
         self.dispatch = Dispatcher(spec, executor, clock, self.costs)
         self.supply = TrialSupply(
             spec, folder, study, executor, self.ledger, self.budget, population, self._outside_supply, sampling

@@ -10,7 +10,12 @@ at each working-out over the running trials), and what the loop reads from it.
   budget in slot- or GPU-hours and the ETA;
 - with ``records`` (``sampler = "cost_tpe"``), each trial's slot-seconds so far, recorded on it at each ended run,
   before its tell (:func:`search.sampling.cost_tpe.record_cost`);
-- each run's peak memory (the executor's packing keeps its own model of it, :class:`cluster.packing.MemoryModel`).
+- each run's peak device memory (:attr:`~cluster.outcome.Outcome.device_peak`).
+
+The campaign hands it to its executor (``TrialExecutor.predict_with``, as a
+:class:`~cluster.trial_cost.TrialPredictions`), so the executor's predictions read this one model too: a batch
+job's walltime against each trial's :meth:`TrialCosts.duration` (:mod:`cluster.walltimes`), the packing's device
+memory (:class:`cluster.packing.MemoryModel`, ``gpu_memory = "auto"``).
 
 A resumed campaign, and ``status``, start it from the trials the study recorded (:meth:`TrialCosts.load`): each
 one's last run (a retried trial's earlier runs are not recorded).
@@ -112,9 +117,9 @@ class TrialCosts:
             return
         examples = outcome.metrics.get(EXAMPLES) or _last_examples(running)
         full = outcome.ok and not outcome.stopped
-        if outcome.peak_memory:  # the executor's packing keeps its own (cluster.packing.MemoryModel)
+        if outcome.device_peak:  # what the executor's packing reads (gpu_memory = "auto")
             self.model.observe_memory(
-                running.number, running.config.params, Resources(running.width), outcome.peak_memory
+                running.number, running.config.params, Resources(running.width), outcome.device_peak
             )
         first = startup(running)
         self._ran(

@@ -1,5 +1,5 @@
 """cluster/jobs.py on a real in-process Dask scheduler: the walltime ends a JobKeeper records there, read back to
-tell a worker lost at its job's end (``job_expired``) and to keep trials off a worker whose job ends first."""
+tell a worker lost at its job's end (``job_expired``); the runner pool reads them too (tests/cluster/test_walltimes.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from distributed import Client, LocalCluster
 
-from cluster.jobs import DEADLINES_KEY, WALLTIME_SLACK, Walltimes, job_expired
+from cluster.jobs import DEADLINES_KEY, WALLTIME_SLACK, job_deadlines, job_expired
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # an in-process scheduler starts: ~1.5 s, more under load
 
@@ -20,25 +20,15 @@ def client() -> Iterator[Client]:
         yield c
 
 
-def test_walltime_ends_recorded_on_the_scheduler_decide_expiry_and_what_fits(client: Client) -> None:
+def test_walltime_ends_recorded_on_the_scheduler_decide_expiry(client: Client) -> None:
+    """(What each job's end leaves a trial time for: tests/cluster/test_walltimes.py.)"""
     now = time.time()
     client.set_metadata(list(DEADLINES_KEY), {"tcp://a:1": now - 1, "tcp://b:1": now + 100})
     assert job_expired(client, "tcp://a:1")
     assert not job_expired(client, "tcp://b:1") and not job_expired(client, "tcp://c:1")
+    assert job_deadlines(client) == {"tcp://a:1": now - 1, "tcp://b:1": now + 100}
     client.set_metadata(list(DEADLINES_KEY), {"tcp://a:1": now + WALLTIME_SLACK / 2})
     assert job_expired(client, "tcp://a:1")  # SLURM's kill comes at the end, not before
-
-    walltimes = Walltimes(client)
-    client.set_metadata(list(DEADLINES_KEY), {"tcp://b:1": now + 100})
-    walltimes.refresh()
-    assert walltimes.fits("tcp://b:1")  # no duration known yet: any trial may start
-    for seconds in (30.0, 40.0, 500.0):
-        walltimes.ran(seconds)
-    assert walltimes.fits("tcp://b:1") and walltimes.fits("tcp://z:1")  # median 40 s < 100 s; no job: always
-    assert not walltimes.fits("tcp://b:1", ahead=2)  # a third trial in line would end after the job
-    walltimes.ran(200.0)
-    walltimes.ran(200.0)
-    assert not walltimes.fits("tcp://b:1")  # median 200 s
 
 
 def test_only_an_executor_on_a_cluster_that_follows_demand_leaves_it_on_the_scheduler(client: Client) -> None:

@@ -136,6 +136,9 @@ def test_a_genome_over_its_parameter_limit_fails_before_it_reaches_a_worker(tmp_
         def submit(self, request) -> None:  # type: ignore[no-untyped-def]
             self.submitted.append(request.number)
 
+        def predict_with(self, costs) -> None:  # type: ignore[no-untyped-def]
+            """The campaign hands its trial model over: nothing here predicts."""
+
     campaign = Campaign(spec, folder, study, NoWorkers())  # type: ignore[arg-type]
     group = campaign._next_group(1)
     assert NoWorkers.submitted == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from .deployed import Deployed, import_extra
 from .errors import ClusterError, InvalidSetting, SettingError, SubmissionRefused
-from .jobs import JobKeeper, refusal_text, slurm_nodes_elsewhere, slurm_states
+from .jobs import JOB_NAME, JobKeeper, refusal_text, slurm_nodes_elsewhere, slurm_states
 from .no_http import NO_HTTP_ROUTES
 from .options import ClusterOptions, is_loopback
 from .quiet_workers import silence_logs
@@ -35,6 +36,7 @@ SCHEDULER_PLACEHOLDER = "<port>"
 JOB_LOG_LEVEL = "export DASK_LOGGING__DISTRIBUTED=info"
 _MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*([kKmMgGtTpP]i?)?[bB]?\s*$")
 _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,10 +151,10 @@ class JobQueueBackend(Deployed):
                 yield client
             finally:
                 keeper.cancel_all()  # first, and not replaced: each worker leaves on SIGTERM, its log clean
-                client.close(timeout=10)
+                _close_within(client, 10, "the client")
         finally:
-            keeper.close()
-            cluster.close(timeout=30)
+            keeper.close(timeout=5)  # cancel_all stopped it already, unless the client never connected
+            _close_within(cluster, 30, f"the {self.system.upper()} cluster")
 
     def _check_loopback(self, options: ClusterOptions) -> None:
         """A scheduler on loopback serves only jobs that run on this host: every node of the partition must be
@@ -201,6 +203,15 @@ class JobQueueBackend(Deployed):
         # trials itself. Adaptive, the keeper scales the jobs to the demand the controller leaves (cluster.jobs);
         # at least one to start with, for the first worker to join.
         cluster.scale(jobs=max(1, self.minimum_jobs) if self.adaptive else self.maximum_jobs)
+
+
+def _close_within(closing: Any, timeout: float, what: str) -> None:
+    """``closing.close`` within ``timeout`` s; past it a line in the log, never an error: it runs as the campaign
+    ends, where an error would take the place of what ended it (a Ctrl-C's exit 130 and resume line)."""
+    try:
+        closing.close(timeout=timeout)
+    except TimeoutError:
+        log.warning("%s did not close within %gs; going on", what, timeout)
 
 
 def job_log_files(system: str, job_logs: str) -> str:
@@ -295,7 +306,7 @@ def _job_kwargs(backend: JobQueueBackend, job_logs: str = "") -> dict[str, Any]:
         # The controller's environment (which sbatch passes on) keeps Dask quiet; a job's log shows its worker
         # starting, joining and why it left.
         "job_script_prologue": [JOB_LOG_LEVEL, *backend.job_script_prologue],
-        "job_name": "hypersweep-worker",
+        "job_name": JOB_NAME,
     }
     if backend.job_script_prologue:  # it sets the node's environment up: its python, not this machine's venv path
         kwargs["python"] = "python"

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = [
+    "CANCEL_SECONDS",
     "DEMAND_KEY",
     "JobKeeper",
     "JobState",
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 STARTING_POLL_SECONDS = 0.25  # until the first worker joins: a refused submission is shown within a second
 MAX_FAILED_SUBMISSIONS = 3
+#: At the end (Ctrl-C included): how long the jobs' cancel commands and their workers' leaving may take, in all.
+CANCEL_SECONDS = 20.0
+JOB_NAME = "hypersweep-worker"  # every job's name (cluster.jobqueue_backend)
 
 #: A worker lost this close to its job's walltime end (or later) was ended by the walltime, not by a fault.
 WALLTIME_SLACK = 5.0
@@ -232,25 +236,69 @@ class JobKeeper:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Stop watching (before the cluster closes and cancels its jobs: those ends are not replaced)."""
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop watching (before the cluster closes and cancels its jobs: those ends are not replaced); wait up to
+        ``timeout`` s for a look under way (a look that ends after it acts on nothing)."""
         self._halt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=timeout)
 
-    def cancel_all(self, timeout: float = 15.0) -> None:
-        """Cancel every job while the scheduler still runs, and wait (up to ``timeout`` s) for their workers to
-        leave: each worker then ends on the batch system's SIGTERM, its log saying so, with no traceback (closed
-        by the scheduler's own end first, its heartbeat and comms fail loudly)."""
-        self.close()
-        self._on_loop(self._cancel())
+    def cancel_all(self, timeout: float = CANCEL_SECONDS) -> None:
+        """Cancel every job while the scheduler still runs, and wait for their workers to leave: each worker then
+        ends on the batch system's SIGTERM, its log saying so, with no traceback (closed by the scheduler's own end
+        first, its heartbeat and comms fail loudly). All of it within ``timeout`` s, Ctrl-C or not: a job whose
+        cancel command has not answered by then is named, with the command that cancels it. Never raises."""
         deadline = time.monotonic() + timeout
+        self.close(timeout=timeout / 4)  # a look under way (squeue, a submission) waits no longer than this
+        unconfirmed = self._cancel_within(deadline)
+        if unconfirmed is not None:
+            self._notify(self._unconfirmed(unconfirmed, timeout))
+            return
         while self._cluster.scheduler_info.get("workers") and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.1)  # the cancelled jobs' workers leaving
 
-    async def _cancel(self) -> None:
+    def _unconfirmed(self, job_ids: list[str], timeout: float) -> str:
+        """The line for jobs whose cancel was not confirmed within ``timeout`` s: which, and what to run."""
+        slurm = self.system == "SLURM"
+        if not job_ids:
+            listing = f"squeue --name {JOB_NAME}" if slurm else "qstat"
+            return (
+                f"the cancel of the {self.system} jobs did not run within {timeout:g}s: look for them with '{listing}'"
+            )
+        cancel = f"{'scancel' if slurm else 'qdel'} {' '.join(job_ids)}"
+        return (
+            f"{self.system} did not confirm the cancel of job(s) {', '.join(job_ids)} within {timeout:g}s: "
+            f"if still queued, cancel them with '{cancel}'"
+        )
+
+    def _cancel_within(self, deadline: float) -> list[str] | None:
+        """Run every job's cancel command until ``deadline``; None once each ended, else the ids of the jobs whose
+        command had not (empty: the event loop never ran the cancel)."""
+        pending: dict[str, bool] = {}  # job id -> its command ended; written on the loop
+        cancel = self._cancel(pending)
+        try:
+            future = asyncio.run_coroutine_threadsafe(cancel, self._cluster.loop.asyncio_loop)
+        except RuntimeError:  # the loop is closed
+            cancel.close()
+            return []
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+            return None
+        except Exception as exc:  # noqa: BLE001 - past the deadline, or the loop is gone: the jobs are named
+            log.debug("cancelling the %s jobs: %r", self.system, exc)
+            future.cancel()
+            return sorted(job_id for job_id, ended in list(pending.items()) if not ended)
+
+    async def _cancel(self, pending: dict[str, bool]) -> None:
+        """Cancel every submitted job; ``pending``: each job's id, and whether its cancel command ended."""
         jobs = [job for job in self._cluster.workers.values() if getattr(job, "job_id", None)]
-        await asyncio.gather(*(job.close() for job in jobs), return_exceptions=True)
+        pending.update({str(job.job_id): False for job in jobs})
+
+        async def cancel(job: Any) -> None:
+            await job.close()
+            pending[str(job.job_id)] = True
+
+        await asyncio.gather(*(cancel(job) for job in jobs), return_exceptions=True)
 
     def _run(self) -> None:
         while not self._halt.is_set():

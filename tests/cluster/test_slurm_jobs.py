@@ -334,19 +334,59 @@ def test_jobs_failing_before_their_worker_joins_stop_after_a_cap(tmp_path: Path,
     assert not list(tmp_path.glob("slurm-*.out"))  # none where run was started
 
 
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """This process with SIGINT ignored, as a pytest that a script started in the background (``pytest ... &``:
+    a shell without job control starts it so), which every process it starts inherits."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def from_a_terminal() -> None:
+    """In the child before it runs the command: Ctrl-C at its default, as a terminal's shell starts a command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def exit_or_stacks(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The controller's stderr once it exits; if it has not within ``timeout`` s, fail with every thread's stack
+    (``kill -USR1``, see search.cli) and the end of what it printed, so that a hang says where it waits."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        err = proc.communicate(timeout=30)[1]
+        raise AssertionError(f"the controller did not exit within {timeout:g}s; its stacks:\n{err[-6000:]}") from None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ctrl_c_exits_130_with_the_resume_line(tmp_path: Path, slurm: str) -> None:
+    """Whatever this test process does with SIGINT (CI once ran this file in a pytest started in the background: its
+    controller inherited SIGINT ignored, ran on past the signal and was killed with its job left), the controller
+    starts as from a terminal; the test starts it from a process that ignores SIGINT, to keep it so."""
     path = spec(tmp_path, n_trials=4, epochs=20, sleep=1.0, slurm="walltime = '00:10:00'\n")
-    proc = subprocess.Popen(
-        command(path), cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    with sigint_ignored():
+        proc = subprocess.Popen(
+            command(path),
+            cwd=tmp_path,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=from_a_terminal,
+        )
     try:
         wait_for(lambda: bool(epochs_by_job(tmp_path)), 90, "epoch run")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        err = exit_or_stacks(proc, 60)
     finally:
         proc.kill()
+        proc.wait(timeout=30)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == (
         "hypersweep: interrupted; running trials are kept: continue with 'hypersweep resume runs/sl'"

@@ -28,6 +28,7 @@ WAIT_LINE = "waiting for a worker with a free CPU slot"
 TIMEOUT = 15.0  # [cluster] worker_timeout where a worker must be started again before it ends the run
 LOST_TIMEOUT = 6.0  # [cluster] worker_timeout where every worker is gone for good: the exit 3 comes after it
 JOINED_EPOCHS = 15  # 0.3 s each: trials 0 and 1 still run when the workers die at their second report
+EMBEDDED_EPOCHS = 12  # 0.2 s each: trial 0 still runs when its worker dies at its second report
 
 
 class Lines:
@@ -174,7 +175,7 @@ def embedded_run(tmp_path: Path, n_trials: int, timeout: float) -> tuple[list[st
         toy_toml(
             "lost",
             n_trials,
-            epochs=20,
+            epochs=EMBEDDED_EPOCHS,
             sampling="inline",
             trainer={"options": {"sleep": 0.2}},
             cluster={"worker_timeout": timeout, "n_workers": 1},

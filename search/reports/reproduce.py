@@ -15,7 +15,9 @@ its width and parameters (:mod:`search.reports.segment_replay`); a PBT member it
 (package versions, torch's CPU capability, the CPU, the kernel variables, the trials' thread count:
 :mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict. A trainer that sets no
 intra-op thread count runs at the count its campaign's workers gave it (their recorded ``OMP_NUM_THREADS``), not
-at torch's default here (one per core).
+at torch's default here (one per core). A data-parallel trial's ranks come from a warm pool, as on a worker
+(:mod:`trainers.warm_pool`: forks of a process that has imported torch, about a tenth of a second each instead of
+the seconds a fresh interpreter takes; ``HYPERSWEEP_WARM_POOL=0`` starts them fresh), ended with the replay.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def reproduce_trial(path: str | Path, number: int, tolerance: float = DEFAULT_TO
     sweep = sweep_replay(spec, trial)  # a scaling-sweep trial stops where the campaign stopped it, at its target
     threads = _inherited_threads(folder)
     notes += _retry_notes(trial) + _thread_notes(threads)
-    with _intra_op_threads(threads):  # a trainer that sets no thread count runs at its workers' count
+    with _intra_op_threads(threads), _warm_ranks():  # a trainer that sets no thread count: its workers' count
         reports, metrics, error = _replay(spec, study, folder, trial, config, sweep, notes)
     checks = compare(trial.history, dict(trial.metrics or {}), reports, metrics)
     notes += replay_notes(sweep, trial.history, reports) if sweep is not None else []
@@ -158,6 +160,22 @@ def _replay(
         notes.append(f"replayed its {len(segments)} segments: widths {', '.join(str(s.width) for s in segments)}")
         return replay_segments(spec.trainer.entry, config, segments, stop_after, spec.study.metrics)
     return _run(spec.trainer.entry, config, stop_after=stop_after, names=spec.study.metrics)
+
+
+@contextlib.contextmanager
+def _warm_ranks() -> Iterator[None]:
+    """The replay's rank processes from a warm pool in this process (see the module's docstring); the pool ends with
+    the replay unless it was on before."""
+    from trainers import warm_pool
+
+    if warm_pool.enabled():
+        yield
+        return
+    warm_pool.enable()
+    try:
+        yield
+    finally:
+        warm_pool.shutdown()
 
 
 def _inherited_threads(folder: CampaignFolder) -> int | None:

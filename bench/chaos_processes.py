@@ -77,7 +77,9 @@ def stop_campaign(proc: subprocess.Popen, how: str = "KILL", grace: float = 60.0
     """Stop the controller, then SIGKILL whatever it left in its process group (workers, the sampler child).
 
     ``how="KILL"``: SIGKILL. ``how="TERM"``: SIGTERM, then up to ``grace`` s for the controller to exit on its
-    own (then SIGKILL); says its exit status, how long it took and how many processes it left behind."""
+    own (then SIGKILL); says its exit status, how long it took and how many processes it left behind, and (after a
+    SIGTERM only: a SIGKILLed controller leaves its workers, ended here) which of those were still there 2 s later
+    (``stayed``; None after a SIGKILL, not looked at)."""
     sent = time.monotonic()
     try:
         os.kill(proc.pid, signal.SIGTERM if how == "TERM" else signal.SIGKILL)
@@ -92,8 +94,10 @@ def stop_campaign(proc: subprocess.Popen, how: str = "KILL", grace: float = 60.0
         proc.wait(timeout=30)
     exited = time.monotonic() - sent
     left = [describe_process(pid) for pid, _parent in process_group(proc.pid)]  # alive when the controller had exited
-    time.sleep(2.0 if left else 0.0)
-    stayed = [describe_process(pid) for pid, _parent in process_group(proc.pid)]  # and 2 s later
+    stayed: list[str] | None = None
+    if how == "TERM":  # a controller that stopped on its own should have ended its workers: still there 2 s later?
+        time.sleep(2.0 if left else 0.0)
+        stayed = [describe_process(pid) for pid, _parent in process_group(proc.pid)]
     deadline = time.monotonic() + 30
     while group_alive(proc.pid) and time.monotonic() < deadline:
         try:

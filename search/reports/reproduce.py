@@ -15,7 +15,10 @@ its width and parameters (:mod:`search.reports.segment_replay`); a PBT member it
 (package versions, torch's CPU capability, the CPU, the kernel variables, the trials' thread count:
 :mod:`search.store.machine`) is named, on its own line and in a MISMATCH verdict. A trainer that sets no
 intra-op thread count runs at the count its campaign's workers gave it (their recorded ``OMP_NUM_THREADS``), not
-at torch's default here (one per core).
+at torch's default here (one per core). A data-parallel trial's ranks come from a warm pool, as on a worker
+(:mod:`trainers.warm_pool`: forks of a process that has imported torch, about a tenth of a second each instead of
+the seconds a fresh interpreter takes; ``HYPERSWEEP_WARM_POOL=0`` starts them fresh), ended with the replay
+(:func:`trainers.warm_pool.pooled`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """A trainer for the real-SLURM tests: sleeps through its epochs, checkpoints each one, resumes from the last.
 
-``options.sleep``: seconds per epoch (twice as many for the trial numbers in ``options.slow``). ``options.log``: a file where every epoch run appends
+``options.sleep``: seconds per epoch (twice as many for the trial numbers in ``options.slow``); ``options.sleeps``,
+where given: seconds per epoch of trial 0, 1, ... (trials past its end: ``sleep``); ``options.resumed``, where given:
+seconds per epoch of a trial that started from its checkpoint (a cut trial's rest). ``options.log``: a file where every epoch run appends
 ``<trial number> <epoch> <SLURM job id>``, so a test sees which job ran which epoch (and that a trial cut by its
 job's end resumed from its checkpoint: no epoch twice).
 """
@@ -23,9 +25,9 @@ def resumable(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
     for epoch, metrics in enumerate(state["history"], start=1):
         reporter.report(epoch, metrics)
     metrics = state["history"][-1] if state["history"] else {}
+    seconds = epoch_seconds(config, resumed=int(state["epoch"]) > 0)
     for epoch in range(int(state["epoch"]) + 1, config.epochs + 1):
-        slow = config.number in config.options.get("slow", ())
-        time.sleep(float(config.options.get("sleep", 0.0)) * (2 if slow else 1))
+        time.sleep(seconds)
         metrics = {"score": float(config.params["quality"]) * epoch / config.epochs}
         with open(config.options["log"], "a") as log:
             log.write(f"{config.number} {epoch} {os.environ.get('SLURM_JOB_ID', '')}\n")
@@ -37,6 +39,17 @@ def resumable(config: TrialConfig, reporter: Reporter) -> dict[str, float]:
         if reporter.should_stop():
             break
     return dict(metrics)
+
+
+def epoch_seconds(config: TrialConfig, resumed: bool) -> float:
+    """How long each epoch of this run of the trial sleeps (see the module's docstring)."""
+    options = config.options
+    if resumed and "resumed" in options:
+        return float(options["resumed"])
+    sleeps = options.get("sleeps", ())
+    if config.number < len(sleeps):
+        return float(sleeps[config.number])
+    return float(options.get("sleep", 0.0)) * (2 if config.number in options.get("slow", ()) else 1)
 
 
 resumable.accepted_params = frozenset({"quality"})  # type: ignore[attr-defined]

@@ -25,8 +25,10 @@ from tests.campaign_storage import load as load_campaign
 pytestmark = pytest.mark.slow
 
 WAIT_LINE = "waiting for a worker with a free CPU slot"
-TIMEOUT = 15.0  # [cluster] worker_timeout in these tests
+TIMEOUT = 15.0  # [cluster] worker_timeout where a worker must be started again before it ends the run
+LOST_TIMEOUT = 6.0  # [cluster] worker_timeout where every worker is gone for good: the exit 3 comes after it
 JOINED_EPOCHS = 15  # 0.3 s each: trials 0 and 1 still run when the workers die at their second report
+EMBEDDED_EPOCHS = 12  # 0.2 s each: trial 0 still runs when its worker dies at its second report
 
 
 class Lines:
@@ -92,7 +94,7 @@ def spec_text(n_trials: int, epochs: int = 30) -> str:
         n_trials,
         epochs=epochs,
         trainer={"options": {"sleep": 0.3}},
-        cluster={"worker_timeout": TIMEOUT, "n_workers": None},
+        cluster={"worker_timeout": LOST_TIMEOUT, "n_workers": None},
     )
 
 
@@ -101,7 +103,7 @@ def test_a_joined_cluster_whose_workers_all_die_is_said_within_30s_then_exit_3_a
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
     spec = tmp_path / "lost.toml"
-    spec.write_text(spec_text(4, JOINED_EPOCHS))  # resume runs what is left of 4 trials on 1 worker: kept short
+    spec.write_text(spec_text(4, JOINED_EPOCHS))  # resume runs what is left of 4 trials on 2 workers: kept short
     runs = tmp_path / "runs"
     folder = runs / "lost"
     with external_cluster(tmp_path, 2) as cluster:
@@ -111,17 +113,22 @@ def test_a_joined_cluster_whose_workers_all_die_is_said_within_30s_then_exit_3_a
             for name in list(cluster.workers):
                 cluster.kill_worker(name)  # SIGKILL; the scheduler stays
             died = time.monotonic()
-            proc.wait(timeout=TIMEOUT + 90)
+            proc.wait(timeout=LOST_TIMEOUT + 90)
         assert_said_within_30s_then_exit_3(proc, lines, died, folder)
         assert WAIT_LINE in (folder / "campaign.log").read_text()
-        # everything kept: the campaign resumes on a new worker and counts each trial once
-        worker = subprocess.Popen(
-            [*WORKER, cluster.address, "--nthreads", "1", "--resources", "CPU=1", "--no-nanny", "--no-dashboard"],
-            env={**subprocess_env, "DASK_LOGGING__DISTRIBUTED": "error"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        # everything kept: the campaign resumes on two new workers (joined before it starts: worker_timeout is
+        # short) and counts each trial once
+        workers = [
+            subprocess.Popen(
+                [*WORKER, cluster.address, "--nthreads", "1", "--resources", "CPU=1", "--no-nanny", "--no-dashboard"],
+                env={**subprocess_env, "DASK_LOGGING__DISTRIBUTED": "error"},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(2)
+        ]
         try:
+            wait_for(lambda: len(cluster.worker_names()) == 2, 90, "2 new workers")
             again = subprocess.run(
                 [sys.executable, "-m", "search", "resume", str(folder), "--scheduler", cluster.address]
                 + ["--no-progress"],
@@ -131,8 +138,9 @@ def test_a_joined_cluster_whose_workers_all_die_is_said_within_30s_then_exit_3_a
                 timeout=240,
             )
         finally:
-            worker.kill()
-            worker.wait(timeout=30)
+            for worker in workers:
+                worker.kill()
+                worker.wait(timeout=30)
     assert again.returncode == 0, again.stderr
     study = load_campaign(folder, "lost")
     trials = study.get_trials(deepcopy=False)
@@ -159,17 +167,18 @@ def worker_processes(controller: int) -> list[psutil.Process]:
     return found
 
 
-def embedded_run(tmp_path: Path, n_trials: int) -> tuple[list[str], Path]:
-    """``run`` of a campaign of ``n_trials`` on one embedded worker: its arguments and its folder."""
+def embedded_run(tmp_path: Path, n_trials: int, timeout: float) -> tuple[list[str], Path]:
+    """``run`` of a campaign of ``n_trials`` on one embedded worker (``timeout``: its ``worker_timeout``): its
+    arguments and its folder."""
     spec = tmp_path / "lost.toml"
     spec.write_text(
         toy_toml(
             "lost",
             n_trials,
-            epochs=20,
+            epochs=EMBEDDED_EPOCHS,
             sampling="inline",
             trainer={"options": {"sleep": 0.2}},
-            cluster={"worker_timeout": TIMEOUT, "n_workers": 1},
+            cluster={"worker_timeout": timeout, "n_workers": 1},
         )
     )
     return ["run", str(spec), "--runs-dir", str(tmp_path / "runs")], tmp_path / "runs" / "lost"
@@ -179,7 +188,7 @@ def embedded_run(tmp_path: Path, n_trials: int) -> tuple[list[str], Path]:
 def test_an_embedded_worker_that_its_nanny_does_not_start_again_is_started_anew_and_the_campaign_finishes(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    run, folder = embedded_run(tmp_path, 3)
+    run, folder = embedded_run(tmp_path, 3, TIMEOUT)
     stopped: list[psutil.Process] = []
     with controller(run, subprocess_env) as (proc, lines):
         try:
@@ -212,7 +221,7 @@ def test_an_embedded_worker_that_its_nanny_does_not_start_again_is_started_anew_
 def test_an_embedded_cluster_whose_workers_keep_dying_is_said_within_30s_then_exit_3_and_resume_finishes(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
-    run, folder = embedded_run(tmp_path, 3)
+    run, folder = embedded_run(tmp_path, 3, LOST_TIMEOUT)
     killing = threading.Event()
     with controller(run, subprocess_env) as (proc, lines):
 
@@ -229,7 +238,7 @@ def test_an_embedded_cluster_whose_workers_keep_dying_is_said_within_30s_then_ex
             killing.set()
             killer.start()
             died = time.monotonic()
-            proc.wait(timeout=TIMEOUT + 120)
+            proc.wait(timeout=LOST_TIMEOUT + 120)
         finally:
             killing.clear()
             killer.join(timeout=10) if killer.is_alive() else None

@@ -11,6 +11,7 @@ import signal
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -37,6 +38,7 @@ from search.vocab.terms import Transition
 from tests.campaign_storage import load
 from tests.killed_run import killed_run
 from tests.search.toy_specs import digits_toml
+from trainers import warm_pool
 from trainers.api import TrialConfig
 
 # 3 members on 2 workers x 2 slots: at the rung (epoch 1) the worst exploits, the two survivors may take the one
@@ -57,7 +59,9 @@ SPEC = digits_toml(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_pbt_survivor_grows_from_1_to_2_slots_at_its_rung_and_reproduces(tmp_path: Path) -> None:
+def test_a_pbt_survivor_grows_from_1_to_2_slots_at_its_rung_and_reproduces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = parse_spec(tomllib.loads(SPEC), "pbt-grow.toml", SPEC)
     folder = run_campaign(spec, RunOptions(runs_dir=tmp_path, progress=False))
     trials = load(folder.root, "pbt-grow").get_trials()
@@ -87,9 +91,20 @@ def test_a_pbt_survivor_grows_from_1_to_2_slots_at_its_rung_and_reproduces(tmp_p
     section = elastic_section(load_campaign(folder.root)).md  # the report lists the grown member alone
     rows = [[c.strip() for c in line.split("|")[1:5]] for line in section.splitlines() if line.startswith("| ")]
     assert rows[1:] == [[str(grown.number), "0: start", "0..1", "1"], [str(grown.number), "1: resize", "1..2", "2"]]
+    forked: list[object] = []  # each rank process the replay asked the warm pool for: what it got (None: fresh)
+
+    def start(*args: Any, **kwargs: Any) -> object:
+        forked.append(real_start(*args, **kwargs))
+        return forked[-1]
+
+    real_start = warm_pool.start
+    monkeypatch.setattr(warm_pool, "start", start)
     result = reproduce_trial(folder.root, grown.number)  # epoch 1 at 1 slot, then epoch 2 at 2 from its checkpoint
     assert result.matched, comparison_text(result)
     assert "replayed its epochs at the widths it ran them at (epochs at slots): 0..1 at 1, 1..2 at 2" in result.notes
+    # its 2 ranks forked from a warm pool, as on a worker (not 2 fresh interpreters), which ended with the replay
+    assert len(forked) == 2 and None not in forked, forked
+    assert not warm_pool.enabled() and not warm_pool.servers()
 
 
 def _killed_run(runs: Path) -> int:

@@ -9,8 +9,9 @@ it, and the running ones at their predicted whole runs, so the long ones still r
 each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and
 scales them by a lognormal factor of mean 1 whose spread is how far the campaign's mean cost has moved so far
 (:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges). The expected end
-is the mean of the draws and its interval their 5% and 95% points: the waves of a campaign of few trials per slot,
-the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
+is the median of the draws (the point whose absolute error is least in expectation; the mean follows the long
+tail of the drift and of the draws' maximum) and its interval their 5% and 95% points: the waves of a campaign of
+few trials per slot, the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
 trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no later than
 the budget's end; a budget in slot-hours starts no more trials than fit in what is left.
 """
@@ -68,7 +69,8 @@ class InFlight:
 
 @dataclasses.dataclass(frozen=True)
 class Eta:
-    """Seconds until the campaign ends (``left``: a mean and a 90% interval), the trials still to start, and what
+    """Seconds until the campaign ends (``left``: the expected end, the median of the draws, as its ``mean``, and a
+    90% interval), the trials still to start, and what
     ends it first (``""``: its trial budget; ``"time budget"``; ``"resource budget"``)."""
 
     left: Estimate
@@ -294,7 +296,7 @@ def estimate_end(
             limited_by = "time budget"
         ends = np.minimum(ends, max(0.0, time_left))
     low, high = (float(q) for q in np.quantile(ends, (0.05, 0.95)))
-    mean = float(ends.mean())
+    mean = float(np.median(ends))  # the expected end: the median (see the module's docstring)
     return Eta(Estimate(mean, min(low, mean), max(high, mean), Basis.SAMPLE, len(seen)), to_start, limited_by)
 
 

@@ -65,7 +65,10 @@ def end_plot(runs: Sequence[Run], start: float, end: float, word: str = "run") -
         x = [(line["time"] - start) / scale for line in lines]
         low = [(line["time"] + line["low"] - start) / scale for line in lines]
         high = [(line["time"] + line["high"] - start) / scale for line in lines]
-        ax.fill_between(x, low, high, color="#1f77b4", alpha=0.25, linewidth=0)
+        if len(lines) > 1:
+            ax.fill_between(x, low, high, color="#1f77b4", alpha=0.25, linewidth=0)
+        else:  # one expected end: its interval as a bar
+            ax.vlines(x, low, high, color="#1f77b4", alpha=0.25, linewidth=4)
         ax.plot(x, [(line["time"] + line["left"] - start) / scale for line in lines], color="#1f77b4", marker=".")
         y = (run_end - start) / scale
         if len(runs) == 1:

@@ -328,12 +328,13 @@ def test_each_round_of_a_sweep_expects_its_own_end_and_the_report_reads_it_again
         assert finished is not None
         r = int(trial.user_attrs[SCALING_ROUND])
         round_ends[r] = max(round_ends.get(r, finished), finished)
-    runs = run_ends(read_eta_runs(folder.root / Files.ETA_LOG), [e for e in round_ends.values()])
-    assert len(runs) >= 2, runs  # the rounds that worked an end out: the grid's and a widening one at least
-    for lines, end in runs:  # each run is one round: its expected ends before that round's end, after the one before
-        assert end in round_ends.values()
+    recorded = read_eta_runs(folder.root / Files.ETA_LOG)
+    runs = run_ends(recorded, list(round_ends.values()))
+    assert len(runs) == len(recorded) >= 2, runs  # the rounds that worked an end out: the grid's and a widening one
+    for run, (lines, end) in zip(recorded, runs):  # each run is one round: its lines after the round before's end,
+        assert end in round_ends.values() and run.ended is not None and end <= run.ended  # by its own recorded end
         before = max((e for e in round_ends.values() if e < end), default=-math.inf)
-        assert all(before <= line["time"] <= end for line in lines), (before, lines, end)
+        assert all(before <= line["time"] <= run.ended for line in lines), (before, lines, run.ended)
     records = [TrialRecord.of(t) for t in trials]
     start = min(r.started for r in records if r.started is not None)
     rows = end_errors(runs, start, max(round_ends.values()))

@@ -86,7 +86,10 @@ class CostGates:
         done: int,
     ) -> Eta | None:
         """The campaign's expected end from the trial model, worked out at most once per ``refresh_interval`` (in
-        between, the last one less the time since)."""
+        between, the last one less the time since). Nothing running and nothing to start: the run's end, recorded
+        beside the ends it expected."""
+        if not running and not to_start:
+            self._eta_log.close(now)
         if now - self._eta[0] >= refresh_interval(len(running), self.costs.typical_run()):
             cost_left = None if self.resources is None else self.resources.left()
             found = self.costs.eta(running, to_start, slots, now, seconds_left, cost_left)

@@ -40,7 +40,15 @@ from search.loop.trials import RunningTrial
 from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
 
-__all__ = ["TrialCosts", "from_progress", "DURATION_WINDOW", "HOUR", "sample_estimate", "refresh_interval"]
+__all__ = [
+    "TrialCosts",
+    "from_progress",
+    "from_first_epoch",
+    "DURATION_WINDOW",
+    "HOUR",
+    "sample_estimate",
+    "refresh_interval",
+]
 
 HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
 DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived from
@@ -83,6 +91,8 @@ class TrialCosts:
         self._epoch_examples: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         # how much a trial's epochs vary (relative), of the last runs that ended: for a running trial's first epochs
         self._epoch_spreads: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
+        # (epochs run, epochs planned) of the last runs that ended where steps are epochs: how far trials go
+        self._finals: collections.deque[tuple[int, int]] = collections.deque(maxlen=DURATION_WINDOW)
 
     # --- what it learns from --------------------------------------------------------------------
 
@@ -127,6 +137,8 @@ class TrialCosts:
         )
         if (spread := epoch_spread(running)) is not None:
             self._epoch_spreads.append(spread)
+        if (ran := _epochs_run(running)) is not None and (outcome.ok or outcome.stopped):
+            self._finals.append((ran, running.config.epochs))
         if first:
             self._startups[running.number] = first
         if self.records:
@@ -188,12 +200,28 @@ class TrialCosts:
             if r.started_at is not None and now > r.started_at:
                 self.model.observe_running(r.number, r.config.params, Resources(r.width), now - r.started_at)
 
-    def wholes(self, running: Sequence[RunningTrial]) -> list[Estimate]:
-        """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's."""
+    def wholes(self, running: Sequence[RunningTrial], stops: bool = False) -> list[Estimate]:
+        """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's, at most its
+        epochs at its first epoch's time (:func:`from_first_epoch`); ``stops``: to the epoch trials that went as far
+        have ended at so far (:meth:`final_epoch`: stopped at a target, pruned), not to its last."""
         fulls = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
         spreads = [spread for r in running if (spread := epoch_spread(r)) is not None] + list(self._epoch_spreads)
         typical = statistics.median(spreads) if spreads else 0.25
-        return [from_progress(r, typical) or full for full, r in zip(fulls, running)]
+        out = []
+        for full, r in zip(fulls, running):
+            final = self.final_epoch(r) if stops else None
+            out.append(from_progress(r, typical, final) or _at_most(full, from_first_epoch(r, typical, final)))
+        return out
+
+    def final_epoch(self, running: RunningTrial) -> tuple[float, float] | None:
+        """The epoch a running trial is expected to end at, given the epoch it has reported: the mean and standard
+        deviation of those of the recent runs of as many epochs that ended past it (None: none did, or its steps
+        are not epochs: its last)."""
+        reached = running.reports[-1][0] if running.reports else 0
+        past = [ran for ran, planned in self._finals if planned == running.config.epochs and ran > reached]
+        if not past:
+            return None
+        return statistics.fmean(past), statistics.pstdev(past)
 
     def durations(self, configs: Sequence[tuple[Mapping[str, Any], int, int]]) -> list[Estimate]:
         """:meth:`duration` of each ``(params, width, epochs)``, the fit's in one matrix product."""
@@ -217,7 +245,7 @@ class TrialCosts:
         """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
         running = list(running)
         self._bound(running, now)
-        fulls = self.wholes(running)
+        fulls = self.wholes(running, stops=True)
         in_flight = [
             InFlight(
                 full,
@@ -311,22 +339,60 @@ def epoch_spread(running: RunningTrial) -> float | None:
     return statistics.stdev(seconds) / statistics.fmean(seconds)
 
 
-def from_progress(running: RunningTrial, typical_spread: float = 0.25) -> Estimate | None:
+def from_progress(
+    running: RunningTrial, typical_spread: float = 0.25, final: tuple[float, float] | None = None
+) -> Estimate | None:
     """A running trial's whole run from its own reports, where its steps are its epochs: the time to its last report
     and the epochs left at its mean epoch (its first left out), with their spread (``typical_spread`` of an epoch,
-    relative, before it has three); a trial asked to stop ends at its next report. None: fewer than two reports, or
-    steps that are not epochs."""
+    relative, before it has three); the epochs left are to its last, or to ``final`` (the mean and standard deviation
+    of the epoch it is expected to end at); a trial asked to stop ends at its next report. None: fewer than two
+    reports, or steps that are not epochs."""
     seconds = _epoch_seconds(running)
     if seconds is None or running.started_at is None:
         return None
     last, at = running.reports[-1][0], running.reports[-1][2]
     mean = statistics.fmean(seconds)
     spread = statistics.stdev(seconds) if len(seconds) >= 2 else mean * typical_spread
-    left = 1 if running.stop_reason else max(0, running.config.epochs - last)
+    end, end_spread = final if final is not None and not running.stop_reason else (running.config.epochs, 0.0)
+    left = 1 if running.stop_reason else max(0.0, end - last)
     ran = at - running.started_at
     whole = ran + left * mean
-    half = Z90 * spread * (math.sqrt(left) + left / math.sqrt(len(seconds)))
+    half = Z90 * (spread * (math.sqrt(left) + left / math.sqrt(len(seconds))) + end_spread * mean)
     return Estimate(whole, max(ran, whole - half), whole + half, Basis.SAMPLE, last)
+
+
+def from_first_epoch(
+    running: RunningTrial, typical_spread: float = 0.25, final: tuple[float, float] | None = None
+) -> Estimate | None:
+    """A running trial's whole run from its first epoch alone: its epochs (or ``final``'s, as in
+    :func:`from_progress`) at that epoch's time, with ``typical_spread`` of an epoch (relative) on each; an upper
+    bound as much as an estimate, since the first epoch also holds the start-up (a fresh worker's imports, the
+    data's loading). None: no report, or more than one, or steps that are not epochs."""
+    epochs, started = running.config.epochs, running.started_at
+    if started is None or len(running.reports) != 1 or epochs <= 1:
+        return None
+    step, _metrics, at = running.reports[0]
+    if step != 1 or at <= started:
+        return None
+    end, end_spread = final if final is not None else (float(epochs), 0.0)
+    first = at - started
+    left = max(0.0, end - 1)
+    whole = first * (1 + left)
+    half = Z90 * first * (typical_spread * (math.sqrt(left) + left) + end_spread)
+    return Estimate(whole, max(first, whole - half), whole + half, Basis.SAMPLE, 1)
+
+
+def _at_most(full: Estimate, bound: Estimate | None) -> Estimate:
+    """``full``, or ``bound`` where that is shorter than ``full``'s interval allows."""
+    return bound if bound is not None and bound.mean < full.low else full
+
+
+def _epochs_run(running: RunningTrial) -> int | None:
+    """The epochs a run that ended reported, where its steps are its epochs (``1..epochs``; None: none, or not)."""
+    steps = [step for step, _m, _at in running.reports]
+    if not steps or min(steps) < 1 or max(steps) > running.config.epochs or steps[-1] != max(steps):
+        return None
+    return steps[-1]
 
 
 def _last_examples(running: RunningTrial) -> float:

@@ -9,8 +9,9 @@ it, and the running ones at their predicted whole runs, so the long ones still r
 each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and
 scales them by a lognormal factor of mean 1 whose spread is how far the campaign's mean cost has moved so far
 (:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges). The expected end
-is the mean of the draws and its interval their 5% and 95% points: the waves of a campaign of few trials per slot,
-the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
+is the median of the draws (the point whose absolute error is least in expectation; the mean follows the long
+tail of the drift and of the draws' maximum) and its interval their 5% and 95% points: the waves of a campaign of
+few trials per slot, the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
 trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no later than
 the budget's end; a budget in slot-hours starts no more trials than fit in what is left.
 """
@@ -33,12 +34,14 @@ from cluster.trial_cost.estimate import Z90
 __all__ = [
     "Eta",
     "EtaLog",
+    "EtaRun",
     "InFlight",
     "estimate_end",
     "drift_of",
     "duration_text",
     "mean_error",
     "read_eta_log",
+    "read_eta_runs",
     "residual",
 ]
 
@@ -66,7 +69,8 @@ class InFlight:
 
 @dataclasses.dataclass(frozen=True)
 class Eta:
-    """Seconds until the campaign ends (``left``: a mean and a 90% interval), the trials still to start, and what
+    """Seconds until the campaign ends (``left``: the expected end, the median of the draws, as its ``mean``, and a
+    90% interval), the trials still to start, and what
     ends it first (``""``: its trial budget; ``"time budget"``; ``"resource budget"``)."""
 
     left: Estimate
@@ -292,44 +296,94 @@ def estimate_end(
             limited_by = "time budget"
         ends = np.minimum(ends, max(0.0, time_left))
     low, high = (float(q) for q in np.quantile(ends, (0.05, 0.95)))
-    mean = float(ends.mean())
+    mean = float(np.median(ends))  # the expected end: the median (see the module's docstring)
     return Eta(Estimate(mean, min(low, mean), max(high, mean), Basis.SAMPLE, len(seen)), to_start, limited_by)
 
 
 class EtaLog:
     """The expected ends along the way, for the report (``eta.jsonl``: a line each time another 2% of the trial
     budget is told, at most 50 per run): ``time`` (the campaign's clock), ``done`` (trials told), ``left``, ``low``,
-    ``high`` (seconds)."""
+    ``high`` (seconds) and ``run``; at the run's end (:meth:`close`: its last trial ended and none is left to
+    start), ``{"run", "ended"}``. Each run of the campaign
+    loop on the folder (a resume, a scaling sweep's round) is a campaign of its own with an end of its own: ``run``
+    numbers them (0, 1, ...: one more than the file's last)."""
 
     def __init__(self, path: Path, n_trials: int) -> None:
         self._path = path
         self._every = max(1, n_trials // 50)
         self._next = 0  # trials told by the next line
+        self._run = 1 + max((line["run"] for line in _lines(path) if isinstance(line.get("run"), int)), default=-1)
+        self._wrote = self._closed = False
 
     def record(self, done: int, at: float, eta: Eta | None) -> None:
-        if eta is None or done < self._next:
+        if eta is None or done < self._next or self._closed:
             return
         self._next = done + self._every
-        line = {"time": at, "done": done, "left": eta.left.mean, "low": eta.left.low, "high": eta.left.high}
+        left = eta.left
+        self._write({"time": at, "done": done, "left": left.mean, "low": left.low, "high": left.high, "run": self._run})
+
+    def close(self, at: float) -> None:
+        """The run ended at ``at`` (the campaign's clock; once; nothing where it recorded no expected end)."""
+        if self._wrote and not self._closed:
+            self._write({"run": self._run, "ended": at})
+            self._closed = True
+
+    def _write(self, line: dict[str, Any]) -> None:
         try:
             with open(self._path, "a") as fh:
                 fh.write(json.dumps(line) + "\n")
+            self._wrote = True
         except OSError:  # a full disk: the report goes without the line, the campaign on
             pass
 
 
-def read_eta_log(path: Path) -> list[dict[str, Any]]:
-    """The lines of an ``eta.jsonl`` that read (none where there is no file)."""
-    lines: list[dict[str, Any]] = []
-    if not path.is_file():
-        return lines
-    for text in path.read_text().splitlines():
+@dataclasses.dataclass(frozen=True)
+class EtaRun:
+    """One run's expected ends (``lines``, in the order worked out) and its end (None: not recorded, a controller
+    killed, or a file from before ``run``)."""
+
+    number: int
+    lines: tuple[dict[str, Any], ...]
+    ended: float | None
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    """The lines of an ``eta.jsonl`` that read as JSON objects (none where there is no file)."""
+    out: list[dict[str, Any]] = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for row in text.splitlines():
         try:
-            line = json.loads(text)
+            line = json.loads(row)
         except ValueError:
             continue
-        if isinstance(line, dict) and all(
-            isinstance(line.get(k), (int, float)) for k in ("time", "left", "low", "high")
-        ):
-            lines.append(line)
-    return lines
+        if isinstance(line, dict):
+            out.append(line)
+    return out
+
+
+def _is_prediction(line: dict[str, Any]) -> bool:
+    return all(isinstance(line.get(k), (int, float)) for k in ("time", "left", "low", "high"))
+
+
+def read_eta_log(path: Path) -> list[dict[str, Any]]:
+    """The expected ends of an ``eta.jsonl`` that read, every run's (none where there is no file)."""
+    return [line for line in _lines(path) if _is_prediction(line)]
+
+
+def read_eta_runs(path: Path) -> list[EtaRun]:
+    """An ``eta.jsonl``'s runs in order, each with its expected ends and its end (a line without ``run``: run 0);
+    runs without an expected end left out."""
+    lines: dict[int, list[dict[str, Any]]] = {}
+    ended: dict[int, float] = {}
+    for line in _lines(path):
+        run = line.get("run", 0)
+        if not isinstance(run, int):
+            continue
+        if _is_prediction(line):
+            lines.setdefault(run, []).append(line)
+        elif isinstance(line.get("ended"), (int, float)):
+            ended[run] = float(line["ended"])
+    return [EtaRun(run, tuple(lines[run]), ended.get(run)) for run in sorted(lines)]

@@ -10,11 +10,12 @@ import optuna
 import pytest
 from toy_specs import toy_toml
 
+from cluster.outcome import Outcome, TrialStatus
 from cluster.sim_models import CurveModel
 from cluster.simulated import SimulatedExecutor
 from cluster.trial_cost import Basis, LogLinearLaw, Quantity, Resources
 from search.loop.campaign import Campaign
-from search.loop.costs import TrialCosts, from_progress, startup
+from search.loop.costs import TrialCosts, from_first_epoch, from_progress, startup
 from search.loop.trials import RunningTrial
 from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, parse_spec
@@ -79,6 +80,41 @@ def test_a_running_trials_whole_run_is_read_from_its_epochs_after_the_first() ->
     assert stopping is not None and stopping.mean == pytest.approx(90.0)  # asked to stop: one more epoch
     assert from_progress(_reporting(10, [60.0, 170.0, 180.0])) is None  # an earlier run's report: not this run's
     assert from_progress(_reporting(3, [160.0, 170.0, 500.0, 510.0])) is None  # steps past its epochs: not epochs
+
+
+def test_a_trial_with_its_first_epoch_alone_runs_no_longer_than_its_epochs_at_that_epochs_time() -> None:
+    """The model has seen runs of 1,000 s; a running trial whose first epoch (start-up included) took 10 s of its
+    10 is predicted at 100 s, not at the model's 1,000 (issue 52, 5a: at 64 workers the second wave's trials that
+    had reported one epoch were predicted by the fit, too long); one whose first epoch took 200 s, at the model's."""
+    costs = TrialCosts()
+    for number in range(8):
+        costs.model.observe_run(number, {}, Resources(1), 1000.0 + number, full=True)
+    quick, slow = _reporting(10, [110.0]), _reporting(10, [300.0])
+    fit, bound = costs.wholes([slow])[0], from_first_epoch(quick)
+    assert fit.mean == pytest.approx(1003.5, rel=0.01)
+    assert bound is not None and bound.mean == pytest.approx(100.0) and bound.low < 100.0 < bound.high
+    assert costs.wholes([quick, slow]) == [bound, fit]
+    assert from_first_epoch(_reporting(10, [])) is None and from_first_epoch(_reporting(1, [110.0])) is None
+
+
+def test_a_running_trial_is_expected_to_end_where_the_trials_that_went_as_far_ended() -> None:
+    """A scaling sweep's trials stop at their target after 2 to 36 of their 60 epochs (examples/mnist1d-scaling.toml):
+    a running trial at its 10th epoch of 2 s is expected to end at the mean of the epochs the trials past 10 ended
+    at (12 and 36: 24), not at its 60th, for the expected end; the resource budget's look still takes its last."""
+    costs = TrialCosts()
+    for ran in (2, 3, 12, 36):  # runs of 60 planned epochs, stopped at the target after `ran`
+        run = _reporting(60, [100.0 + 2.0 * epoch for epoch in range(1, ran + 1)])
+        costs.ended(run, Outcome(TrialStatus.OK, started=100.0, finished=100.0 + 2.0 * ran, stopped=True))
+    costs.ended(  # a failed run is no trial's stop
+        _reporting(60, [102.0]), Outcome(TrialStatus.ERROR, started=100.0, finished=102.0)
+    )
+    at_ten = _reporting(60, [100.0 + 2.0 * epoch for epoch in range(1, 11)])
+    assert costs.final_epoch(at_ten) == (24.0, 12.0)
+    expected, budgeted = costs.wholes([at_ten], stops=True)[0], costs.wholes([at_ten])[0]
+    assert expected.mean == pytest.approx(20.0 + 14 * 2.0) and expected.low < 48.0 < expected.high
+    assert budgeted.mean == pytest.approx(120.0)
+    past_all = _reporting(60, [100.0 + 2.0 * epoch for epoch in range(1, 41)])  # none went this far: to its last
+    assert costs.final_epoch(past_all) is None and costs.wholes([past_all], stops=True)[0].mean == pytest.approx(120.0)
 
 
 def test_the_model_learns_a_trials_time_per_example_less_its_start_up() -> None:

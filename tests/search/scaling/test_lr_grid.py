@@ -20,8 +20,9 @@ from search.loop.segments import Stop
 from search.loop.trials import TrialView
 from search.scaling.lr_grid import Edge, bracket, bracket_sentence, brackets_of, grid_plan, grid_rates, widening
 from search.scaling.target import TargetGoal
-from search.spec.campaign_spec import SpecError, parse_spec
+from search.spec.campaign_spec import CampaignSpec, SpecError, parse_spec
 from search.spec.scaling import BATCH, LR, ScalingSpec
+from search.store.folder import CampaignFolder
 from search.store.records import Attr, encode_history
 from search.vocab.terms import StopReason, Transition
 from trainers.api import TrialConfig
@@ -255,18 +256,28 @@ lr = { type = "float", low = 1e-3, high = 1.0, log = true }
 """
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_says_so(tmp_path: Path) -> None:
-    from search.reports.status import status_text
-    from search.session.lr_rounds import SCALING_ROUND
+@pytest.fixture(scope="module")
+def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[CampaignSpec, CampaignFolder]:
+    """The digits sweep of :data:`GRID_SPEC`, run once on 2 workers (about 15 s)."""
     from search.session.runner import RunOptions, run_campaign
     from search.spec.campaign_spec import load_spec
-    from tests.campaign_storage import load
 
+    tmp_path = tmp_path_factory.mktemp("grid")
     (tmp_path / "grid.toml").write_text(GRID_SPEC)
     spec = load_spec(tmp_path / "grid.toml")
-    folder = run_campaign(spec, RunOptions(runs_dir=tmp_path / "runs", n_workers=2, progress=False))
+    return spec, run_campaign(spec, RunOptions(runs_dir=tmp_path / "runs", n_workers=2, progress=False))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_says_so(
+    grid_sweep: tuple[CampaignSpec, CampaignFolder],
+) -> None:
+    from search.reports.status import status_text
+    from search.session.lr_rounds import SCALING_ROUND
+    from tests.campaign_storage import load
+
+    spec, folder = grid_sweep
     trials = load(folder.root, "grid").get_trials()
     assert all(t.state.is_finished() for t in trials)
     rounds = {int(t.user_attrs[SCALING_ROUND]) for t in trials}
@@ -293,3 +304,46 @@ def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_say
         assert f"{len(stopped)} trial(s) stopped as outpaced" in page and "time budget" not in page
     widened = len(trials) - 9
     assert f"{len(trials)} trials (9 in the lr grid, {widened} widening it)" in status_text(folder.root)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_each_round_of_a_sweep_expects_its_own_end_and_the_report_reads_it_against_that_rounds_end(
+    grid_sweep: tuple[CampaignSpec, CampaignFolder],
+) -> None:
+    """Each round is a campaign of its own and appends to the sweep's one eta.jsonl: the report draws each round's
+    expected ends against that round's end (it read them all against the sweep's end, the last round's)."""
+    from search.loop.eta import read_eta_runs
+    from search.reports.data import load_campaign
+    from search.reports.eta_section import cost_and_end, end_errors, end_plot, run_ends
+    from search.session.lr_rounds import SCALING_ROUND
+    from search.store.records import Files, TrialRecord
+    from tests.campaign_storage import load
+
+    _spec, folder = grid_sweep
+    trials = load(folder.root, "grid").get_trials()
+    round_ends: dict[int, float] = {}  # each round's last trial end, from the trials' own records
+    for trial in trials:
+        finished = TrialRecord.of(trial).finished
+        assert finished is not None
+        r = int(trial.user_attrs[SCALING_ROUND])
+        round_ends[r] = max(round_ends.get(r, finished), finished)
+    recorded = read_eta_runs(folder.root / Files.ETA_LOG)
+    runs = run_ends(recorded, list(round_ends.values()))
+    assert len(runs) == len(recorded) >= 2, runs  # the rounds that worked an end out: the grid's and a widening one
+    for run, (lines, end) in zip(recorded, runs):  # each run is one round: its lines after the round before's end,
+        assert end in round_ends.values() and run.ended is not None and end <= run.ended  # by its own recorded end
+        before = max((e for e in round_ends.values() if e < end), default=-math.inf)
+        assert all(before <= line["time"] <= run.ended for line in lines), (before, lines, run.ended)
+    records = [TrialRecord.of(t) for t in trials]
+    start = min(r.started for r in records if r.started is not None)
+    rows = end_errors(runs, start, max(round_ends.values()))
+    assert rows and any(run < len(runs) - 1 for _at, run, *_rest in rows), rows  # a point in a round before the last
+    for _at, run, _left, actual, _error in rows:  # against its own round's end, from one of its round's lines
+        lines, end = runs[run]
+        assert any(line["time"] == pytest.approx(end - actual) for line in lines), (run, actual, lines, end)
+    drawn = end_plot(runs, start, max(round_ends.values()), "round")
+    assert drawn.figure is not None and len(drawn.figure.axes[0].collections) == 2 * len(runs)  # band and end each
+    section = cost_and_end(load_campaign(folder.root))
+    assert f"Each of the {len(runs)} rounds is a campaign of its own" in section.md, section.md
+    assert "| at | round | expected left |" in section.md

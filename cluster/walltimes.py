@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from .executor_api import TrialRequest
 from .jobs import POLL_SECONDS
 from .trial_cost import Basis, Estimate, TrialPredictions
-from .trial_cost.estimate import UNKNOWN
+from .trial_cost.estimate import UNKNOWN, duration_text
 
-__all__ = ["FRESH", "Walltimes", "seconds_text"]
+__all__ = ["FRESH", "Walltimes"]
 
 #: A trial longer than any job starts on a job with at least this part of the most time left a job was seen with.
 FRESH = 0.9
@@ -101,23 +101,11 @@ class Walltimes:
         """The line that says a trial waits for a job with the time: its predicted duration, and ``left``, the most
         time a worker's job has left when the trial could start there."""
         predicted = self.predicted(request)
-        low, high = seconds_text(predicted.low), seconds_text(predicted.high)
+        low, high = duration_text(predicted.low), duration_text(predicted.high)
         span = " (the median of the recent runs)" if predicted.basis is Basis.SAMPLE else ""
         span = span or (f" ({low}-{high})" if low != high else "")
         return (
-            f"trial {request.number} is predicted to take {seconds_text(predicted.mean)}{span} but no worker's batch "
-            f"job has more than {seconds_text(max(0.0, left))} left when it could start there: it waits for a job "
+            f"trial {request.number} is predicted to take {duration_text(predicted.mean)}{span} but no worker's batch "
+            f"job has more than {duration_text(max(0.0, left))} left when it could start there: it waits for a job "
             "with the time"
         )
-
-
-def seconds_text(seconds: float) -> str:
-    """``45s``, ``4m10s``, ``2h05m``, ``3d04h`` (as ``search.loop.eta.duration_text`` writes them)."""
-    s = int(round(max(0.0, seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

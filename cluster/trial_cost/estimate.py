@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import math
 
-__all__ = ["Basis", "Estimate", "Quantity", "Z90"]
+__all__ = ["Basis", "Estimate", "Quantity", "Z90", "duration_text"]
 
 #: The normal quantile of a two-sided 90% interval: every interval here is a 90% one.
 Z90 = 1.6449
@@ -58,3 +58,15 @@ class Estimate:
 
 
 UNKNOWN = Estimate(0.0, 0.0, 0.0)
+
+
+def duration_text(seconds: float) -> str:
+    """``45s``, ``4m10s``, ``2h05m``, ``3d04h``: how every line and report writes a duration."""
+    s = int(round(max(0.0, seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

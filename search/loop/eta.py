@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from cluster.trial_cost import Basis, Estimate
-from cluster.trial_cost.estimate import Z90
+from cluster.trial_cost.estimate import Z90, duration_text
 
 __all__ = [
     "Eta",
@@ -91,18 +91,6 @@ class Eta:
         span = f" ({duration_text(left.low)}-{duration_text(left.high)})" if left.high > left.low else ""
         by = f", at its {self.limited_by}" if self.limited_by else ""
         return f"ends in ~{duration_text(left.mean)}{span}{by}"
-
-
-def duration_text(seconds: float) -> str:
-    """``45s``, ``4m10s``, ``2h05m``, ``3d04h``."""
-    s = int(round(max(0.0, seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def residual(full: Estimate, ran: float) -> Estimate:

@@ -16,8 +16,8 @@ from inproc import inproc_client
 from cluster.executor import DaskExecutor, Finished, Started, TrialRequest
 from cluster.jobs import DEADLINES_KEY
 from cluster.trial_cost import Estimate, ModelPredictions, Resources, TrialCostModel
-from cluster.trial_cost.estimate import UNKNOWN
-from cluster.walltimes import FRESH, Walltimes, seconds_text
+from cluster.trial_cost.estimate import UNKNOWN, duration_text
+from cluster.walltimes import FRESH, Walltimes
 
 NOW = 1_000_000.0
 
@@ -66,7 +66,7 @@ def test_a_long_and_a_short_trial_on_the_same_job_end_are_judged_each_by_its_own
 def test_the_line_names_the_trials_predicted_duration_and_the_jobs_time_left() -> None:
     walltimes = _walltimes({"tcp://job:1": NOW + 100.0}, _model({30.0: 300.0}))
     predicted = walltimes.predicted(_request(7, 30.0))
-    span = f"({seconds_text(predicted.low)}-{seconds_text(predicted.high)})"
+    span = f"({duration_text(predicted.low)}-{duration_text(predicted.high)})"
     assert predicted.low < predicted.mean < predicted.high
     assert walltimes.held_line(_request(7, 30.0), 95.0) == (
         f"trial 7 is predicted to take 5m00s {span} but no worker's batch job has more than 1m35s left when it "

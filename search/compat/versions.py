@@ -38,7 +38,7 @@ TESTED: dict[str, tuple[str, str]] = {
     "torch": ("2.13.0", "2.13.0"),  # the only CPU build this registry has (bench/NOTES.md)
     "dask": ("2025.4.0", "2026.11.0"),  # 2026.11.0: CI's clean clone of 2026-12-07 (session 25)
     "distributed": ("2025.4.0", "2026.11.0"),
-    "pandas": ("2.0.0", "3.1.1"),
+    "pandas": ("2.0.0", "3.1.2"),  # 3.1.2: CI's clean clone of 2026-12-07 (session 27)
     "numpy": ("1.24.0", "2.4.6"),
     "scipy": ("1.10.0", "1.17.1"),
 }

@@ -82,6 +82,9 @@ _WHY = {
     "DEADLINE": "its deadline",
 }
 
+#: SLURM's reason on a COMPLETING job -> the state it ends in.
+_COMPLETING_AS = {"TimeLimit": "TIMEOUT"}
+
 
 @dataclasses.dataclass(frozen=True)
 class JobState:
@@ -98,9 +101,11 @@ class JobState:
         return self.state in SLURM_ALIVE
 
     def why(self) -> str:
-        """How the job ended, in words."""
-        words = _WHY.get(self.state, "")
-        return f"{self.state}, {words}" if words else self.state
+        """How the job ended, in words. A job seen COMPLETING (its processes being ended) is named by what ends it:
+        SLURM's reason ``TimeLimit`` there is its walltime, shown as the TIMEOUT it becomes a moment later."""
+        state = _COMPLETING_AS.get(self.reason, self.state) if self.state == "COMPLETING" else self.state
+        words = _WHY.get(state, "")
+        return f"{state}, {words}" if words else state
 
 
 def slurm_states(job_ids: list[str], timeout: float = 20.0) -> dict[str, JobState] | None:

@@ -195,3 +195,7 @@ def test_a_refusal_is_the_submit_commands_own_message_in_one_line() -> None:
     )
     assert JobState("7", "TIMEOUT").why() == "TIMEOUT, its walltime" and not JobState("7", "TIMEOUT").alive
     assert JobState("7", "RUNNING").alive and JobState("7", "FAILED").why() == "FAILED"
+    # seen between its walltime's end and TIMEOUT (squeue -t all, a 1-minute job here: COMPLETING|...|TimeLimit)
+    completing = JobState("7", "COMPLETING", reason="TimeLimit")
+    assert completing.why() == "TIMEOUT, its walltime" and not completing.alive
+    assert JobState("7", "COMPLETING", reason="None").why() == "COMPLETING"

@@ -1,8 +1,8 @@
 """A trainer for the real-SLURM tests: sleeps through its epochs, checkpoints each one, resumes from the last.
 
-``options.sleep``: seconds per epoch (twice as many for the trial numbers in ``options.slow``); ``options.sleeps``,
-where given: seconds per epoch of trial 0, 1, ... (trials past its end: ``sleep``); ``options.resumed``, where given:
-seconds per epoch of a trial that started from its checkpoint (a cut trial's rest). ``options.log``: a file where every epoch run appends
+``options.sleep``: seconds per epoch; ``options.sleeps``, where given: seconds per epoch of trial 0, 1, ... (trials
+past its end: ``sleep``); ``options.resumed``, where given: seconds per epoch of a trial that started from its
+checkpoint (a cut trial's rest). ``options.log``: a file where every epoch run appends
 ``<trial number> <epoch> <SLURM job id>``, so a test sees which job ran which epoch (and that a trial cut by its
 job's end resumed from its checkpoint: no epoch twice).
 """
@@ -49,7 +49,7 @@ def epoch_seconds(config: TrialConfig, resumed: bool) -> float:
     sleeps = options.get("sleeps", ())
     if config.number < len(sleeps):
         return float(sleeps[config.number])
-    return float(options.get("sleep", 0.0)) * (2 if config.number in options.get("slow", ()) else 1)
+    return float(options.get("sleep", 0.0))
 
 
 resumable.accepted_params = frozenset({"quality"})  # type: ignore[attr-defined]

@@ -76,7 +76,6 @@ def spec(
     slurm: str,
     study: str = "",
     memory: str = "1GB",
-    slow: tuple[int, ...] = (),
     options: str = "",
 ) -> Path:
     """The campaign's spec; ``options``: more of the trainer's options (``slurm_trainers``), as TOML key = value
@@ -96,7 +95,7 @@ def spec(
             [trainer]
             entry = "slurm_trainers:resumable"
             epochs = {epochs}
-            options = {{ sleep = {sleep}, log = "{tmp_path / "epochs.log"}", slow = {list(slow)}{options} }}
+            options = {{ sleep = {sleep}, log = "{tmp_path / "epochs.log"}"{options} }}
 
             [space]
             quality = {{ type = "float", low = 0.0, high = 1.0 }}
@@ -234,10 +233,13 @@ def test_jobs_run_the_trials_a_cancelled_job_is_replaced_and_no_job_is_left(tmp_
 def test_adaptive_jobs_grow_while_trials_wait_and_an_idle_job_is_released(tmp_path: Path, slurm: str) -> None:
     """minimum_jobs = 1, maximum_jobs = 2: the controller keeps its waiting trials itself, so the keeper scales by
     the demand it leaves on the scheduler: a second job runs trials beside the first, and once nothing waits, the
-    job left idle while the last (slow) trial runs is released before the campaign ends."""
+    job left idle while the last (slow) trial runs is released before the campaign ends. The release takes two
+    looks of the keeper's (2 s apart: marked, then released if still idle), so the slow trial's 3 epochs of 4 s
+    leave room for them on a loaded machine (with 2 s epochs, CI's load once left the job unreleased)."""
     n_trials = 8
     slurm_keys = "walltime = '00:10:00'\nminimum_jobs = 1\nmaximum_jobs = 2\n"
-    path = spec(tmp_path, n_trials=n_trials, epochs=3, sleep=1.0, slurm=slurm_keys, slow=(n_trials - 1,))
+    sleeps = ", sleeps = " + str([1.0] * (n_trials - 1) + [4.0])  # the last trial the slow one
+    path = spec(tmp_path, n_trials=n_trials, epochs=3, sleep=1.0, slurm=slurm_keys, options=sleeps)
     proc = run(tmp_path, path, timeout=100)
     assert proc.returncode == 0, proc.stderr
     order = [job for _, _, job in epochs_by_job(tmp_path)]

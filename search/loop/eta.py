@@ -8,12 +8,12 @@ trial of width ``w`` on the ``w`` that free first). A trial to start costs one o
 it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
 each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and
 scales them by a lognormal factor of mean 1 whose spread is how far the campaign's mean cost has moved so far
-(:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges). The expected end
-is the median of the draws (the point whose absolute error is least in expectation; the mean follows the long
-tail of the drift and of the draws' maximum) and its interval their 5% and 95% points: the waves of a campaign of
-few trials per slot, the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS` rounds of
-trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no later than
-the budget's end; a budget in slot-hours starts no more trials than fit in what is left.
+(:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges). The expected end is the median
+of the draws (the point whose absolute error is least in expectation; the mean follows the long tail of the drift
+and of the draws' maximum) and its interval their 5% and 95% points: the waves of a campaign of few trials per
+slot, the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS`
+rounds of trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no
+later than the budget's end; a budget in slot-hours starts no more trials than fit in what is left.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ __all__ = [
     "drift_of",
     "duration_text",
     "mean_error",
-    "read_eta_log",
     "read_eta_runs",
     "residual",
 ]
@@ -70,8 +69,8 @@ class InFlight:
 @dataclasses.dataclass(frozen=True)
 class Eta:
     """Seconds until the campaign ends (``left``: the expected end, the median of the draws, as its ``mean``, and a
-    90% interval), the trials still to start, and what
-    ends it first (``""``: its trial budget; ``"time budget"``; ``"resource budget"``)."""
+    90% interval), the trials still to start, and what ends it first (``""``: its trial budget; ``"time budget"``;
+    ``"resource budget"``)."""
 
     left: Estimate
     to_start: int
@@ -292,9 +291,8 @@ class EtaLog:
     """The expected ends along the way, for the report (``eta.jsonl``: a line each time another 2% of the trial
     budget is told, at most 50 per run): ``time`` (the campaign's clock), ``done`` (trials told), ``left``, ``low``,
     ``high`` (seconds) and ``run``; at the run's end (:meth:`close`: its last trial ended and none is left to
-    start), ``{"run", "ended"}``. Each run of the campaign
-    loop on the folder (a resume, a scaling sweep's round) is a campaign of its own with an end of its own: ``run``
-    numbers them (0, 1, ...: one more than the file's last)."""
+    start), ``{"run", "ended"}``. Each run of the campaign loop on the folder (a resume, a scaling sweep's round) is
+    a campaign of its own with an end of its own: ``run`` numbers them (0, 1, ...: one more than the file's last)."""
 
     def __init__(self, path: Path, n_trials: int) -> None:
         self._path = path
@@ -354,11 +352,6 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def _is_prediction(line: dict[str, Any]) -> bool:
     return all(isinstance(line.get(k), (int, float)) for k in ("time", "left", "low", "high"))
-
-
-def read_eta_log(path: Path) -> list[dict[str, Any]]:
-    """The expected ends of an ``eta.jsonl`` that read, every run's (none where there is no file)."""
-    return [line for line in _lines(path) if _is_prediction(line)]
 
 
 def read_eta_runs(path: Path) -> list[EtaRun]:

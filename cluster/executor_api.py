@@ -40,7 +40,10 @@ class TrialRequest:
     directory), which the worker puts on its path first. ``config`` may be given as the dict
     :meth:`TrialConfig.to_dict` writes; it is checked and kept as a :class:`TrialConfig`.
     ``prefer``: a worker address to queue it at (the one expected to free a slot first); a hint
-    only, any worker may still run it.
+    only, any worker may still run it. ``start_epoch``: the epoch this run resumes at, as the controller
+    knows it (a later segment's start, the checkpoint a lost run left; 0: from scratch), so that what it
+    has left, epochs ``start_epoch + 1`` to ``config.epochs``, is what a batch job's walltime is weighed
+    against (:mod:`cluster.walltimes`).
     """
 
     number: int
@@ -48,12 +51,17 @@ class TrialRequest:
     config: TrialConfig
     width: int = 1
     prefer: str = ""
+    start_epoch: int = 0
 
     def __post_init__(self) -> None:
         if self.width < 1:
             raise ValueError(f"width={self.width!r}: a trial needs at least one slot")
         if not isinstance(self.config, TrialConfig):
             object.__setattr__(self, "config", TrialConfig.from_dict(self.config))
+        if not 0 <= self.start_epoch <= self.config.epochs:
+            raise ValueError(
+                f"start_epoch={self.start_epoch!r}: must be in 0..epochs ({self.config.epochs}), the epoch a run resumes at"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

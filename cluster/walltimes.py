@@ -4,7 +4,10 @@ A :class:`~cluster.jobs.JobKeeper` records each worker's job end on the schedule
 the slot runners (:mod:`cluster.runner_pool`) give a worker a trial only when the trial is predicted to end before
 the job does, after the trials queued before it there. A trial's prediction is the campaign's trial model's
 (:class:`~cluster.trial_cost.TrialPredictions`, handed to the executor by its campaign) for its parameters, width and
-epochs: its mean, as the time budget's placement (``search.loop.placement``) takes it. The mean and not the 90%
+epochs: its mean, as the time budget's placement (``search.loop.placement``) takes it. A run that resumes at epoch
+``k`` of ``n`` (:attr:`~cluster.executor_api.TrialRequest.start_epoch`: a later segment, a run cut by its job's
+walltime or lost, a resumed campaign's) is predicted for what it has left: ``(n - k) / n`` of its full run, each epoch
+taken to cost the same. The mean and not the 90%
 upper bound: a trial cut by its job's walltime resumes from its checkpoint on another job and spends no retry, while
 one refused waits for another job with its slot idle; and with few runs seen the upper bound is twice the mean (one
 run: a factor of 2), which would refuse trials on every job shorter than twice them. Where the model knows nothing
@@ -24,7 +27,7 @@ from .jobs import POLL_SECONDS
 from .trial_cost import Basis, Estimate, TrialPredictions
 from .trial_cost.estimate import UNKNOWN, duration_text
 
-__all__ = ["FRESH", "Walltimes"]
+__all__ = ["FRESH", "Walltimes", "left_share"]
 
 #: A trial longer than any job starts on a job with at least this part of the most time left a job was seen with.
 FRESH = 0.9
@@ -45,7 +48,8 @@ class Walltimes:
         self._ends: dict[str, float] = {}
         self._longest = 0.0  # the most time left a job was seen with (at its first sight: a fresh job's walltime)
         self._read = -float("inf")
-        self._predicted: dict[int, Estimate] = {}  # by trial number, until the next refresh or its end
+        # by trial number, with the epoch its run resumes at: until the next refresh, its end, or a run from elsewhere
+        self._predicted: dict[int, tuple[int, Estimate]] = {}
 
     def refresh(self) -> None:
         """Read the job ends again (every :data:`~cluster.jobs.POLL_SECONDS` at most), and predict anew: the model
@@ -63,16 +67,18 @@ class Walltimes:
         self._predicted.pop(number, None)
 
     def predicted(self, request: TrialRequest) -> Estimate:
-        """The trial's predicted duration: the model's for its parameters, width and epochs; where it knows nothing,
-        the median of the recent runs; :data:`~cluster.trial_cost.estimate.UNKNOWN` before any run ended."""
-        known = self._predicted.get(request.number)
-        if known is None:
+        """The trial's predicted duration: the model's for its parameters, width and epochs (where it knows nothing,
+        the median of the recent runs), for the epochs it has left (:func:`left_share`);
+        :data:`~cluster.trial_cost.estimate.UNKNOWN` before any run ended."""
+        start, known = self._predicted.get(request.number, (-1, UNKNOWN))
+        if start != request.start_epoch:
             costs = self._costs()
             known = costs.duration(request.config.params, request.width, request.config.epochs)
             if not known.known:
                 median = costs.typical_run()
                 known = Estimate(median, median, median, Basis.SAMPLE) if median is not None else UNKNOWN
-            self._predicted[request.number] = known
+            known = known.times(left_share(request))
+            self._predicted[request.number] = (request.start_epoch, known)
         return known
 
     def time_left(self, worker: str, queue: Sequence[tuple[TrialRequest, float | None]] = ()) -> float | None:
@@ -104,8 +110,17 @@ class Walltimes:
         low, high = duration_text(predicted.low), duration_text(predicted.high)
         span = " (the median of the recent runs)" if predicted.basis is Basis.SAMPLE else ""
         span = span or (f" ({low}-{high})" if low != high else "")
+        start, epochs = request.start_epoch, request.config.epochs
+        span += f" for epochs {start + 1}-{epochs} (it resumes at epoch {start})" if start else ""
         return (
             f"trial {request.number} is predicted to take {duration_text(predicted.mean)}{span} but no worker's batch "
             f"job has more than {duration_text(max(0.0, left))} left when it could start there: it waits for a job "
             "with the time"
         )
+
+
+def left_share(request: TrialRequest) -> float:
+    """The part of its full run a trial's run has left: its epochs after :attr:`TrialRequest.start_epoch`, of its
+    config's ``epochs`` (1: from scratch)."""
+    epochs = request.config.epochs
+    return (epochs - request.start_epoch) / epochs

@@ -138,7 +138,7 @@ class Campaign:
         self.policies = policies_for(spec, folder, population, self.reports, extra)
         self.costs = TrialCosts(records=reads_cost(spec.study.sampler))  # the trial model, fed with reports and runs
         executor.predict_with(self.costs)  # the one model: the executor's walltime check and packing read it too
-        self.dispatch = Dispatcher(spec, executor, clock, self.costs)
+        self.dispatch = Dispatcher(spec, executor, clock, self.costs, restore=self.reports.restore)
         self.supply = TrialSupply(
             spec, folder, study, executor, self.ledger, self.budget, population, self._outside_supply, sampling
         )

@@ -20,7 +20,7 @@ from cluster.errors import ClusterError
 from cluster.executor import Started, TrialExecutor, TrialRequest
 from search.loop.costs import DURATION_WINDOW, TrialCosts
 from search.loop.pipeline import Pipeline
-from search.loop.segments import Stop
+from search.loop.segments import Stop, resume_epoch
 from search.loop.slot_watch import Waiting
 from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
@@ -88,6 +88,7 @@ class Dispatcher:
         executor: TrialExecutor,
         clock: Callable[[], float],
         costs: TrialCosts | None = None,
+        restore: Callable[[RunningTrial], None] | None = None,
     ) -> None:
         self._spec = spec
         self._costs = costs or TrialCosts()  # the trial model: the typical run sets the queue depth
@@ -105,6 +106,8 @@ class Dispatcher:
         self._limits_checked_at = -math.inf  # when enforce_time_limits last looked at every running trial
         self._over_seen = False  # whether it has seen the time budget run out
         self.held_back: Callable[[], int] = lambda: 0  # slots promised to a trial's resize: no new trial takes them
+        # a resumed trial's earlier reports read back (the campaign's IntermediateValues.restore): where it resumes
+        self._restore = restore or (lambda _running: None)
 
     def check_capacity(self) -> None:
         """Refuse a cluster whose workers declare no slots, or too few for the widest trial. A cluster with no worker
@@ -198,10 +201,12 @@ class Dispatcher:
                 trial, config, prepared.width, self._clock(), restored=prepared.fresh, segments=list(prepared.segments)
             )
             self.running[trial.number] = running
+            if not prepared.fresh:  # a resumed campaign's trial: its checkpoint's epoch is in its earlier reports
+                self._restore(running)
             members.append(running)
         self._new_task(members)
         entry = self._spec.trainer.entry
-        requests = [TrialRequest(r.number, entry, r.config, r.width, prefer) for r in members]
+        requests = [TrialRequest(r.number, entry, r.config, r.width, prefer, _resumes_at(r)) for r in members]
         if len(requests) == 1:
             self._executor.submit(requests[0])
         else:
@@ -212,7 +217,8 @@ class Dispatcher:
         running.rerun(config)  # a new run: its own Started event will come
         write_attrs(running.trial, config=config.to_dict())  # a PBT member's current params and segment
         self._new_task([running])
-        self._executor.submit(TrialRequest(running.number, self._spec.trainer.entry, config, running.width))
+        start = _resumes_at(running)
+        self._executor.submit(TrialRequest(running.number, self._spec.trainer.entry, config, running.width, "", start))
 
     # --- tasks and placement ------------------------------------------------------------------------
 
@@ -365,3 +371,9 @@ class Dispatcher:
             same_task = other.task == running.task and other.task != 0
             if other is not running and not other.killed and (same_task or other.worker == running.worker):
                 other.hit_by_kill()
+
+
+def _resumes_at(running: RunningTrial) -> int:
+    """The epoch the trial's next run resumes at (:func:`~search.loop.segments.resume_epoch`): what the executor's
+    walltime rule predicts is only the rest."""
+    return resume_epoch(running.segment(), running.config, running.history())

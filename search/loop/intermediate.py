@@ -55,7 +55,7 @@ class IntermediateValues:
 
     def record(self, running: RunningTrial, step: int, metrics: Mapping[str, float], at: float, worker: str) -> None:
         """Keep a report, unless the trial already reported this step (the first copy of a step wins)."""
-        self._restore(running)
+        self.restore(running)
         if not self._remember(running, step, metrics, at):
             return
         self._append_file(running.number, step, metrics, at, worker)
@@ -64,7 +64,7 @@ class IntermediateValues:
 
     def replay(self, running: RunningTrial, history: Iterable[tuple[int, Mapping[str, float], float]]) -> None:
         """Record the reports of ``history`` not seen as events."""
-        self._restore(running)
+        self.restore(running)
         for step, metrics, at in history:
             self.record(running, int(step), metrics, float(at), "")
 
@@ -72,7 +72,7 @@ class IntermediateValues:
         """Whether this is the trial's first report of ``step`` (then it joins the trial's reports)."""
         return running.keep_report(step, metrics, at)
 
-    def _restore(self, running: RunningTrial) -> None:
+    def restore(self, running: RunningTrial) -> None:
         """Once per trial: the reports an earlier controller recorded (``resume``), from the trial's file.
 
         The study is told those it lacks (its journal may have lost the last writes before a crash).

@@ -32,6 +32,7 @@ __all__ = [
     "current_segment",
     "following",
     "examples_seen",
+    "resume_epoch",
     "segment_config",
     "segment_configs",
     "lr_for_batch",
@@ -140,6 +141,19 @@ def examples_seen(history: Sequence[tuple[int, Mapping[str, float]]]) -> int | N
         if EXAMPLES in metrics:
             return int(metrics[EXAMPLES])
     return None
+
+
+def resume_epoch(segment: Segment, config: TrialConfig, history: Sequence[tuple[int, Mapping[str, float]]]) -> int:
+    """The epoch a run of a trial resumes at, as the controller knows it: the last epoch of ``segment`` (the one it
+    runs now) that it reported (the ``epoch`` metric, as the built-in trainer reports it) and that a checkpoint holds
+    (with a ``checkpoint_dir``: every ``checkpoint_every`` epochs), else the segment's start (0: from scratch)."""
+    saved = [segment.start_epoch]
+    if config.checkpoint_dir is not None:
+        for _step, metrics in history:
+            epoch = metrics.get("epoch")
+            if epoch is not None and float(epoch).is_integer() and int(epoch) % config.checkpoint_every == 0:
+                saved.append(int(epoch))
+    return min(max(saved), config.epochs)
 
 
 def segment_config(config: TrialConfig, width: int, overrides: Mapping[str, Any], end_epoch: int) -> TrialConfig:

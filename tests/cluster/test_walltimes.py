@@ -22,9 +22,9 @@ from cluster.walltimes import FRESH, Walltimes
 NOW = 1_000_000.0
 
 
-def _request(number: int, size: float, width: int = 1, epochs: int = 1) -> TrialRequest:
+def _request(number: int, size: float, width: int = 1, epochs: int = 1, start: int = 0) -> TrialRequest:
     config = {"study": "w", "number": number, "params": {"size": size}, "seed": number, "epochs": epochs}
-    return TrialRequest(number, "tests:nothing", config, width=width)  # type: ignore[arg-type]
+    return TrialRequest(number, "tests:nothing", config, width=width, start_epoch=start)  # type: ignore[arg-type]
 
 
 def _model(durations: Mapping[float, float]) -> TrialCostModel:
@@ -72,6 +72,32 @@ def test_the_line_names_the_trials_predicted_duration_and_the_jobs_time_left() -
         f"trial 7 is predicted to take 5m00s {span} but no worker's batch job has more than 1m35s left when it "
         "could start there: it waits for a job with the time"
     )
+
+
+def test_a_trial_that_resumes_at_epoch_k_of_n_is_judged_by_the_epochs_it_has_left() -> None:
+    """A 10-epoch trial predicted at 300 s for its full run, on a job with 100 s left: from scratch it waits; resumed
+    at epoch 8 (its checkpoint after a walltime cut, a later segment) it has 60 s left and starts; at epoch 5, 150 s,
+    and it waits, the line saying which epochs that is. A new run of it from another epoch is predicted anew; the
+    median of the recent runs, where the model knows nothing, is scaled the same way."""
+    walltimes = _walltimes({"tcp://job:1": NOW + 100.0, "tcp://fresh:1": NOW + 1000.0}, _model({30.0: 300.0}))
+    left = walltimes.time_left("tcp://job:1")
+    assert not walltimes.fits(_request(1, 30.0, epochs=10), left)
+    resumed = _request(1, 30.0, epochs=10, start=8)
+    assert walltimes.predicted(resumed).mean == pytest.approx(60.0)
+    assert walltimes.fits(resumed, left)
+    halfway = _request(1, 30.0, epochs=10, start=5)
+    assert walltimes.predicted(halfway).mean == pytest.approx(150.0) and not walltimes.fits(halfway, left)
+    assert walltimes.held_line(halfway, 100.0).startswith("trial 1 is predicted to take 2m30s (")
+    assert "for epochs 6-10 (it resumes at epoch 5) but no worker's batch job has more than 1m40s left" in (
+        walltimes.held_line(halfway, 100.0)
+    )
+    behind = walltimes.time_left("tcp://job:1", [(resumed, None)])  # queued: its 60 s, not its full 300 s
+    assert behind == pytest.approx(40.0)
+    median = Walltimes(lambda: {"tcp://job:1": NOW + 100.0}, lambda: _Median(150.0), clock=lambda: NOW)
+    median.refresh()
+    assert median.predicted(_request(2, 1.0, epochs=4, start=3)).mean == pytest.approx(37.5)
+    with pytest.raises(ValueError, match="start_epoch=11: must be in 0..epochs \\(10\\)"):
+        _request(3, 1.0, epochs=10, start=11)
 
 
 class _Median:
@@ -123,7 +149,8 @@ def test_slot_runners_give_each_trial_a_worker_whose_job_has_the_time_for_it_and
 ) -> None:
     """Two workers whose jobs end in 300 s and 400 s (a third job, seen with 1,000 s, has no worker now), and the
     trial model handed to the executor: a trial predicted at 350 s runs on the 400 s job, one of 10 s on either, and
-    one of 500 s on neither (it waits for a job with the time): one line says so, with its prediction."""
+    one of 500 s on neither (it waits for a job with the time): one line says so, with its prediction. The same
+    500 s trial resumed at epoch 9 of 10 has 50 s left, and runs."""
     model = _model({10.0: 10.0, 35.0: 350.0, 50.0: 500.0})
     with inproc_client(2, 1) as client:
         a, b = sorted(client.scheduler_info()["workers"])
@@ -133,13 +160,13 @@ def test_slot_runners_give_each_trial_a_worker_whose_job_has_the_time_for_it_and
         executor.predict_with(ModelPredictions(model))
         assert executor.costs().model is model
         caplog.set_level(logging.WARNING, logger="cluster")
-        for number, size in ((0, 50.0), (1, 10.0), (2, 35.0)):
-            config = {"study": "w", "number": number, "params": {"size": size}, "seed": number, "epochs": 1}
-            executor.submit(TrialRequest(number, _fit, config))  # type: ignore[arg-type]
+        for number, size, epochs, start in ((0, 50.0, 1, 0), (1, 10.0, 1, 0), (2, 35.0, 1, 0), (3, 50.0, 10, 9)):
+            config = {"study": "w", "number": number, "params": {"size": size}, "seed": number, "epochs": epochs}
+            executor.submit(TrialRequest(number, _fit, config, start_epoch=start))  # type: ignore[arg-type]
         started: dict[int, str] = {}
         finished: set[int] = set()
         deadline = time.monotonic() + 60
-        while finished != {1, 2}:
+        while finished != {1, 2, 3}:
             assert time.monotonic() < deadline, f"finished {sorted(finished)}, started {started}"
             for event in executor.events(0.5):
                 if isinstance(event, Started):

@@ -18,7 +18,9 @@ def _clock(seconds: float) -> str:
     return f"{hours:d}:{minutes:02d}:{secs:02d}"
 
 
-def render(s: Snapshot) -> str:
+def render(s: Snapshot, round_label: str = "") -> str:
+    """The progress line; ``round_label``: the round of a campaign in rounds (a scaling sweep's) whose end the
+    expected end is, said with it (``round 2 ends in ~4m10s``)."""
     done = s.complete + s.pruned + s.failed
     width = 24
     filled = int(width * done / s.budget) if s.budget else 0
@@ -26,7 +28,8 @@ def render(s: Snapshot) -> str:
     best = "-" if s.best is None else f"{s.best:.4g}"
     extra = "".join(f" {n} {label}" for n, label in ((s.pruned, "pruned"), (s.failed, "failed")) if n)
     queued = f", {s.queued} queued" if s.queued else ""
-    eta = f", {s.eta.text()}" if s.eta is not None and (s.running or s.queued) else ""
+    of = f"{round_label} " if round_label else ""
+    eta = f", {of}{s.eta.text()}" if s.eta is not None and (s.running or s.queued) else ""
     return (
         f"[{bar}] {done}/{s.budget} done ({s.complete} ok{extra}), {s.running} running{queued}, best {best}, "
         f"{_clock(s.elapsed)}{eta}"
@@ -64,11 +67,17 @@ class Progress:
         self._pending = ""  # the latest line, written or not
         self._last_time = -float("inf")
         self._last_done = -1
+        self._round = ""
+
+    def in_round(self, label: str) -> None:
+        """The campaigns that follow are rounds of one run (a scaling sweep's, each a campaign of its own, whose
+        expected end is its own): ``label`` names the one running (``round 2``), on the line with its end; "": none."""
+        self._round = label
 
     def __call__(self, snapshot: Snapshot) -> None:
         if not self._enabled:
             return
-        line = render(snapshot)
+        line = render(snapshot, self._round)
         self._pending = line
         done = snapshot.complete + snapshot.pruned + snapshot.failed
         if self._tty:

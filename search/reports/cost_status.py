@@ -62,7 +62,9 @@ class CampaignCost:
         """Slot-seconds in :attr:`shown_unit`."""
         return slot_seconds * self.per_slot if self.in_seconds else self.hours(slot_seconds)
 
-    def lines(self, now: float | None = None) -> list[str]:
+    def lines(self, now: float | None = None, round_label: str = "") -> list[str]:
+        """The cost line, and the expected end's (``round_label``: the round of a sweep in rounds that it is the end
+        of, ``round 2``: said with it)."""
         spent = f"  cost: {self.shown(self.spent):.3g} {self.shown_unit} spent"
         if self.budget is not None and self.left is not None:
             spent += f" of {self.shown(self.budget):.3g} ({self.shown(self.left):.3g} left)"
@@ -70,7 +72,8 @@ class CampaignCost:
         if self.eta is not None:
             end = time.strftime("%H:%M:%S", time.localtime((now or time.time()) + self.eta.left.mean))
             rates = f"; finished trials {self.pruned:.0%} pruned, {self.failed:.0%} failed"
-            lines.append(f"  expected end {end}: {self.eta.text()} (90%; {self.eta.to_start} to start{rates})")
+            of = f"{round_label} " if round_label else ""
+            lines.append(f"  expected end {end}: {of}{self.eta.text()} (90%; {self.eta.to_start} to start{rates})")
         return lines
 
 
@@ -99,7 +102,8 @@ def campaign_cost(
         epochs = int((record.config or {}).get("epochs") or trainer.epochs)
         in_flight.append(InFlight(costs.duration(record.params, width, epochs), max(0.0, now - started), width))
     finished = [r for r in records if r.state.is_finished()]
-    to_start = max(0, study.n_trials - len(records))
+    waiting = sum(r.state == TrialState.WAITING for r in records)  # enqueued (a sweep's round), not started: to start
+    to_start = waiting + max(0, study.n_trials - len(records))
     width = slots or sum(t.width for t in in_flight)
     eta = (
         estimate_end(in_flight, to_start, costs.seen(in_flight), width, drift=costs.drift(width)) if in_flight else None

@@ -52,15 +52,18 @@ def status_text(path: str | Path) -> str:
     warm = describe(study)
     if warm:
         lines.append(f"  warm start: {warm['used']} trial(s) from {warm['source']} inform the sampler (not counted)")
+    round_label = ""  # a sweep in rounds: the end expected is the running round's
     if spec.scaling is not None:  # the sweep's objective: steps to target, only over trials that reached it
+        from search.scaling.lr_grid import round_label as sweep_round
         from search.scaling.outcomes import status_lines as sweep_status_lines  # with scipy: only for a sweep
 
         lines += sweep_status_lines(spec, trials)
+        round_label = sweep_round(spec.scaling, trials)
     else:
         lines += _best_lines(study, spec.study.metrics, spec.study.directions, spec.space)
     running = [t for t in trials if t.state == TrialState.RUNNING]
     cost = campaign_cost(spec.study, spec.trainer, trials, study.user_attrs.get(StudyAttr.SLOTS))
-    lines += cost.lines() if alive else cost.lines()[:1]  # an end is expected only while a controller runs
+    lines += cost.lines(round_label=round_label) if alive else cost.lines()[:1]  # an end only while a controller runs
     for trial in running:
         label = "running" if alive else "interrupted (resume to finish it)"
         since = trial.datetime_start.strftime("%H:%M:%S") if trial.datetime_start else "?"

@@ -29,9 +29,36 @@ from search.scaling.outcomes import TargetOutcome, outcome_of
 from search.scaling.target import TargetGoal
 from search.spec.scaling import BATCH, LR, ScalingSpec
 
-__all__ = ["grid_rates", "grid_plan", "Edge", "Bracket", "bracket", "brackets_of", "widening", "bracket_sentence"]
+__all__ = [
+    "grid_rates",
+    "grid_plan",
+    "Edge",
+    "Bracket",
+    "bracket",
+    "brackets_of",
+    "widening",
+    "bracket_sentence",
+    "SCALING_ROUND",
+    "running_round",
+    "round_label",
+]
+
+SCALING_ROUND = "scaling_round"  # a trial's user attribute: the lr_grid round that enqueued it (0: the grid)
 
 _TOLERANCE = 1e-9  # relative: a rate computed as low * step^k is inside [low, high] up to rounding
+
+
+def running_round(trials: Iterable[FrozenTrial]) -> int:
+    """The round a sweep's trials are in: the last one enqueued (0: the grid)."""
+    return max((int(t.user_attrs.get(SCALING_ROUND, 0)) for t in trials), default=0)
+
+
+def round_label(scaling: ScalingSpec | None, trials: Iterable[FrozenTrial]) -> str:
+    """What the expected end of a sweep with an ``lr_grid`` is the end of: ``round 2`` (counted from 1, the grid;
+    a trial's ``scaling_round`` is one less), each round a campaign of its own; "" for a campaign without rounds."""
+    if scaling is None or not scaling.lr_grid:
+        return ""
+    return f"round {running_round(trials) + 1}"
 
 
 def grid_rates(low: float, high: float, points: int, step: float) -> tuple[float, ...]:

@@ -127,6 +127,7 @@ class CampaignSubmit:
         total = len(self._study.get_trials(deepcopy=False))
         spec = dataclasses.replace(self._spec, study=dataclasses.replace(self._spec.study, n_trials=total))
         executor = self._executor(f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}")
+        self._progress.in_round("this branching round")  # its expected end is this group's, not the study's
         campaign = Campaign(
             spec,
             self._folder,

@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from search.scaling.lr_grid import brackets_of, grid_plan, grid_rates, widening
+from search.scaling.lr_grid import SCALING_ROUND, brackets_of, grid_plan, grid_rates, running_round, widening
 from search.scaling.outcomes import goal_of
 from search.spec.campaign_spec import CampaignSpec
 from search.spec.scaling import LR, ScalingSpec
@@ -22,8 +22,6 @@ from search.store.warm_marks import own_trials
 from spaces.params import FloatParam, SearchSpace
 
 __all__ = ["lr_range", "enqueue_first_round", "next_round", "round_budget", "SCALING_ROUND"]
-
-SCALING_ROUND = "scaling_round"  # a trial's user attribute: the lr_grid round that enqueued it (0: the grid)
 
 
 def lr_range(scaling: ScalingSpec | None, space: SearchSpace) -> tuple[float, float] | None:
@@ -61,8 +59,7 @@ def next_round(spec: CampaignSpec, study: optuna.Study) -> CampaignSpec | None:
     plan = widening(brackets) if brackets else []
     if not plan:
         return None
-    done = max((int(t.user_attrs.get(SCALING_ROUND, 0)) for t in trials), default=0)
-    _enqueue(study, plan, done + 1)
+    _enqueue(study, plan, running_round(trials) + 1)
     budget = len(trials) + len(plan)
     return dataclasses.replace(spec, study=dataclasses.replace(spec.study, n_trials=budget))
 

@@ -170,6 +170,7 @@ def _execute(
     from search.loop.campaign import Campaign, CampaignError
     from search.loop.progress import Progress
     from search.loop.sampler_factory import campaign_sampler
+    from search.scaling.lr_grid import round_label
     from search.session.lr_rounds import enqueue_first_round, lr_range, next_round, round_budget
 
     create = new is not None
@@ -202,6 +203,7 @@ def _execute(
             round_spec: CampaignSpec | None = round_budget(spec, study)
             ended = False
             while round_spec is not None:  # one round, or (a scaling sweep's lr_grid) until every best is bracketed
+                progress.in_round(round_label(spec.scaling, own_trials(study.get_trials(deepcopy=False))))  # its end
                 executor = DaskExecutor(
                     client,
                     f"hypersweep-{spec.study.name}-{uuid.uuid4().hex[:8]}",

@@ -54,3 +54,63 @@ def test_a_tiny_campaign_without_a_budget_shows_its_cost_in_slot_seconds_not_1e_
     assert cost(36.0, per_slot=0.5).lines() == ["  cost: 18 GPU-seconds spent"]
     assert cost(7200.0).lines() == ["  cost: 2 slot-hours spent"]
     assert cost(36.0, budget=3600.0).lines() == ["  cost: 0.01 slot-hours spent of 1 (0.99 left)"]  # the budget's unit
+
+
+SWEEP = """
+[study]
+name = "grid"
+direction = "maximize"
+metric = "val_accuracy"
+seed = 3
+
+[scaling]
+batch_sizes = [16, 64, 256]
+target = 0.9
+lr_grid = 3
+
+[trainer]
+entry = "trainers.classifier:fit"
+dataset = "digits"
+epochs = 4
+
+[space]
+optimizer = "sgd"
+lr = { type = "float", low = 1e-3, high = 1.0, log = true }
+"""
+
+
+def test_a_sweeps_status_says_its_expected_end_is_the_running_rounds_and_counts_the_rounds_waiting_trials(
+    tmp_path: Path,
+) -> None:
+    """A sweep's grid (round 1: 9 trials) ran; its first widening (round 2: 2 trials, enqueued) has one running and
+    one waiting: ``status`` (a controller running) gives round 2's expected end, with the waiting trial to start
+    (it counted every enqueued trial as started: 0 to start, the end of the running trial alone)."""
+    import optuna
+
+    from search.compat import optuna_private as op
+    from search.scaling.lr_grid import SCALING_ROUND
+    from search.session.runner import load_study
+    from search.spec.campaign_spec import parse_spec
+    from search.store.folder import CampaignFolder, ControllerLock
+    from search.store.records import Attr
+    from search.store.storage import flusher
+
+    spec = parse_spec(__import__("tomllib").loads(SWEEP), "grid.toml", SWEEP)
+    folder = CampaignFolder(tmp_path / "grid")
+    folder.create(SWEEP)
+    study = load_study(spec, folder, create=True)
+    for number in range(9):
+        attrs = {SCALING_ROUND: 0, Attr.DURATION: 10.0 + number, Attr.WIDTH: 1}
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=1.0, user_attrs=attrs))
+    for _ in range(2):
+        study.enqueue_trial({}, user_attrs={SCALING_ROUND: 1})
+    study.ask()  # one of round 2's trials runs, the other waits
+    flusher(op.storage_of(study))()  # the controller's group commit: the journal written out
+    lock = ControllerLock(folder.lock)
+    lock.acquire(announce=False)
+    try:
+        text = status_text(folder.root)
+    finally:
+        lock.release()
+    end = next(line for line in text.splitlines() if line.startswith("  expected end "))
+    assert ": round 2 ends in ~" in end and "(90%; 1 to start;" in end, text

@@ -3,8 +3,11 @@ that can no longer be its batch size's best, and the spec keys."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import math
+import re
 import tomllib
 from pathlib import Path
 
@@ -256,16 +259,22 @@ lr = { type = "float", low = 1e-3, high = 1.0, log = true }
 """
 
 
+PROGRESS: dict[str, str] = {}  # the grid sweep's progress lines (a log's, not a terminal's)
+
+
 @pytest.fixture(scope="module")
 def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[CampaignSpec, CampaignFolder]:
-    """The digits sweep of :data:`GRID_SPEC`, run once on 2 workers (about 15 s)."""
+    """The digits sweep of :data:`GRID_SPEC`, run once on 2 workers (about 15 s); its progress lines kept."""
     from search.session.runner import RunOptions, run_campaign
     from search.spec.campaign_spec import load_spec
 
     tmp_path = tmp_path_factory.mktemp("grid")
     (tmp_path / "grid.toml").write_text(GRID_SPEC)
     spec = load_spec(tmp_path / "grid.toml")
-    return spec, run_campaign(spec, RunOptions(runs_dir=tmp_path / "runs", n_workers=2, progress=False))
+    with contextlib.redirect_stderr(io.StringIO()) as lines:
+        folder = run_campaign(spec, RunOptions(runs_dir=tmp_path / "runs", n_workers=2, progress=True))
+    PROGRESS["lines"] = lines.getvalue()
+    return spec, folder
 
 
 @pytest.mark.slow
@@ -304,6 +313,8 @@ def test_a_digits_sweep_widens_each_window_until_its_best_rate_is_inside_and_say
         assert f"{len(stopped)} trial(s) stopped as outpaced" in page and "time budget" not in page
     widened = len(trials) - 9
     assert f"{len(trials)} trials (9 in the lr grid, {widened} widening it)" in status_text(folder.root)
+    ends = [line for line in PROGRESS["lines"].splitlines() if " ends in ~" in line]  # each the end of its round
+    assert ends and all(re.search(r", round [1-9] ends in ~", line) for line in ends), PROGRESS["lines"]
 
 
 @pytest.mark.slow

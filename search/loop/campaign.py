@@ -252,7 +252,7 @@ class Campaign:
                 self.dispatch.forget(move.running.number)
                 self._finish(move.running, move.outcome, move.verdict)
             else:
-                self._next_segment(move.running, move.config, move.segment)
+                self._next_segment(move.running, move.config, move.segment)  # parked: it holds no slot, leaves none
 
     def _finish(self, running: RunningTrial, outcome: Outcome, verdict: Verdict | None) -> None:
         self.ledger.finish(running, outcome, verdict)
@@ -320,15 +320,15 @@ class Campaign:
             config = retry_within_room(running, decision.config, self.executor.slots().total, self.policies, self._sync)
             self.dispatch.resubmit(running, config)  # narrower where [elastic] allows it and a worker was lost
             return
-        if isinstance(decision, NextSegment):
-            self._next_segment(running, decision.config, decision.segment)
+        if isinstance(decision, NextSegment):  # its run ended just now: it leaves its slots to its next segment
+            self._next_segment(running, decision.config, decision.segment, running.width)
             return
         self.dispatch.forget(event.number)
         self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
 
-    def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment) -> None:
-        """A trial's next segment (a resize, a PBT member's next interval), recorded, then sent at its width."""
-        room = self.dispatch.room(segment.width, self.supply, self.budget.may_start(), running.width)
+    def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment, leaving: int = 0) -> None:
+        """A trial's next segment, recorded, then sent at its width; ``leaving``: the slots its run held until now."""
+        room = self.dispatch.room(segment.width, self.supply, self.budget.may_start(), leaving)
         config = begin_segment(running, config, segment, room, self.policies)  # [elastic] shrink: for waiting trials
         self._sync()  # on disk before it is acted on: a controller killed now resumes the trial in this segment
         self.dispatch.resubmit(running, config)

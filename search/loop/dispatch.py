@@ -270,7 +270,9 @@ class Dispatcher:
 
     def room(self, width: int, supply: TrialSupply, may_start: bool, leaving: int = 0) -> Room:
         """The room for a trial's next segment of ``width`` slots (see :class:`Room`); ``leaving``: the slots that trial
-        held until its run ended (0: none, a look at idle slots).
+        held until its run ended, just now (0: none, a look at idle slots, or a parked PBT member's: its slots were
+        free from when it parked, and the tasks sent since hold them; counted as its own, they made as many phantom
+        trials that wait for it, and ``[elastic] shrink`` gave them a slot).
 
         Counted from what the controller sent, not from which tasks the workers have started (that news races the
         trial's end: a task queued behind the trial starts in its slots before the controller hears it ended): the

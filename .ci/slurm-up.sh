@@ -45,7 +45,9 @@ install -d -o root -g root -m 0755 /var/lib/slurm/slurmd
 [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; }
 chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
 
-cpus="$(nproc)"
+# Not nproc alone: it counts OMP_NUM_THREADS, which is 1 in a test process that started a Dask nanny (distributed sets
+# it in the parent) and which tests/cluster/test_slurm_jobs.py runs this from: the node had 1 CPU, one job at a time.
+cpus="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 memory_mb="$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)"
 cat >"$CONF" <<EOF
 $MARK

@@ -108,12 +108,12 @@ def _local_cluster(
     quiet_workers = {} if options.verbose else {"DASK_LOGGING__DISTRIBUTED": "critical"}
     from distributed import LocalCluster
 
-    from .plugins import CloseSchedulerHTTP, CloseWorkerHTTP, IgnoreInterrupt
+    from .plugins import CloseSchedulerHTTP, CloseWorkerHTTP, ExitWhenClosed, IgnoreInterrupt
     from .quiet_workers import spawn_without_sigint
 
     spawn_without_sigint()  # a Ctrl-C while a worker process starts reaches the controller only
 
-    plugins = (IgnoreInterrupt(),) if options.dashboard else (IgnoreInterrupt(), CloseWorkerHTTP())
+    plugins = (IgnoreInterrupt(), ExitWhenClosed(), *(() if options.dashboard else (CloseWorkerHTTP(),)))
     return LocalCluster(
         n_workers=n_workers,
         threads_per_worker=max(1, threads),

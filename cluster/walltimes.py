@@ -77,7 +77,7 @@ class Walltimes:
             if not known.known:
                 median = costs.typical_run()
                 known = Estimate(median, median, median, Basis.SAMPLE) if median is not None else UNKNOWN
-            known = known.times(left_share(request))
+            known = known.times(left_share(request.start_epoch, request.config.epochs))
             self._predicted[request.number] = (request.start_epoch, known)
         return known
 
@@ -119,8 +119,10 @@ class Walltimes:
         )
 
 
-def left_share(request: TrialRequest) -> float:
-    """The part of its full run a trial's run has left: its epochs after :attr:`TrialRequest.start_epoch`, of its
-    config's ``epochs`` (1: from scratch)."""
-    epochs = request.config.epochs
-    return (epochs - request.start_epoch) / epochs
+def left_share(start_epoch: int, epochs: int) -> float:
+    """The part of its full run of ``epochs`` a trial's run that resumes at ``start_epoch`` has left (1: from
+    scratch), each epoch taken to cost the same: ``(epochs - start_epoch) / epochs``. The one rule for a resumed run,
+    here (:attr:`TrialRequest.start_epoch`) and in the time budget's placement (``search.loop.placement``)."""
+    if epochs <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (epochs - start_epoch) / epochs))

@@ -221,7 +221,7 @@ class Campaign:
                 self.supply.put_back(group)
                 return
             self.dispatch.launch(first_segments(self.policies, group), plan)
-            self.gates.took(len(group))
+            self.gates.took(group)
         self.supply.want(0, plan.batch, 0, self.dispatch.slot_free(plan), False)
 
     def _next_group(

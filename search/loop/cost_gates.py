@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 
 from cluster.executor import Slots
+from cluster.walltimes import left_share
 from search.loop.budget import Budget
 from search.loop.costs import TrialCosts, refresh_interval
 from search.loop.eta import Eta, EtaLog
@@ -72,9 +73,11 @@ class CostGates:
         """``group`` may start now: the placement predicts it ends within the time budget."""
         return self.placement is None or self.placement.fits(group, behind, now)
 
-    def took(self, trials: int) -> None:
+    def took(self, group: Sequence[Prepared]) -> None:
+        """``group`` launched: each takes one trial's predicted cost of the resource budget, a resumed one only the
+        part its run has left (:func:`cluster.walltimes.left_share`)."""
         if self.resources is not None:
-            self.resources.took(trials)
+            self.resources.took(sum(left_share(p.start_epoch, p.config.epochs) if p.config else 1.0 for p in group))
 
     def eta(
         self,

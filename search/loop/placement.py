@@ -6,7 +6,10 @@ asks as many as free slots and the queue at the workers hold before it launches)
 to take longest goes first, so the long ones are not the last to start (longest processing time first). A trial
 whose predicted duration (its mean) is longer than the time left does not start: one line says so, and no trial
 starts after it (those asked end PRUNED, never started); the running ones go on to the end of the budget. A trial
-the model knows nothing about yet is taken to fit.
+the model knows nothing about yet is taken to fit. A trial that resumes at epoch ``k`` of ``n``
+(:attr:`~search.loop.trials.Prepared.start_epoch`: a resumed campaign's trial, from its segment's start or its last
+checkpointed report, :func:`~search.loop.segments.resume_epoch`) is predicted for what it has left, ``(n - k) / n``
+of its full run (:func:`cluster.walltimes.left_share`, the job walltime's rule), in the order and in the fit.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from cluster.trial_cost import Estimate
+from cluster.trial_cost.estimate import UNKNOWN
+from cluster.walltimes import left_share
 from search.loop.budget import Budget
 from search.loop.costs import TrialCosts
 from search.loop.eta import duration_text
@@ -35,12 +40,17 @@ class Placement:
         self._notify = notify
         self.closed = ""  # the line that said no more trials start
 
-    def seconds(self, prepared: Prepared) -> float:
-        """The trial's predicted duration (0: not known, or it cannot run)."""
+    def predicted(self, prepared: Prepared) -> Estimate:
+        """The trial's predicted duration, for the epochs its run has left (not known: it cannot run)."""
         config = prepared.config
         if config is None:
-            return 0.0
-        return self._costs.duration(config.params, prepared.width, config.epochs).mean
+            return UNKNOWN
+        full = self._costs.duration(config.params, prepared.width, config.epochs)
+        return full.times(left_share(prepared.start_epoch, config.epochs))
+
+    def seconds(self, prepared: Prepared) -> float:
+        """The trial's predicted duration's mean (0: not known, or it cannot run)."""
+        return self.predicted(prepared).mean
 
     def order(self, pending: deque[Prepared]) -> None:
         """The longest predicted first (a stable sort: equal ones keep their order)."""
@@ -59,12 +69,12 @@ class Placement:
         waits = [self._costs.left(r.config.params, r.width, r.config.epochs, r.started_at, now) for r in queued_behind]
         left -= min((w.mean for w in waits if w.known), default=0.0)
         longest = max(group, key=self.seconds)
-        predicted = self._costs.duration(longest.config.params, longest.width, longest.config.epochs)  # type: ignore[union-attr]
+        predicted = self.predicted(longest)
         if not predicted.known or predicted.mean <= left:
             return True
         self.closed = (
-            f"trial {longest.trial.number} is predicted to take {duration_text(predicted.mean)}{_span(predicted)} "
-            "but the time budget has "
+            f"trial {longest.trial.number} is predicted to take {duration_text(predicted.mean)}{_span(predicted)}"
+            f"{_rest(longest)} but the time budget has "
             f"{duration_text(max(0.0, left))} left when it would start: no more trials start"
         )
         log.warning(self.closed)
@@ -75,3 +85,9 @@ class Placement:
 def _span(estimate: Estimate) -> str:
     low, high = duration_text(estimate.low), duration_text(estimate.high)
     return f" ({low}-{high})" if low != high else ""
+
+
+def _rest(prepared: Prepared) -> str:
+    """A resumed run's epochs, as the job walltime's line gives them ("": from scratch)."""
+    start, epochs = prepared.start_epoch, prepared.config.epochs if prepared.config else 0
+    return f" for epochs {start + 1}-{epochs} (it resumes at epoch {start})" if start else ""

@@ -4,7 +4,8 @@ Spent: the slot-seconds of every run that ended (:attr:`~search.loop.costs.Trial
 lost runs too; a resumed campaign's earlier trials too) plus the running trials' predicted whole runs (what they ran
 and what the trial model says they still need). A trial starts while one more trial's predicted cost (the mean of
 those so far, :meth:`~search.loop.costs.TrialCosts.per_trial`) fits in what is left; each one launched takes that
-much of it until the next look. Before any cost is known the first trials start. Once the next trial does not fit,
+much of it until the next look (a resumed campaign's trial that resumes at epoch ``k`` of ``n``: ``(n - k) / n`` of
+it, :func:`cluster.walltimes.left_share`). Before any cost is known the first trials start. Once the next trial does not fit,
 asking stops and one line says so; the spend then ends within about one trial's cost of the budget.
 
 The first wave on many slots starts before any cost is known and may be more than the budget: once the running
@@ -63,8 +64,9 @@ class ResourceBudget:
         so_far = self._costs.spent + sum(ran * r.width for r, ran in zip(running, rans))
         return over_budget(running, lefts, self._room, so_far >= self.limit)
 
-    def took(self, trials: int) -> None:
-        """``trials`` launched since the last look: each takes one trial's predicted cost."""
+    def took(self, trials: float) -> None:
+        """``trials`` launched since the last look: each takes one trial's predicted cost (a resumed run: the part of
+        a trial it has left, so ``trials`` need not be whole)."""
         self._room -= trials * self._next.mean
 
     def left(self) -> float:

@@ -13,14 +13,14 @@ from typing import Any, Protocol
 
 import optuna
 
-from search.loop.segments import Segment, segment_configs
+from search.loop.segments import Segment, current_segment, resume_epoch, segment_configs
 from search.loop.trials import Prepared
 from search.pbt.population import Population
 from search.sampling.presample import ask_fixed
 from search.sampling.seeds import trial_seed
 from search.spec.campaign_spec import DATA_PARALLEL, StudySpec, TrainerSpec
 from search.store.folder import CampaignFolder
-from search.store.records import Attr
+from search.store.records import Attr, read_metrics_lines
 from search.store.trial_params import ParamsLog, set_aside_stale_folders
 from spaces.errors import SpaceError
 from spaces.params import SearchSpace
@@ -113,7 +113,15 @@ class TrialMaker:
         elif segments and self._population is not None:  # a PBT member: its parameters the journal's, its width its own
             config = dataclasses.replace(config, data_parallel=segments[-1].width)
         self._params.put(trial.number, params)
-        return Prepared(trial, config, config.data_parallel, saw, fresh=fresh, segments=segments)
+        start = 0 if fresh else self._resumes_at(trial.number, config, segments)
+        return Prepared(trial, config, config.data_parallel, saw, fresh=fresh, segments=segments, start_epoch=start)
+
+    def _resumes_at(self, number: int, config: TrialConfig, segments: tuple[Segment, ...]) -> int:
+        """The epoch a resumed trial's run resumes at (:func:`~search.loop.segments.resume_epoch`): its segment's
+        start, or the last checkpointed epoch its earlier reports (``metrics.jsonl``) show; the time budget's
+        placement predicts only the rest."""
+        history = [(step, metrics) for step, metrics, _at in read_metrics_lines(self._folder.trial_metrics(number))]
+        return resume_epoch(current_segment(segments, config, config.data_parallel), config, history)
 
     def _trial_config(self, trial: optuna.Trial, searched: Mapping[str, Any]) -> TrialConfig:
         if preset := trial.user_attrs.get(Attr.PRESET):

@@ -35,6 +35,7 @@ class Prepared:
     invalid: str = ""
     fresh: bool = False  # asked now, its folder new: no earlier controller can have recorded reports for it
     segments: tuple[Segment, ...] = ()  # a resumed trial's recorded segments (its config is its last one's)
+    start_epoch: int = 0  # the epoch its run resumes at (a resumed trial's: segments.resume_epoch), 0: from scratch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -203,10 +203,11 @@ class Dispatcher:
             self.running[trial.number] = running
             if not prepared.fresh:  # a resumed campaign's trial: its checkpoint's epoch is in its earlier reports
                 self._restore(running)
+            running.sent_from(_resumes_at(running))
             members.append(running)
         self._new_task(members)
         entry = self._spec.trainer.entry
-        requests = [TrialRequest(r.number, entry, r.config, r.width, prefer, _resumes_at(r)) for r in members]
+        requests = [TrialRequest(r.number, entry, r.config, r.width, prefer, r.start_epoch) for r in members]
         if len(requests) == 1:
             self._executor.submit(requests[0])
         else:
@@ -217,8 +218,9 @@ class Dispatcher:
         running.rerun(config)  # a new run: its own Started event will come
         write_attrs(running.trial, config=config.to_dict())  # a PBT member's current params and segment
         self._new_task([running])
-        start = _resumes_at(running)
-        self._executor.submit(TrialRequest(running.number, self._spec.trainer.entry, config, running.width, "", start))
+        running.sent_from(_resumes_at(running))
+        request = TrialRequest(running.number, self._spec.trainer.entry, config, running.width, "", running.start_epoch)
+        self._executor.submit(request)
 
     # --- tasks and placement ------------------------------------------------------------------------
 

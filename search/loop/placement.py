@@ -9,7 +9,9 @@ starts after it (those asked end PRUNED, never started); the running ones go on 
 the model knows nothing about yet is taken to fit. A trial that resumes at epoch ``k`` of ``n``
 (:attr:`~search.loop.trials.Prepared.start_epoch`: a resumed campaign's trial, from its segment's start or its last
 checkpointed report, :func:`~search.loop.segments.resume_epoch`) is predicted for what it has left, ``(n - k) / n``
-of its full run (:func:`cluster.walltimes.left_share`, the job walltime's rule), in the order and in the fit.
+of its full run (:func:`cluster.walltimes.left_share`, the job walltime's rule), in the order and in the fit; so is
+a running trial a new one would queue behind (a later segment, a retry from its checkpoint, a resumed trial:
+:attr:`~search.loop.trials.RunningTrial.start_epoch`, as the dispatcher sent it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from cluster.trial_cost.estimate import UNKNOWN
 from cluster.walltimes import left_share
 from search.loop.budget import Budget
 from search.loop.costs import TrialCosts
-from search.loop.eta import duration_text
+from search.loop.eta import duration_text, residual
 from search.loop.trials import Prepared, RunningTrial
 
 __all__ = ["Placement"]
@@ -52,6 +54,14 @@ class Placement:
         """The trial's predicted duration's mean (0: not known, or it cannot run)."""
         return self.predicted(prepared).mean
 
+    def _left(self, running: RunningTrial, now: float) -> Estimate:
+        """Seconds a running trial (queued: not started) still has, predicted: the epochs its run has left after
+        the one it resumed at (:attr:`~search.loop.trials.RunningTrial.start_epoch`), given how long it has run."""
+        config = running.config
+        full = self._costs.duration(config.params, running.width, config.epochs)
+        ran = max(0.0, now - running.started_at) if running.started_at is not None else 0.0
+        return residual(full.times(left_share(running.start_epoch, config.epochs)), ran)
+
     def order(self, pending: deque[Prepared]) -> None:
         """The longest predicted first (a stable sort: equal ones keep their order)."""
         if len(pending) > 1:
@@ -66,7 +76,7 @@ class Placement:
         left = self._budget.seconds_left()
         if left is None or self.closed:
             return not self.closed
-        waits = [self._costs.left(r.config.params, r.width, r.config.epochs, r.started_at, now) for r in queued_behind]
+        waits = [self._left(r, now) for r in queued_behind]
         left -= min((w.mean for w in waits if w.known), default=0.0)
         longest = max(group, key=self.seconds)
         predicted = self.predicted(longest)

@@ -99,6 +99,7 @@ class RunningTrial:
     task: int = 0  # the executor task it runs in (a batch holds several trials)
     worker: str = ""  # where it started
     segments: list[Segment] = dataclasses.field(default_factory=list)  # all it began, once it ran or began a second
+    start_epoch: int = 0  # the epoch its current run resumes at, as sent (segments.resume_epoch; 0: from scratch)
 
     @property
     def number(self) -> int:
@@ -171,6 +172,10 @@ class RunningTrial:
         """Sent again with ``config`` (a retry, a population member's next segment)."""
         self.config = config
         self.not_running()
+
+    def sent_from(self, epoch: int) -> None:
+        """Its run was sent to resume at ``epoch`` (what the placement predicts it has left)."""
+        self.start_epoch = epoch
 
     def next_segment(self, config: TrialConfig, segment: Segment) -> None:
         """Its next segment begins (a resize, a PBT member's next interval): ``config`` at ``segment.width``; a stop

@@ -122,3 +122,30 @@ def test_a_resumed_trial_takes_what_it_has_left_of_the_slot_hours_budget(tmp_pat
         maker.close()
         run.executor.close()
         run.sinks.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("left_at", "fits"), [(8, True), (2, False)])
+def test_a_trial_queued_behind_a_resumed_run_waits_for_what_that_run_has_left(
+    tmp_path: Path, left_at: int, fits: bool
+) -> None:
+    """One slot, taken by the resumed trial (batch 16, sent to resume at ``left_at``); batch 64 (~109 s) would queue
+    behind it in a 200 s budget: it fits when the resumed run has ~57 s left (epoch 8), not ~230 s (epoch 2). Its
+    full run (~287 s) would refuse it either way."""
+    run = resumed_campaign(tmp_path, left_at, [64], [], time_budget=200.0)
+    spec, study = run.spec, run.study
+    maker = TrialMaker(spec.study, spec.trainer, spec.space, run.folder, study, run.ledger, None)
+    try:
+        left = study.get_trials(deepcopy=False)[0]
+        resumed = maker.configure(optuna.Trial(study, op.frozen_id(study, left)), 0)
+        run.dispatch.launch([resumed], run.dispatch.plan(0.0))
+        assert [r.start_epoch for r in run.dispatch.running.values()] == [left_at]
+        asked = study.ask()
+        asked.suggest_int("batch_size", 16, 512, log=True)
+        fresh = maker.configure(asked, 0, fresh=True)
+        assert fresh.start_epoch == 0 and run.gates.placement is not None
+        assert run.gates.placement.fits([fresh], run.dispatch.running.values(), run.executor.clock()) is fits
+    finally:
+        maker.close()
+        run.executor.close()
+        run.sinks.close()

@@ -13,7 +13,7 @@ from search.reports.markup import LeftOut, Section, figure, guard, md_table, not
 from search.reports.plots import Drawn, _drawn, _figure
 from search.store.records import Files, StudyAttr
 
-__all__ = ["cost_and_end", "end_errors", "end_plot", "run_ends"]
+__all__ = ["campaign_ends", "cost_and_end", "end_errors", "end_plot", "run_ends"]
 
 FRACTIONS = (0.25, 0.5, 0.75)  # of the campaign's time: where the expected end is compared with the actual one
 
@@ -106,15 +106,24 @@ def cost_and_end(data: CampaignData) -> Section:
     return guard("Cost and expected end", build)
 
 
-def _expected_ends(data: CampaignData) -> tuple[str, str]:
-    """The expected ends drawn against the actual ones, and their errors at 25/50/75% (html, markdown; nothing
-    before an expected end was recorded and a trial ended)."""
+def campaign_ends(data: CampaignData) -> tuple[list[Run], float, float] | None:
+    """The campaign's runs (their expected ends and actual ends: :func:`run_ends`), its start (the first trial's)
+    and its end (the last trial's), as the section reads them (None: no expected end recorded or no trial ended)."""
     started = [r.started for r in data.records() if r.started is not None]
     finished = [r.finished for r in data.records() if r.finished is not None]
     runs = run_ends(read_eta_runs(data.folder.root / Files.ETA_LOG), finished)
     if not (runs and started and finished):
+        return None
+    return runs, min(started), max(finished)
+
+
+def _expected_ends(data: CampaignData) -> tuple[str, str]:
+    """The expected ends drawn against the actual ones, and their errors at 25/50/75% (html, markdown; nothing
+    before an expected end was recorded and a trial ended)."""
+    found = campaign_ends(data)
+    if found is None:
         return "", ""
-    start, end = min(started), max(finished)
+    runs, start, end = found
     word = "round" if data.spec.scaling is not None and data.spec.scaling.lr_grid else "run"
     said = f"The end expected along the way ({sum(len(lines) for lines, _e in runs)} times), against the actual end."
     if len(runs) > 1:

@@ -219,3 +219,14 @@ def test_a_drift_never_gives_a_negative_or_infinite_end() -> None:
     for drift in (0.0, 0.5, 1e3, math.inf, math.nan):
         eta = estimate_end([], 40, [(0.01, 1), (100.0, 1)], slots=2, drift=drift)
         assert eta is not None and 0.0 <= eta.left.low <= eta.left.mean <= eta.left.high < math.inf
+
+
+def test_a_drift_widens_the_interval_and_leaves_the_expected_end_where_the_costs_seen_put_it() -> None:
+    """Ten trials of 10 s to start on one slot (100 s), with the drift of a campaign that has seen one or two costs
+    (log 2): the cost may move by a factor or by its inverse alike, so the expected end (the draws' median) stays
+    100 s. A factor of mean 1 put it at exp(-log(2)^2 / 2) of that, 79 s: 21% early on the examples' first minutes
+    (issue 52, 5a on the real examples), before any drift was seen."""
+    eta = estimate_end([], 10, [(10.0, 1)] * 4, slots=1, drift=math.log(2.0))
+    assert eta is not None
+    assert eta.left.mean == pytest.approx(100.0, rel=0.05)
+    assert eta.left.low < 50.0 and eta.left.high > 200.0

@@ -88,6 +88,9 @@ class TrialCosts:
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
         self._widths: dict[int, int] = {}  # each trial's width (its last run's)
         self._startups: dict[int, float] = {}  # each trial's start-up seconds, where it had one (:func:`startup`)
+        self._warm: set[str] = set()  # the workers a run ended on: the runs after it there pay no worker's start-up
+        # the start-ups the first runs on fresh workers paid (their imports): for a first run that has not told its own
+        self._fresh: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
         self._epoch_examples: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         # how much a trial's epochs vary (relative), of the last runs that ended: for a running trial's first epochs
@@ -142,6 +145,10 @@ class TrialCosts:
             self._finals.append((ran, running.config.epochs))
         if first:
             self._startups[running.number] = first
+        if running.worker and running.worker not in self._warm:
+            self._warm.add(running.worker)
+            if first:
+                self._fresh.append(first)
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
 
@@ -195,11 +202,30 @@ class TrialCosts:
         ]
 
     def _bound(self, running: Sequence[RunningTrial], now: float) -> None:
-        """The running trials' seconds so far, lower bounds on their runs, into the model (censored points)."""
+        """The running trials' seconds so far less their start-up (:meth:`startups`), lower bounds on their runs,
+        into the model (censored points)."""
         self.model.forget_running(r.number for r in running)
+        for r, first in zip(running, self.startups(running, now)):
+            if r.started_at is not None and now - r.started_at > first:
+                self.model.observe_running(r.number, r.config.params, Resources(r.width), now - r.started_at - first)
+
+    def startups(self, running: Sequence[RunningTrial], now: float) -> list[float]:
+        """Each running trial's start-up: its own (:func:`startup`), and before its run has told it, on a fresh worker
+        (no run ended there yet), the median of those the first runs on fresh workers paid (the worker's imports),
+        at most its seconds so far; 0 on a worker a run ended on."""
+        told = [first for r in running if self._fresh_worker(r) and (first := startup(r)) > 0]
+        typical = statistics.median([*self._fresh, *told]) if self._fresh or told else 0.0
+        out = []
         for r in running:
-            if r.started_at is not None and now > r.started_at:
-                self.model.observe_running(r.number, r.config.params, Resources(r.width), now - r.started_at)
+            own = startup(r)
+            if own > 0 or len(_own_reports(r)) >= 2 or not self._fresh_worker(r) or r.started_at is None:
+                out.append(own)
+            else:
+                out.append(min(typical, max(0.0, now - r.started_at)))
+        return out
+
+    def _fresh_worker(self, running: RunningTrial) -> bool:
+        return bool(running.worker) and running.worker not in self._warm
 
     def wholes(self, running: Sequence[RunningTrial], stops: bool = False) -> list[Estimate]:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's, at most its
@@ -256,7 +282,7 @@ class TrialCosts:
             )
             for full, r in zip(fulls, running)
         ]
-        seen = self.seen(in_flight, [startup(r) for r in running], slots)
+        seen = self.seen(in_flight, self.startups(running, now), slots)
         return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots, to_start))
 
     def drift(self, slots: int, to_start: int = 0) -> float:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from optuna.trial import TrialState
 from toy_specs import toy_toml
 
 from cluster.sim_models import CurveModel
@@ -18,9 +19,11 @@ from cluster.trial_cost import Estimate
 from search.loop.campaign import Campaign, Snapshot
 from search.loop.eta import EXACT_ROUNDS, drift_of, estimate_end
 from search.loop.progress import render
+from search.reports.eta_section import first_start
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
+from search.store.records import TrialRecord
 
 SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}}
 
@@ -230,3 +233,14 @@ def test_a_drift_widens_the_interval_and_leaves_the_expected_end_where_the_costs
     assert eta is not None
     assert eta.left.mean == pytest.approx(100.0, rel=0.05)
     assert eta.left.low < 50.0 and eta.left.high > 200.0
+
+
+def test_the_report_s_campaign_begins_with_the_first_segment_of_a_trial_that_ran_in_segments() -> None:
+    """A promoted elastic trial's record has its last run's start (130 s); its first segment began at 100 s, and so
+    did the campaign: the report's 25/50/75% points are of the campaign from then (issue 52, 5a on
+    examples/digits-elastic.toml: its campaign read 18 s long instead of 30, its points taken too late)."""
+    segments = ({"runs": [[100.0, 110.0, "w0"]]}, {"runs": [[130.0, 135.0, "w1"]]})
+    promoted = TrialRecord(0, TrialState.COMPLETE, {}, (0.9,), started=130.0, finished=135.0, segments=segments)
+    assert first_start(promoted) == 100.0
+    assert first_start(TrialRecord(1, TrialState.COMPLETE, {}, (0.9,), started=120.0)) == 120.0
+    assert first_start(TrialRecord(2, TrialState.WAITING, {}, None)) is None

@@ -36,7 +36,7 @@ from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
 from search.loop.eta import Eta, InFlight, drift_of, estimate_end, residual
-from search.loop.trials import RunningTrial
+from search.loop.trials import ReportRecord, RunningTrial
 from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
 
@@ -55,6 +55,7 @@ DURATION_WINDOW = 64  # recent trial durations the dispatch depth is derived fro
 HISTORY = 512  # the costs of the last trials that ended, for how far the mean cost drifts (:func:`drift_of`)
 SEEN = 16  # the recent trials the expected end draws the trials to start from: this many, or one per slot
 EXAMPLES = "examples"  # the metric a trainer reports its training examples seen in (the built-in one does)
+EPOCH_SECONDS = "epoch_seconds"  # the metric a trainer reports an epoch's own seconds in (the built-in one does)
 
 
 def refresh_interval(running: int, typical_run: float | None = None) -> float:
@@ -87,6 +88,9 @@ class TrialCosts:
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
         self._widths: dict[int, int] = {}  # each trial's width (its last run's)
         self._startups: dict[int, float] = {}  # each trial's start-up seconds, where it had one (:func:`startup`)
+        self._warm: set[str] = set()  # the workers a run ended on: the runs after it there pay no worker's start-up
+        # the start-ups the first runs on fresh workers paid (their imports): for a first run that has not told its own
+        self._fresh: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
         self._epoch_examples: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         # how much a trial's epochs vary (relative), of the last runs that ended: for a running trial's first epochs
@@ -108,13 +112,13 @@ class TrialCosts:
             self._ran(record.number, record.params, width, record.duration, full, float(examples), epochs)
 
     def reported(self, running: RunningTrial, at: float, metrics: Mapping[str, float]) -> None:
-        """A running trial's report: its examples seen so far over its seconds so far, less its start-up
-        (:func:`startup`; a trial of several epochs: from its second report, the first holding a fresh worker's
-        imports as much as its epoch)."""
-        examples = metrics.get(EXAMPLES)
-        if running.config.epochs > 1 and len(running.reports) < 2:
+        """A running trial's report: the examples its run has seen so far (a segment's since its checkpoint) over
+        its seconds so far, less its start-up (:func:`startup`; a run of several epochs: from its second report, the
+        first holding a fresh worker's imports as much as its epoch)."""
+        examples = (metrics.get(EXAMPLES) or 0.0) - _examples_before(running)
+        if run_epochs(running) > 1 and len(_own_reports(running)) < 2:
             return
-        if examples and running.started_at is not None and at > running.started_at:
+        if examples > 0 and running.started_at is not None and at > running.started_at:
             seconds = at - running.started_at - startup(running)
             if seconds > 0:
                 resources = Resources(running.width)
@@ -125,7 +129,7 @@ class TrialCosts:
         seconds = outcome.duration
         if seconds is None or seconds <= 0:
             return
-        examples = outcome.metrics.get(EXAMPLES) or _last_examples(running)
+        examples = max(0.0, (outcome.metrics.get(EXAMPLES) or _last_examples(running)) - _examples_before(running))
         full = outcome.ok and not outcome.stopped
         if outcome.device_peak:  # what the executor's packing reads (gpu_memory = "auto")
             self.model.observe_memory(
@@ -133,7 +137,7 @@ class TrialCosts:
             )
         first = startup(running)
         self._ran(
-            running.number, running.config.params, running.width, seconds, full, examples, running.config.epochs, first
+            running.number, running.config.params, running.width, seconds, full, examples, run_epochs(running), first
         )
         if (spread := epoch_spread(running)) is not None:
             self._epoch_spreads.append(spread)
@@ -141,6 +145,10 @@ class TrialCosts:
             self._finals.append((ran, running.config.epochs))
         if first:
             self._startups[running.number] = first
+        if running.worker and running.worker not in self._warm:
+            self._warm.add(running.worker)
+            if first:
+                self._fresh.append(first)
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
 
@@ -194,17 +202,36 @@ class TrialCosts:
         ]
 
     def _bound(self, running: Sequence[RunningTrial], now: float) -> None:
-        """The running trials' seconds so far, lower bounds on their runs, into the model (censored points)."""
+        """The running trials' seconds so far less their start-up (:meth:`startups`), lower bounds on their runs,
+        into the model (censored points)."""
         self.model.forget_running(r.number for r in running)
+        for r, first in zip(running, self.startups(running, now)):
+            if r.started_at is not None and now - r.started_at > first:
+                self.model.observe_running(r.number, r.config.params, Resources(r.width), now - r.started_at - first)
+
+    def startups(self, running: Sequence[RunningTrial], now: float) -> list[float]:
+        """Each running trial's start-up: its own (:func:`startup`), and before its run has told it, on a fresh worker
+        (no run ended there yet), the median of those the first runs on fresh workers paid (the worker's imports),
+        at most its seconds so far; 0 on a worker a run ended on."""
+        told = [first for r in running if self._fresh_worker(r) and (first := startup(r)) > 0]
+        typical = statistics.median([*self._fresh, *told]) if self._fresh or told else 0.0
+        out = []
         for r in running:
-            if r.started_at is not None and now > r.started_at:
-                self.model.observe_running(r.number, r.config.params, Resources(r.width), now - r.started_at)
+            own = startup(r)
+            if own > 0 or len(_own_reports(r)) >= 2 or not self._fresh_worker(r) or r.started_at is None:
+                out.append(own)
+            else:
+                out.append(min(typical, max(0.0, now - r.started_at)))
+        return out
+
+    def _fresh_worker(self, running: RunningTrial) -> bool:
+        return bool(running.worker) and running.worker not in self._warm
 
     def wholes(self, running: Sequence[RunningTrial], stops: bool = False) -> list[Estimate]:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's, at most its
         epochs at its first epoch's time (:func:`from_first_epoch`); ``stops``: to the epoch trials that went as far
         have ended at so far (:meth:`final_epoch`: stopped at a target, pruned), not to its last."""
-        fulls = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
+        fulls = self.durations([(r.config.params, r.width, run_epochs(r)) for r in running])
         spreads = [spread for r in running if (spread := epoch_spread(r)) is not None] + list(self._epoch_spreads)
         typical = statistics.median(spreads) if spreads else 0.25
         out = []
@@ -255,7 +282,7 @@ class TrialCosts:
             )
             for full, r in zip(fulls, running)
         ]
-        seen = self.seen(in_flight, [startup(r) for r in running], slots)
+        seen = self.seen(in_flight, self.startups(running, now), slots)
         return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots, to_start))
 
     def drift(self, slots: int, to_start: int = 0) -> float:
@@ -293,7 +320,7 @@ class TrialCosts:
         if self._per_trial:
             return self._totals.estimate()
         running = list(running)
-        predicted = self.durations([(r.config.params, r.width, r.config.epochs) for r in running])
+        predicted = self.durations([(r.config.params, r.width, run_epochs(r)) for r in running])
         return sample_estimate(e.mean * r.width for e, r in zip(predicted, running) if e.known)
 
     def trial_spent(self, number: int) -> float:
@@ -305,30 +332,60 @@ class TrialCosts:
         return len(self._per_trial)
 
 
+def run_epochs(running: RunningTrial) -> int:
+    """The epochs a trial's run trains: its segment's, from the checkpoint it starts at to its config's ``epochs``
+    (a promoted elastic trial's, a PBT member's next interval; a trial's first run: all of them)."""
+    return max(1, running.config.epochs - running.segment().start_epoch)
+
+
+def _examples_before(running: RunningTrial) -> float:
+    """The examples a trial had seen at its run's start (its segment's checkpoint's; 0: from scratch)."""
+    return float(running.segment().examples or 0) if running.segment().start_epoch else 0.0
+
+
+def _own_reports(running: RunningTrial) -> list[ReportRecord]:
+    """A running trial's reports from this run: after its start and past its segment's first epoch (an earlier
+    segment's, or an earlier controller's, are not this run's epochs)."""
+    started, first = running.started_at, running.segment().start_epoch
+    if started is None:
+        return []
+    return [report for report in running.reports if report[2] > started and report[0] > first]
+
+
 def _epoch_seconds(running: RunningTrial) -> list[float] | None:
-    """The seconds of a running trial's last epochs but its first (which holds the start-up: a fresh worker's
-    imports, the data's loading), at most 16, where its steps are its epochs (``1..epochs``, the built-in
-    trainer's); None: fewer than two reports, or steps that are not epochs."""
-    epochs, started = running.config.epochs, running.started_at
-    if started is None or not running.reports or epochs <= 0:
+    """The seconds of a running trial's last epochs in this run but its first (which holds the start-up: a fresh
+    worker's imports, the data's loading, a segment's ranks joining), at most 16, where its steps are its epochs
+    (``1..epochs``, the built-in trainer's); None: fewer than two reports in this run, or steps that are not
+    epochs."""
+    epochs, started, own = running.config.epochs, running.started_at, _own_reports(running)
+    if started is None or not own or epochs <= 0:
         return None
-    steps = [step for step, _m, _at in running.reports]
-    if min(steps) < 1 or max(steps) > epochs or steps[-1] != max(steps) or running.reports[-1][2] <= started:
+    steps = [step for step, _m, _at in own]
+    if max(steps) > epochs or steps[-1] != max(steps):
         return None
-    times = [started] + [t for _s, _m, t in running.reports]
+    times = [started] + [t for _s, _m, t in own]
     seconds = [b - a for a, b in zip(times, times[1:])]
-    if min(seconds) < 0:  # reports of an earlier run (a resumed controller's): not this run's epochs
+    if min(seconds) < 0:  # reports out of order: not epochs one after another
         return None
     return seconds[1:][-16:] or None
 
 
 def startup(running: RunningTrial) -> float:
-    """How much longer a trial's first epoch took than its later ones (a fresh worker's imports, the data's loading):
-    0 before two reports, or where its steps are not epochs."""
-    later = _epoch_seconds(running)
-    if not later or running.started_at is None:
+    """How much longer a run's first epoch took than its later ones (a fresh worker's imports, the data's loading,
+    a segment's ranks joining); with one report in this run, how much longer than the epoch's own seconds, where
+    the trainer reports them (:data:`EPOCH_SECONDS`: a run pruned at its first rung is mostly start-up). 0: no
+    report, or one without its seconds, or steps that are not epochs."""
+    own = _own_reports(running)
+    if not own or running.started_at is None:
         return 0.0
-    return max(0.0, running.reports[0][2] - running.started_at - statistics.fmean(later))
+    first = own[0][2] - running.started_at
+    later = _epoch_seconds(running)
+    if later:
+        return max(0.0, first - statistics.fmean(later))
+    own_seconds = own[0][1].get(EPOCH_SECONDS)
+    if len(own) == 1 and own_seconds is not None and math.isfinite(own_seconds) and own_seconds >= 0:
+        return max(0.0, first - own_seconds)
+    return 0.0
 
 
 def epoch_spread(running: RunningTrial) -> float | None:
@@ -350,7 +407,7 @@ def from_progress(
     seconds = _epoch_seconds(running)
     if seconds is None or running.started_at is None:
         return None
-    last, at = running.reports[-1][0], running.reports[-1][2]
+    last, _metrics, at = _own_reports(running)[-1]
     mean = statistics.fmean(seconds)
     spread = statistics.stdev(seconds) if len(seconds) >= 2 else mean * typical_spread
     end, end_spread = final if final is not None and not running.stop_reason else (running.config.epochs, 0.0)
@@ -368,15 +425,16 @@ def from_first_epoch(
     :func:`from_progress`) at that epoch's time, with ``typical_spread`` of an epoch (relative) on each; an upper
     bound as much as an estimate, since the first epoch also holds the start-up (a fresh worker's imports, the
     data's loading). None: no report, or more than one, or steps that are not epochs."""
-    epochs, started = running.config.epochs, running.started_at
-    if started is None or len(running.reports) != 1 or epochs <= 1:
+    epochs, started, own = running.config.epochs, running.started_at, _own_reports(running)
+    begun = running.segment().start_epoch
+    if started is None or len(own) != 1 or epochs - begun <= 1:
         return None
-    step, _metrics, at = running.reports[0]
-    if step != 1 or at <= started:
+    step, _metrics, at = own[0]
+    if step != begun + 1:
         return None
     end, end_spread = final if final is not None else (float(epochs), 0.0)
     first = at - started
-    left = max(0.0, end - 1)
+    left = max(0.0, end - step)
     whole = first * (1 + left)
     half = Z90 * first * (typical_spread * (math.sqrt(left) + left) + end_spread)
     return Estimate(whole, max(first, whole - half), whole + half, Basis.SAMPLE, 1)

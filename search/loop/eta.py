@@ -7,11 +7,12 @@ trial of width ``w`` on the ``w`` that free first). A trial to start costs one o
 (the recent ones that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
 it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
 each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and
-scales them by a lognormal factor of mean 1 whose spread is how far the campaign's mean cost has moved so far
-(:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges). The expected end is the median
-of the draws (the point whose absolute error is least in expectation; the mean follows the long tail of the drift
-and of the draws' maximum) and its interval their 5% and 95% points: the waves of a campaign of few trials per
-slot, the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS`
+scales them by a lognormal factor of median 1 whose spread is how far the campaign's mean cost has moved so far
+(:func:`drift_of`: the sampler moves to cheaper or dearer trials as it converges, as likely by a factor as by its
+inverse; a factor of mean 1 would put the median end early by ``exp(-drift^2 / 2)``: 21% with a drift of log 2).
+The expected end is the median of the draws (the point whose absolute error is least in expectation; the mean
+follows the long tail of the drift and of the draws' maximum) and its interval their 5% and 95% points: the waves
+of a campaign of few trials per slot, the last round's longest trial and the slots left idle at the end are in it. Past :data:`EXACT_ROUNDS`
 rounds of trials to start, the first ones are added to every slot as their sum. A time budget ends each draw no
 later than the budget's end; a budget in slot-hours starts no more trials than fit in what is left.
 """
@@ -183,7 +184,7 @@ def _ends(
 ) -> np.ndarray:
     """Each draw's end: the ``started`` trials (``lefts``: seconds left, trials x draws) hold their slots, the
     ``queued`` ones (``fulls``) and ``to_start`` trials drawn from ``seen`` (slot-seconds, widths), reweighted per
-    draw and scaled by a lognormal factor of mean 1 and log-spread ``drift``, start as slots free."""
+    draw and scaled by a lognormal factor of median 1 and log-spread ``drift``, start as slots free."""
     draws = lefts.shape[1]
     free = np.zeros((draws, slots))
     columns = np.repeat(np.arange(len(started)), [t.width for t in started])
@@ -192,7 +193,7 @@ def _ends(
         _place(free, fulls[i], np.full(draws, trial.width))
     costs, widths = seen
     weights = rng.dirichlet(np.ones(len(costs)), size=draws) if len(costs) > 1 else np.ones((draws, len(costs)))
-    scale = np.exp(drift * rng.normal(size=draws) - drift**2 / 2)  # the trials to start cost this times the seen
+    scale = np.exp(drift * _normal_quantiles(draws, rng))  # the trials to start cost this times the seen
     rounds = max(0, to_start // slots - EXACT_ROUNDS)
     if rounds:  # the rounds before the last ones: their sum on every slot
         mean = weights @ costs
@@ -214,6 +215,14 @@ def _ends(
         for at in range(exact):
             _place(free, seconds[:, at], width[:, at])
     return free.max(axis=1)
+
+
+def _normal_quantiles(n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` standard normal draws, one in each ``1/n`` of its probability, in a random order (their median is 0,
+    not a draw's error of ``1.25 / sqrt(n)``: a drift's factor then leaves the expected end where it is)."""
+    from scipy.special import ndtri
+
+    return np.asarray(ndtri((rng.permutation(n) + 0.5) / n))
 
 
 def mean_error(costs: Sequence[float] | np.ndarray) -> float:

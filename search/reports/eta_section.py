@@ -11,9 +11,9 @@ from search.reports.cost_status import campaign_cost
 from search.reports.data import CampaignData
 from search.reports.markup import LeftOut, Section, figure, guard, md_table, note, table
 from search.reports.plots import Drawn, _drawn, _figure
-from search.store.records import Files, StudyAttr
+from search.store.records import Files, StudyAttr, TrialRecord
 
-__all__ = ["cost_and_end", "end_errors", "end_plot", "run_ends"]
+__all__ = ["campaign_ends", "cost_and_end", "end_errors", "end_plot", "first_start", "run_ends"]
 
 FRACTIONS = (0.25, 0.5, 0.75)  # of the campaign's time: where the expected end is compared with the actual one
 
@@ -106,15 +106,38 @@ def cost_and_end(data: CampaignData) -> Section:
     return guard("Cost and expected end", build)
 
 
-def _expected_ends(data: CampaignData) -> tuple[str, str]:
-    """The expected ends drawn against the actual ones, and their errors at 25/50/75% (html, markdown; nothing
-    before an expected end was recorded and a trial ended)."""
-    started = [r.started for r in data.records() if r.started is not None]
+def campaign_ends(data: CampaignData) -> tuple[list[Run], float, float] | None:
+    """The campaign's runs (their expected ends and actual ends: :func:`run_ends`), its start (the first trial's)
+    and its end (the last trial's), as the section reads them (None: no expected end recorded or no trial ended)."""
+    started = [first for r in data.records() if (first := first_start(r)) is not None]
     finished = [r.finished for r in data.records() if r.finished is not None]
     runs = run_ends(read_eta_runs(data.folder.root / Files.ETA_LOG), finished)
     if not (runs and started and finished):
+        return None
+    return runs, min(started), max(finished)
+
+
+def first_start(record: TrialRecord) -> float | None:
+    """When a trial's first run started: its record's ``started`` is its last run's (a trial that ran in segments,
+    a promoted elastic trial or a PBT member, began its first one earlier; the campaign began with it)."""
+    runs = [seg.get("runs") or () for seg in record.segments] + [record.pbt_segments]
+    starts = [float(run[0]) for seg_runs in runs for run in seg_runs if len(run) == 3 and _number(run[0])]
+    if record.started is not None:
+        starts.append(record.started)
+    return min(starts) if starts else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _expected_ends(data: CampaignData) -> tuple[str, str]:
+    """The expected ends drawn against the actual ones, and their errors at 25/50/75% (html, markdown; nothing
+    before an expected end was recorded and a trial ended)."""
+    found = campaign_ends(data)
+    if found is None:
         return "", ""
-    start, end = min(started), max(finished)
+    runs, start, end = found
     word = "round" if data.spec.scaling is not None and data.spec.scaling.lr_grid else "run"
     said = f"The end expected along the way ({sum(len(lines) for lines, _e in runs)} times), against the actual end."
     if len(runs) > 1:

@@ -15,11 +15,13 @@ from cluster.sim_models import CurveModel
 from cluster.simulated import SimulatedExecutor
 from cluster.trial_cost import Basis, LogLinearLaw, Quantity, Resources
 from search.loop.campaign import Campaign
-from search.loop.costs import TrialCosts, from_first_epoch, from_progress, startup
+from search.loop.costs import TrialCosts, from_first_epoch, from_progress, run_epochs, startup
+from search.loop.segments import Segment
 from search.loop.trials import RunningTrial
 from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.folder import CampaignFolder
+from search.vocab.terms import Transition
 from trainers.api import TrialConfig
 
 LAW = LogLinearLaw.power(2e-3, batch_size=-0.7)  # seconds per example
@@ -78,7 +80,10 @@ def test_a_running_trials_whole_run_is_read_from_its_epochs_after_the_first() ->
     assert startup(three) == pytest.approx(50.0)
     stopping = from_progress(_reporting(10, [160.0, 170.0, 180.0], stop="resource budget"))
     assert stopping is not None and stopping.mean == pytest.approx(90.0)  # asked to stop: one more epoch
-    assert from_progress(_reporting(10, [60.0, 170.0, 180.0])) is None  # an earlier run's report: not this run's
+    resumed = from_progress(_reporting(10, [60.0, 170.0, 180.0]))  # an earlier run's report: not this run's; ...
+    assert resumed is not None and resumed.mean == pytest.approx(
+        150.0
+    )  # ... this run's first (step 2) has its start-up
     assert from_progress(_reporting(3, [160.0, 170.0, 500.0, 510.0])) is None  # steps past its epochs: not epochs
 
 
@@ -131,3 +136,88 @@ def test_the_model_learns_a_trials_time_per_example_less_its_start_up() -> None:
             assert costs.model.count(Quantity.PER_EXAMPLE) == 0
     rate = costs.model.predict(Quantity.PER_EXAMPLE, {})
     assert rate.mean == pytest.approx(0.01, rel=0.01)
+
+
+def _promoted(reports: list[tuple[int, float]], started: float | None = 100.0) -> RunningTrial:
+    """Trial 0 of 4 epochs of 1,000 examples, promoted after its first (an elastic trial's rung): its second
+    segment, from epoch 1's checkpoint to epoch 4 on 2 slots; ``reports``: (epoch, time), epoch 1's by the first
+    run (at 50 s), the others by this one (started at ``started``)."""
+    study = optuna.create_study()
+    config = TrialConfig(study="s", number=0, params={}, seed=0, epochs=4)
+    rows = [(step, {"loss": 1.0, "examples": 1000.0 * step}, at) for step, at in reports]
+    segments = [Segment(0, Transition.START, 1, 0, 1, 0), Segment(1, Transition.RESIZE, 2, 1, 4, 1000)]
+    return RunningTrial(study.ask(), config, 2, 0.0, reports=rows, started_at=started, segments=segments)
+
+
+def test_a_promoted_segment_is_predicted_at_its_own_epochs_from_its_own_reports() -> None:
+    """Issue 52, 5a on the real examples (digits-elastic: 403% at 25%): a promoted trial's segment runs epochs 2-4
+    from its checkpoint, 3 epochs, not 4 from scratch; its own reports (epoch 2 with its ranks' start-up of 2 s,
+    epoch 3 a second later) give its run, 3 s + 1 epoch of 1 s; the earlier segment's report (before this run's
+    start) made them unreadable, and the model's prediction of 4 whole epochs stood."""
+    running = _promoted([(1, 50.0), (2, 103.0), (3, 104.0)])
+    assert run_epochs(running) == 3
+    whole = from_progress(running)
+    assert whole is not None and whole.mean == pytest.approx(5.0)
+    assert startup(running) == pytest.approx(2.0)
+    bound = from_first_epoch(_promoted([(1, 50.0), (2, 103.0)]))  # this run's first epoch alone: 3 epochs at 3 s
+    assert bound is not None and bound.mean == pytest.approx(9.0)
+
+
+def test_a_segment_that_ended_teaches_the_model_its_own_examples_and_a_queued_one_is_predicted_at_its_epochs() -> None:
+    """The segment above ends after epochs 2-4 (3,000 examples in 3 s once its 2 s of start-up are out): the model
+    learns 1 ms per example at 2 slots (not 3 s over the 4,000 examples the trial has seen since its start), and
+    a queued segment like it (not started) is predicted at its 3 epochs of 1,000 examples: 3 s, not 4."""
+    costs = TrialCosts()
+    study = optuna.create_study()
+    for _ in range(3):  # first segments of one epoch at 2 slots: 1 s for 1,000 examples, no start-up
+        config = TrialConfig(study="s", number=0, params={}, seed=0, epochs=1)
+        first = RunningTrial(study.ask(), config, 2, 0.0, started_at=100.0)
+        first.keep_report(1, {"loss": 1.0, "examples": 1000.0, "epoch_seconds": 1.0}, 101.0)
+        costs.ended(first, Outcome(TrialStatus.OK, metrics={"examples": 1000.0}, started=100.0, finished=101.0))
+    running = _promoted([(1, 50.0), (2, 103.0), (3, 104.0), (4, 105.0)])
+    running.trial = study.ask()
+    costs.ended(running, Outcome(TrialStatus.OK, metrics={"examples": 4000.0}, started=100.0, finished=105.0))
+    assert costs.model.predict(Quantity.PER_EXAMPLE, {}, Resources(2)).mean == pytest.approx(0.001, rel=0.05)
+    queued = _promoted([(1, 50.0)], started=None)
+    assert costs.wholes([queued])[0].mean == pytest.approx(3.0, rel=0.05)
+
+
+def test_a_run_pruned_at_its_first_epoch_is_learnt_less_its_start_up() -> None:
+    """ASHA prunes at the first rung (examples/digits-elastic.toml): a run of one report, 3.1 s after its start on a
+    fresh worker, whose epoch took 0.1 s by the trainer's ``epoch_seconds``: 3 s of start-up; the model learns
+    0.1 s and the trials to start cost that (it learnt the 3.1 s: every trial to start on a warm worker was
+    predicted 30 times too long)."""
+    costs = TrialCosts()
+    pruned = _reporting(4, [])
+    pruned.keep_report(1, {"loss": 1.0, "examples": 1000.0, "epoch_seconds": 0.1}, 103.1)
+    assert startup(pruned) == pytest.approx(3.0)
+    stopped = Outcome(TrialStatus.OK, metrics={"examples": 1000.0}, started=100.0, finished=103.1, stopped=True)
+    costs.ended(pruned, stopped)
+    assert costs.seen() == [(pytest.approx(0.1), 1)]
+    assert costs.model.predict(Quantity.RUN, {}).mean == pytest.approx(0.1, rel=0.05)
+
+
+def _on(worker: str, number: int, reports: list[float], started: float) -> RunningTrial:
+    study = optuna.create_study()
+    for _ in range(number):
+        study.ask()
+    config = TrialConfig(study="s", number=number, params={}, seed=0, epochs=10)
+    rows = [(step, {"loss": 1.0}, at) for step, at in enumerate(reports, 1)]
+    return RunningTrial(study.ask(), config, 1, 0.0, reports=rows, started_at=started, worker=worker)
+
+
+def test_a_first_run_on_a_fresh_worker_that_has_not_reported_is_taken_less_the_start_up_fresh_workers_paid() -> None:
+    """The digits example on 2 fresh workers under load: the first run on worker A paid 5 s of imports before its
+    epochs of 1 s; the first on worker B has run 10 s without a report (its imports). Its 10 s are taken as 5 s of
+    imports and 5 of training: the trials to start cost that, not 10 s and more (issue 52, 5a on the real examples:
+    130% at 25% of a digits run, the trials to start drawn from a run that was mostly a worker's imports). A run
+    on worker A, where a run ended, pays none."""
+    costs = TrialCosts()
+    first = _on("A", 0, [106.0 + epoch for epoch in range(10)], 100.0)
+    costs.ended(first, Outcome(TrialStatus.OK, started=100.0, finished=115.0))
+    fresh, warm = _on("B", 1, [], 100.0), _on("A", 1, [], 100.0)
+    assert costs.startups([fresh, warm], 110.0) == [5.0, 0.0]
+    assert costs.startups([fresh], 103.0) == [3.0]  # at most its seconds so far
+    on_fresh, on_warm = costs.eta([fresh], 4, 2, 110.0), costs.eta([warm], 4, 2, 110.0)
+    assert on_fresh is not None and on_warm is not None
+    assert on_fresh.left.mean < on_warm.left.mean - 3.0  # about 2 rounds of trials to start, each 5 s / 2 less

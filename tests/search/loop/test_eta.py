@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from optuna.trial import TrialState
 from toy_specs import toy_toml
 
 from cluster.sim_models import CurveModel
@@ -18,9 +19,11 @@ from cluster.trial_cost import Estimate
 from search.loop.campaign import Campaign, Snapshot
 from search.loop.eta import EXACT_ROUNDS, drift_of, estimate_end
 from search.loop.progress import render
+from search.reports.eta_section import first_start
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
+from search.store.records import TrialRecord
 
 SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}}
 
@@ -219,3 +222,25 @@ def test_a_drift_never_gives_a_negative_or_infinite_end() -> None:
     for drift in (0.0, 0.5, 1e3, math.inf, math.nan):
         eta = estimate_end([], 40, [(0.01, 1), (100.0, 1)], slots=2, drift=drift)
         assert eta is not None and 0.0 <= eta.left.low <= eta.left.mean <= eta.left.high < math.inf
+
+
+def test_a_drift_widens_the_interval_and_leaves_the_expected_end_where_the_costs_seen_put_it() -> None:
+    """Ten trials of 10 s to start on one slot (100 s), with the drift of a campaign that has seen one or two costs
+    (log 2): the cost may move by a factor or by its inverse alike, so the expected end (the draws' median) stays
+    100 s. A factor of mean 1 put it at exp(-log(2)^2 / 2) of that, 79 s: 21% early on the examples' first minutes
+    (issue 52, 5a on the real examples), before any drift was seen."""
+    eta = estimate_end([], 10, [(10.0, 1)] * 4, slots=1, drift=math.log(2.0))
+    assert eta is not None
+    assert eta.left.mean == pytest.approx(100.0, rel=0.05)
+    assert eta.left.low < 50.0 and eta.left.high > 200.0
+
+
+def test_the_report_s_campaign_begins_with_the_first_segment_of_a_trial_that_ran_in_segments() -> None:
+    """A promoted elastic trial's record has its last run's start (130 s); its first segment began at 100 s, and so
+    did the campaign: the report's 25/50/75% points are of the campaign from then (issue 52, 5a on
+    examples/digits-elastic.toml: its campaign read 18 s long instead of 30, its points taken too late)."""
+    segments = ({"runs": [[100.0, 110.0, "w0"]]}, {"runs": [[130.0, 135.0, "w1"]]})
+    promoted = TrialRecord(0, TrialState.COMPLETE, {}, (0.9,), started=130.0, finished=135.0, segments=segments)
+    assert first_start(promoted) == 100.0
+    assert first_start(TrialRecord(1, TrialState.COMPLETE, {}, (0.9,), started=120.0)) == 120.0
+    assert first_start(TrialRecord(2, TrialState.WAITING, {}, None)) is None

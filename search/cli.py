@@ -474,6 +474,9 @@ def _stacks_on_sigusr1() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from search.spawned import spawn_as_module
+
+    spawn_as_module(main)
     args = _parser().parse_args(argv)
     # Importing the trainer to check a spec leaves no __pycache__ beside it: a refused command writes nothing.
     # (Worker processes start with their own interpreter settings.)

@@ -27,6 +27,7 @@ from search.loop.budget import Budget
 from search.loop.costs import TrialCosts
 from search.loop.eta import duration_text, residual
 from search.loop.trials import Prepared, RunningTrial
+from trainers.api import TrialConfig
 
 __all__ = ["Placement"]
 
@@ -47,8 +48,7 @@ class Placement:
         config = prepared.config
         if config is None:
             return UNKNOWN
-        full = self._costs.duration(config.params, prepared.width, config.epochs)
-        return full.times(left_share(prepared.start_epoch, config.epochs))
+        return self._rest(config, prepared.width, prepared.start_epoch)
 
     def seconds(self, prepared: Prepared) -> float:
         """The trial's predicted duration's mean (0: not known, or it cannot run)."""
@@ -57,10 +57,13 @@ class Placement:
     def _left(self, running: RunningTrial, now: float) -> Estimate:
         """Seconds a running trial (queued: not started) still has, predicted: the epochs its run has left after
         the one it resumed at (:attr:`~search.loop.trials.RunningTrial.start_epoch`), given how long it has run."""
-        config = running.config
-        full = self._costs.duration(config.params, running.width, config.epochs)
         ran = max(0.0, now - running.started_at) if running.started_at is not None else 0.0
-        return residual(full.times(left_share(running.start_epoch, config.epochs)), ran)
+        return residual(self._rest(running.config, running.width, running.start_epoch), ran)
+
+    def _rest(self, config: TrialConfig, width: int, start_epoch: int) -> Estimate:
+        """A run's predicted duration from ``start_epoch`` on: its full run's, times the share of its epochs left."""
+        full = self._costs.duration(config.params, width, config.epochs)
+        return full.times(left_share(start_epoch, config.epochs))
 
     def order(self, pending: deque[Prepared]) -> None:
         """The longest predicted first (a stable sort: equal ones keep their order)."""

@@ -5,6 +5,7 @@ sent to the whole foreground process group, reaches only the controller, even in
 start-up (before :class:`cluster.plugins.IgnoreInterrupt` ignores it), where it printed a ``KeyboardInterrupt``
 traceback. :func:`quiet_dask_finalizers` (the controller and each worker): no "Exception ignored in
 Client.__del__" as a process exits. :func:`silence_logs`: Dask's own log handlers show warnings and errors only.
+:func:`end_spawned_children`: after a Ctrl-C, no worker still starting prints a traceback as the command exits.
 
 A thread's signal mask is inherited across ``fork`` and ``exec``; the standard library starts its own resource
 tracker the same way. Blocking SIGINT in Dask's thread that spawns moves Ctrl-C to another thread of the controller,
@@ -14,17 +15,19 @@ its main thread.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from multiprocessing import util
+from multiprocessing import connection, util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .options import ClusterOptions
 
-__all__ = ["quiet_dask_finalizers", "silence_logs", "spawn_without_sigint"]
+__all__ = ["end_spawned_children", "quiet_dask_finalizers", "silence_logs", "spawn_without_sigint"]
 
 _SPAWN: Callable[..., int] = util.spawnv_passfds
 #: The name of the thread that starts each of Dask's processes (a nanny's worker): distributed.process.AsyncProcess.
@@ -68,3 +71,21 @@ def silence_logs(options: ClusterOptions) -> int | bool:
     and its worker processes') show warnings and errors only, unless ``options.verbose``. False keeps them as they are.
     """
     return False if options.verbose else logging.WARNING
+
+
+def end_spawned_children(timeout: float = 5.0) -> None:
+    """End the processes ``multiprocessing`` spawned from this one that are still alive (a worker still starting
+    when Ctrl-C came), as the interpreter's exit would, but before that exit unlinks the semaphores they were
+    given: the exit runs those finalizers first, and a child still reading its arguments then printed a
+    ``FileNotFoundError`` traceback under the command's one line (CI, once). SIGTERM, then SIGKILL after
+    ``timeout`` seconds for a child that is still there."""
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + timeout
+    alive = {child.sentinel: child for child in children}
+    while alive and time.monotonic() < deadline:
+        ended = set(connection.wait(list(alive), max(0.0, deadline - time.monotonic())))
+        alive = {sentinel: child for sentinel, child in alive.items() if sentinel not in ended}
+    for child in alive.values():
+        child.kill()

@@ -520,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         logging.disable(logging.CRITICAL)  # what Dask logs as its cluster goes down after a Ctrl-C is noise
         forget_unhandled()
+        from cluster.quiet_workers import end_spawned_children
+
+        end_spawned_children()
         return _fail(EXIT_INTERRUPTED, _interrupted(getattr(exc, "folder", "?")))
     except Exception as exc:
         code = _exit_code(exc)

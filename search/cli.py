@@ -488,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Worker processes read their log levels from the environment at start: keep them quiet too.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     from cluster import quiet_dask_logs
-    from cluster.connect import quiet_dask_finalizers
+    from cluster.quiet_workers import end_spawned_children, quiet_dask_finalizers
 
     quiet_dask_logs()
     quiet_dask_finalizers()
@@ -520,9 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         logging.disable(logging.CRITICAL)  # what Dask logs as its cluster goes down after a Ctrl-C is noise
         forget_unhandled()
-        from cluster.quiet_workers import end_spawned_children
-
-        end_spawned_children()
+        end_spawned_children()  # before the exit unlinks the semaphores a worker still starting reads
         return _fail(EXIT_INTERRUPTED, _interrupted(getattr(exc, "folder", "?")))
     except Exception as exc:
         code = _exit_code(exc)

@@ -93,16 +93,16 @@ class NextRuns:
             self._hold_members(parked, None)
 
     def _hold_members(self, members: list[RunningTrial], config: TrialConfig | None) -> None:
-        """PBT members held with the first one held: one line for them."""
+        """PBT members held with the first one held (one line says so, once)."""
         if not members:
             return
         first = next(iter(self.held))
         line = (
-            f"trial(s) {', '.join(str(r.number) for r in members)} of its population wait at their rung with held "
-            f"trial {first} ('hypersweep resume' continues them)"
+            f"trial {first}'s population waits for it: its members that reach their rung are held there too "
+            "('hypersweep resume' continues them)"
         )
         for running in members:
-            self._hold(running, config or running.config, line, say=running is members[-1])
+            self._hold(running, config or running.config, line, say=line not in self.held.values())
 
     def _hold(self, running: RunningTrial, config: TrialConfig, line: str, say: bool = True) -> None:
         """Not started: left RUNNING, resumable, with why (:data:`~search.store.records.Attr.HELD`)."""

@@ -25,6 +25,7 @@ from search.loop.hooks import CampaignHooks
 from search.loop.policies import Decision, NextSegment
 from search.loop.segments import Segment, Stop, following, segment_config
 from search.loop.trials import RunningTrial, TrialView
+from search.reports.status import status_text
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
@@ -134,6 +135,8 @@ def test_a_later_segment_predicted_past_the_time_budget_is_held_and_resume_conti
     assert "time budget has 30s left: it is not started and is held at epoch 2" in lines[0]
     assert "hypersweep resume" in lines[0] and trial.user_attrs[Attr.HELD] == lines[0]
     assert [s["start_epoch"] for s in trial.user_attrs[Attr.SEGMENTS]] == [0, 2]  # its next segment, recorded
+    shown = status_text(run.folder.root)
+    assert "1 held" in shown and f"trial 0: held: {lines[0]}" in shown and "hypersweep resume" in shown
 
     again = SimulatedExecutor(1, Epochs(), seed=1, controller_time_scale=0)
     resumed = campaign(tmp_path, again, [], rung=2, resume=True, time_budget=500.0)
@@ -143,7 +146,6 @@ def test_a_later_segment_predicted_past_the_time_budget_is_held_and_resume_conti
     assert epochs_reported(resumed) == list(range(1, EPOCHS + 1))  # nothing trained twice, nothing lost
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_retry_from_its_checkpoint_predicted_past_the_time_budget_is_held(tmp_path: Path) -> None:
     """Epochs of 5 s, a checkpoint every 5; the model knows 10-epoch runs of 50 s, so the run starts in a 60 s budget.
@@ -160,7 +162,6 @@ def test_a_retry_from_its_checkpoint_predicted_past_the_time_budget_is_held(tmp_
     assert "for epochs 6-10 but the time budget has 16s left" in lines[0] and "held at epoch 5" in lines[0]
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_later_segment_that_fits_the_time_left_starts(tmp_path: Path) -> None:
     """The same campaign with a 150 s budget: segment 2 (~80 s) fits the ~130 s left and the trial completes."""
@@ -171,7 +172,6 @@ def test_a_later_segment_that_fits_the_time_left_starts(tmp_path: Path) -> None:
     assert run.study.get_trials()[0].state == TrialState.COMPLETE and not lines
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_later_segment_whose_cost_does_not_fit_the_resource_budget_is_held(tmp_path: Path) -> None:
     """``slot_hours`` of 70 slot-seconds: segment 1 costs 20, segment 2 (~80 predicted) does not fit what is left:
@@ -224,3 +224,94 @@ def learn_ten_epoch_runs(run: Campaign, seconds: float = EPOCH_SECONDS) -> None:
         )
         for i, q in enumerate([0.1, 0.3, 0.5, 0.7, 0.9, 0.2, 0.4, 0.6, 0.8, 0.95])
     )  # fmt: skip
+
+
+PBT_SPEC = toy_toml(
+    "members",
+    4,
+    6,
+    seed=2,
+    scheduler="pbt",
+    pruner="none",
+    metric="score",
+    time_budget=50.0,
+    trainer={"entry": "bench.trivial:fit"},
+    space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+    cluster={"slots_per_worker": 4},
+    top={"pbt": {"interval": 2, "quantile": 0.25, "resample_probability": 0.0, "hyperparams": ["x"]}},
+)
+
+
+class Checkpointed(Epochs):
+    """:class:`Epochs` that leaves a checkpoint file in the trial's folder, as a trainer does (a PBT exploit copies
+    it)."""
+
+    def plan(self, config: Mapping[str, Any], rng: np.random.Generator) -> TrialPlan:
+        where = Path(str(config["checkpoint_dir"]))
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "checkpoint.pt").write_bytes(b"state")
+        return super().plan(config, rng)
+
+
+def pbt_campaign(tmp_path: Path, lines: list[str], time_budget: float, resume: bool = False) -> Campaign:
+    text = PBT_SPEC.replace("time_budget = 50.0", f"time_budget = {time_budget}")
+    spec = parse_spec(tomllib.loads(text), "members.toml", text, check_trainer=False)  # runs are simulated
+    folder = CampaignFolder(tmp_path / "members")
+    if not resume:
+        folder.create(text)
+    study = load_study(spec, folder, create=not resume)
+    executor = SimulatedExecutor(1, Checkpointed(), slots_per_worker=4, seed=1, controller_time_scale=0)
+    return Campaign(spec, folder, study, executor, clock=executor.clock, on_notice=lines.append)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_pbt_population_whose_next_segment_does_not_fit_is_held_together_and_resume_continues_it(
+    tmp_path: Path,
+) -> None:
+    """4 members of 6 epochs in intervals of 2 (20 s) on 4 slots, a 50 s budget: the second interval fits the 30 s
+    left at rung 2, the third not the 10 s left at rung 4. The first member released there is held, and its
+    population with it (no member waits for ever at a rung that cannot be decided); before, the third interval
+    started and the budget's end PRUNED every member. A resume continues all four from epoch 4."""
+    lines: list[str] = []
+    run = pbt_campaign(tmp_path, lines, 50.0)
+    run.run()
+    trials = run.study.get_trials()
+    assert [state_name(t) for t in trials] == ["HELD"] * 4
+    assert len(lines) == 2 and "for epochs 5-6 but the time budget has 10s left" in lines[0]
+    assert "population waits for it" in lines[1]
+    resumed = pbt_campaign(tmp_path, [], 500.0, resume=True)
+    resumed.run()
+    assert [t.state for t in resumed.study.get_trials()] == [TrialState.COMPLETE] * 4
+    for number in range(4):
+        reported = [step for step, _m, _at in read_metrics_lines(resumed.folder.trial_metrics(number))]
+        assert reported == list(range(1, 7)), number
+
+
+class Killed(BaseException):
+    """TEST: the controller dies (raised where it decides a refusal, before anything of it is written)."""
+
+
+@pytest.mark.timeout(120)
+def test_a_controller_stopped_as_it_refuses_a_segment_leaves_it_resumable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller stops at the moment it decides on segment 2 (its record on disk, no hold written): the trial
+    stays RUNNING in segment 2, and a resume with more time continues it at epoch 3, every epoch reported once."""
+    executor = SimulatedExecutor(1, Epochs(), seed=1, controller_time_scale=0)
+    run = campaign(tmp_path, executor, [], rung=2, time_budget=50.0)
+
+    def killed(*_args: object) -> str:
+        raise Killed()
+
+    monkeypatch.setattr(run.gates, "refuses", killed)
+    with pytest.raises(Killed):
+        run.run()
+    trial = run.study.get_trials()[0]
+    assert trial.state == TrialState.RUNNING and Attr.HELD not in trial.user_attrs
+    assert [s["start_epoch"] for s in trial.user_attrs[Attr.SEGMENTS]] == [0, 2]
+    again = SimulatedExecutor(1, Epochs(), seed=1, controller_time_scale=0)
+    resumed = campaign(tmp_path, again, [], rung=2, resume=True, time_budget=500.0)
+    resumed.run()
+    assert resumed.study.get_trials()[0].state == TrialState.COMPLETE
+    assert epochs_reported(resumed) == list(range(1, EPOCHS + 1))

@@ -11,7 +11,10 @@ the model knows nothing about yet is taken to fit. A trial that resumes at epoch
 checkpointed report, :func:`~search.loop.segments.resume_epoch`) is predicted for what it has left, ``(n - k) / n``
 of its full run (:func:`cluster.walltimes.left_share`, the job walltime's rule), in the order and in the fit; so is
 a running trial a new one would queue behind (a later segment, a retry from its checkpoint, a resumed trial:
-:attr:`~search.loop.trials.RunningTrial.start_epoch`, as the dispatcher sent it).
+:attr:`~search.loop.trials.RunningTrial.start_epoch`, as the dispatcher sent it). The prediction is
+:meth:`~search.loop.costs.TrialCosts.rests`, the one the resource budget reads. A trial's next run (a later
+segment, a retry) is refused the same way, for what it has left (:meth:`Placement.refuses`), and held
+(:mod:`search.loop.next_runs`); it does not stop the new trials.
 """
 
 from __future__ import annotations

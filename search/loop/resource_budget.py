@@ -1,8 +1,11 @@
 """``[study] slot_hours`` / ``gpu_hours``: a budget in resources, slots x seconds of every run.
 
 Spent: the slot-seconds of every run that ended (:attr:`~search.loop.costs.TrialCosts.spent`: pruned, failed and
-lost runs too; a resumed campaign's earlier trials too) plus the running trials' predicted whole runs (what they ran
-and what the trial model says they still need). A trial starts while one more trial's predicted cost (the mean of
+lost runs too; a resumed campaign's earlier trials too) plus the running trials' predicted runs (what they ran
+and what the trial model says they still need), each from the epoch it was sent to resume at (a later segment, a
+retry from its checkpoint, a resumed campaign's trial: :meth:`~search.loop.costs.TrialCosts.rests`, as the
+placement predicts it). A trial's next run (a later segment, a retry) starts only while its own predicted cost
+fits (:meth:`ResourceBudget.refuses`; else it is held: :mod:`search.loop.next_runs`), not one more trial's. A trial starts while one more trial's predicted cost (the mean of
 those so far, :meth:`~search.loop.costs.TrialCosts.per_trial`) fits in what is left; each one launched takes that
 much of it until the next look (a resumed campaign's trial that resumes at epoch ``k`` of ``n``: ``(n - k) / n`` of
 it, :func:`cluster.walltimes.left_share`). Before any cost is known the first trials start. Once the next trial does not fit,

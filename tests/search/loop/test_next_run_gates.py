@@ -315,3 +315,25 @@ def test_a_controller_stopped_as_it_refuses_a_segment_leaves_it_resumable(
     resumed.run()
     assert resumed.study.get_trials()[0].state == TrialState.COMPLETE
     assert epochs_reported(resumed) == list(range(1, EPOCHS + 1))
+
+
+@pytest.mark.slow
+def test_a_retry_and_a_later_segment_reach_the_executor_with_the_epoch_they_resume_at(tmp_path: Path) -> None:
+    """The job walltime's rule is the executor's (:mod:`cluster.walltimes`, at the slot runners, for every request):
+    a retry from epoch 5's checkpoint and a segment begun at epoch 2 are sent with ``start_epoch`` 5 and 2, so the
+    rule predicts what they have left, as for a resumed campaign's trial."""
+    for executor, rung, trainer, resumed in (
+        (LosesFirstRun(at=44.0, seconds=5.0), None, {"checkpoint_every": 5}, 5),
+        (SimulatedExecutor(1, Epochs(), seed=1, controller_time_scale=0), 2, None, 2),
+    ):
+        sent: list[int] = []
+        submit = executor.submit
+
+        def recorded(request: TrialRequest, submit: Any = submit, sent: list[int] = sent) -> None:
+            sent.append(request.start_epoch)
+            submit(request)
+
+        executor.submit = recorded  # type: ignore[method-assign]
+        run = campaign(tmp_path / str(resumed), executor, [], rung, trainer=trainer)
+        run.run()
+        assert run.study.get_trials()[0].state == TrialState.COMPLETE and sent == [0, resumed]

@@ -129,6 +129,7 @@ def test_a_later_segment_predicted_past_the_time_budget_is_held_and_resume_conti
     run = campaign(tmp_path, executor, lines, rung=2, time_budget=50.0)
     run.run()
     trial = held(run)
+    assert len(run.study.get_trials()) == 1  # held, it keeps its place in the trial budget: none asked instead
     assert epochs_reported(run) == [1, 2]
     assert len(lines) == 1
     assert lines[0].startswith("trial 0's next run is predicted to take 1m20s") and "for epochs 3-10" in lines[0]
@@ -181,6 +182,7 @@ def test_a_later_segment_whose_cost_does_not_fit_the_resource_budget_is_held(tmp
     run = campaign(tmp_path, executor, lines, rung=2, slot_hours=70.0 / 3600)
     run.run()
     held(run)
+    assert len(run.study.get_trials()) == 1
     assert epochs_reported(run) == [1, 2]
     said = [line for line in lines if "trial 0's next run" in line]
     assert len(said) == 1 and said[0].startswith("[study] slot_hours = 0.0194444: ")

@@ -102,7 +102,8 @@ class SimulatedExecutor:
     - A report's step is the epoch it carries (``metrics["epoch"]``; else the run's count of
       epochs), as a trainer that resumes from its checkpoint reports it. A trial submitted
       again (its next segment, a retry) has that checkpoint at the last epoch it reported:
-      its config gets ``resume_epoch`` (0 before any report), which a model that resumes
+      its config gets ``resume_epoch`` (before any report here: the epoch the controller sent it to resume at,
+      a resumed campaign's), which a model that resumes
       (:class:`TrialPlan` from there on) reads and the others ignore.
     - ``events(timeout)`` moves the clock to the next event time and returns every
       event due by then (the ``timeout`` is not waited out: virtual time has no idle
@@ -358,7 +359,9 @@ class SimulatedExecutor:
         attempt = self._attempts.get(request.number, 0)
         self._attempts[request.number] = attempt + 1
         rng = np.random.default_rng([self.seed, request.number, attempt])
-        plan = self.model.plan({**request.config.to_dict(), "resume_epoch": self._reported.get(request.number, 0)}, rng)
+        plan = self.model.plan(
+            {**request.config.to_dict(), "resume_epoch": self._reported.get(request.number, request.start_epoch)}, rng
+        )
         started = max(now, self._params_ready.pop(request.number, now)) + self.dispatch_latency
         run = _Run(request, plan, worker, slots, started)
         if request.number in self._stops:

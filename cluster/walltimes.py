@@ -119,10 +119,13 @@ class Walltimes:
         )
 
 
-def left_share(start_epoch: int, epochs: int) -> float:
-    """The part of its full run of ``epochs`` a trial's run that resumes at ``start_epoch`` has left (1: from
-    scratch), each epoch taken to cost the same: ``(epochs - start_epoch) / epochs``. The one rule for a resumed run,
-    here (:attr:`TrialRequest.start_epoch`) and in the time budget's placement (``search.loop.placement``)."""
-    if epochs <= 0:
+def left_share(start_epoch: int, epochs: int, begun: int = 0) -> float:
+    """The part of its run a trial's run that resumes at ``start_epoch`` has left, each epoch taken to cost the same:
+    ``(epochs - start_epoch) / (epochs - begun)``, where the run predicted whole trains epochs ``begun + 1`` to
+    ``epochs`` (its segment's: ``begun`` is the epoch its segment began at; 0: the trial's whole run). 1: it starts
+    at ``begun``. The one rule for a resumed run, here (:attr:`TrialRequest.start_epoch`, against the whole run) and in
+    the campaign's predictions (``search.loop.costs.TrialCosts.rests``: the time budget's placement, the resource
+    budget)."""
+    if epochs - begun <= 0:
         return 1.0
-    return min(1.0, max(0.0, (epochs - start_epoch) / epochs))
+    return min(1.0, max(0.0, (epochs - start_epoch) / (epochs - begun)))

@@ -46,6 +46,7 @@ from search.loop.hooks import CampaignHooks
 from search.loop.idle_slots import widen_idle
 from search.loop.intermediate import IntermediateValues
 from search.loop.ledger import NEVER_STARTED, Ledger, named_values
+from search.loop.next_runs import NextRuns
 from search.loop.policies import (
     TARGET_REACHED,
     Halt,
@@ -60,7 +61,7 @@ from search.loop.policies import (
     population_of,
 )
 from search.loop.queries import answer
-from search.loop.segment_records import begin_segment, record_run, retry_within_room
+from search.loop.segment_records import record_run
 from search.loop.segments import Segment, Stop
 from search.loop.slot_watch import SlotWatch
 from search.loop.stops import decide_stop, settle_decided
@@ -151,6 +152,8 @@ class Campaign:
         self._clock = clock
         self.gates = CostGates(spec.study, self.costs, self.budget, folder.root / Files.ETA_LOG, self._notice)
         self.budget.gate = self.gates.may_start_more  # [study] slot_hours / gpu_hours, placement in a time budget
+        # a trial's next segment or retry: through the same gates, else held (resumable)
+        self.next_runs = NextRuns(self.dispatch, self.gates, self.barrier, self.policies, self._sync, self._notice)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -313,12 +316,10 @@ class Campaign:
         if isinstance(decision, Halt):
             raise CampaignError(decision.reason)  # the trial stays in flight: marked interrupted, resumable
         if isinstance(decision, Park) and self.barrier is not None:
-            self.barrier.park(running, decision.outcome)  # it keeps its place in the campaign, not its slot
+            self.next_runs.park(running, decision.outcome)  # it keeps its place in the campaign, not its slot
             return
         if isinstance(decision, Resubmit):
-            running.counted(requeue=decision.requeue, retry=decision.retry)
-            config = retry_within_room(running, decision.config, self.executor.slots().total, self.policies, self._sync)
-            self.dispatch.resubmit(running, config)  # narrower where [elastic] allows it and a worker was lost
+            self.next_runs.retry(running, decision)  # narrower where [elastic] allows it and a worker was lost
             return
         if isinstance(decision, NextSegment):  # its run ended just now: it leaves its slots to its next segment
             self._next_segment(running, decision.config, decision.segment, running.width)
@@ -327,11 +328,9 @@ class Campaign:
         self._finish(running, outcome, decision if isinstance(decision, Verdict) else None)
 
     def _next_segment(self, running: RunningTrial, config: TrialConfig, segment: Segment, leaving: int = 0) -> None:
-        """A trial's next segment, recorded, then sent at its width; ``leaving``: the slots its run held until now."""
+        """A trial's next segment, recorded, then sent at its width, or held; ``leaving``: the slots its run held."""
         room = self.dispatch.room(segment.width, self.supply, self.budget.may_start(), leaving)
-        config = begin_segment(running, config, segment, room, self.policies)  # [elastic] shrink: for waiting trials
-        self._sync()  # on disk before it is acted on: a controller killed now resumes the trial in this segment
-        self.dispatch.resubmit(running, config)
+        self.next_runs.segment(running, config, segment, room)
 
     def _stop_if_failing(self) -> None:
         """``[study] fail_fast``: the first trials all failed one way: stop before the rest of the budget is spent
@@ -351,8 +350,8 @@ class Campaign:
         return self.supply.trials_left() == 0 and not self.supply.pending
 
     def _outside_supply(self) -> int:
-        """Trials of the budget past the supply: told, finished and waiting to be told, or launched."""
-        return self.ledger.finished + len(self.ledger.waiting) + len(self.dispatch.running)
+        """Trials of the budget past the supply: told, finished and waiting to be told, launched, or held."""
+        return self.ledger.finished + len(self.ledger.waiting) + len(self.dispatch.running) + len(self.next_runs.held)
 
     def _release_unstarted(self) -> None:
         """Trials asked but never launched (the time budget ran out first) end PRUNED; none stays RUNNING."""

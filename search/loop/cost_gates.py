@@ -27,6 +27,7 @@ from search.loop.trials import RunningTrial
 from search.spec.campaign_spec import StudySpec
 from search.store.records import StudyAttr
 from search.vocab.terms import StopReason
+from trainers.api import TrialConfig
 
 __all__ = ["CostGates"]
 
@@ -78,6 +79,20 @@ class CostGates:
         part its run has left (:func:`cluster.walltimes.left_share`)."""
         if self.resources is not None:
             self.resources.took(sum(left_share(p.start_epoch, p.config.epochs) if p.config else 1.0 for p in group))
+
+    def refuses(self, running: RunningTrial, config: TrialConfig, start: int) -> str:
+        """Why a trial's next run (a later segment, a retry from its checkpoint: ``config`` at the trial's width,
+        sent to resume at epoch ``start``) does not start: the placement predicts it past the time budget, or its
+        predicted cost, what it has left (:meth:`~search.loop.costs.TrialCosts.rests`) times its slots, does not
+        fit the resource budget ("": it starts, and takes that cost of the budget)."""
+        number, width, begun = running.number, running.width, running.segment().start_epoch
+        if self.placement is not None and (late := self.placement.refuses(number, config, width, begun, start)):
+            return late
+        if self.resources is None:
+            return ""
+        rest = self.costs.rests([(config.params, width, config.epochs, begun, start)])[0].times(width)
+        epochs = f"epochs {start + 1}-{config.epochs}"
+        return self.resources.refuses(number, rest, left_share(start, config.epochs), epochs)
 
     def eta(
         self,

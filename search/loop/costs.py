@@ -35,6 +35,7 @@ from optuna.trial import TrialState
 from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
+from cluster.walltimes import left_share
 from search.loop.eta import Eta, InFlight, drift_of, estimate_end, residual
 from search.loop.trials import ReportRecord, RunningTrial
 from search.sampling.cost_tpe import record_cost
@@ -48,6 +49,7 @@ __all__ = [
     "HOUR",
     "sample_estimate",
     "refresh_interval",
+    "run_of",
 ]
 
 HOUR = 3600.0  # seconds: budgets are in slot- or GPU-hours
@@ -231,7 +233,7 @@ class TrialCosts:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's, at most its
         epochs at its first epoch's time (:func:`from_first_epoch`); ``stops``: to the epoch trials that went as far
         have ended at so far (:meth:`final_epoch`: stopped at a target, pruned), not to its last."""
-        fulls = self.durations([(r.config.params, r.width, run_epochs(r)) for r in running])
+        fulls = self.rests([run_of(r) for r in running])
         spreads = [spread for r in running if (spread := epoch_spread(r)) is not None] + list(self._epoch_spreads)
         typical = statistics.median(spreads) if spreads else 0.25
         out = []
@@ -239,6 +241,17 @@ class TrialCosts:
             final = self.final_epoch(r) if stops else None
             out.append(from_progress(r, typical, final) or _at_most(full, from_first_epoch(r, typical, final)))
         return out
+
+    def rests(self, runs: Sequence[tuple[Mapping[str, Any], int, int, int, int]]) -> list[Estimate]:
+        """Each run's seconds from the epoch it resumes at, ``(params, width, epochs, begun, start)``: its segment's
+        whole run (epochs ``begun + 1`` to ``epochs``, :meth:`durations`) times the part of it a run that resumes at
+        epoch ``start`` has left (:func:`cluster.walltimes.left_share`). The one rule for a run that resumes (a later
+        segment, a retry from its checkpoint, a resumed campaign's trial): the time budget's placement, the resource
+        budget's committed cost and its gate on a trial's next run read it."""
+        fulls = self.durations([(params, width, max(1, epochs - begun)) for params, width, epochs, begun, _s in runs])
+        return [
+            full.times(left_share(start, epochs, begun)) for full, (_p, _w, epochs, begun, start) in zip(fulls, runs)
+        ]
 
     def final_epoch(self, running: RunningTrial) -> tuple[float, float] | None:
         """The epoch a running trial is expected to end at, given the epoch it has reported: the mean and standard
@@ -336,6 +349,13 @@ def run_epochs(running: RunningTrial) -> int:
     """The epochs a trial's run trains: its segment's, from the checkpoint it starts at to its config's ``epochs``
     (a promoted elastic trial's, a PBT member's next interval; a trial's first run: all of them)."""
     return max(1, running.config.epochs - running.segment().start_epoch)
+
+
+def run_of(running: RunningTrial) -> tuple[Mapping[str, Any], int, int, int, int]:
+    """A running trial's run as :meth:`TrialCosts.rests` takes it: from the epoch it was sent to resume at
+    (:attr:`~search.loop.trials.RunningTrial.start_epoch`) in the segment it runs."""
+    config = running.config
+    return config.params, running.width, config.epochs, running.segment().start_epoch, running.start_epoch
 
 
 def _examples_before(running: RunningTrial) -> float:

@@ -24,7 +24,7 @@ from search.loop.segments import Stop, resume_epoch
 from search.loop.slot_watch import Waiting
 from search.loop.trials import Prepared, RunningTrial
 from search.spec.campaign_spec import CampaignSpec
-from search.store.records import write_attrs
+from search.store.records import Attr, write_attrs
 from search.vocab.terms import StopReason
 from spaces.errors import HypersweepError
 from trainers.api import TrialConfig
@@ -187,7 +187,9 @@ class Dispatcher:
         for prepared in group:
             trial, config = prepared.trial, prepared.config
             assert config is not None, "invalid trials are told FAIL before dispatch"  # its folder made at its ask
-            batch = {"batch": len(group)} if len(group) > 1 else {}
+            batch: dict[str, object] = {"batch": len(group)} if len(group) > 1 else {}
+            if not prepared.fresh:  # a held trial goes on: held no more
+                batch[Attr.HELD] = ""
             write_attrs(
                 trial,
                 seed=config.seed,

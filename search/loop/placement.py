@@ -11,7 +11,10 @@ the model knows nothing about yet is taken to fit. A trial that resumes at epoch
 checkpointed report, :func:`~search.loop.segments.resume_epoch`) is predicted for what it has left, ``(n - k) / n``
 of its full run (:func:`cluster.walltimes.left_share`, the job walltime's rule), in the order and in the fit; so is
 a running trial a new one would queue behind (a later segment, a retry from its checkpoint, a resumed trial:
-:attr:`~search.loop.trials.RunningTrial.start_epoch`, as the dispatcher sent it).
+:attr:`~search.loop.trials.RunningTrial.start_epoch`, as the dispatcher sent it). The prediction is
+:meth:`~search.loop.costs.TrialCosts.rests`, the one the resource budget reads. A trial's next run (a later
+segment, a retry) is refused the same way, for what it has left (:meth:`Placement.refuses`), and held
+(:mod:`search.loop.next_runs`); it does not stop the new trials.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 from cluster.trial_cost import Estimate
 from cluster.trial_cost.estimate import UNKNOWN
-from cluster.walltimes import left_share
 from search.loop.budget import Budget
-from search.loop.costs import TrialCosts
+from search.loop.costs import TrialCosts, run_of
 from search.loop.eta import duration_text, residual
+from search.loop.segments import current_segment
 from search.loop.trials import Prepared, RunningTrial
 from trainers.api import TrialConfig
 
@@ -48,7 +51,8 @@ class Placement:
         config = prepared.config
         if config is None:
             return UNKNOWN
-        return self._rest(config, prepared.width, prepared.start_epoch)
+        begun = current_segment(prepared.segments, config, prepared.width).start_epoch
+        return self._rest(config, prepared.width, begun, prepared.start_epoch)
 
     def seconds(self, prepared: Prepared) -> float:
         """The trial's predicted duration's mean (0: not known, or it cannot run)."""
@@ -58,12 +62,31 @@ class Placement:
         """Seconds a running trial (queued: not started) still has, predicted: the epochs its run has left after
         the one it resumed at (:attr:`~search.loop.trials.RunningTrial.start_epoch`), given how long it has run."""
         ran = max(0.0, now - running.started_at) if running.started_at is not None else 0.0
-        return residual(self._rest(running.config, running.width, running.start_epoch), ran)
+        return residual(self._costs.rests([run_of(running)])[0], ran)
 
-    def _rest(self, config: TrialConfig, width: int, start_epoch: int) -> Estimate:
-        """A run's predicted duration from ``start_epoch`` on: its full run's, times the share of its epochs left."""
-        full = self._costs.duration(config.params, width, config.epochs)
-        return full.times(left_share(start_epoch, config.epochs))
+    def _rest(self, config: TrialConfig, width: int, begun: int, start_epoch: int) -> Estimate:
+        """A run's predicted duration from ``start_epoch`` on, in a segment begun at ``begun``
+        (:meth:`~search.loop.costs.TrialCosts.rests`: its segment's whole run, times the share of it left)."""
+        return self._costs.rests([(config.params, width, config.epochs, begun, start_epoch)])[0]
+
+    def refuses(self, number: int, config: TrialConfig, width: int, begun: int, start_epoch: int) -> str:
+        """Why trial ``number``'s next run (a later segment begun at epoch ``begun``, a retry from its checkpoint),
+        sent to resume at ``start_epoch``, does not start: predicted (its mean) to run past the time left, or no time
+        left ("": it starts; a run the model knows nothing about is taken to fit while time is left). It starts in
+        the slots its trial held, or as soon as a rung is decided: no queue is counted before it."""
+        left = self._budget.seconds_left()
+        if left is None:
+            return ""
+        predicted = self._rest(config, width, begun, start_epoch)
+        if left > 0 and (not predicted.known or predicted.mean <= left):
+            return ""
+        epochs = f"epochs {start_epoch + 1}-{config.epochs}"
+        takes = (
+            f"is predicted to take {duration_text(predicted.mean)}{_span(predicted)} for {epochs}"
+            if predicted.known
+            else f"would train {epochs}"
+        )
+        return f"trial {number}'s next run {takes} but the time budget has {duration_text(max(0.0, left))} left"
 
     def order(self, pending: deque[Prepared]) -> None:
         """The longest predicted first (a stable sort: equal ones keep their order)."""

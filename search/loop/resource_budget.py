@@ -1,8 +1,11 @@
 """``[study] slot_hours`` / ``gpu_hours``: a budget in resources, slots x seconds of every run.
 
 Spent: the slot-seconds of every run that ended (:attr:`~search.loop.costs.TrialCosts.spent`: pruned, failed and
-lost runs too; a resumed campaign's earlier trials too) plus the running trials' predicted whole runs (what they ran
-and what the trial model says they still need). A trial starts while one more trial's predicted cost (the mean of
+lost runs too; a resumed campaign's earlier trials too) plus the running trials' predicted runs (what they ran
+and what the trial model says they still need), each from the epoch it was sent to resume at (a later segment, a
+retry from its checkpoint, a resumed campaign's trial: :meth:`~search.loop.costs.TrialCosts.rests`, as the
+placement predicts it). A trial's next run (a later segment, a retry) starts only while its own predicted cost
+fits (:meth:`ResourceBudget.refuses`; else it is held: :mod:`search.loop.next_runs`), not one more trial's. A trial starts while one more trial's predicted cost (the mean of
 those so far, :meth:`~search.loop.costs.TrialCosts.per_trial`) fits in what is left; each one launched takes that
 much of it until the next look (a resumed campaign's trial that resumes at epoch ``k`` of ``n``: ``(n - k) / n`` of
 it, :func:`cluster.walltimes.left_share`). Before any cost is known the first trials start. Once the next trial does not fit,
@@ -69,6 +72,22 @@ class ResourceBudget:
         a trial it has left, so ``trials`` need not be whole)."""
         self._room -= trials * self._next.mean
 
+    def refuses(self, number: int, cost: Estimate, share: float, epochs: str) -> str:
+        """Why trial ``number``'s next run (a later segment, a retry: ``epochs``, as the line names them) does not
+        start: its predicted cost (``cost``, slot-seconds; not known: ``share`` of one more trial's) does not fit in
+        what is left ("": it starts, and takes that much of it; no cost known at all: while anything is left)."""
+        cost = cost if cost.known else self._next.times(share)
+        fits = self._room >= cost.mean if cost.known else self._room > 0
+        if fits:
+            self._room -= cost.mean if cost.known else 0.0
+            return ""
+        to_unit = self.per_slot / HOUR
+        costs = f"is expected to cost {_amount(cost, to_unit)}" if cost.known else "finds nothing left"
+        return (
+            f"[study] {self._key()} = {self.hours:g}: {(self.limit - self._room) * to_unit:.3g} {self.unit} spent or "
+            f"committed to running trials and trial {number}'s next run ({epochs}) {costs}"
+        )
+
     def left(self) -> float:
         """Slot-seconds not spent or committed."""
         return self._room
@@ -86,16 +105,20 @@ class ResourceBudget:
         to_unit = self.per_slot / HOUR
         committed = (self.limit - self._room) * to_unit
         one = self._next
-        cost = (
-            f"one more trial is expected to cost {one.mean * to_unit:.3g} ({one.low * to_unit:.3g}-"
-            f"{one.high * to_unit:.3g})"
-            if one.known
-            else "nothing is left"
-        )
+        cost = f"one more trial is expected to cost {_amount(one, to_unit)}" if one.known else "nothing is left"
         return (
-            f"[study] {self.unit.replace('-', '_').lower()} = {self.hours:g}: {committed:.3g} {self.unit} spent or "
+            f"[study] {self._key()} = {self.hours:g}: {committed:.3g} {self.unit} spent or "
             f"committed to running trials and {cost}: no more trials start"
         )
+
+    def _key(self) -> str:
+        """The spec key the budget was given as (``slot_hours``, ``gpu_hours``)."""
+        return self.unit.replace("-", "_").lower()
+
+
+def _amount(cost: Estimate, to_unit: float) -> str:
+    """A cost in slot-seconds as the budget's unit, with its interval: ``0.52 (0.31-0.74)``."""
+    return f"{cost.mean * to_unit:.3g} ({cost.low * to_unit:.3g}-{cost.high * to_unit:.3g})"
 
 
 def over_budget(

@@ -14,6 +14,7 @@ from search.reports.data import CampaignData, searched_params
 from search.reports.markup import LeftOut, Section, e, figure, guard, kv, left_out, md_table, note, table
 from search.reports.timing import slot_count, timeline, timeline_origin, utilization, worker_labels
 from search.spec.kept_trainer import environment_problem
+from search.store.records import TrialRecord
 
 __all__ = ["timeline_section", "failures", "environment", "reproduce", "MAX_TRACEBACK"]
 
@@ -72,18 +73,24 @@ def timeline_section(data: CampaignData) -> Section:
 
 def failures(data: CampaignData) -> Section:
     failed = [data.record(t) for t in data.failed()]
-    interrupted = [r for r in data.records() if r.state_name == "INTERRUPTED"]
+    interrupted = [r for r in data.records() if r.state_name in ("INTERRUPTED", "HELD")]
     if not failed and not interrupted:
         return left_out("Failures", "no trial failed or was interrupted")
     shown = {r.number: json.dumps(searched_params(r, data.spec.space), default=str) for r in [*failed, *interrupted]}
     rows = [(r.number, r.fail_reason or "unknown", shown[r.number]) for r in failed]
-    rows += [(r.number, "interrupted (resume to finish)", shown[r.number]) for r in interrupted]
+    rows += [(r.number, _unfinished(r), shown[r.number]) for r in interrupted]
     body = table(("trial", "reason", "params"), rows)
     for r in failed:
         tb = r.traceback[-MAX_TRACEBACK:]
         if tb:
             body += f"<details><summary>trial {r.number}: traceback</summary><pre>{e(tb)}</pre></details>"
     return Section("Failures", body, md_table(("trial", "reason", "params"), rows))
+
+
+def _unfinished(record: TrialRecord) -> str:
+    """Why a trial left RUNNING has not finished: held by a budget (not failed: its next run was not started), or
+    interrupted."""
+    return f"held, not failed: {record.held}" if record.held else "interrupted (resume to finish)"
 
 
 def environment(data: CampaignData) -> Section:

@@ -65,7 +65,8 @@ def status_text(path: str | Path) -> str:
     cost = campaign_cost(spec.study, spec.trainer, trials, study.user_attrs.get(StudyAttr.SLOTS))
     lines += cost.lines(round_label=round_label) if alive else cost.lines()[:1]  # an end only while a controller runs
     for trial in running:
-        label = "running" if alive else "interrupted (resume to finish it)"
+        held = str(trial.user_attrs.get(Attr.HELD) or "")
+        label = "running" if alive else f"held: {held}" if held else "interrupted (resume to finish it)"
         since = trial.datetime_start.strftime("%H:%M:%S") if trial.datetime_start else "?"
         steps = len(trial.intermediate_values)
         lines.append(

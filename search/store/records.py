@@ -83,6 +83,7 @@ class Attr:
     STOP_DECIDED: Final = "stop_decided"  # {"reason", "step"}: a stop decided, durable before it was sent
     TRACEBACK: Final = "traceback"  # str: the failure's traceback (tail)
     INTERRUPTED: Final = "interrupted"  # bool: the controller stopped while it ran (resumable)
+    HELD: Final = "held"  # str: why its next run was not started (a budget): it waits for resume with more
     RETRIES: Final = "retries"  # int: times it was re-run after losing its worker
     OUT_OF_MEMORY: Final = "out_of_memory"  # str: what ran out (CUDA or the host), one line; the trial is PRUNED
     # device figures (cluster.device_figures)
@@ -349,6 +350,7 @@ class TrialRecord:
     stop_reason: str = ""
     traceback: str = ""
     interrupted: bool = False
+    held: str = ""
     retries: int = 0
     out_of_memory: str = ""
     gpu_share: float | None = None
@@ -398,6 +400,7 @@ class TrialRecord:
             stop_reason=str(a.get(Attr.STOP_REASON) or ""),
             traceback=str(a.get(Attr.TRACEBACK) or ""),
             interrupted=bool(a.get(Attr.INTERRUPTED)),
+            held=str(a.get(Attr.HELD) or ""),
             retries=_opt_int(a.get(Attr.RETRIES)) or 0,
             out_of_memory=str(a.get(Attr.OUT_OF_MEMORY) or ""),
             gpu_share=_opt_float(a.get(Attr.GPU_SHARE)),
@@ -456,9 +459,12 @@ def spec_sha256_of(study: Any) -> str | None:
 
 
 def state_name(trial: FrozenTrial | TrialRecord) -> str:
-    """The state's name, with ``INTERRUPTED`` for a RUNNING trial whose controller stopped (without building the
-    trial's whole record: ``status`` counts 100,000 trials with it)."""
+    """The state's name, with ``INTERRUPTED`` for a RUNNING trial whose controller stopped and ``HELD`` for one whose
+    next run a budget did not start (without building the trial's whole record: ``status`` counts 100,000 trials
+    with it)."""
     if trial.state != TrialState.RUNNING:
         return trial.state.name
+    if trial.held if isinstance(trial, TrialRecord) else trial.user_attrs.get(Attr.HELD):
+        return "HELD"
     interrupted = trial.interrupted if isinstance(trial, TrialRecord) else bool(trial.user_attrs.get(Attr.INTERRUPTED))
     return "INTERRUPTED" if interrupted else trial.state.name

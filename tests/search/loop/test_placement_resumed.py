@@ -149,3 +149,27 @@ def test_a_trial_queued_behind_a_resumed_run_waits_for_what_that_run_has_left(
         maker.close()
         run.executor.close()
         run.sinks.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_resource_budget_commits_a_resumed_run_for_what_it_has_left(tmp_path: Path) -> None:
+    """``[study] slot_hours``: the budget's look counts a running trial's committed cost from the epoch its run was
+    sent to resume at, as the placement predicts it (one helper, :meth:`TrialCosts.rests`): the resumed trial at
+    epoch 8 of 10 commits ~0.2 of its ~287 s run, not all of it."""
+    run = resumed_campaign(tmp_path, 8, [], [], time_budget=0.0, slot_hours=1.0)
+    spec, study = run.spec, run.study
+    maker = TrialMaker(spec.study, spec.trainer, spec.space, run.folder, study, run.ledger, None)
+    try:
+        left = study.get_trials(deepcopy=False)[0]
+        resumed = maker.configure(optuna.Trial(study, op.frozen_id(study, left)), 0)
+        run.dispatch.launch([resumed], run.dispatch.plan(0.0))
+        run.gates.open(study, run.executor.slots(), 0.0)
+        resources = run.gates.resources
+        assert resources is not None
+        assert resources.look(run.dispatch.running.values(), run.executor.clock()) == []
+        committed = resources.limit - run.costs.spent - resources.left()
+        assert committed == pytest.approx(0.2 * full_run(16), rel=0.05)
+    finally:
+        maker.close()
+        run.executor.close()
+        run.sinks.close()

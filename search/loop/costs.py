@@ -24,6 +24,7 @@ one's last run (a retried trial's earlier runs are not recorded).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 import statistics
@@ -35,7 +36,8 @@ from optuna.trial import TrialState
 from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
-from search.loop.eta import Eta, InFlight, drift_of, estimate_end, residual
+from search.loop.eta import Chain, Eta, InFlight, drift_of, estimate_end, residual
+from search.loop.later_segments import Promotions, Restarts, later_segments
 from search.loop.trials import ReportRecord, RunningTrial
 from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
@@ -79,7 +81,11 @@ def sample_estimate(values: Iterable[float]) -> Estimate:
 class TrialCosts:
     """The campaign's trial model and its ledger of slot-seconds (see the module's docstring)."""
 
-    def __init__(self, model: TrialCostModel | None = None, records: bool = False) -> None:
+    def __init__(
+        self, model: TrialCostModel | None = None, records: bool = False, reduction_factor: int | None = None
+    ) -> None:
+        """``reduction_factor``: the rung pruner's (its prior chance of a promotion at a rung is one over it; None:
+        no rung pruner, a trial's segments all run)."""
         self.model = model or TrialCostModel()
         self.records = (
             records  # each ended run: the trial's slot-seconds so far recorded on it, for a cost-aware sampler
@@ -87,8 +93,11 @@ class TrialCosts:
         self.spent = 0.0  # slot-seconds of the runs that ended
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
         self._widths: dict[int, int] = {}  # each trial's width (its last run's)
-        self._startups: dict[int, float] = {}  # each trial's start-up seconds, where it had one (:func:`startup`)
+        # each trial's fresh worker's start-up (its imports: :func:`startup` of a worker's first run), paid once
+        self._startups: dict[int, float] = {}
         self._warm: set[str] = set()  # the workers a run ended on: the runs after it there pay no worker's start-up
+        self.restarts = Restarts()  # the start-ups of the other runs (a segment's ranks joining): each run pays one
+        self.promotions = Promotions(reduction_factor)  # the share of trials promoted at each rung
         # the start-ups the first runs on fresh workers paid (their imports): for a first run that has not told its own
         self._fresh: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
@@ -143,12 +152,14 @@ class TrialCosts:
             self._epoch_spreads.append(spread)
         if (ran := _epochs_run(running)) is not None and (outcome.ok or outcome.stopped):
             self._finals.append((ran, running.config.epochs))
-        if first:
-            self._startups[running.number] = first
-        if running.worker and running.worker not in self._warm:
+        self.promotions.decided(running, outcome.ok)
+        if self._fresh_worker(running):
             self._warm.add(running.worker)
             if first:
                 self._fresh.append(first)
+                self._startups[running.number] = first
+        elif startup_measured(running):
+            self.restarts.add(running.width, first)
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
 
@@ -227,18 +238,43 @@ class TrialCosts:
     def _fresh_worker(self, running: RunningTrial) -> bool:
         return bool(running.worker) and running.worker not in self._warm
 
-    def wholes(self, running: Sequence[RunningTrial], stops: bool = False) -> list[Estimate]:
+    def wholes(self, running: Sequence[RunningTrial], stops: bool = False, starts: bool = False) -> list[Estimate]:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's, at most its
         epochs at its first epoch's time (:func:`from_first_epoch`); ``stops``: to the epoch trials that went as far
-        have ended at so far (:meth:`final_epoch`: stopped at a target, pruned), not to its last."""
+        have ended at so far (:meth:`final_epoch`: stopped at a target, pruned), not to its last; ``starts``: the
+        model's with the start-up the run pays in it (:meth:`start_up`; the model learns runs less theirs)."""
         fulls = self.durations([(r.config.params, r.width, run_epochs(r)) for r in running])
         spreads = [spread for r in running if (spread := epoch_spread(r)) is not None] + list(self._epoch_spreads)
         typical = statistics.median(spreads) if spreads else 0.25
         out = []
         for full, r in zip(fulls, running):
             final = self.final_epoch(r) if stops else None
+            if starts and full.known and not _own_reports(r):
+                full = _plus(full, self.start_up(r))
             out.append(from_progress(r, typical, final) or _at_most(full, from_first_epoch(r, typical, final)))
         return out
+
+    def start_up(self, running: RunningTrial) -> float:
+        """The start-up a run that has not reported pays: a fresh worker's imports (the median the first runs on
+        fresh workers paid), else a restart (:class:`~search.loop.later_segments.Restarts`: its ranks joining, the
+        data's loading), which a queued run pays too."""
+        if running.started_at is not None and self._fresh_worker(running):
+            return statistics.median(self._fresh) if self._fresh else 0.0
+        return self.restarts.typical(running.width)
+
+    def later(self, running: Sequence[RunningTrial]) -> list[Chain]:
+        """The later segments each running trial may run after this one (a trial promoted at a rung), each its
+        epochs at the model's seconds and a restart, at the chance it gets there."""
+        chains = []
+        for i, r in enumerate(running):
+            segments = later_segments(r, self.promotions)
+            if not segments:
+                continue
+            restart = self.restarts.typical(r.width)
+            fulls = self.durations([(r.config.params, s.width, s.end - s.start) for s in segments])
+            seconds = tuple(_plus(full, restart) for full in fulls)
+            chains.append(Chain(i, seconds, tuple(s.chance for s in segments), r.width))
+        return chains
 
     def final_epoch(self, running: RunningTrial) -> tuple[float, float] | None:
         """The epoch a running trial is expected to end at, given the epoch it has reported: the mean and standard
@@ -272,7 +308,7 @@ class TrialCosts:
         """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
         running = list(running)
         self._bound(running, now)
-        fulls = self.wholes(running, stops=True)
+        fulls = self.wholes(running, stops=True, starts=True)
         in_flight = [
             InFlight(
                 full,
@@ -282,8 +318,15 @@ class TrialCosts:
             )
             for full, r in zip(fulls, running)
         ]
-        seen = self.seen(in_flight, self.startups(running, now), slots)
-        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots, to_start))
+        later = self.later(running)
+        imports = [first if self._fresh_worker(r) else 0.0 for r, first in zip(running, self.startups(running, now))]
+        rest = [0.0] * len(running)  # each trial's later segments' expected slot-seconds: a trial to start pays them
+        for chain in later:
+            rest[chain.after] = chain.width * sum(e.mean * p for e, p in zip(chain.seconds, chain.chances))
+        numbers = [r.number for r in running]
+        seen = self.seen(in_flight, imports, slots, numbers, rest)
+        drift = self.drift(slots, to_start)
+        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, drift, later)
 
     def drift(self, slots: int, to_start: int = 0) -> float:
         """How far the mean cost of ``to_start`` trials may be from the recent ones' (log-spread): the drift per
@@ -296,22 +339,34 @@ class TrialCosts:
         )
 
     def seen(
-        self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = (), slots: int = 0
+        self,
+        in_flight: Sequence[InFlight] = (),
+        startups: Sequence[float] = (),
+        slots: int = 0,
+        numbers: Sequence[int] = (),
+        rest: Sequence[float] = (),
     ) -> list[tuple[float, int]]:
         """What the trials seen cost, ``(slot-seconds, width)``, for the trials to start: the last :data:`SEEN` (or
         one per of the ``slots``, if more) whose runs ended (pruned and failed ones in it: the recent ones, as the
         sampler moves to other costs) and the ones ``in_flight`` that have run, at their
-        predicted whole runs (so the long ones count before they end); each less its start-up (:func:`startup`,
-        ``startups`` for those in flight: a worker's start-up is paid once, not by every trial on it)."""
+        predicted whole runs (so the long ones count before they end); each less its fresh worker's start-up
+        (:func:`startup`, ``startups`` for those in flight: a worker's imports are paid once, not by every trial on
+        it; a restart is paid by every run). With their trials' ``numbers``, a trial in flight counts its earlier
+        runs too (not among those ended) and ``rest``, its later segments' expected slot-seconds: a whole trial."""
+        flying = set(numbers)
         ended = [
             (max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
             for n, cost in itertools.islice(reversed(self._per_trial.items()), max(SEEN, slots))
+            if n not in flying
         ]
         firsts = list(startups) + [0.0] * (len(in_flight) - len(startups))
-        for trial, first in zip(in_flight, firsts):
+        before = [self._per_trial.get(n, 0.0) - self._startups.get(n, 0.0) * self._widths.get(n, 1) for n in numbers]
+        before += [0.0] * (len(in_flight) - len(before))
+        after = list(rest) + [0.0] * (len(in_flight) - len(rest))
+        for trial, first, earlier, later in zip(in_flight, firsts, before, after):
             if trial.ran > 0 and trial.full.known:
                 whole = max(trial.ran, trial.ran + residual(trial.full, trial.ran).mean) - first
-                ended.append((max(0.0, whole) * trial.width, trial.width))
+                ended.append((max(0.0, whole) * trial.width + max(0.0, earlier) + later, trial.width))
         return ended
 
     def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:
@@ -386,6 +441,21 @@ def startup(running: RunningTrial) -> float:
     if len(own) == 1 and own_seconds is not None and math.isfinite(own_seconds) and own_seconds >= 0:
         return max(0.0, first - own_seconds)
     return 0.0
+
+
+def startup_measured(running: RunningTrial) -> bool:
+    """Whether :func:`startup` measured a run's start-up (0 included): two reports in this run, or one with its
+    epoch's own seconds."""
+    own = _own_reports(running)
+    return _epoch_seconds(running) is not None or (len(own) == 1 and own[0][1].get(EPOCH_SECONDS) is not None)
+
+
+def _plus(estimate: Estimate, seconds: float) -> Estimate:
+    """``estimate`` with ``seconds`` more (a run's start-up on top of its training)."""
+    if seconds <= 0:
+        return estimate
+    e = estimate
+    return dataclasses.replace(e, mean=e.mean + seconds, low=e.low + seconds, high=e.high + seconds)
 
 
 def epoch_spread(running: RunningTrial) -> float | None:

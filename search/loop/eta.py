@@ -33,6 +33,7 @@ from cluster.trial_cost import Basis, Estimate
 from cluster.trial_cost.estimate import Z90, duration_text
 
 __all__ = [
+    "Chain",
     "Eta",
     "EtaLog",
     "EtaRun",
@@ -65,6 +66,19 @@ class InFlight:
     ran: float
     width: int
     started: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """The later segments a trial in flight may run once its run ends (a trial promoted at a rung goes on from its
+    checkpoint: :mod:`search.loop.later_segments`): ``after``, its index among the trials in flight; each segment's
+    seconds (its restart in them), and the chance it runs (they run in turn: each one's chance is at most the one's
+    before); ``width``: their slots."""
+
+    after: int
+    seconds: tuple[Estimate, ...]
+    chances: tuple[float, ...]
+    width: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,18 +161,30 @@ def _lefts(trials: Sequence[InFlight], draws: int, rng: np.random.Generator) -> 
     return out
 
 
-def _place(free: np.ndarray, seconds: np.ndarray, width: np.ndarray) -> None:
+def _place(free: np.ndarray, seconds: np.ndarray, width: np.ndarray) -> np.ndarray:
     """One trial in each draw (a row of ``free``: when each slot frees), ``seconds`` on the ``width`` slots that free
-    first."""
+    first; its end in each draw."""
     rows = np.arange(len(free))
     if (width == 1).all():
         first = free.argmin(axis=1)
         free[rows, first] += seconds
-        return
+        return np.asarray(free[rows, first])
     free.sort(axis=1)
     start = free[rows, np.minimum(width, free.shape[1]) - 1]
     taken = np.arange(free.shape[1])[None, :] < width[:, None]
     free[taken] = np.broadcast_to((start + seconds)[:, None], free.shape)[taken]
+    return np.asarray(start + seconds)
+
+
+def _place_after(free: np.ndarray, seconds: np.ndarray, width: int, after: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """A trial's next segment in each draw where it ``runs``: ``seconds`` on the ``width`` slots that free first,
+    not before ``after`` (its run before it ends then); its end in each draw (``after`` where it does not run)."""
+    rows = np.arange(len(free))[:, None]
+    first = np.argsort(free, axis=1)[:, : min(width, free.shape[1])]
+    start = np.maximum(free[rows[:, 0], first[:, -1]], after)
+    end = start + seconds
+    free[rows, first] = np.where(runs[:, None], end[:, None], free[rows, first])
+    return np.where(runs, end, after)
 
 
 def _place_round(free: np.ndarray, seconds: np.ndarray) -> None:
@@ -181,16 +207,24 @@ def _ends(
     slots: int,
     rng: np.random.Generator,
     drift: float = 0.0,
+    chains: Sequence[tuple[np.ndarray, Chain]] = (),
 ) -> np.ndarray:
     """Each draw's end: the ``started`` trials (``lefts``: seconds left, trials x draws) hold their slots, the
-    ``queued`` ones (``fulls``) and ``to_start`` trials drawn from ``seen`` (slot-seconds, widths), reweighted per
-    draw and scaled by a lognormal factor of median 1 and log-spread ``drift``, start as slots free."""
+    ``queued`` ones (``fulls``), then the ``chains``' later segments (each after its trial's run: ``ends``, index
+    ``after`` among the started then the queued), and ``to_start`` trials drawn from ``seen`` (slot-seconds,
+    widths), reweighted per draw and scaled by a lognormal factor of median 1 and log-spread ``drift``, start as
+    slots free."""
     draws = lefts.shape[1]
     free = np.zeros((draws, slots))
     columns = np.repeat(np.arange(len(started)), [t.width for t in started])
     free[:, : len(columns)] = lefts[columns].T
+    ends = list(lefts)
     for i, trial in enumerate(queued):
-        _place(free, fulls[i], np.full(draws, trial.width))
+        ends.append(_place(free, fulls[i], np.full(draws, trial.width)))
+    for seconds, chain in chains:  # seconds: segments x draws
+        after, u = ends[chain.after], rng.random(draws)
+        for k, chance in enumerate(chain.chances):
+            after = _place_after(free, seconds[k], chain.width, after, np.less(u, chance))
     costs, widths = seen
     weights = rng.dirichlet(np.ones(len(costs)), size=draws) if len(costs) > 1 else np.ones((draws, len(costs)))
     scale = np.exp(drift * _normal_quantiles(draws, rng))  # the trials to start cost this times the seen
@@ -262,13 +296,15 @@ def estimate_end(
     time_left: float | None = None,
     cost_left: float | None = None,
     drift: float = 0.0,
+    later: Sequence[Chain] = (),
 ) -> Eta | None:
     """The end of a campaign with ``in_flight`` trials and ``to_start`` trials not sent out, each costing one of the
     trials ``seen`` (slot-seconds, width), on ``slots`` slots; ``time_left``: seconds of its time budget (None:
     none); ``cost_left``: slot-seconds of its resource budget not spent or committed to the trials in flight (None:
     none); ``drift``: how far (log-spread) the trials to start may cost more or less than those seen on average
-    (:func:`drift_of` the campaign's costs; 0: none beyond the error of their mean). None when the model cannot tell yet (a trial to start and no cost
-    seen, or a trial in flight whose run is not known)."""
+    (:func:`drift_of` the campaign's costs; 0: none beyond the error of their mean); ``later``: the later segments
+    the trials in flight may run (:class:`Chain`; a segment whose seconds are not known is left out). None when the
+    model cannot tell yet (a trial to start and no cost seen, or a trial in flight whose run is not known)."""
     if any(not t.full.known for t in in_flight) or (to_start and not seen):
         return None
     costs = np.array([max(0.0, c) for c, _w in seen]) if seen else np.zeros(1)
@@ -286,7 +322,17 @@ def estimate_end(
     lefts = _lefts(started, draws, rng)
     fulls = _lefts([dataclasses.replace(t, ran=0.0) for t in queued], draws, rng)
     drift = min(MAX_DRIFT, drift) if math.isfinite(drift) and drift > 0 else 0.0
-    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng, drift)
+    order = [i for i, t in enumerate(in_flight) if t.started] + [i for i, t in enumerate(in_flight) if not t.started]
+    at = {i: k for k, i in enumerate(order)}  # a trial in flight's place among the started, then the queued
+    chains = [
+        (
+            _lefts([InFlight(e, 0.0, chain.width) for e in chain.seconds], draws, rng),
+            dataclasses.replace(chain, after=at[chain.after]),
+        )
+        for chain in later
+        if chain.seconds and all(e.known for e in chain.seconds) and chain.after in at
+    ]
+    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng, drift, chains)
     if time_left is not None:
         if float(np.mean(ends >= time_left)) >= 0.5:
             limited_by = "time budget"

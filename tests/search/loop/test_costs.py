@@ -189,6 +189,7 @@ def test_a_run_pruned_at_its_first_epoch_is_learnt_less_its_start_up() -> None:
     predicted 30 times too long)."""
     costs = TrialCosts()
     pruned = _reporting(4, [])
+    pruned.worker = "A"  # its worker's first run: its start-up is the worker's imports, paid once
     pruned.keep_report(1, {"loss": 1.0, "examples": 1000.0, "epoch_seconds": 0.1}, 103.1)
     assert startup(pruned) == pytest.approx(3.0)
     stopped = Outcome(TrialStatus.OK, metrics={"examples": 1000.0}, started=100.0, finished=103.1, stopped=True)

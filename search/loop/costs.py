@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
-from search.loop.eta import Chain, Eta, InFlight, drift_of, estimate_end, residual
+from search.loop.eta import Chain, Eta, InFlight, drift_of, estimate_end, residual, trend_of
 from search.loop.later_segments import Promotions, Restarts, later_segments
 from search.loop.trials import ReportRecord, RunningTrial
 from search.sampling.cost_tpe import record_cost
@@ -98,6 +98,7 @@ class TrialCosts:
         self._warm: set[str] = set()  # the workers a run ended on: the runs after it there pay no worker's start-up
         self.restarts = Restarts()  # the start-ups of the other runs (a segment's ranks joining): each run pays one
         self.promotions = Promotions(reduction_factor)  # the share of trials promoted at each rung
+        self._last = -1  # the highest trial number a run ended of
         # the start-ups the first runs on fresh workers paid (their imports): for a first run that has not told its own
         self._fresh: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
@@ -178,6 +179,7 @@ class TrialCosts:
         learnt = seconds - first if seconds > first else seconds
         self.model.observe_run(number, params, Resources(width), learnt, full=full, examples=examples)
         self.spent += seconds * width
+        self._last = max(self._last, number)
         before = self._per_trial.get(number)
         self._per_trial[number] = (before or 0.0) + seconds * width
         self._widths[number] = width
@@ -324,9 +326,20 @@ class TrialCosts:
         for chain in later:
             rest[chain.after] = chain.width * sum(e.mean * p for e, p in zip(chain.seconds, chain.chances))
         numbers = [r.number for r in running]
-        seen = self.seen(in_flight, imports, slots, numbers, rest)
+        numbered = self._numbered(in_flight, imports, slots, numbers, rest)
+        guessed = {r.number for r in running if _epoch_seconds(r) is None}  # the model's guess: not in the trend
+        trend = self.trend([seen for seen in numbered if seen[0] not in guessed], numbers, to_start)
+        seen = [(cost * trend, width) for _n, cost, width in numbered]
         drift = self.drift(slots, to_start)
         return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, drift, later)
+
+    def trend(self, numbered: Sequence[tuple[int, float, int]], flying: Sequence[int], to_start: int) -> float:
+        """The factor the trials to start cost by the trend of the costs seen (:func:`~search.loop.eta.trend_of`),
+        numbered from the next trial's on (1: none to start)."""
+        if not to_start:
+            return 1.0
+        following = 1 + max([*flying, self._last])
+        return trend_of([(n, cost) for n, cost, _w in numbered if n >= 0], (following, following + to_start - 1))
 
     def drift(self, slots: int, to_start: int = 0) -> float:
         """How far the mean cost of ``to_start`` trials may be from the recent ones' (log-spread): the drift per
@@ -353,9 +366,20 @@ class TrialCosts:
         (:func:`startup`, ``startups`` for those in flight: a worker's imports are paid once, not by every trial on
         it; a restart is paid by every run). With their trials' ``numbers``, a trial in flight counts its earlier
         runs too (not among those ended) and ``rest``, its later segments' expected slot-seconds: a whole trial."""
+        return [(cost, width) for _n, cost, width in self._numbered(in_flight, startups, slots, numbers, rest)]
+
+    def _numbered(
+        self,
+        in_flight: Sequence[InFlight],
+        startups: Sequence[float],
+        slots: int,
+        numbers: Sequence[int],
+        rest: Sequence[float],
+    ) -> list[tuple[int, float, int]]:
+        """:meth:`seen`, each with its trial's number (-1: a trial in flight whose number is not given)."""
         flying = set(numbers)
         ended = [
-            (max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
+            (n, max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
             for n, cost in itertools.islice(reversed(self._per_trial.items()), max(SEEN, slots))
             if n not in flying
         ]
@@ -363,10 +387,11 @@ class TrialCosts:
         before = [self._per_trial.get(n, 0.0) - self._startups.get(n, 0.0) * self._widths.get(n, 1) for n in numbers]
         before += [0.0] * (len(in_flight) - len(before))
         after = list(rest) + [0.0] * (len(in_flight) - len(rest))
-        for trial, first, earlier, later in zip(in_flight, firsts, before, after):
+        named = list(numbers) + [-1] * (len(in_flight) - len(numbers))
+        for trial, first, earlier, later, n in zip(in_flight, firsts, before, after, named):
             if trial.ran > 0 and trial.full.known:
                 whole = max(trial.ran, trial.ran + residual(trial.full, trial.ran).mean) - first
-                ended.append((max(0.0, whole) * trial.width + max(0.0, earlier) + later, trial.width))
+                ended.append((n, max(0.0, whole) * trial.width + max(0.0, earlier) + later, trial.width))
         return ended
 
     def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:

@@ -5,6 +5,9 @@ at each working-out over the running trials), and what the loop reads from it.
 - the typical run (the dispatcher's queue depth and batch size: the median of the last 64 runs);
 - a trial's predicted duration (seconds per example times the examples it will see, where the trainer reports
   ``examples``; else the durations of similar trials), for placement and the time budget;
+- the start-ups apart: a fresh worker's imports (paid once per worker) and a run's restart (every later run pays
+  it again: a segment's ranks joining), and the share of trials promoted at each rung (a running trial's later
+  segments in the expected end: :mod:`search.loop.later_segments`);
 - the slot-seconds spent (slots x seconds of every run that ended, pruned, failed and lost ones included) and one
   more trial's expected cost (the mean of the trials seen, so the pruning and failure rates are in it), for a
   budget in slot- or GPU-hours and the ETA;

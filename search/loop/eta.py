@@ -3,7 +3,9 @@
 The end is the last slot's, in a simulation of the schedule left, drawn many times (:data:`DRAWS`): each running
 trial frees its slots at its time left, drawn from its prediction given how long it has run (:func:`residual`);
 then the trials asked and waiting, and the trials not asked yet, start in turn on the slots that free first (a
-trial of width ``w`` on the ``w`` that free first). A trial to start costs one of the trials seen, drawn from them
+trial of width ``w`` on the ``w`` that free first); a trial in flight whose segment ends at a rung goes on with its
+later segments after its run, each at the chance it is promoted that far (:class:`Chain`). A trial to start costs
+one of the trials seen (times the trend of their costs over the campaign: :func:`trend_of`), drawn from them
 (the recent ones that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
 it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
 each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and

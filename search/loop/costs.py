@@ -98,7 +98,8 @@ class TrialCosts:
         self._widths: dict[int, int] = {}  # each trial's width (its last run's)
         # each trial's fresh worker's start-up (its imports: :func:`startup` of a worker's first run), paid once
         self._startups: dict[int, float] = {}
-        self._warm: set[str] = set()  # the workers a run ended on: the runs after it there pay no worker's start-up
+        # each worker a run ended on, and when: the runs started there after it pay no worker's start-up
+        self._warm: dict[str, float] = {}
         self.restarts = Restarts()  # the start-ups of the other runs (a segment's ranks joining): each run pays one
         self.promotions = Promotions(reduction_factor)  # the share of trials promoted at each rung
         self._last = -1  # the highest trial number a run ended of
@@ -157,8 +158,8 @@ class TrialCosts:
         if (ran := _epochs_run(running)) is not None and (outcome.ok or outcome.stopped):
             self._finals.append((ran, running.config.epochs))
         self.promotions.decided(running, outcome.ok)
-        if self._fresh_worker(running):
-            self._warm.add(running.worker)
+        if self._fresh_worker(running):  # begun before a run ended on its worker: it paid the worker's imports
+            self._warm.setdefault(running.worker, (running.started_at or 0.0) + seconds)
             if first:
                 self._fresh.append(first)
                 self._startups[running.number] = first
@@ -241,7 +242,12 @@ class TrialCosts:
         return out
 
     def _fresh_worker(self, running: RunningTrial) -> bool:
-        return bool(running.worker) and running.worker not in self._warm
+        """Whether a run began on a fresh worker: before any run ended there (the runs started together on a worker
+        of several slots all pay its imports)."""
+        warm = self._warm.get(running.worker)
+        if not running.worker:
+            return False
+        return warm is None or (running.started_at is not None and running.started_at < warm)
 
     def wholes(self, running: Sequence[RunningTrial], stops: bool = False, starts: bool = False) -> list[Estimate]:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's, at most its

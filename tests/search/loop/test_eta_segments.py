@@ -113,3 +113,16 @@ def test_a_restart_is_learnt_apart_from_a_fresh_worker_s_imports_and_every_run_p
     queued = _run("", 2, [], None)
     eta = costs.eta([queued], 0, 1, 120.0)
     assert eta is not None and eta.left.mean == pytest.approx(4.0, rel=0.05)
+
+
+def test_the_runs_begun_together_on_a_fresh_worker_of_several_slots_all_paid_its_imports() -> None:
+    """Worker A has 2 slots: two first runs began together and each paid 5 s of imports (examples/digits-elastic.toml
+    on 2 workers of 2 slots under load: 10 s each). The second to end is no restart: a run begun on A after the
+    first ended there pays none of it."""
+    costs = TrialCosts()
+    for number in (0, 1):
+        costs.ended(_run("A", number, [106.0, 107.0], 100.0), Outcome(TrialStatus.OK, started=100.0, finished=107.0))
+    assert len(costs.restarts) == 0
+    assert [cost for cost, _w in costs.seen()] == [pytest.approx(2.0), pytest.approx(2.0)]
+    eta = costs.eta([_run("", 2, [], None)], 0, 1, 120.0)
+    assert eta is not None and eta.left.mean == pytest.approx(2.0, rel=0.05)

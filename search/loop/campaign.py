@@ -45,6 +45,7 @@ from search.loop.fail_fast import early_failures_error
 from search.loop.hooks import CampaignHooks
 from search.loop.idle_slots import widen_idle
 from search.loop.intermediate import IntermediateValues
+from search.loop.later_segments import rung_factor
 from search.loop.ledger import NEVER_STARTED, Ledger, named_values
 from search.loop.next_runs import NextRuns
 from search.loop.policies import (
@@ -137,7 +138,7 @@ class Campaign:
             *elastic_policies(spec.elastic, spec.pruning, spec.trainer.epochs, spec.study.pruner, spec.study.n_trials),
         )  # [elastic]: before pruning, after the faults
         self.policies = policies_for(spec, folder, population, self.reports, extra)
-        self.costs = TrialCosts(records=reads_cost(spec.study.sampler))  # the trial model, fed with reports and runs
+        self.costs = TrialCosts(records=reads_cost(spec.study.sampler), reduction_factor=rung_factor(spec))
         executor.predict_with(self.costs)  # the one model: the executor's walltime check and packing read it too
         self.dispatch = Dispatcher(spec, executor, clock, self.costs, restore=self.reports.restore)
         self.supply = TrialSupply(

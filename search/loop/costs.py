@@ -5,6 +5,9 @@ at each working-out over the running trials), and what the loop reads from it.
 - the typical run (the dispatcher's queue depth and batch size: the median of the last 64 runs);
 - a trial's predicted duration (seconds per example times the examples it will see, where the trainer reports
   ``examples``; else the durations of similar trials), for placement and the time budget;
+- the start-ups apart: a fresh worker's imports (paid once per worker) and a run's restart (every later run pays
+  it again: a segment's ranks joining), and the share of trials promoted at each rung (a running trial's later
+  segments in the expected end: :mod:`search.loop.later_segments`);
 - the slot-seconds spent (slots x seconds of every run that ended, pruned, failed and lost ones included) and one
   more trial's expected cost (the mean of the trials seen, so the pruning and failure rates are in it), for a
   budget in slot- or GPU-hours and the ETA;
@@ -24,6 +27,7 @@ one's last run (a retried trial's earlier runs are not recorded).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 import statistics
@@ -36,7 +40,8 @@ from cluster.outcome import Outcome
 from cluster.trial_cost import Basis, Estimate, Quantity, Resources, TrialCostModel
 from cluster.trial_cost.estimate import Z90
 from cluster.walltimes import left_share
-from search.loop.eta import Eta, InFlight, drift_of, estimate_end, residual
+from search.loop.eta import Chain, Eta, InFlight, drift_of, estimate_end, residual, trend_of
+from search.loop.later_segments import Promotions, Restarts, later_segments
 from search.loop.trials import ReportRecord, RunningTrial
 from search.sampling.cost_tpe import record_cost
 from search.store.records import TrialRecord
@@ -81,7 +86,11 @@ def sample_estimate(values: Iterable[float]) -> Estimate:
 class TrialCosts:
     """The campaign's trial model and its ledger of slot-seconds (see the module's docstring)."""
 
-    def __init__(self, model: TrialCostModel | None = None, records: bool = False) -> None:
+    def __init__(
+        self, model: TrialCostModel | None = None, records: bool = False, reduction_factor: int | None = None
+    ) -> None:
+        """``reduction_factor``: the rung pruner's (its prior chance of a promotion at a rung is one over it; None:
+        no rung pruner, a trial's segments all run)."""
         self.model = model or TrialCostModel()
         self.records = (
             records  # each ended run: the trial's slot-seconds so far recorded on it, for a cost-aware sampler
@@ -89,8 +98,13 @@ class TrialCosts:
         self.spent = 0.0  # slot-seconds of the runs that ended
         self._per_trial: dict[int, float] = {}  # slot-seconds each trial's ended runs took
         self._widths: dict[int, int] = {}  # each trial's width (its last run's)
-        self._startups: dict[int, float] = {}  # each trial's start-up seconds, where it had one (:func:`startup`)
-        self._warm: set[str] = set()  # the workers a run ended on: the runs after it there pay no worker's start-up
+        # each trial's fresh worker's start-up (its imports: :func:`startup` of a worker's first run), paid once
+        self._startups: dict[int, float] = {}
+        # each worker a run ended on, and when: the runs started there after it pay no worker's start-up
+        self._warm: dict[str, float] = {}
+        self.restarts = Restarts()  # the start-ups of the other runs (a segment's ranks joining): each run pays one
+        self.promotions = Promotions(reduction_factor)  # the share of trials promoted at each rung
+        self._last = -1  # the highest trial number a run ended of
         # the start-ups the first runs on fresh workers paid (their imports): for a first run that has not told its own
         self._fresh: collections.deque[float] = collections.deque(maxlen=DURATION_WINDOW)
         self._totals = _Totals()  # their count, sum and sum of squares: one more trial's cost without a pass over them
@@ -145,12 +159,14 @@ class TrialCosts:
             self._epoch_spreads.append(spread)
         if (ran := _epochs_run(running)) is not None and (outcome.ok or outcome.stopped):
             self._finals.append((ran, running.config.epochs))
-        if first:
-            self._startups[running.number] = first
-        if running.worker and running.worker not in self._warm:
-            self._warm.add(running.worker)
+        self.promotions.decided(running, outcome.ok)
+        if self._fresh_worker(running):  # begun before a run ended on its worker: it paid the worker's imports
+            self._warm.setdefault(running.worker, (running.started_at or 0.0) + seconds)
             if first:
                 self._fresh.append(first)
+                self._startups[running.number] = first
+        elif startup_measured(running):
+            self.restarts.add(running.width, first)
         if self.records:
             record_cost(running.trial, self.trial_spent(running.number))
 
@@ -169,6 +185,7 @@ class TrialCosts:
         learnt = seconds - first if seconds > first else seconds
         self.model.observe_run(number, params, Resources(width), learnt, full=full, examples=examples)
         self.spent += seconds * width
+        self._last = max(self._last, number)
         before = self._per_trial.get(number)
         self._per_trial[number] = (before or 0.0) + seconds * width
         self._widths[number] = width
@@ -227,18 +244,26 @@ class TrialCosts:
         return out
 
     def _fresh_worker(self, running: RunningTrial) -> bool:
-        return bool(running.worker) and running.worker not in self._warm
+        """Whether a run began on a fresh worker: before any run ended there (the runs started together on a worker
+        of several slots all pay its imports)."""
+        warm = self._warm.get(running.worker)
+        if not running.worker:
+            return False
+        return warm is None or (running.started_at is not None and running.started_at < warm)
 
-    def wholes(self, running: Sequence[RunningTrial], stops: bool = False) -> list[Estimate]:
+    def wholes(self, running: Sequence[RunningTrial], stops: bool = False, starts: bool = False) -> list[Estimate]:
         """Each running trial's whole run: from its own progress (:func:`from_progress`), else the model's, at most its
         epochs at its first epoch's time (:func:`from_first_epoch`); ``stops``: to the epoch trials that went as far
-        have ended at so far (:meth:`final_epoch`: stopped at a target, pruned), not to its last."""
+        have ended at so far (:meth:`final_epoch`: stopped at a target, pruned), not to its last; ``starts``: the
+        model's with the start-up the run pays in it (:meth:`start_up`; the model learns runs less theirs)."""
         fulls = self.rests([run_of(r) for r in running])
         spreads = [spread for r in running if (spread := epoch_spread(r)) is not None] + list(self._epoch_spreads)
         typical = statistics.median(spreads) if spreads else 0.25
         out = []
         for full, r in zip(fulls, running):
             final = self.final_epoch(r) if stops else None
+            if starts and full.known and not _own_reports(r):
+                full = _plus(full, self.start_up(r))
             out.append(from_progress(r, typical, final) or _at_most(full, from_first_epoch(r, typical, final)))
         return out
 
@@ -252,6 +277,28 @@ class TrialCosts:
         return [
             full.times(left_share(start, epochs, begun)) for full, (_p, _w, epochs, begun, start) in zip(fulls, runs)
         ]
+
+    def start_up(self, running: RunningTrial) -> float:
+        """The start-up a run that has not reported pays: a fresh worker's imports (the median the first runs on
+        fresh workers paid), else a restart (:class:`~search.loop.later_segments.Restarts`: its ranks joining, the
+        data's loading), which a queued run pays too."""
+        if running.started_at is not None and self._fresh_worker(running):
+            return statistics.median(self._fresh) if self._fresh else 0.0
+        return self.restarts.typical(running.width)
+
+    def later(self, running: Sequence[RunningTrial]) -> list[Chain]:
+        """The later segments each running trial may run after this one (a trial promoted at a rung), each its
+        epochs at the model's seconds and a restart, at the chance it gets there."""
+        chains = []
+        for i, r in enumerate(running):
+            segments = later_segments(r, self.promotions)
+            if not segments:
+                continue
+            restart = self.restarts.typical(r.width)
+            fulls = self.durations([(r.config.params, s.width, s.end - s.start) for s in segments])
+            seconds = tuple(_plus(full, restart) for full in fulls)
+            chains.append(Chain(i, seconds, tuple(s.chance for s in segments), r.width))
+        return chains
 
     def final_epoch(self, running: RunningTrial) -> tuple[float, float] | None:
         """The epoch a running trial is expected to end at, given the epoch it has reported: the mean and standard
@@ -285,7 +332,7 @@ class TrialCosts:
         """The campaign's expected end (:func:`~search.loop.eta.estimate_end`) with these trials in flight."""
         running = list(running)
         self._bound(running, now)
-        fulls = self.wholes(running, stops=True)
+        fulls = self.wholes(running, stops=True, starts=True)
         in_flight = [
             InFlight(
                 full,
@@ -295,8 +342,26 @@ class TrialCosts:
             )
             for full, r in zip(fulls, running)
         ]
-        seen = self.seen(in_flight, self.startups(running, now), slots)
-        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, self.drift(slots, to_start))
+        later = self.later(running)
+        imports = [first if self._fresh_worker(r) else 0.0 for r, first in zip(running, self.startups(running, now))]
+        rest = [0.0] * len(running)  # each trial's later segments' expected slot-seconds: a trial to start pays them
+        for chain in later:
+            rest[chain.after] = chain.width * sum(e.mean * p for e, p in zip(chain.seconds, chain.chances))
+        numbers = [r.number for r in running]
+        numbered = self._numbered(in_flight, imports, slots, numbers, rest)
+        guessed = {r.number for r in running if _epoch_seconds(r) is None}  # the model's guess: not in the trend
+        trend = self.trend([seen for seen in numbered if seen[0] not in guessed], numbers, to_start)
+        seen = [(cost * trend, width) for _n, cost, width in numbered]
+        drift = self.drift(slots, to_start)
+        return estimate_end(in_flight, to_start, seen, slots, time_left, cost_left, drift, later)
+
+    def trend(self, numbered: Sequence[tuple[int, float, int]], flying: Sequence[int], to_start: int) -> float:
+        """The factor the trials to start cost by the trend of the costs seen (:func:`~search.loop.eta.trend_of`),
+        numbered from the next trial's on (1: none to start)."""
+        if not to_start:
+            return 1.0
+        following = 1 + max([*flying, self._last])
+        return trend_of([(n, cost) for n, cost, _w in numbered if n >= 0], (following, following + to_start - 1))
 
     def drift(self, slots: int, to_start: int = 0) -> float:
         """How far the mean cost of ``to_start`` trials may be from the recent ones' (log-spread): the drift per
@@ -309,22 +374,46 @@ class TrialCosts:
         )
 
     def seen(
-        self, in_flight: Sequence[InFlight] = (), startups: Sequence[float] = (), slots: int = 0
+        self,
+        in_flight: Sequence[InFlight] = (),
+        startups: Sequence[float] = (),
+        slots: int = 0,
+        numbers: Sequence[int] = (),
+        rest: Sequence[float] = (),
     ) -> list[tuple[float, int]]:
         """What the trials seen cost, ``(slot-seconds, width)``, for the trials to start: the last :data:`SEEN` (or
         one per of the ``slots``, if more) whose runs ended (pruned and failed ones in it: the recent ones, as the
         sampler moves to other costs) and the ones ``in_flight`` that have run, at their
-        predicted whole runs (so the long ones count before they end); each less its start-up (:func:`startup`,
-        ``startups`` for those in flight: a worker's start-up is paid once, not by every trial on it)."""
+        predicted whole runs (so the long ones count before they end); each less its fresh worker's start-up
+        (:func:`startup`, ``startups`` for those in flight: a worker's imports are paid once, not by every trial on
+        it; a restart is paid by every run). With their trials' ``numbers``, a trial in flight counts its earlier
+        runs too (not among those ended) and ``rest``, its later segments' expected slot-seconds: a whole trial."""
+        return [(cost, width) for _n, cost, width in self._numbered(in_flight, startups, slots, numbers, rest)]
+
+    def _numbered(
+        self,
+        in_flight: Sequence[InFlight],
+        startups: Sequence[float],
+        slots: int,
+        numbers: Sequence[int],
+        rest: Sequence[float],
+    ) -> list[tuple[int, float, int]]:
+        """:meth:`seen`, each with its trial's number (-1: a trial in flight whose number is not given)."""
+        flying = set(numbers)
         ended = [
-            (max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
+            (n, max(0.0, cost - self._startups.get(n, 0.0) * self._widths.get(n, 1)), self._widths.get(n, 1))
             for n, cost in itertools.islice(reversed(self._per_trial.items()), max(SEEN, slots))
+            if n not in flying
         ]
         firsts = list(startups) + [0.0] * (len(in_flight) - len(startups))
-        for trial, first in zip(in_flight, firsts):
+        before = [self._per_trial.get(n, 0.0) - self._startups.get(n, 0.0) * self._widths.get(n, 1) for n in numbers]
+        before += [0.0] * (len(in_flight) - len(before))
+        after = list(rest) + [0.0] * (len(in_flight) - len(rest))
+        named = list(numbers) + [-1] * (len(in_flight) - len(numbers))
+        for trial, first, earlier, later, n in zip(in_flight, firsts, before, after, named):
             if trial.ran > 0 and trial.full.known:
                 whole = max(trial.ran, trial.ran + residual(trial.full, trial.ran).mean) - first
-                ended.append((max(0.0, whole) * trial.width, trial.width))
+                ended.append((n, max(0.0, whole) * trial.width + max(0.0, earlier) + later, trial.width))
         return ended
 
     def per_trial(self, running: Iterable[RunningTrial] = ()) -> Estimate:
@@ -406,6 +495,21 @@ def startup(running: RunningTrial) -> float:
     if len(own) == 1 and own_seconds is not None and math.isfinite(own_seconds) and own_seconds >= 0:
         return max(0.0, first - own_seconds)
     return 0.0
+
+
+def startup_measured(running: RunningTrial) -> bool:
+    """Whether :func:`startup` measured a run's start-up (0 included): two reports in this run, or one with its
+    epoch's own seconds."""
+    own = _own_reports(running)
+    return _epoch_seconds(running) is not None or (len(own) == 1 and own[0][1].get(EPOCH_SECONDS) is not None)
+
+
+def _plus(estimate: Estimate, seconds: float) -> Estimate:
+    """``estimate`` with ``seconds`` more (a run's start-up on top of its training)."""
+    if seconds <= 0:
+        return estimate
+    e = estimate
+    return dataclasses.replace(e, mean=e.mean + seconds, low=e.low + seconds, high=e.high + seconds)
 
 
 def epoch_spread(running: RunningTrial) -> float | None:

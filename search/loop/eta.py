@@ -3,7 +3,9 @@
 The end is the last slot's, in a simulation of the schedule left, drawn many times (:data:`DRAWS`): each running
 trial frees its slots at its time left, drawn from its prediction given how long it has run (:func:`residual`);
 then the trials asked and waiting, and the trials not asked yet, start in turn on the slots that free first (a
-trial of width ``w`` on the ``w`` that free first). A trial to start costs one of the trials seen, drawn from them
+trial of width ``w`` on the ``w`` that free first); a trial in flight whose segment ends at a rung goes on with its
+later segments after its run, each at the chance it is promoted that far (:class:`Chain`). A trial to start costs
+one of the trials seen (times the trend of their costs over the campaign: :func:`trend_of`), drawn from them
 (the recent ones that ended, pruned and failed ones in it, so the pruning and failure rates seen so far are in
 it, and the running ones at their predicted whole runs, so the long ones still running count before they end);
 each draw first reweights them (a Bayesian bootstrap), so the interval carries the error of their mean too, and
@@ -33,12 +35,14 @@ from cluster.trial_cost import Basis, Estimate
 from cluster.trial_cost.estimate import Z90, duration_text
 
 __all__ = [
+    "Chain",
     "Eta",
     "EtaLog",
     "EtaRun",
     "InFlight",
     "estimate_end",
     "drift_of",
+    "trend_of",
     "duration_text",
     "mean_error",
     "read_eta_runs",
@@ -54,6 +58,9 @@ CHUNKS = 64  # a round of trials to start is placed in at most this many turns (
 SEED = 52  # each working-out draws the same way: the same campaign gives the same expected end
 ONE_COST_DRIFT = math.log(2.0)  # the log-spread of the trials to start's mean cost when one cost is all there is
 MAX_DRIFT = 1.5  # at most (a factor of 4.5 at one standard deviation)
+MIN_TREND_POINTS = 6  # trials seen a trend in their costs is fitted on, at least
+TREND_T = 2.0  # a trend's slope counts past this many standard errors (shrunk by 1 - (TREND_T / t)^2)
+MAX_TREND = 3.0  # the trend's factor on the trials to start's cost, at most (and at least its inverse)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +72,19 @@ class InFlight:
     ran: float
     width: int
     started: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """The later segments a trial in flight may run once its run ends (a trial promoted at a rung goes on from its
+    checkpoint: :mod:`search.loop.later_segments`): ``after``, its index among the trials in flight; each segment's
+    seconds (its restart in them), and the chance it runs (they run in turn: each one's chance is at most the one's
+    before); ``width``: their slots."""
+
+    after: int
+    seconds: tuple[Estimate, ...]
+    chances: tuple[float, ...]
+    width: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,18 +167,30 @@ def _lefts(trials: Sequence[InFlight], draws: int, rng: np.random.Generator) -> 
     return out
 
 
-def _place(free: np.ndarray, seconds: np.ndarray, width: np.ndarray) -> None:
+def _place(free: np.ndarray, seconds: np.ndarray, width: np.ndarray) -> np.ndarray:
     """One trial in each draw (a row of ``free``: when each slot frees), ``seconds`` on the ``width`` slots that free
-    first."""
+    first; its end in each draw."""
     rows = np.arange(len(free))
     if (width == 1).all():
         first = free.argmin(axis=1)
         free[rows, first] += seconds
-        return
+        return np.asarray(free[rows, first])
     free.sort(axis=1)
     start = free[rows, np.minimum(width, free.shape[1]) - 1]
     taken = np.arange(free.shape[1])[None, :] < width[:, None]
     free[taken] = np.broadcast_to((start + seconds)[:, None], free.shape)[taken]
+    return np.asarray(start + seconds)
+
+
+def _place_after(free: np.ndarray, seconds: np.ndarray, width: int, after: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """A trial's next segment in each draw where it ``runs``: ``seconds`` on the ``width`` slots that free first,
+    not before ``after`` (its run before it ends then); its end in each draw (``after`` where it does not run)."""
+    rows = np.arange(len(free))[:, None]
+    first = np.argsort(free, axis=1)[:, : min(width, free.shape[1])]
+    start = np.maximum(free[rows[:, 0], first[:, -1]], after)
+    end = start + seconds
+    free[rows, first] = np.where(runs[:, None], end[:, None], free[rows, first])
+    return np.where(runs, end, after)
 
 
 def _place_round(free: np.ndarray, seconds: np.ndarray) -> None:
@@ -181,16 +213,24 @@ def _ends(
     slots: int,
     rng: np.random.Generator,
     drift: float = 0.0,
+    chains: Sequence[tuple[np.ndarray, Chain]] = (),
 ) -> np.ndarray:
     """Each draw's end: the ``started`` trials (``lefts``: seconds left, trials x draws) hold their slots, the
-    ``queued`` ones (``fulls``) and ``to_start`` trials drawn from ``seen`` (slot-seconds, widths), reweighted per
-    draw and scaled by a lognormal factor of median 1 and log-spread ``drift``, start as slots free."""
+    ``queued`` ones (``fulls``), then the ``chains``' later segments (each after its trial's run: ``ends``, index
+    ``after`` among the started then the queued), and ``to_start`` trials drawn from ``seen`` (slot-seconds,
+    widths), reweighted per draw and scaled by a lognormal factor of median 1 and log-spread ``drift``, start as
+    slots free."""
     draws = lefts.shape[1]
     free = np.zeros((draws, slots))
     columns = np.repeat(np.arange(len(started)), [t.width for t in started])
     free[:, : len(columns)] = lefts[columns].T
+    ends = list(lefts)
     for i, trial in enumerate(queued):
-        _place(free, fulls[i], np.full(draws, trial.width))
+        ends.append(_place(free, fulls[i], np.full(draws, trial.width)))
+    for seconds, chain in chains:  # seconds: segments x draws
+        after, u = ends[chain.after], rng.random(draws)
+        for k, chance in enumerate(chain.chances):
+            after = _place_after(free, seconds[k], chain.width, after, np.less(u, chance))
     costs, widths = seen
     weights = rng.dirichlet(np.ones(len(costs)), size=draws) if len(costs) > 1 else np.ones((draws, len(costs)))
     scale = np.exp(drift * _normal_quantiles(draws, rng))  # the trials to start cost this times the seen
@@ -234,6 +274,40 @@ def mean_error(costs: Sequence[float] | np.ndarray) -> float:
     return float(np.std(logs, ddof=1) / math.sqrt(len(logs)))
 
 
+def trend_of(seen: Sequence[tuple[float, float]], future: tuple[float, float]) -> float:
+    """The factor by which the trials to start cost more (or less) than the trials ``seen`` (``(order, cost)``: a
+    trial's number, its cost) on average, by the trend of the costs over the campaign: the least-squares slope of
+    log cost on the order, shrunk to 0 by ``1 - (TREND_T / t)^2`` (0 where its t statistic is under
+    :data:`TREND_T`: a sampler whose costs only scatter has none), times how far each trial to start's order (from
+    ``future[0]`` to ``future[1]``) is past the seen trials' mean (at most the orders' span seen: no further than
+    the data); the mean of the factors over the trials to start, within ``1 / MAX_TREND`` and :data:`MAX_TREND`.
+
+    Why a trend and not the mean of the recent trials: a sampler that selects moves the costs steadily. Regularized
+    evolution mutates the winners of tournaments among the population (the most recent trials), and the winners
+    of a size-limited CNN space are the bigger networks: the children grow (examples/digits-evolution.toml: 1.5-4.5 s
+    early, 4-9 s later), and a mean of the trials seen, however recent, lags by half its window. TPE converging on
+    dearer (or cheaper) configurations moves them the same way. The trials in flight count at their predicted whole
+    runs, so the short ones that end first do not make a trend of their own."""
+    points = [(x, math.log(c)) for x, c in seen if c > 0 and math.isfinite(c)]
+    if len(points) < MIN_TREND_POINTS:
+        return 1.0
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points])
+    dx = x - x.mean()
+    sxx = float(dx @ dx)
+    if sxx <= 0:
+        return 1.0
+    slope = float(dx @ (y - y.mean())) / sxx
+    residual = y - y.mean() - slope * dx
+    error = math.sqrt(float(residual @ residual) / (len(points) - 2) / sxx)
+    t = abs(slope) / error if error > 0 else math.inf
+    shrunk = slope * max(0.0, 1.0 - (TREND_T / t) ** 2) if t > 0 else 0.0
+    orders = np.linspace(future[0], max(future), 64)
+    reach = np.clip(orders - float(x.mean()), 0.0, float(x.max() - x.min()))
+    factor = float(np.mean(np.exp(np.clip(shrunk * reach, -10.0, 10.0))))
+    return float(np.clip(factor, 1.0 / MAX_TREND, MAX_TREND))
+
+
 def drift_of(history: Sequence[float], window: int) -> float:
     """How far the mean cost of the next ``window`` trials has been from the last ``window``'s, in the campaign's
     history of costs (in the order they ended): the root mean square of the log ratios of the means of consecutive
@@ -262,13 +336,15 @@ def estimate_end(
     time_left: float | None = None,
     cost_left: float | None = None,
     drift: float = 0.0,
+    later: Sequence[Chain] = (),
 ) -> Eta | None:
     """The end of a campaign with ``in_flight`` trials and ``to_start`` trials not sent out, each costing one of the
     trials ``seen`` (slot-seconds, width), on ``slots`` slots; ``time_left``: seconds of its time budget (None:
     none); ``cost_left``: slot-seconds of its resource budget not spent or committed to the trials in flight (None:
     none); ``drift``: how far (log-spread) the trials to start may cost more or less than those seen on average
-    (:func:`drift_of` the campaign's costs; 0: none beyond the error of their mean). None when the model cannot tell yet (a trial to start and no cost
-    seen, or a trial in flight whose run is not known)."""
+    (:func:`drift_of` the campaign's costs; 0: none beyond the error of their mean); ``later``: the later segments
+    the trials in flight may run (:class:`Chain`; a segment whose seconds are not known is left out). None when the
+    model cannot tell yet (a trial to start and no cost seen, or a trial in flight whose run is not known)."""
     if any(not t.full.known for t in in_flight) or (to_start and not seen):
         return None
     costs = np.array([max(0.0, c) for c, _w in seen]) if seen else np.zeros(1)
@@ -286,7 +362,17 @@ def estimate_end(
     lefts = _lefts(started, draws, rng)
     fulls = _lefts([dataclasses.replace(t, ran=0.0) for t in queued], draws, rng)
     drift = min(MAX_DRIFT, drift) if math.isfinite(drift) and drift > 0 else 0.0
-    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng, drift)
+    order = [i for i, t in enumerate(in_flight) if t.started] + [i for i, t in enumerate(in_flight) if not t.started]
+    at = {i: k for k, i in enumerate(order)}  # a trial in flight's place among the started, then the queued
+    chains = [
+        (
+            _lefts([InFlight(e, 0.0, chain.width) for e in chain.seconds], draws, rng),
+            dataclasses.replace(chain, after=at[chain.after]),
+        )
+        for chain in later
+        if chain.seconds and all(e.known for e in chain.seconds) and chain.after in at
+    ]
+    ends = _ends(lefts, started, fulls, queued, (costs, widths), to_start, slots, rng, drift, chains)
     if time_left is not None:
         if float(np.mean(ends >= time_left)) >= 0.5:
             limited_by = "time budget"

@@ -189,6 +189,7 @@ def test_a_run_pruned_at_its_first_epoch_is_learnt_less_its_start_up() -> None:
     predicted 30 times too long)."""
     costs = TrialCosts()
     pruned = _reporting(4, [])
+    pruned.worker = "A"  # its worker's first run: its start-up is the worker's imports, paid once
     pruned.keep_report(1, {"loss": 1.0, "examples": 1000.0, "epoch_seconds": 0.1}, 103.1)
     assert startup(pruned) == pytest.approx(3.0)
     stopped = Outcome(TrialStatus.OK, metrics={"examples": 1000.0}, started=100.0, finished=103.1, stopped=True)
@@ -211,13 +212,13 @@ def test_a_first_run_on_a_fresh_worker_that_has_not_reported_is_taken_less_the_s
     epochs of 1 s; the first on worker B has run 10 s without a report (its imports). Its 10 s are taken as 5 s of
     imports and 5 of training: the trials to start cost that, not 10 s and more (issue 52, 5a on the real examples:
     130% at 25% of a digits run, the trials to start drawn from a run that was mostly a worker's imports). A run
-    on worker A, where a run ended, pays none."""
+    on worker A, begun after a run ended there, pays none."""
     costs = TrialCosts()
     first = _on("A", 0, [106.0 + epoch for epoch in range(10)], 100.0)
     costs.ended(first, Outcome(TrialStatus.OK, started=100.0, finished=115.0))
-    fresh, warm = _on("B", 1, [], 100.0), _on("A", 1, [], 100.0)
-    assert costs.startups([fresh, warm], 110.0) == [5.0, 0.0]
-    assert costs.startups([fresh], 103.0) == [3.0]  # at most its seconds so far
-    on_fresh, on_warm = costs.eta([fresh], 4, 2, 110.0), costs.eta([warm], 4, 2, 110.0)
+    fresh, warm = _on("B", 1, [], 116.0), _on("A", 1, [], 116.0)
+    assert costs.startups([fresh, warm], 126.0) == [5.0, 0.0]
+    assert costs.startups([fresh], 119.0) == [3.0]  # at most its seconds so far
+    on_fresh, on_warm = costs.eta([fresh], 4, 2, 126.0), costs.eta([warm], 4, 2, 126.0)
     assert on_fresh is not None and on_warm is not None
     assert on_fresh.left.mean < on_warm.left.mean - 3.0  # about 2 rounds of trials to start, each 5 s / 2 less

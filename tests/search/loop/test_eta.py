@@ -244,3 +244,26 @@ def test_the_report_s_campaign_begins_with_the_first_segment_of_a_trial_that_ran
     assert first_start(promoted) == 100.0
     assert first_start(TrialRecord(1, TrialState.COMPLETE, {}, (0.9,), started=120.0)) == 120.0
     assert first_start(TrialRecord(2, TrialState.WAITING, {}, None)) is None
+
+
+class Growing(CurveModel):
+    """Known durations that grow over the campaign (as regularized evolution's children do: mutations of the
+    tournaments' winners, bigger networks): trial ``n``'s epochs take ``epoch_seconds x (1 + n / 10)``."""
+
+    def seconds_per_epoch(self, config: Mapping[str, Any]) -> float:
+        return self.epoch_seconds * (1.0 + int(config["number"]) / 10.0)
+
+
+@pytest.mark.timeout(120)
+def test_the_trials_to_start_follow_the_trend_of_the_costs_seen(tmp_path: Path) -> None:
+    """40 trials on 2 slots, each dearer than the one before (10 s to 88 s): drawn from the mean of the trials seen,
+    the trials to start cost what the recent ones did and the expected end came early (by 32%, 22% and 9% at 25%,
+    50% and 75% of the campaign); the costs' trend over the trial numbers puts it within 15%."""
+    seen = run_campaign(tmp_path, n_trials=40, workers=2, jitter=0.1, model=Growing, sampler="random")
+    end = seen[-1].elapsed
+    for fraction in (0.25, 0.5, 0.75):
+        s = at_fraction(seen, fraction)
+        assert s.eta is not None
+        left = end - s.elapsed
+        assert abs(s.eta.left.mean - left) <= 0.15 * left, (fraction, s.elapsed, s.eta.left, left)
+        assert s.eta.left.low <= left <= s.eta.left.high, (fraction, s.eta.left, left)

@@ -296,8 +296,12 @@ def serving(server: socket.socket | http.server.HTTPServer, loop) -> Iterator[in
     finally:
         if isinstance(server, http.server.HTTPServer):
             server.shutdown()
-        server.server_close() if isinstance(server, http.server.HTTPServer) else server.close()
+            server.server_close()
+        else:  # close() alone does not wake a thread blocked in accept(): shutdown() does (it then raises OSError)
+            server.shutdown(socket.SHUT_RDWR)
+            server.close()
         thread.join(timeout=10)
+        assert not thread.is_alive(), "the server's thread did not end"
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from search.session.runner import load_study
 from search.spec.campaign_spec import CampaignSpec, parse_spec
 from search.store.folder import CampaignFolder
 from search.vocab.terms import Transition
+from tests.search.loop.runs import run_on
 from trainers.api import TrialConfig
 
 LAW = LogLinearLaw.power(2e-3, batch_size=-0.7)  # seconds per example
@@ -198,15 +199,6 @@ def test_a_run_pruned_at_its_first_epoch_is_learnt_less_its_start_up() -> None:
     assert costs.model.predict(Quantity.RUN, {}).mean == pytest.approx(0.1, rel=0.05)
 
 
-def _on(worker: str, number: int, reports: list[float], started: float) -> RunningTrial:
-    study = optuna.create_study()
-    for _ in range(number):
-        study.ask()
-    config = TrialConfig(study="s", number=number, params={}, seed=0, epochs=10)
-    rows = [(step, {"loss": 1.0}, at) for step, at in enumerate(reports, 1)]
-    return RunningTrial(study.ask(), config, 1, 0.0, reports=rows, started_at=started, worker=worker)
-
-
 def test_a_first_run_on_a_fresh_worker_that_has_not_reported_is_taken_less_the_start_up_fresh_workers_paid() -> None:
     """The digits example on 2 fresh workers under load: the first run on worker A paid 5 s of imports before its
     epochs of 1 s; the first on worker B has run 10 s without a report (its imports). Its 10 s are taken as 5 s of
@@ -214,9 +206,9 @@ def test_a_first_run_on_a_fresh_worker_that_has_not_reported_is_taken_less_the_s
     130% at 25% of a digits run, the trials to start drawn from a run that was mostly a worker's imports). A run
     on worker A, begun after a run ended there, pays none."""
     costs = TrialCosts()
-    first = _on("A", 0, [106.0 + epoch for epoch in range(10)], 100.0)
+    first = run_on("A", 0, [106.0 + epoch for epoch in range(10)], 100.0, 10)
     costs.ended(first, Outcome(TrialStatus.OK, started=100.0, finished=115.0))
-    fresh, warm = _on("B", 1, [], 116.0), _on("A", 1, [], 116.0)
+    fresh, warm = run_on("B", 1, [], 116.0, 10), run_on("A", 1, [], 116.0, 10)
     assert costs.startups([fresh, warm], 126.0) == [5.0, 0.0]
     assert costs.startups([fresh], 119.0) == [3.0]  # at most its seconds so far
     on_fresh, on_warm = costs.eta([fresh], 4, 2, 126.0), costs.eta([warm], 4, 2, 126.0)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import optuna
 import pytest
 from toy_specs import toy_toml
 
@@ -17,11 +16,10 @@ from cluster.outcome import Outcome, TrialStatus
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.loop.campaign import Campaign, Snapshot
 from search.loop.costs import TrialCosts
-from search.loop.trials import RunningTrial
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
-from trainers.api import TrialConfig
+from tests.search.loop.runs import run_on
 
 EPOCH = 1.0  # seconds of an epoch's training
 RESTART = 4.0  # seconds every run pays before its first epoch (its ranks' start-up, the checkpoint's load)
@@ -89,28 +87,18 @@ def test_the_expected_end_counts_the_segments_promoted_trials_have_left_and_thei
         assert s.eta.left.low <= left + 1.0 and left - 1.0 <= s.eta.left.high, (fraction, s.eta.left, left)
 
 
-def _run(worker: str, number: int, reports: list[float], started: float | None) -> RunningTrial:
-    """Trial ``number``'s run of 2 epochs on ``worker``, its epochs reported at ``reports``."""
-    study = optuna.create_study()
-    for _ in range(number):
-        study.ask()
-    config = TrialConfig(study="s", number=number, params={}, seed=0, epochs=2)
-    rows = [(step, {"loss": 1.0}, at) for step, at in enumerate(reports, 1)]
-    return RunningTrial(study.ask(), config, 1, 0.0, reports=rows, started_at=started, worker=worker)
-
-
 def test_a_restart_is_learnt_apart_from_a_fresh_worker_s_imports_and_every_run_pays_it() -> None:
     """Worker A's first run paid 5 s of imports before its epochs of 1 s; the next run there paid 2 s before its
     first epoch (a restart: the data's loading, a segment's ranks joining), which every run pays again. A trial to
     start costs its 2 epochs and the restart, 4 s; so does a queued run. The old model took both start-ups out as
     a worker's one-off: 2 s each."""
     costs = TrialCosts()
-    first = _run("A", 0, [106.0, 107.0], 100.0)
+    first = run_on("A", 0, [106.0, 107.0], 100.0, 2)
     costs.ended(first, Outcome(TrialStatus.OK, started=100.0, finished=107.0))
-    second = _run("A", 1, [113.0, 114.0], 110.0)
+    second = run_on("A", 1, [113.0, 114.0], 110.0, 2)
     costs.ended(second, Outcome(TrialStatus.OK, started=110.0, finished=114.0))
     assert sorted(cost for cost, _w in costs.seen()) == [pytest.approx(2.0), pytest.approx(4.0)]
-    queued = _run("", 2, [], None)
+    queued = run_on("", 2, [], None, 2)
     eta = costs.eta([queued], 0, 1, 120.0)
     assert eta is not None and eta.left.mean == pytest.approx(4.0, rel=0.05)
 
@@ -121,8 +109,10 @@ def test_the_runs_begun_together_on_a_fresh_worker_of_several_slots_all_paid_its
     first ended there pays none of it."""
     costs = TrialCosts()
     for number in (0, 1):
-        costs.ended(_run("A", number, [106.0, 107.0], 100.0), Outcome(TrialStatus.OK, started=100.0, finished=107.0))
+        costs.ended(
+            run_on("A", number, [106.0, 107.0], 100.0, 2), Outcome(TrialStatus.OK, started=100.0, finished=107.0)
+        )
     assert len(costs.restarts) == 0
     assert [cost for cost, _w in costs.seen()] == [pytest.approx(2.0), pytest.approx(2.0)]
-    eta = costs.eta([_run("", 2, [], None)], 0, 1, 120.0)
+    eta = costs.eta([run_on("", 2, [], None, 2)], 0, 1, 120.0)
     assert eta is not None and eta.left.mean == pytest.approx(2.0, rel=0.05)

@@ -138,7 +138,9 @@ class Campaign:
             *elastic_policies(spec.elastic, spec.pruning, spec.trainer.epochs, spec.study.pruner, spec.study.n_trials),
         )  # [elastic]: before pruning, after the faults
         self.policies = policies_for(spec, folder, population, self.reports, extra)
-        self.costs = TrialCosts(records=reads_cost(spec.study.sampler), reduction_factor=rung_factor(spec))
+        self.costs = TrialCosts(
+            records=reads_cost(spec.study.sampler), reduction_factor=rung_factor(spec.study, spec.pruning)
+        )
         executor.predict_with(self.costs)  # the one model: the executor's walltime check and packing read it too
         self.dispatch = Dispatcher(spec, executor, clock, self.costs, restore=self.reports.restore)
         self.supply = TrialSupply(

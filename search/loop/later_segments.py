@@ -20,7 +20,7 @@ import statistics
 
 from search.loop.elastic import RUNG_PRUNERS
 from search.loop.trials import RunningTrial
-from search.spec.campaign_spec import CampaignSpec
+from search.spec.campaign_spec import PrunerSpec, StudySpec
 
 __all__ = ["rung_factor", "Later", "Promotions", "Restarts", "PRIOR_WEIGHT", "later_segments", "total_epochs"]
 
@@ -39,9 +39,9 @@ class Later:
     chance: float
 
 
-def rung_factor(spec: CampaignSpec) -> int | None:
+def rung_factor(study: StudySpec, pruning: PrunerSpec) -> int | None:
     """The reduction factor of the campaign's rung pruner (``asha``, ``hyperband``; None: none)."""
-    return spec.pruning.reduction_factor if spec.study.pruner in RUNG_PRUNERS else None
+    return pruning.reduction_factor if study.pruner in RUNG_PRUNERS else None
 
 
 def total_epochs(running: RunningTrial) -> int:

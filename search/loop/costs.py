@@ -283,12 +283,8 @@ class TrialCosts:
         fresh workers paid), else a restart (:class:`~search.loop.later_segments.Restarts`: its ranks joining, the
         data's loading), which a queued run pays too."""
         if running.started_at is not None and self._fresh_worker(running):
-            return self._fresh_start_up()
-        return self.restarts.typical(running.width, self._fresh_start_up())
-
-    def _fresh_start_up(self) -> float:
-        """The median start-up the first runs on fresh workers paid (their imports; 0: none seen)."""
-        return statistics.median(self._fresh) if self._fresh else 0.0
+            return statistics.median(self._fresh) if self._fresh else 0.0
+        return self.restarts.typical(running.width)
 
     def later(self, running: Sequence[RunningTrial]) -> list[Chain]:
         """The later segments each running trial may run after this one (a trial promoted at a rung), each its
@@ -298,7 +294,7 @@ class TrialCosts:
             segments = later_segments(r, self.promotions)
             if not segments:
                 continue
-            restart = self.restarts.typical(r.width, self._fresh_start_up())
+            restart = self.restarts.typical(r.width)
             fulls = self.durations([(r.config.params, s.width, s.end - s.start) for s in segments])
             seconds = tuple(_plus(full, restart) for full in fulls)
             chains.append(Chain(i, seconds, tuple(s.chance for s in segments), r.width))

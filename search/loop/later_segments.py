@@ -109,18 +109,11 @@ class Restarts:
         if seconds >= 0:
             self._seen.append((width, seconds))
 
-    def typical(self, width: int, prior: float = 0.0) -> float:
-        """The median restart of runs of this width; where none, of the runs of one rank or of several as this one.
-        A run of several ranks starts new rank processes, which import what a fresh worker imports: before any such
-        run was seen, ``prior`` (the fresh workers' start-up), not a one-rank run's restart on a warm worker, ten
-        times shorter (examples/digits-elastic.toml: 0.3 s against 3-10 s). A run of one rank: any seen (0: none)."""
+    def typical(self, width: int) -> float:
+        """The median restart of runs of this width (of any width where none; 0: none seen)."""
         same = [s for w, s in self._seen if w == width]
-        alike = same or [s for w, s in self._seen if (w > 1) == (width > 1)]
-        if alike:
-            return statistics.median(alike)
-        if width > 1:
-            return prior
-        return statistics.median([s for _w, s in self._seen]) if self._seen else 0.0
+        values = same or [s for _w, s in self._seen]
+        return statistics.median(values) if values else 0.0
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -16,7 +16,6 @@ from cluster.outcome import Outcome, TrialStatus
 from cluster.simulated import SimulatedExecutor, TrialPlan
 from search.loop.campaign import Campaign, Snapshot
 from search.loop.costs import TrialCosts
-from search.loop.later_segments import Restarts
 from search.session.runner import load_study
 from search.spec.campaign_spec import parse_spec
 from search.store.folder import CampaignFolder
@@ -117,17 +116,3 @@ def test_the_runs_begun_together_on_a_fresh_worker_of_several_slots_all_paid_its
     assert [cost for cost, _w in costs.seen()] == [pytest.approx(2.0), pytest.approx(2.0)]
     eta = costs.eta([run_on("", 2, [], None, 2)], 0, 1, 120.0)
     assert eta is not None and eta.left.mean == pytest.approx(2.0, rel=0.05)
-
-
-def test_a_run_of_several_ranks_restarts_at_a_fresh_worker_s_start_up_until_one_was_seen() -> None:
-    """examples/digits-elastic.toml: one-rank runs on warm workers restart in 0.3 s; a promoted segment of 2 ranks
-    starts new rank processes (their imports: 3-10 s). Before any such run was seen, its restart is the fresh
-    workers' start-up (5 s here), not the one-rank runs' 0.3 s; once seen, its own."""
-    restarts = Restarts()
-    restarts.add(1, 0.3)
-    assert restarts.typical(1, prior=5.0) == 0.3
-    assert restarts.typical(2, prior=5.0) == 5.0
-    restarts.add(2, 3.0)
-    assert restarts.typical(4, prior=5.0) == 3.0  # a run of several ranks seen: its restart, at any such width
-    assert restarts.typical(2, prior=5.0) == 3.0 and restarts.typical(1, prior=5.0) == 0.3
-    assert Restarts().typical(1, prior=5.0) == 0.0  # one rank, nothing seen: no restart known

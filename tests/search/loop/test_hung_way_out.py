@@ -6,6 +6,7 @@ its sampler's child), or a joined cluster's scheduler (a lost node that still ho
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import signal
 import subprocess
@@ -188,3 +189,40 @@ def test_sigterm_with_a_hung_scheduler_exits_130_within_the_bound_and_the_campai
         finally:
             os.kill(scheduler, signal.SIGCONT)
         assert_resumes(folder, subprocess_env, "--scheduler", cluster.address)  # the scheduler answers again
+
+
+@pytest.mark.timeout(420)
+def test_a_scheduler_that_hangs_mid_run_is_found_lost_and_the_controller_exits_3_resumable(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    """No signal at all: a hung scheduler was waited for without end (the controller asked who it is, for ever)."""
+    from cluster.connect import IDENTITY_TIMEOUT
+    from cluster.executor import DaskExecutor
+
+    lost_after = inspect.signature(DaskExecutor).parameters["lost_after"].default
+    spec = tmp_path / "hung.toml"
+    spec.write_text(
+        toy_toml("hung", 4, epochs=EPOCHS, trainer={"options": {"sleep": 0.3}}, cluster={"n_workers": None})
+    )
+    runs = tmp_path / "runs"
+    folder = runs / "hung"
+    with external_cluster(tmp_path, 2) as cluster:
+        scheduler = cluster.scheduler.pid
+        args = ["run", str(spec), "--runs-dir", str(runs), "--scheduler", cluster.address]
+        try:
+            with controller(args, subprocess_env) as (proc, stderr):
+                wait_for(lambda: reported(folder, 0) >= 2, 120, "trial 0 to report twice")
+                os.kill(scheduler, signal.SIGSTOP)
+                bound = lost_after + 2 * IDENTITY_TIMEOUT + WAY_OUT_SECONDS  # found lost, then its way out
+                took = exit_within(proc, stderr, bound + 60)
+                err = stderr.text()
+                assert proc.returncode == 3, err
+                assert took <= bound + SLACK, (took, err)
+                last = err.splitlines()[-1]
+                assert f"the Dask scheduler at {cluster.address} has not answered for" in last, err
+                assert f"hypersweep resume {folder}" in last, err
+                assert "Traceback" not in err, err
+                wait_for(lambda: not group_alive(proc.pid), 30, "every process of the controller to exit")
+        finally:
+            os.kill(scheduler, signal.SIGCONT)
+        assert_resumes(folder, subprocess_env, "--scheduler", cluster.address)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from . import way_out
 from .errors import ClusterError
 from .options import LOOPBACK, ClusterOptions, TLSFiles, is_loopback
 from .quiet_workers import quiet_dask_finalizers
@@ -47,6 +48,7 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
     included. ``env``: extra environment for worker processes started on this machine."""
     from .backends import backend_of  # distributed loads here, not when a light command reads a spec
 
+    way_out.end()  # a cluster opens: the way out of a campaign this process ran before is over
     backend = backend_of(options)
     if log.isEnabledFor(logging.INFO):  # a campaign's log says where its trials ran
         log.info("cluster: %s", backend.describe(options))

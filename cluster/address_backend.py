@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .deployed import wait_for_first_worker
 from .errors import ClusterError
 from .options import Backend, ClusterOptions, scheduler_address
+from .way_out import close_within
 
 if TYPE_CHECKING:  # distributed loads when a cluster is opened, not when a light command reads a spec
     from distributed import Client
@@ -45,7 +46,7 @@ class AddressBackend(Backend):
             )
             yield client
         finally:
-            client.close(timeout=10)
+            close_within(client, 10, f"the Dask client of the scheduler at {options.address} did not close")
 
 
 def _connect(options: ClusterOptions) -> Client:

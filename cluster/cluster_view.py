@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .connect import ClusterError, worker_memory_limits, worker_slots
+from .connect import ClusterError, silent_for, worker_memory_limits, worker_slots
 from .executor_api import Slots
 from .jobs import DEMAND_KEY
 from .outcome import Outcome, TrialStatus
@@ -66,8 +66,12 @@ class ClusterView:
         return self._slots
 
     def check(self) -> None:
-        """Raise :class:`ClusterError` once the scheduler has been unreachable for ``lost_after`` s (or the client
-        closed)."""
+        """Raise :class:`ClusterError` once the scheduler has been unreachable or silent (hung: it holds its
+        connections and answers nothing) for ``lost_after`` s (or the client closed)."""
+        if (silent := silent_for(self._client)) > self._lost_after:
+            raise ClusterError(
+                f"the Dask scheduler at {self.address} has not answered for {silent:.0f}s (hung, or its node lost)"
+            )
         status = self._client.status
         if status == "running":
             self._disconnected_since = None

@@ -8,11 +8,13 @@ The names other packages have always imported from here are kept.
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from . import way_out
 from .errors import ClusterError
 from .options import LOOPBACK, ClusterOptions, TLSFiles, is_loopback
 from .quiet_workers import quiet_dask_finalizers
@@ -32,6 +34,7 @@ __all__ = [
     "quiet_dask_finalizers",
     "quiet_dask_logs",
     "scheduler_identity",
+    "silent_for",
     "slot_resource",
     "worker_slots",
     "worker_nanny",
@@ -45,6 +48,7 @@ def open_cluster(options: ClusterOptions, *, env: Mapping[str, str] | None = Non
     included. ``env``: extra environment for worker processes started on this machine."""
     from .backends import backend_of  # distributed loads here, not when a light command reads a spec
 
+    way_out.end()  # a cluster opens: the way out of a campaign this process ran before is over
     backend = backend_of(options)
     if log.isEnabledFor(logging.INFO):  # a campaign's log says where its trials ran
         log.info("cluster: %s", backend.describe(options))
@@ -79,9 +83,23 @@ def scheduler_identity(client: Client) -> dict[str, Any]:
     """The scheduler's identity (its address, every worker's record), fetched from the scheduler now.
 
     Not ``Client.scheduler_info``, a cache its own refresh empties of workers (see :func:`_workers`). Raises
-    ``OSError`` when the scheduler does not answer.
+    ``OSError`` when the scheduler does not answer (``TimeoutError`` after :data:`IDENTITY_TIMEOUT` s: a hung one).
     """
-    return dict(client.sync(client.scheduler.identity, n_workers=-1))
+    asked = time.monotonic()
+    try:
+        info = dict(client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=IDENTITY_TIMEOUT))
+    except OSError:
+        _UNANSWERED_SINCE.setdefault(client, asked)
+        raise
+    _UNANSWERED_SINCE.pop(client, None)
+    return info
+
+
+def silent_for(client: Client) -> float:
+    """Seconds the scheduler has left ``client``'s :func:`scheduler_identity` unanswered, from the first ask it did
+    not answer (0 once it answers: a long pause between asks is no silence)."""
+    since = _UNANSWERED_SINCE.get(client)
+    return 0.0 if since is None else time.monotonic() - since
 
 
 def _workers(client: Client) -> dict[str, dict[str, Any]]:
@@ -105,5 +123,10 @@ def _workers(client: Client) -> dict[str, dict[str, Any]]:
     return workers
 
 
+#: Seconds a scheduler has to answer who it is: past them, it is asked again on the next look (a hung one is found
+#: lost after the executor's ``lost_after`` seconds without an answer: :meth:`cluster.cluster_view.ClusterView.check`).
+IDENTITY_TIMEOUT = 10.0
+#: Since when each client's scheduler has not answered (monotonic seconds; none while it answers).
+_UNANSWERED_SINCE: weakref.WeakKeyDictionary[Client, float] = weakref.WeakKeyDictionary()
 #: Each client's last full list of workers (see :func:`_workers`).
 _LAST_SEEN: weakref.WeakKeyDictionary[Client, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()

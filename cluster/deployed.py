@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ClusterError, MissingExtraError, SettingError
 from .options import Backend, ClusterOptions
+from .way_out import close_within
 
 if TYPE_CHECKING:  # distributed loads when a cluster is opened, not when a light command reads a spec
     from distributed import Client
@@ -90,9 +91,9 @@ class Deployed(Backend):
                 )
                 yield client
             finally:
-                client.close(timeout=10)
+                close_within(client, 10, f"the Dask client of the {self.kind} cluster did not close")
         finally:
-            cluster.close(timeout=30)
+            close_within(cluster, 30, f"the {self.kind} cluster did not close")
 
 
 def wait_for_first_worker(client: Client, timeout: float, why: str) -> None:

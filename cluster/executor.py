@@ -15,11 +15,13 @@ of hypersweep imports from here are re-exported.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import way_out
 from .channel import subscribe_reports
 from .cluster_view import ClusterView
 from .executor_api import (
@@ -43,6 +45,7 @@ from .roads import TrialRoads
 from .shipping import ship_trainer
 from .task_runner import run_once
 from .trial_cost import ModelPredictions, TrialPredictions
+from .way_out import on_loop
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor: the loop's modules import this one for its events
     from distributed import Client
@@ -72,6 +75,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+CLOSE_SECONDS = 5.0  # each of the close's calls through the client's event loop, at most
+
 OK, ERROR, LOST, CANCELLED = TrialStatus.OK, TrialStatus.ERROR, TrialStatus.LOST, TrialStatus.CANCELLED
 
 
@@ -97,6 +102,7 @@ class DaskExecutor:
         runners: bool = True,
         follows_demand: bool = False,
     ) -> None:
+        way_out.end()  # a campaign (or its next round) starts here: no way out under way, unless the process leaves
         packing = packing or GpuPacking()
         self._client, self._topic = client, topic
         self._queue: EventQueue = queue.Queue()
@@ -180,18 +186,16 @@ class DaskExecutor:
         return [event for item in items for event in self._translate(item)]
 
     def close(self) -> None:
-        """Cancel what is still running and stop listening."""
+        """Cancel what is still running and stop listening; each wait bounded (:mod:`cluster.way_out`), never
+        raises (a lost scheduler is logged)."""
         futures = self._roads.close()
+        client = self._client
         if futures:
-            try:
-                self._client.cancel(futures, force=True)
-            except Exception as exc:  # noqa: BLE001 - closing must not raise over a lost scheduler
-                log.debug("cancel on close failed: %s", exc)
+            cancel = functools.partial(client.cancel, futures, asynchronous=True, force=True)  # its coroutine
+            on_loop(client.loop, cancel, CLOSE_SECONDS, "the Dask client did not send the cancel of its tasks")
         self._forensics.close()
-        try:
-            self._client.unsubscribe_topic(self._topic)
-        except Exception as exc:  # noqa: BLE001
-            log.debug("unsubscribe failed: %s", exc)
+        unsubscribe = functools.partial(client.unsubscribe_topic, self._topic)
+        on_loop(client.loop, unsubscribe, CLOSE_SECONDS, "the Dask client did not unsubscribe from its reports")
 
     def _on_message(self, message: dict[str, Any], worker: str) -> None:
         self._queue.put(FromWorker(message, worker))

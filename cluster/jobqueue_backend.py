@@ -22,6 +22,7 @@ from .jobs import JOB_NAME, JobKeeper, refusal_text, slurm_nodes_elsewhere, slur
 from .no_http import NO_HTTP_ROUTES
 from .options import ClusterOptions, is_loopback
 from .quiet_workers import silence_logs
+from .way_out import close_within, left
 from .worker_shape import worker_args
 
 if TYPE_CHECKING:  # distributed loads when a cluster is opened, not when a light command reads a spec
@@ -151,10 +152,10 @@ class JobQueueBackend(Deployed):
                 yield client
             finally:
                 keeper.cancel_all()  # first, and not replaced: each worker leaves on SIGTERM, its log clean
-                _close_within(client, 10, "the client")
+                close_within(client, 10, f"the Dask client of the {self.system.upper()} cluster did not close")
         finally:
-            keeper.close(timeout=5)  # cancel_all stopped it already, unless the client never connected
-            _close_within(cluster, 30, f"the {self.system.upper()} cluster")
+            keeper.close(timeout=left(5))  # cancel_all stopped it already, unless the client never connected
+            close_within(cluster, 30, f"the {self.system.upper()} cluster did not close")
 
     def _check_loopback(self, options: ClusterOptions) -> None:
         """A scheduler on loopback serves only jobs that run on this host: every node of the partition must be
@@ -203,15 +204,6 @@ class JobQueueBackend(Deployed):
         # trials itself. Adaptive, the keeper scales the jobs to the demand the controller leaves (cluster.jobs);
         # at least one to start with, for the first worker to join.
         cluster.scale(jobs=max(1, self.minimum_jobs) if self.adaptive else self.maximum_jobs)
-
-
-def _close_within(closing: Any, timeout: float, what: str) -> None:
-    """``closing.close`` within ``timeout`` s; past it a line in the log, never an error: it runs as the campaign
-    ends, where an error would take the place of what ended it (a Ctrl-C's exit 130 and resume line)."""
-    try:
-        closing.close(timeout=timeout)
-    except TimeoutError:
-        log.warning("%s did not close within %gs; going on", what, timeout)
 
 
 def job_log_files(system: str, job_logs: str) -> str:

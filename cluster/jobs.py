@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+from . import way_out
+
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -248,11 +250,13 @@ class JobKeeper:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=timeout)
 
-    def cancel_all(self, timeout: float = CANCEL_SECONDS) -> None:
+    def cancel_all(self, timeout: float | None = None) -> None:
         """Cancel every job while the scheduler still runs, and wait for their workers to leave: each worker then
         ends on the batch system's SIGTERM, its log saying so, with no traceback (closed by the scheduler's own end
         first, its heartbeat and comms fail loudly). All of it within ``timeout`` s, Ctrl-C or not: a job whose
-        cancel command has not answered by then is named, with the command that cancels it. Never raises."""
+        cancel command has not answered by then is named, with the command that cancels it. Never raises.
+        ``timeout``: :data:`CANCEL_SECONDS`, or what is left of the way out (:mod:`cluster.way_out`)."""
+        timeout = way_out.left(CANCEL_SECONDS) if timeout is None else timeout
         deadline = time.monotonic() + timeout
         self.close(timeout=timeout / 4)  # a look under way (squeue, a submission) waits no longer than this
         unconfirmed = self._cancel_within(deadline)

@@ -11,6 +11,7 @@ from .errors import ClusterError
 from .no_http import NO_HTTP_ENV, NO_HTTP_ROUTES
 from .options import Backend, ClusterOptions
 from .quiet_workers import silence_logs
+from .way_out import close_within
 from .worker_shape import local_shape
 
 if TYPE_CHECKING:  # distributed loads when a cluster is opened, not when a light command reads a spec
@@ -76,9 +77,9 @@ class LocalBackend(Backend):
                 with reviving(cluster, after=min(REVIVE_AFTER, options.worker_timeout / 2)):
                     yield client
             finally:
-                client.close(timeout=10)
+                close_within(client, 10, "the Dask client of the embedded cluster did not close")
         finally:
-            cluster.close(timeout=20)
+            close_within(cluster, 20, "the embedded cluster did not close")
 
 
 def _temporary_security() -> Security:

@@ -11,9 +11,12 @@ A worker the kernel's OOM killer ends leaves no such event (see :func:`cluster.o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
+
+from .way_out import on_loop
 
 if TYPE_CHECKING:  # distributed loads with the first DaskExecutor
     from distributed import Client
@@ -83,7 +86,5 @@ class MemoryKills:
         return self.find(worker, since)
 
     def close(self) -> None:
-        try:
-            self._client.unsubscribe_topic(MEMORY_KILL_TOPIC)
-        except Exception as exc:  # noqa: BLE001 - closing must not raise over a lost scheduler
-            log.debug("unsubscribe %s failed: %s", MEMORY_KILL_TOPIC, exc)
+        unsubscribe = functools.partial(self._client.unsubscribe_topic, MEMORY_KILL_TOPIC)
+        on_loop(self._client.loop, unsubscribe, 5.0, "the Dask client did not unsubscribe from the memory kills")

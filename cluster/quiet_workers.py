@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing import connection, util
 from typing import TYPE_CHECKING, Any
 
+from . import way_out
+
 if TYPE_CHECKING:
     from .options import ClusterOptions
 
@@ -73,12 +75,13 @@ def silence_logs(options: ClusterOptions) -> int | bool:
     return False if options.verbose else logging.WARNING
 
 
-def end_spawned_children(timeout: float = 5.0) -> None:
+def end_spawned_children(timeout: float | None = None) -> None:
     """End the processes ``multiprocessing`` spawned from this one that are still alive (a worker still starting
     when Ctrl-C came), as the interpreter's exit would, but before that exit unlinks the semaphores they were
     given: the exit runs those finalizers first, and a child still reading its arguments then printed a
     ``FileNotFoundError`` traceback under the command's one line (CI, once). SIGTERM, then SIGKILL after
-    ``timeout`` seconds for a child that is still there."""
+    ``timeout`` seconds for a child that is still there (5, or what is left of the way out: :mod:`cluster.way_out`)."""
+    timeout = way_out.left(5.0) if timeout is None else timeout
     children = multiprocessing.active_children()
     for child in children:
         child.terminate()

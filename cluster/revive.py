@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from . import way_out
+
 if TYPE_CHECKING:
     from distributed import LocalCluster
 
@@ -115,8 +117,11 @@ def reviving(cluster: LocalCluster, after: float = REVIVE_AFTER, every: float = 
         yield reviver
     finally:
         stop.set()
-        thread.join(timeout=every + 2 * CLOSE_TIMEOUT)
-        try:
-            cluster.sync(reviver.kill_stuck)
-        except Exception as exc:  # noqa: BLE001 - closing goes on
-            log.debug("killing the embedded workers that never started failed: %s", exc)
+        # a look under way (a daemon thread: one that does not end holds nothing) may be closing a nanny
+        way_out.joined(thread, every + 2 * CLOSE_TIMEOUT, "the look at the embedded workers did not end")
+        way_out.on_loop(
+            cluster.loop,
+            reviver.kill_stuck,
+            CLOSE_TIMEOUT,
+            "the embedded cluster's event loop did not run the kill of its workers that never started",
+        )

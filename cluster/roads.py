@@ -8,6 +8,7 @@ they hold are free for it; trials still waiting for a runner then go as tasks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from .shipping import Shipments
 from .span_executor import SpanRunner
 from .task_runner import TaskRunner, run_once
 from .trial_cost import TrialPredictions
+from .way_out import on_loop
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -166,10 +168,8 @@ class TrialRoads:
                 runners = self.pool.retire(now=True)
             except Exception as exc:  # noqa: BLE001 - closing must not raise over a lost scheduler
                 log.debug("retiring the slot runners failed: %s", exc)
-            try:
-                self._client.unsubscribe_topic(CLUSTER_TOPIC)
-            except Exception as exc:  # noqa: BLE001
-                log.debug("unsubscribe failed: %s", exc)
+            unsubscribe = functools.partial(self._client.unsubscribe_topic, CLUSTER_TOPIC)
+            on_loop(self._client.loop, unsubscribe, 5.0, "the Dask client did not unsubscribe from its runners")
         futures = [*self.tasks.close(), *self.spans.close(), *runners]
         return list({id(f): f for f in futures}.values())
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from . import way_out
 from .connect import worker_slots
 from .executor_queue import EventQueue, RunnerDone
 from .jobs import _notify, job_deadlines
@@ -371,7 +372,9 @@ class RunnerPool:
             runners = list(self._runners.values())
         sent = [self._mail.retire(r.key, r.worker, now) for r in runners if r.worker]
         if now:
-            concurrent.futures.wait(sent, timeout=RETIRE_TIMEOUT)
+            seconds = way_out.left(RETIRE_TIMEOUT)
+            if concurrent.futures.wait(sent, timeout=seconds).not_done:
+                way_out.ran_out("the slot runners did not all take the stop", seconds, "leaving them to their workers")
         return [r.future for r in runners]
 
     def take_waiting(self) -> list[Placement]:

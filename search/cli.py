@@ -419,9 +419,9 @@ def _interrupted(folder: Path | str | None) -> str:
         return "interrupted before any trial ran; nothing was kept"
     if folder == "?":  # interrupted outside a campaign (while checking, connecting)
         return "interrupted"
-    from search.store.failures import shown_path
+    from search.store.failures import kept_line
 
-    return f"interrupted; running trials are kept: continue with 'hypersweep resume {shown_path(Path(folder))}'"
+    return kept_line(Path(folder))
 
 
 def _closed_pipe() -> int:

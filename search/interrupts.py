@@ -49,9 +49,13 @@ def install() -> None:
 
 
 def interrupt(_signum: int, _frame: FrameType | None) -> None:
-    """Ctrl-C or SIGTERM once the command runs: ``KeyboardInterrupt``. What asyncio logs of the tasks it leaves
+    """Ctrl-C or SIGTERM once the command runs: ``KeyboardInterrupt``, and the way out begins: the process exits
+    130 within its bound whatever it waits for (:mod:`cluster.way_out`). What asyncio logs of the tasks it leaves
     failed (a worker that was starting) is noise from here on, on the terminal and in campaign.log."""
+    from cluster import way_out
+
     logging.getLogger("asyncio").disabled = True
+    way_out.begin(EXIT_INTERRUPTED)
     raise KeyboardInterrupt
 
 

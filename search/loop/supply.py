@@ -186,10 +186,11 @@ class TrialSupply:
         self.sampling = SamplingMode.THREAD
         self._asker = self._thread_asker()
 
-    def close(self) -> None:
-        """Stop sampling; trials asked and not taken join the pending ones. The parameters kept are written."""
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop sampling; trials asked and not taken join the pending ones. The parameters kept are written.
+        ``timeout``: each of the sampler's waits (its last ask, its child's final state and exit), at most."""
         try:
-            self.pending.extend(self._asker.close())
+            self.pending.extend(self._asker.close(timeout))
         finally:
             self._maker.close()
 

@@ -32,6 +32,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+from cluster import way_out
+
 __all__ = ["Asker", "InlineAsker", "BackgroundAsker", "AskFailed", "AskTimes"]
 
 log = logging.getLogger(__name__)
@@ -199,9 +201,7 @@ class BackgroundAsker(Generic[T]):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("the sampler was still asking after %.0f s; that trial stays RUNNING for resume", timeout)
+        way_out.joined(self._thread, timeout, "the sampler's ask did not end (that trial stays RUNNING for resume)")
         with self._cond:
             left, self._ready = list(self._ready), deque()
         return left

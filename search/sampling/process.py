@@ -47,6 +47,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from cluster import way_out
 from search.compat import optuna_private as op
 from search.sampling.asker import AskFailed, AskTimes
 from search.sampling.cost_tpe import COST_KEY
@@ -454,19 +455,31 @@ class ProcessAsker(Generic[T]):
             return self._state
 
     def close(self, timeout: float = 30.0) -> list[T]:
-        """Fetch the sampler's final state, stop the child, give the campaign's study its sampler back."""
-        state = self.sampler_state(wait=timeout) if self._process.is_alive() else self._state
+        """Fetch the sampler's final state, stop the child, give the campaign's study its sampler back. Each wait
+        within ``timeout`` s and what is left of the way out (:mod:`cluster.way_out`); the child killed past it."""
+        state = self._final_state(timeout) if self._process.is_alive() else self._state
         with self._cond:
             self._closing = True
         self._send(("close",))
-        if self._join(timeout):
-            log.warning("the sampler process did not exit within %.0f s; killing it", timeout)
+        if self._join(seconds := way_out.left(timeout)):
+            way_out.ran_out("the sampler's process did not exit", seconds, "killing it")
             self._process.kill()
-            self._join(5.0)
-        self._reader.join(5.0)
+            self._join(way_out.left(5.0))
+        way_out.joined(self._reader, 5.0, "the sampler's reading thread did not end")
         self._conn.close()
         self._study.sampler = pickle.loads(state) if state is not None else self._original
         return []
+
+    def _final_state(self, timeout: float) -> bytes | None:
+        """The sampler's latest state, asked for and waited for within ``timeout`` s and the way out (else the last
+        copy received, said)."""
+        with self._cond:
+            asked = self._state_asked + 1
+        state = self.sampler_state(wait=(seconds := way_out.left(timeout)))
+        with self._cond:
+            if self._state_got < asked and self._error is None:
+                way_out.ran_out("the sampler's process did not send its final state", seconds, "keeping the last one")
+        return state
 
     def _join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the child to exit; whether it is still alive. One thread at a time: of two

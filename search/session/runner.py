@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from cluster import ClusterError, ClusterOptions, open_cluster
+from cluster import ClusterError, ClusterOptions, open_cluster, way_out
 from search.compat import optuna_private as op
 from search.sampling import components
 from search.sampling.pruning import install_pruner
@@ -46,6 +46,7 @@ from search.spec.campaign_spec import CampaignSpec, StudySpec, load_spec
 from search.spec.changes import SPEC_TEXT
 from search.spec.gpu import gpu_packing
 from search.store.environment import capture_environment, record_environment, scheduler_info
+from search.store.failures import kept_line
 from search.store.folder import CampaignFolder, ControllerLock
 from search.store.records import StudyAttr
 from search.store.storage import final_snapshot, open_storage, storage_url
@@ -192,6 +193,7 @@ def _execute(
             for line in enqueue_failed(spec.pbt, study):
                 print(line)
     progress = Progress(enabled=options.progress)
+    way_out.last_words(kept_line(folder.root))  # said if a Ctrl-C's way out outlasts its bound
     # Worker processes inherit these: one BLAS/OpenMP thread per slot keeps 2 trials on 2 cores fast.
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     try:

@@ -32,6 +32,7 @@ __all__ = [
     "AllTrialsFailedError",
     "EarlyFailuresError",
     "shown_path",
+    "kept_line",
     "all_failed_line",
     "all_failed_error",
     "MISSING_METRIC",
@@ -144,6 +145,11 @@ def shown_path(path: Path) -> str:
     """``path`` relative to here when it is below here, else as it is."""
     relative = os.path.relpath(path)
     return str(path) if relative.startswith("..") else relative
+
+
+def kept_line(folder: Path) -> str:
+    """The line for an interrupted campaign: its trials are kept, and the command that continues it."""
+    return f"interrupted; running trials are kept: continue with 'hypersweep resume {shown_path(folder)}'"
 
 
 def _clip(text: str, width: int = 120) -> str:

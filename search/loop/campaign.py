@@ -32,7 +32,6 @@ from collections.abc import Callable
 
 import optuna
 
-from cluster import way_out
 from cluster.executor import Finished, Outcome, Query, Report, Started, TrialExecutor
 from search.compat import optuna_private as op
 from search.loop.barrier import Barrier, Expire
@@ -192,12 +191,10 @@ class Campaign:
                 self._on_progress(self.snapshot())
                 self._freezer.tick()
         except BaseException:
-            way_out.begin()  # its waits (the sampler's, the cluster's) within one bound, all together
             self.supply.close(timeout=5.0)  # a resumed campaign seeds a sampler of its own: no long wait for this one
             self._mark_interrupted()
             raise
         else:
-            way_out.begin()
             self.supply.close()
             self._release_unstarted()
         finally:

@@ -28,6 +28,7 @@ from typing import Any, cast
 import optuna
 from optuna.trial import FrozenTrial
 
+from cluster import way_out
 from cluster.executor import TrialExecutor
 from search.compat import optuna_private as op
 from search.loop.budget import Budget
@@ -188,7 +189,10 @@ class TrialSupply:
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop sampling; trials asked and not taken join the pending ones. The parameters kept are written.
-        ``timeout``: each of the sampler's waits (its last ask, its child's final state and exit), at most."""
+        ``timeout``: each of the sampler's waits (its last ask, its child's final state and exit), at most. The first
+        step of the campaign's way out: from here its waits (the sampler's, the cluster's) share one bound
+        (:func:`cluster.way_out.begin`)."""
+        way_out.begin()
         try:
             self.pending.extend(self._asker.close(timeout))
         finally:

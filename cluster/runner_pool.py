@@ -8,9 +8,8 @@ retired for the rest of the campaign when the first comes, so that the runners g
 
 A runner that ends (idle, retired), dies with its worker (the scheduler's ``remove-worker`` event, or a later look
 at the cluster's workers) or is cancelled (``kill``) hands its trials back: one that said it started ends as lost
-(cancelled, for a kill), with the outcome the runner kept when it has one; the rest of a batch that started there
-ends lost without running (as a batch task's would); the others are placed again under the same first-run key (so
-that none can run twice).
+(cancelled, for a kill), with the outcome the runner kept when it has one; the others are placed again under the
+same first-run key (so that none can run twice).
 
 On a batch-job cluster a runner takes a trial only when the trial is predicted to end before the runner's job does,
 after the trials queued there before it (:mod:`cluster.walltimes`: the campaign's trial model); a trial no ready
@@ -62,7 +61,6 @@ class Runner:
     worker: str = ""
     trials: dict[int, Placement] = dataclasses.field(default_factory=dict)  # in the order sent
     started: dict[int, float] = dataclasses.field(default_factory=dict)  # number -> when it said it started
-    started_keys: set[str] = dataclasses.field(default_factory=set)  # first-run keys of the trials that started
     closed: bool = False  # takes no more trials (ended, retired, or refused a put)
     lost: str = ""  # why its worker is gone, when it is
 
@@ -278,8 +276,6 @@ class RunnerPool:
             runner = self._of.get(number)
             if runner is not None:
                 runner.started[number] = at
-                if number in runner.trials:
-                    runner.started_keys.add(runner.trials[number].key)
 
     def ended(self, number: int) -> None:
         """Trial ``number``'s outcome arrived: its runner has room for the next."""
@@ -327,8 +323,6 @@ class RunnerPool:
                     ended.append((number, recent[number]))
                 elif number in runner.started and placement.key not in unrun:
                     ended.append((number, _unfinished(runner, why)))
-                elif placement.key in runner.started_keys and placement.key not in unrun:
-                    ended.append((number, _batch_cut(why or runner.lost)))
             for number, _ in ended:
                 runner.trials.pop(number)
                 self._of.pop(number, None)
@@ -392,14 +386,6 @@ def _unfinished(runner: Runner, why: str) -> Outcome:
     if why.startswith("cancelled"):
         return Outcome(TrialStatus.CANCELLED, error=why)
     return Outcome(TrialStatus.LOST, error=why or "its runner ended without its outcome")
-
-
-def _batch_cut(why: str) -> Outcome:
-    """The outcome of a trial whose batch started on a runner that ended before the trial did: lost without running,
-    as a batch task's rest is (only the controller retries). Decided here, not by the first-run mark sent again: the
-    runner sets that mark without waiting, and a worker killed just after its batch's first report took the mark
-    with it (the rest then ran; CI, once)."""
-    return Outcome(TrialStatus.LOST, error=f"its batch started on a runner that ended ({why or 'no outcome'}): not run")
 
 
 def _result(future: Future) -> tuple[dict[str, Any] | None, str]:
